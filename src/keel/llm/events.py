@@ -1,0 +1,55 @@
+"""Stream events a provider yields for one request.
+
+Deltas are for display only; the single `Done` at the end carries the assembled message, its usage
+and stop reason, and that is what the loop stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from keel.llm.messages import Message, StopReason, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseStart:
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseDelta:
+    id: str
+    partial_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should know that is not model output (a retry, a salvaged call)."""
+
+    text: str
+    level: Literal["info", "warning"] = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    message: Message
+    usage: Usage
+    stop_reason: StopReason
+
+
+StreamEvent: TypeAlias = TextDelta | ThinkingDelta | ToolUseStart | ToolUseDelta | Notice | Done
+
+#: Events that put model output on the user's screen; after one of these a retry is no longer safe.
+SHOWN = (TextDelta, ThinkingDelta, ToolUseStart, ToolUseDelta)

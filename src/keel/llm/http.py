@@ -1,0 +1,293 @@
+"""The HTTP side every provider client shares: one pooled httpx client, SSE and NDJSON decoding,
+stall detection, a per-call deadline, and the mapping of transport failures to `keel.llm.errors`.
+
+A provider subclass supplies only its wire format (`build_body`, `decode`, `error_from_response`);
+retries live one level up in `keel.llm.retry`, so this module makes exactly one attempt.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from keel.llm.errors import APIError, LLMError, StallError, is_retryable_status
+from keel.llm.events import StreamEvent
+from keel.llm.request import Request
+
+if TYPE_CHECKING:
+    import httpx
+
+#: No bytes for this long abandons a request (keep-alives count as bytes).
+DEFAULT_STALL_TIMEOUT = 300.0
+LOCAL_STALL_TIMEOUT = 900.0
+#: Upper bound on one whole model call, stream included.
+DEFAULT_CALL_TIMEOUT = 900.0
+CONNECT_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPSettings:
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from `retry-after-ms`, `retry-after` (seconds or an HTTP date), if present."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    event: str
+    data: str
+
+
+async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[SSEEvent]:
+    """Decode a text/event-stream body. Comments (keep-alives) are skipped; multi-line data joins
+    with newlines, per the SSE spec."""
+    buffer = b""
+    event = ""
+    data: list[str] = []
+    async for chunk in chunks:
+        buffer += chunk
+        while True:
+            nl = buffer.find(b"\n")
+            if nl < 0:
+                break
+            raw = buffer[:nl]
+            buffer = buffer[nl + 1 :]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            if not raw:
+                if data:
+                    yield SSEEvent(event or "message", "\n".join(data))
+                event, data = "", []
+                continue
+            line = raw.decode("utf-8")
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            if value.startswith(" "):
+                value = value[1:]
+            if name == "data":
+                data.append(value)
+            elif name == "event":
+                event = value
+    if data:
+        yield SSEEvent(event or "message", "\n".join(data))
+
+
+async def iter_ndjson(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """Decode newline-delimited JSON (Ollama's native stream)."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+    if buffer.strip():
+        yield json.loads(buffer)
+
+
+def _describe_transport_error(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+class HTTPProvider(ABC):
+    """One attempt at one streamed model call over HTTP. Subclasses speak a wire API."""
+
+    #: Provider family name, as in `anthropic/claude-…`; stamped on assistant messages.
+    name: str = ""
+    #: The environment variable the key comes from, named in errors.
+    key_env: str = ""
+
+    def __init__(self, *, base_url: str, api_key: str, settings: HTTPSettings) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.settings = settings
+        self._client: httpx.AsyncClient | None = None
+
+    # -- what a wire API supplies -------------------------------------------------------------
+
+    @abstractmethod
+    def endpoint(self, request: Request) -> str:
+        """Full URL for the request."""
+
+    @abstractmethod
+    def headers(self) -> dict[str, str]:
+        """Auth and version headers."""
+
+    @abstractmethod
+    def build_body(self, request: Request) -> bytes:
+        """The JSON body, encoded."""
+
+    @abstractmethod
+    def decode(self, request: Request, chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
+        """Turn the response body into stream events ending in exactly one `Done`."""
+
+    @abstractmethod
+    def error_from_response(self, status: int, body: bytes, headers: Mapping[str, str]) -> APIError:
+        """Map an error response to an `APIError` (or `ContextOverflow`)."""
+
+    # -- shared machinery ---------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            s = self.settings
+            stall = None if s.stall_timeout < 0 else s.stall_timeout
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(connect=s.connect_timeout, read=stall, write=60.0, pool=60.0),
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+                trust_env=True,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        import httpx
+
+        url = self.endpoint(request)
+        body = self.build_body(request)
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers.update(self.headers())
+        deadline = time.monotonic() + self.settings.call_timeout
+        client = self._http()
+        try:
+            async with client.stream("POST", url, content=body, headers=headers) as response:
+                if response.status_code >= 400:
+                    payload = await response.aread()
+                    raise self.error_from_response(
+                        response.status_code, payload, response.headers
+                    )
+                async for event in self.decode(request, self._guarded(response, deadline)):
+                    yield event
+        except httpx.ReadTimeout as exc:
+            raise StallError(self.settings.stall_timeout, provider=self.name) from exc
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise APIError(
+                f"cannot reach {self.name} at {self.base_url}: {_describe_transport_error(exc)}",
+                status=0,
+                retryable=True,
+                provider=self.name,
+                hint=self.unreachable_hint(),
+            ) from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            raise APIError(
+                f"connection to {self.name} lost: {_describe_transport_error(exc)}",
+                status=0,
+                retryable=True,
+                provider=self.name,
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise APIError(
+                f"{self.name} request timed out: {_describe_transport_error(exc)}",
+                status=408,
+                retryable=True,
+                provider=self.name,
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise APIError(
+                f"{self.name} request failed: {_describe_transport_error(exc)}",
+                status=0,
+                retryable=False,
+                provider=self.name,
+            ) from exc
+
+    async def _guarded(self, response: httpx.Response, deadline: float) -> AsyncIterator[bytes]:
+        async for chunk in response.aiter_bytes():
+            if time.monotonic() > deadline:
+                raise APIError(
+                    f"{self.name} call exceeded {self.settings.call_timeout:g} s",
+                    status=408,
+                    retryable=True,
+                    provider=self.name,
+                    hint="raise call_timeout for very long responses",
+                )
+            yield chunk
+
+    def unreachable_hint(self) -> str:
+        return "check the server is running and the base URL is right"
+
+    # -- helpers for subclasses ---------------------------------------------------------------
+
+    def api_error(self, status: int, message: str, headers: Mapping[str, str]) -> APIError:
+        hint = ""
+        if status == 401:
+            hint = f"check {self.key_env}" if self.key_env else "check the API key"
+        elif status == 403:
+            hint = "the key lacks permission for this model or endpoint"
+        elif status == 404:
+            hint = "check the model name and the base URL"
+        elif status == 429:
+            hint = "rate limited; wait, or lower concurrency"
+        return APIError(
+            f"{self.name} returned {status}: {message}",
+            status=status,
+            retryable=is_retryable_status(status),
+            retry_after=parse_retry_after(headers),
+            provider=self.name,
+            hint=hint,
+        )
+
+
+def error_message(body: bytes) -> str:
+    """The human message in a JSON error body (`{"error": {"message": …}}` and friends)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return text[:300] or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("msg")
+            if msg:
+                return str(msg)
+        elif isinstance(err, str):
+            return err
+    return json.dumps(data)[:300]
+
+
+__all__ = [
+    "DEFAULT_STALL_TIMEOUT",
+    "LOCAL_STALL_TIMEOUT",
+    "HTTPProvider",
+    "HTTPSettings",
+    "LLMError",
+    "SSEEvent",
+    "error_message",
+    "iter_ndjson",
+    "iter_sse",
+    "parse_retry_after",
+]

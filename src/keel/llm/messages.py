@@ -1,0 +1,303 @@
+"""The neutral message model: the one shape every provider adapter translates to and from.
+
+This module owns messages, content blocks, usage and their versioned JSON form (the journal stores
+exactly this form). It must never import a provider, an HTTP library or anything above `keel.llm`.
+Provider-specific data lives in named fields (a thinking block's `signature`, a tool call's
+`signature`), never smuggled into ids or text, so every adapter can replay what it produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from keel.errors import UserError
+
+#: Version of the serialised message form. Bump it and add a migration in `_MIGRATIONS` when the
+#: shape changes; `message_from_json` reads every older version.
+MESSAGE_FORMAT = 1
+
+Role: TypeAlias = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """Model reasoning. `signature` is opaque (Anthropic's signature or redacted data, OpenAI's
+    encrypted reasoning content, Gemini's thought signature) and must round-trip byte for byte.
+
+    `source` names the provider family that produced it; adapters replay only their own.
+    `item_id` is the provider's id for the reasoning item where it has one (OpenAI `rs_…`).
+    """
+
+    text: str
+    signature: str = ""
+    redacted: bool = False
+    source: str = ""
+    item_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """A tool call. `input` is None when the model's arguments were not valid JSON (a stream cut
+    short); `raw_input` then keeps what arrived so the loop can tell the model what went wrong."""
+
+    id: str
+    name: str
+    input: dict[str, Any] | None
+    raw_input: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    media_type: str
+    data: str  # base64
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    tool_use_id: str
+    content: tuple[Text | Image, ...]
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.text for b in self.content if isinstance(b, Text))
+
+
+Block: TypeAlias = Text | Thinking | ToolUse | ToolResult | Image
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message. Assistant messages record the provider and model that produced them."""
+
+    role: Role
+    blocks: tuple[Block, ...]
+    provider: str = ""
+    model: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.blocks if isinstance(b, Text))
+
+    @property
+    def tool_uses(self) -> list[ToolUse]:
+        return [b for b in self.blocks if isinstance(b, ToolUse)]
+
+    @property
+    def tool_results(self) -> list[ToolResult]:
+        return [b for b in self.blocks if isinstance(b, ToolResult)]
+
+
+def user(*parts: str | Block) -> Message:
+    """A user message from strings and blocks: `user("hi")`, `user(ToolResult(...))`."""
+    return Message("user", tuple(Text(p) if isinstance(p, str) else p for p in parts))
+
+
+def assistant(*parts: str | Block, provider: str = "", model: str = "") -> Message:
+    return Message(
+        "assistant",
+        tuple(Text(p) if isinstance(p, str) else p for p in parts),
+        provider=provider,
+        model=model,
+    )
+
+
+def tool_result(tool_use_id: str, text: str, *, is_error: bool = False) -> ToolResult:
+    return ToolResult(tool_use_id, (Text(text),), is_error)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens of one response (or a sum). `input` excludes cached tokens, so the four tiers add up
+    to everything the provider processed."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    @property
+    def context(self) -> int:
+        """Tokens the conversation occupies after this response (prompt plus reply)."""
+        return self.total
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_read + other.cache_read,
+            self.cache_write + other.cache_write,
+        )
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "input": self.input,
+            "output": self.output,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Usage:
+        return cls(
+            int(data.get("input", 0)),
+            int(data.get("output", 0)),
+            int(data.get("cache_read", 0)),
+            int(data.get("cache_write", 0)),
+        )
+
+
+StopReason: TypeAlias = Literal[
+    "end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "stop_sequence"
+]
+
+
+@dataclass(slots=True)
+class Conversation:
+    """An append-only list of messages that keeps roles alternating.
+
+    A user message that follows a user message is merged into it (an interrupted turn followed by a
+    new prompt), which every provider requires.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+
+    def append(self, message: Message) -> None:
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == message.role == "user":
+            self.messages[-1] = Message("user", last.blocks + message.blocks)
+        else:
+            self.messages.append(message)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+# ---------------------------------------------------------------------------------------------
+# Versioned JSON form. Hand-written (no reflection) because it runs for every journal record.
+
+
+def block_to_json(block: Block) -> dict[str, Any]:
+    match block:
+        case Text(text):
+            return {"type": "text", "text": text}
+        case Thinking(text, signature, redacted, source, item_id):
+            out: dict[str, Any] = {"type": "thinking", "text": text}
+            if signature:
+                out["signature"] = signature
+            if redacted:
+                out["redacted"] = True
+            if source:
+                out["source"] = source
+            if item_id:
+                out["item_id"] = item_id
+            return out
+        case ToolUse(id_, name, input_, raw_input, signature):
+            out = {"type": "tool_use", "id": id_, "name": name, "input": input_}
+            if raw_input:
+                out["raw_input"] = raw_input
+            if signature:
+                out["signature"] = signature
+            return out
+        case ToolResult(tool_use_id, content, is_error):
+            out = {
+                "type": "tool_result",
+                "tool_use_id": tool_use_id,
+                "content": [block_to_json(b) for b in content],
+            }
+            if is_error:
+                out["is_error"] = True
+            return out
+        case Image(media_type, data):
+            return {"type": "image", "media_type": media_type, "data": data}
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def block_from_json(data: dict[str, Any]) -> Block:
+    kind = data.get("type")
+    if kind == "text":
+        return Text(data["text"])
+    if kind == "thinking":
+        return Thinking(
+            data.get("text", ""),
+            data.get("signature", ""),
+            bool(data.get("redacted", False)),
+            data.get("source", ""),
+            data.get("item_id", ""),
+        )
+    if kind == "tool_use":
+        return ToolUse(
+            data["id"],
+            data["name"],
+            data.get("input"),
+            data.get("raw_input", ""),
+            data.get("signature", ""),
+        )
+    if kind == "tool_result":
+        content: list[Text | Image] = []
+        for item in data.get("content", []):
+            inner = block_from_json(item)
+            if not isinstance(inner, Text | Image):
+                raise ValueError(f"tool_result content may hold text and images, not {item!r}")
+            content.append(inner)
+        return ToolResult(data["tool_use_id"], tuple(content), bool(data.get("is_error", False)))
+    if kind == "image":
+        return Image(data["media_type"], data["data"])
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+def message_to_json(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "v": MESSAGE_FORMAT,
+        "role": message.role,
+        "content": [block_to_json(b) for b in message.blocks],
+    }
+    if message.provider:
+        out["provider"] = message.provider
+    if message.model:
+        out["model"] = message.model
+    return out
+
+
+def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 0 (pre-release) named the block list `blocks`; format 1 calls it `content`."""
+    data = dict(data)
+    data["content"] = data.pop("blocks", [])
+    data["v"] = 1
+    return data
+
+
+_MIGRATIONS = {0: _migrate_0_to_1}
+
+
+def message_from_json(data: dict[str, Any]) -> Message:
+    version = data.get("v", 0)
+    if not isinstance(version, int) or version > MESSAGE_FORMAT:
+        raise UserError(
+            f"message format version {version!r} is newer than this keel understands "
+            f"(up to {MESSAGE_FORMAT})",
+            hint="upgrade keel to read this session",
+        )
+    while version < MESSAGE_FORMAT:
+        data = _MIGRATIONS[version](data)
+        version = data["v"]
+    role = data.get("role")
+    if role not in ("user", "assistant"):
+        raise ValueError(f"message role must be user or assistant, not {role!r}")
+    return Message(
+        role,
+        tuple(block_from_json(b) for b in data.get("content", [])),
+        data.get("provider", ""),
+        data.get("model", ""),
+    )
