@@ -1,0 +1,125 @@
+"""Everything observable about a run, as typed events (DESIGN.md invariant 3).
+
+Front ends (the TUI, the line printer, the JSON streamers) and tracers consume these; none of them
+reaches into the loop. Interactive needs (a permission prompt) are events carrying a reply future.
+Provider stream deltas pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
+from keel.llm.messages import Message, StopReason, ToolResult, ToolUse, Usage
+
+#: How a turn ended (DESIGN.md "Stop reasons").
+TurnStop: TypeAlias = Literal[
+    "end_turn",
+    "max_tokens",
+    "refusal",
+    "blocked",
+    "hook_stopped",
+    "error",
+    "interrupted",
+    "max_turns",
+    "budget",
+    "loop",
+    "suspended",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    prompt: str
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestStarted:
+    """A model request is about to be sent (turn `turn` of this prompt)."""
+
+    turn: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """The assembled assistant message, after it was journaled."""
+
+    message: Message
+    usage: Usage
+    stop_reason: StopReason
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    call: ToolUse
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call: ToolUse
+    result: ToolResult
+    seconds: float
+    #: For the UI only (a diff, a summary); the model sees `result`.
+    display: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageUpdated:
+    """Running totals after a response. `context` is what the conversation fills of `window`."""
+
+    turn: Usage
+    total: Usage
+    cost: float
+    context: int
+    window: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """Exactly one per prompt, last. `text` is the final assistant text; `error` is set for
+    stop reason `error`."""
+
+    stop_reason: TurnStop
+    text: str
+    usage: Usage
+    cost: float
+    turns: int
+    session_id: str
+    error: str | None = None
+
+
+Event: TypeAlias = (
+    TurnStarted
+    | RequestStarted
+    | TextDelta
+    | ThinkingDelta
+    | ToolUseStart
+    | ToolUseDelta
+    | Notice
+    | AssistantMessage
+    | ToolStarted
+    | ToolFinished
+    | UsageUpdated
+    | TurnFinished
+)
+
+__all__ = [
+    "AssistantMessage",
+    "Event",
+    "Notice",
+    "RequestStarted",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolFinished",
+    "ToolStarted",
+    "ToolUseDelta",
+    "ToolUseStart",
+    "TurnFinished",
+    "TurnStarted",
+    "TurnStop",
+    "UsageUpdated",
+]

@@ -1,0 +1,73 @@
+"""Limits on a run: model turns per prompt, a token budget and a USD budget.
+
+Budgets count the four usage tiers together (input, output, cache reads, cache writes), so local
+and subscription models count too. Each budget warns once at `warn_at` of its cap and stops the
+turn with `budget` once reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from keel.errors import UserError
+from keel.llm.messages import Usage
+
+DEFAULT_MAX_TURNS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_turns: int = DEFAULT_MAX_TURNS
+    max_tokens: int | None = None
+    max_usd: float | None = None
+    warn_at: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise UserError("max turns must be at least 1")
+        if self.max_tokens is not None and self.max_tokens <= 0:
+            raise UserError("the token budget must be positive")
+        if self.max_usd is not None and self.max_usd <= 0:
+            raise UserError("the USD budget must be positive")
+        if not 0 < self.warn_at <= 1:
+            raise UserError("warn_at must be in (0, 1]")
+
+
+@dataclass
+class Spend:
+    """What a session has used, and which budget warnings were already given."""
+
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    warned: set[str] = field(default_factory=set)
+
+    def add(self, usage: Usage, cost: float) -> None:
+        self.usage = self.usage + usage
+        self.cost += cost
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCheck:
+    exhausted: str | None  # a sentence for the user, when a cap is reached
+    warnings: tuple[str, ...]
+
+
+def check_budget(limits: Limits, spend: Spend) -> BudgetCheck:
+    exhausted = None
+    warnings = []
+    caps = (
+        ("tokens", limits.max_tokens, float(spend.usage.total), "{:,.0f} tokens"),
+        ("usd", limits.max_usd, spend.cost, "${:.4f}"),
+    )
+    for name, cap, used, fmt in caps:
+        if cap is None:
+            continue
+        if used >= cap:
+            exhausted = f"budget reached: {fmt.format(used)} of {fmt.format(cap)}"
+        elif used >= cap * limits.warn_at and name not in spend.warned:
+            spend.warned.add(name)
+            warnings.append(
+                f"{used / cap:.0%} of the {'token' if name == 'tokens' else 'USD'} budget used "
+                f"({fmt.format(used)} of {fmt.format(cap)})"
+            )
+    return BudgetCheck(exhausted, tuple(warnings))

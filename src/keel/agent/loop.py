@@ -1,0 +1,428 @@
+"""The agent loop: one prompt in, model turns and tool rounds until the model stops calling tools.
+
+`Agent._turn` is the loop and fits on one screen; everything else is a collaborator it calls. The
+loop knows nothing about a UI (it emits `keel.agent.events`), journals before side effects (the
+assistant message is durable before any of its tools runs; each tool result the moment it exists),
+and keeps the prompt prefix byte-stable (system prompt and tools are fixed per context).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, assert_never
+
+from keel.agent.events import (
+    AssistantMessage,
+    Event,
+    RequestStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+    TurnStop,
+    UsageUpdated,
+)
+from keel.agent.limits import Limits, Spend, check_budget
+from keel.agent.prompt import build_system_prompt, git_root
+from keel.agent.tool_runner import ToolRunner
+from keel.errors import KeelError
+from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
+from keel.llm.errors import LLMError
+from keel.llm.events import Done, Notice, TextDelta
+from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
+from keel.llm.provider import Provider, make_provider
+from keel.llm.request import Effort, Request
+from keel.session.journal import JournalWriteError
+from keel.session.records import Fingerprint, TerminalReason
+from keel.session.store import SessionLog, new_session_id
+from keel.tools.base import Tool, ToolContext
+from keel.tools.registry import Registry
+
+INTERRUPTED_MARK = "[interrupted by user]"
+EMPTY_RESPONSE = "(empty response)"
+
+Emit = Callable[[Event], None]
+
+
+# -- next steps: what the loop does after a model response (a tagged union) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: TurnStop
+    #: Tool calls of the last response that will not run; each still gets a result.
+    unanswered: tuple[ToolUse, ...] = ()
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    calls: tuple[ToolUse, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """The provider paused a long turn (`pause_turn`); send the conversation again as it is."""
+
+
+Step = Finish | RunTools | Resend
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    stop_reason: TurnStop
+    text: str
+    usage: Usage
+    cost: float
+    turns: int
+    session_id: str
+    error: str | None = None
+
+    @classmethod
+    def from_event(cls, e: TurnFinished) -> RunResult:
+        return cls(e.stop_reason, e.text, e.usage, e.cost, e.turns, e.session_id, e.error)
+
+
+_TERMINAL: dict[TurnStop, TerminalReason] = {
+    "end_turn": "completed",
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+    "blocked": "blocked",
+    "hook_stopped": "hook_stopped",
+    "error": "error",
+    "interrupted": "interrupted",
+    "max_turns": "max_turns",
+    "budget": "budget",
+    "loop": "loop",
+    "suspended": "suspended",
+}
+
+
+@dataclass
+class _TurnState:
+    """What the current prompt has done so far (reset per prompt)."""
+
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    partial: list[str] = field(default_factory=list)
+    last_text: str = ""
+
+
+class Agent:
+    """One conversation with one model. Not safe for two prompts at once."""
+
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        model: str,
+        tools: Iterable[Tool] | None = None,
+        cwd: Path | None = None,
+        system: str | None = None,
+        limits: Limits | None = None,
+        session: SessionLog | None = None,
+        info: ModelInfo | None = None,
+        effort: Effort | None = None,
+        env: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.provider = provider
+        self.model = model
+        self.info = info or lookup(model)
+        self.cwd = (cwd or Path.cwd()).resolve()
+        self.limits = limits or Limits()
+        self.session = session
+        self.session_id = session.id if session else (session_id or new_session_id())
+        self.effort = effort
+        self.registry = tools if isinstance(tools, Registry) else Registry(tools or ())
+        self.conversation = Conversation()
+        self.spend = Spend()
+        self.ctx = ToolContext(
+            cwd=self.cwd,
+            root=git_root(self.cwd) or self.cwd,
+            session_id=self.session_id,
+            env=dict(os.environ if env is None else env),
+        )
+        self._system_override = system
+        self._system: str | None = None
+        self._tool_specs = self.registry.specs()
+        self._notes: list[str] = []
+        self._runner = ToolRunner(self.registry, self.ctx)
+        self._task: asyncio.Task[RunResult] | None = None
+        self._interrupt_requested = False
+        self._state = _TurnState()
+
+    @classmethod
+    def from_model(
+        cls,
+        spec: str | ModelRef,
+        *,
+        tools: Iterable[Tool] | None = None,
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Agent:
+        """An agent for `provider/model` (e.g. `anthropic/claude-sonnet-4-5`), keys from `env`."""
+        ref = parse_model(spec) if isinstance(spec, str) else spec
+        provider = make_provider(ref, env=env)
+        if tools is None:
+            from keel.tools.builtin import builtin_tools
+
+            tools = builtin_tools()
+        return cls(provider=provider, model=ref.model, tools=tools, env=env, **kwargs)
+
+    # -- public API --------------------------------------------------------------------------------
+
+    @property
+    def system(self) -> str:
+        """The system prompt of the current context (built on first use, then fixed)."""
+        if self._system is None:
+            self._system = self._system_override or build_system_prompt(self.cwd)
+        return self._system
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.conversation.messages
+
+    def fingerprint(self) -> Fingerprint:
+        tools = json.dumps([[s.name, s.description, s.input_schema] for s in self._tool_specs],
+                           sort_keys=True)
+        return Fingerprint(
+            provider=self.provider.name,
+            model=self.model,
+            system_hash=hashlib.sha256(self.system.encode()).hexdigest()[:16],
+            tools_hash=hashlib.sha256(tools.encode()).hexdigest()[:16],
+            max_turns=self.limits.max_turns,
+            max_tokens=self.limits.max_tokens,
+            max_usd=self.limits.max_usd,
+        )
+
+    def add_note(self, text: str) -> None:
+        """Queue a note for the model; it is prepended to the next user message."""
+        self._notes.append(text)
+
+    async def run(self, prompt: str, on_event: Emit | None = None) -> RunResult:
+        """Run one prompt to its end. Events go to `on_event` as they happen."""
+        emit = on_event or (lambda _event: None)
+        self._task = asyncio.current_task()  # type: ignore[assignment]
+        self._interrupt_requested = False
+        try:
+            return await self._drive(prompt, emit)
+        finally:
+            self._task = None
+
+    async def stream(self, prompt: str) -> AsyncIterator[Event]:
+        """Run one prompt, yielding its events; the last one is `TurnFinished`."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        task = asyncio.create_task(self.run(prompt, queue.put_nowait))
+        try:
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, TurnFinished):
+                    break
+            await task
+        finally:
+            if not task.done():
+                self.interrupt()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def interrupt(self) -> None:
+        """Cancel the running prompt: partial text is kept with a mark, tool calls that have not
+        finished get `interrupted by user` results, and the prompt ends with `interrupted`."""
+        if self._task is not None and not self._task.done():
+            self._interrupt_requested = True
+            self._task.cancel()
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()
+        if self.session is not None:
+            self.session.close()
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def _turn(self, prompt: str, emit: Emit) -> TurnStop:
+        self._begin(prompt, emit)
+        while True:
+            if (stop := self._check_limits(emit)) is not None:
+                return stop
+            step = self._next_step(await self._query(emit))
+            match step:
+                case Finish(reason, unanswered, why):
+                    self._answer_unrun(unanswered, why, emit)
+                    return reason
+                case Resend():
+                    continue
+                case RunTools(calls):
+                    await self._run_tools(calls, emit)
+                case _:
+                    assert_never(step)
+
+    # -- collaborators -----------------------------------------------------------------------------
+
+    async def _drive(self, prompt: str, emit: Emit) -> RunResult:
+        self._state = _TurnState()
+        emit(TurnStarted(prompt, self.session_id))
+        error: str | None = None
+        try:
+            stop = await self._turn(prompt, emit)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self._interrupt_requested or task is None:
+                self._terminal("interrupted", "cancelled")
+                raise
+            task.uncancel()
+            stop = "interrupted"
+        except KeelError as exc:
+            stop, error = "error", exc.one_line()
+        self._terminal(_TERMINAL[stop], error or "")
+        s = self._state
+        finished = TurnFinished(stop, s.last_text, s.usage, s.cost, s.turns, self.session_id, error)
+        emit(finished)
+        return RunResult.from_event(finished)
+
+    def _begin(self, prompt: str, emit: Emit) -> None:
+        _ = self.system  # fix the prefix for this context on its first prompt
+        text = prompt
+        if self._notes:
+            notes = "\n".join(self._notes)
+            text = f"<system-note>\n{notes}\n</system-note>\n\n{prompt}"
+            self._notes.clear()
+        message = Message("user", (Text(text),))
+        if self.session is not None:
+            self.session.user(message)
+        self.conversation.append(message)
+
+    def _check_limits(self, emit: Emit) -> TurnStop | None:
+        if self._state.turns >= self.limits.max_turns:
+            emit(Notice(f"stopped after {self._state.turns} model turns (max_turns)", "warning"))
+            return "max_turns"
+        budget = check_budget(self.limits, self.spend)
+        for warning in budget.warnings:
+            emit(Notice(warning, "warning"))
+        if budget.exhausted:
+            emit(Notice(budget.exhausted, "warning"))
+            return "budget"
+        return None
+
+    def _request(self) -> Request:
+        return Request(
+            model=self.model,
+            system=self.system,
+            messages=tuple(self.conversation.messages),
+            tools=self._tool_specs,
+            max_tokens=self.info.request_max_tokens,
+            effort=self.effort,
+            cache_key=self.session_id,
+        )
+
+    async def _query(self, emit: Emit) -> Done:
+        state = self._state
+        state.turns += 1
+        state.partial = []
+        emit(RequestStarted(state.turns, self.model))
+        done: Done | None = None
+        try:
+            async for event in self.provider.stream(self._request()):
+                if isinstance(event, Done):
+                    done = event
+                    break
+                if isinstance(event, TextDelta):
+                    state.partial.append(event.text)
+                emit(event)
+        except asyncio.CancelledError:
+            self._keep_partial(emit)
+            raise
+        if done is None:
+            raise LLMError(f"{self.provider.name} stream ended without a final message")
+        message = done.message
+        if not message.blocks:
+            message = Message("assistant", (Text(EMPTY_RESPONSE),), message.provider, message.model)
+            done = Done(message, done.usage, done.stop_reason)
+        self._record_assistant(done, emit)
+        return done
+
+    def _record_assistant(self, done: Done, emit: Emit) -> None:
+        cost = self.info.cost(done.usage)
+        if self.session is not None:
+            self.session.assistant(done.message, done.usage, cost, done.stop_reason, self._state.turns)
+        self.conversation.append(done.message)
+        state = self._state
+        state.usage = state.usage + done.usage
+        state.cost += cost
+        if done.message.text:
+            state.last_text = done.message.text
+        self.spend.add(done.usage, cost)
+        emit(AssistantMessage(done.message, done.usage, done.stop_reason, cost))
+        emit(UsageUpdated(done.usage, self.spend.usage, self.spend.cost, done.usage.context,
+                          self.info.window))
+
+    def _keep_partial(self, emit: Emit) -> None:
+        """Store what the user already saw of an interrupted response."""
+        text = "".join(self._state.partial)
+        if not text:
+            return
+        message = Message(
+            "assistant", (Text(f"{text}\n\n{INTERRUPTED_MARK}"),), self.provider.name, self.model
+        )
+        self._record_assistant(Done(message, Usage(), "end_turn"), emit)
+
+    def _next_step(self, done: Done) -> Step:
+        calls = tuple(done.message.tool_uses)
+        if not calls:
+            if done.stop_reason == "pause_turn":
+                return Resend()
+            if done.stop_reason == "max_tokens":
+                return Finish("max_tokens", why="the response hit the output token limit")
+            if done.stop_reason == "refusal":
+                return Finish("refusal", why="the model declined to answer")
+            return Finish("end_turn")
+        budget = check_budget(self.limits, self.spend)
+        if budget.exhausted:
+            return Finish("budget", calls, f"not run: {budget.exhausted}")
+        return RunTools(calls)
+
+    async def _run_tools(self, calls: tuple[ToolUse, ...], emit: Emit) -> None:
+        results: dict[str, ToolResult] = {}
+        try:
+            await self._runner.run(calls, emit, results, self._record_result)
+        finally:
+            # Every tool_use gets its tool_result, even when the round was interrupted.
+            for call in calls:
+                if call.id not in results:
+                    result = tool_result(call.id, "interrupted by user", is_error=True)
+                    self._record_result(result, 0.0)
+                    results[call.id] = result
+                    emit(ToolFinished(call, result, 0.0))
+            self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
+
+    def _answer_unrun(self, calls: tuple[ToolUse, ...], why: str, emit: Emit) -> None:
+        if why:
+            emit(Notice(why, "warning"))
+        if not calls:
+            return
+        results = [tool_result(c.id, why, is_error=True) for c in calls]
+        for r in results:
+            self._record_result(r, 0.0)
+        self.conversation.append(Message("user", tuple(results)))
+
+    def _record_result(self, result: ToolResult, seconds: float) -> None:
+        if self.session is not None:
+            self.session.tool_result(result, seconds)
+
+    def _terminal(self, reason: TerminalReason, message: str) -> None:
+        if self.session is None:
+            return
+        try:
+            self.session.terminal(reason, message)
+        except JournalWriteError:
+            pass  # the run already failed on the journal; the file stays readable
+
+
+__all__ = ["Agent", "Emit", "RunResult", "ToolFinished", "ToolStarted"]

@@ -1,0 +1,224 @@
+"""`ScriptedProvider`: plays a scripted conversation through the real loop, with no network.
+
+Used by tests (`keel.testing`) and by `--model scripted:PATH`, which reads a YAML or JSON script so
+a newcomer can watch keel work on a machine with no API key. It fails loudly when the run diverges
+from its script: a request past the end, a scripted call to a tool the run did not offer, or an
+`expect` that does not hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+from keel.errors import UserError
+from keel.llm.errors import APIError, ContextOverflow, StallError
+from keel.llm.events import Done, StreamEvent, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
+from keel.llm.messages import Block, Message, Text, Thinking, ToolUse, Usage
+from keel.llm.request import Request
+from keel.llm.script import Fault, Reply, ScriptDivergence, Step, next_tool_id
+
+CHUNK = 24  # characters per streamed delta, so front ends see real streaming
+
+
+def _chunks(text: str) -> list[str]:
+    return [text[i : i + CHUNK] for i in range(0, len(text), CHUNK)] or [""]
+
+
+class ScriptedProvider:
+    """A provider that answers each request with the next step of a script."""
+
+    name = "scripted"
+
+    def __init__(self, steps: Iterable[Step], *, model: str = "scripted", delay: float = 0.0) -> None:
+        self.steps: deque[Step] = deque(steps)
+        self.total = len(self.steps)
+        self.model = model
+        self.delay = delay
+        self.requests: list[Request] = []
+
+    async def aclose(self) -> None:
+        return None
+
+    def assert_finished(self) -> None:
+        if self.steps:
+            raise ScriptDivergence(
+                f"the run stopped after {len(self.requests)} model requests but the script has "
+                f"{len(self.steps)} more step(s)"
+            )
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        self.requests.append(request)
+        number = len(self.requests)
+        if not self.steps:
+            last = request.messages[-1].blocks[-1] if request.messages and request.messages[-1].blocks else None
+            raise ScriptDivergence(
+                f"the run made model request #{number} but the script has only {self.total} "
+                f"step(s); the last thing sent was {_describe(last)}",
+                hint="add a reply to the script or check why the run continued",
+            )
+        step = self.steps.popleft()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if isinstance(step, Fault):
+            async for event in self._fault(step, request):
+                yield event
+            return
+        self._check(step, request, number)
+        async for event in self._play(step, request):
+            yield event
+
+    def _check(self, step: Reply, request: Request, number: int) -> None:
+        offered = {t.name for t in request.tools}
+        for call in step.message.tool_uses:
+            if call.name not in offered:
+                raise ScriptDivergence(
+                    f"script step #{number} calls tool {call.name!r} but the run offers only: "
+                    f"{', '.join(sorted(offered)) or 'no tools'}"
+                )
+        if step.expect is not None:
+            try:
+                step.expect(request)
+            except AssertionError as exc:
+                raise ScriptDivergence(f"script step #{number}: expectation failed: {exc}") from exc
+
+    async def _play(self, step: Reply, request: Request) -> AsyncIterator[StreamEvent]:
+        blocks: list[Block] = []
+        for block in step.message.blocks:
+            if isinstance(block, Thinking):
+                for piece in _chunks(block.text):
+                    yield ThinkingDelta(piece)
+                blocks.append(block)
+            elif isinstance(block, Text):
+                for piece in _chunks(block.text):
+                    yield TextDelta(piece)
+                blocks.append(block)
+            elif isinstance(block, ToolUse):
+                call = block if block.id else ToolUse(next_tool_id(), block.name, block.input)
+                yield ToolUseStart(call.id, call.name)
+                raw = json.dumps(call.input)
+                if step.truncate_tool_json and block is step.message.blocks[-1]:
+                    raw = raw[: len(raw) // 2]
+                    call = ToolUse(call.id, call.name, None, raw)
+                yield ToolUseDelta(call.id, raw)
+                blocks.append(call)
+            else:
+                blocks.append(block)
+        message = Message("assistant", tuple(blocks), self.name, self.model)
+        yield Done(message, step.usage, step.final_stop_reason)
+
+    async def _fault(self, fault: Fault, request: Request) -> AsyncIterator[StreamEvent]:
+        if fault.kind == "status":
+            raise APIError(
+                fault.message or f"scripted error {fault.status}",
+                status=fault.status,
+                retryable=fault.status in (408, 409, 429) or fault.status >= 500,
+                retry_after=fault.retry_after,
+                provider=self.name,
+            )
+        if fault.kind == "overflow":
+            raise ContextOverflow(fault.message or "prompt is too long", provider=self.name)
+        if fault.reply is not None:
+            count = 0
+            async for event in self._play(fault.reply, request):
+                if count == fault.after_events or isinstance(event, Done):
+                    break
+                yield event
+                count += 1
+        if fault.kind == "stall":
+            raise StallError(fault.seconds or 300.0, provider=self.name)
+        raise APIError("scripted disconnect", status=0, retryable=True, provider=self.name)
+
+
+def _describe(block: object) -> str:
+    if isinstance(block, Text):
+        return f"text {block.text[:80]!r}"
+    if block is None:
+        return "nothing"
+    return type(block).__name__
+
+
+# -- script files (YAML or JSON) ------------------------------------------------------------------
+
+
+def _reply_from(entry: dict[str, Any], where: str) -> Reply:
+    known = {"text", "thinking", "tool_calls", "usage", "stop_reason", "expect"}
+    unknown = set(entry) - known - {"fault"}
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}",
+                        hint=f"a turn may have: {', '.join(sorted(known | {'fault'}))}")
+    blocks: list[Block] = []
+    if entry.get("thinking"):
+        blocks.append(Thinking(str(entry["thinking"]), "scripted", source="scripted"))
+    if entry.get("text"):
+        blocks.append(Text(str(entry["text"])))
+    for i, call in enumerate(entry.get("tool_calls") or []):
+        if not isinstance(call, dict) or "name" not in call:
+            raise UserError(f"{where}: tool_calls[{i}] needs a name and an input")
+        args = call.get("input", {})
+        if not isinstance(args, dict):
+            raise UserError(f"{where}: tool_calls[{i}].input must be a mapping")
+        blocks.append(ToolUse(next_tool_id("toolu_scripted_"), str(call["name"]), args))
+    usage = entry.get("usage") or {}
+    reply = Reply(Message("assistant", tuple(blocks)), Usage(
+        int(usage.get("input", 400)), int(usage.get("output", 60)),
+        int(usage.get("cache_read", 0)), int(usage.get("cache_write", 0)),
+    ))
+    if entry.get("stop_reason"):
+        reply.stop_reason = entry["stop_reason"]
+    expect = entry.get("expect")
+    if expect:
+        needle = str(expect.get("last_user_contains", ""))
+
+        def check(request: Request) -> None:
+            last = request.messages[-1]
+            seen = last.text + "".join(r.text for r in last.tool_results)
+            assert needle in seen, f"expected the last user message to contain {needle!r}"
+
+        reply.expect = check
+    return reply
+
+
+def load_script(path: Path) -> tuple[str, list[Step]]:
+    """Parse a script file into (model name, steps). Errors name the file and the turn."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read script {path}: {exc.strerror}",
+                        hint="--model scripted:examples/demo.yaml") from exc
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise UserError(f"{path} is not valid JSON: {exc}") from exc
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UserError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
+        raise UserError(f"{path}: a script is a mapping with a `turns` list",
+                        hint="see examples/demo.yaml")
+    steps: list[Step] = []
+    for i, entry in enumerate(data["turns"], start=1):
+        where = f"{path} turn {i}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{where}: each turn is a mapping")
+        if "fault" in entry:
+            f = entry["fault"]
+            steps.append(Fault(f.get("kind", "status"), status=int(f.get("status", 500)),
+                               retry_after=f.get("retry_after"), message=f.get("message", "")))
+        else:
+            steps.append(_reply_from(entry, where))
+    return str(data.get("model", path.stem)), steps
+
+
+def load_script_provider(spec: str) -> ScriptedProvider:
+    model, steps = load_script(Path(spec).expanduser())
+    return ScriptedProvider(steps, model=model)

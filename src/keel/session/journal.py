@@ -1,0 +1,214 @@
+"""The journal: one append-only JSON-lines file per session, one writer at a time.
+
+Contract (DESIGN.md invariant 4): `append(..., durable=True)` returns only after the line is
+written and fsynced; the directory is fsynced when the file is created; on open, a torn last line
+is cut off *before* anything is appended (appending after a fragment would glue two records into
+one corrupt line); a corrupt line in the middle is reported with its line number and nothing is
+overwritten. A second writer gets an error naming the holder's pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from keel.errors import RunError, UserError
+from keel.session.records import Payload, Record, RecordError, decode, encode, now
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+class SessionLocked(UserError):
+    """Another process is writing this session."""
+
+
+class CorruptSession(UserError):
+    """A record in the middle of a session file cannot be read."""
+
+    def __init__(self, path: Path, line: int, why: str) -> None:
+        super().__init__(
+            f"{path}: line {line} is not a valid record ({why})",
+            hint="the file was left untouched; inspect it, or fork from an earlier record",
+        )
+        self.path = path
+        self.line = line
+
+
+class JournalWriteError(RunError):
+    """Appending to the session file failed (disk full, read-only file system, …)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    records: list[Record]
+    #: Bytes cut off the end because the last line was torn (0 if none).
+    repaired_bytes: int = 0
+
+
+def make_dirs(path: Path) -> None:
+    """Create `path` and missing parents with mode 0700."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=DIR_MODE)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_records(path: Path, *, allow_torn_tail: bool = True) -> Loaded:
+    """Every record in `path`. A torn or unparsable last line is dropped (reported in
+    `repaired_bytes`, the file untouched); any other bad line raises `CorruptSession`."""
+    data = path.read_bytes()
+    return _parse(path, data, allow_torn_tail)
+
+
+def _parse(path: Path, data: bytes, allow_torn_tail: bool) -> Loaded:
+    records: list[Record] = []
+    lines = data.split(b"\n")
+    tail = lines.pop()  # bytes after the last newline: empty unless the last line is torn
+    torn = len(tail)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise CorruptSession(path, number, "empty line")
+        try:
+            record = decode(line)
+        except RecordError as exc:
+            if number == len(lines) and not tail and allow_torn_tail:
+                torn = len(line) + 1  # an unparsable final line is a torn write, not corruption
+                break
+            raise CorruptSession(path, number, str(exc)) from exc
+        expected = records[-1].seq + 1 if records else 1
+        if record.seq != expected:
+            raise CorruptSession(path, number, f"seq {record.seq}, expected {expected}")
+        records.append(record)
+    if torn and not allow_torn_tail:
+        raise CorruptSession(path, len(lines) + 1, "torn last line")
+    return Loaded(records, torn)
+
+
+class Journal:
+    """Exclusive appender for one session file. Use `create` or `open`, then `append`."""
+
+    def __init__(self, path: Path, fd: int, lock_fd: int, last_seq: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._lock_fd = lock_fd
+        self.last_seq = last_seq
+        self._unsynced = False
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @staticmethod
+    def lock_path(path: Path) -> Path:
+        return path.with_name(path.name + ".lock")
+
+    @classmethod
+    def _lock(cls, path: Path) -> int:
+        lock = cls.lock_path(path)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise SessionLocked(
+                f"session {path.stem} is already open for writing by pid {holder}",
+                hint="wait for that run to finish, or suspend it with `keel suspend`",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    @classmethod
+    def create(cls, path: Path, meta: Payload) -> Journal:
+        make_dirs(path.parent)
+        lock_fd = cls._lock(path)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, FILE_MODE)
+        except FileExistsError:
+            os.close(lock_fd)
+            raise UserError(f"session file {path} already exists") from None
+        journal = cls(path, fd, lock_fd, 0)
+        journal.append(meta)
+        _fsync_dir(path.parent)
+        return journal
+
+    @classmethod
+    def open(cls, path: Path) -> tuple[Journal, Loaded]:
+        """Lock `path`, cut a torn tail off, and return the journal and the records."""
+        if not path.exists():
+            raise UserError(f"no session file at {path}")
+        lock_fd = cls._lock(path)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            data = b""
+            while chunk := os.read(fd, 1 << 20):
+                data += chunk
+            loaded = _parse(path, data, allow_torn_tail=True)
+            if loaded.repaired_bytes:
+                os.ftruncate(fd, len(data) - loaded.repaired_bytes)
+                os.fsync(fd)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        last = loaded.records[-1].seq if loaded.records else 0
+        return cls(path, fd, lock_fd, last), loaded
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(self, payload: Payload, *, durable: bool = True) -> Record:
+        """Write one record. With `durable`, also fsync (and any earlier unsynced records)."""
+        record = Record(self.last_seq + 1, now(), payload)
+        line = encode(record)
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):
+                raise OSError(errno.EIO, f"short write ({written} of {len(line)} bytes)")
+            if durable:
+                os.fsync(self._fd)
+                self._unsynced = False
+            else:
+                self._unsynced = True
+        except OSError as exc:
+            raise JournalWriteError(
+                f"cannot write session file {self.path}: {exc.strerror or exc}",
+                hint="free disk space or fix permissions; the run stopped and the file is readable",
+            ) from exc
+        self.last_seq = record.seq
+        return record
+
+    def sync(self) -> None:
+        """Make every appended record durable."""
+        if self._unsynced:
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise JournalWriteError(f"cannot sync session file {self.path}: {exc}") from exc
+            self._unsynced = False
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            self.sync()
+        os.close(self._fd)
+        self._fd = -1
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._lock_fd, 0)
+        os.close(self._lock_fd)
+        self._lock_fd = -1

@@ -1,0 +1,329 @@
+"""Session file records: typed, versioned, one JSON object per line.
+
+Every line carries `v` (format version), `seq` (contiguous from 1), `type` and `ts`. Old versions
+are read through numbered migration functions in `MIGRATIONS`; records are never rewritten on
+disk. This module only converts between records and JSON; it does no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeAlias
+
+from keel.llm.messages import (
+    Message,
+    ToolResult,
+    Usage,
+    block_from_json,
+    block_to_json,
+    message_from_json,
+    message_to_json,
+)
+
+#: Current record format. Bump it and add `MIGRATIONS[old]` when a record's shape changes.
+FORMAT = 1
+
+TerminalReason: TypeAlias = Literal[
+    "completed",
+    "suspended",
+    "error",
+    "budget",
+    "max_turns",
+    "interrupted",
+    "loop",
+    "hook_stopped",
+    "blocked",
+    "refusal",
+    "max_tokens",
+]
+UserSource: TypeAlias = Literal["prompt", "note", "task_notification", "hook_feedback", "command"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What must match for a resume to replay faithfully."""
+
+    provider: str
+    model: str
+    system_hash: str
+    tools_hash: str
+    max_turns: int
+    max_tokens: int | None = None
+    max_usd: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "system_hash": self.system_hash,
+            "tools_hash": self.tools_hash,
+            "max_turns": self.max_turns,
+            "max_tokens": self.max_tokens,
+            "max_usd": self.max_usd,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Fingerprint:
+        return cls(
+            d.get("provider", ""),
+            d.get("model", ""),
+            d.get("system_hash", ""),
+            d.get("tools_hash", ""),
+            int(d.get("max_turns", 0)),
+            d.get("max_tokens"),
+            d.get("max_usd"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    id: str
+    cwd: str
+    model: str
+    fingerprint: Fingerprint | None = None
+    parent: str | None = None
+    parent_seq: int | None = None
+    keel_version: str = ""
+    type: Literal["meta"] = "meta"
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    message: Message
+    source: UserSource = "prompt"
+    type: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantRecord:
+    message: Message
+    usage: Usage
+    cost: float
+    stop_reason: str
+    turn: int
+    type: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultRecord:
+    result: ToolResult
+    seconds: float = 0.0
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class NoteRecord:
+    text: str
+    type: Literal["note"] = "note"
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    summary: str
+    trigger: str
+    tokens_before: int = 0
+    tokens_after: int = 0
+    type: Literal["compaction"] = "compaction"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    tool_use_id: str
+    tool: str
+    outcome: str
+    source: str
+    reason: str = ""
+    type: Literal["decision"] = "decision"
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalRecord:
+    reason: TerminalReason
+    message: str = ""
+    type: Literal["terminal"] = "terminal"
+
+
+Payload: TypeAlias = (
+    Meta
+    | UserRecord
+    | AssistantRecord
+    | ToolResultRecord
+    | NoteRecord
+    | CompactionRecord
+    | DecisionRecord
+    | TerminalRecord
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    seq: int
+    ts: str
+    payload: Payload
+    v: int = FORMAT
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+
+def _payload_json(p: Payload) -> dict[str, Any]:
+    match p:
+        case Meta():
+            return {
+                "id": p.id,
+                "cwd": p.cwd,
+                "model": p.model,
+                "fingerprint": p.fingerprint.to_json() if p.fingerprint else None,
+                "parent": p.parent,
+                "parent_seq": p.parent_seq,
+                "keel_version": p.keel_version,
+            }
+        case UserRecord():
+            return {"message": message_to_json(p.message), "source": p.source}
+        case AssistantRecord():
+            return {
+                "message": message_to_json(p.message),
+                "usage": p.usage.to_json(),
+                "cost": p.cost,
+                "stop_reason": p.stop_reason,
+                "turn": p.turn,
+            }
+        case ToolResultRecord():
+            return {"result": block_to_json(p.result), "seconds": round(p.seconds, 4)}
+        case NoteRecord():
+            return {"text": p.text}
+        case CompactionRecord():
+            return {
+                "summary": p.summary,
+                "trigger": p.trigger,
+                "tokens_before": p.tokens_before,
+                "tokens_after": p.tokens_after,
+            }
+        case DecisionRecord():
+            return {
+                "tool_use_id": p.tool_use_id,
+                "tool": p.tool,
+                "outcome": p.outcome,
+                "source": p.source,
+                "reason": p.reason,
+            }
+        case TerminalRecord():
+            return {"reason": p.reason, "message": p.message}
+
+
+def encode(record: Record) -> bytes:
+    """One line of the session file, newline included."""
+    head = {"v": record.v, "seq": record.seq, "type": record.payload.type, "ts": record.ts}
+    body = {**head, **_payload_json(record.payload), **record.extra}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+# -- decoding ------------------------------------------------------------------------------------
+
+
+def _migrate_0_to_1(d: dict[str, Any]) -> dict[str, Any]:
+    """Format 0 (pre-release) named the record type `kind` and kept time as epoch seconds."""
+    d = dict(d)
+    d["type"] = d.pop("kind", d.get("type"))
+    ts = d.get("ts")
+    if isinstance(ts, int | float):
+        d["ts"] = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    d["v"] = 1
+    return d
+
+
+MIGRATIONS = {0: _migrate_0_to_1}
+
+
+class RecordError(ValueError):
+    """A line that is not a valid record."""
+
+
+def _payload(kind: str, d: dict[str, Any]) -> Payload:
+    if kind == "meta":
+        fp = d.get("fingerprint")
+        return Meta(
+            d["id"],
+            d.get("cwd", ""),
+            d.get("model", ""),
+            Fingerprint.from_json(fp) if fp else None,
+            d.get("parent"),
+            d.get("parent_seq"),
+            d.get("keel_version", ""),
+        )
+    if kind == "user":
+        return UserRecord(message_from_json(d["message"]), d.get("source", "prompt"))
+    if kind == "assistant":
+        return AssistantRecord(
+            message_from_json(d["message"]),
+            Usage.from_json(d.get("usage", {})),
+            float(d.get("cost", 0.0)),
+            d.get("stop_reason", ""),
+            int(d.get("turn", 0)),
+        )
+    if kind == "tool_result":
+        result = block_from_json(d["result"])
+        if not isinstance(result, ToolResult):
+            raise RecordError("tool_result record does not hold a tool result")
+        return ToolResultRecord(result, float(d.get("seconds", 0.0)))
+    if kind == "note":
+        return NoteRecord(d["text"])
+    if kind == "compaction":
+        return CompactionRecord(
+            d["summary"], d.get("trigger", ""), int(d.get("tokens_before", 0)), int(d.get("tokens_after", 0))
+        )
+    if kind == "decision":
+        return DecisionRecord(
+            d["tool_use_id"], d["tool"], d["outcome"], d.get("source", ""), d.get("reason", "")
+        )
+    if kind == "terminal":
+        return TerminalRecord(d["reason"], d.get("message", ""))
+    raise RecordError(f"unknown record type {kind!r}")
+
+
+_ENVELOPE = {"v", "seq", "type", "ts"}
+_KNOWN_FIELDS: dict[str, set[str]] = {
+    "meta": {"id", "cwd", "model", "fingerprint", "parent", "parent_seq", "keel_version"},
+    "user": {"message", "source"},
+    "assistant": {"message", "usage", "cost", "stop_reason", "turn"},
+    "tool_result": {"result", "seconds"},
+    "note": {"text"},
+    "compaction": {"summary", "trigger", "tokens_before", "tokens_after"},
+    "decision": {"tool_use_id", "tool", "outcome", "source", "reason"},
+    "terminal": {"reason", "message"},
+}
+
+
+def decode(line: bytes | str) -> Record:
+    """Parse one line. Raises `RecordError` for anything that is not a valid record."""
+    try:
+        d = json.loads(line)
+    except ValueError as exc:
+        raise RecordError(f"not JSON: {exc}") from exc
+    if not isinstance(d, dict):
+        raise RecordError("not a JSON object")
+    version = d.get("v", 0)
+    if not isinstance(version, int) or version > FORMAT:
+        raise RecordError(f"record format {version!r} is newer than this keel reads ({FORMAT})")
+    while version < FORMAT:
+        d = MIGRATIONS[version](d)
+        version = d["v"]
+    kind = d.get("type")
+    seq = d.get("seq")
+    if not isinstance(kind, str) or not isinstance(seq, int):
+        raise RecordError("record lacks type or seq")
+    try:
+        payload = _payload(kind, d)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, RecordError):
+            raise
+        raise RecordError(f"bad {kind} record: {exc!r}") from exc
+    extra = {k: v for k, v in d.items() if k not in _ENVELOPE and k not in _KNOWN_FIELDS[kind]}
+    return Record(seq, str(d.get("ts", "")), payload, FORMAT, extra)

@@ -1,0 +1,122 @@
+"""Where session files live, how sessions are named, and `SessionLog`: the typed writer the loop
+records through.
+
+Layout: `<KEEL_HOME or the user data dir>/sessions/<project>-<hash8>/<id>.jsonl`, directories
+0700 and files 0600. Ids sort by creation time: `YYYYMMDD-HHMMSS-xxxxxx`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from keel.errors import UserError
+from keel.llm.messages import Message, ToolResult, Usage
+from keel.session.journal import Journal
+from keel.session.records import (
+    AssistantRecord,
+    DecisionRecord,
+    Fingerprint,
+    Meta,
+    NoteRecord,
+    TerminalReason,
+    TerminalRecord,
+    ToolResultRecord,
+    UserRecord,
+    UserSource,
+)
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def keel_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("KEEL_HOME"):
+        return Path(env["KEEL_HOME"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("keel", appauthor=False))
+
+
+def project_key(cwd: Path) -> str:
+    resolved = str(cwd.resolve())
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(resolved).name) or "root"
+    return f"{name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+
+
+def sessions_dir(cwd: Path, env: Mapping[str, str] | None = None) -> Path:
+    return keel_home(env) / "sessions" / project_key(cwd)
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def check_id(session_id: str) -> str:
+    if not _ID.match(session_id):
+        raise UserError(
+            f"{session_id!r} is not a session id",
+            hint="ids look like 20261130-041918-a1b2c3; `keel sessions list` shows them",
+        )
+    return session_id
+
+
+class SessionLog:
+    """The loop's journal: one method per durable event, in the order the contract needs."""
+
+    def __init__(self, journal: Journal, session_id: str) -> None:
+        self.journal = journal
+        self.id = session_id
+
+    @property
+    def path(self) -> Path:
+        return self.journal.path
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        cwd: Path,
+        model: str,
+        fingerprint: Fingerprint | None = None,
+        directory: Path | None = None,
+        session_id: str | None = None,
+        parent: str | None = None,
+        parent_seq: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> SessionLog:
+        from keel import __version__
+
+        sid = check_id(session_id) if session_id else new_session_id()
+        directory = directory or sessions_dir(cwd, env)
+        meta = Meta(sid, str(cwd), model, fingerprint, parent, parent_seq, __version__)
+        return cls(Journal.create(directory / f"{sid}.jsonl", meta), sid)
+
+    def user(self, message: Message, source: UserSource = "prompt") -> None:
+        self.journal.append(UserRecord(message, source))
+
+    def assistant(
+        self, message: Message, usage: Usage, cost: float, stop_reason: str, turn: int
+    ) -> None:
+        # Durable before any of its tools runs (invariant 4).
+        self.journal.append(AssistantRecord(message, usage, cost, stop_reason, turn))
+
+    def tool_result(self, result: ToolResult, seconds: float) -> None:
+        self.journal.append(ToolResultRecord(result, seconds))
+
+    def note(self, text: str) -> None:
+        self.journal.append(NoteRecord(text), durable=False)
+
+    def decision(self, tool_use_id: str, tool: str, outcome: str, source: str, reason: str = "") -> None:
+        self.journal.append(DecisionRecord(tool_use_id, tool, outcome, source, reason), durable=False)
+
+    def terminal(self, reason: TerminalReason, message: str = "") -> None:
+        self.journal.append(TerminalRecord(reason, message))
+
+    def close(self) -> None:
+        self.journal.close()

@@ -1,0 +1,264 @@
+"""The Tool protocol, the `@tool` decorator and the context every tool receives.
+
+A tool is a typed async function: its name, docstring and signature give the model its name,
+description and JSON schema; its first parameter is a `ToolContext` the model never sees
+(STYLE.md 5). Failures the model can act on are `ToolError`s, which become error results.
+This module must not import the loop or any front end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args, get_origin, runtime_checkable
+
+from keel.llm.messages import Image, Text
+from keel.llm.request import ToolSpec
+
+
+class ToolError(Exception):
+    """A failure the model should see: the message says what went wrong and how to do better."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    mtime_ns: int
+    size: int
+
+
+@dataclass
+class ToolContext:
+    """What a tool may use at run time. Owned by one agent; shared by its tools."""
+
+    cwd: Path
+    #: The project root: writes are confined below it.
+    root: Path
+    session_id: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Files read in this context, for read-before-write checks.
+    read_files: dict[Path, FileStamp] = field(default_factory=dict)
+    #: Ranges already returned by `read` whose file has not changed since: (path, offset, limit).
+    read_ranges: dict[tuple[Path, int, int], FileStamp] = field(default_factory=dict)
+
+    def resolve(self, path: str) -> Path:
+        """`path` relative to cwd, made absolute (not checked against the root)."""
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self.cwd / p
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's result. `display` is for the UI only (a diff, a summary); the model sees `content`."""
+
+    content: str | tuple[Text | Image, ...]
+    is_error: bool = False
+    display: str | None = None
+
+    def blocks(self) -> tuple[Text | Image, ...]:
+        return (Text(self.content),) if isinstance(self.content, str) else self.content
+
+
+@runtime_checkable
+class Tool(Protocol):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    #: Read-only tools run without asking and may run concurrently with each other.
+    read_only: bool
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput: ...
+
+
+def spec(tool: Tool) -> ToolSpec:
+    return ToolSpec(tool.name, tool.description, tool.input_schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# @tool: a typed function becomes a Tool.
+
+ToolFunc = Callable[..., Awaitable[str | ToolOutput]]
+
+
+@dataclass
+class FunctionTool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool
+    func: ToolFunc
+    _params: dict[str, _Param]
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        out = await self.func(ctx, **args)
+        return out if isinstance(out, ToolOutput) else ToolOutput(out)
+
+    def validate(self, args: Any) -> str | None:
+        """None if `args` fits the schema, else what is wrong (for an INVALID_ARGUMENTS result)."""
+        if not isinstance(args, dict):
+            return f"arguments must be a JSON object, got {type(args).__name__}"
+        problems = []
+        unknown = sorted(set(args) - set(self._params))
+        if unknown:
+            problems.append(
+                f"unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(self._params)}"
+            )
+        for pname, param in self._params.items():
+            if pname not in args:
+                if param.required:
+                    problems.append(f"missing required argument {pname!r}")
+                continue
+            error = param.check(args[pname])
+            if error:
+                problems.append(f"{pname}: {error}")
+        return "; ".join(problems) or None
+
+
+@dataclass(frozen=True, slots=True)
+class _Param:
+    schema: dict[str, Any]
+    required: bool
+    check: Callable[[Any], str | None]
+
+
+def tool(
+    func: ToolFunc | None = None, *, name: str | None = None, read_only: bool = False
+) -> Any:
+    """Decorator: `@tool` or `@tool(name="x", read_only=True)` on `async def f(ctx, a: str, …)`.
+
+    The docstring's first paragraph is the description; an `Args:` section gives parameter
+    descriptions (`name: text`, continuation lines indented)."""
+
+    def wrap(f: ToolFunc) -> FunctionTool:
+        return _build(f, name or f.__name__, read_only)
+
+    return wrap(func) if func is not None else wrap
+
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
+
+
+def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
+    lines = inspect.cleandoc(doc).splitlines()
+    desc_lines: list[str] = []
+    params: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    for line in lines:
+        if _ARGS_HEADER.match(line):
+            in_args = True
+            continue
+        if not in_args:
+            desc_lines.append(line)
+            continue
+        m = re.match(r"^\s{0,4}(\w+)\s*(\([^)]*\))?:\s*(.*)$", line)
+        if m and not line.startswith(" " * 6):
+            current = m.group(1)
+            params[current] = m.group(3).strip()
+        elif current and line.strip():
+            params[current] = (params[current] + " " + line.strip()).strip()
+        elif not line.strip():
+            current = None
+    return "\n".join(desc_lines).strip(), params
+
+
+def _build(func: ToolFunc, name: str, read_only: bool) -> FunctionTool:
+    if not inspect.iscoroutinefunction(func):
+        raise TypeError(f"tool {name} must be an async function")
+    hints = typing.get_type_hints(func)
+    sig = inspect.signature(func)
+    description, arg_docs = _parse_doc(func.__doc__ or "")
+    if not description:
+        raise TypeError(f"tool {name} needs a docstring: it is the model's description")
+    params = list(sig.parameters.values())
+    if not params or hints.get(params[0].name) is not ToolContext:
+        raise TypeError(f"tool {name}: first parameter must be `ctx: ToolContext`")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    checked: dict[str, _Param] = {}
+    for p in params[1:]:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            raise TypeError(f"tool {name}: parameter {p.name} must be a plain or keyword argument")
+        annotation = hints.get(p.name)
+        if annotation is None:
+            raise TypeError(f"tool {name}: parameter {p.name} needs a type annotation")
+        schema, check = _schema_for(annotation)
+        if p.name in arg_docs:
+            schema = {**schema, "description": arg_docs[p.name]}
+        is_required = p.default is inspect.Parameter.empty
+        if not is_required and p.default is not None:
+            schema = {**schema, "default": p.default}
+        properties[p.name] = schema
+        if is_required:
+            required.append(p.name)
+        checked[p.name] = _Param(schema, is_required, check)
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    return FunctionTool(name, description, input_schema, read_only, func, checked)
+
+
+_JSON_TYPES: dict[type, tuple[str, tuple[type, ...]]] = {
+    str: ("string", (str,)),
+    int: ("integer", (int,)),
+    float: ("number", (int, float)),
+    bool: ("boolean", (bool,)),
+}
+
+
+def _schema_for(annotation: Any) -> tuple[dict[str, Any], Callable[[Any], str | None]]:
+    origin = get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if len(members) == 1:  # Optional[X]: null is accepted as "not given"
+            inner, check = _schema_for(members[0])
+            return inner, lambda v: None if v is None else check(v)
+        raise TypeError(f"unsupported union type {annotation!r}")
+    if origin is Literal:
+        choices = list(get_args(annotation))
+        return {"type": _JSON_TYPES[type(choices[0])][0], "enum": choices}, (
+            lambda v: None if v in choices else f"must be one of {choices}, got {v!r}"
+        )
+    if origin is list:
+        (item,) = get_args(annotation) or (str,)
+        item_schema, item_check = _schema_for(item)
+
+        def check_list(v: Any) -> str | None:
+            if not isinstance(v, list):
+                return f"must be an array, got {type(v).__name__}"
+            for i, x in enumerate(v):
+                err = item_check(x)
+                if err:
+                    return f"item {i} {err}"
+            return None
+
+        return {"type": "array", "items": item_schema}, check_list
+    if origin is dict or annotation is dict:
+        return {"type": "object"}, (
+            lambda v: None if isinstance(v, dict) else f"must be an object, got {type(v).__name__}"
+        )
+    if annotation in _JSON_TYPES:
+        json_type, accepted = _JSON_TYPES[annotation]
+
+        def check_scalar(v: Any) -> str | None:
+            # bool is an int in Python; JSON keeps them apart.
+            if isinstance(v, accepted) and (annotation is bool or not isinstance(v, bool)):
+                return None
+            return f"must be {json_type}, got {_json_type_name(v)}"
+
+        return {"type": json_type}, check_scalar
+    raise TypeError(f"unsupported parameter type {annotation!r}")
+
+
+def _json_type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+            dict: "object"}.get(type(v), type(v).__name__)

@@ -1,0 +1,236 @@
+"""File tools: `read`, `write`, `edit`.
+
+Writes are confined to the project root (symlinks resolved first, so a link cannot escape), an
+existing file must have been read in this context and be unchanged since, and every write is an
+atomic replace through a temp file in the same directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import tempfile
+from pathlib import Path
+
+from keel.llm.messages import Image, Text
+from keel.tools.base import FileStamp, ToolContext, ToolError, ToolOutput, tool
+
+READ_MAX_LINES = 2000
+READ_MAX_BYTES = 60_000
+READ_MAX_LINE_CHARS = 2000
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+               ".gif": "image/gif", ".webp": "image/webp"}
+IMAGE_MAX_BYTES = 5 * 1024 * 1024
+_LARGE = 256 * 1024
+
+
+def stamp(path: Path) -> FileStamp:
+    st = path.stat()
+    return FileStamp(st.st_mtime_ns, st.st_size)
+
+
+def display_path(ctx: ToolContext, path: Path) -> str:
+    try:
+        return str(path.relative_to(ctx.cwd))
+    except ValueError:
+        return str(path)
+
+
+def confine(ctx: ToolContext, raw: str) -> Path:
+    """The absolute path `raw` names, refused unless it lies inside the project root after
+    resolving symlinks."""
+    path = ctx.resolve(raw)
+    resolved = path.resolve()
+    root = ctx.root.resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        lexical = Path(os.path.normpath(path.absolute()))
+        via = " (through a symlink)" if lexical.is_relative_to(root) else ""
+        raise ToolError(
+            f"{raw} is outside the project root {root}{via}; only files inside it can be changed"
+        )
+    return resolved
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\x00" in head
+
+
+def _read_lines(path: Path, offset: int, limit: int) -> tuple[list[str], int, bool]:
+    """Lines [offset, offset+limit) (1-based), cut at READ_MAX_BYTES on a line boundary.
+    Returns (numbered lines, total line count, cut by size)."""
+    out: list[str] = []
+    size = 0
+    total = 0
+    cut = False
+    with path.open("rb") as f:
+        for total, raw in enumerate(f, start=1):  # noqa: B007 - total is the line count
+            if total < offset or len(out) >= limit or cut:
+                continue
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if len(line) > READ_MAX_LINE_CHARS:
+                line = line[:READ_MAX_LINE_CHARS] + f"… [line truncated, {len(line)} chars]"
+            numbered = f"{total:6d}\t{line}"
+            if size + len(numbered) + 1 > READ_MAX_BYTES and out:
+                cut = True
+                continue
+            out.append(numbered)
+            size += len(numbered) + 1
+    return out, total, cut
+
+
+@tool(read_only=True)
+async def read(ctx: ToolContext, path: str, offset: int = 1, limit: int = READ_MAX_LINES) -> ToolOutput:
+    """Read a file from the filesystem. Returns numbered lines (`     1\\tfirst line`), at most
+    2000 lines or about 60 kB per call; when cut, the result says which offset to continue from.
+    Images (png, jpg, gif, webp) are returned as images. Read a file before editing it.
+
+    Args:
+        path: The file to read, relative to the working directory or absolute.
+        offset: The first line to return, counting from 1.
+        limit: The most lines to return (at most 2000).
+    """
+    target = ctx.resolve(path)
+    if offset < 1:
+        raise ToolError("offset counts from 1")
+    limit = max(1, min(limit, READ_MAX_LINES))
+    if not target.exists():
+        raise ToolError(f"{path} does not exist; check the path with glob")
+    if target.is_dir():
+        raise ToolError(f"{path} is a directory; use glob to list files in it")
+    current = stamp(target)
+    key = (target, offset, limit)
+    if ctx.read_ranges.get(key) == current:
+        ctx.read_files[target] = current
+        return ToolOutput(f"{path}: unchanged since you last read it (same lines); "
+                          "use the content you already have")
+    media = IMAGE_TYPES.get(target.suffix.lower())
+    if media:
+        if current.size > IMAGE_MAX_BYTES:
+            raise ToolError(f"{path} is an image of {current.size} bytes; the limit is 5 MB")
+        import base64
+
+        data = base64.b64encode(target.read_bytes()).decode()
+        ctx.read_files[target] = current
+        return ToolOutput((Text(f"Image {path} ({current.size} bytes):"), Image(media, data)))
+    with target.open("rb") as f:
+        head = f.read(8192)
+    if _is_binary(head):
+        raise ToolError(f"{path} is a binary file ({current.size} bytes); read cannot show it")
+    if current.size > _LARGE:
+        lines, total, cut = await asyncio.to_thread(_read_lines, target, offset, limit)
+    else:
+        lines, total, cut = _read_lines(target, offset, limit)
+    ctx.read_files[target] = current
+    ctx.read_ranges[key] = current
+    if not lines:
+        if total == 0:
+            return ToolOutput(f"{path} is empty.")
+        raise ToolError(f"offset {offset} is past the end of {path} ({total} lines)")
+    last = offset + len(lines) - 1
+    body = "\n".join(lines)
+    if last < total:
+        reason = "size limit" if cut else "line limit"
+        body += (f"\n\n[{reason}: showed lines {offset}-{last} of {total}; "
+                 f"continue with offset={last + 1}]")
+    return ToolOutput(body)
+
+
+def _check_fresh(ctx: ToolContext, target: Path, raw: str) -> None:
+    """An existing file must have been read and be unchanged since."""
+    seen = ctx.read_files.get(target)
+    if seen is None:
+        raise ToolError(f"{raw} exists but was not read in this conversation; read it first")
+    if stamp(target) != seen:
+        raise ToolError(f"{raw} changed since you read it; read it again before changing it")
+
+
+def _atomic_write(target: Path, content: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    mode = target.stat().st_mode & 0o7777 if target.exists() else None
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".keel-tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(content)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _diff(before: str, after: str, name: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True),
+            fromfile=f"a/{name}", tofile=f"b/{name}", n=3,
+        )
+    )
+
+
+def _commit(ctx: ToolContext, target: Path, before: str | None, after: str, raw: str) -> ToolOutput:
+    _atomic_write(target, after)
+    # The model knows what it wrote, so the new content counts as read.
+    ctx.read_files[target] = stamp(target)
+    name = display_path(ctx, target)
+    lines = after.count("\n") + (0 if after.endswith("\n") or not after else 1)
+    if before is None:
+        return ToolOutput(f"Created {raw} ({lines} lines).", display=_diff("", after, name))
+    return ToolOutput(f"Updated {raw}.", display=_diff(before, after, name))
+
+
+@tool
+async def write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
+    """Create a file or overwrite one. Overwriting needs the file to have been read first.
+    Prefer `edit` for changes to an existing file.
+
+    Args:
+        path: The file to write, relative to the working directory or absolute; inside the project.
+        content: The whole new content of the file.
+    """
+    target = confine(ctx, path)
+    if target.is_dir():
+        raise ToolError(f"{path} is a directory")
+    before = None
+    if target.exists():
+        _check_fresh(ctx, target, path)
+        before = target.read_text(encoding="utf-8", errors="replace")
+    return _commit(ctx, target, before, content, path)
+
+
+@tool
+async def edit(
+    ctx: ToolContext, path: str, old_string: str, new_string: str, replace_all: bool = False
+) -> ToolOutput:
+    """Replace exact text in a file. `old_string` must match the file exactly (whitespace
+    included) and be unique unless `replace_all` is true; include surrounding lines to make it
+    unique. Read the file first.
+
+    Args:
+        path: The file to change, relative to the working directory or absolute.
+        old_string: The exact text to replace.
+        new_string: The text to put in its place (must differ from old_string).
+        replace_all: Replace every occurrence instead of exactly one.
+    """
+    target = confine(ctx, path)
+    if not target.exists():
+        raise ToolError(f"{path} does not exist; use write to create it")
+    if not old_string:
+        raise ToolError("old_string is empty; to create a file use write")
+    if old_string == new_string:
+        raise ToolError("old_string and new_string are identical; nothing would change")
+    _check_fresh(ctx, target, path)
+    before = target.read_text(encoding="utf-8", errors="replace")
+    count = before.count(old_string)
+    if count == 0:
+        raise ToolError(f"old_string not found in {path}; read the file again and copy the text exactly")
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_string occurs {count} times in {path}; add surrounding lines to make it "
+            "unique, or set replace_all"
+        )
+    after = before.replace(old_string, new_string) if replace_all else before.replace(old_string, new_string, 1)
+    out = _commit(ctx, target, before, after, path)
+    n = count if replace_all else 1
+    return ToolOutput(f"Edited {path}: {n} replacement{'s' if n != 1 else ''}.", display=out.display)

@@ -1,0 +1,182 @@
+"""The `bash` tool: one command in its own process group, bounded in time and output.
+
+The whole group is killed on timeout or cancellation (SIGTERM, then SIGKILL after a grace), so a
+command that ignores SIGTERM or forks children cannot outlive its call. Provider credentials are
+removed from the environment the command sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+from collections.abc import Mapping
+
+from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
+from keel.tools.truncate import MAX_OUTPUT_BYTES
+
+DEFAULT_TIMEOUT = 120
+MAX_TIMEOUT = 600
+#: Bytes of each end of the output held in memory; the middle of a flood is only counted.
+KEEP_BYTES = 64 * 1024
+KILL_GRACE = 1.0
+#: After the command exits, how long to wait for children still holding its output open.
+DRAIN_GRACE = 0.2
+
+#: Credentials of the providers keel talks to; anything matching `_SECRET_SUFFIXES` goes too.
+PROVIDER_ENV = frozenset({
+    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_ORG_ID",
+    "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY", "GROQ_API_KEY", "DEEPSEEK_API_KEY",
+    "XAI_API_KEY", "MISTRAL_API_KEY", "TOGETHER_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
+    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_OPENAI_API_KEY",
+})
+_SECRET_SUFFIXES = ("_API_KEY", "_AUTH_TOKEN", "_ACCESS_TOKEN")
+_FIXED_ENV = {"NO_COLOR": "1", "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def command_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a command runs with: credentials removed, pagers and colour off."""
+    out = {
+        k: v for k, v in env.items()
+        if k not in PROVIDER_ENV and not k.endswith(_SECRET_SUFFIXES)
+    }
+    out.update(_FIXED_ENV)
+    return out
+
+
+def clean_output(text: str) -> str:
+    """Strip ANSI escapes and keep only the final state of `\\r`-redrawn lines."""
+    text = _ANSI.sub("", text)
+    if "\r" not in text:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        if "\r" in line:
+            parts = [p for p in line.split("\r") if p]
+            line = parts[-1] if parts else ""
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class _Capture:
+    """Keeps the head and tail of a stream and counts what falls between."""
+
+    def __init__(self, keep: int = KEEP_BYTES) -> None:
+        self.keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
+
+    def text(self, limit: int) -> str:
+        head, tail = bytes(self.head), bytes(self.tail)
+        if self.total <= limit:
+            return (head + tail).decode("utf-8", "replace")
+        head_len = limit * 2 // 3
+        tail_len = limit - head_len
+        # With nothing dropped the tail may be short; the end of head + tail is the true end.
+        end = (head + tail if self.total == len(head) + len(tail) else tail)[-tail_len:]
+        start = head[:head_len]
+        cut = self.total - len(start) - len(end)
+        return (
+            start.decode("utf-8", "ignore")
+            + f"\n... [{cut} bytes truncated] ...\n"
+            + end.decode("utf-8", "ignore")
+        )
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            await asyncio.wait_for(proc.wait(), wait)
+            # The leader is gone; make sure no member of its group survives it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except TimeoutError:
+            continue
+
+
+async def run_command(
+    command: str, *, cwd: str, env: Mapping[str, str], timeout: float
+) -> tuple[str, int | None, bool]:
+    """Run `command` with bash. Returns (cleaned output, exit code or None, timed out)."""
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command,
+        cwd=cwd,
+        env=command_env(env),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    capture = _Capture()
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    async def pump() -> None:
+        while chunk := await stdout.read(65536):
+            capture.feed(chunk)
+
+    reader = asyncio.create_task(pump())
+    timed_out = False
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        timed_out = True
+        await _kill_group(proc)
+    except asyncio.CancelledError:
+        await _kill_group(proc)
+        reader.cancel()
+        raise
+    # Children that outlive the command may keep the pipe open; do not wait on them for long.
+    try:
+        await asyncio.wait_for(asyncio.shield(reader), DRAIN_GRACE)
+    except TimeoutError:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+    text = clean_output(capture.text(MAX_OUTPUT_BYTES - 200))
+    return text, proc.returncode, timed_out
+
+
+@tool
+async def bash(ctx: ToolContext, command: str, timeout: int = DEFAULT_TIMEOUT, description: str = "") -> ToolOutput:
+    """Run a shell command with bash in the working directory and return its combined stdout
+    and stderr, ending with the exit code. Output over about 30 kB keeps its head and tail.
+    Use for builds, tests, git and other programs; prefer read, grep and glob for looking at files.
+
+    Args:
+        command: The command line to run.
+        timeout: Seconds before the command is killed (default 120, at most 600).
+        description: A few words on what the command does, shown to the user.
+    """
+    if not command.strip():
+        raise ToolError("command is empty")
+    if timeout < 1 or timeout > MAX_TIMEOUT:
+        raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds")
+    text, code, timed_out = await run_command(
+        command, cwd=str(ctx.cwd), env=ctx.env or os.environ, timeout=timeout
+    )
+    text = text.rstrip("\n")
+    sep = "\n" if text else ""
+    if timed_out:
+        return ToolOutput(f"{text}{sep}[timed out after {timeout} s; process group killed]", is_error=True)
+    # A failing command is a result the model should read, not a failed tool call.
+    return ToolOutput(f"{text}{sep}[exit code {code}]")
