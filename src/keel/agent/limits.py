@@ -49,10 +49,12 @@ class Spend:
 @dataclass(frozen=True, slots=True)
 class BudgetCheck:
     exhausted: str | None  # a sentence for the user, when a cap is reached
-    warnings: tuple[str, ...]
+    #: Caps past `warn_at`, as (cap name, sentence); the caller warns once per cap.
+    warnings: tuple[tuple[str, str], ...]
 
 
 def check_budget(limits: Limits, spend: Spend) -> BudgetCheck:
+    """Pure: where `spend` stands against `limits`."""
     exhausted = None
     warnings = []
     caps = (
@@ -64,10 +66,12 @@ def check_budget(limits: Limits, spend: Spend) -> BudgetCheck:
             continue
         if used >= cap:
             exhausted = f"budget reached: {fmt.format(used)} of {fmt.format(cap)}"
-        elif used >= cap * limits.warn_at and name not in spend.warned:
-            spend.warned.add(name)
+        elif used >= cap * limits.warn_at:
+            kind = "token" if name == "tokens" else "USD"
             warnings.append(
-                f"{used / cap:.0%} of the {'token' if name == 'tokens' else 'USD'} budget used "
-                f"({fmt.format(used)} of {fmt.format(cap)})"
+                (
+                    name,
+                    f"{used / cap:.0%} of the {kind} budget used ({fmt.format(used)} of {fmt.format(cap)})",
+                )
             )
     return BudgetCheck(exhausted, tuple(warnings))

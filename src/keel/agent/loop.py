@@ -155,7 +155,7 @@ class Agent:
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
         self._runner = ToolRunner(self.registry, self.ctx)
-        self._task: asyncio.Task[RunResult] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._interrupt_requested = False
         self._state = _TurnState()
 
@@ -191,8 +191,9 @@ class Agent:
         return self.conversation.messages
 
     def fingerprint(self) -> Fingerprint:
-        tools = json.dumps([[s.name, s.description, s.input_schema] for s in self._tool_specs],
-                           sort_keys=True)
+        tools = json.dumps(
+            [[s.name, s.description, s.input_schema] for s in self._tool_specs], sort_keys=True
+        )
         return Fingerprint(
             provider=self.provider.name,
             model=self.model,
@@ -210,7 +211,7 @@ class Agent:
     async def run(self, prompt: str, on_event: Emit | None = None) -> RunResult:
         """Run one prompt to its end. Events go to `on_event` as they happen."""
         emit = on_event or (lambda _event: None)
-        self._task = asyncio.current_task()  # type: ignore[assignment]
+        self._task = asyncio.current_task()
         self._interrupt_requested = False
         try:
             return await self._drive(prompt, emit)
@@ -304,8 +305,10 @@ class Agent:
             emit(Notice(f"stopped after {self._state.turns} model turns (max_turns)", "warning"))
             return "max_turns"
         budget = check_budget(self.limits, self.spend)
-        for warning in budget.warnings:
-            emit(Notice(warning, "warning"))
+        for name, warning in budget.warnings:
+            if name not in self.spend.warned:
+                self.spend.warned.add(name)
+                emit(Notice(warning, "warning"))
         if budget.exhausted:
             emit(Notice(budget.exhausted, "warning"))
             return "budget"
@@ -351,7 +354,9 @@ class Agent:
     def _record_assistant(self, done: Done, emit: Emit) -> None:
         cost = self.info.cost(done.usage)
         if self.session is not None:
-            self.session.assistant(done.message, done.usage, cost, done.stop_reason, self._state.turns)
+            self.session.assistant(
+                done.message, done.usage, cost, done.stop_reason, self._state.turns
+            )
         self.conversation.append(done.message)
         state = self._state
         state.usage = state.usage + done.usage
@@ -360,8 +365,11 @@ class Agent:
             state.last_text = done.message.text
         self.spend.add(done.usage, cost)
         emit(AssistantMessage(done.message, done.usage, done.stop_reason, cost))
-        emit(UsageUpdated(done.usage, self.spend.usage, self.spend.cost, done.usage.context,
-                          self.info.window))
+        emit(
+            UsageUpdated(
+                done.usage, self.spend.usage, self.spend.cost, done.usage.context, self.info.window
+            )
+        )
 
     def _keep_partial(self, emit: Emit) -> None:
         """Store what the user already saw of an interrupted response."""

@@ -54,4 +54,3 @@ def build_system_prompt(
 ) -> str:
     parts = [BASE_PROMPT, env_block(cwd, today=today), *[s for s in extra_sections if s]]
     return "\n\n".join(parts)
-

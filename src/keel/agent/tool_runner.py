@@ -53,9 +53,7 @@ def check_call(call: ToolUse, registry: Registry) -> Tool | ToolResult:
 
 
 def finish(call: ToolUse, output: ToolOutput) -> ToolResult:
-    content = tuple(
-        Text(truncate(b.text)) if isinstance(b, Text) else b for b in output.blocks()
-    )
+    content = tuple(Text(truncate(b.text)) if isinstance(b, Text) else b for b in output.blocks())
     if not content:
         content = (Text("(no output)"),)
     return ToolResult(call.id, content, output.is_error)

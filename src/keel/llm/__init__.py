@@ -2,7 +2,15 @@
 client per provider wire API. Imports nothing from the rest of keel except `keel.errors`."""
 
 from keel.llm.errors import APIError, ContextOverflow, LLMError, StallError
-from keel.llm.events import Done, Notice, StreamEvent, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
+from keel.llm.events import (
+    Done,
+    Notice,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolUseDelta,
+    ToolUseStart,
+)
 from keel.llm.messages import (
     Block,
     Image,

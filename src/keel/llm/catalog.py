@@ -39,9 +39,8 @@ class ModelInfo:
 
     def cost(self, usage: Usage) -> float:
         """USD for `usage`; 0.0 when the model has no prices (see `priced`)."""
-        if not self.priced:
+        if self.input_price is None or self.output_price is None:
             return 0.0
-        assert self.input_price is not None and self.output_price is not None
         return (
             usage.input * self.input_price
             + usage.output * self.output_price
@@ -140,7 +139,9 @@ def parse_model(spec: str) -> ModelRef:
     `scripted:PATH` plays a script file."""
     spec = spec.strip()
     if not spec:
-        raise UserError("no model given", hint="use --model provider/model, e.g. anthropic/claude-sonnet-4-5")
+        raise UserError(
+            "no model given", hint="use --model provider/model, e.g. anthropic/claude-sonnet-4-5"
+        )
     if spec.startswith("scripted:"):
         path = spec.removeprefix("scripted:")
         if not path:

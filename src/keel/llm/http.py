@@ -187,9 +187,7 @@ class HTTPProvider(ABC):
             async with client.stream("POST", url, content=body, headers=headers) as response:
                 if response.status_code >= 400:
                     payload = await response.aread()
-                    raise self.error_from_response(
-                        response.status_code, payload, response.headers
-                    )
+                    raise self.error_from_response(response.status_code, payload, response.headers)
                 async for event in self.decode(request, self._guarded(response, deadline)):
                     yield event
         except httpx.ReadTimeout as exc:

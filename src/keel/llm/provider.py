@@ -24,7 +24,10 @@ from keel.llm.request import Request
 class Provider(Protocol):
     """Streams one model call. Yields display deltas and notices, then exactly one `Done`."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Provider family, as in `anthropic/…`."""
+        ...
 
     def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
 
@@ -46,7 +49,7 @@ class RetryPolicy:
         """Seconds to wait before retry number `attempt` (1-based), or None to give up."""
         if retry_after is not None:
             return retry_after if retry_after <= self.max_retry_after else None
-        return self.base * 2 ** (attempt - 1) + random.uniform(0, self.jitter)
+        return float(self.base * 2.0 ** (attempt - 1) + random.uniform(0, self.jitter))
 
 
 @dataclass
@@ -138,7 +141,9 @@ def make_provider(
 
         key_names = (config.api_key_env,) if config.api_key_env else AnthropicProvider.key_envs
         inner = AnthropicProvider(
-            base_url=config.base_url or env.get("ANTHROPIC_BASE_URL") or AnthropicProvider.default_url,
+            base_url=config.base_url
+            or env.get("ANTHROPIC_BASE_URL")
+            or AnthropicProvider.default_url,
             api_key=_require_key(ref, key_names, env),
             settings=settings,
         )
@@ -147,7 +152,9 @@ def make_provider(
 
         key_names = (config.api_key_env,) if config.api_key_env else ("OPENAI_API_KEY",)
         inner = OpenAIResponsesProvider(
-            base_url=config.base_url or env.get("OPENAI_BASE_URL") or OpenAIResponsesProvider.default_url,
+            base_url=config.base_url
+            or env.get("OPENAI_BASE_URL")
+            or OpenAIResponsesProvider.default_url,
             api_key=_require_key(ref, key_names, env),
             settings=settings,
         )

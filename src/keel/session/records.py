@@ -234,7 +234,11 @@ def _migrate_0_to_1(d: dict[str, Any]) -> dict[str, Any]:
     d["type"] = d.pop("kind", d.get("type"))
     ts = d.get("ts")
     if isinstance(ts, int | float):
-        d["ts"] = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        d["ts"] = (
+            datetime.fromtimestamp(ts, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z")
+        )
     d["v"] = 1
     return d
 
@@ -277,7 +281,10 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
         return NoteRecord(d["text"])
     if kind == "compaction":
         return CompactionRecord(
-            d["summary"], d.get("trigger", ""), int(d.get("tokens_before", 0)), int(d.get("tokens_after", 0))
+            d["summary"],
+            d.get("trigger", ""),
+            int(d.get("tokens_before", 0)),
+            int(d.get("tokens_after", 0)),
         )
     if kind == "decision":
         return DecisionRecord(

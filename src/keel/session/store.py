@@ -112,8 +112,12 @@ class SessionLog:
     def note(self, text: str) -> None:
         self.journal.append(NoteRecord(text), durable=False)
 
-    def decision(self, tool_use_id: str, tool: str, outcome: str, source: str, reason: str = "") -> None:
-        self.journal.append(DecisionRecord(tool_use_id, tool, outcome, source, reason), durable=False)
+    def decision(
+        self, tool_use_id: str, tool: str, outcome: str, source: str, reason: str = ""
+    ) -> None:
+        self.journal.append(
+            DecisionRecord(tool_use_id, tool, outcome, source, reason), durable=False
+        )
 
     def terminal(self, reason: TerminalReason, message: str = "") -> None:
         self.journal.append(TerminalRecord(reason, message))

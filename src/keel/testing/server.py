@@ -77,9 +77,16 @@ class ResponseWriter:
         await self.send(status, json.dumps(obj).encode(), "application/json", headers)
 
     async def start_stream(
-        self, status: int = 200, content_type: str = "text/event-stream", headers: dict[str, str] | None = None
+        self,
+        status: int = 200,
+        content_type: str = "text/event-stream",
+        headers: dict[str, str] | None = None,
     ) -> None:
-        h = {"content-type": content_type, "transfer-encoding": "chunked", "cache-control": "no-cache"}
+        h = {
+            "content-type": content_type,
+            "transfer-encoding": "chunked",
+            "cache-control": "no-cache",
+        }
         h.update(headers or {})
         self._writer.write(self._head(status, h))
         self._streaming = True

@@ -15,7 +15,7 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args, get_origin, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, get_origin, overload, runtime_checkable
 
 from keel.llm.messages import Image, Text
 from keel.llm.request import ToolSpec
@@ -125,9 +125,19 @@ class _Param:
     check: Callable[[Any], str | None]
 
 
+@overload
+def tool(func: ToolFunc, /) -> FunctionTool: ...
+
+
+@overload
 def tool(
-    func: ToolFunc | None = None, *, name: str | None = None, read_only: bool = False
-) -> Any:
+    *, name: str | None = None, read_only: bool = False
+) -> Callable[[ToolFunc], FunctionTool]: ...
+
+
+def tool(
+    func: ToolFunc | None = None, /, *, name: str | None = None, read_only: bool = False
+) -> FunctionTool | Callable[[ToolFunc], FunctionTool]:
     """Decorator: `@tool` or `@tool(name="x", read_only=True)` on `async def f(ctx, a: str, …)`.
 
     The docstring's first paragraph is the description; an `Args:` section gives parameter
@@ -260,5 +270,11 @@ def _schema_for(annotation: Any) -> tuple[dict[str, Any], Callable[[Any], str | 
 def _json_type_name(v: Any) -> str:
     if v is None:
         return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(v), type(v).__name__)
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(v), type(v).__name__)

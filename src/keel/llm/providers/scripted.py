@@ -34,8 +34,16 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, steps: Iterable[Step], *, model: str = "scripted", delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        steps: Iterable[Step],
+        *,
+        model: str = "scripted",
+        delay: float = 0.0,
+        check_tools: bool = True,
+    ) -> None:
         self.steps: deque[Step] = deque(steps)
+        self.check_tools = check_tools
         self.total = len(self.steps)
         self.model = model
         self.delay = delay
@@ -55,7 +63,11 @@ class ScriptedProvider:
         self.requests.append(request)
         number = len(self.requests)
         if not self.steps:
-            last = request.messages[-1].blocks[-1] if request.messages and request.messages[-1].blocks else None
+            last = (
+                request.messages[-1].blocks[-1]
+                if request.messages and request.messages[-1].blocks
+                else None
+            )
             raise ScriptDivergence(
                 f"the run made model request #{number} but the script has only {self.total} "
                 f"step(s); the last thing sent was {_describe(last)}",
@@ -75,7 +87,7 @@ class ScriptedProvider:
     def _check(self, step: Reply, request: Request, number: int) -> None:
         offered = {t.name for t in request.tools}
         for call in step.message.tool_uses:
-            if call.name not in offered:
+            if self.check_tools and call.name not in offered:
                 raise ScriptDivergence(
                     f"script step #{number} calls tool {call.name!r} but the run offers only: "
                     f"{', '.join(sorted(offered)) or 'no tools'}"
@@ -149,8 +161,10 @@ def _reply_from(entry: dict[str, Any], where: str) -> Reply:
     known = {"text", "thinking", "tool_calls", "usage", "stop_reason", "expect"}
     unknown = set(entry) - known - {"fault"}
     if unknown:
-        raise UserError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}",
-                        hint=f"a turn may have: {', '.join(sorted(known | {'fault'}))}")
+        raise UserError(
+            f"{where}: unknown key(s) {', '.join(sorted(unknown))}",
+            hint=f"a turn may have: {', '.join(sorted(known | {'fault'}))}",
+        )
     blocks: list[Block] = []
     if entry.get("thinking"):
         blocks.append(Thinking(str(entry["thinking"]), "scripted", source="scripted"))
@@ -164,10 +178,15 @@ def _reply_from(entry: dict[str, Any], where: str) -> Reply:
             raise UserError(f"{where}: tool_calls[{i}].input must be a mapping")
         blocks.append(ToolUse(next_tool_id("toolu_scripted_"), str(call["name"]), args))
     usage = entry.get("usage") or {}
-    reply = Reply(Message("assistant", tuple(blocks)), Usage(
-        int(usage.get("input", 400)), int(usage.get("output", 60)),
-        int(usage.get("cache_read", 0)), int(usage.get("cache_write", 0)),
-    ))
+    reply = Reply(
+        Message("assistant", tuple(blocks)),
+        Usage(
+            int(usage.get("input", 400)),
+            int(usage.get("output", 60)),
+            int(usage.get("cache_read", 0)),
+            int(usage.get("cache_write", 0)),
+        ),
+    )
     if entry.get("stop_reason"):
         reply.stop_reason = entry["stop_reason"]
     expect = entry.get("expect")
@@ -188,8 +207,9 @@ def load_script(path: Path) -> tuple[str, list[Step]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot read script {path}: {exc.strerror}",
-                        hint="--model scripted:examples/demo.yaml") from exc
+        raise UserError(
+            f"cannot read script {path}: {exc.strerror}", hint="--model scripted:examples/demo.yaml"
+        ) from exc
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -203,8 +223,9 @@ def load_script(path: Path) -> tuple[str, list[Step]]:
         except yaml.YAMLError as exc:
             raise UserError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
-        raise UserError(f"{path}: a script is a mapping with a `turns` list",
-                        hint="see examples/demo.yaml")
+        raise UserError(
+            f"{path}: a script is a mapping with a `turns` list", hint="see examples/demo.yaml"
+        )
     steps: list[Step] = []
     for i, entry in enumerate(data["turns"], start=1):
         where = f"{path} turn {i}"
@@ -212,8 +233,14 @@ def load_script(path: Path) -> tuple[str, list[Step]]:
             raise UserError(f"{where}: each turn is a mapping")
         if "fault" in entry:
             f = entry["fault"]
-            steps.append(Fault(f.get("kind", "status"), status=int(f.get("status", 500)),
-                               retry_after=f.get("retry_after"), message=f.get("message", "")))
+            steps.append(
+                Fault(
+                    f.get("kind", "status"),
+                    status=int(f.get("status", 500)),
+                    retry_after=f.get("retry_after"),
+                    message=f.get("message", ""),
+                )
+            )
         else:
             steps.append(_reply_from(entry, where))
     return str(data.get("model", path.stem)), steps

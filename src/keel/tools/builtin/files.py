@@ -19,8 +19,13 @@ from keel.tools.base import FileStamp, ToolContext, ToolError, ToolOutput, tool
 READ_MAX_LINES = 2000
 READ_MAX_BYTES = 60_000
 READ_MAX_LINE_CHARS = 2000
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-               ".gif": "image/gif", ".webp": "image/webp"}
+IMAGE_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
 IMAGE_MAX_BYTES = 5 * 1024 * 1024
 _LARGE = 256 * 1024
 
@@ -64,7 +69,7 @@ def _read_lines(path: Path, offset: int, limit: int) -> tuple[list[str], int, bo
     total = 0
     cut = False
     with path.open("rb") as f:
-        for total, raw in enumerate(f, start=1):  # noqa: B007 - total is the line count
+        for total, raw in enumerate(f, start=1):
             if total < offset or len(out) >= limit or cut:
                 continue
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
@@ -80,7 +85,9 @@ def _read_lines(path: Path, offset: int, limit: int) -> tuple[list[str], int, bo
 
 
 @tool(read_only=True)
-async def read(ctx: ToolContext, path: str, offset: int = 1, limit: int = READ_MAX_LINES) -> ToolOutput:
+async def read(
+    ctx: ToolContext, path: str, offset: int = 1, limit: int = READ_MAX_LINES
+) -> ToolOutput:
     """Read a file from the filesystem. Returns numbered lines (`     1\\tfirst line`), at most
     2000 lines or about 60 kB per call; when cut, the result says which offset to continue from.
     Images (png, jpg, gif, webp) are returned as images. Read a file before editing it.
@@ -102,8 +109,10 @@ async def read(ctx: ToolContext, path: str, offset: int = 1, limit: int = READ_M
     key = (target, offset, limit)
     if ctx.read_ranges.get(key) == current:
         ctx.read_files[target] = current
-        return ToolOutput(f"{path}: unchanged since you last read it (same lines); "
-                          "use the content you already have")
+        return ToolOutput(
+            f"{path}: unchanged since you last read it (same lines); "
+            "use the content you already have"
+        )
     media = IMAGE_TYPES.get(target.suffix.lower())
     if media:
         if current.size > IMAGE_MAX_BYTES:
@@ -131,8 +140,10 @@ async def read(ctx: ToolContext, path: str, offset: int = 1, limit: int = READ_M
     body = "\n".join(lines)
     if last < total:
         reason = "size limit" if cut else "line limit"
-        body += (f"\n\n[{reason}: showed lines {offset}-{last} of {total}; "
-                 f"continue with offset={last + 1}]")
+        body += (
+            f"\n\n[{reason}: showed lines {offset}-{last} of {total}; "
+            f"continue with offset={last + 1}]"
+        )
     return ToolOutput(body)
 
 
@@ -163,8 +174,11 @@ def _atomic_write(target: Path, content: str) -> None:
 def _diff(before: str, after: str, name: str) -> str:
     return "".join(
         difflib.unified_diff(
-            before.splitlines(keepends=True), after.splitlines(keepends=True),
-            fromfile=f"a/{name}", tofile=f"b/{name}", n=3,
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{name}",
+            tofile=f"b/{name}",
+            n=3,
         )
     )
 
@@ -224,13 +238,21 @@ async def edit(
     before = target.read_text(encoding="utf-8", errors="replace")
     count = before.count(old_string)
     if count == 0:
-        raise ToolError(f"old_string not found in {path}; read the file again and copy the text exactly")
+        raise ToolError(
+            f"old_string not found in {path}; read the file again and copy the text exactly"
+        )
     if count > 1 and not replace_all:
         raise ToolError(
             f"old_string occurs {count} times in {path}; add surrounding lines to make it "
             "unique, or set replace_all"
         )
-    after = before.replace(old_string, new_string) if replace_all else before.replace(old_string, new_string, 1)
+    after = (
+        before.replace(old_string, new_string)
+        if replace_all
+        else before.replace(old_string, new_string, 1)
+    )
     out = _commit(ctx, target, before, after, path)
     n = count if replace_all else 1
-    return ToolOutput(f"Edited {path}: {n} replacement{'s' if n != 1 else ''}.", display=out.display)
+    return ToolOutput(
+        f"Edited {path}: {n} replacement{'s' if n != 1 else ''}.", display=out.display
+    )

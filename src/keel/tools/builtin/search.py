@@ -31,7 +31,9 @@ def _cap(lines: Iterator[str] | list[str], what: str) -> str:
     size = 0
     for line in lines:
         if len(out) >= MAX_LINES or size + len(line) + 1 > MAX_BYTES:
-            out.append(f"[stopped at {len(out)} {what}; narrow the pattern or the path to see more]")
+            out.append(
+                f"[stopped at {len(out)} {what}; narrow the pattern or the path to see more]"
+            )
             break
         out.append(line)
         size += len(line) + 1
@@ -42,7 +44,11 @@ async def _rg(args: list[str], cwd: Path) -> list[str]:
     rg = ripgrep()
     assert rg is not None
     proc = await asyncio.create_subprocess_exec(
-        rg, *args, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        rg,
+        *args,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
     )
     out, err = await proc.communicate()
@@ -89,7 +95,7 @@ def _gitignore_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _load_rules(directory: Path) -> list[_Rule]:
-    rules = []
+    rules: list[_Rule] = []
     try:
         text = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -236,12 +242,16 @@ async def glob(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutput:
     if not top.is_dir():
         raise ToolError(f"{path} is not a directory")
     if ripgrep():
-        lines = await _rg(["--files", "--glob", pattern, "--", _relative(top, ctx.cwd) or "."], ctx.cwd)
+        lines = await _rg(
+            ["--files", "--glob", pattern, "--", _relative(top, ctx.cwd) or "."], ctx.cwd
+        )
         lines = sorted(line.removeprefix("./") for line in lines)
     else:
+
         def find() -> list[str]:
             return sorted(
-                _relative(p, ctx.cwd) for p in walk_files(top)
+                _relative(p, ctx.cwd)
+                for p in walk_files(top)
                 if _glob_match(p.relative_to(top).as_posix(), pattern)
             )
 

@@ -26,12 +26,26 @@ KILL_GRACE = 1.0
 DRAIN_GRACE = 0.2
 
 #: Credentials of the providers keel talks to; anything matching `_SECRET_SUFFIXES` goes too.
-PROVIDER_ENV = frozenset({
-    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_ORG_ID",
-    "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENROUTER_API_KEY", "GROQ_API_KEY", "DEEPSEEK_API_KEY",
-    "XAI_API_KEY", "MISTRAL_API_KEY", "TOGETHER_API_KEY", "OPENAI_COMPATIBLE_API_KEY",
-    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_OPENAI_API_KEY",
-})
+PROVIDER_ENV = frozenset(
+    {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "OPENAI_ORG_ID",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GROQ_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "XAI_API_KEY",
+        "MISTRAL_API_KEY",
+        "TOGETHER_API_KEY",
+        "OPENAI_COMPATIBLE_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AZURE_OPENAI_API_KEY",
+    }
+)
 _SECRET_SUFFIXES = ("_API_KEY", "_AUTH_TOKEN", "_ACCESS_TOKEN")
 _FIXED_ENV = {"NO_COLOR": "1", "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
 
@@ -41,8 +55,7 @@ _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\
 def command_env(env: Mapping[str, str]) -> dict[str, str]:
     """The environment a command runs with: credentials removed, pagers and colour off."""
     out = {
-        k: v for k, v in env.items()
-        if k not in PROVIDER_ENV and not k.endswith(_SECRET_SUFFIXES)
+        k: v for k, v in env.items() if k not in PROVIDER_ENV and not k.endswith(_SECRET_SUFFIXES)
     }
     out.update(_FIXED_ENV)
     return out
@@ -114,11 +127,13 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 
 async def run_command(
-    command: str, *, cwd: str, env: Mapping[str, str], timeout: float
+    command: str, *, cwd: str, env: Mapping[str, str], time_limit: float
 ) -> tuple[str, int | None, bool]:
     """Run `command` with bash. Returns (cleaned output, exit code or None, timed out)."""
     proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", command,
+        "bash",
+        "-c",
+        command,
         cwd=cwd,
         env=command_env(env),
         stdin=asyncio.subprocess.DEVNULL,
@@ -137,7 +152,7 @@ async def run_command(
     reader = asyncio.create_task(pump())
     timed_out = False
     try:
-        await asyncio.wait_for(proc.wait(), timeout)
+        await asyncio.wait_for(proc.wait(), time_limit)
     except TimeoutError:
         timed_out = True
         await _kill_group(proc)
@@ -157,7 +172,12 @@ async def run_command(
 
 
 @tool
-async def bash(ctx: ToolContext, command: str, timeout: int = DEFAULT_TIMEOUT, description: str = "") -> ToolOutput:
+async def bash(
+    ctx: ToolContext,
+    command: str,
+    timeout: int = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the argument name the model sees
+    description: str = "",
+) -> ToolOutput:
     """Run a shell command with bash in the working directory and return its combined stdout
     and stderr, ending with the exit code. Output over about 30 kB keeps its head and tail.
     Use for builds, tests, git and other programs; prefer read, grep and glob for looking at files.
@@ -172,11 +192,13 @@ async def bash(ctx: ToolContext, command: str, timeout: int = DEFAULT_TIMEOUT, d
     if timeout < 1 or timeout > MAX_TIMEOUT:
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds")
     text, code, timed_out = await run_command(
-        command, cwd=str(ctx.cwd), env=ctx.env or os.environ, timeout=timeout
+        command, cwd=str(ctx.cwd), env=ctx.env or os.environ, time_limit=timeout
     )
     text = text.rstrip("\n")
     sep = "\n" if text else ""
     if timed_out:
-        return ToolOutput(f"{text}{sep}[timed out after {timeout} s; process group killed]", is_error=True)
+        return ToolOutput(
+            f"{text}{sep}[timed out after {timeout} s; process group killed]", is_error=True
+        )
     # A failing command is a result the model should read, not a failed tool call.
     return ToolOutput(f"{text}{sep}[exit code {code}]")

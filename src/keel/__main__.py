@@ -1,0 +1,5 @@
+import sys
+
+from keel.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,214 @@
+"""Headless runs: `keel -p PROMPT`. Builds the agent from flags and settings, runs one prompt,
+prints in the chosen format and returns the documented exit code.
+
+Printers are event consumers; they never reach into the loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from keel.agent.events import Event, ToolFinished, ToolStarted, TurnStop
+from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
+from keel.agent.loop import Agent, RunResult
+from keel.cli import main as cli
+from keel.cli.jsonout import event_json, result_json
+from keel.config.settings import EFFORTS, Settings, load_settings
+from keel.errors import UserError
+from keel.llm.catalog import ModelRef, lookup, parse_model
+from keel.llm.events import Notice
+from keel.llm.provider import make_provider
+
+EXIT_CODES: dict[TurnStop, int] = {
+    "end_turn": cli.EXIT_OK,
+    "error": cli.EXIT_ERROR,
+    "budget": cli.EXIT_LIMIT,
+    "max_turns": cli.EXIT_LIMIT,
+    "loop": cli.EXIT_LIMIT,
+    "max_tokens": cli.EXIT_INCOMPLETE,
+    "refusal": cli.EXIT_INCOMPLETE,
+    "blocked": cli.EXIT_BLOCKED,
+    "hook_stopped": cli.EXIT_BLOCKED,
+    "suspended": cli.EXIT_SUSPENDED,
+    "interrupted": cli.EXIT_INTERRUPTED,
+}
+
+#: Models picked when none is configured, by which key is present.
+DEFAULT_MODELS = (
+    ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
+    ("ANTHROPIC_AUTH_TOKEN", "anthropic/claude-sonnet-4-5"),
+    ("OPENAI_API_KEY", "openai/gpt-5"),
+)
+
+
+def read_prompt(words: list[str], stdin: TextIO) -> str:
+    """The prompt from arguments and/or piped stdin (both: arguments first, then stdin)."""
+    prompt = " ".join(words).strip()
+    piped = ""
+    if not stdin.isatty():
+        # With a prompt already given, read stdin only if something is waiting on it, so a
+        # caller that leaves stdin open (but silent) does not hang the run.
+        ready = True
+        if prompt:
+            try:
+                ready = bool(select.select([stdin], [], [], 0.1)[0])
+            except (OSError, ValueError):
+                ready = False
+        if ready:
+            piped = stdin.read().strip()
+    if prompt and piped:
+        return f"{prompt}\n\n{piped}"
+    if not (prompt or piped):
+        raise UserError("the prompt is empty", hint='keel -p "what to do", or pipe it on stdin')
+    return prompt or piped
+
+
+def choose_model(flag: str | None, settings: Settings) -> ModelRef:
+    if flag:
+        return parse_model(flag)
+    if settings.model:
+        return parse_model(settings.model)
+    for var, model in DEFAULT_MODELS:
+        if os.environ.get(var):
+            return parse_model(model)
+    raise UserError(
+        "no model chosen and no API key found",
+        hint="set ANTHROPIC_API_KEY or OPENAI_API_KEY, pass --model provider/model, "
+        "or try keel offline with --model scripted:examples/demo.yaml",
+    )
+
+
+class Printer:
+    """Renders events for one output format."""
+
+    def __init__(self, fmt: str, *, quiet: bool, out: TextIO, err: TextIO) -> None:
+        self.fmt = fmt
+        self.quiet = quiet
+        self.out = out
+        self.err = err
+
+    def __call__(self, event: Event) -> None:
+        if self.fmt == "stream-json":
+            line = event_json(event)
+            if line is not None:
+                self._line(line)
+            return
+        match event:
+            case Notice(text, level):
+                prefix = "warning: " if level == "warning" else ""
+                print(f"keel: {prefix}{text}", file=self.err, flush=True)
+            case ToolStarted(call) if not self.quiet:
+                print(f"⏺ {call.name}{_key_arg(call.input)}", file=self.err, flush=True)
+            case ToolFinished(call, result, _seconds, _display) if (
+                not self.quiet and result.is_error
+            ):
+                first = (result.text.strip().splitlines() or [""])[0][:200]
+                print(f"  ✗ {call.name}: {first}", file=self.err, flush=True)
+            case _:
+                pass
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+    def finish(self, finished: RunResult, *, model: str, seconds: float, path: str | None) -> None:
+        result = result_json(
+            finished, model=model, duration_ms=int(seconds * 1000), session_path=path
+        )
+        if self.fmt in ("json", "stream-json"):
+            self._line(result)
+            return
+        if finished.text:
+            print(finished.text, file=self.out, flush=True)
+        if finished.stop_reason == "error":
+            print(f"keel: error: {finished.error}", file=self.err, flush=True)
+        elif finished.stop_reason != "end_turn":
+            print(f"keel: stopped: {finished.stop_reason}", file=self.err, flush=True)
+
+
+def _key_arg(args: dict[str, Any] | None) -> str:
+    if not args:
+        return ""
+    for key in ("command", "path", "pattern", "url"):
+        if isinstance(args.get(key), str):
+            value = args[key].replace("\n", " ")
+            return f" {value[:100]}{'…' if len(value) > 100 else ''}"
+    return ""
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    cwd = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
+    if not cwd.is_dir():
+        raise UserError(f"--cwd {args.cwd}: no such directory")
+    prompt = read_prompt(args.prompt_words, sys.stdin)
+    settings = load_settings(cwd)
+    for warning in settings.warnings:
+        print(f"keel: warning: {warning}", file=sys.stderr)
+    ref = choose_model(args.model, settings)
+    limits = Limits(
+        max_turns=args.max_turns or settings.max_turns or DEFAULT_MAX_TURNS,
+        max_tokens=args.max_tokens_budget or settings.budget_tokens,
+        max_usd=args.max_budget_usd or settings.budget_usd,
+    )
+    provider = make_provider(ref, config=settings.provider(ref.provider))
+    info = lookup(ref.model, settings.models)
+    from keel.tools.builtin import builtin_tools
+
+    agent = Agent(
+        provider=provider,
+        model=ref.model,
+        tools=builtin_tools(),
+        cwd=cwd,
+        limits=limits,
+        info=info,
+        effort=EFFORTS[args.effort] if args.effort else settings.effort,
+    )
+    printer = Printer(args.output_format, quiet=args.quiet, out=sys.stdout, err=sys.stderr)
+    if not info.known and ref.provider != "scripted":
+        printer(
+            Notice(
+                f"{ref.model} is not in keel's catalog; assuming a "
+                f"{info.window // 1000}k window and no prices",
+                "info",
+            )
+        )
+    if limits.max_usd is not None and not info.priced and ref.provider != "scripted":
+        printer(
+            Notice(
+                f"{ref.model} has no prices in the catalog; --max-budget-usd cannot "
+                "be enforced (add prices under `models` in settings)",
+                "warning",
+            )
+        )
+    if not args.no_session:
+        from keel.session.store import SessionLog
+
+        agent.session = SessionLog.create(
+            cwd=cwd, model=str(ref), fingerprint=agent.fingerprint(), session_id=agent.session_id
+        )
+    return asyncio.run(_run(agent, prompt, printer, str(ref)))
+
+
+async def _run(agent: Agent, prompt: str, printer: Printer, model: str) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, agent.interrupt)
+    start = time.monotonic()
+    try:
+        result = await agent.run(prompt, printer)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        path = str(agent.session.path) if agent.session else None
+        await agent.aclose()
+    printer.finish(result, model=model, seconds=time.monotonic() - start, path=path)
+    return EXIT_CODES[result.stop_reason]

@@ -1,0 +1,91 @@
+"""The JSON shapes of `--output-format json` and `stream-json` (documented in docs/headless.md).
+
+One function turns each loop event into a JSON object; the same shapes serve the final `result`
+object and the stream. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keel.agent.events import (
+    AssistantMessage,
+    Event,
+    RequestStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+    UsageUpdated,
+)
+from keel.agent.loop import RunResult
+from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
+from keel.llm.messages import message_to_json
+
+
+def result_json(
+    finished: RunResult, *, model: str, duration_ms: int, session_path: str | None
+) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "result": finished.text,
+        "stop_reason": finished.stop_reason,
+        "is_error": finished.stop_reason == "error",
+        "error": finished.error,
+        "session_id": finished.session_id,
+        "session_path": session_path,
+        "model": model,
+        "turns": finished.turns,
+        "usage": finished.usage.to_json(),
+        "cost_usd": round(finished.cost, 6),
+        "duration_ms": duration_ms,
+    }
+
+
+def event_json(event: Event) -> dict[str, Any] | None:
+    """The stream-json line for `event` (None for `TurnFinished`, which becomes the result)."""
+    match event:
+        case TurnStarted(prompt, session_id):
+            return {"type": "turn_started", "prompt": prompt, "session_id": session_id}
+        case RequestStarted(turn, model):
+            return {"type": "request", "turn": turn, "model": model}
+        case TextDelta(text):
+            return {"type": "text_delta", "text": text}
+        case ThinkingDelta(text):
+            return {"type": "thinking_delta", "text": text}
+        case ToolUseStart(id_, name):
+            return {"type": "tool_use_start", "id": id_, "name": name}
+        case ToolUseDelta(id_, partial):
+            return {"type": "tool_use_delta", "id": id_, "partial_json": partial}
+        case Notice(text, level):
+            return {"type": "notice", "level": level, "text": text}
+        case AssistantMessage(message, usage, stop_reason, cost):
+            return {
+                "type": "assistant",
+                "message": message_to_json(message),
+                "usage": usage.to_json(),
+                "stop_reason": stop_reason,
+                "cost_usd": round(cost, 6),
+            }
+        case ToolStarted(call):
+            return {"type": "tool_started", "id": call.id, "name": call.name, "input": call.input}
+        case ToolFinished(call, result, seconds, _display):
+            return {
+                "type": "tool_finished",
+                "id": call.id,
+                "name": call.name,
+                "is_error": result.is_error,
+                "output": result.text,
+                "seconds": round(seconds, 4),
+            }
+        case UsageUpdated(turn, total, cost, context, window):
+            return {
+                "type": "usage",
+                "turn": turn.to_json(),
+                "total": total.to_json(),
+                "cost_usd": round(cost, 6),
+                "context_tokens": context,
+                "context_window": window,
+            }
+        case TurnFinished():
+            return None

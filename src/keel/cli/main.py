@@ -1,0 +1,138 @@
+"""`keel`: the command-line entry point.
+
+Parses arguments with argparse (cheap to import: `keel --version` must load nothing heavy),
+dispatches subcommands, and turns every keel error into one line with a hint and a documented
+exit code. Tracebacks only with `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from keel import __version__
+
+# Exit codes (documented in docs/headless.md).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_LIMIT = 3  # budget, max_turns, loop guard
+EXIT_INCOMPLETE = 4  # max_tokens, refusal
+EXIT_BLOCKED = 5  # a hook blocked or stopped the run
+EXIT_SUSPENDED = 6
+EXIT_INTERRUPTED = 130
+
+
+class ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so errors get keel's one-line format."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ArgumentError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel",
+        description="keel: a coding agent and durable agent runtime.",
+        epilog="Subcommands: none yet beyond the flags above; see docs/ for more.",
+    )
+    p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
+    p.add_argument(
+        "-p",
+        "--print",
+        dest="headless",
+        action="store_true",
+        help="run one prompt headless and print the result (prompt from args or stdin)",
+    )
+    p.add_argument(
+        "-m",
+        "--model",
+        help="provider/model, e.g. anthropic/claude-sonnet-4-5, "
+        "openai/gpt-5, openai-compatible/NAME, scripted:FILE",
+    )
+    p.add_argument(
+        "--output-format",
+        choices=("text", "json", "stream-json"),
+        default="text",
+        help="text (default), json (one object at the end), stream-json (one event per line)",
+    )
+    p.add_argument(
+        "--max-turns", type=int, help="model turns per prompt before stopping (default 200)"
+    )
+    p.add_argument("--max-budget-usd", type=float, help="stop once the session has cost this much")
+    p.add_argument(
+        "--max-tokens-budget",
+        type=int,
+        help="stop once the session has used this many tokens (all four tiers)",
+    )
+    p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")
+    p.add_argument("--cwd", help="work in this directory instead of the current one")
+    p.add_argument("--no-session", action="store_true", help="do not write a session file")
+    p.add_argument("-q", "--quiet", action="store_true", help="no tool activity on stderr")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list or os.environ.get("KEEL_DEBUG") == "1"
+    try:
+        return _dispatch(args_list)
+    except ArgumentError as exc:
+        _error(f"{exc}", "run `keel --help` for usage")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        from keel.errors import KeelError, UserError
+
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        if isinstance(exc, KeelError):
+            print(f"keel: error: {exc.one_line()}", file=sys.stderr)
+            return EXIT_USAGE if isinstance(exc, UserError) else EXIT_ERROR
+        if not debug:
+            _error(
+                f"internal error: {type(exc).__name__}: {exc}", "run with --debug for the traceback"
+            )
+        return EXIT_ERROR
+
+
+def _error(message: str, hint: str = "") -> None:
+    suffix = f" (hint: {hint})" if hint else ""
+    print(f"keel: error: {message}{suffix}", file=sys.stderr)
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {}
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        return SUBCOMMANDS[argv[0]](argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.version:
+        print(f"keel {__version__}")
+        return EXIT_OK
+    if not args.headless:
+        from keel.errors import UserError
+
+        raise UserError(
+            "the interactive terminal UI is not available yet",
+            hint='run one prompt headless with keel -p "your prompt"',
+        )
+    from keel.cli.headless import run_headless
+
+    return run_headless(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""keel.config: settings files and their precedence."""

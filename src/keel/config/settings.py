@@ -1,0 +1,196 @@
+"""Settings files and their precedence.
+
+Files, later winning for scalar values:
+1. user: `$KEEL_CONFIG_DIR/settings.json`, else `$XDG_CONFIG_HOME/keel/settings.json`, else
+   `~/.config/keel/settings.json`
+2. project (shared): `<project>/.keel/settings.json`
+3. project (personal, git-ignored): `<project>/.keel/settings.local.json`
+
+A file that is not valid JSON is skipped with a warning naming the file, line and column; an
+unknown key is skipped with a warning naming it. Loading never raises for a bad file: keel starts
+with the valid parts and says what it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from keel.llm.catalog import ModelInfo
+from keel.llm.provider import ProviderConfig
+from keel.llm.request import Effort
+
+KNOWN_KEYS = frozenset({"model", "providers", "models", "max_turns", "effort", "budget", "$schema"})
+PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "stall_timeout", "call_timeout"})
+EFFORTS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "max": "max"}
+MODEL_KEYS = frozenset(
+    {"window", "max_output", "input_price", "output_price", "cache_read_price", "cache_write_price"}
+)
+
+
+@dataclass
+class Settings:
+    model: str | None = None
+    effort: Effort | None = None
+    max_turns: int | None = None
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    models: dict[str, ModelInfo] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def provider(self, name: str) -> ProviderConfig:
+        return self.providers.get(name, ProviderConfig())
+
+
+def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("KEEL_CONFIG_DIR"):
+        return Path(env["KEEL_CONFIG_DIR"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "keel"
+
+
+def settings_files(project: Path, env: Mapping[str, str] | None = None) -> list[Path]:
+    return [
+        user_config_dir(env) / "settings.json",
+        project / ".keel" / "settings.json",
+        project / ".keel" / "settings.local.json",
+    ]
+
+
+def _read(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        warnings.append(f"{path}: cannot read ({exc.strerror}); skipped")
+        return None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        warnings.append(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); file skipped")
+        return None
+    if not isinstance(data, dict):
+        warnings.append(f"{path}: settings must be a JSON object; file skipped")
+        return None
+    return data
+
+
+def _number(value: Any, where: str, warnings: list[str], kind: type = float) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        warnings.append(f"{where} must be a number; ignored")
+        return None
+    return kind(value)
+
+
+def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
+    w = settings.warnings
+    for key, value in data.items():
+        where = f"{path}: {key}"
+        if key not in KNOWN_KEYS:
+            w.append(
+                f"{path}: unknown key {key!r} skipped (known: {', '.join(sorted(KNOWN_KEYS - {'$schema'}))})"
+            )
+        elif key == "model":
+            if isinstance(value, str) and value:
+                settings.model = value
+            else:
+                w.append(
+                    f"{where} must be a non-empty string like anthropic/claude-sonnet-4-5; ignored"
+                )
+        elif key == "effort":
+            if value in EFFORTS:
+                settings.effort = EFFORTS[value]
+            else:
+                w.append(f"{where} must be low, medium, high or max; ignored")
+        elif key == "max_turns":
+            n = _number(value, where, w, int)
+            if n is not None:
+                settings.max_turns = n
+        elif key == "budget":
+            _merge_budget(settings, value, where)
+        elif key == "providers":
+            _merge_providers(settings, value, where)
+        elif key == "models":
+            _merge_models(settings, value, where)
+
+
+def _merge_budget(settings: Settings, value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        settings.warnings.append(f'{where} must be an object like {{"usd": 5}}; ignored')
+        return
+    for k, v in value.items():
+        if k == "usd":
+            settings.budget_usd = _number(v, f"{where}.usd", settings.warnings)
+        elif k == "tokens":
+            settings.budget_tokens = _number(v, f"{where}.tokens", settings.warnings, int)
+        else:
+            settings.warnings.append(f"{where}: unknown key {k!r} skipped (known: usd, tokens)")
+
+
+def _merge_providers(settings: Settings, value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        settings.warnings.append(f"{where} must be an object keyed by provider name; ignored")
+        return
+    for name, conf in value.items():
+        if not isinstance(conf, dict):
+            settings.warnings.append(f"{where}.{name} must be an object; ignored")
+            continue
+        unknown = set(conf) - PROVIDER_KEYS
+        if unknown:
+            settings.warnings.append(
+                f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))} skipped "
+                f"(known: {', '.join(sorted(PROVIDER_KEYS))})"
+            )
+        old = settings.provider(name)
+        settings.providers[name] = ProviderConfig(
+            base_url=str(conf.get("base_url", old.base_url) or ""),
+            api_key_env=str(conf.get("api_key_env", old.api_key_env) or ""),
+            stall_timeout=conf.get("stall_timeout", old.stall_timeout),
+            call_timeout=conf.get("call_timeout", old.call_timeout),
+        )
+
+
+def _merge_models(settings: Settings, value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        settings.warnings.append(f"{where} must be an object keyed by model id; ignored")
+        return
+    for model, conf in value.items():
+        if not isinstance(conf, dict) or not {"window", "max_output"} <= set(conf):
+            settings.warnings.append(
+                f"{where}.{model} needs at least window and max_output; ignored"
+            )
+            continue
+        unknown = set(conf) - MODEL_KEYS
+        if unknown:
+            settings.warnings.append(
+                f"{where}.{model}: unknown key(s) {', '.join(sorted(unknown))} skipped"
+            )
+        settings.models[model] = ModelInfo(
+            int(conf["window"]),
+            int(conf["max_output"]),
+            conf.get("input_price"),
+            conf.get("output_price"),
+            conf.get("cache_read_price"),
+            conf.get("cache_write_price"),
+        )
+
+
+def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settings:
+    settings = Settings()
+    for path in settings_files(project, env):
+        data = _read(path, settings.warnings)
+        if data is None:
+            continue
+        settings.files.append(path)
+        _merge_file(settings, path, data)
+    return settings

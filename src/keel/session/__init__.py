@@ -1,0 +1,1 @@
+"""keel.session: session records, the journal, and where session files live."""
