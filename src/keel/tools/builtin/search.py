@@ -57,6 +57,21 @@ async def _rg(args: list[str], cwd: Path) -> list[str]:
     return out.decode("utf-8", "replace").splitlines()
 
 
+async def _rg_files(top: Path, cwd: Path, pattern: str) -> list[str]:
+    """Files under `top` that ripgrep does not ignore and whose path below `top` matches
+    `pattern`, relative to cwd."""
+    base = _relative(top, cwd) or "."
+    files = await _rg(["--files", "--", base], cwd)
+    prefix = "" if base == "." else base.rstrip("/") + "/"
+    out = []
+    for line in files:
+        line = line.removeprefix("./")
+        below = line.removeprefix(prefix) if top.is_dir() else Path(line).name
+        if _glob_match(below, pattern):
+            out.append(line)
+    return out
+
+
 # -- the pure-Python fallback ---------------------------------------------------------------------
 
 
@@ -213,8 +228,16 @@ async def grep(
         args = ["--line-number", "--no-heading", "--color", "never", "--max-columns", "500"]
         args += ["-i"] if ignore_case else []
         args += ["--files-with-matches"] if files_only else []
-        args += ["--glob", glob] if glob else []
-        lines = await _rg([*args, "-e", pattern, "--", _relative(top, ctx.cwd) or "."], ctx.cwd)
+        if glob:
+            # rg's own --glob overrides .gitignore; filter the ignore-aware file list instead.
+            targets = await _rg_files(top, ctx.cwd, glob)
+            lines = []
+            for i in range(0, len(targets), 500):
+                lines += await _rg(
+                    [*args, "--with-filename", "-e", pattern, "--", *targets[i : i + 500]], ctx.cwd
+                )
+        else:
+            lines = await _rg([*args, "-e", pattern, "--", _relative(top, ctx.cwd) or "."], ctx.cwd)
         lines = [line.removeprefix("./") for line in lines]
     else:
         try:
@@ -242,10 +265,7 @@ async def glob(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutput:
     if not top.is_dir():
         raise ToolError(f"{path} is not a directory")
     if ripgrep():
-        lines = await _rg(
-            ["--files", "--glob", pattern, "--", _relative(top, ctx.cwd) or "."], ctx.cwd
-        )
-        lines = sorted(line.removeprefix("./") for line in lines)
+        lines = sorted(await _rg_files(top, ctx.cwd, pattern))
     else:
 
         def find() -> list[str]:

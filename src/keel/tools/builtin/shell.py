@@ -22,8 +22,9 @@ MAX_TIMEOUT = 600
 #: Bytes of each end of the output held in memory; the middle of a flood is only counted.
 KEEP_BYTES = 64 * 1024
 KILL_GRACE = 1.0
-#: After the command exits, how long to wait for children still holding its output open.
-DRAIN_GRACE = 0.2
+#: After the command exits, how long to wait for children still holding its output open;
+#: past that, the command's process group is stopped.
+DRAIN_GRACE = 0.3
 
 #: Credentials of the providers keel talks to; anything matching `_SECRET_SUFFIXES` goes too.
 PROVIDER_ENV = frozenset(
@@ -126,47 +127,72 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
             continue
 
 
+class _PipeReader(asyncio.Protocol):
+    """Feeds the command's output pipe into a `_Capture`; `closed` resolves at end of stream."""
+
+    def __init__(self, capture: _Capture, closed: asyncio.Future[None]) -> None:
+        self.capture = capture
+        self.closed = closed
+
+    def data_received(self, data: bytes) -> None:
+        self.capture.feed(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 async def run_command(
     command: str, *, cwd: str, env: Mapping[str, str], time_limit: float
 ) -> tuple[str, int | None, bool]:
-    """Run `command` with bash. Returns (cleaned output, exit code or None, timed out)."""
-    proc = await asyncio.create_subprocess_exec(
-        "bash",
-        "-c",
-        command,
-        cwd=cwd,
-        env=command_env(env),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
+    """Run `command` with bash. Returns (cleaned output, exit code or None, timed out).
+
+    The output pipe is ours (not asyncio's), so when children that outlive the command keep it
+    open we can stop them and close it rather than wait for them."""
+    loop = asyncio.get_running_loop()
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            command,
+            cwd=cwd,
+            env=command_env(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
     capture = _Capture()
-    assert proc.stdout is not None
-    stdout = proc.stdout
-
-    async def pump() -> None:
-        while chunk := await stdout.read(65536):
-            capture.feed(chunk)
-
-    reader = asyncio.create_task(pump())
+    closed: asyncio.Future[None] = loop.create_future()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: _PipeReader(capture, closed), os.fdopen(read_fd, "rb", buffering=0)
+    )
     timed_out = False
     try:
-        await asyncio.wait_for(proc.wait(), time_limit)
-    except TimeoutError:
-        timed_out = True
-        await _kill_group(proc)
+        try:
+            await asyncio.wait_for(proc.wait(), time_limit)
+        except TimeoutError:
+            timed_out = True
+            await _kill_group(proc)
+        # Background children may still hold the pipe: give them a moment, then stop them.
+        try:
+            await asyncio.wait_for(asyncio.shield(closed), DRAIN_GRACE)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(closed), DRAIN_GRACE)
     except asyncio.CancelledError:
         await _kill_group(proc)
-        reader.cancel()
         raise
-    # Children that outlive the command may keep the pipe open; do not wait on them for long.
-    try:
-        await asyncio.wait_for(asyncio.shield(reader), DRAIN_GRACE)
-    except TimeoutError:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
+    finally:
+        transport.close()
     text = clean_output(capture.text(MAX_OUTPUT_BYTES - 200))
     return text, proc.returncode, timed_out
 
@@ -181,6 +207,7 @@ async def bash(
     """Run a shell command with bash in the working directory and return its combined stdout
     and stderr, ending with the exit code. Output over about 30 kB keeps its head and tail.
     Use for builds, tests, git and other programs; prefer read, grep and glob for looking at files.
+    Processes still running in the background when the command ends are stopped.
 
     Args:
         command: The command line to run.
