@@ -3,7 +3,6 @@ credentials from the developer's environment, so nothing leaks in or out."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,13 @@ CREDENTIALS = (
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path_factory.mktemp("keel-home")
     monkeypatch.setenv("KEEL_HOME", str(home))
     monkeypatch.setenv("KEEL_CONFIG_DIR", str(home / "config"))
     for name in CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
-    yield home
+    return home
 
 
 @pytest.fixture

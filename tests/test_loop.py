@@ -30,6 +30,7 @@ from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.request import Request
 from keel.llm.script import Fault, Reply, reply
 from keel.session.journal import read_records
+from keel.session.records import TerminalRecord, ToolResultRecord
 from keel.session.store import SessionLog
 from keel.tools.base import ToolContext, ToolError, tool
 from keel.tools.builtin import builtin_tools
@@ -239,9 +240,7 @@ async def test_interrupt_during_tools_answers_every_call(project: Path) -> None:
 
     provider = ScriptedProvider(
         [
-            scripted_reply(
-                call("1", "quick"), call("2", "wait_forever"), call("3", "quick")
-            ),
+            scripted_reply(call("1", "quick"), call("2", "wait_forever"), call("3", "quick")),
         ]
     )
     agent = make_agent(provider, project, tools=[wait_forever, quick])
@@ -307,7 +306,8 @@ async def test_token_budget_warns_once_then_stops_before_running_tools(project: 
         Notice("not run: budget reached: 360 tokens of 250 tokens", "warning"),
     ]
     assert agent.messages[-1] == Message(
-        "user", (tool_result("t2", "not run: budget reached: 360 tokens of 250 tokens", is_error=True),)
+        "user",
+        (tool_result("t2", "not run: budget reached: 360 tokens of 250 tokens", is_error=True),),
     )
 
 
@@ -324,7 +324,9 @@ async def test_usd_budget_stops_before_the_next_request(project: Path) -> None:
     assert len(provider.requests) == 1
 
 
-async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_results(project: Path) -> None:
+async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_results(
+    project: Path,
+) -> None:
     provider = ScriptedProvider(
         [
             scripted_reply(
@@ -345,7 +347,7 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
             tool_result(
                 "a",
                 "INVALID_JSON: the arguments for read were cut off or not valid JSON "
-                "('{\"path\": \"ap'); retry the call with complete, valid JSON",
+                '(\'{"path": "ap\'); retry the call with complete, valid JSON',
                 is_error=True,
             ),
             tool_result(
@@ -363,7 +365,9 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
     )
 
 
-async def test_scripted_truncated_tool_json_reaches_the_model_as_invalid_json(project: Path) -> None:
+async def test_scripted_truncated_tool_json_reaches_the_model_as_invalid_json(
+    project: Path,
+) -> None:
     r = reply("", ("read", {"path": "util.py"}))
     r.truncate_tool_json = True
     provider = ScriptedProvider([r, reply("retrying later")])
@@ -371,7 +375,8 @@ async def test_scripted_truncated_tool_json_reaches_the_model_as_invalid_json(pr
     result = await agent.run("go")
     assert result.stop_reason == "end_turn"
     (res,) = agent.messages[2].tool_results
-    assert res.is_error and res.text.startswith("INVALID_JSON")
+    assert res.is_error
+    assert res.text.startswith("INVALID_JSON")
 
 
 @pytest.mark.parametrize(
@@ -410,7 +415,8 @@ async def test_provider_error_ends_turn_and_next_prompt_merges(project: Path) ->
     result = await agent.run("first", events.append)
     assert result.stop_reason == "error"
     assert result.error == "invalid x-api-key"
-    assert isinstance(events[-1], TurnFinished) and events[-1].error == "invalid x-api-key"
+    assert isinstance(events[-1], TurnFinished)
+    assert events[-1].error == "invalid x-api-key"
     provider.steps.append(reply("ok"))
     await agent.run("second")
     assert agent.messages[0] == Message("user", (Text("first"), Text("second")))
@@ -443,7 +449,9 @@ async def test_tool_failures_are_results(project: Path) -> None:
         """Picky."""
         raise ToolError("use a smaller input")
 
-    provider = ScriptedProvider([scripted_reply(call("a", "broken"), call("b", "picky")), reply("ok")])
+    provider = ScriptedProvider(
+        [scripted_reply(call("a", "broken"), call("b", "picky")), reply("ok")]
+    )
     agent = make_agent(provider, project, tools=[broken, picky])
     await agent.run("go")
     assert agent.messages[2].blocks == (
@@ -454,7 +462,10 @@ async def test_tool_failures_are_results(project: Path) -> None:
 
 async def test_large_tool_output_is_truncated_once(project: Path) -> None:
     provider = ScriptedProvider(
-        [scripted_reply(call("a", "bash", command="python3 -c 'print(\"x\" * 100000)'")), reply("ok")]
+        [
+            scripted_reply(call("a", "bash", command="python3 -c 'print(\"x\" * 100000)'")),
+            reply("ok"),
+        ]
     )
     agent = make_agent(provider, project)
     await agent.run("go")
@@ -511,8 +522,11 @@ async def test_journal_records_before_side_effects(project: Path, tmp_path: Path
         "terminal",
     ]
     assert journal_seen == [3]
-    assert records[3].payload == type(records[3].payload)(tool_result("a", "done"), records[3].payload.seconds)  # type: ignore[call-arg]
-    assert records[-1].payload.reason == "completed"  # type: ignore[union-attr]
+    result_payload, terminal = records[3].payload, records[-1].payload
+    assert isinstance(result_payload, ToolResultRecord)
+    assert result_payload.result == tool_result("a", "done")
+    assert isinstance(terminal, TerminalRecord)
+    assert terminal.reason == "completed"
 
 
 async def test_usage_events_carry_context_and_window(project: Path) -> None:
@@ -533,8 +547,8 @@ async def test_api_error_status_survives_to_the_result(project: Path) -> None:
         name = "failing"
 
         async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+            yield Notice("about to fail")
             raise APIError("boom", status=500, retryable=True, provider="failing", hint="try later")
-            yield  # pragma: no cover - makes this an async generator
 
         async def aclose(self) -> None:
             return None

@@ -62,16 +62,31 @@ def test_tool_decorator_builds_schema_from_signature_and_docstring() -> None:
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "What to look for."},
-            "limit": {"type": "integer", "description": "Most results, counted after filtering.", "default": 10},
-            "mode": {"type": "string", "enum": ["fast", "deep"], "description": "How hard to look.", "default": "fast"},
-            "tags": {"type": "array", "items": {"type": "string"}, "description": "Only these tags."},
+            "limit": {
+                "type": "integer",
+                "description": "Most results, counted after filtering.",
+                "default": 10,
+            },
+            "mode": {
+                "type": "string",
+                "enum": ["fast", "deep"],
+                "description": "How hard to look.",
+                "default": "fast",
+            },
+            "tags": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only these tags.",
+            },
             "exact": {"type": "boolean", "default": False},
         },
         "required": ["query"],
         "additionalProperties": False,
     }
     assert search.validate({"query": "x"}) is None
-    assert search.validate({"query": 1, "limit": True, "mode": "slow", "tags": ["a", 2], "extra": 1}) == (
+    assert search.validate(
+        {"query": 1, "limit": True, "mode": "slow", "tags": ["a", 2], "extra": 1}
+    ) == (
         "unknown argument(s) extra; accepted: query, limit, mode, tags, exact; "
         "query: must be string, got integer; limit: must be integer, got boolean; "
         "mode: must be one of ['fast', 'deep'], got 'slow'; tags: item 1 must be string, got integer"
@@ -96,8 +111,8 @@ def test_tool_decorator_rejects_functions_it_cannot_describe() -> None:
 
     with pytest.raises(TypeError, match="must be an async function"):
 
-        @tool
-        def sync(ctx: ToolContext) -> str:  # type: ignore[arg-type]
+        @tool  # type: ignore[arg-type]
+        def sync(ctx: ToolContext) -> str:
             """Doc."""
             return ""
 
@@ -132,11 +147,15 @@ async def test_read_numbers_lines_and_records_the_file(ctx: ToolContext, project
 
 
 async def test_read_pages_long_files_with_offset_hint(ctx: ToolContext, project: Path) -> None:
-    (project / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 3001)), encoding="utf-8")
+    (project / "long.txt").write_text(
+        "".join(f"line {i}\n" for i in range(1, 3001)), encoding="utf-8"
+    )
     out = await run(read, ctx, path="long.txt")
     assert isinstance(out.content, str)
     assert out.content.splitlines()[1999] == "  2000\tline 2000"
-    assert out.content.endswith("[line limit: showed lines 1-2000 of 3000; continue with offset=2001]")
+    assert out.content.endswith(
+        "[line limit: showed lines 1-2000 of 3000; continue with offset=2001]"
+    )
     out = await run(read, ctx, path="long.txt", offset=2990, limit=5)
     assert out.content == "\n".join(f"{i:6d}\tline {i}" for i in range(2990, 2995)) + (
         "\n\n[line limit: showed lines 2990-2994 of 3000; continue with offset=2995]"
@@ -159,13 +178,15 @@ async def test_read_truncates_very_long_lines(ctx: ToolContext, project: Path) -
     assert out.content == "     1\t" + "y" * 2000 + "… [line truncated, 5000 chars]"
 
 
-async def test_read_refuses_binary_and_directories_and_missing(ctx: ToolContext, project: Path) -> None:
+async def test_read_refuses_binary_and_directories_and_missing(
+    ctx: ToolContext, project: Path
+) -> None:
     (project / "blob.bin").write_bytes(b"\x00\x01\x02" * 100)
-    with pytest.raises(ToolError, match="blob.bin is a binary file \\(300 bytes\\)"):
+    with pytest.raises(ToolError, match=r"blob.bin is a binary file \(300 bytes\)"):
         await run(read, ctx, path="blob.bin")
     with pytest.raises(ToolError, match="is a directory"):
         await run(read, ctx, path=".")
-    with pytest.raises(ToolError, match="nope.py does not exist; check the path with glob"):
+    with pytest.raises(ToolError, match=r"nope.py does not exist; check the path with glob"):
         await run(read, ctx, path="nope.py")
 
 
@@ -173,14 +194,20 @@ async def test_read_returns_images_as_image_blocks(ctx: ToolContext, project: Pa
     png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20
     (project / "pic.png").write_bytes(png)
     out = await run(read, ctx, path="pic.png")
-    assert out.content == (Text("Image pic.png (28 bytes):"), Image("image/png", base64.b64encode(png).decode()))
+    assert out.content == (
+        Text("Image pic.png (28 bytes):"),
+        Image("image/png", base64.b64encode(png).decode()),
+    )
 
 
 async def test_reread_of_unchanged_range_is_one_line(ctx: ToolContext, project: Path) -> None:
     await run(read, ctx, path="util.py")
     again = await run(read, ctx, path="util.py")
-    assert again.content == "util.py: unchanged since you last read it (same lines); use the content you already have"
-    time.sleep(0.01)
+    assert (
+        again.content
+        == "util.py: unchanged since you last read it (same lines); use the content you already have"
+    )
+    await asyncio.sleep(0.01)
     (project / "util.py").write_text("X = 2\n", encoding="utf-8")
     changed = await run(read, ctx, path="util.py")
     assert changed.content == "     1\tX = 2"
@@ -189,12 +216,17 @@ async def test_reread_of_unchanged_range_is_one_line(ctx: ToolContext, project: 
 # -- write / edit --------------------------------------------------------------------------------
 
 
-async def test_write_creates_files_and_needs_a_read_to_overwrite(ctx: ToolContext, project: Path) -> None:
+async def test_write_creates_files_and_needs_a_read_to_overwrite(
+    ctx: ToolContext, project: Path
+) -> None:
     out = await run(write, ctx, path="pkg/new.py", content="A = 1\nB = 2\n")
     assert out.content == "Created pkg/new.py (2 lines)."
-    assert out.display is not None and "+A = 1" in out.display
+    assert out.display is not None
+    assert "+A = 1" in out.display
     assert (project / "pkg/new.py").read_text(encoding="utf-8") == "A = 1\nB = 2\n"
-    with pytest.raises(ToolError, match="util.py exists but was not read in this conversation; read it first"):
+    with pytest.raises(
+        ToolError, match=r"util.py exists but was not read in this conversation; read it first"
+    ):
         await run(write, ctx, path="util.py", content="X = 3\n")
     await run(read, ctx, path="util.py")
     out = await run(write, ctx, path="util.py", content="X = 3\n")
@@ -204,13 +236,15 @@ async def test_write_creates_files_and_needs_a_read_to_overwrite(ctx: ToolContex
 
 async def test_write_refuses_stale_reads(ctx: ToolContext, project: Path) -> None:
     await run(read, ctx, path="util.py")
-    time.sleep(0.01)
+    await asyncio.sleep(0.01)
     (project / "util.py").write_text("X = 'changed elsewhere'\n", encoding="utf-8")
     with pytest.raises(ToolError, match="changed since you read it; read it again"):
         await run(write, ctx, path="util.py", content="X = 3\n")
 
 
-async def test_write_is_confined_to_the_project(ctx: ToolContext, project: Path, tmp_path: Path) -> None:
+async def test_write_is_confined_to_the_project(
+    ctx: ToolContext, project: Path, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     with pytest.raises(ToolError, match="outside the project root"):
@@ -218,12 +252,14 @@ async def test_write_is_confined_to_the_project(ctx: ToolContext, project: Path,
     with pytest.raises(ToolError, match="outside the project root"):
         await run(write, ctx, path=str(outside / "y.txt"), content="no")
     (project / "link").symlink_to(outside)
-    with pytest.raises(ToolError, match="outside the project root .* \\(through a symlink\\)"):
+    with pytest.raises(ToolError, match=r"outside the project root .* \(through a symlink\)"):
         await run(write, ctx, path="link/z.txt", content="no")
     assert list(outside.iterdir()) == []
 
 
-async def test_write_keeps_file_mode_and_leaves_no_temp_files(ctx: ToolContext, project: Path) -> None:
+async def test_write_keeps_file_mode_and_leaves_no_temp_files(
+    ctx: ToolContext, project: Path
+) -> None:
     script = project / "run.sh"
     script.write_text("#!/bin/sh\n", encoding="utf-8")
     script.chmod(0o755)
@@ -235,7 +271,9 @@ async def test_write_keeps_file_mode_and_leaves_no_temp_files(ctx: ToolContext, 
 
 async def test_edit_replaces_unique_text(ctx: ToolContext, project: Path) -> None:
     await run(read, ctx, path="app.py")
-    out = await run(edit, ctx, path="app.py", old_string="print('hello')", new_string="print('bye')")
+    out = await run(
+        edit, ctx, path="app.py", old_string="print('hello')", new_string="print('bye')"
+    )
     assert out.content == "Edited app.py: 1 replacement."
     assert out.display == (
         "--- a/app.py\n+++ b/app.py\n@@ -1,5 +1,5 @@\n def main():\n-    print('hello')\n"
@@ -251,15 +289,17 @@ async def test_edit_errors_tell_the_model_what_to_do(ctx: ToolContext, project: 
     with pytest.raises(ToolError, match="was not read"):
         await run(edit, ctx, path="dup.py", old_string="a = 1", new_string="a = 2")
     await run(read, ctx, path="dup.py")
-    with pytest.raises(ToolError, match="occurs 2 times in dup.py; add surrounding lines"):
+    with pytest.raises(ToolError, match=r"occurs 2 times in dup.py; add surrounding lines"):
         await run(edit, ctx, path="dup.py", old_string="a = 1", new_string="a = 2")
-    with pytest.raises(ToolError, match="old_string not found in dup.py; read the file again"):
+    with pytest.raises(ToolError, match=r"old_string not found in dup.py; read the file again"):
         await run(edit, ctx, path="dup.py", old_string="b = 1", new_string="a = 2")
     with pytest.raises(ToolError, match="old_string is empty"):
         await run(edit, ctx, path="dup.py", old_string="", new_string="a = 2")
     with pytest.raises(ToolError, match="identical"):
         await run(edit, ctx, path="dup.py", old_string="a = 1", new_string="a = 1")
-    out = await run(edit, ctx, path="dup.py", old_string="a = 1", new_string="a = 2", replace_all=True)
+    out = await run(
+        edit, ctx, path="dup.py", old_string="a = 1", new_string="a = 2", replace_all=True
+    )
     assert out.content == "Edited dup.py: 2 replacements."
     assert (project / "dup.py").read_text(encoding="utf-8") == "a = 2\na = 2\n"
 
@@ -274,14 +314,31 @@ async def test_bash_reports_exit_code_and_merges_stderr(ctx: ToolContext) -> Non
 
 
 async def test_bash_runs_in_cwd_with_clean_env(ctx: ToolContext, project: Path) -> None:
-    ctx.env = {**ctx.env, "ANTHROPIC_API_KEY": "sk-secret", "MY_SERVICE_ACCESS_TOKEN": "t", "KEEP_ME": "1"}
-    out = await run(bash, ctx, command="pwd; echo ${ANTHROPIC_API_KEY:-none} ${MY_SERVICE_ACCESS_TOKEN:-none} $KEEP_ME $NO_COLOR $PAGER $GIT_PAGER")
+    ctx.env = {
+        **ctx.env,
+        "ANTHROPIC_API_KEY": "sk-secret",
+        "MY_SERVICE_ACCESS_TOKEN": "t",
+        "KEEP_ME": "1",
+    }
+    out = await run(
+        bash,
+        ctx,
+        command="pwd; echo ${ANTHROPIC_API_KEY:-none} ${MY_SERVICE_ACCESS_TOKEN:-none} $KEEP_ME $NO_COLOR $PAGER $GIT_PAGER",
+    )
     assert out.content == f"{project}\nnone none 1 1 cat cat\n[exit code 0]"
 
 
 def test_command_env_scrubs_credentials() -> None:
-    env = command_env({"PATH": "/bin", "OPENAI_API_KEY": "x", "GITHUB_AUTH_TOKEN": "y", "GEMINI_API_KEY": "z"})
-    assert env == {"PATH": "/bin", "NO_COLOR": "1", "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb"}
+    env = command_env(
+        {"PATH": "/bin", "OPENAI_API_KEY": "x", "GITHUB_AUTH_TOKEN": "y", "GEMINI_API_KEY": "z"}
+    )
+    assert env == {
+        "PATH": "/bin",
+        "NO_COLOR": "1",
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
+        "TERM": "dumb",
+    }
 
 
 def test_clean_output_strips_ansi_and_carriage_return_redraws() -> None:
@@ -322,7 +379,9 @@ async def test_bash_cancellation_kills_the_group(ctx: ToolContext, project: Path
 
 
 async def test_bash_caps_a_flood_of_output(ctx: ToolContext) -> None:
-    out = await run(bash, ctx, command="head -c 50000000 /dev/zero | tr '\\0' 'x'; echo; echo tail-marker")
+    out = await run(
+        bash, ctx, command="head -c 50000000 /dev/zero | tr '\\0' 'x'; echo; echo tail-marker"
+    )
     assert isinstance(out.content, str)
     assert len(out.content.encode()) < 31_000
     assert "bytes truncated] ..." in out.content
@@ -365,7 +424,9 @@ def tree(project: Path) -> Path:
     (project / "debug.log").write_text("def in_log\n", encoding="utf-8")
     (project / "keep.log").write_text("def kept\n", encoding="utf-8")
     (project / "src" / "pkg").mkdir(parents=True)
-    (project / "src" / "pkg" / "mod.py").write_text("import os\n\ndef helper():\n    return os.sep\n", encoding="utf-8")
+    (project / "src" / "pkg" / "mod.py").write_text(
+        "import os\n\ndef helper():\n    return os.sep\n", encoding="utf-8"
+    )
     (project / "src" / "data.bin").write_bytes(b"def \x00\x01")
     (project / ".git").mkdir()
     (project / ".git" / "config").write_text("def not_me\n", encoding="utf-8")

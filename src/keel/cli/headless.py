@@ -26,7 +26,7 @@ from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
 from keel.llm.catalog import ModelRef, lookup, parse_model
 from keel.llm.events import Notice
-from keel.llm.provider import make_provider
+from keel.llm.provider import RetryPolicy, make_provider
 
 EXIT_CODES: dict[TurnStop, int] = {
     "end_turn": cli.EXIT_OK,
@@ -135,6 +135,11 @@ class Printer:
             print(f"keel: stopped: {finished.stop_reason}", file=self.err, flush=True)
 
 
+def _first(*values: Any) -> Any:
+    """The first value that was given (0 counts as given, so it can be refused)."""
+    return next((v for v in values if v is not None), None)
+
+
 def _key_arg(args: dict[str, Any] | None) -> str:
     if not args:
         return ""
@@ -155,11 +160,17 @@ def run_headless(args: argparse.Namespace) -> int:
         print(f"keel: warning: {warning}", file=sys.stderr)
     ref = choose_model(args.model, settings)
     limits = Limits(
-        max_turns=args.max_turns or settings.max_turns or DEFAULT_MAX_TURNS,
-        max_tokens=args.max_tokens_budget or settings.budget_tokens,
-        max_usd=args.max_budget_usd or settings.budget_usd,
+        max_turns=_first(args.max_turns, settings.max_turns, DEFAULT_MAX_TURNS),
+        max_tokens=_first(args.max_tokens_budget, settings.budget_tokens),
+        max_usd=_first(args.max_budget_usd, settings.budget_usd),
     )
-    provider = make_provider(ref, config=settings.provider(ref.provider))
+    if args.max_retries < 0:
+        raise UserError("--max-retries must be 0 or more")
+    provider = make_provider(
+        ref,
+        config=settings.provider(ref.provider),
+        retry=RetryPolicy(attempts=args.max_retries + 1),
+    )
     info = lookup(ref.model, settings.models)
     from keel.tools.builtin import builtin_tools
 

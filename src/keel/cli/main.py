@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="stop once the session has used this many tokens (all four tiers)",
     )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=3,
+        help="retries of a failed model request before giving up (default 3)",
+    )
     p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")
     p.add_argument("--cwd", help="work in this directory instead of the current one")
     p.add_argument("--no-session", action="store_true", help="do not write a session file")
