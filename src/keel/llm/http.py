@@ -8,6 +8,7 @@ retries live one level up in `keel.llm.retry`, so this module makes exactly one 
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import time
 from abc import ABC, abstractmethod
@@ -20,6 +21,8 @@ from keel.llm.events import StreamEvent
 from keel.llm.request import Request
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 #: No bytes for this long abandons a request (keep-alives count as bytes).
@@ -113,6 +116,14 @@ async def iter_ndjson(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, A
         yield json.loads(buffer)
 
 
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context per process (honours SSL_CERT_FILE / SSL_CERT_DIR)."""
+    import httpx
+
+    return httpx.create_ssl_context(trust_env=True)
+
+
 def _describe_transport_error(exc: Exception) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
@@ -162,10 +173,16 @@ class HTTPProvider(ABC):
 
             s = self.settings
             stall = None if s.stall_timeout < 0 else s.stall_timeout
+            # A plain-HTTP server (a local model, a test) needs no TLS context; building the
+            # default one loads a CA bundle (~90 ms here), so do it only for https, once.
+            verify: ssl.SSLContext | bool = (
+                shared_ssl_context() if self.base_url.startswith("https:") else False
+            )
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(connect=s.connect_timeout, read=stall, write=60.0, pool=60.0),
                 limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
                 trust_env=True,
+                verify=verify,
             )
         return self._client
 

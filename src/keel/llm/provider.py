@@ -140,12 +140,15 @@ def make_provider(
         from keel.llm.providers.anthropic import AnthropicProvider
 
         key_names = (config.api_key_env,) if config.api_key_env else AnthropicProvider.key_envs
+        # A token from ANTHROPIC_AUTH_TOKEN (gateways, proxies) goes as a bearer token.
+        bearer = not config.api_key_env and not env_key(("ANTHROPIC_API_KEY",), env)
         inner = AnthropicProvider(
             base_url=config.base_url
             or env.get("ANTHROPIC_BASE_URL")
             or AnthropicProvider.default_url,
             api_key=_require_key(ref, key_names, env),
             settings=settings,
+            bearer=bearer,
         )
     elif ref.provider == "openai":
         from keel.llm.providers.openai_responses import OpenAIResponsesProvider

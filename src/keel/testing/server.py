@@ -120,6 +120,7 @@ class LoopbackServer:
         self._ready = threading.Event()
         self.port = 0
         self.errors: list[BaseException] = []
+        self._writers: set[asyncio.StreamWriter] = set()
 
     @property
     def url(self) -> str:
@@ -133,13 +134,26 @@ class LoopbackServer:
         return self
 
     def stop(self) -> None:
-        if self._loop is None:
-            return
+        """Close every connection, finish the handlers, and stop the thread."""
         loop = self._loop
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
-            self._thread.join(5)
+            self._thread.join(10)
         self._loop = None
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -161,14 +175,10 @@ class LoopbackServer:
         try:
             loop.run_forever()
         finally:
-            if self._server is not None:
-                self._server.close()
-            for task in asyncio.all_tasks(loop):
-                task.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
             loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         try:
             while True:
                 request = await self._read_request(reader)
@@ -189,6 +199,7 @@ class LoopbackServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            self._writers.discard(writer)
             try:
                 writer.close()
             except RuntimeError:
