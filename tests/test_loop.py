@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +195,7 @@ class HangingProvider:
         self.text = text
         self.started = asyncio.Event()
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         yield TextDelta(self.text)
         self.started.set()
         await asyncio.sleep(3600)
@@ -546,7 +546,7 @@ async def test_api_error_status_survives_to_the_result(project: Path) -> None:
     class Failing:
         name = "failing"
 
-        async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
             yield Notice("about to fail")
             raise APIError("boom", status=500, retryable=True, provider="failing", hint="try later")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -621,7 +621,7 @@ async def decode(*events: bytes, chunk: int = 7) -> list[StreamEvent]:
     """Decode a stream delivered in awkward `chunk`-byte pieces."""
     raw = b"".join(events)
 
-    async def chunks() -> AsyncIterator[bytes]:
+    async def chunks() -> AsyncGenerator[bytes, None]:
         for i in range(0, len(raw), chunk):
             yield raw[i : i + chunk]
 

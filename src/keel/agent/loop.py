@@ -9,6 +9,7 @@ and keeps the prompt prefix byte-stable (system prompt and tools are fixed per c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -331,14 +332,18 @@ class Agent:
         state.partial = []
         emit(RequestStarted(state.turns, self.model))
         done: Done | None = None
+        stream = self.provider.stream(self._request())
         try:
-            async for event in self.provider.stream(self._request()):
-                if isinstance(event, Done):
-                    done = event
-                    break
-                if isinstance(event, TextDelta):
-                    state.partial.append(event.text)
-                emit(event)
+            # aclosing: the provider's stream (and its HTTP response) is closed here, in this
+            # task, whatever happens, never later by the garbage collector.
+            async with contextlib.aclosing(stream):
+                async for event in stream:
+                    if isinstance(event, Done):
+                        done = event
+                        continue
+                    if isinstance(event, TextDelta):
+                        state.partial.append(event.text)
+                    emit(event)
         except asyncio.CancelledError:
             self._keep_partial(emit)
             raise

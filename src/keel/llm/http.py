@@ -7,12 +7,13 @@ retries live one level up in `keel.llm.retry`, so this module makes exactly one 
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import functools
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,7 @@ class SSEEvent:
     data: str
 
 
-async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[SSEEvent]:
+async def iter_sse(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[SSEEvent]:
     """Decode a text/event-stream body. Comments (keep-alives) are skipped; multi-line data joins
     with newlines, per the SSE spec."""
     buffer = b""
@@ -103,7 +104,7 @@ async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[SSEEvent]:
         yield SSEEvent(event or "message", "\n".join(data))
 
 
-async def iter_ndjson(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+async def iter_ndjson(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[dict[str, Any]]:
     """Decode newline-delimited JSON (Ollama's native stream)."""
     buffer = b""
     async for chunk in chunks:
@@ -158,7 +159,9 @@ class HTTPProvider(ABC):
         """The JSON body, encoded."""
 
     @abstractmethod
-    def decode(self, request: Request, chunks: AsyncIterator[bytes]) -> AsyncIterator[StreamEvent]:
+    def decode(
+        self, request: Request, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Turn the response body into stream events ending in exactly one `Done`."""
 
     @abstractmethod
@@ -191,7 +194,7 @@ class HTTPProvider(ABC):
             await self._client.aclose()
             self._client = None
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         import httpx
 
         url = self.endpoint(request)
@@ -205,8 +208,12 @@ class HTTPProvider(ABC):
                 if response.status_code >= 400:
                     payload = await response.aread()
                     raise self.error_from_response(response.status_code, payload, response.headers)
-                async for event in self.decode(request, self._guarded(response, deadline)):
-                    yield event
+                # Close the decoder chain here, not later from the garbage collector.
+                chunks = self._guarded(response, deadline)
+                events = self.decode(request, chunks)
+                async with contextlib.aclosing(chunks), contextlib.aclosing(events):
+                    async for event in events:
+                        yield event
         except httpx.ReadTimeout as exc:
             raise StallError(self.settings.stall_timeout, provider=self.name) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -239,7 +246,9 @@ class HTTPProvider(ABC):
                 provider=self.name,
             ) from exc
 
-    async def _guarded(self, response: httpx.Response, deadline: float) -> AsyncIterator[bytes]:
+    async def _guarded(
+        self, response: httpx.Response, deadline: float
+    ) -> AsyncGenerator[bytes, None]:
         async for chunk in response.aiter_bytes():
             if time.monotonic() > deadline:
                 raise APIError(

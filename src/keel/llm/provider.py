@@ -7,9 +7,10 @@ retries) and a profile (catalog facts). The loop sees only `Provider.stream`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -29,7 +30,7 @@ class Provider(Protocol):
         """Provider family, as in `anthropic/…`."""
         ...
 
-    def stream(self, request: Request) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]: ...
 
     async def aclose(self) -> None: ...
 
@@ -65,16 +66,18 @@ class RetryingProvider:
     def name(self) -> str:
         return self.inner.name
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         attempt = 0
         while True:
             attempt += 1
             shown = False
             try:
-                async for event in self.inner.stream(request):
-                    if isinstance(event, SHOWN):
-                        shown = True
-                    yield event
+                stream = self.inner.stream(request)
+                async with contextlib.aclosing(stream):
+                    async for event in stream:
+                        if isinstance(event, SHOWN):
+                            shown = True
+                        yield event
                 return
             except (APIError, StallError) as exc:
                 retryable = exc.retryable if isinstance(exc, APIError) else True

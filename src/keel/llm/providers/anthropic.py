@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, assert_never
 
@@ -165,8 +165,8 @@ class AnthropicProvider(HTTPProvider):
     # -- response -----------------------------------------------------------------------------
 
     async def decode(
-        self, request: Request, chunks: AsyncIterator[bytes]
-    ) -> AsyncIterator[StreamEvent]:
+        self, request: Request, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
         assembly = _Assembly(self, request.model)
         async for sse in iter_sse(chunks):
             if assembly.done:

@@ -14,7 +14,7 @@ format, retry (the `RetryingProvider` above it does) or let a wire dict leave th
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 from keel.llm.errors import APIError, ContextOverflow
@@ -341,8 +341,8 @@ class OpenAIChatProvider(HTTPProvider):
         return self._prefix
 
     async def decode(
-        self, request: Request, chunks: AsyncIterator[bytes]
-    ) -> AsyncIterator[StreamEvent]:
+        self, request: Request, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
         assembly = _ChatAssembly(request.model)
         ended = False
         async for sse in iter_sse(chunks):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -649,8 +649,8 @@ class OpenAIResponsesProvider(HTTPProvider):
         return self._prefix
 
     async def decode(
-        self, request: Request, chunks: AsyncIterator[bytes]
-    ) -> AsyncIterator[StreamEvent]:
+        self, request: Request, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[StreamEvent, None]:
         assembly = _ResponseAssembly(request.model)
         async for sse in iter_sse(chunks):
             if assembly.finished or sse.data == "[DONE]":

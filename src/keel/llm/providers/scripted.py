@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ class ScriptedProvider:
                 f"{len(self.steps)} more step(s)"
             )
 
-    async def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
         number = len(self.requests)
         if not self.steps:
@@ -98,7 +98,7 @@ class ScriptedProvider:
             except AssertionError as exc:
                 raise ScriptDivergence(f"script step #{number}: expectation failed: {exc}") from exc
 
-    async def _play(self, step: Reply, request: Request) -> AsyncIterator[StreamEvent]:
+    async def _play(self, step: Reply, request: Request) -> AsyncGenerator[StreamEvent, None]:
         blocks: list[Block] = []
         for block in step.message.blocks:
             if isinstance(block, Thinking):
@@ -123,7 +123,7 @@ class ScriptedProvider:
         message = Message("assistant", tuple(blocks), self.name, self.model)
         yield Done(message, step.usage, step.final_stop_reason)
 
-    async def _fault(self, fault: Fault, request: Request) -> AsyncIterator[StreamEvent]:
+    async def _fault(self, fault: Fault, request: Request) -> AsyncGenerator[StreamEvent, None]:
         if fault.kind == "status":
             raise APIError(
                 fault.message or f"scripted error {fault.status}",
