@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from keel.llm.messages import Message, Text, ToolUse, Usage
@@ -48,8 +49,12 @@ def respond(request: RecordedRequest) -> Step:
 
 
 class BenchServer(AnthropicServer):
-    def __init__(self) -> None:
+    """With `coalesce`, each streamed reply goes out in one write instead of one per event (so the
+    fake server is not the bottleneck when measuring throughput)."""
+
+    def __init__(self, *, coalesce: bool = False) -> None:
         super().__init__(responder=respond)
+        self.coalesce = coalesce
         self.busy = 0.0
         self.count = 0
         self.first_at: float | None = None
@@ -80,9 +85,13 @@ class BenchServer(AnthropicServer):
         # Recorded requests would grow without bound over thousands of turns.
         self.requests.clear()
 
+    def render_stream(self, step: Reply, request: RecordedRequest) -> Iterator[bytes]:
+        events = super().render_stream(step, request)
+        return iter([b"".join(events)]) if self.coalesce else events
+
 
 def main() -> None:
-    server = BenchServer().start()
+    server = BenchServer(coalesce="--coalesce" in sys.argv).start()
     print(f"PORT {server.port}", flush=True)
     sys.stdin.read()  # serve until the parent closes our stdin
     server.stop()

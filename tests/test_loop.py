@@ -529,6 +529,34 @@ async def test_journal_records_before_side_effects(project: Path, tmp_path: Path
     assert terminal.reason == "completed"
 
 
+async def test_each_tool_result_is_durable_before_the_next_tool_runs(
+    project: Path, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    @tool
+    async def step(ctx: ToolContext, name: str) -> str:
+        """A step with a side effect.
+
+        Args:
+            name: Which step.
+        """
+        journal = session.journal
+        seen.append((name, journal.last_seq, journal._synced_seq))
+        return f"did {name}"
+
+    session = SessionLog.create(cwd=project, model="scripted", directory=tmp_path / "s")
+    provider = ScriptedProvider(
+        [scripted_reply(call("a", "step", name="one"), call("b", "step", name="two")), reply("ok")]
+    )
+    agent = make_agent(provider, project, tools=[step], session=session)
+    await agent.run("go")
+    session.close()
+    # meta=1, user=2, assistant=3: durable before the first tool; the first result (4) is durable
+    # before the second tool starts.
+    assert seen == [("one", 3, 3), ("two", 4, 4)]
+
+
 async def test_usage_events_carry_context_and_window(project: Path) -> None:
     info = ModelInfo(1000, 100)
     provider = ScriptedProvider([scripted_reply(Text("hi"), usage=Usage(300, 50, 100, 0))])

@@ -7,9 +7,9 @@ Provider stream deltas pass through unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from keel.frozen import frozen
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
 from keel.llm.messages import Message, StopReason, ToolResult, ToolUse, Usage
 
@@ -29,13 +29,13 @@ TurnStop: TypeAlias = Literal[
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TurnStarted:
     prompt: str
     session_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RequestStarted:
     """A model request is about to be sent (turn `turn` of this prompt)."""
 
@@ -43,7 +43,7 @@ class RequestStarted:
     model: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AssistantMessage:
     """The assembled assistant message, after it was journaled."""
 
@@ -53,12 +53,12 @@ class AssistantMessage:
     cost: float
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolStarted:
     call: ToolUse
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolFinished:
     call: ToolUse
     result: ToolResult
@@ -67,7 +67,7 @@ class ToolFinished:
     display: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UsageUpdated:
     """Running totals after a response. `context` is what the conversation fills of `window`."""
 
@@ -78,7 +78,7 @@ class UsageUpdated:
     window: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TurnFinished:
     """Exactly one per prompt, last. `text` is the final assistant text; `error` is set for
     stop reason `error`."""

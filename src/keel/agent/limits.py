@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from keel.errors import UserError
+from keel.frozen import frozen
 from keel.llm.messages import Usage
 
 DEFAULT_MAX_TURNS = 200
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Limits:
     max_turns: int = DEFAULT_MAX_TURNS
     max_tokens: int | None = None
@@ -46,7 +47,7 @@ class Spend:
         self.cost += cost
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BudgetCheck:
     exhausted: str | None  # a sentence for the user, when a cap is reached
     #: Caps past `warn_at`, as (cap name, sentence); the caller warns once per cap.

@@ -33,6 +33,7 @@ from keel.agent.limits import Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
 from keel.agent.tool_runner import ToolRunner
 from keel.errors import KeelError
+from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
 from keel.llm.errors import LLMError
 from keel.llm.events import Done, Notice, TextDelta
@@ -54,7 +55,7 @@ Emit = Callable[[Event], None]
 # -- next steps: what the loop does after a model response (a tagged union) ----------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Finish:
     reason: TurnStop
     #: Tool calls of the last response that will not run; each still gets a result.
@@ -62,12 +63,12 @@ class Finish:
     why: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RunTools:
     calls: tuple[ToolUse, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Resend:
     """The provider paused a long turn (`pause_turn`); send the conversation again as it is."""
 
@@ -75,7 +76,7 @@ class Resend:
 Step = Finish | RunTools | Resend
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RunResult:
     stop_reason: TurnStop
     text: str
@@ -404,7 +405,7 @@ class Agent:
     async def _run_tools(self, calls: tuple[ToolUse, ...], emit: Emit) -> None:
         results: dict[str, ToolResult] = {}
         try:
-            await self._runner.run(calls, emit, results, self._record_result)
+            await self._runner.run(calls, emit, results, self._record_result, self._barrier)
         finally:
             # Every tool_use gets its tool_result, even when the round was interrupted.
             for call in calls:
@@ -428,6 +429,10 @@ class Agent:
     def _record_result(self, result: ToolResult, seconds: float) -> None:
         if self.session is not None:
             self.session.tool_result(result, seconds)
+
+    def _barrier(self) -> None:
+        if self.session is not None:
+            self.session.barrier()
 
     def _terminal(self, reason: TerminalReason, message: str) -> None:
         if self.session is None:

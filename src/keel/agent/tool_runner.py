@@ -6,24 +6,21 @@ call. Every result passes through the one truncation function and is recorded th
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from keel.agent.events import Event, ToolFinished, ToolStarted
+from keel.frozen import frozen
 from keel.llm.messages import Image, Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate
 from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput
 from keel.tools.registry import Registry
 from keel.tools.truncate import truncate
 
-log = logging.getLogger(__name__)
-
 Record = Callable[[ToolResult, float], None]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Ready:
     call: ToolUse
     tool: Tool
@@ -71,9 +68,11 @@ class ToolRunner:
         emit: Callable[[Event], None],
         results: dict[str, ToolResult],
         record: Record,
+        barrier: Callable[[], None] = lambda: None,
     ) -> None:
-        """Fill `results` (keyed by call id). On cancellation, calls that have not finished are
-        left out of `results`; the caller answers them."""
+        """Fill `results` (keyed by call id). `record` journals each result as it exists;
+        `barrier` makes everything journaled durable and is called before any tool starts. On
+        cancellation, calls that have not finished are left out of `results` for the caller."""
 
         def done(call: ToolUse, result: ToolResult, seconds: float, display: str | None) -> None:
             record(result, seconds)
@@ -92,6 +91,7 @@ class ToolRunner:
                 continue
             ready.append(_Ready(call, checked))
         for group in _groups(ready):  # phase 2: run
+            barrier()
             if len(group) == 1:
                 await self._run_one(group[0], emit, done)
             else:
@@ -114,11 +114,17 @@ class ToolRunner:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in a tool must not end the run; the model sees it
-            log.debug("tool %s raised", call.name, exc_info=True)
+            _log_tool_bug(call.name)
             output = ToolOutput(
                 f"{call.name} failed unexpectedly: {type(exc).__name__}: {exc}", is_error=True
             )
         done(call, finish(call, output), time.monotonic() - start, output.display)
+
+
+def _log_tool_bug(name: str) -> None:
+    import logging  # only on this rare path: logging costs startup time
+
+    logging.getLogger(__name__).debug("tool %s raised", name, exc_info=True)
 
 
 def _groups(ready: list[_Ready]) -> list[list[_Ready]]:

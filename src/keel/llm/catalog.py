@@ -7,9 +7,10 @@ USD per million tokens. Users override or add entries with the `models` settings
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from keel.errors import UserError
+from keel.frozen import frozen
 from keel.llm.messages import Usage
 
 #: Defaults for a model the catalog does not know.
@@ -19,7 +20,7 @@ UNKNOWN_MAX_OUTPUT = 16_000
 MAX_OUTPUT_CAP = 64_000
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ModelInfo:
     window: int
     max_output: int
@@ -124,7 +125,7 @@ _BARE_ROUTES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ModelRef:
     provider: str
     model: str

@@ -6,35 +6,35 @@ and stop reason, and that is what the loop stores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from keel.frozen import frozen
 from keel.llm.messages import Message, StopReason, Usage
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TextDelta:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ThinkingDelta:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolUseStart:
     id: str
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolUseDelta:
     id: str
     partial_json: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Notice:
     """Something the user should know that is not model output (a retry, a salvaged call)."""
 
@@ -42,7 +42,7 @@ class Notice:
     level: Literal["info", "warning"] = "info"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Done:
     message: Message
     usage: Usage

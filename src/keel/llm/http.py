@@ -14,9 +14,9 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from keel.frozen import frozen
 from keel.llm.errors import APIError, LLMError, StallError, is_retryable_status
 from keel.llm.events import StreamEvent
 from keel.llm.request import Request
@@ -34,7 +34,7 @@ DEFAULT_CALL_TIMEOUT = 900.0
 CONNECT_TIMEOUT = 15.0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HTTPSettings:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     call_timeout: float = DEFAULT_CALL_TIMEOUT
@@ -63,26 +63,22 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class SSEEvent:
     event: str
     data: str
 
 
-async def iter_sse(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[SSEEvent]:
+async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncGenerator[SSEEvent, None]:
     """Decode a text/event-stream body. Comments (keep-alives) are skipped; multi-line data joins
-    with newlines, per the SSE spec."""
-    buffer = b""
+    with newlines, per the SSE spec. Each chunk is split once (no re-slicing of the buffer)."""
+    pending = b""
     event = ""
     data: list[str] = []
     async for chunk in chunks:
-        buffer += chunk
-        while True:
-            nl = buffer.find(b"\n")
-            if nl < 0:
-                break
-            raw = buffer[:nl]
-            buffer = buffer[nl + 1 :]
+        lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+        pending = lines.pop()
+        for raw in lines:
             if raw.endswith(b"\r"):
                 raw = raw[:-1]
             if not raw:
@@ -90,16 +86,18 @@ async def iter_sse(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[SSEEven
                     yield SSEEvent(event or "message", "\n".join(data))
                 event, data = "", []
                 continue
-            line = raw.decode("utf-8")
-            if line.startswith(":"):
+            if raw[:1] == b":":
                 continue
-            name, _, value = line.partition(":")
-            if value.startswith(" "):
+            name, _, value = raw.decode("utf-8").partition(":")
+            if value[:1] == " ":
                 value = value[1:]
             if name == "data":
                 data.append(value)
             elif name == "event":
                 event = value
+    if pending.strip() and pending.startswith(b"data:"):
+        value = pending.decode("utf-8")[5:]
+        data.append(value[1:] if value[:1] == " " else value)
     if data:
         yield SSEEvent(event or "message", "\n".join(data))
 
@@ -174,18 +172,17 @@ class HTTPProvider(ABC):
         if self._client is None:
             import httpx
 
+            from keel.llm.netio import http_transport
+
             s = self.settings
             stall = None if s.stall_timeout < 0 else s.stall_timeout
             # A plain-HTTP server (a local model, a test) needs no TLS context; building the
             # default one loads a CA bundle (~90 ms here), so do it only for https, once.
-            verify: ssl.SSLContext | bool = (
-                shared_ssl_context() if self.base_url.startswith("https:") else False
-            )
+            context = shared_ssl_context() if self.base_url.startswith("https:") else None
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(connect=s.connect_timeout, read=stall, write=60.0, pool=60.0),
-                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-                trust_env=True,
-                verify=verify,
+                transport=http_transport(ssl_context=context, max_connections=64, max_keepalive=32),
+                trust_env=True,  # proxies from the environment still apply (their own transports)
             )
         return self._client
 

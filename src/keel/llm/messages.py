@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from keel.errors import UserError
+from keel.frozen import frozen
 
 #: Version of the serialised message form. Bump it and add a migration in `_MIGRATIONS` when the
 #: shape changes; `message_from_json` reads every older version.
@@ -20,12 +21,12 @@ MESSAGE_FORMAT = 1
 Role: TypeAlias = Literal["user", "assistant"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Text:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Thinking:
     """Model reasoning. `signature` is opaque (Anthropic's signature or redacted data, OpenAI's
     encrypted reasoning content, Gemini's thought signature) and must round-trip byte for byte.
@@ -41,7 +42,7 @@ class Thinking:
     item_id: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolUse:
     """A tool call. `input` is None when the model's arguments were not valid JSON (a stream cut
     short); `raw_input` then keeps what arrived so the loop can tell the model what went wrong."""
@@ -53,13 +54,13 @@ class ToolUse:
     signature: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Image:
     media_type: str
     data: str  # base64
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolResult:
     tool_use_id: str
     content: tuple[Text | Image, ...]
@@ -73,7 +74,7 @@ class ToolResult:
 Block: TypeAlias = Text | Thinking | ToolUse | ToolResult | Image
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Message:
     """One message. Assistant messages record the provider and model that produced them."""
 
@@ -113,7 +114,7 @@ def tool_result(tool_use_id: str, text: str, *, is_error: bool = False) -> ToolR
     return ToolResult(tool_use_id, (Text(text),), is_error)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Usage:
     """Tokens of one response (or a sum). `input` excludes cached tokens, so the four tiers add up
     to everything the provider processed."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from keel.errors import UserError
+from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef, lookup
 from keel.llm.errors import APIError, StallError
 from keel.llm.events import SHOWN, Notice, StreamEvent
@@ -35,7 +36,7 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RetryPolicy:
     """Retries of one model call: `attempts` in all, waiting `base * 2**n` seconds plus up to
     `jitter` seconds between them, or the server's `Retry-After` when it is at most
@@ -104,7 +105,7 @@ def env_key(names: tuple[str, ...], env: Mapping[str, str]) -> str:
     return ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ProviderConfig:
     """Per-provider settings from the settings file (base URL, key variable, timeouts)."""
 

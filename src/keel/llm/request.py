@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, TypeAlias
 
+from keel.frozen import frozen
 from keel.llm.messages import Message
 
 Effort: TypeAlias = Literal["low", "medium", "high", "max"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolSpec:
     """A tool as the model sees it."""
 
@@ -19,7 +20,7 @@ class ToolSpec:
     input_schema: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Request:
     model: str
     system: str

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
+from keel.frozen import frozen
 from keel.llm.messages import ToolUse
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Allow:
     source: str = "default"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Deny:
     reason: str
     source: str = "default"

@@ -13,11 +13,15 @@ import contextlib
 import errno
 import fcntl
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.errors import RunError, UserError
+from keel.frozen import frozen
 from keel.session.records import Payload, Record, RecordError, decode, encode, now
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -43,7 +47,7 @@ class JournalWriteError(RunError):
     """Appending to the session file failed (disk full, read-only file system, …)."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Loaded:
     records: list[Record]
     #: Bytes cut off the end because the last line was torn (0 if none).
@@ -60,6 +64,9 @@ def make_dirs(path: Path) -> None:
     for d in reversed(missing):
         with contextlib.suppress(FileExistsError):
             d.mkdir(mode=DIR_MODE)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -109,7 +116,9 @@ class Journal:
         self._fd = fd
         self._lock_fd = lock_fd
         self.last_seq = last_seq
-        self._unsynced = False
+        self._synced_seq = last_seq
+        self._background: Future[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -172,40 +181,62 @@ class Journal:
     # -- writing -----------------------------------------------------------------------------
 
     def append(self, payload: Payload, *, durable: bool = True) -> Record:
-        """Write one record. With `durable`, also fsync (and any earlier unsynced records)."""
+        """Write one record. With `durable`, also fsync it (and every earlier record) before
+        returning. Without, the line is written (a killed process cannot lose it) and made durable
+        by the next `sync`, `sync_in_background` or durable append."""
         record = Record(self.last_seq + 1, now(), payload)
         line = encode(record)
         try:
             written = os.write(self._fd, line)
             if written != len(line):
                 raise OSError(errno.EIO, f"short write ({written} of {len(line)} bytes)")
-            if durable:
-                os.fsync(self._fd)
-                self._unsynced = False
-            else:
-                self._unsynced = True
         except OSError as exc:
             raise JournalWriteError(
                 f"cannot write session file {self.path}: {exc.strerror or exc}",
                 hint="free disk space or fix permissions; the run stopped and the file is readable",
             ) from exc
         self.last_seq = record.seq
+        if durable:
+            self.sync()
         return record
 
     def sync(self) -> None:
-        """Make every appended record durable."""
-        if self._unsynced:
-            try:
-                os.fsync(self._fd)
-            except OSError as exc:
-                raise JournalWriteError(f"cannot sync session file {self.path}: {exc}") from exc
-            self._unsynced = False
+        """Make every appended record durable (waiting for a background sync if one runs)."""
+        if self._background is not None:
+            self._background.result()
+            self._background = None
+        if self._synced_seq < self.last_seq:
+            self._fsync(self.last_seq)
+
+    def sync_in_background(self) -> None:
+        """Start making the records appended so far durable on a worker thread, so the fsync
+        overlaps whatever the caller does next (a model request). `sync` waits for it."""
+        if self._synced_seq >= self.last_seq or self._fd < 0:
+            return
+        if self._background is not None and not self._background.done():
+            return  # the next sync() covers what this one misses
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="keel-journal-sync")
+        self._background = self._executor.submit(self._fsync, self.last_seq)
+
+    def _fsync(self, upto: int) -> None:
+        try:
+            # fdatasync: an append changes the size, which it does flush; mtime it may skip.
+            _datasync(self._fd)
+        except OSError as exc:
+            raise JournalWriteError(f"cannot sync session file {self.path}: {exc}") from exc
+        self._synced_seq = max(self._synced_seq, upto)
 
     def close(self) -> None:
         if self._fd < 0:
             return
         with contextlib.suppress(OSError):
             self.sync()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         os.close(self._fd)
         self._fd = -1
         with contextlib.suppress(OSError):

@@ -8,10 +8,11 @@ disk. This module only converts between records and JSON; it does no I/O.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
 
+from keel.frozen import frozen
 from keel.llm.messages import (
     Message,
     ToolResult,
@@ -41,7 +42,7 @@ TerminalReason: TypeAlias = Literal[
 UserSource: TypeAlias = Literal["prompt", "note", "task_notification", "hook_feedback", "command"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Fingerprint:
     """What must match for a resume to replay faithfully."""
 
@@ -77,7 +78,7 @@ class Fingerprint:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Meta:
     id: str
     cwd: str
@@ -89,14 +90,14 @@ class Meta:
     type: Literal["meta"] = "meta"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class UserRecord:
     message: Message
     source: UserSource = "prompt"
     type: Literal["user"] = "user"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AssistantRecord:
     message: Message
     usage: Usage
@@ -106,20 +107,20 @@ class AssistantRecord:
     type: Literal["assistant"] = "assistant"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolResultRecord:
     result: ToolResult
     seconds: float = 0.0
     type: Literal["tool_result"] = "tool_result"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NoteRecord:
     text: str
     type: Literal["note"] = "note"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CompactionRecord:
     summary: str
     trigger: str
@@ -128,7 +129,7 @@ class CompactionRecord:
     type: Literal["compaction"] = "compaction"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DecisionRecord:
     tool_use_id: str
     tool: str
@@ -138,7 +139,7 @@ class DecisionRecord:
     type: Literal["decision"] = "decision"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TerminalRecord:
     reason: TerminalReason
     message: str = ""
@@ -157,7 +158,7 @@ Payload: TypeAlias = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Record:
     seq: int
     ts: str

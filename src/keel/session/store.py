@@ -107,7 +107,14 @@ class SessionLog:
         self.journal.append(AssistantRecord(message, usage, cost, stop_reason, turn))
 
     def tool_result(self, result: ToolResult, seconds: float) -> None:
-        self.journal.append(ToolResultRecord(result, seconds))
+        # Written now (a killed process cannot lose it); the fsync runs on a worker thread so it
+        # overlaps what comes next. `barrier` makes it durable before any other tool runs.
+        self.journal.append(ToolResultRecord(result, seconds), durable=False)
+        self.journal.sync_in_background()
+
+    def barrier(self) -> None:
+        """Everything recorded so far is durable when this returns (called before a tool runs)."""
+        self.journal.sync()
 
     def note(self, text: str) -> None:
         self.journal.append(NoteRecord(text), durable=False)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args, get_origin, overload, runtime_checkable
 
+from keel.frozen import frozen
 from keel.llm.messages import Image, Text
 from keel.llm.request import ToolSpec
 
@@ -25,7 +26,7 @@ class ToolError(Exception):
     """A failure the model should see: the message says what went wrong and how to do better."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class FileStamp:
     mtime_ns: int
     size: int
@@ -51,7 +52,7 @@ class ToolContext:
         return p if p.is_absolute() else self.cwd / p
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ToolOutput:
     """A tool's result. `display` is for the UI only (a diff, a summary); the model sees `content`."""
 
@@ -118,7 +119,7 @@ class FunctionTool:
         return "; ".join(problems) or None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Param:
     schema: dict[str, Any]
     required: bool

@@ -13,6 +13,7 @@ That is also what keeps the prompt prefix byte-stable, which is what makes the p
 from __future__ import annotations
 
 import json
+import operator
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -314,9 +315,21 @@ class _WireCache:
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._entries: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
+        # The previous request's messages and wires: the next request usually extends them.
+        self._last: tuple[tuple[Message, ...], list[bytes]] = ((), [])
 
     def encoded(self, messages: tuple[Message, ...]) -> list[bytes]:
         """The wire bytes of each message, encoding only those not seen before."""
+        last_messages, last_wires = self._last
+        n = len(last_messages)
+        if n and len(messages) >= n and all(map(operator.is_, messages[:n], last_messages)):
+            out = last_wires + self._lookup(messages[n:])
+        else:
+            out = self._lookup(messages)
+        self._last = (messages, out)
+        return list(out)
+
+    def _lookup(self, messages: tuple[Message, ...]) -> list[bytes]:
         entries = self._entries
         out: list[bytes] = []
         for message in messages:

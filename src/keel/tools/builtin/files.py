@@ -8,9 +8,7 @@ atomic replace through a temp file in the same directory.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import os
-import tempfile
 from pathlib import Path
 
 from keel.llm.messages import Image, Text
@@ -157,6 +155,8 @@ def _check_fresh(ctx: ToolContext, target: Path, raw: str) -> None:
 
 
 def _atomic_write(target: Path, content: str) -> None:
+    import tempfile  # only when a tool writes: keeps it off the startup path
+
     target.parent.mkdir(parents=True, exist_ok=True)
     mode = target.stat().st_mode & 0o7777 if target.exists() else None
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".keel-tmp")
@@ -172,6 +172,8 @@ def _atomic_write(target: Path, content: str) -> None:
 
 
 def _diff(before: str, after: str, name: str) -> str:
+    import difflib
+
     return "".join(
         difflib.unified_diff(
             before.splitlines(keepends=True),

@@ -9,9 +9,9 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from keel.frozen import frozen
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 
 MAX_LINES = 500
@@ -75,7 +75,7 @@ async def _rg_files(top: Path, cwd: Path, pattern: str) -> list[str]:
 # -- the pure-Python fallback ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _Rule:
     base: Path
     regex: re.Pattern[str]
