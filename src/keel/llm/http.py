@@ -11,6 +11,7 @@ import contextlib
 import email.utils
 import functools
 import json
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -123,6 +124,13 @@ def shared_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=True)
 
 
+_PROXY_VARS = ("https_proxy", "http_proxy", "all_proxy")
+
+
+def proxies_configured() -> bool:
+    return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARS)
+
+
 def _describe_transport_error(exc: Exception) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
@@ -179,11 +187,20 @@ class HTTPProvider(ABC):
             # A plain-HTTP server (a local model, a test) needs no TLS context; building the
             # default one loads a CA bundle (~90 ms here), so do it only for https, once.
             context = shared_ssl_context() if self.base_url.startswith("https:") else None
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(connect=s.connect_timeout, read=stall, write=60.0, pool=60.0),
-                transport=http_transport(ssl_context=context, max_connections=64, max_keepalive=32),
-                trust_env=True,  # proxies from the environment still apply (their own transports)
-            )
+            timeout = httpx.Timeout(connect=s.connect_timeout, read=stall, write=60.0, pool=60.0)
+            if proxies_configured():
+                # httpx honours *_PROXY and NO_PROXY only with its own transports.
+                self._client = httpx.AsyncClient(
+                    timeout=timeout, verify=context or False, trust_env=True
+                )
+            else:
+                self._client = httpx.AsyncClient(
+                    timeout=timeout,
+                    transport=http_transport(
+                        ssl_context=context, max_connections=64, max_keepalive=32
+                    ),
+                    trust_env=True,
+                )
         return self._client
 
     async def aclose(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 import time
 from abc import abstractmethod
@@ -44,6 +45,8 @@ class RecordedRequest:
     headers: dict[str, str]
     body: bytes
     received_at: float = field(default_factory=time.monotonic)
+    #: For a request sent to this server as a forward proxy: the origin it was meant for.
+    proxied_to: str = ""
 
     @property
     def json(self) -> Any:
@@ -121,10 +124,13 @@ class LoopbackServer:
         self.port = 0
         self.errors: list[BaseException] = []
         self._writers: set[asyncio.StreamWriter] = set()
+        #: Serve HTTPS with this context when set before `start()`.
+        self.tls: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> Self:
         self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
@@ -167,7 +173,7 @@ class LoopbackServer:
         asyncio.set_event_loop(loop)
 
         async def boot() -> None:
-            self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
             self.port = self._server.sockets[0].getsockname()[1]
 
         loop.run_until_complete(boot())
@@ -210,6 +216,12 @@ class LoopbackServer:
         if not line:
             return None
         method, path, _ = line.decode("latin-1").split(" ", 2)
+        target = ""
+        if path.startswith(("http://", "https://")):
+            # Absolute form: the client took this server for its forward proxy.
+            scheme, _, rest = path.partition("://")
+            host, _, tail = rest.partition("/")
+            target, path = f"{scheme}://{host}", "/" + tail
         headers: dict[str, str] = {}
         while True:
             raw = await reader.readline()
@@ -230,7 +242,7 @@ class LoopbackServer:
                 parts.append(await reader.readexactly(size))
                 await reader.readline()
             body = b"".join(parts)
-        return RecordedRequest(method, path, headers, body)
+        return RecordedRequest(method, path, headers, body, proxied_to=target)
 
     @abstractmethod
     async def handle(self, request: RecordedRequest, response: ResponseWriter) -> None: ...
