@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from keel.llm.script import Fault, reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.openai_server import OpenAIChatServer, OpenAIResponsesServer
 from keel.testing.server import ScriptedHTTPServer
+from tests.helpers import free_port
 
 TASK = "list the Python files here and count their lines"
 
@@ -170,9 +170,7 @@ def test_wrong_key_is_one_line(anthropic: AnthropicServer, project: Path) -> Non
 
 
 def test_unreachable_server_is_one_line(project: Path) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = run_keel(
         ["-p", "hi", "--model", "openai/gpt-5", "--max-retries", "0"],
         project,

@@ -30,6 +30,7 @@ from keel.llm.provider import ProviderConfig, RetryingProvider, RetryPolicy
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.request import Request
 from keel.llm.script import Fault, reply
+from tests.helpers import Sleeps
 
 # -- messages ----------------------------------------------------------------------------------
 
@@ -155,14 +156,6 @@ def test_bad_model_specs(spec: str, message: str) -> None:
 
 
 # -- retries -----------------------------------------------------------------------------------
-
-
-class Sleeps:
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
 
 
 def request() -> Request:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
@@ -49,6 +48,7 @@ from keel.llm.providers.anthropic import AnthropicProvider
 from keel.llm.request import Effort, Request, ToolSpec
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.script import Fault, Reply
+from tests.helpers import Sleeps, free_port
 
 MODEL = "claude-haiku-4-5"
 KEY = "sk-ant-test-key"
@@ -157,23 +157,6 @@ def breakpoints(body: Any) -> list[str]:
 
     walk(body, "")
     return found
-
-
-class Sleeps:
-    """Stands in for `asyncio.sleep` in `RetryingProvider`: records waits, waits for nothing."""
-
-    def __init__(self) -> None:
-        self.waits: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture
@@ -1123,7 +1106,7 @@ async def test_stall_after_output_is_a_stall_error(
 
 
 async def test_unreachable_port_after_all_attempts() -> None:
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     client = AnthropicProvider(base_url=url, api_key=KEY, settings=HTTPSettings())
     sleeps = Sleeps()
     try:

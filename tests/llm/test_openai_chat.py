@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeAlias
 
@@ -46,7 +45,8 @@ from keel.llm.providers.openai_chat import OpenAIChatProvider
 from keel.llm.request import Request, ToolSpec
 from keel.testing.openai_server import OpenAIChatServer
 from keel.testing.script import Fault, Reply
-from keel.testing.server import LoopbackServer, RecordedRequest, ResponseWriter
+from keel.testing.server import RawStreamServer
+from tests.helpers import Sleeps, body, collect, free_port
 
 MODEL = "qwen3-coder"
 READ = ToolSpec(
@@ -55,13 +55,6 @@ READ = ToolSpec(
     {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
 )
 FAST = RetryPolicy(attempts=3, base=0.01, jitter=0)
-
-
-class Sleeps(list[float]):
-    """Stands in for `asyncio.sleep` in `RetryingProvider`, recording the waits."""
-
-    async def __call__(self, seconds: float) -> None:
-        self.append(seconds)
 
 
 def make_provider(url: str, *, key: str = "", stall: float = 5.0) -> OpenAIChatProvider:
@@ -104,19 +97,6 @@ async def provider(shared_server: OpenAIChatServer) -> AsyncIterator[OpenAIChatP
 
 def request(*messages: Message, **options: Any) -> Request:
     return Request(model=MODEL, system="You are keel.", messages=messages, **options)
-
-
-async def collect(provider: Any, req: Request, into: list[StreamEvent] | None = None) -> list[Any]:
-    events: list[StreamEvent] = [] if into is None else into
-    async for event in provider.stream(req):
-        events.append(event)
-    return events
-
-
-def body(recorded: RecordedRequest) -> dict[str, Any]:
-    data = json.loads(recorded.body)
-    assert isinstance(data, dict)
-    return data
 
 
 def done(*blocks: Any, usage: Usage | None = None, stop: StopReason = "end_turn") -> Done:
@@ -513,13 +493,6 @@ async def test_stall_after_output_is_a_stall_error(server: OpenAIChatServer) -> 
     assert sleeps == []
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 async def test_unreachable_server_names_the_base_url_setting() -> None:
     dead = make_provider(f"http://127.0.0.1:{free_port()}")
     sleeps = Sleeps()
@@ -552,27 +525,13 @@ DONE = b"data: [DONE]\n\n"
 USAGE = {"prompt_tokens": 10, "completion_tokens": 2}
 
 
-class CannedServer(LoopbackServer):
-    """Streams `chunks`, raw SSE bytes set by each test, to every request."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.chunks: tuple[bytes, ...] = ()
-
-    async def handle(self, request: RecordedRequest, response: ResponseWriter) -> None:
-        await response.start_stream()
-        for part in self.chunks:
-            await response.chunk(part)
-        await response.end_stream()
-
-
 Canned: TypeAlias = Callable[..., Awaitable[tuple[list[StreamEvent], BaseException | None]]]
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def canned() -> AsyncIterator[Canned]:
     """`await canned(*chunks)`: the events keel decoded from that stream, and its error if any."""
-    with CannedServer() as server:
+    with RawStreamServer() as server:
         client = make_provider(server.url)
 
         async def run(*chunks: bytes) -> tuple[list[StreamEvent], BaseException | None]:

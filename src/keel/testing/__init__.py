@@ -1,6 +1,13 @@
 """Public fakes for testing code built on keel (and keel itself): a scripted provider and loopback
-servers that speak each provider's wire API on 127.0.0.1. Nothing here reaches the network."""
+servers that speak each provider's wire API on 127.0.0.1. Nothing here reaches the network.
 
-from keel.testing.script import Fault, Reply, ScriptDivergence, Step, reply
+- `ScriptedProvider`: an in-process provider that plays a script and fails loudly on divergence.
+- `keel.testing.anthropic_server.AnthropicServer`, `keel.testing.openai_server.OpenAIResponsesServer`
+  and `OpenAIChatServer`: real HTTP servers on 127.0.0.1 (imported from their modules).
+- `Reply`, `Fault`, `reply`: the script language both use.
+"""
 
-__all__ = ["Fault", "Reply", "ScriptDivergence", "Step", "reply"]
+from keel.llm.providers.scripted import ScriptedProvider
+from keel.llm.script import Fault, Reply, ScriptDivergence, Step, reply
+
+__all__ = ["Fault", "Reply", "ScriptDivergence", "ScriptedProvider", "Step", "reply"]

@@ -248,6 +248,21 @@ class LoopbackServer:
     async def handle(self, request: RecordedRequest, response: ResponseWriter) -> None: ...
 
 
+class RawStreamServer(LoopbackServer):
+    """Streams `chunks` (raw body bytes, set by the test) to every request, for testing a
+    decoder against exactly the bytes a server might send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: tuple[bytes, ...] = ()
+
+    async def handle(self, request: RecordedRequest, response: ResponseWriter) -> None:
+        await response.start_stream()
+        for part in self.chunks:
+            await response.chunk(part)
+        await response.end_stream()
+
+
 Responder = Callable[[RecordedRequest], Step]
 
 
