@@ -324,24 +324,19 @@ def test_model_error_exits_1_with_the_error(project: Path, tmp_path: Path) -> No
     assert out.stderr == "keel: error: bad request: no\n"
 
 
-def test_sigint_interrupts_and_journals(project: Path, tmp_path: Path, isolated_env: Path) -> None:
-    script = write_script(
-        tmp_path / "s.json",
-        [
-            {"tool_calls": [{"name": "bash", "input": {"command": "touch started; sleep 30"}}]},
-        ],
-    )
-    proc = subprocess.Popen(
+def _start(project: Path, script: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "keel",
             "-p",
-            "wait",
+            "go",
             "--model",
             f"scripted:{script}",
             "--output-format",
             "json",
+            *extra,
         ],
         cwd=project,
         stdin=subprocess.DEVNULL,
@@ -349,11 +344,63 @@ def test_sigint_interrupts_and_journals(project: Path, tmp_path: Path, isolated_
         stderr=subprocess.PIPE,
         text=True,
     )
-    for _ in range(200):
-        if (project / "started").exists():
-            break
-        time.sleep(0.05)
+
+
+def _wait_for(path: Path) -> None:
+    for _ in range(400):
+        if path.exists():
+            return
+        time.sleep(0.025)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_first_signal_suspends_after_the_tool_in_flight(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "bash",
+                        "input": {"command": "touch started; sleep 1; echo one >> log"},
+                    },
+                    {"name": "bash", "input": {"command": "echo two >> log"}},
+                ]
+            },
+            {"text": "never reached before the resume"},
+        ],
+    )
+    proc = _start(project, script)
+    _wait_for(project / "started")
     proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 6, stderr
+    result = json.loads(stdout)
+    assert result["stop_reason"] == "suspended"
+    assert f"keel: suspended; resume with: keel resume {result['session_id']}" in stderr
+    assert (project / "log").read_text(encoding="utf-8") == "one\n"  # the second call did not start
+    (path,) = session_files(isolated_env)
+    kinds = [r.payload.type for r in read_records(path).records]
+    assert kinds == ["meta", "user", "assistant", "tool_result", "terminal"]
+    assert read_records(path).records[-1].payload.reason == "suspended"  # type: ignore[union-attr]
+
+
+def test_second_signal_aborts_and_records_interrupted(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "bash", "input": {"command": "touch started; sleep 30"}}]},
+        ],
+    )
+    proc = _start(project, script)
+    _wait_for(project / "started")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
     stdout, _stderr = proc.communicate(timeout=20)
     assert proc.returncode == 130
     assert json.loads(stdout)["stop_reason"] == "interrupted"

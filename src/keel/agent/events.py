@@ -33,6 +33,8 @@ TurnStop: TypeAlias = Literal[
 class TurnStarted:
     prompt: str
     session_id: str
+    #: True when a run continues a suspended or crashed one (no new prompt).
+    resumed: bool = False
 
 
 @frozen

@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -32,7 +33,7 @@ from keel.agent.events import (
 from keel.agent.limits import Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
 from keel.agent.tool_runner import ToolRunner
-from keel.errors import KeelError
+from keel.errors import KeelError, UserError
 from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
 from keel.llm.errors import LLMError
@@ -40,6 +41,7 @@ from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider
 from keel.llm.request import Effort, Request
+from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import Fingerprint, TerminalReason
 from keel.session.store import SessionLog, new_session_id
@@ -134,6 +136,7 @@ class Agent:
         effort: Effort | None = None,
         env: Mapping[str, str] | None = None,
         session_id: str | None = None,
+        today: date | None = None,
     ) -> None:
         self.provider = provider
         self.model = model
@@ -153,13 +156,20 @@ class Agent:
             env=dict(os.environ if env is None else env),
         )
         self._system_override = system
+        self._today = today
         self._system: str | None = None
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
         self._runner = ToolRunner(self.registry, self.ctx)
         self._task: asyncio.Task[Any] | None = None
         self._interrupt_requested = False
+        self._suspend_requested = False
         self._state = _TurnState()
+        #: A tool batch left half-answered (by a suspend, or found in a resumed session).
+        self._pending: PendingBatch | None = None
+        self._restored_turns = 0
+        self.total_turns = 0
+        self.last_prompt = ""
 
     @classmethod
     def from_model(
@@ -185,7 +195,7 @@ class Agent:
     def system(self) -> str:
         """The system prompt of the current context (built on first use, then fixed)."""
         if self._system is None:
-            self._system = self._system_override or build_system_prompt(self.cwd)
+            self._system = self._system_override or build_system_prompt(self.cwd, today=self._today)
         return self._system
 
     @property
@@ -206,15 +216,46 @@ class Agent:
             max_usd=self.limits.max_usd,
         )
 
+    def restore(self, state: SessionState) -> None:
+        """Take over a folded session: its conversation, spend, turn counts and any half-answered
+        tool batch. `resume()` then continues it without replaying anything."""
+        self.conversation = Conversation(list(state.messages))
+        self.spend = Spend(state.usage, state.cost)
+        self._pending = state.pending
+        self._restored_turns = state.turns_since_prompt
+        self.total_turns = state.turns
+        self.last_prompt = state.last_prompt
+
+    @property
+    def resumable(self) -> bool:
+        """Whether `resume()` has work: unanswered tool calls, or a conversation ending on a user
+        message (tool results the model has not seen yet)."""
+        msgs = self.conversation.messages
+        return self._pending is not None or (bool(msgs) and msgs[-1].role == "user")
+
     def add_note(self, text: str) -> None:
         """Queue a note for the model; it is prepended to the next user message."""
         self._notes.append(text)
 
     async def run(self, prompt: str, on_event: Emit | None = None) -> RunResult:
         """Run one prompt to its end. Events go to `on_event` as they happen."""
+        return await self._run(prompt, on_event)
+
+    async def resume(self, on_event: Emit | None = None) -> RunResult:
+        """Continue a restored or suspended run: answer its unanswered tool calls (through the
+        gate again), then let the model go on. Raises `UserError` when there is nothing to do."""
+        if not self.resumable:
+            raise UserError(
+                "nothing to resume: the last turn of this session completed",
+                hint="give a new prompt to continue the conversation",
+            )
+        return await self._run(None, on_event)
+
+    async def _run(self, prompt: str | None, on_event: Emit | None) -> RunResult:
         emit = on_event or (lambda _event: None)
         self._task = asyncio.current_task()
         self._interrupt_requested = False
+        self._suspend_requested = False
         try:
             return await self._drive(prompt, emit)
         finally:
@@ -236,6 +277,12 @@ class Agent:
                 self.interrupt()
                 await asyncio.gather(task, return_exceptions=True)
 
+    def request_suspend(self) -> None:
+        """Stop at the next safe point: the model reply or tool in flight finishes and is
+        journaled, nothing new starts, and the run ends with `suspended` (resumable)."""
+        if self._task is not None and not self._task.done():
+            self._suspend_requested = True
+
     def interrupt(self) -> None:
         """Cancel the running prompt: partial text is kept with a mark, tool calls that have not
         finished get `interrupted by user` results, and the prompt ends with `interrupted`."""
@@ -250,8 +297,11 @@ class Agent:
 
     # -- the loop ----------------------------------------------------------------------------------
 
-    async def _turn(self, prompt: str, emit: Emit) -> TurnStop:
-        self._begin(prompt, emit)
+    async def _turn(self, prompt: str | None, emit: Emit) -> TurnStop:
+        if prompt is not None:
+            self._begin(prompt, emit)
+        elif (stop := await self._finish_pending(emit)) is not None:
+            return stop
         while True:
             if (stop := self._check_limits(emit)) is not None:
                 return stop
@@ -263,15 +313,17 @@ class Agent:
                 case Resend():
                     continue
                 case RunTools(calls):
-                    await self._run_tools(calls, emit)
+                    if (stop := await self._run_tools(calls, emit)) is not None:
+                        return stop
                 case _:
                     assert_never(step)
 
     # -- collaborators -----------------------------------------------------------------------------
 
-    async def _drive(self, prompt: str, emit: Emit) -> RunResult:
-        self._state = _TurnState()
-        emit(TurnStarted(prompt, self.session_id))
+    async def _drive(self, prompt: str | None, emit: Emit) -> RunResult:
+        self._state = _TurnState(turns=0 if prompt is not None else self._restored_turns)
+        self._restored_turns = 0
+        emit(TurnStarted(prompt or "", self.session_id, resumed=prompt is None))
         error: str | None = None
         try:
             stop = await self._turn(prompt, emit)
@@ -301,8 +353,11 @@ class Agent:
         if self.session is not None:
             self.session.user(message)
         self.conversation.append(message)
+        self.last_prompt = prompt
 
     def _check_limits(self, emit: Emit) -> TurnStop | None:
+        if self._suspend_requested:
+            return "suspended"
         if self._state.turns >= self.limits.max_turns:
             emit(Notice(f"stopped after {self._state.turns} model turns (max_turns)", "warning"))
             return "max_turns"
@@ -330,6 +385,7 @@ class Agent:
     async def _query(self, emit: Emit) -> Done:
         state = self._state
         state.turns += 1
+        self.total_turns += 1
         state.partial = []
         emit(RequestStarted(state.turns, self.model))
         done: Done | None = None
@@ -402,11 +458,22 @@ class Agent:
             return Finish("budget", calls, f"not run: {budget.exhausted}")
         return RunTools(calls)
 
-    async def _run_tools(self, calls: tuple[ToolUse, ...], emit: Emit) -> None:
-        results: dict[str, ToolResult] = {}
+    async def _run_tools(
+        self,
+        calls: tuple[ToolUse, ...],
+        emit: Emit,
+        answered: dict[str, ToolResult] | None = None,
+    ) -> TurnStop | None:
+        """Run the calls not already `answered`, then append the whole batch's results as one
+        message. Returns `suspended` if a suspend request stopped the round early (the batch is
+        kept pending, half-answered, for `resume`)."""
+        results = dict(answered or {})
+        todo = tuple(c for c in calls if c.id not in results)
         try:
-            await self._runner.run(calls, emit, results, self._record_result, self._barrier)
-        finally:
+            await self._runner.run(
+                todo, emit, results, self._record_result, self._barrier, self._stop_tools
+            )
+        except asyncio.CancelledError:
             # Every tool_use gets its tool_result, even when the round was interrupted.
             for call in calls:
                 if call.id not in results:
@@ -415,6 +482,26 @@ class Agent:
                     results[call.id] = result
                     emit(ToolFinished(call, result, 0.0))
             self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
+            raise
+        if any(c.id not in results for c in calls):
+            assistant = next(m for m in reversed(self.messages) if m.role == "assistant")
+            self._pending = PendingBatch(assistant, results)
+            return "suspended"
+        self._pending = None
+        self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
+        return None
+
+    async def _finish_pending(self, emit: Emit) -> TurnStop | None:
+        """On resume: the unanswered calls of a half-answered batch run (each authorised again);
+        the answered ones are not repeated."""
+        pending = self._pending
+        if pending is None:
+            return None
+        emit(Notice(f"resuming: {len(pending.unanswered)} unanswered tool call(s) to run", "info"))
+        return await self._run_tools(tuple(pending.message.tool_uses), emit, dict(pending.results))
+
+    def _stop_tools(self) -> bool:
+        return self._suspend_requested
 
     def _answer_unrun(self, calls: tuple[ToolUse, ...], why: str, emit: Emit) -> None:
         if why:
@@ -438,7 +525,13 @@ class Agent:
         if self.session is None:
             return
         try:
-            self.session.terminal(reason, message)
+            self.session.terminal(
+                reason,
+                message,
+                turns=self.total_turns,
+                cost=self.spend.cost,
+                prompt=self.last_prompt,
+            )
         except JournalWriteError:
             pass  # the run already failed on the journal; the file stays readable
 

@@ -69,10 +69,12 @@ class ToolRunner:
         results: dict[str, ToolResult],
         record: Record,
         barrier: Callable[[], None] = lambda: None,
+        stop: Callable[[], bool] = lambda: False,
     ) -> None:
         """Fill `results` (keyed by call id). `record` journals each result as it exists;
-        `barrier` makes everything journaled durable and is called before any tool starts. On
-        cancellation, calls that have not finished are left out of `results` for the caller."""
+        `barrier` makes everything journaled durable and is called before any tool starts; once
+        `stop()` is true, no further tool starts. Calls that did not finish (stopped, or
+        cancelled) are left out of `results` for the caller to deal with."""
 
         def done(call: ToolUse, result: ToolResult, seconds: float, display: str | None) -> None:
             record(result, seconds)
@@ -91,6 +93,8 @@ class ToolRunner:
                 continue
             ready.append(_Ready(call, checked))
         for group in _groups(ready):  # phase 2: run
+            if stop():
+                return
             barrier()
             if len(group) == 1:
                 await self._run_one(group[0], emit, done)

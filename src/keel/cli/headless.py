@@ -14,6 +14,7 @@ import select
 import signal
 import sys
 import time
+from datetime import date
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,7 +51,7 @@ DEFAULT_MODELS = (
 )
 
 
-def read_prompt(words: list[str], stdin: TextIO) -> str:
+def read_prompt(words: list[str], stdin: TextIO, *, required: bool = True) -> str:
     """The prompt from arguments and/or piped stdin (both: arguments first, then stdin)."""
     prompt = " ".join(words).strip()
     piped = ""
@@ -67,7 +68,7 @@ def read_prompt(words: list[str], stdin: TextIO) -> str:
             piped = stdin.read().strip()
     if prompt and piped:
         return f"{prompt}\n\n{piped}"
-    if not (prompt or piped):
+    if not (prompt or piped) and required:
         raise UserError("the prompt is empty", hint='keel -p "what to do", or pipe it on stdin')
     return prompt or piped
 
@@ -150,20 +151,31 @@ def _key_arg(args: dict[str, Any] | None) -> str:
     return ""
 
 
-def run_headless(args: argparse.Namespace) -> int:
+def _cwd(args: argparse.Namespace) -> Path:
     cwd = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
     if not cwd.is_dir():
         raise UserError(f"--cwd {args.cwd}: no such directory")
-    prompt = read_prompt(args.prompt_words, sys.stdin)
+    return cwd
+
+
+def _settings(cwd: Path) -> Settings:
     settings = load_settings(cwd)
     for warning in settings.warnings:
         print(f"keel: warning: {warning}", file=sys.stderr)
-    ref = choose_model(args.model, settings)
-    limits = Limits(
-        max_turns=_first(args.max_turns, settings.max_turns, DEFAULT_MAX_TURNS),
-        max_tokens=_first(args.max_tokens_budget, settings.budget_tokens),
-        max_usd=_first(args.max_budget_usd, settings.budget_usd),
-    )
+    return settings
+
+
+def build_agent(
+    ref: ModelRef,
+    *,
+    cwd: Path,
+    limits: Limits,
+    settings: Settings,
+    args: argparse.Namespace,
+    printer: Printer,
+    today: date | None = None,
+    session_id: str | None = None,
+) -> Agent:
     if args.max_retries < 0:
         raise UserError("--max-retries must be 0 or more")
     provider = make_provider(
@@ -182,8 +194,9 @@ def run_headless(args: argparse.Namespace) -> int:
         limits=limits,
         info=info,
         effort=EFFORTS[args.effort] if args.effort else settings.effort,
+        today=today,
+        session_id=session_id,
     )
-    printer = Printer(args.output_format, quiet=args.quiet, out=sys.stdout, err=sys.stderr)
     if not info.known and ref.provider != "scripted":
         printer(
             Notice(
@@ -200,26 +213,132 @@ def run_headless(args: argparse.Namespace) -> int:
                 "warning",
             )
         )
+    return agent
+
+
+def _printer(args: argparse.Namespace) -> Printer:
+    return Printer(args.output_format, quiet=args.quiet, out=sys.stdout, err=sys.stderr)
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    cwd = _cwd(args)
+    if args.resume or args.continue_session:
+        from keel.session.index import find_session, latest_session
+
+        path = find_session(args.resume, cwd) if args.resume else latest_session(cwd)
+        return run_resume(path, read_prompt(args.prompt_words, sys.stdin, required=False), args)
+    prompt = read_prompt(args.prompt_words, sys.stdin)
+    settings = _settings(cwd)
+    ref = choose_model(args.model, settings)
+    limits = Limits(
+        max_turns=_first(args.max_turns, settings.max_turns, DEFAULT_MAX_TURNS),
+        max_tokens=_first(args.max_tokens_budget, settings.budget_tokens),
+        max_usd=_first(args.max_budget_usd, settings.budget_usd),
+    )
+    printer = _printer(args)
+    agent = build_agent(ref, cwd=cwd, limits=limits, settings=settings, args=args, printer=printer)
     if not args.no_session:
         from keel.session.store import SessionLog
 
         agent.session = SessionLog.create(
             cwd=cwd, model=str(ref), fingerprint=agent.fingerprint(), session_id=agent.session_id
         )
-    return asyncio.run(_run(agent, prompt, printer, str(ref)))
+    return asyncio.run(_run(agent, [prompt], printer, str(ref)))
 
 
-async def _run(agent: Agent, prompt: str, printer: Printer, model: str) -> int:
+def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
+    """Continue the session in `path`: finish what it left undone, then run `prompt` if given."""
+    from keel.session.fold import FoldError, fold
+    from keel.session.journal import Journal
+    from keel.session.resume import check_resume
+    from keel.session.store import SessionLog
+
+    printer = _printer(args)
+    journal, loaded = Journal.open(path)  # locks: one writer per session
+    try:
+        try:
+            state = fold(loaded.records)
+        except FoldError as exc:
+            raise UserError(f"{path}: {exc}", hint="the file was left untouched") from exc
+        meta = state.meta
+        cwd = Path(meta.cwd)
+        if not cwd.is_dir():
+            raise UserError(f"session {meta.id} worked in {cwd}, which no longer exists")
+        settings = _settings(cwd)
+        ref = parse_model(args.model or meta.model)
+        stored = meta.fingerprint
+        limits = Limits(
+            max_turns=_first(
+                args.max_turns, stored.max_turns if stored else None, DEFAULT_MAX_TURNS
+            ),
+            max_tokens=_first(args.max_tokens_budget, stored.max_tokens if stored else None),
+            max_usd=_first(args.max_budget_usd, stored.max_usd if stored else None),
+        )
+        agent = build_agent(
+            ref,
+            cwd=cwd,
+            limits=limits,
+            settings=settings,
+            args=args,
+            printer=printer,
+            today=date.fromisoformat(state.created[:10]) if state.created else None,
+            session_id=meta.id,
+        )
+        for change in check_resume(state, agent.fingerprint(), force=args.force):
+            printer(Notice(f"resuming despite a changed configuration: {change}", "warning"))
+        agent.restore(state)
+        agent.session = SessionLog(journal, meta.id)
+    except BaseException:
+        journal.close()
+        raise
+    if loaded.repaired_bytes:
+        printer(
+            Notice(f"cut {loaded.repaired_bytes} bytes of a torn last record (a crash mid-write)")
+        )
+    steps: list[str | None] = [None] if agent.resumable else []
+    if prompt:
+        steps.append(prompt)
+    if not steps:
+        journal.close()
+        raise UserError(
+            f"session {meta.id} has nothing left to resume: its last turn "
+            f"{'completed' if state.terminal else 'ended'}",
+            hint=f'continue it with a prompt: keel -p --resume {meta.id} "…"',
+        )
+    return asyncio.run(_run(agent, steps, printer, str(ref)))
+
+
+async def _run(agent: Agent, steps: list[str | None], printer: Printer, model: str) -> int:
+    """Run each step (a prompt, or None to resume) until one does not end normally. The first
+    SIGINT/SIGTERM suspends at the next safe point; a second aborts at once."""
     loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1 and agent.session is not None:
+            printer(
+                Notice("suspending at the next safe point (signal again to abort now)", "warning")
+            )
+            agent.request_suspend()
+        else:
+            agent.interrupt()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, agent.interrupt)
+        loop.add_signal_handler(sig, on_signal)
     start = time.monotonic()
     try:
-        result = await agent.run(prompt, printer)
+        for step in steps:
+            result = await (agent.resume(printer) if step is None else agent.run(step, printer))
+            if result.stop_reason != "end_turn":
+                break
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         path = str(agent.session.path) if agent.session else None
         await agent.aclose()
     printer.finish(result, model=model, seconds=time.monotonic() - start, path=path)
+    if result.stop_reason == "suspended":
+        print(f"keel: suspended; resume with: keel resume {result.session_id}", file=sys.stderr)
     return EXIT_CODES[result.stop_reason]

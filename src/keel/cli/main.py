@@ -36,20 +36,8 @@ class _Parser(argparse.ArgumentParser):
         raise ArgumentError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="keel",
-        description="keel: a coding agent and durable agent runtime.",
-        epilog="Subcommands: none yet beyond the flags above; see docs/ for more.",
-    )
-    p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
-    p.add_argument(
-        "-p",
-        "--print",
-        dest="headless",
-        action="store_true",
-        help="run one prompt headless and print the result (prompt from args or stdin)",
-    )
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """Options of anything that runs the agent (a new run, or a resumed one)."""
     p.add_argument(
         "-m",
         "--model",
@@ -78,11 +66,53 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries of a failed model request before giving up (default 3)",
     )
     p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")
-    p.add_argument("--cwd", help="work in this directory instead of the current one")
-    p.add_argument("--no-session", action="store_true", help="do not write a session file")
+    p.add_argument(
+        "--force", action="store_true", help="resume even though the model or configuration changed"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no tool activity on stderr")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel",
+        description="keel: a coding agent and durable agent runtime.",
+        epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
+        "list|show|rm|path. `keel SUBCOMMAND --help` for each.",
+    )
+    p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
+    p.add_argument(
+        "-p",
+        "--print",
+        dest="headless",
+        action="store_true",
+        help="run one prompt headless and print the result (prompt from args or stdin)",
+    )
+    _run_options(p)
+    p.add_argument("-r", "--resume", metavar="ID", help="continue session ID (with -p)")
+    p.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_session",
+        action="store_true",
+        help="continue the latest session in this directory (with -p)",
+    )
+    p.add_argument("--cwd", help="work in this directory instead of the current one")
+    p.add_argument("--no-session", action="store_true", help="do not write a session file")
     p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def resume_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel resume",
+        description="Continue a session that stopped (suspended, "
+        "crashed, over budget…): unanswered tool calls run, then the model goes on. "
+        "With a prompt, it then runs that prompt too.",
+    )
+    p.add_argument("session", metavar="ID", help="session id or a unique prefix")
+    p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="a prompt to run afterwards")
+    _run_options(p)
     return p
 
 
@@ -118,7 +148,33 @@ def _error(message: str, hint: str = "") -> None:
     print(f"keel: error: {message}{suffix}", file=sys.stderr)
 
 
-SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {}
+def _resume(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from keel.cli.headless import read_prompt, run_resume
+    from keel.session.index import find_session
+
+    args = resume_parser().parse_args(argv)
+    path = find_session(args.session, Path.cwd())
+    prompt = read_prompt(args.prompt_words, sys.stdin, required=False)
+    return run_resume(path, prompt, args)
+
+
+def _sessions_command(name: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        from keel.cli import sessions
+
+        return sessions.COMMANDS[name](argv)
+
+    return run
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "resume": _resume,
+    "suspend": _sessions_command("suspend"),
+    "fork": _sessions_command("fork"),
+    "sessions": _sessions_command("sessions"),
+}
 
 
 def _dispatch(argv: list[str]) -> int:
@@ -131,10 +187,17 @@ def _dispatch(argv: list[str]) -> int:
     if not args.headless:
         from keel.errors import UserError
 
+        if args.resume or args.continue_session:
+            raise UserError(
+                "--resume and --continue need -p until the interactive UI exists",
+                hint=f'keel -p --resume {args.resume or "ID"} "…", or keel resume ID',
+            )
         raise UserError(
             "the interactive terminal UI is not available yet",
             hint='run one prompt headless with keel -p "your prompt"',
         )
+    if args.resume and args.continue_session:
+        raise ArgumentError("--resume and --continue cannot be used together")
     from keel.cli.headless import run_headless
 
     return run_headless(args)

@@ -143,6 +143,10 @@ class DecisionRecord:
 class TerminalRecord:
     reason: TerminalReason
     message: str = ""
+    #: Session totals at this point, so listing sessions needs only each file's tail.
+    turns: int = 0
+    cost: float = 0.0
+    prompt: str = ""
     type: Literal["terminal"] = "terminal"
 
 
@@ -216,7 +220,13 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "reason": p.reason,
             }
         case TerminalRecord():
-            return {"reason": p.reason, "message": p.message}
+            return {
+                "reason": p.reason,
+                "message": p.message,
+                "turns": p.turns,
+                "cost": p.cost,
+                "prompt": p.prompt,
+            }
 
 
 def encode(record: Record) -> bytes:
@@ -292,7 +302,13 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             d["tool_use_id"], d["tool"], d["outcome"], d.get("source", ""), d.get("reason", "")
         )
     if kind == "terminal":
-        return TerminalRecord(d["reason"], d.get("message", ""))
+        return TerminalRecord(
+            d["reason"],
+            d.get("message", ""),
+            int(d.get("turns", 0)),
+            float(d.get("cost", 0.0)),
+            d.get("prompt", ""),
+        )
     raise RecordError(f"unknown record type {kind!r}")
 
 
@@ -305,7 +321,7 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "note": {"text"},
     "compaction": {"summary", "trigger", "tokens_before", "tokens_after"},
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason"},
-    "terminal": {"reason", "message"},
+    "terminal": {"reason", "message", "turns", "cost", "prompt"},
 }
 
 

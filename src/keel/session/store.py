@@ -126,8 +126,16 @@ class SessionLog:
             DecisionRecord(tool_use_id, tool, outcome, source, reason), durable=False
         )
 
-    def terminal(self, reason: TerminalReason, message: str = "") -> None:
-        self.journal.append(TerminalRecord(reason, message))
+    def terminal(
+        self,
+        reason: TerminalReason,
+        message: str = "",
+        *,
+        turns: int = 0,
+        cost: float = 0.0,
+        prompt: str = "",
+    ) -> None:
+        self.journal.append(TerminalRecord(reason, message, turns, round(cost, 8), prompt[:200]))
 
     def close(self) -> None:
         self.journal.close()

@@ -41,9 +41,15 @@ class ScriptedProvider:
         model: str = "scripted",
         delay: float = 0.0,
         check_tools: bool = True,
+        by_history: bool = False,
     ) -> None:
         self.steps: deque[Step] = deque(steps)
         self.check_tools = check_tools
+        #: Pick the step by the number of assistant messages already in the conversation instead
+        #: of by request count, so a resumed session (a new process) continues the script where
+        #: its transcript left off.
+        self.by_history = by_history
+        self._all = list(self.steps)
         self.total = len(self.steps)
         self.model = model
         self.delay = delay
@@ -62,6 +68,9 @@ class ScriptedProvider:
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
         number = len(self.requests)
+        if self.by_history:
+            number = 1 + sum(1 for m in request.messages if m.role == "assistant")
+            self.steps = deque(self._all[number - 1 :])
         if not self.steps:
             last = (
                 request.messages[-1].blocks[-1]
@@ -248,4 +257,4 @@ def load_script(path: Path) -> tuple[str, list[Step]]:
 
 def load_script_provider(spec: str) -> ScriptedProvider:
     model, steps = load_script(Path(spec).expanduser())
-    return ScriptedProvider(steps, model=model)
+    return ScriptedProvider(steps, model=model, by_history=True)

@@ -1,0 +1,305 @@
+"""`keel sessions list|show|rm|path`, `keel fork` and `keel suspend`: working with session files
+from the shell. Output is plain text for people; `--json` where a script would want it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from keel.cli.main import ArgumentError, _Parser
+from keel.errors import UserError
+from keel.llm.messages import Image, Text, Thinking, ToolUse
+from keel.session.index import find_session, lock_holder, session_files, summarize
+from keel.session.journal import Journal, read_records
+from keel.session.records import (
+    AssistantRecord,
+    CompactionRecord,
+    DecisionRecord,
+    Meta,
+    NoteRecord,
+    Record,
+    TerminalRecord,
+    ToolResultRecord,
+    UserRecord,
+)
+from keel.session.store import new_session_id
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    return _Parser(prog=prog, description=description)
+
+
+# -- keel sessions -----------------------------------------------------------------------------
+
+
+def sessions(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            "usage: keel sessions list [--all] [--json] | show ID [--json] | rm ID [--force] | path ID"
+        )
+        return 0 if argv else 2
+    action, rest = argv[0], argv[1:]
+    handlers: dict[str, Callable[[list[str]], int]] = {
+        "list": _list,
+        "ls": _list,
+        "show": _show,
+        "rm": _rm,
+        "path": _path,
+    }
+    if action not in handlers:
+        raise ArgumentError(f"unknown sessions command {action!r} (list, show, rm, path)")
+    return handlers[action](rest)
+
+
+def _list(argv: list[str]) -> int:
+    p = _parser(
+        "keel sessions list", "Sessions of this project (newest first), or of all projects."
+    )
+    p.add_argument("--all", action="store_true", help="every project's sessions")
+    p.add_argument("--json", action="store_true", help="one JSON object per session")
+    p.add_argument("-n", "--limit", type=int, default=0, help="at most this many")
+    args = p.parse_args(argv)
+    files = session_files(None if args.all else Path.cwd())
+    if args.limit > 0:
+        files = files[: args.limit]
+    summaries = []
+    for path in files:
+        try:
+            summaries.append(summarize(path))
+        except (UserError, OSError) as exc:
+            print(f"keel: warning: skipped {path}: {exc}", file=sys.stderr)
+    if args.json:
+        for s in summaries:
+            print(
+                json.dumps(
+                    {
+                        "id": s.id,
+                        "started": s.started,
+                        "status": s.status,
+                        "last_prompt": s.last_prompt,
+                        "turns": s.turns,
+                        "cost_usd": s.cost,
+                        "model": s.model,
+                        "cwd": s.cwd,
+                        "parent": s.parent,
+                        "path": str(s.path),
+                    }
+                )
+            )
+        return 0
+    if not summaries:
+        where = "any project" if args.all else str(Path.cwd())
+        print(f"no sessions for {where}", file=sys.stderr)
+        return 0
+    print(f"{'ID':<23} {'STARTED':<17} {'STATUS':<12} {'TURNS':>5} {'COST':>9}  LAST PROMPT")
+    for s in summaries:
+        started = s.started[:16].replace("T", " ")
+        turns = "?" if s.turns is None else str(s.turns)
+        cost = "?" if s.cost is None else f"${s.cost:.4f}"
+        prompt = s.last_prompt + (f"  (fork of {s.parent})" if s.parent else "")
+        print(f"{s.id:<23} {started:<17} {s.status:<12} {turns:>5} {cost:>9}  {prompt}")
+    return 0
+
+
+def _show(argv: list[str]) -> int:
+    p = _parser("keel sessions show", "A session's transcript.")
+    p.add_argument("session", metavar="ID")
+    p.add_argument("--json", action="store_true", help="the records, one JSON object per line")
+    args = p.parse_args(argv)
+    path = find_session(args.session, Path.cwd())
+    if args.json:
+        sys.stdout.write(path.read_text(encoding="utf-8"))
+        return 0
+    loaded = read_records(path)
+    for record in loaded.records:
+        for line in describe(record):
+            print(line)
+    if loaded.repaired_bytes:
+        print(f"(a torn last record of {loaded.repaired_bytes} bytes follows; resume cuts it off)")
+    return 0
+
+
+def _clip(text: str, width: int = 400) -> str:
+    text = text.strip()
+    return text if len(text) <= width else text[:width] + f"… [{len(text) - width} more chars]"
+
+
+def describe(record: Record) -> list[str]:
+    """A record as readable lines, prefixed with its seq."""
+    head = f"[{record.seq}]"
+    p = record.payload
+    match p:
+        case Meta():
+            fork = f", fork of {p.parent} at {p.parent_seq}" if p.parent else ""
+            return [f"{head} session {p.id} in {p.cwd}, model {p.model}, started {record.ts}{fork}"]
+        case UserRecord(message, source):
+            label = "user" if source == "prompt" else source
+            return [f"{head} {label}: {_clip(message.text)}"]
+        case AssistantRecord(message, usage, cost, stop_reason):
+            lines = [
+                f"{head} assistant ({message.model or 'model'}, {usage.total} tokens, "
+                f"${cost:.4f}, {stop_reason}):"
+            ]
+            for block in message.blocks:
+                if isinstance(block, Thinking):
+                    lines.append(f"    (thinking) {_clip(block.text, 200)}")
+                elif isinstance(block, Text):
+                    lines.append(f"    {_clip(block.text)}")
+                elif isinstance(block, ToolUse):
+                    args = json.dumps(block.input) if block.input is not None else block.raw_input
+                    lines.append(f"    → {block.name} {_clip(args, 200)}  [{block.id}]")
+            return lines
+        case ToolResultRecord(result, seconds):
+            mark = "✗" if result.is_error else "←"
+            images = sum(isinstance(b, Image) for b in result.content)
+            extra = f" (+{images} image)" if images else ""
+            return [
+                f"{head} {mark} {result.tool_use_id} ({seconds:.2f}s){extra}: {_clip(result.text, 300)}"
+            ]
+        case NoteRecord(text):
+            return [f"{head} note: {_clip(text)}"]
+        case CompactionRecord(summary, trigger):
+            return [f"{head} compaction ({trigger}): {_clip(summary, 300)}"]
+        case DecisionRecord(tool_use_id, tool, outcome, source, reason):
+            return [
+                f"{head} decision: {tool} {tool_use_id} {outcome} by {source} {reason}".rstrip()
+            ]
+        case TerminalRecord(reason, message, turns, cost):
+            detail = f": {message}" if message else ""
+            return [f"{head} ── {reason}{detail} ({turns} turns, ${cost:.4f} in all)"]
+
+
+def _rm(argv: list[str]) -> int:
+    p = _parser("keel sessions rm", "Delete a session file.")
+    p.add_argument("session", metavar="ID")
+    p.add_argument("--force", action="store_true", help="delete even while it is running")
+    args = p.parse_args(argv)
+    path = find_session(args.session, Path.cwd())
+    holder = lock_holder(path)
+    if holder is not None and not args.force:
+        raise UserError(
+            f"session {path.stem} is running (pid {holder})",
+            hint="suspend it first with `keel suspend`, or pass --force",
+        )
+    path.unlink()
+    Journal.lock_path(path).unlink(missing_ok=True)
+    print(f"removed {path}")
+    return 0
+
+
+def _path(argv: list[str]) -> int:
+    p = _parser("keel sessions path", "Print a session file's path.")
+    p.add_argument("session", metavar="ID")
+    args = p.parse_args(argv)
+    print(find_session(args.session, Path.cwd()))
+    return 0
+
+
+# -- keel fork ---------------------------------------------------------------------------------
+
+
+def fork(argv: list[str]) -> int:
+    p = _parser(
+        "keel fork",
+        "Copy a session into a new one that continues on its own. With --at SEQ (the seq of a "
+        "user prompt, as `keel sessions show` numbers them) the copy stops just before that "
+        "prompt: a rewind.",
+    )
+    p.add_argument("session", metavar="ID")
+    p.add_argument("--at", type=int, metavar="SEQ", help="fork just before the prompt at SEQ")
+    args = p.parse_args(argv)
+    path = find_session(args.session, Path.cwd())
+    new_path, at_prompt = fork_session(path, args.at)
+    print(new_path.stem)
+    hint = f'continue it: keel -p --resume {new_path.stem} "…"'
+    if at_prompt:
+        hint += f"\nthe prompt you rewound past: {_clip(at_prompt, 300)}"
+    print(hint, file=sys.stderr)
+    return 0
+
+
+def fork_session(path: Path, at: int | None) -> tuple[Path, str]:
+    """Create the fork; returns its path and the text of the prompt at `at` (if any)."""
+    records = read_records(path).records
+    meta = records[0].payload
+    if not isinstance(meta, Meta):
+        raise UserError(f"{path}: the first record is not meta")
+    at_prompt = ""
+    if at is not None:
+        target = next((r for r in records if r.seq == at), None)
+        if target is None or not (
+            isinstance(target.payload, UserRecord) and target.payload.source == "prompt"
+        ):
+            prompts = [
+                str(r.seq)
+                for r in records
+                if isinstance(r.payload, UserRecord) and r.payload.source == "prompt"
+            ]
+            raise UserError(
+                f"seq {at} of session {meta.id} is not a prompt; forks start at a prompt boundary",
+                hint=f"prompts are at seq {', '.join(prompts) or '(none)'}",
+            )
+        at_prompt = target.payload.message.text
+        kept = [r for r in records[1:] if r.seq < at]
+    else:
+        last = records[-1].payload
+        if not isinstance(last, TerminalRecord) or last.reason not in (
+            "completed",
+            "refusal",
+            "max_tokens",
+        ):
+            raise UserError(
+                f"session {meta.id} did not end at a prompt boundary (it is "
+                f"{'running or crashed' if not isinstance(last, TerminalRecord) else last.reason})",
+                hint="fork it at a prompt with --at SEQ (`keel sessions show` lists them), or resume it first",
+            )
+        kept = records[1:]
+    new_id = new_session_id()
+    parent_seq = kept[-1].seq if kept else 1
+    new_meta = Meta(
+        new_id, meta.cwd, meta.model, meta.fingerprint, meta.id, parent_seq, meta.keel_version
+    )
+    new_path = path.with_name(f"{new_id}.jsonl")
+    journal = Journal.create(new_path, new_meta)
+    try:
+        for record in kept:
+            if isinstance(record.payload, DecisionRecord):
+                continue  # permission outcomes belong to the run that made them
+            journal.append(record.payload, durable=False)
+        journal.sync()
+    finally:
+        journal.close()
+    return new_path, at_prompt
+
+
+# -- keel suspend ------------------------------------------------------------------------------
+
+
+def suspend(argv: list[str]) -> int:
+    p = _parser("keel suspend", "Ask a running session to stop at its next safe point.")
+    p.add_argument("session", metavar="ID")
+    args = p.parse_args(argv)
+    path = find_session(args.session, Path.cwd())
+    pid = lock_holder(path)
+    if pid is None:
+        raise UserError(
+            f"session {path.stem} is not running", hint=f"resume it with keel resume {path.stem}"
+        )
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError as exc:
+        raise UserError(f"session {path.stem}'s process (pid {pid}) is gone") from exc
+    print(f"asked pid {pid} to suspend session {path.stem}; resume with: keel resume {path.stem}")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "sessions": sessions,
+    "fork": fork,
+    "suspend": suspend,
+}
