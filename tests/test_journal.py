@@ -263,3 +263,25 @@ def test_session_paths_and_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert check_id("20261130-041918-a1b2c3") == "20261130-041918-a1b2c3"
     with pytest.raises(UserError, match="is not a session id"):
         check_id("../../etc/passwd")
+
+
+async def test_a_failing_journal_stops_the_run_with_a_clear_error(tmp_path: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    from keel.agent.loop import Agent
+    from keel.llm.providers.scripted import ScriptedProvider
+    from keel.llm.script import reply
+
+    log = SessionLog.create(cwd=tmp_path, model="scripted", directory=tmp_path / "s")
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, log.journal._fd)  # the disk is now full
+    os.close(full)
+    agent = Agent(provider=ScriptedProvider([reply("never stored")]), model="scripted", cwd=tmp_path,
+                  system="s", session=log)
+    result = await agent.run("go")
+    assert result.stop_reason == "error"
+    assert result.error is not None
+    assert result.error.startswith(f"cannot write session file {log.path}: No space left on device")
+    assert "the run stopped and the file is readable" in result.error
+    log.close()
+    assert [r.payload.type for r in read_records(log.path).records] == ["meta"]

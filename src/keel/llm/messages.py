@@ -225,37 +225,54 @@ def block_to_json(block: Block) -> dict[str, Any]:
     raise TypeError(f"not a content block: {block!r}")
 
 
+def _text(d: dict[str, Any]) -> Block:
+    return Text(d["text"])
+
+
+def _thinking(d: dict[str, Any]) -> Block:
+    return Thinking(
+        d.get("text", ""),
+        d.get("signature", ""),
+        bool(d.get("redacted", False)),
+        d.get("source", ""),
+        d.get("item_id", ""),
+    )
+
+
+def _tool_use(d: dict[str, Any]) -> Block:
+    return ToolUse(
+        d["id"], d["name"], d.get("input"), d.get("raw_input", ""), d.get("signature", "")
+    )
+
+
+def _tool_result(d: dict[str, Any]) -> Block:
+    content: list[Text | Image] = []
+    for item in d.get("content", ()):
+        inner = block_from_json(item)
+        if not isinstance(inner, Text | Image):
+            raise ValueError(f"tool_result content may hold text and images, not {item!r}")
+        content.append(inner)
+    return ToolResult(d["tool_use_id"], tuple(content), bool(d.get("is_error", False)))
+
+
+def _image(d: dict[str, Any]) -> Block:
+    return Image(d["media_type"], d["data"])
+
+
+_BLOCK_READERS = {
+    "text": _text,
+    "thinking": _thinking,
+    "tool_use": _tool_use,
+    "tool_result": _tool_result,
+    "image": _image,
+}
+
+
 def block_from_json(data: dict[str, Any]) -> Block:
-    kind = data.get("type")
-    if kind == "text":
-        return Text(data["text"])
-    if kind == "thinking":
-        return Thinking(
-            data.get("text", ""),
-            data.get("signature", ""),
-            bool(data.get("redacted", False)),
-            data.get("source", ""),
-            data.get("item_id", ""),
-        )
-    if kind == "tool_use":
-        return ToolUse(
-            data["id"],
-            data["name"],
-            data.get("input"),
-            data.get("raw_input", ""),
-            data.get("signature", ""),
-        )
-    if kind == "tool_result":
-        content: list[Text | Image] = []
-        for item in data.get("content", []):
-            inner = block_from_json(item)
-            if not isinstance(inner, Text | Image):
-                raise ValueError(f"tool_result content may hold text and images, not {item!r}")
-            content.append(inner)
-        return ToolResult(data["tool_use_id"], tuple(content), bool(data.get("is_error", False)))
-    if kind == "image":
-        return Image(data["media_type"], data["data"])
-    raise ValueError(f"unknown content block type {kind!r}")
+    reader = _BLOCK_READERS.get(data.get("type", ""))
+    if reader is None:
+        raise ValueError(f"unknown content block type {data.get('type')!r}")
+    return reader(data)
 
 
 def message_to_json(message: Message) -> dict[str, Any]:
@@ -284,21 +301,18 @@ _MIGRATIONS = {0: _migrate_0_to_1}
 
 def message_from_json(data: dict[str, Any]) -> Message:
     version = data.get("v", 0)
-    if not isinstance(version, int) or version > MESSAGE_FORMAT:
-        raise UserError(
-            f"message format version {version!r} is newer than this keel understands "
-            f"(up to {MESSAGE_FORMAT})",
-            hint="upgrade keel to read this session",
-        )
-    while version < MESSAGE_FORMAT:
-        data = _MIGRATIONS[version](data)
-        version = data["v"]
+    if version != MESSAGE_FORMAT:
+        if not isinstance(version, int) or version > MESSAGE_FORMAT:
+            raise UserError(
+                f"message format version {version!r} is newer than this keel understands "
+                f"(up to {MESSAGE_FORMAT})",
+                hint="upgrade keel to read this session",
+            )
+        while version < MESSAGE_FORMAT:
+            data = _MIGRATIONS[version](data)
+            version = data["v"]
     role = data.get("role")
-    if role not in ("user", "assistant"):
+    if role != "user" and role != "assistant":
         raise ValueError(f"message role must be user or assistant, not {role!r}")
-    return Message(
-        role,
-        tuple(block_from_json(b) for b in data.get("content", [])),
-        data.get("provider", ""),
-        data.get("model", ""),
-    )
+    blocks = tuple([block_from_json(b) for b in data.get("content", ())])
+    return Message(role, blocks, data.get("provider", ""), data.get("model", ""))

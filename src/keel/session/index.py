@@ -16,10 +16,8 @@ from pathlib import Path
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.session.journal import Journal, read_records
-from keel.session.records import Meta, RecordError, TerminalRecord, UserRecord, decode
+from keel.session.records import Meta, RecordError, TerminalRecord, decode
 from keel.session.store import keel_home, sessions_dir
-
-TAIL_BYTES = 64 * 1024
 
 
 @frozen
@@ -111,65 +109,59 @@ def lock_holder(path: Path) -> int | None:
     return None
 
 
-def _tail_records(path: Path, size: int) -> list[object]:
+def _last_line(path: Path, size: int) -> bytes:
+    """The file's last complete line (without reading the rest)."""
     with path.open("rb") as f:
-        start = max(0, size - TAIL_BYTES)
-        f.seek(start)
-        data = f.read()
-    lines = data.split(b"\n")
-    if start > 0:
-        lines = lines[1:]  # the first line is probably cut
-    out: list[object] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        with contextlib.suppress(RecordError):
-            out.append(decode(line).payload)
-    return out
+        chunk = 4096
+        while True:
+            start = max(0, size - chunk)
+            f.seek(start)
+            data = f.read(size - start).rstrip(b"\n")
+            nl = data.rfind(b"\n")
+            if nl >= 0 or start == 0:
+                return data[nl + 1 :]
+            chunk *= 4
 
 
 def summarize(path: Path) -> SessionSummary:
+    """A session's summary from its first and last lines; a session that does not end with a
+    terminal record (running, or crashed) is folded whole when small enough."""
     with path.open("rb") as f:
         first = f.readline()
+        size = os.fstat(f.fileno()).st_size
     try:
-        meta = decode(first).payload
-        started = decode(first).ts
+        head = decode(first)
     except RecordError as exc:
         raise UserError(f"{path}: the first line is not a valid meta record ({exc})") from exc
+    meta = head.payload
     if not isinstance(meta, Meta):
         raise UserError(f"{path}: the first record is not meta")
-    size = path.stat().st_size
-    tail = _tail_records(path, size)
-    terminal_at = max((i for i, p in enumerate(tail) if isinstance(p, TerminalRecord)), default=-1)
-    terminal = tail[terminal_at] if terminal_at >= 0 else None
-    moved_on = any(not isinstance(p, TerminalRecord) for p in tail[terminal_at + 1 :])
-    prompts = [p for p in tail if isinstance(p, UserRecord) and p.source == "prompt"]
-    last_prompt = prompts[-1].message.text if prompts else ""
+    last = _last_line(path, size) if size > len(first) else b""
+    terminal = None
+    if b'"type":"terminal"' in last:
+        with contextlib.suppress(RecordError):
+            payload = decode(last).payload
+            terminal = payload if isinstance(payload, TerminalRecord) else None
     turns: int | None = None
     cost: float | None = None
+    last_prompt = ""
     status: str
-    if isinstance(terminal, TerminalRecord) and not moved_on:
-        status = terminal.reason
-        turns, cost = terminal.turns, terminal.cost
-        last_prompt = last_prompt or terminal.prompt
+    if terminal is not None:
+        status, turns, cost, last_prompt = (
+            terminal.reason,
+            terminal.turns,
+            terminal.cost,
+            terminal.prompt,
+        )
     else:
-        status = "running" if is_locked(path) else ("crashed" if size > len(first) else "empty")
+        status = "running" if is_locked(path) else ("crashed" if last else "empty")
         if size <= 1 << 20:  # small enough to fold whole for its totals
             from keel.session.fold import fold
 
             with contextlib.suppress(UserError, ValueError):
                 state = fold(read_records(path).records)
-                turns, cost = state.turns, state.cost
-                last_prompt = last_prompt or state.last_prompt
+                turns, cost, last_prompt = state.turns, state.cost, state.last_prompt
+    first_line = last_prompt.strip().splitlines()[0][:80] if last_prompt.strip() else ""
     return SessionSummary(
-        meta.id,
-        path,
-        started,
-        meta.cwd,
-        meta.model,
-        status,
-        last_prompt.strip().splitlines()[0][:80] if last_prompt.strip() else "",
-        turns,
-        cost,
-        meta.parent,
+        meta.id, path, head.ts, meta.cwd, meta.model, status, first_line, turns, cost, meta.parent
     )

@@ -145,15 +145,31 @@ class Journal:
 
     @classmethod
     def create(cls, path: Path, meta: Payload) -> Journal:
+        """A new session file holding `meta`. The file appears under its name only once meta is
+        durable in it (written to a temp name, fsynced, then hard-linked into place), so a crash
+        never leaves a session file without its first record."""
         make_dirs(path.parent)
+        if path.exists():
+            raise UserError(f"session file {path} already exists")
         lock_fd = cls._lock(path)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.new")
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, FILE_MODE)
-        except FileExistsError:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, FILE_MODE)
+        except OSError:
             os.close(lock_fd)
-            raise UserError(f"session file {path} already exists") from None
+            raise
         journal = cls(path, fd, lock_fd, 0)
-        journal.append(meta)
+        try:
+            journal.append(meta)
+            os.link(temp, path)  # atomic, and refuses to replace an existing session
+        except FileExistsError:
+            journal.close()
+            raise UserError(f"session file {path} already exists") from None
+        except BaseException:
+            journal.close()
+            raise
+        finally:
+            temp.unlink(missing_ok=True)
         _fsync_dir(path.parent)
         return journal
 
