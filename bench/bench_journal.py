@@ -30,7 +30,12 @@ from keel.session.store import project_key
 
 def assistant(i: int) -> AssistantRecord:
     call = ToolUse(f"toolu_{i:08d}", "read", {"path": f"src/module_{i % 50}.py"})
-    msg = Message("assistant", (Text("Let me look at the next module."), call), "anthropic", "claude-sonnet-4-5")
+    msg = Message(
+        "assistant",
+        (Text("Let me look at the next module."), call),
+        "anthropic",
+        "claude-sonnet-4-5",
+    )
     return AssistantRecord(msg, Usage(1200 + i, 40, 30_000, 200), 0.0123, "tool_use", i)
 
 
@@ -58,7 +63,9 @@ def write_session(path: Path, records: int, session_id: str = "bench") -> None:
     for i in range((records - 3) // 2):
         journal.append(assistant(i), durable=False)
         journal.append(result(i), durable=False)
-    journal.append(TerminalRecord("completed", "", (records - 3) // 2, 12.3, "refactor every module"))
+    journal.append(
+        TerminalRecord("completed", "", (records - 3) // 2, 12.3, "refactor every module")
+    )
     journal.close()
 
 

@@ -276,8 +276,13 @@ async def test_a_failing_journal_stops_the_run_with_a_clear_error(tmp_path: Path
     full = os.open("/dev/full", os.O_WRONLY)
     os.dup2(full, log.journal._fd)  # the disk is now full
     os.close(full)
-    agent = Agent(provider=ScriptedProvider([reply("never stored")]), model="scripted", cwd=tmp_path,
-                  system="s", session=log)
+    agent = Agent(
+        provider=ScriptedProvider([reply("never stored")]),
+        model="scripted",
+        cwd=tmp_path,
+        system="s",
+        session=log,
+    )
     result = await agent.run("go")
     assert result.stop_reason == "error"
     assert result.error is not None
