@@ -324,14 +324,17 @@ def test_model_error_exits_1_with_the_error(project: Path, tmp_path: Path) -> No
     assert out.stderr == "keel: error: bad request: no\n"
 
 
-def _start(project: Path, script: Path, *extra: str) -> subprocess.Popen[str]:
+def start_keel(
+    project: Path, script: Path, *extra: str, prompt: str = "go"
+) -> subprocess.Popen[str]:
+    """`keel -p PROMPT --model scripted:SCRIPT --output-format json …`, running in the background."""
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "keel",
             "-p",
-            "go",
+            prompt,
             "--model",
             f"scripted:{script}",
             "--output-format",
@@ -346,7 +349,7 @@ def _start(project: Path, script: Path, *extra: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for(path: Path) -> None:
+def wait_for(path: Path) -> None:
     for _ in range(400):
         if path.exists():
             return
@@ -372,8 +375,8 @@ def test_first_signal_suspends_after_the_tool_in_flight(
             {"text": "never reached before the resume"},
         ],
     )
-    proc = _start(project, script)
-    _wait_for(project / "started")
+    proc = start_keel(project, script)
+    wait_for(project / "started")
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 6, stderr
@@ -396,8 +399,8 @@ def test_second_signal_aborts_and_records_interrupted(
             {"tool_calls": [{"name": "bash", "input": {"command": "touch started; sleep 30"}}]},
         ],
     )
-    proc = _start(project, script)
-    _wait_for(project / "started")
+    proc = start_keel(project, script)
+    wait_for(project / "started")
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)

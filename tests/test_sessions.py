@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from keel.session.records import (
     UserRecord,
 )
 from keel.session.resume import check_resume, fingerprint_diff
-from tests.test_cli import keel, session_files, write_script
+from tests.test_cli import keel, session_files, start_keel, wait_for, write_script
 
 # -- fold ----------------------------------------------------------------------------------------
 
@@ -164,28 +163,8 @@ def two_step_script(tmp_path: Path) -> Path:
 
 
 def run_until_suspended(project: Path, script: Path) -> str:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "keel",
-            "-p",
-            "do two steps",
-            "--model",
-            f"scripted:{script}",
-            "--output-format",
-            "json",
-        ],
-        cwd=project,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    for _ in range(400):
-        if (project / "started").exists():
-            break
-        time.sleep(0.025)
+    proc = start_keel(project, script, prompt="do two steps")
+    wait_for(project / "started")
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 6, stderr
@@ -262,19 +241,9 @@ def test_resume_of_a_running_session_is_refused(project: Path, tmp_path: Path) -
             {"tool_calls": [{"name": "bash", "input": {"command": "touch started; sleep 30"}}]},
         ],
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keel", "-p", "wait", "--model", f"scripted:{script}"],
-        cwd=project,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_keel(project, script, prompt="wait")
     try:
-        for _ in range(400):
-            if (project / "started").exists():
-                break
-            time.sleep(0.025)
+        wait_for(project / "started")
         listing = keel("sessions", "list", "--json", cwd=project)
         (entry,) = [json.loads(line) for line in listing.stdout.splitlines()]
         assert entry["status"] == "running"
