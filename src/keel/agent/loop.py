@@ -24,7 +24,6 @@ from keel.agent.events import (
     Event,
     RequestStarted,
     ToolFinished,
-    ToolStarted,
     TurnFinished,
     TurnStarted,
     TurnStop,
@@ -536,4 +535,4 @@ class Agent:
             pass  # the run already failed on the journal; the file stays readable
 
 
-__all__ = ["Agent", "Emit", "RunResult", "ToolFinished", "ToolStarted"]
+__all__ = ["Agent", "Emit", "RunResult"]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from keel.agent.events import Event, ToolFinished, ToolStarted
 from keel.frozen import frozen
-from keel.llm.messages import Image, Text, ToolResult, ToolUse, tool_result
+from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate
 from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput
 from keel.tools.registry import Registry
@@ -142,4 +142,4 @@ def _groups(ready: list[_Ready]) -> list[list[_Ready]]:
     return groups
 
 
-__all__ = ["Image", "ToolRunner", "check_call", "finish"]
+__all__ = ["ToolRunner", "check_call", "finish"]
