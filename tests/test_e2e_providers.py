@@ -84,7 +84,19 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
     assert first["model"] == "claude-sonnet-4-5"
     assert first["stream"] is True
     assert first["max_tokens"] == 64_000
-    assert [t["name"] for t in first["tools"]] == ["bash", "edit", "glob", "grep", "read", "write"]
+    assert [t["name"] for t in first["tools"]] == [
+        "bash",
+        "edit",
+        "exit_plan_mode",
+        "glob",
+        "grep",
+        "ls",
+        "multi_edit",
+        "read",
+        "todo_write",
+        "web_fetch",
+        "write",
+    ]
     assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
     assert first["system"][0]["text"].startswith("You are keel, a coding agent.")
     assert first["messages"] == [

@@ -105,7 +105,19 @@ async def test_tool_round_trip_whole_transcript_and_events(project: Path) -> Non
 
     first, second = provider.requests
     assert first.system == SYSTEM
-    assert [t.name for t in first.tools] == ["bash", "edit", "glob", "grep", "read", "write"]
+    assert [t.name for t in first.tools] == [
+        "bash",
+        "edit",
+        "exit_plan_mode",
+        "glob",
+        "grep",
+        "ls",
+        "multi_edit",
+        "read",
+        "todo_write",
+        "web_fetch",
+        "write",
+    ]
     assert first.messages == (Message("user", (Text("what is X?"),)),)
     assert second.messages == tuple(agent.messages[:3])
     assert second.tools is first.tools  # the tool set is fixed per context
@@ -352,7 +364,8 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
             ),
             tool_result(
                 "b",
-                "unknown tool 'teleport'; available tools: bash, edit, glob, grep, read, write",
+                "unknown tool 'teleport'; available tools: bash, edit, exit_plan_mode, glob, grep, ls, "
+                "multi_edit, read, todo_write, web_fetch, write",
                 is_error=True,
             ),
             tool_result("c", "INVALID_ARGUMENTS: missing required argument 'path'", is_error=True),

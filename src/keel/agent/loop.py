@@ -40,6 +40,7 @@ from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider
 from keel.llm.request import Effort, Request
+from keel.permissions.gate import AllowAll, Gate, PermissionGate
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import Fingerprint, TerminalReason
@@ -48,6 +49,10 @@ from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
 
 INTERRUPTED_MARK = "[interrupted by user]"
+PLAN_MODE_NOTE = (
+    "Plan mode is on: research with the read-only tools, change nothing, and when you know what "
+    "to do, call exit_plan_mode with your plan for the user to approve."
+)
 EMPTY_RESPONSE = "(empty response)"
 
 Emit = Callable[[Event], None]
@@ -136,6 +141,7 @@ class Agent:
         env: Mapping[str, str] | None = None,
         session_id: str | None = None,
         today: date | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.provider = provider
         self.model = model
@@ -159,7 +165,10 @@ class Agent:
         self._system: str | None = None
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
-        self._runner = ToolRunner(self.registry, self.ctx)
+        self.gate: Gate = gate or AllowAll()
+        if isinstance(self.gate, PermissionGate) and self.gate.record is None:
+            self.gate.record = self._record_decision
+        self._runner = ToolRunner(self.registry, self.ctx, self.gate)
         self._task: asyncio.Task[Any] | None = None
         self._interrupt_requested = False
         self._suspend_requested = False
@@ -291,6 +300,8 @@ class Agent:
 
     async def aclose(self) -> None:
         await self.provider.aclose()
+        if self.ctx.sandbox is not None:
+            self.ctx.sandbox.cleanup()
         if self.session is not None:
             self.session.close()
 
@@ -343,6 +354,8 @@ class Agent:
 
     def _begin(self, prompt: str, emit: Emit) -> None:
         _ = self.system  # fix the prefix for this context on its first prompt
+        if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
+            self._notes.append(PLAN_MODE_NOTE)
         text = prompt
         if self._notes:
             notes = "\n".join(self._notes)
@@ -515,6 +528,10 @@ class Agent:
     def _record_result(self, result: ToolResult, seconds: float) -> None:
         if self.session is not None:
             self.session.tool_result(result, seconds)
+
+    def _record_decision(self, call: ToolUse, outcome: str, source: str, reason: str) -> None:
+        if self.session is not None:
+            self.session.decision(call.id, call.name, outcome, source, reason)
 
     def _barrier(self) -> None:
         if self.session is not None:

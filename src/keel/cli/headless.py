@@ -16,7 +16,7 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from keel.agent.events import Event, ToolFinished, ToolStarted, TurnStop
 from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
@@ -28,6 +28,10 @@ from keel.errors import UserError
 from keel.llm.catalog import ModelRef, lookup, parse_model
 from keel.llm.events import Notice
 from keel.llm.provider import RetryPolicy, make_provider
+from keel.permissions.gate import PermissionGate, parse_mode
+
+if TYPE_CHECKING:
+    from keel.permissions.sandbox import Sandbox
 
 EXIT_CODES: dict[TurnStop, int] = {
     "end_turn": cli.EXIT_OK,
@@ -186,6 +190,7 @@ def build_agent(
     info = lookup(ref.model, settings.models)
     from keel.tools.builtin import builtin_tools
 
+    gate, sandbox = build_gate(cwd, settings, args, printer)
     agent = Agent(
         provider=provider,
         model=ref.model,
@@ -196,7 +201,9 @@ def build_agent(
         effort=EFFORTS[args.effort] if args.effort else settings.effort,
         today=today,
         session_id=session_id,
+        gate=gate,
     )
+    agent.ctx.sandbox = sandbox
     if not info.known and ref.provider != "scripted":
         printer(
             Notice(
@@ -214,6 +221,54 @@ def build_agent(
             )
         )
     return agent
+
+
+def split_rules(values: list[str]) -> list[str]:
+    """`--allowed-tools "bash(npm test*),edit"` → the rules, splitting on commas outside
+    parentheses (a bash pattern may contain commas)."""
+    out: list[str] = []
+    for value in values:
+        depth, current = 0, ""
+        for ch in value:
+            if ch == "," and depth == 0:
+                out.append(current)
+                current = ""
+                continue
+            depth += (ch == "(") - (ch == ")")
+            current += ch
+        out.append(current)
+    return [r.strip() for r in out if r.strip()]
+
+
+def build_gate(
+    cwd: Path, settings: Settings, args: argparse.Namespace, printer: Printer
+) -> tuple[PermissionGate, Sandbox | None]:
+    """The permission gate for a headless run (nobody to ask: what would ask is denied) and the
+    bash sandbox, if it works here."""
+    from keel.agent.prompt import git_root
+    from keel.permissions.rules import parse_rule
+
+    rules = [parse_rule(text, "deny", source) for text, source in settings.deny]
+    rules += [parse_rule(text, "allow", source) for text, source in settings.allow]
+    rules += [
+        parse_rule(t, "deny", "--disallowed-tools") for t in split_rules(args.disallowed_tools)
+    ]
+    rules += [parse_rule(t, "allow", "--allowed-tools") for t in split_rules(args.allowed_tools)]
+    mode = parse_mode(args.mode or settings.default_mode or "default")
+    root = git_root(cwd) or cwd
+    sandbox = None
+    if settings.sandbox:
+        from keel.permissions.sandbox import Sandbox, probe
+
+        result = probe()
+        if result.ok:
+            sandbox = Sandbox(root, network=settings.sandbox_network)
+        else:
+            printer(
+                Notice(f"no sandbox: {result.detail}; commands will need permission", "warning")
+            )
+    gate = PermissionGate(mode, root, cwd, rules, sandboxed=sandbox is not None)
+    return gate, sandbox
 
 
 def _printer(args: argparse.Namespace) -> Printer:

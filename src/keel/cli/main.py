@@ -69,6 +69,26 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--force", action="store_true", help="resume even though the model or configuration changed"
     )
+    p.add_argument(
+        "--mode",
+        choices=("default", "accept-edits", "plan", "bypass"),
+        help="permission mode (default: asks before edits and unsandboxed commands; "
+        "headless runs deny what would ask)",
+    )
+    p.add_argument(
+        "--allowed-tools",
+        action="append",
+        default=[],
+        metavar="RULES",
+        help='pre-approve, e.g. "bash(npm test*),edit(src/**)" (repeatable)',
+    )
+    p.add_argument(
+        "--disallowed-tools",
+        action="append",
+        default=[],
+        metavar="RULES",
+        help='deny, e.g. "bash(git push*),web_fetch" (repeatable)',
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no tool activity on stderr")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
 
@@ -78,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
     p.add_argument(
@@ -169,7 +189,14 @@ def _sessions_command(name: str) -> Callable[[list[str]], int]:
     return run
 
 
+def _doctor(argv: list[str]) -> int:
+    from keel.cli.doctor import doctor
+
+    return doctor(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "doctor": _doctor,
     "resume": _resume,
     "suspend": _sessions_command("suspend"),
     "fork": _sessions_command("fork"),

@@ -24,7 +24,21 @@ from keel.llm.catalog import ModelInfo
 from keel.llm.provider import ProviderConfig
 from keel.llm.request import Effort
 
-KNOWN_KEYS = frozenset({"model", "providers", "models", "max_turns", "effort", "budget", "$schema"})
+KNOWN_KEYS = frozenset(
+    {
+        "model",
+        "providers",
+        "models",
+        "max_turns",
+        "effort",
+        "budget",
+        "permissions",
+        "sandbox",
+        "$schema",
+    }
+)
+PERMISSION_KEYS = frozenset({"allow", "deny", "default_mode"})
+SANDBOX_KEYS = frozenset({"enabled", "network"})
 PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "stall_timeout", "call_timeout"})
 EFFORTS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "max": "max"}
 MODEL_KEYS = frozenset(
@@ -41,6 +55,12 @@ class Settings:
     budget_tokens: int | None = None
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     models: dict[str, ModelInfo] = field(default_factory=dict)
+    #: Permission rules as written, with the file each came from: (rule text, source).
+    allow: list[tuple[str, str]] = field(default_factory=list)
+    deny: list[tuple[str, str]] = field(default_factory=list)
+    default_mode: str | None = None
+    sandbox: bool = True
+    sandbox_network: bool = False
     files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -122,6 +142,10 @@ def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
             _merge_providers(settings, value, where)
         elif key == "models":
             _merge_models(settings, value, where)
+        elif key == "permissions":
+            _merge_permissions(settings, value, where, shared=_shared(path))
+        elif key == "sandbox":
+            _merge_sandbox(settings, value, where, shared=_shared(path))
 
 
 def _merge_budget(settings: Settings, value: Any, where: str) -> None:
@@ -183,6 +207,64 @@ def _merge_models(settings: Settings, value: Any, where: str) -> None:
             conf.get("cache_read_price"),
             conf.get("cache_write_price"),
         )
+
+
+def _shared(path: Path) -> bool:
+    """The project's shared file (committed to git) may only tighten security."""
+    return path.name == "settings.json" and path.parent.name == ".keel"
+
+
+def _strings(value: Any, where: str, warnings: list[str]) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        warnings.append(f"{where} must be a list of strings; ignored")
+        return []
+    return list(value)
+
+
+def _merge_permissions(settings: Settings, value: Any, where: str, *, shared: bool) -> None:
+    w = settings.warnings
+    if not isinstance(value, dict):
+        w.append(f'{where} must be an object like {{"allow": [...], "deny": [...]}}; ignored')
+        return
+    for k, v in value.items():
+        if k not in PERMISSION_KEYS:
+            w.append(
+                f"{where}: unknown key {k!r} skipped (known: {', '.join(sorted(PERMISSION_KEYS))})"
+            )
+        elif k == "deny":
+            settings.deny += [(r, where.split(": ")[0]) for r in _strings(v, f"{where}.deny", w)]
+        elif shared:
+            w.append(
+                f"{where}.{k} ignored: the shared project file may only add deny rules "
+                "(put it in .keel/settings.local.json or your user settings)"
+            )
+        elif k == "allow":
+            settings.allow += [(r, where.split(": ")[0]) for r in _strings(v, f"{where}.allow", w)]
+        elif k == "default_mode":
+            if v in ("default", "accept-edits", "plan", "bypass"):
+                settings.default_mode = v
+            else:
+                w.append(
+                    f"{where}.default_mode must be default, accept-edits, plan or bypass; ignored"
+                )
+
+
+def _merge_sandbox(settings: Settings, value: Any, where: str, *, shared: bool) -> None:
+    w = settings.warnings
+    if not isinstance(value, dict):
+        w.append(f'{where} must be an object like {{"enabled": true}}; ignored')
+        return
+    for k, v in value.items():
+        if k not in SANDBOX_KEYS:
+            w.append(f"{where}: unknown key {k!r} skipped (known: enabled, network)")
+        elif not isinstance(v, bool):
+            w.append(f"{where}.{k} must be true or false; ignored")
+        elif shared and ((k == "enabled" and not v) or (k == "network" and v)):
+            w.append(f"{where}.{k} ignored: the shared project file may only tighten the sandbox")
+        elif k == "enabled":
+            settings.sandbox = v
+        else:
+            settings.sandbox_network = v
 
 
 def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settings:

@@ -1,16 +1,50 @@
-"""The permission gate protocol: the loop asks it about each tool call, one by one, in order."""
+"""The permission gate: whether each tool call may run, asked one call at a time, in order.
+
+Decision order (first that applies wins; docs/permissions.md):
+1. A write outside the project (symlinks resolved) or to a protected path: deny, in every mode.
+2. A deny rule matches: deny.
+3. `bypass` mode: allow.
+4. `exit_plan_mode`: ask (the question is the plan approval).
+5. A read-only tool: allow.
+6. `plan` mode: deny (web_fetch asks).
+7. Allow rules cover the call (for bash: every command of the line): allow.
+8. bash in the sandbox (unless the call asked for `sandbox: false`): allow.
+9. bash that only reads (the safe list): allow.
+10. A write inside the project in `accept-edits` mode: allow.
+11. Otherwise ask; without anyone to ask (headless), deny with a hint.
+
+The gate knows nothing about a UI: asking goes through an `Asker` callback.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, TypeAlias
+import os
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeAlias
 
+import keel.permissions.shell as shell
+from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import ToolUse
+from keel.permissions.rules import FILE_TOOLS, Rule, matches, suggest
+
+Mode: TypeAlias = Literal["default", "accept-edits", "plan", "bypass"]
+MODES: tuple[Mode, ...] = ("default", "accept-edits", "plan", "bypass")
+
+#: Tools that change files, and the argument naming the file.
+WRITE_TOOLS = {"write": "path", "edit": "path", "multi_edit": "path"}
+#: Paths inside the project that no tool may write, in any mode: code that runs later
+#: (git hooks), configuration that grants permissions (keel's and Claude Code's), MCP servers.
+PROTECTED = (".git/hooks", ".git/config", ".keel", ".claude", ".mcp.json")
 
 
 @frozen
 class Allow:
     source: str = "default"
+    #: Worth a `decision` record (not the routine allow of a read-only tool).
+    notable: bool = False
 
 
 @frozen
@@ -31,3 +65,210 @@ class AllowAll:
 
     async def authorize(self, call: ToolUse, *, read_only: bool) -> Decision:
         return Allow("allow-all")
+
+
+@frozen
+class PermissionRequest:
+    """A question for the user about one call. `suggestion` is the rule "always allow" saves;
+    `plan` is set for `exit_plan_mode` (the plan to approve)."""
+
+    call: ToolUse
+    reason: str
+    suggestion: str
+    plan: str = ""
+
+
+@frozen
+class PermissionReply:
+    allow: bool
+    #: once | session (remember for this run) | always (save the suggested rule)
+    scope: Literal["once", "session", "always"] = "once"
+    reason: str = ""
+    #: For a plan approval: the mode to switch to.
+    mode: Mode | None = None
+
+
+Asker: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply]]
+
+
+def parse_mode(value: str) -> Mode:
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise UserError(f"unknown mode {value!r}", hint=f"modes: {', '.join(MODES)}")
+
+
+def protected_path(path: Path, root: Path) -> str | None:
+    """The protected location `path` falls in, if any."""
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        return None
+    for p in PROTECTED:
+        if rel == p or rel.startswith(p + "/"):
+            return p
+    return None
+
+
+@dataclass
+class PermissionGate:
+    mode: Mode
+    root: Path
+    cwd: Path
+    rules: list[Rule] = field(default_factory=list)
+    #: bash runs in a working sandbox (probed); sandboxed commands need no prompt.
+    sandboxed: bool = False
+    asker: Asker | None = None
+    #: Called for every notable decision: (call, outcome, source, reason).
+    record: Callable[[ToolUse, str, str, str], None] | None = None
+    #: Rules granted "for this session" by the user.
+    session_rules: list[Rule] = field(default_factory=list)
+    #: Where "always allow" rules are saved (personal project settings).
+    save_rule: Callable[[str], None] | None = None
+    headless_hint: str = (
+        "permission needed, but keel is running non-interactively; allow it with "
+        "--allowed-tools or --mode"
+    )
+
+    async def authorize(self, call: ToolUse, *, read_only: bool) -> Decision:
+        decision = await self._decide(call, read_only)
+        notable = isinstance(decision, Deny) or decision.notable
+        if notable and self.record is not None:
+            outcome = "deny" if isinstance(decision, Deny) else "allow"
+            reason = decision.reason if isinstance(decision, Deny) else ""
+            self.record(call, outcome, decision.source, reason)
+        return decision
+
+    async def _decide(self, call: ToolUse, read_only: bool) -> Decision:
+        args: dict[str, Any] = call.input or {}
+        tool = call.name
+        if (refusal := self._boundary(tool, args)) is not None:
+            return Deny(refusal, "boundary")
+        if (rule := self._denied_by(tool, args)) is not None:
+            return Deny(f"denied by rule {rule} ({rule.source or 'settings'})", "rule")
+        if self.mode == "bypass":
+            return Allow("mode:bypass")
+        if tool == "exit_plan_mode":
+            plan = str(args.get("plan", ""))
+            if not plan.strip():
+                return Deny("the plan is empty; write out the steps you will take", "validation")
+            return await self._ask(call, "approve the plan", plan=plan)
+        if read_only:
+            return Allow("read-only")
+        if self.mode == "plan":
+            if tool == "web_fetch":
+                return await self._ask(call, "fetch a web page in plan mode")
+            return Deny(
+                f"{tool} is not available in plan mode: only reading tools run until the plan "
+                "is approved (call exit_plan_mode with the plan)",
+                "mode:plan",
+            )
+        if (source := self._allowed_by(tool, args)) is not None:
+            return Allow(source, notable=True)
+        if tool == "bash":
+            command = str(args.get("command", ""))
+            if self.sandboxed and args.get("sandbox", True) is not False:
+                return Allow("sandbox")
+            if shell.is_read_only(command):
+                return Allow("safe-list")
+        if tool in WRITE_TOOLS and self.mode == "accept-edits":
+            return Allow("mode:accept-edits", notable=True)
+        return await self._ask(call, self._why(tool, args))
+
+    def _boundary(self, tool: str, args: dict[str, Any]) -> str | None:
+        if tool not in WRITE_TOOLS:
+            return None
+        raw = Path(str(args.get(WRITE_TOOLS[tool], ""))).expanduser()
+        lexical = raw if raw.is_absolute() else self.cwd / raw
+        resolved = lexical.resolve()
+        root = self.root.resolve()
+        if resolved != root and not resolved.is_relative_to(root):
+            via = (
+                " (through a symlink)"
+                if Path(os.path.normpath(lexical)).is_relative_to(root)
+                else ""
+            )
+            return f"{raw} is outside the project root {root}{via}; only files inside it can be changed"
+        if (protected := protected_path(resolved, root)) is not None:
+            return (
+                f"{raw} is in {protected}, which keel protects in every mode (it could run "
+                "code or grant permissions later); change it yourself if you mean to"
+            )
+        return None
+
+    def _denied_by(self, tool: str, args: dict[str, Any]) -> Rule | None:
+        for rule in self.rules:
+            if rule.effect == "deny" and matches(rule, tool, args, self.root, self.cwd):
+                return rule
+        return None
+
+    def _allowed_by(self, tool: str, args: dict[str, Any]) -> str | None:
+        allows = [r for r in (*self.rules, *self.session_rules) if r.effect == "allow"]
+        if tool == "bash":
+            # Each command of the line may be covered by a different rule.
+            patterns = [r.pattern for r in allows if r.tool == "bash" and r.pattern is not None]
+            if any(r.tool == "bash" and r.pattern is None for r in allows):
+                return "rule:bash"
+            if patterns and shell.rule_allows(patterns, str(args.get("command", ""))):
+                return "rule:" + ", ".join(f"bash({p})" for p in patterns)
+            return None
+        for rule in allows:
+            if matches(rule, tool, args, self.root, self.cwd):
+                return f"rule:{rule}"
+        return None
+
+    def _why(self, tool: str, args: dict[str, Any]) -> str:
+        if tool == "bash":
+            reasons = shell.analyze(str(args.get("command", ""))).needs_approval
+            base = "run a command" + (" outside the sandbox" if self.sandboxed else "")
+            return f"{base} ({'; '.join(reasons)})" if reasons else base
+        if tool in WRITE_TOOLS:
+            return f"change {args.get(WRITE_TOOLS[tool], 'a file')}"
+        return f"use {tool}"
+
+    async def _ask(self, call: ToolUse, reason: str, *, plan: str = "") -> Decision:
+        if self.asker is None:
+            what = "approve a plan" if call.name == "exit_plan_mode" else reason
+            return Deny(f"{self.headless_hint} (needed to {what})", "headless")
+        reply = await self.asker(
+            PermissionRequest(call, reason, suggest(call.name, call.input or {}), plan)
+        )
+        if not reply.allow:
+            why = f": {reply.reason}" if reply.reason else ""
+            return Deny(f"the user denied this{why}", "user")
+        if reply.scope in ("session", "always"):
+            from keel.permissions.rules import parse_rule
+
+            rule = parse_rule(suggest(call.name, call.input or {}), "allow", "session")
+            self.session_rules.append(rule)
+            if reply.scope == "always" and self.save_rule is not None:
+                self.save_rule(str(rule))
+        if call.name == "exit_plan_mode" and reply.mode is not None:
+            self.mode = reply.mode
+        return Allow(f"user:{reply.scope}", notable=True)
+
+
+def tool_rules(allowed: Iterable[str], denied: Iterable[str], source: str) -> list[Rule]:
+    from keel.permissions.rules import parse_rules
+
+    return [*parse_rules(denied, "deny", source), *parse_rules(allowed, "allow", source)]
+
+
+__all__ = [
+    "FILE_TOOLS",
+    "MODES",
+    "PROTECTED",
+    "Allow",
+    "AllowAll",
+    "Asker",
+    "Decision",
+    "Deny",
+    "Gate",
+    "Mode",
+    "PermissionGate",
+    "PermissionReply",
+    "PermissionRequest",
+    "parse_mode",
+    "protected_path",
+    "tool_rules",
+]

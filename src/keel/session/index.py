@@ -76,12 +76,13 @@ def find_session(session_id: str, cwd: Path) -> Path:
 
 
 def latest_session(cwd: Path) -> Path:
+    """The project's most recently active session (last written to)."""
     files = session_files(cwd)
     if not files:
         raise UserError(
             f"no sessions for {cwd}", hint='start one with keel -p "…" in this directory'
         )
-    return files[0]
+    return max(files, key=lambda p: p.stat().st_mtime_ns)
 
 
 def is_locked(path: Path) -> bool:

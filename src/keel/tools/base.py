@@ -15,11 +15,23 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, get_args, get_origin, overload, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    get_args,
+    get_origin,
+    overload,
+    runtime_checkable,
+)
 
 from keel.frozen import frozen
 from keel.llm.messages import Image, Text
 from keel.llm.request import ToolSpec
+
+if TYPE_CHECKING:
+    from keel.permissions.sandbox import Sandbox
 
 
 class ToolError(Exception):
@@ -45,6 +57,8 @@ class ToolContext:
     read_files: dict[Path, FileStamp] = field(default_factory=dict)
     #: Ranges already returned by `read` whose file has not changed since: (path, offset, limit).
     read_ranges: dict[tuple[Path, int, int], FileStamp] = field(default_factory=dict)
+    #: The bash sandbox, when one works here (None: commands run unsandboxed).
+    sandbox: Sandbox | None = None
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""

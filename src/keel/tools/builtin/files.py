@@ -1,4 +1,4 @@
-"""File tools: `read`, `write`, `edit`.
+"""File tools: `read`, `write`, `edit`, `multi_edit`.
 
 Writes are confined to the project root (symlinks resolved first, so a link cannot escape), an
 existing file must have been read in this context and be unchanged since, and every write is an
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 from keel.llm.messages import Image, Text
 from keel.tools.base import FileStamp, ToolContext, ToolError, ToolOutput, tool
@@ -238,23 +239,124 @@ async def edit(
         raise ToolError("old_string and new_string are identical; nothing would change")
     _check_fresh(ctx, target, path)
     before = target.read_text(encoding="utf-8", errors="replace")
-    count = before.count(old_string)
+    after, n = _replace(before, old_string, new_string, replace_all, path)
+    out = _commit(ctx, target, before, after, path)
+    return ToolOutput(f"Edited {path}: {_plural(n, 'replacement')}.", display=out.display)
+
+
+def _replace(text: str, old: str, new: str, replace_all: bool, raw: str) -> tuple[str, int]:
+    """`text` with `old` replaced by `new`, and how many times; `old` must occur, and only once
+    unless `replace_all`."""
+    count = text.count(old)
     if count == 0:
         raise ToolError(
-            f"old_string not found in {path}; read the file again and copy the text exactly"
+            f"old_string not found in {raw}; read the file again and copy the text exactly"
         )
     if count > 1 and not replace_all:
         raise ToolError(
-            f"old_string occurs {count} times in {path}; add surrounding lines to make it "
+            f"old_string occurs {count} times in {raw}; add surrounding lines to make it "
             "unique, or set replace_all"
         )
-    after = (
-        before.replace(old_string, new_string)
-        if replace_all
-        else before.replace(old_string, new_string, 1)
-    )
+    if replace_all:
+        return text.replace(old, new), count
+    return text.replace(old, new, 1), 1
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+_EDIT_KEYS = ("old_string", "new_string", "replace_all")
+
+
+def _check_edits(edits: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
+    """The edits as (old, new, replace_all), or an INVALID_ARGUMENTS error naming the first
+    malformed one (1-based, as the model counts)."""
+    if not edits:
+        raise ToolError("INVALID_ARGUMENTS: edits is empty; give at least one edit")
+    out = []
+    for i, item in enumerate(edits, start=1):
+        where = f"INVALID_ARGUMENTS: edit {i} of {len(edits)}"
+        unknown = sorted(set(item) - set(_EDIT_KEYS))
+        if unknown:
+            raise ToolError(
+                f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_EDIT_KEYS)}"
+            )
+        for key in ("old_string", "new_string"):
+            if key not in item:
+                raise ToolError(f"{where}: missing {key}")
+            if not isinstance(item[key], str):
+                raise ToolError(f"{where}: {key} must be a string")
+        old, new, replace_all = item["old_string"], item["new_string"], item.get("replace_all")
+        if replace_all is None:
+            replace_all = False
+        if not isinstance(replace_all, bool):
+            raise ToolError(f"{where}: replace_all must be true or false")
+        if not old:
+            raise ToolError(f"{where}: old_string is empty; to create a file use write")
+        if old == new:
+            raise ToolError(f"{where}: old_string and new_string are identical")
+        out.append((old, new, replace_all))
+    return out
+
+
+@tool
+async def multi_edit(ctx: ToolContext, path: str, edits: list[dict[str, Any]]) -> ToolOutput:
+    """Make several exact-text replacements in one file, all or nothing. Edits apply in order,
+    each to the text the previous ones produced; if any fails, the file is left untouched. Each
+    edit follows the rules of `edit`: `old_string` must match exactly and be unique unless
+    `replace_all` is true. Prefer this over several `edit` calls to the same file. Read the file
+    first.
+
+    Args:
+        path: The file to change, relative to the working directory or absolute.
+        edits: The edits, in order; each is {"old_string": ..., "new_string": ...,
+            "replace_all": false}.
+    """
+    target = confine(ctx, path)
+    if not target.exists():
+        raise ToolError(f"{path} does not exist; use write to create it")
+    if target.is_dir():
+        raise ToolError(f"{path} is a directory")
+    checked = _check_edits(edits)
+    _check_fresh(ctx, target, path)
+    before = target.read_text(encoding="utf-8", errors="replace")
+    after = before
+    total = 0
+    for i, (old, new, replace_all) in enumerate(checked, start=1):
+        try:
+            after, n = _replace(after, old, new, replace_all, path)
+        except ToolError as exc:
+            # Later edits see the text earlier ones produced; say so, since that is the usual
+            # reason a string copied from the file no longer matches.
+            applied = {1: "", 2: " (after edit 1 was applied)"}.get(
+                i, f" (after edits 1-{i - 1} were applied)"
+            )
+            raise ToolError(
+                f"edit {i} of {len(checked)} failed{applied}: {exc}. Nothing was written to {path}."
+            ) from None
+        total += n
+    if after == before:
+        raise ToolError(f"the edits leave {path} unchanged; nothing was written")
     out = _commit(ctx, target, before, after, path)
-    n = count if replace_all else 1
     return ToolOutput(
-        f"Edited {path}: {n} replacement{'s' if n != 1 else ''}.", display=out.display
+        f"Edited {path}: {_plural(len(checked), 'edit')}, {_plural(total, 'replacement')}.",
+        display=out.display,
     )
+
+
+# `@tool` describes list[dict] items only as objects; spell out their keys for the model.
+multi_edit.input_schema["properties"]["edits"]["items"] = {
+    "type": "object",
+    "properties": {
+        "old_string": {"type": "string", "description": "The exact text to replace."},
+        "new_string": {"type": "string", "description": "The text to put in its place."},
+        "replace_all": {
+            "type": "boolean",
+            "description": "Replace every occurrence instead of exactly one.",
+            "default": False,
+        },
+    },
+    "required": ["old_string", "new_string"],
+    "additionalProperties": False,
+}

@@ -13,9 +13,14 @@ import os
 import re
 import signal
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 from keel.tools.truncate import MAX_OUTPUT_BYTES
+
+if TYPE_CHECKING:
+    from keel.permissions.sandbox import Sandbox
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
@@ -143,21 +148,30 @@ class _PipeReader(asyncio.Protocol):
 
 
 async def run_command(
-    command: str, *, cwd: str, env: Mapping[str, str], time_limit: float
+    command: str,
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    time_limit: float,
+    sandbox: Sandbox | None = None,
 ) -> tuple[str, int | None, bool]:
-    """Run `command` with bash. Returns (cleaned output, exit code or None, timed out).
+    """Run `command` with bash (inside `sandbox` when given). Returns (cleaned output, exit code
+    or None, timed out).
 
     The output pipe is ours (not asyncio's), so when children that outlive the command keep it
     open we can stop them and close it rather than wait for them."""
     loop = asyncio.get_running_loop()
+    argv = ["bash", "-c", command]
+    run_env = command_env(env)
+    if sandbox is not None:
+        argv = sandbox.argv(argv, Path(cwd))
+        run_env = sandbox.env(run_env)
     read_fd, write_fd = os.pipe()
     try:
         proc = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            command,
+            *argv,
             cwd=cwd,
-            env=command_env(env),
+            env=run_env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,
@@ -203,6 +217,7 @@ async def bash(
     command: str,
     timeout: int = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the argument name the model sees
     description: str = "",
+    sandbox: bool = True,
 ) -> ToolOutput:
     """Run a shell command with bash in the working directory and return its combined stdout
     and stderr, ending with the exit code. Output over about 30 kB keeps its head and tail.
@@ -213,13 +228,20 @@ async def bash(
         command: The command line to run.
         timeout: Seconds before the command is killed (default 120, at most 600).
         description: A few words on what the command does, shown to the user.
+        sandbox: Run inside the sandbox (the default, when one is available): the project and a
+            temp dir are writable, there is no network. Set false only for a command that
+            needs more; that asks the user.
     """
     if not command.strip():
         raise ToolError("command is empty")
     if timeout < 1 or timeout > MAX_TIMEOUT:
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds")
     text, code, timed_out = await run_command(
-        command, cwd=str(ctx.cwd), env=ctx.env or os.environ, time_limit=timeout
+        command,
+        cwd=str(ctx.cwd),
+        env=ctx.env or os.environ,
+        time_limit=timeout,
+        sandbox=ctx.sandbox if sandbox else None,
     )
     text = text.rstrip("\n")
     sep = "\n" if text else ""

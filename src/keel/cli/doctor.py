@@ -1,0 +1,62 @@
+"""`keel doctor`: what keel sees on this machine: version, Python, settings files (and what was
+skipped), provider keys (by name only, never the value), ripgrep, and whether the bash sandbox
+really starts. Exit 0 when everything needed to work is there, 1 otherwise."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+
+from keel import __version__
+from keel.config.settings import load_settings, settings_files
+from keel.session.store import keel_home
+
+KEY_VARIABLES = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "OPENAI_COMPATIBLE_BASE_URL",
+)
+
+
+def doctor(argv: list[str]) -> int:
+    if argv:
+        print("usage: keel doctor", file=sys.stderr)
+        return 2
+    from keel.permissions.sandbox import probe
+    from keel.tools.builtin.search import ripgrep
+
+    cwd = Path.cwd()
+    settings = load_settings(cwd)
+    ok = True
+    print(f"keel {__version__} on Python {platform.python_version()} ({sys.platform})")
+    print(f"sessions: {keel_home() / 'sessions'}")
+    print("settings files:")
+    for path in settings_files(cwd):
+        state = (
+            "loaded" if path in settings.files else ("missing" if not path.exists() else "skipped")
+        )
+        print(f"  {state:<8} {path}")
+    for warning in settings.warnings:
+        print(f"  warning: {warning}")
+    present = [v for v in KEY_VARIABLES if os.environ.get(v)]
+    print(f"provider keys: {', '.join(present) if present else 'none set'}")
+    if settings.model:
+        print(f"default model: {settings.model}")
+    rg = ripgrep()
+    print(f"ripgrep: {rg or 'not installed (grep and glob use a slower built-in search)'}")
+    if settings.sandbox:
+        result = probe()
+        print(f"sandbox: {'ok' if result.ok else 'NOT AVAILABLE'}: {result.detail}")
+        if not result.ok:
+            print("  without it, every bash command asks for permission (headless runs deny them)")
+            ok = False
+    else:
+        print("sandbox: turned off in settings (sandbox.enabled = false)")
+    print(
+        f"permission mode: {settings.default_mode or 'default'}; "
+        f"{len(settings.allow)} allow and {len(settings.deny)} deny rules in settings"
+    )
+    return 0 if ok else 1
