@@ -172,6 +172,23 @@ async def test_read_cuts_at_60kb_on_a_line_boundary(ctx: ToolContext, project: P
     assert note.startswith("size limit: showed lines 1-59 of 200; continue with offset=60]")
 
 
+async def test_huge_files_are_bounded(ctx: ToolContext, project: Path) -> None:
+    big = project / "big.log"
+    with big.open("w", encoding="utf-8") as f:
+        for i in range(1_000_000):  # ~25 MB
+            f.write(f"line {i} of a very large log file\n")
+    start = time.monotonic()
+    out = await run(read, ctx, path="big.log")
+    assert time.monotonic() - start < 10
+    assert isinstance(out.content, str)
+    assert out.content.endswith("[size limit: showed lines 1-1455 of 1000000; continue with offset=1456]")
+    sparse = project / "disk.img"
+    with sparse.open("wb") as f:
+        f.truncate(2 * 1024**3)  # 2 GB of zeros, sparse
+    with pytest.raises(ToolError, match=r"disk.img is a binary file \(2147483648 bytes\)"):
+        await run(read, ctx, path="disk.img")
+
+
 async def test_read_truncates_very_long_lines(ctx: ToolContext, project: Path) -> None:
     (project / "min.js").write_text("y" * 5000 + "\n", encoding="utf-8")
     out = await run(read, ctx, path="min.js")
@@ -380,7 +397,7 @@ async def test_bash_cancellation_kills_the_group(ctx: ToolContext, project: Path
 
 async def test_bash_caps_a_flood_of_output(ctx: ToolContext) -> None:
     out = await run(
-        bash, ctx, command="head -c 50000000 /dev/zero | tr '\\0' 'x'; echo; echo tail-marker"
+        bash, ctx, command="head -c 100000000 /dev/zero | tr '\\0' 'x'; echo; echo tail-marker"
     )
     assert isinstance(out.content, str)
     assert len(out.content.encode()) < 31_000

@@ -18,7 +18,6 @@ The gate knows nothing about a UI: asking goes through an `Asker` callback.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import keel.permissions.shell as shell
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import ToolUse
+from keel.permissions.boundary import PROTECTED, protected_path, refuse_write
 from keel.permissions.rules import FILE_TOOLS, Rule, matches, suggest
 
 Mode: TypeAlias = Literal["default", "accept-edits", "plan", "bypass"]
@@ -35,9 +35,6 @@ MODES: tuple[Mode, ...] = ("default", "accept-edits", "plan", "bypass")
 
 #: Tools that change files, and the argument naming the file.
 WRITE_TOOLS = {"write": "path", "edit": "path", "multi_edit": "path"}
-#: Paths inside the project that no tool may write, in any mode: code that runs later
-#: (git hooks), configuration that grants permissions (keel's and Claude Code's), MCP servers.
-PROTECTED = (".git/hooks", ".git/config", ".keel", ".claude", ".mcp.json")
 
 
 @frozen
@@ -96,18 +93,6 @@ def parse_mode(value: str) -> Mode:
         if value == mode:
             return mode
     raise UserError(f"unknown mode {value!r}", hint=f"modes: {', '.join(MODES)}")
-
-
-def protected_path(path: Path, root: Path) -> str | None:
-    """The protected location `path` falls in, if any."""
-    try:
-        rel = path.relative_to(root).as_posix()
-    except ValueError:
-        return None
-    for p in PROTECTED:
-        if rel == p or rel.startswith(p + "/"):
-            return p
-    return None
 
 
 @dataclass
@@ -178,23 +163,7 @@ class PermissionGate:
     def _boundary(self, tool: str, args: dict[str, Any]) -> str | None:
         if tool not in WRITE_TOOLS:
             return None
-        raw = Path(str(args.get(WRITE_TOOLS[tool], ""))).expanduser()
-        lexical = raw if raw.is_absolute() else self.cwd / raw
-        resolved = lexical.resolve()
-        root = self.root.resolve()
-        if resolved != root and not resolved.is_relative_to(root):
-            via = (
-                " (through a symlink)"
-                if Path(os.path.normpath(lexical)).is_relative_to(root)
-                else ""
-            )
-            return f"{raw} is outside the project root {root}{via}; only files inside it can be changed"
-        if (protected := protected_path(resolved, root)) is not None:
-            return (
-                f"{raw} is in {protected}, which keel protects in every mode (it could run "
-                "code or grant permissions later); change it yourself if you mean to"
-            )
-        return None
+        return refuse_write(str(args.get(WRITE_TOOLS[tool], "")), self.cwd, self.root)
 
     def _denied_by(self, tool: str, args: dict[str, Any]) -> Rule | None:
         for rule in self.rules:

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keel.permissions.gate import PROTECTED
+from keel.permissions.boundary import PROTECTED
 
 #: Placeholders for protected paths that do not exist yet, so a command cannot create them.
 _PLACEHOLDER_DIRS = (".keel", ".git/hooks")

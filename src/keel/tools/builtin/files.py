@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.llm.messages import Image, Text
+from keel.permissions.boundary import refuse_write
 from keel.tools.base import FileStamp, ToolContext, ToolError, ToolOutput, tool
 
 READ_MAX_LINES = 2000
@@ -43,17 +44,12 @@ def display_path(ctx: ToolContext, path: Path) -> str:
 
 def confine(ctx: ToolContext, raw: str) -> Path:
     """The absolute path `raw` names, refused unless it lies inside the project root after
-    resolving symlinks."""
-    path = ctx.resolve(raw)
-    resolved = path.resolve()
-    root = ctx.root.resolve()
-    if resolved != root and not resolved.is_relative_to(root):
-        lexical = Path(os.path.normpath(path.absolute()))
-        via = " (through a symlink)" if lexical.is_relative_to(root) else ""
-        raise ToolError(
-            f"{raw} is outside the project root {root}{via}; only files inside it can be changed"
-        )
-    return resolved
+    resolving symlinks and outside the protected locations: the tools hold the boundary
+    themselves, whatever the permission gate decided."""
+    refusal = refuse_write(raw, ctx.cwd, ctx.root)
+    if refusal is not None:
+        raise ToolError(refusal)
+    return ctx.resolve(raw).resolve()
 
 
 def _is_binary(head: bytes) -> bool:

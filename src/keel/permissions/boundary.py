@@ -1,0 +1,59 @@
+"""The project boundary: which paths the file tools may change. Shared by the write tools (which
+refuse on their own, whatever the gate said) and the permission gate (which refuses before
+asking anyone, in every mode).
+
+A path is inside when it is inside the project root after symlinks are resolved, so a link cannot
+lead a write out. Protected locations inside the project (code that runs later, configuration
+that grants permissions) are refused too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Paths inside the project that no tool may write, in any mode: code that runs later (git
+#: hooks), configuration that grants permissions (keel's and Claude Code's), MCP servers.
+PROTECTED = (".git/hooks", ".git/config", ".keel", ".claude", ".mcp.json")
+
+
+def resolve_in(raw: str, cwd: Path) -> Path:
+    """`raw` (relative to `cwd`, or absolute, `~` expanded) made absolute, not yet resolved."""
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else cwd / path
+
+
+def outside_project(raw: str, cwd: Path, root: Path) -> str | None:
+    """Why `raw` may not be changed because it lies outside the project, or None."""
+    path = resolve_in(raw, cwd)
+    resolved = path.resolve()
+    root = root.resolve()
+    if resolved == root or resolved.is_relative_to(root):
+        return None
+    via = " (through a symlink)" if Path(os.path.normpath(path)).is_relative_to(root) else ""
+    return f"{raw} is outside the project root {root}{via}; only files inside it can be changed"
+
+
+def protected_path(path: Path, root: Path) -> str | None:
+    """The protected location `path` (absolute, resolved) falls in, if any."""
+    try:
+        rel = path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return None
+    for p in PROTECTED:
+        if rel == p or rel.startswith(p + "/"):
+            return p
+    return None
+
+
+def refuse_write(raw: str, cwd: Path, root: Path) -> str | None:
+    """Why a write to `raw` is refused in every mode, or None."""
+    if (outside := outside_project(raw, cwd, root)) is not None:
+        return outside
+    protected = protected_path(resolve_in(raw, cwd).resolve(), root)
+    if protected is not None:
+        return (
+            f"{raw} is in {protected}, which keel protects in every mode (it could run code or "
+            "grant permissions later); change it yourself if you mean to"
+        )
+    return None
