@@ -181,7 +181,9 @@ async def test_huge_files_are_bounded(ctx: ToolContext, project: Path) -> None:
     out = await run(read, ctx, path="big.log")
     assert time.monotonic() - start < 10
     assert isinstance(out.content, str)
-    assert out.content.endswith("[size limit: showed lines 1-1455 of 1000000; continue with offset=1456]")
+    assert out.content.endswith(
+        "[size limit: showed lines 1-1455 of 1000000; continue with offset=1456]"
+    )
     sparse = project / "disk.img"
     with sparse.open("wb") as f:
         f.truncate(2 * 1024**3)  # 2 GB of zeros, sparse
