@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import keel.permissions.shell as shell
 from keel.errors import UserError
 from keel.frozen import frozen
+from keel.globs import compile_glob
 
 Effect = Literal["allow", "deny"]
 
@@ -68,36 +69,18 @@ def parse_rules(texts: Iterable[str], effect: Effect, source: str = "") -> list[
     return [parse_rule(t, effect, source) for t in texts]
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A doublestar glob: `*` and `?` within a segment, `**` across segments."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        else:
-            c = pattern[i]
-            out.append({"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c)))
-            i += 1
-    return re.compile("^" + "".join(out) + "$")
-
-
 def path_matches(pattern: str, path: Path, root: Path) -> bool:
     """Whether `path` (absolute) matches a glob relative to the project root. A pattern that
     starts with `/` or `~` is absolute."""
     if pattern.startswith("~"):
         pattern = str(Path(pattern).expanduser())
     if pattern.startswith("/"):
-        return _glob_regex(pattern).match(str(path)) is not None
+        return compile_glob(pattern).match(str(path)) is not None
     try:
         rel = path.relative_to(root).as_posix()
     except ValueError:
         return False
-    return _glob_regex(pattern).match(rel) is not None or fnmatch.fnmatchcase(rel, pattern)
+    return compile_glob(pattern).match(rel) is not None or fnmatch.fnmatchcase(rel, pattern)
 
 
 def _domain_matches(pattern: str, url: str) -> bool:

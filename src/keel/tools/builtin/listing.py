@@ -17,7 +17,7 @@ from pathlib import Path
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 
 # The .gitignore matcher of the pure-Python search walk, so `ls` hides exactly what it skips.
-from keel.tools.builtin.search import ALWAYS_SKIPPED, _ignored, _load_rules, _Rule
+from keel.tools.builtin.search import ALWAYS_SKIPPED, IgnoreRule, is_ignored, load_ignore_rules
 
 MAX_ENTRIES = 500
 MAX_BYTES = 30_000
@@ -68,18 +68,18 @@ def _repository_top(directory: Path, root: Path) -> Path:
     return root if directory.is_relative_to(root) else directory
 
 
-def _rules_for(directory: Path, root: Path) -> tuple[list[_Rule], bool]:
+def _rules_for(directory: Path, root: Path) -> tuple[list[IgnoreRule], bool]:
     """The .gitignore rules that apply inside `directory`, and whether `directory` itself (or a
     directory on the way down to it) is ignored."""
     top = _repository_top(directory, root)
-    rules = _load_rules(top)
+    rules = load_ignore_rules(top)
     inside_ignored = False
     current = top
     for part in directory.relative_to(top).parts:
         current = current / part
-        if part in ALWAYS_SKIPPED or _ignored(current, True, rules):
+        if part in ALWAYS_SKIPPED or is_ignored(current, True, rules):
             inside_ignored = True
-        rules = rules + _load_rules(current)
+        rules = rules + load_ignore_rules(current)
     return rules, inside_ignored
 
 
@@ -95,7 +95,7 @@ def _scan(directory: Path, root: Path, show_all: bool) -> tuple[list[_Entry], li
             is_link = entry.is_symlink()
             is_dir = entry.is_dir()  # follows links: a link to a directory lists as one
             if not show_all and (
-                entry.name in ALWAYS_SKIPPED or _ignored(entry_path, is_dir, rules)
+                entry.name in ALWAYS_SKIPPED or is_ignored(entry_path, is_dir, rules)
             ):
                 hidden.append(entry.name + ("/" if is_dir else ""))
                 continue

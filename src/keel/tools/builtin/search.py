@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from keel.frozen import frozen
+from keel.globs import translate
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 
 MAX_LINES = 500
@@ -76,41 +77,23 @@ async def _rg_files(top: Path, cwd: Path, pattern: str) -> list[str]:
 
 
 @frozen
-class _Rule:
+class IgnoreRule:
     base: Path
     regex: re.Pattern[str]
     negate: bool
     dir_only: bool
 
 
-def _translate(pattern: str) -> str:
-    """A gitignore-style glob as a regex body: `*` and `?` stay within a path segment, `**`
-    crosses them."""
-    parts = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            parts.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            parts.append(".*")
-            i += 2
-        else:
-            parts.append({"*": "[^/]*", "?": "[^/]"}.get(pattern[i], re.escape(pattern[i])))
-            i += 1
-    return "".join(parts)
-
-
 def _gitignore_regex(pattern: str) -> re.Pattern[str]:
     # A pattern with a slash (other than a trailing one) is anchored to its .gitignore's
     # directory; a match on a directory covers everything below it.
     anchored = "/" in pattern.rstrip("/")
-    body = _translate(pattern.strip("/"))
+    body = translate(pattern.strip("/"))
     return re.compile(("^" if anchored else "^(?:.*/)?") + body + "(?:/.*)?$")
 
 
-def _load_rules(directory: Path) -> list[_Rule]:
-    rules: list[_Rule] = []
+def load_ignore_rules(directory: Path) -> list[IgnoreRule]:
+    rules: list[IgnoreRule] = []
     try:
         text = (directory / ".gitignore").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -121,13 +104,13 @@ def _load_rules(directory: Path) -> list[_Rule]:
             continue
         negate = line.startswith("!")
         line = line[1:] if negate else line
-        rules.append(_Rule(directory, _gitignore_regex(line), negate, line.endswith("/")))
+        rules.append(IgnoreRule(directory, _gitignore_regex(line), negate, line.endswith("/")))
     return rules
 
 
 def walk_files(top: Path) -> Iterator[Path]:
     """Every file under `top` not ignored by a `.gitignore` on the way down (nor inside .git)."""
-    stack: list[tuple[Path, list[_Rule]]] = [(top, _load_rules(top))]
+    stack: list[tuple[Path, list[IgnoreRule]]] = [(top, load_ignore_rules(top))]
     while stack:
         directory, rules = stack.pop()
         try:
@@ -140,17 +123,17 @@ def walk_files(top: Path) -> Iterator[Path]:
                 continue
             path = Path(entry.path)
             is_dir = entry.is_dir(follow_symlinks=False)
-            if _ignored(path, is_dir, rules):
+            if is_ignored(path, is_dir, rules):
                 continue
             if is_dir:
                 subdirs.append(path)
             elif entry.is_file():
                 yield path
         for sub in reversed(subdirs):
-            stack.append((sub, rules + _load_rules(sub)))
+            stack.append((sub, rules + load_ignore_rules(sub)))
 
 
-def _ignored(path: Path, is_dir: bool, rules: list[_Rule]) -> bool:
+def is_ignored(path: Path, is_dir: bool, rules: list[IgnoreRule]) -> bool:
     ignored = False
     for rule in rules:
         if rule.dir_only and not is_dir:
@@ -166,7 +149,7 @@ def _glob_match(rel: str, pattern: str) -> bool:
     file name in any directory, as ripgrep's --glob does."""
     if "/" not in pattern:
         return fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], pattern)
-    return re.match("^" + _translate(pattern.lstrip("/")) + "$", rel) is not None
+    return re.match("^" + translate(pattern.lstrip("/")) + "$", rel) is not None
 
 
 def _python_grep(
