@@ -1,7 +1,8 @@
 """The bash sandbox: bubblewrap on Linux.
 
-Inside: `/` read-only; the project (git root) and a private temp dir read-write (the temp dir is
-`$TMPDIR`; the literal `/tmp` stays read-only); protected paths (`.git/hooks`, `.git/config`,
+Inside: `/` read-only; the project (git root), a private temp dir (`$TMPDIR`; the literal `/tmp`
+stays read-only) and existing build caches (`~/.cache`, `~/.npm`, cargo, go, gradle, maven)
+read-write; protected paths (`.git/hooks`, `.git/config`,
 keel's `.keel/`, `.claude/`, `.mcp.json`) re-bound read-only over the writable project; no network
 unless allowed; its own pid namespace; killed with keel. A probe runs `true` in it once per process:
 if bubblewrap is missing or cannot start here, keel says so once and bash falls back to asking.
@@ -31,11 +32,26 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+def build_caches() -> tuple[Path, ...]:
+    """Build-tool caches a sandboxed build may write (pip, npm, cargo, go, uv…), when they exist.
+    (They are shared with builds run outside the sandbox: a known, accepted gap.)"""
+    home = Path.home()
+    candidates = [
+        home / ".cache",
+        home / ".npm",
+        home / ".cargo" / "registry",
+        home / "go" / "pkg",
+        home / ".gradle",
+        home / ".m2",
+    ]
+    return tuple(p for p in candidates if p.is_dir())
+
+
 @dataclass
 class Sandbox:
     root: Path
     network: bool = False
-    extra_writable: tuple[Path, ...] = ()
+    extra_writable: tuple[Path, ...] = field(default_factory=build_caches)
     tmpdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="keel-sandbox-")))
 
     def argv(self, command: list[str], cwd: Path) -> list[str]:
