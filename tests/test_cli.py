@@ -123,6 +123,7 @@ def test_json_output_is_one_object(project: Path, tmp_path: Path) -> None:
         "model": f"scripted:{script}",
         "turns": 2,
         "usage": {"input": 2200, "output": 70, "cache_read": 900, "cache_write": 0},
+        "cache_read_share": 0.2903,
         "cost_usd": 0.0,
     }
 

@@ -237,4 +237,7 @@ def test_context_overflow_is_an_error_with_a_hint(
     )
     assert out.returncode == 1
     assert out.stderr.startswith("keel: error: ")
-    assert out.stderr.endswith("(hint: compact the conversation or start a fresh one)\n")
+    assert out.stderr.startswith(
+        "keel: error: the prompt alone does not fit the model's context window: "
+    )
+    assert out.stderr.endswith("(hint: shorten the prompt, or use a model with a larger window)\n")

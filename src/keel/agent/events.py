@@ -81,6 +81,15 @@ class UsageUpdated:
 
 
 @frozen
+class ContextCompacted:
+    """The conversation was replaced by a summary (`trigger`: auto, overflow or manual)."""
+
+    trigger: str
+    tokens_before: int
+    tokens_after: int
+
+
+@frozen
 class TurnFinished:
     """Exactly one per prompt, last. `text` is the final assistant text; `error` is set for
     stop reason `error`."""
@@ -106,11 +115,13 @@ Event: TypeAlias = (
     | ToolStarted
     | ToolFinished
     | UsageUpdated
+    | ContextCompacted
     | TurnFinished
 )
 
 __all__ = [
     "AssistantMessage",
+    "ContextCompacted",
     "Event",
     "Notice",
     "RequestStarted",

@@ -13,14 +13,25 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any, assert_never
 
+from keel.agent.compaction import (
+    MIN_MESSAGES,
+    THRESHOLD,
+    compacted_message,
+    compaction_messages,
+    estimate_tokens,
+    parse_summary,
+    summary_cap,
+)
 from keel.agent.events import (
     AssistantMessage,
+    ContextCompacted,
     Event,
     RequestStarted,
     ToolFinished,
@@ -32,10 +43,11 @@ from keel.agent.events import (
 from keel.agent.limits import Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
 from keel.agent.tool_runner import ToolRunner
-from keel.errors import KeelError, UserError
+from keel.config.settings import user_config_dir
+from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
-from keel.llm.errors import LLMError
+from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider
@@ -43,12 +55,14 @@ from keel.llm.request import Effort, Request
 from keel.permissions.gate import AllowAll, Gate, PermissionGate
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
-from keel.session.records import Fingerprint, TerminalReason
+from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
 from keel.session.store import SessionLog, new_session_id
 from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
 
 INTERRUPTED_MARK = "[interrupted by user]"
+LOOP_REPEATS = 4
+LOOP_WINDOW = 8
 PLAN_MODE_NOTE = (
     "Plan mode is on: research with the read-only tools, change nothing, and when you know what "
     "to do, call exit_plan_mode with your plan for the user to approve."
@@ -121,6 +135,8 @@ class _TurnState:
     cost: float = 0.0
     partial: list[str] = field(default_factory=list)
     last_text: str = ""
+    overflow_compacted: bool = False
+    loop_warned: bool = False
 
 
 class Agent:
@@ -162,6 +178,8 @@ class Agent:
         )
         self._system_override = system
         self._today = today
+        #: More system-prompt sections (the skills and memory indexes), fixed per context.
+        self.extra_sections: list[str] = []
         self._system: str | None = None
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
@@ -178,6 +196,16 @@ class Agent:
         self._restored_turns = 0
         self.total_turns = 0
         self.last_prompt = ""
+        #: Compact automatically above 80% of the window (`auto_compact` setting).
+        self.auto_compact = True
+        #: Someone is watching: the loop guard warns instead of stopping.
+        self.interactive = False
+        #: PreCompact hooks: called with (trigger, instructions) before a compaction.
+        self.pre_compact: list[Callable[[str, str], Awaitable[None]]] = []
+        self._last_context = 0  # tokens in the context after the last response
+        self._context_mark = 0  # messages up to here are counted in _last_context
+        self._compaction_failed = False
+        self._rounds: deque[bytes] = deque(maxlen=LOOP_WINDOW)
 
     @classmethod
     def from_model(
@@ -203,7 +231,12 @@ class Agent:
     def system(self) -> str:
         """The system prompt of the current context (built on first use, then fixed)."""
         if self._system is None:
-            self._system = self._system_override or build_system_prompt(self.cwd, today=self._today)
+            self._system = self._system_override or build_system_prompt(
+                self.cwd,
+                today=self._today,
+                user_dir=user_config_dir(self.ctx.env),
+                extra_sections=self.extra_sections,
+            )
         return self._system
 
     @property
@@ -233,6 +266,8 @@ class Agent:
         self._restored_turns = state.turns_since_prompt
         self.total_turns = state.turns
         self.last_prompt = state.last_prompt
+        self._last_context = state.last_context
+        self._context_mark = len(self.conversation.messages)
 
     @property
     def resumable(self) -> bool:
@@ -309,13 +344,13 @@ class Agent:
 
     async def _turn(self, prompt: str | None, emit: Emit) -> TurnStop:
         if prompt is not None:
-            self._begin(prompt, emit)
+            await self._begin(prompt, emit)
         elif (stop := await self._finish_pending(emit)) is not None:
             return stop
         while True:
             if (stop := self._check_limits(emit)) is not None:
                 return stop
-            step = self._next_step(await self._query(emit))
+            step = self._next_step(await self._ask_model(emit))
             match step:
                 case Finish(reason, unanswered, why):
                     self._answer_unrun(unanswered, why, emit)
@@ -324,6 +359,8 @@ class Agent:
                     continue
                 case RunTools(calls):
                     if (stop := await self._run_tools(calls, emit)) is not None:
+                        return stop
+                    if (stop := self._loop_guard(calls, emit)) is not None:
                         return stop
                 case _:
                     assert_never(step)
@@ -352,8 +389,9 @@ class Agent:
         emit(finished)
         return RunResult.from_event(finished)
 
-    def _begin(self, prompt: str, emit: Emit) -> None:
+    async def _begin(self, prompt: str, emit: Emit) -> None:
         _ = self.system  # fix the prefix for this context on its first prompt
+        await self._maybe_compact(emit, mid_turn=False)
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
         text = prompt
@@ -366,6 +404,131 @@ class Agent:
             self.session.user(message)
         self.conversation.append(message)
         self.last_prompt = prompt
+
+    async def _ask_model(self, emit: Emit) -> Done:
+        """One model request, compacting first when the context is nearly full, and once more
+        (then retrying) when the provider says the prompt no longer fits."""
+        await self._maybe_compact(emit, mid_turn=True)
+        try:
+            return await self._query(emit)
+        except ContextOverflow as exc:
+            if len(self.messages) < 2:
+                raise RunError(
+                    f"the prompt alone does not fit the model's context window: {exc}",
+                    hint="shorten the prompt, or use a model with a larger window",
+                ) from exc
+            if self._state.overflow_compacted:
+                raise RunError(
+                    f"the conversation does not fit the context window even after compacting: {exc}",
+                    hint="start a fresh session, or use a model with a larger window",
+                ) from exc
+            self._state.overflow_compacted = True
+            emit(
+                Notice(
+                    "the prompt no longer fits the context window; compacting and retrying",
+                    "warning",
+                )
+            )
+            await self._compact(emit, trigger="overflow", mid_turn=True)
+            return await self._query(emit)
+
+    async def _maybe_compact(self, emit: Emit, *, mid_turn: bool) -> None:
+        if not self.auto_compact or self._compaction_failed or len(self.messages) < MIN_MESSAGES:
+            return
+        if self._context_tokens() <= THRESHOLD * self.info.window:
+            return
+        try:
+            await self._compact(emit, trigger="auto", mid_turn=mid_turn)
+        except LLMError as exc:
+            # Not retried until a compaction succeeds; overflow recovery stays armed.
+            self._compaction_failed = True
+            emit(Notice(f"compaction failed: {exc.one_line()}", "warning"))
+
+    def _context_tokens(self) -> int:
+        """What the next request will hold: the last response's whole context, plus an estimate
+        of what was added since."""
+        return self._last_context + estimate_tokens(self.messages[self._context_mark :])
+
+    async def compact(
+        self, instructions: str = "", on_event: Emit | None = None
+    ) -> CompactionRecord:
+        """Summarize the conversation now (`/compact`, `keel compact`)."""
+        if len(self.messages) < 2:
+            raise UserError("nothing to compact yet", hint="compaction needs a conversation")
+        return await self._compact(
+            on_event or (lambda _e: None),
+            trigger="manual",
+            mid_turn=False,
+            instructions=instructions,
+        )
+
+    async def _compact(
+        self, emit: Emit, *, trigger: str, mid_turn: bool, instructions: str = ""
+    ) -> CompactionRecord:
+        for hook in self.pre_compact:
+            await hook(trigger, instructions)
+        before = self._context_tokens()
+        request = Request(
+            model=self.model,
+            system=self.system,
+            messages=compaction_messages(self.messages, instructions),
+            tools=self._tool_specs,
+            max_tokens=summary_cap(self.info.window, self.info.request_max_tokens),
+            cache_key=self.session_id,
+        )
+        emit(Notice(f"compacting the conversation (~{before // 1000}k tokens)…", "info"))
+        done: Done | None = None
+        stream = self.provider.stream(request)
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                if isinstance(event, Done):
+                    done = event
+        if done is None:
+            raise LLMError(f"{self.provider.name} ended the summary stream without a reply")
+        summary = parse_summary(done.message.text)
+        if not summary:
+            raise LLMError("the model returned an empty summary")
+        path = str(self.session.path) if self.session is not None else None
+        new = compacted_message(summary, self.messages, session_path=path, mid_turn=mid_turn)
+        cost = self.info.cost(done.usage)
+        record = CompactionRecord(new.text, trigger, before, new.tokens_after, done.usage, cost)
+        if self.session is not None:
+            self.session.compaction(record)
+        self.conversation = Conversation([Message("user", (Text(new.text),))])
+        self._context_mark, self._last_context = 0, 0
+        self._compaction_failed = False
+        self.ctx.read_ranges.clear()  # the model no longer has what it read
+        self.spend.add(done.usage, cost)
+        emit(ContextCompacted(trigger, before, new.tokens_after))
+        emit(
+            Notice(
+                f"compacted: ~{before // 1000}k tokens → ~{new.tokens_after // 1000}k ({trigger})",
+                "info",
+            )
+        )
+        return record
+
+    def _loop_guard(self, calls: tuple[ToolUse, ...], emit: Emit) -> TurnStop | None:
+        """The same round of calls with the same results 4 times in the last 8 rounds: stop an
+        unattended run; tell an interactive user once per turn."""
+        results = self.messages[-1].tool_results
+        digest = hashlib.sha256(
+            json.dumps([[c.name, c.input] for c in calls], sort_keys=True, default=str).encode()
+            + "\x00".join(r.text for r in results).encode()
+        ).digest()
+        self._rounds.append(digest)
+        if self._rounds.count(digest) < LOOP_REPEATS:
+            return None
+        message = (
+            f"the same tool round repeated {LOOP_REPEATS} times in the last {LOOP_WINDOW} rounds"
+        )
+        if not self.interactive:
+            emit(Notice(f"stopped: {message}", "warning"))
+            return "loop"
+        if not self._state.loop_warned:
+            self._state.loop_warned = True
+            emit(Notice(f"{message}; the agent may be stuck (press Esc to interrupt)", "warning"))
+        return None
 
     def _check_limits(self, emit: Emit) -> TurnStop | None:
         if self._suspend_requested:
@@ -438,6 +601,9 @@ class Agent:
         if done.message.text:
             state.last_text = done.message.text
         self.spend.add(done.usage, cost)
+        if done.usage.total:
+            self._last_context = done.usage.context
+            self._context_mark = len(self.messages)
         emit(AssistantMessage(done.message, done.usage, done.stop_reason, cost))
         emit(
             UsageUpdated(

@@ -1,6 +1,11 @@
-"""The system prompt: a base prompt and an `<env>` block, built once per fresh context so the
-prompt prefix stays byte-stable (DESIGN.md invariant 1). Later sections (instruction files, the
-skills and memory indexes) join through `extra_sections`."""
+"""The system prompt, built once per fresh context so the prompt prefix stays byte-stable
+(DESIGN.md invariant 1): a base prompt (work style, safety), an `<env>` block (working directory,
+platform, date, git root), the user's and the project's instruction files, then further sections
+(the skills index, the memory index) passed in by their owners.
+
+Instruction files, in order: `~/.config/keel/AGENTS.md`; then, in each directory from the git root
+down to the working directory, `AGENTS.md`, or `CLAUDE.md` where there is no `AGENTS.md`. Each is
+wrapped in `<instructions source="…">`."""
 
 from __future__ import annotations
 
@@ -54,8 +59,46 @@ def env_block(cwd: Path, *, today: date | None = None) -> str:
     return "\n".join(lines)
 
 
+#: An instruction file larger than this is cut (with a note): it is sent with every request.
+MAX_INSTRUCTIONS_BYTES = 40_000
+
+
+def instruction_files(cwd: Path, *, user_dir: Path | None) -> list[Path]:
+    """The instruction files that apply in `cwd`, in the order they are included."""
+    found: list[Path] = []
+    if user_dir is not None and (user_dir / "AGENTS.md").is_file():
+        found.append(user_dir / "AGENTS.md")
+    root = git_root(cwd) or cwd
+    chain = [cwd, *cwd.parents]
+    dirs = list(reversed(chain[: chain.index(root) + 1])) if root in chain else [cwd]
+    for directory in dirs:
+        for name in ("AGENTS.md", "CLAUDE.md"):
+            candidate = directory / name
+            if candidate.is_file():
+                found.append(candidate)
+                break
+    return found
+
+
+def _instructions(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f'<instructions source="{path}">\n(unreadable: {exc.strerror})\n</instructions>'
+    text = data[:MAX_INSTRUCTIONS_BYTES].decode("utf-8", "replace").strip()
+    if len(data) > MAX_INSTRUCTIONS_BYTES:
+        text += f"\n[cut at {MAX_INSTRUCTIONS_BYTES} bytes of {len(data)}]"
+    return f'<instructions source="{path}">\n{text}\n</instructions>'
+
+
 def build_system_prompt(
-    cwd: Path, *, extra_sections: Sequence[str] = (), today: date | None = None
+    cwd: Path,
+    *,
+    extra_sections: Sequence[str] = (),
+    today: date | None = None,
+    user_dir: Path | None = None,
 ) -> str:
-    parts = [BASE_PROMPT, env_block(cwd, today=today), *[s for s in extra_sections if s]]
+    parts = [BASE_PROMPT, env_block(cwd, today=today)]
+    parts += [_instructions(p) for p in instruction_files(cwd, user_dir=user_dir)]
+    parts += [s for s in extra_sections if s]
     return "\n\n".join(parts)

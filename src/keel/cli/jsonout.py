@@ -10,6 +10,7 @@ from typing import Any
 
 from keel.agent.events import (
     AssistantMessage,
+    ContextCompacted,
     Event,
     RequestStarted,
     ToolFinished,
@@ -20,7 +21,13 @@ from keel.agent.events import (
 )
 from keel.agent.loop import RunResult
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
-from keel.llm.messages import message_to_json
+from keel.llm.messages import Usage, message_to_json
+
+
+def cache_read_share(usage: Usage) -> float:
+    """The share of input tokens served from the provider's prompt cache."""
+    prompt = usage.input + usage.cache_read + usage.cache_write
+    return usage.cache_read / prompt if prompt else 0.0
 
 
 def result_json(
@@ -37,6 +44,7 @@ def result_json(
         "model": model,
         "turns": finished.turns,
         "usage": finished.usage.to_json(),
+        "cache_read_share": round(cache_read_share(finished.usage), 4),
         "cost_usd": round(finished.cost, 6),
         "duration_ms": duration_ms,
     }
@@ -86,6 +94,13 @@ def event_json(event: Event) -> dict[str, Any] | None:
                 "cost_usd": round(cost, 6),
                 "context_tokens": context,
                 "context_window": window,
+            }
+        case ContextCompacted(trigger, before, after):
+            return {
+                "type": "compacted",
+                "trigger": trigger,
+                "tokens_before": before,
+                "tokens_after": after,
             }
         case TurnFinished():
             return None

@@ -59,6 +59,8 @@ class SessionState:
     terminal: TerminalRecord | None = None
     last_seq: int = 0
     created: str = ""
+    #: Tokens the context held after the last response (for the compaction threshold).
+    last_context: int = 0
 
     @property
     def messages(self) -> list[Message]:
@@ -100,6 +102,9 @@ class _Folder:
             case CompactionRecord():
                 self._close(fill_missing=True)
                 self.state.conversation = Conversation([Message("user", (Text(p.summary),))])
+                self.state.usage = self.state.usage + p.usage
+                self.state.cost += p.cost
+                self.state.last_context = 0
             case TerminalRecord():
                 self.state.terminal = p
             case NoteRecord() | DecisionRecord():
@@ -118,6 +123,7 @@ class _Folder:
         state.conversation.append(p.message)
         state.usage = state.usage + p.usage
         state.cost += p.cost
+        state.last_context = p.usage.context or state.last_context
         state.turns += 1
         state.turns_since_prompt += 1
         if p.message.tool_uses:

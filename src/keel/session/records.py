@@ -124,10 +124,15 @@ class NoteRecord:
 
 @frozen
 class CompactionRecord:
+    """The conversation was replaced: `summary` is the whole text of the one user message that
+    replaces it. `usage`/`cost` are the summary request's."""
+
     summary: str
     trigger: str
     tokens_before: int = 0
     tokens_after: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
     type: Literal["compaction"] = "compaction"
 
 
@@ -212,6 +217,8 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "trigger": p.trigger,
                 "tokens_before": p.tokens_before,
                 "tokens_after": p.tokens_after,
+                "usage": p.usage.to_json(),
+                "cost": p.cost,
             }
         case DecisionRecord():
             return {
@@ -298,6 +305,8 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             d.get("trigger", ""),
             int(d.get("tokens_before", 0)),
             int(d.get("tokens_after", 0)),
+            Usage.from_json(d.get("usage", {})),
+            float(d.get("cost", 0.0)),
         )
     if kind == "decision":
         return DecisionRecord(
@@ -321,7 +330,7 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "assistant": {"message", "usage", "cost", "stop_reason", "turn"},
     "tool_result": {"result", "seconds"},
     "note": {"text"},
-    "compaction": {"summary", "trigger", "tokens_before", "tokens_after"},
+    "compaction": {"summary", "trigger", "tokens_before", "tokens_after", "usage", "cost"},
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason"},
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
 }

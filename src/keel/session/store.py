@@ -20,6 +20,7 @@ from keel.llm.messages import Message, ToolResult, Usage
 from keel.session.journal import Journal
 from keel.session.records import (
     AssistantRecord,
+    CompactionRecord,
     DecisionRecord,
     Fingerprint,
     Meta,
@@ -115,6 +116,9 @@ class SessionLog:
     def barrier(self) -> None:
         """Everything recorded so far is durable when this returns (called before a tool runs)."""
         self.journal.sync()
+
+    def compaction(self, record: CompactionRecord) -> None:
+        self.journal.append(record)
 
     def note(self, text: str) -> None:
         self.journal.append(NoteRecord(text), durable=False)
