@@ -49,11 +49,11 @@ def append(self: Journal, payload: Any, *, durable: bool = True) -> Any:
 _finish = tool_runner.finish
 
 
-def finish(call: Any, output: Any) -> Any:
+def finish(call: Any, output: Any, raw_dir: Any = None) -> Any:
     COUNTS["tool"] += 1
     if f"tool-after:{COUNTS['tool']}" == PLAN:
         die()
-    return _finish(call, output)
+    return _finish(call, output, raw_dir)
 
 
 _stream = ScriptedProvider.stream

@@ -92,6 +92,7 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
         "grep",
         "ls",
         "multi_edit",
+        "raw_output",
         "read",
         "todo_write",
         "web_fetch",

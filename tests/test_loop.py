@@ -113,6 +113,7 @@ async def test_tool_round_trip_whole_transcript_and_events(project: Path) -> Non
         "grep",
         "ls",
         "multi_edit",
+        "raw_output",
         "read",
         "todo_write",
         "web_fetch",
@@ -365,7 +366,7 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
             tool_result(
                 "b",
                 "unknown tool 'teleport'; available tools: bash, edit, exit_plan_mode, glob, grep, ls, "
-                "multi_edit, read, todo_write, web_fetch, write",
+                "multi_edit, raw_output, read, todo_write, web_fetch, write",
                 is_error=True,
             ),
             tool_result("c", "INVALID_ARGUMENTS: missing required argument 'path'", is_error=True),

@@ -46,6 +46,7 @@ def test_builtin_tools_include_the_new_tools() -> None:
         "grep",
         "ls",
         "multi_edit",
+        "raw_output",
         "read",
         "todo_write",
         "web_fetch",

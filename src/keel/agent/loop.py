@@ -369,6 +369,8 @@ class Agent:
 
     async def _drive(self, prompt: str | None, emit: Emit) -> RunResult:
         self._state = _TurnState(turns=0 if prompt is not None else self._restored_turns)
+        if self.session is not None:
+            self.ctx.raw_dir = self.session.path.with_name(self.session.path.stem + ".raw")
         self._restored_turns = 0
         emit(TurnStarted(prompt or "", self.session_id, resumed=prompt is None))
         error: str | None = None

@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from keel.agent.events import Event, ToolFinished, ToolStarted
 from keel.frozen import frozen
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate
 from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput
+from keel.tools.builtin.raw import save_raw
 from keel.tools.registry import Registry
-from keel.tools.truncate import truncate
+from keel.tools.truncate import MAX_OUTPUT_BYTES, truncate
 
 Record = Callable[[ToolResult, float], None]
 
@@ -49,8 +51,20 @@ def check_call(call: ToolUse, registry: Registry) -> Tool | ToolResult:
     return tool
 
 
-def finish(call: ToolUse, output: ToolOutput) -> ToolResult:
-    content = tuple(Text(truncate(b.text)) if isinstance(b, Text) else b for b in output.blocks())
+def finish(call: ToolUse, output: ToolOutput, raw_dir: Path | None = None) -> ToolResult:
+    """The result the model sees: every text block through the one truncation function. When a
+    block is cut and there is a session, the whole text is kept beside it for `raw_output`."""
+    blocks = output.blocks()
+    note = ""
+    if raw_dir is not None and any(
+        isinstance(b, Text)
+        and len(b.text) > MAX_OUTPUT_BYTES // 4
+        and len(b.text.encode()) > MAX_OUTPUT_BYTES
+        for b in blocks
+    ):
+        save_raw(raw_dir, call.id, "\n".join(b.text for b in blocks if isinstance(b, Text)))
+        note = f'the whole output: raw_output(tool_use_id="{call.id}")'
+    content = tuple(Text(truncate(b.text, note=note)) if isinstance(b, Text) else b for b in blocks)
     if not content:
         content = (Text("(no output)"),)
     return ToolResult(call.id, content, output.is_error)
@@ -122,7 +136,7 @@ class ToolRunner:
             output = ToolOutput(
                 f"{call.name} failed unexpectedly: {type(exc).__name__}: {exc}", is_error=True
             )
-        done(call, finish(call, output), time.monotonic() - start, output.display)
+        done(call, finish(call, output, self.ctx.raw_dir), time.monotonic() - start, output.display)
 
 
 def _log_tool_bug(name: str) -> None:

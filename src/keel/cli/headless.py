@@ -32,6 +32,9 @@ from keel.permissions.gate import PermissionGate, parse_mode
 
 if TYPE_CHECKING:
     from keel.permissions.sandbox import Sandbox
+    from keel.session.fold import SessionState
+    from keel.session.journal import Journal
+    from keel.session.records import CompactionRecord
 
 EXIT_CODES: dict[TurnStop, int] = {
     "end_turn": cli.EXIT_OK,
@@ -204,6 +207,7 @@ def build_agent(
         gate=gate,
     )
     agent.ctx.sandbox = sandbox
+    agent.auto_compact = settings.auto_compact
     if not info.known and ref.provider != "scripted":
         printer(
             Notice(
@@ -301,14 +305,15 @@ def run_headless(args: argparse.Namespace) -> int:
     return asyncio.run(_run(agent, [prompt], printer, str(ref)))
 
 
-def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
-    """Continue the session in `path`: finish what it left undone, then run `prompt` if given."""
+def open_session(
+    path: Path, args: argparse.Namespace, printer: Printer
+) -> tuple[Agent, SessionState, Journal, ModelRef]:
+    """Lock the session in `path`, rebuild it, and build an agent that continues it (the resume
+    gate checked). The caller closes the journal (the agent's `aclose` does)."""
     from keel.session.fold import FoldError, fold
-    from keel.session.journal import Journal
     from keel.session.resume import check_resume
     from keel.session.store import SessionLog
 
-    printer = _printer(args)
     journal, loaded = Journal.open(path)  # locks: one writer per session
     try:
         try:
@@ -350,6 +355,14 @@ def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
         printer(
             Notice(f"cut {loaded.repaired_bytes} bytes of a torn last record (a crash mid-write)")
         )
+    return agent, state, journal, ref
+
+
+def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
+    """Continue the session in `path`: finish what it left undone, then run `prompt` if given."""
+    printer = _printer(args)
+    agent, state, journal, ref = open_session(path, args, printer)
+    meta = state.meta
     steps: list[str | None] = [None] if agent.resumable else []
     if prompt:
         steps.append(prompt)
@@ -361,6 +374,38 @@ def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
             hint=f'continue it with a prompt: keel -p --resume {meta.id} "…"',
         )
     return asyncio.run(_run(agent, steps, printer, str(ref)))
+
+
+def run_compact(path: Path, instructions: str, args: argparse.Namespace) -> int:
+    """`keel compact ID`: summarize a stopped session's conversation now."""
+    printer = _printer(args)
+    agent, _state, _journal, _ref = open_session(path, args, printer)
+
+    async def compact() -> CompactionRecord:
+        try:
+            return await agent.compact(instructions, printer)
+        finally:
+            await agent.aclose()
+
+    record = asyncio.run(compact())
+    if args.output_format == "text":
+        print(
+            f"compacted session {agent.session_id}: ~{record.tokens_before:,} tokens → "
+            f"~{record.tokens_after:,} (cost ${record.cost:.4f})"
+        )
+    else:
+        print(
+            json.dumps(
+                {
+                    "type": "compacted",
+                    "session_id": agent.session_id,
+                    "tokens_before": record.tokens_before,
+                    "tokens_after": record.tokens_after,
+                    "cost_usd": round(record.cost, 6),
+                }
+            )
+        )
+    return cli.EXIT_OK
 
 
 async def _run(agent: Agent, steps: list[str | None], printer: Printer, model: str) -> int:

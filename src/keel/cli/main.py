@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
     p.add_argument(
@@ -180,6 +180,28 @@ def _resume(argv: list[str]) -> int:
     return run_resume(path, prompt, args)
 
 
+def compact_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel compact",
+        description="Summarize a session's conversation now, so "
+        "the next resume starts from the summary (the session must not be running).",
+    )
+    p.add_argument("session", metavar="ID", help="session id or a unique prefix")
+    p.add_argument("instructions", nargs="*", help="what the summary should keep in particular")
+    _run_options(p)
+    return p
+
+
+def _compact(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from keel.cli.headless import run_compact
+    from keel.session.index import find_session
+
+    args = compact_parser().parse_args(argv)
+    return run_compact(find_session(args.session, Path.cwd()), " ".join(args.instructions), args)
+
+
 def _sessions_command(name: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
         from keel.cli import sessions
@@ -198,6 +220,7 @@ def _doctor(argv: list[str]) -> int:
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
     "resume": _resume,
+    "compact": _compact,
     "suspend": _sessions_command("suspend"),
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),

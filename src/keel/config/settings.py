@@ -34,6 +34,7 @@ KNOWN_KEYS = frozenset(
         "budget",
         "permissions",
         "sandbox",
+        "auto_compact",
         "$schema",
     }
 )
@@ -59,6 +60,7 @@ class Settings:
     allow: list[tuple[str, str]] = field(default_factory=list)
     deny: list[tuple[str, str]] = field(default_factory=list)
     default_mode: str | None = None
+    auto_compact: bool = True
     sandbox: bool = True
     sandbox_network: bool = False
     files: list[Path] = field(default_factory=list)
@@ -112,30 +114,37 @@ def _number(value: Any, where: str, warnings: list[str], kind: type = float) -> 
     return kind(value)
 
 
-def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
+def _merge_scalar(settings: Settings, key: str, value: Any, where: str) -> None:
     w = settings.warnings
+    if key == "model":
+        if isinstance(value, str) and value:
+            settings.model = value
+        else:
+            w.append(
+                f"{where} must be a non-empty string like anthropic/claude-sonnet-4-5; ignored"
+            )
+    elif key == "effort":
+        if value in EFFORTS:
+            settings.effort = EFFORTS[value]
+        else:
+            w.append(f"{where} must be low, medium, high or max; ignored")
+    elif key == "max_turns":
+        n = _number(value, where, w, int)
+        if n is not None:
+            settings.max_turns = n
+    elif key == "auto_compact":
+        if isinstance(value, bool):
+            settings.auto_compact = value
+        else:
+            w.append(f"{where} must be true or false; ignored")
+
+
+def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
     for key, value in data.items():
         where = f"{path}: {key}"
         if key not in KNOWN_KEYS:
-            w.append(
-                f"{path}: unknown key {key!r} skipped (known: {', '.join(sorted(KNOWN_KEYS - {'$schema'}))})"
-            )
-        elif key == "model":
-            if isinstance(value, str) and value:
-                settings.model = value
-            else:
-                w.append(
-                    f"{where} must be a non-empty string like anthropic/claude-sonnet-4-5; ignored"
-                )
-        elif key == "effort":
-            if value in EFFORTS:
-                settings.effort = EFFORTS[value]
-            else:
-                w.append(f"{where} must be low, medium, high or max; ignored")
-        elif key == "max_turns":
-            n = _number(value, where, w, int)
-            if n is not None:
-                settings.max_turns = n
+            known = ", ".join(sorted(KNOWN_KEYS - {"$schema"}))
+            settings.warnings.append(f"{path}: unknown key {key!r} skipped (known: {known})")
         elif key == "budget":
             _merge_budget(settings, value, where)
         elif key == "providers":
@@ -146,6 +155,8 @@ def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
             _merge_permissions(settings, value, where, shared=_shared(path))
         elif key == "sandbox":
             _merge_sandbox(settings, value, where, shared=_shared(path))
+        else:
+            _merge_scalar(settings, key, value, where)
 
 
 def _merge_budget(settings: Settings, value: Any, where: str) -> None:

@@ -59,6 +59,8 @@ class ToolContext:
     read_ranges: dict[tuple[Path, int, int], FileStamp] = field(default_factory=dict)
     #: The bash sandbox, when one works here (None: commands run unsandboxed).
     sandbox: Sandbox | None = None
+    #: Where whole outputs of truncated results are kept (beside the session file), if anywhere.
+    raw_dir: Path | None = None
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 MAX_OUTPUT_BYTES = 30_000
 
 
-def truncate(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
+def truncate(text: str, limit: int = MAX_OUTPUT_BYTES, *, note: str = "") -> str:
     """Keep the first two thirds and the last third of `text` within `limit` bytes, with
-    `... [N bytes truncated] ...` between them. Cuts never split a character."""
+    `... [N bytes truncated] ...` (and `note`) between them. Cuts never split a character."""
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
@@ -17,4 +17,5 @@ def truncate(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
     head = data[:head_len].decode("utf-8", "ignore")
     tail = data[len(data) - tail_len :].decode("utf-8", "ignore")
     dropped = len(data) - len(head.encode()) - len(tail.encode())
-    return f"{head}\n... [{dropped} bytes truncated] ...\n{tail}"
+    extra = f"; {note}" if note else ""
+    return f"{head}\n... [{dropped} bytes truncated{extra}] ...\n{tail}"

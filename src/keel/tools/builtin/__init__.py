@@ -7,6 +7,7 @@ from keel.tools.base import Tool
 from keel.tools.builtin.files import edit, multi_edit, read, write
 from keel.tools.builtin.listing import ls
 from keel.tools.builtin.plan import exit_plan_mode
+from keel.tools.builtin.raw import raw_output
 from keel.tools.builtin.search import glob, grep
 from keel.tools.builtin.shell import bash
 from keel.tools.builtin.todo import todo_write
@@ -22,6 +23,7 @@ def builtin_tools() -> list[Tool]:
         grep,
         ls,
         multi_edit,
+        raw_output,
         read,
         todo_write,
         web_fetch,
@@ -38,6 +40,7 @@ __all__ = [
     "grep",
     "ls",
     "multi_edit",
+    "raw_output",
     "read",
     "todo_write",
     "web_fetch",

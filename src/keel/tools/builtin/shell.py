@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
-from keel.tools.truncate import MAX_OUTPUT_BYTES
 
 if TYPE_CHECKING:
     from keel.permissions.sandbox import Sandbox
@@ -207,7 +206,9 @@ async def run_command(
         raise
     finally:
         transport.close()
-    text = clean_output(capture.text(MAX_OUTPUT_BYTES - 200))
+    # Everything captured (up to 64 kB of each end); the one truncation function cuts it for the
+    # model and keeps it whole beside the session.
+    text = clean_output(capture.text(2 * KEEP_BYTES))
     return text, proc.returncode, timed_out
 
 
