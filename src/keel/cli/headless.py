@@ -311,6 +311,7 @@ def open_session(
     """Lock the session in `path`, rebuild it, and build an agent that continues it (the resume
     gate checked). The caller closes the journal (the agent's `aclose` does)."""
     from keel.session.fold import FoldError, fold
+    from keel.session.journal import Journal
     from keel.session.resume import check_resume
     from keel.session.store import SessionLog
 
