@@ -409,30 +409,24 @@ class Agent:
 
     async def _ask_model(self, emit: Emit) -> Done:
         """One model request, compacting first when the context is nearly full, and once more
-        (then retrying) when the provider says the prompt no longer fits."""
+        (then retrying once) when the provider says the prompt no longer fits."""
         await self._maybe_compact(emit, mid_turn=True)
         try:
             return await self._query(emit)
         except ContextOverflow as exc:
-            if len(self.messages) < 2:
-                raise RunError(
-                    f"the prompt alone does not fit the model's context window: {exc}",
-                    hint="shorten the prompt, or use a model with a larger window",
-                ) from exc
-            if self._state.overflow_compacted:
-                raise RunError(
-                    f"the conversation does not fit the context window even after compacting: {exc}",
-                    hint="start a fresh session, or use a model with a larger window",
-                ) from exc
-            self._state.overflow_compacted = True
-            emit(
-                Notice(
-                    "the prompt no longer fits the context window; compacting and retrying",
-                    "warning",
-                )
+            if len(self.messages) < 2 or self._state.overflow_compacted:
+                raise _overflow_error(exc, nothing_to_compact=len(self.messages) < 2) from exc
+        self._state.overflow_compacted = True
+        emit(
+            Notice(
+                "the prompt no longer fits the context window; compacting and retrying", "warning"
             )
-            await self._compact(emit, trigger="overflow", mid_turn=True)
+        )
+        await self._compact(emit, trigger="overflow", mid_turn=True)
+        try:
             return await self._query(emit)
+        except ContextOverflow as exc:
+            raise _overflow_error(exc, nothing_to_compact=False) from exc
 
     async def _maybe_compact(self, emit: Emit, *, mid_turn: bool) -> None:
         if not self.auto_compact or self._compaction_failed or len(self.messages) < MIN_MESSAGES:
@@ -718,6 +712,18 @@ class Agent:
             )
         except JournalWriteError:
             pass  # the run already failed on the journal; the file stays readable
+
+
+def _overflow_error(exc: ContextOverflow, *, nothing_to_compact: bool) -> RunError:
+    if nothing_to_compact:
+        return RunError(
+            f"the prompt alone does not fit the model's context window: {exc}",
+            hint="shorten the prompt, or use a model with a larger window",
+        )
+    return RunError(
+        f"the conversation does not fit the context window even after compacting: {exc}",
+        hint="start a fresh session, or use a model with a larger window",
+    )
 
 
 __all__ = ["Agent", "Emit", "RunResult"]
