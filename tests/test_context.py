@@ -405,5 +405,5 @@ async def test_truncated_outputs_are_kept_and_paged(project: Path, tmp_path: Pat
     # 9,000 lines of 11 bytes, then "[exit code 0]": byte 45,000 is the newline after line 4090.
     assert (
         page
-        == "\nline 04091\nline 04092\nline 0\n\n[bytes 45000-45030 of 99013; continue with offset=45030]"
+        == "\nline 04091\nline 04092\nline 04\n\n[bytes 45000-45030 of 99013; continue with offset=45030]"
     )
