@@ -52,7 +52,7 @@ from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider
 from keel.llm.request import Effort, Request
-from keel.permissions.gate import AllowAll, Gate, PermissionGate
+from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
@@ -275,6 +275,15 @@ class Agent:
         message (tool results the model has not seen yet)."""
         msgs = self.conversation.messages
         return self._pending is not None or (bool(msgs) and msgs[-1].role == "user")
+
+    def set_mode(self, mode: Mode) -> None:
+        """Change the permission mode; the model learns of it with the next prompt (the prompt
+        prefix is not touched)."""
+        if not isinstance(self.gate, PermissionGate):
+            raise UserError("this agent has no permission gate to change the mode of")
+        if mode != self.gate.mode:
+            self.gate.mode = mode
+            self._notes.append(f"The permission mode is now {mode}.")
 
     def add_note(self, text: str) -> None:
         """Queue a note for the model; it is prepended to the next user message."""
