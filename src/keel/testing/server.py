@@ -200,6 +200,8 @@ class LoopbackServer:
                 except Disconnect:
                     response.abort()
                     break
+                except ConnectionError:
+                    break  # the client went away mid-response (a stall it gave up on)
                 except Exception as exc:  # a bug in a test handler: report it, answer 500
                     self.errors.append(exc)
                     await response.send_json(500, {"error": {"message": f"test server: {exc!r}"}})
