@@ -135,7 +135,6 @@ class _TurnState:
     cost: float = 0.0
     partial: list[str] = field(default_factory=list)
     last_text: str = ""
-    overflow_compacted: bool = False
     loop_warned: bool = False
 
 
@@ -205,6 +204,7 @@ class Agent:
         self._last_context = 0  # tokens in the context after the last response
         self._context_mark = 0  # messages up to here are counted in _last_context
         self._compaction_failed = False
+        self._just_compacted = False  # no model reply since the last compaction
         self._rounds: deque[bytes] = deque(maxlen=LOOP_WINDOW)
 
     @classmethod
@@ -423,9 +423,9 @@ class Agent:
         try:
             return await self._query(emit)
         except ContextOverflow as exc:
-            if len(self.messages) < 2 or self._state.overflow_compacted:
+            # Nothing to compact, or it was just compacted: another summary would not help.
+            if len(self.messages) < 2 or self._just_compacted:
                 raise _overflow_error(exc, nothing_to_compact=len(self.messages) < 2) from exc
-        self._state.overflow_compacted = True
         emit(
             Notice(
                 "the prompt no longer fits the context window; compacting and retrying", "warning"
@@ -502,6 +502,7 @@ class Agent:
         self.conversation = Conversation([Message("user", (Text(new.text),))])
         self._context_mark, self._last_context = 0, 0
         self._compaction_failed = False
+        self._just_compacted = True
         self.ctx.read_ranges.clear()  # the model no longer has what it read
         self.spend.add(done.usage, cost)
         emit(ContextCompacted(trigger, before, new.tokens_after))
@@ -594,6 +595,7 @@ class Agent:
         return done
 
     def _record_assistant(self, done: Done, emit: Emit) -> None:
+        self._just_compacted = False
         cost = self.info.cost(done.usage)
         if self.session is not None:
             self.session.assistant(
