@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sys
 import tempfile
@@ -96,7 +97,7 @@ async def session(project: Path, window: int) -> tuple[list[dict[str, Any]], int
 
 def stable_share(bodies: list[dict[str, Any]]) -> tuple[int, int]:
     stable = 0
-    for before, after in zip(bodies, bodies[1:], strict=False):
+    for before, after in itertools.pairwise(bodies):
         old, new = before["messages"], after["messages"]
         same = (
             strip(before["system"]) == strip(after["system"])
