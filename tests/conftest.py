@@ -24,6 +24,8 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     home = tmp_path_factory.mktemp("keel-home")
     monkeypatch.setenv("KEEL_HOME", str(home))
     monkeypatch.setenv("KEEL_CONFIG_DIR", str(home / "config"))
+    # Claude Code's user settings (~/.claude) must not leak in either.
+    monkeypatch.setenv("HOME", str(home / "user-home"))
     for name in CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
     return home

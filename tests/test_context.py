@@ -330,15 +330,23 @@ async def test_manual_compaction_of_a_half_finished_batch(project: Path, tmp_pat
     assert result.stop_reason == "suspended"
     record = await agent.compact("mention both patterns")
     request: Request = provider.requests[1]
+    not_run = (
+        "not run: the conversation was summarized before this call ran; call it again if "
+        "it is still needed"
+    )
     assert request.messages[-1].blocks[:2] == (
-        tool_result("t1", "not run yet: the conversation is being summarized", is_error=True),
-        tool_result("t2", "not run yet: the conversation is being summarized", is_error=True),
+        tool_result("t1", not_run, is_error=True),
+        tool_result("t2", not_run, is_error=True),
     )
     assert request.messages[-1].blocks[2].text.endswith("Also: mention both patterns")  # type: ignore[union-attr]
     assert record.trigger == "manual"
     assert agent.messages == [Message("user", (Text(record.summary),))]
-    assert "Continue the task" not in record.summary
+    assert record.summary.endswith("Continue the task from where it left off.")  # it was mid-task
     session.close()
+    # The journal answers every call, so a resume sees a consistent history.
+    state = fold(read_records(session.path).records)
+    assert state.pending is None
+    assert state.messages == [Message("user", (Text(record.summary),))]
 
 
 # -- the loop guard ------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from keel.agent.tool_runner import ToolRunner
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
+from keel.hooks.runner import HookResult, HookRunner
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
 from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
@@ -61,6 +62,11 @@ from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
 
 INTERRUPTED_MARK = "[interrupted by user]"
+MAX_STOP_CONTINUATIONS = 5
+NOT_RUN_SUMMARIZED = (
+    "not run: the conversation was summarized before this call ran; call it again if it is "
+    "still needed"
+)
 LOOP_REPEATS = 4
 LOOP_WINDOW = 8
 PLAN_MODE_NOTE = (
@@ -135,6 +141,7 @@ class _TurnState:
     cost: float = 0.0
     partial: list[str] = field(default_factory=list)
     last_text: str = ""
+    stop_continuations: int = 0
     loop_warned: bool = False
 
 
@@ -206,6 +213,13 @@ class Agent:
         self._compaction_failed = False
         self._just_compacted = False  # no model reply since the last compaction
         self._rounds: deque[bytes] = deque(maxlen=LOOP_WINDOW)
+        #: Hooks (None: none configured). SessionStart fires with this source at the next prompt.
+        self.hooks: HookRunner | None = None
+        self.session_start_source: str | None = "startup"
+        #: A subagent, or a turn keel started itself: no SessionStart / UserPromptSubmit hooks.
+        self.is_subagent = False
+        self.self_started = False
+        self.pre_compact.append(self._pre_compact_hook)
 
     @classmethod
     def from_model(
@@ -266,6 +280,7 @@ class Agent:
         self._restored_turns = state.turns_since_prompt
         self.total_turns = state.turns
         self.last_prompt = state.last_prompt
+        self.session_start_source = "resume"
         self._last_context = state.last_context
         self._context_mark = len(self.conversation.messages)
 
@@ -342,7 +357,9 @@ class Agent:
             self._interrupt_requested = True
             self._task.cancel()
 
-    async def aclose(self) -> None:
+    async def aclose(self, reason: str = "exit") -> None:
+        if self.hooks is not None and self.hooks.has("SessionEnd") and not self.is_subagent:
+            await self.hooks.run("SessionEnd", {"reason": reason}, match=reason)
         await self.provider.aclose()
         if self.ctx.sandbox is not None:
             self.ctx.sandbox.cleanup()
@@ -353,7 +370,8 @@ class Agent:
 
     async def _turn(self, prompt: str | None, emit: Emit) -> TurnStop:
         if prompt is not None:
-            await self._begin(prompt, emit)
+            if (stop := await self._begin(prompt, emit)) is not None:
+                return stop
         elif (stop := await self._finish_pending(emit)) is not None:
             return stop
         while True:
@@ -363,7 +381,8 @@ class Agent:
             match step:
                 case Finish(reason, unanswered, why):
                     self._answer_unrun(unanswered, why, emit)
-                    return reason
+                    if (stop := await self._stop_hook(reason, emit)) is not None:
+                        return stop
                 case Resend():
                     continue
                 case RunTools(calls):
@@ -380,6 +399,12 @@ class Agent:
         self._state = _TurnState(turns=0 if prompt is not None else self._restored_turns)
         if self.session is not None:
             self.ctx.raw_dir = self.session.path.with_name(self.session.path.stem + ".raw")
+        if self.hooks is not None:
+            self.hooks.base.update(
+                session_id=self.session_id,
+                transcript_path=str(self.session.path) if self.session is not None else "",
+            )
+        self._runner.hooks = self.hooks
         self._restored_turns = 0
         emit(TurnStarted(prompt or "", self.session_id, resumed=prompt is None))
         error: str | None = None
@@ -400,8 +425,10 @@ class Agent:
         emit(finished)
         return RunResult.from_event(finished)
 
-    async def _begin(self, prompt: str, emit: Emit) -> None:
+    async def _begin(self, prompt: str, emit: Emit) -> TurnStop | None:
         _ = self.system  # fix the prefix for this context on its first prompt
+        if (stop := await self._prompt_hooks(prompt, emit)) is not None:
+            return stop
         await self._maybe_compact(emit, mid_turn=False)
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
@@ -415,6 +442,82 @@ class Agent:
             self.session.user(message)
         self.conversation.append(message)
         self.last_prompt = prompt
+        return None
+
+    # -- hooks: SessionStart, UserPromptSubmit, Stop (tool hooks live in the tool runner) ---------
+
+    def _hook_report(self, result: HookResult, emit: Emit) -> None:
+        for message in result.messages:
+            emit(Notice(message, "info"))
+        for error in result.errors:
+            emit(Notice(error, "warning"))
+
+    async def _prompt_hooks(self, prompt: str, emit: Emit) -> TurnStop | None:
+        """SessionStart once per fresh context, then UserPromptSubmit; neither for subagents or
+        turns keel starts itself."""
+        hooks = self.hooks
+        if hooks is None or self.is_subagent or self.self_started:
+            return None
+        if self.session_start_source is not None:
+            source, self.session_start_source = self.session_start_source, None
+            started = await hooks.run("SessionStart", {"source": source}, match=source)
+            self._hook_report(started, emit)
+            self._notes += [
+                f'<hook-context source="SessionStart">\n{c}\n</hook-context>'
+                for c in started.context
+            ]
+        submitted = await hooks.run("UserPromptSubmit", {"prompt": prompt})
+        self._hook_report(submitted, emit)
+        if submitted.halt:
+            emit(Notice(f"stopped by a UserPromptSubmit hook: {submitted.stop_reason}", "warning"))
+            return "hook_stopped"
+        if submitted.block:
+            emit(
+                Notice(f"prompt blocked by a UserPromptSubmit hook: {submitted.reason}", "warning")
+            )
+            return "blocked"
+        self._notes += [
+            f'<hook-context source="UserPromptSubmit">\n{c}\n</hook-context>'
+            for c in submitted.context
+        ]
+        return None
+
+    async def _stop_hook(self, reason: TurnStop, emit: Emit) -> TurnStop | None:
+        """The model is done. A Stop hook may send it back to work (at most 5 times per prompt)
+        with its reason as feedback, or halt. Returns the stop reason, or None to go on."""
+        event = "SubagentStop" if self.is_subagent else "Stop"
+        if (
+            self.hooks is None
+            or not self.hooks.has(event)
+            or reason not in ("end_turn", "max_tokens")
+        ):
+            return reason
+        state = self._state
+        result = await self.hooks.run(event, {"stop_hook_active": state.stop_continuations > 0})
+        self._hook_report(result, emit)
+        if result.halt:
+            emit(Notice(f"stopped by a {event} hook: {result.stop_reason}", "warning"))
+            return "hook_stopped"
+        if not result.block or state.stop_continuations >= MAX_STOP_CONTINUATIONS:
+            return reason
+        state.stop_continuations += 1
+        feedback = (
+            f'<hook-feedback source="{event}">\n{result.reason or "keep going"}\n</hook-feedback>'
+        )
+        message = Message("user", (Text(feedback),))
+        if self.session is not None:
+            self.session.user(message, "hook_feedback")
+        self.conversation.append(message)
+        return None
+
+    async def _pre_compact_hook(self, trigger: str, instructions: str) -> None:
+        if self.hooks is not None and self.hooks.has("PreCompact"):
+            claude_trigger = "manual" if trigger == "manual" else "auto"
+            await self.hooks.run(
+                "PreCompact",
+                {"trigger": claude_trigger, "custom_instructions": instructions},
+                match=claude_trigger,
+            )
 
     async def _ask_model(self, emit: Emit) -> Done:
         """One model request, compacting first when the context is nearly full, and once more
@@ -472,6 +575,11 @@ class Agent:
     ) -> CompactionRecord:
         for hook in self.pre_compact:
             await hook(trigger, instructions)
+        if self._pending is not None:
+            # A round stopped half-way (a suspend): its calls that never ran are answered, in the
+            # journal too, so the summary and the model both know they did not run.
+            self._close_pending(NOT_RUN_SUMMARIZED)
+            mid_turn = True
         before = self._context_tokens()
         request = Request(
             model=self.model,
@@ -674,6 +782,10 @@ class Agent:
             return "suspended"
         self._pending = None
         self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
+        if (halt := self._runner.halt_reason) is not None:
+            self._runner.halt_reason = None
+            emit(Notice(f"stopped by a hook: {halt}", "warning"))
+            return "hook_stopped"
         return None
 
     async def _finish_pending(self, emit: Emit) -> TurnStop | None:
@@ -684,6 +796,18 @@ class Agent:
             return None
         emit(Notice(f"resuming: {len(pending.unanswered)} unanswered tool call(s) to run", "info"))
         return await self._run_tools(tuple(pending.message.tool_uses), emit, dict(pending.results))
+
+    def _close_pending(self, why: str) -> None:
+        pending = self._pending
+        assert pending is not None
+        for call in pending.unanswered:
+            result = tool_result(call.id, why, is_error=True)
+            self._record_result(result, 0.0)
+            pending.results[call.id] = result
+        self.conversation.append(
+            Message("user", tuple(pending.results[c.id] for c in pending.message.tool_uses))
+        )
+        self._pending = None
 
     def _stop_tools(self) -> bool:
         return self._suspend_requested

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from keel.agent.events import Event, ToolFinished, ToolStarted
 from keel.frozen import frozen
+from keel.hooks.runner import HookResult, HookRunner
+from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate
 from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput
@@ -75,6 +77,9 @@ class ToolRunner:
         self.registry = registry
         self.ctx = ctx
         self.gate: Gate = gate or AllowAll()
+        self.hooks: HookRunner | None = None
+        #: Set when a hook asked to stop (`continue: false`): the turn ends after this round.
+        self.halt_reason: str | None = None
 
     async def run(
         self,
@@ -96,12 +101,28 @@ class ToolRunner:
             emit(ToolFinished(call, result, seconds, display))
 
         ready: list[_Ready] = []
-        for call in calls:  # phase 1: check and authorise, one by one, in order
-            checked = check_call(call, self.registry)
+        for original in calls:  # phase 1: check and authorise, one by one, in order
+            checked = check_call(original, self.registry)
             if isinstance(checked, ToolResult):
-                done(call, checked, 0.0, None)
+                done(original, checked, 0.0, None)
                 continue
-            decision = await self.gate.authorize(call, read_only=checked.read_only)
+            call, hook = await self._pre_tool_hook(original, emit)
+            if hook is not None and (hook.permission == "deny" or hook.block or hook.halt):
+                why = hook.permission_reason or hook.reason or hook.stop_reason or "no reason given"
+                done(
+                    call,
+                    tool_result(call.id, f"denied by a PreToolUse hook: {why}", is_error=True),
+                    0.0,
+                    None,
+                )
+                continue
+            if call is not original and isinstance(
+                checked := check_call(call, self.registry), ToolResult
+            ):
+                done(call, checked, 0.0, None)  # the hook's rewrite does not fit the schema
+                continue
+            opinion = hook.permission if hook is not None and hook.permission != "deny" else None
+            decision = await self.gate.authorize(call, read_only=checked.read_only, hook=opinion)
             if isinstance(decision, Deny):
                 done(call, tool_result(call.id, decision.reason, is_error=True), 0.0, None)
                 continue
@@ -136,7 +157,61 @@ class ToolRunner:
             output = ToolOutput(
                 f"{call.name} failed unexpectedly: {type(exc).__name__}: {exc}", is_error=True
             )
-        done(call, finish(call, output, self.ctx.raw_dir), time.monotonic() - start, output.display)
+        result = await self._post_tool_hook(call, finish(call, output, self.ctx.raw_dir), emit)
+        done(call, result, time.monotonic() - start, output.display)
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _report(self, result: HookResult, emit: Callable[[Event], None]) -> None:
+        for message in result.messages:
+            emit(Notice(message, "info"))
+        for error in result.errors:
+            emit(Notice(error, "warning"))
+        if result.halt and self.halt_reason is None:
+            self.halt_reason = result.stop_reason
+
+    async def _pre_tool_hook(
+        self, call: ToolUse, emit: Callable[[Event], None]
+    ) -> tuple[ToolUse, HookResult | None]:
+        if self.hooks is None or not self.hooks.has("PreToolUse"):
+            return call, None
+        result = await self.hooks.run(
+            "PreToolUse",
+            {"tool_name": call.name, "tool_input": call.input, "tool_use_id": call.id},
+            match=call.name,
+        )
+        self._report(result, emit)
+        if result.updated_input is not None:
+            call = ToolUse(call.id, call.name, result.updated_input, "", call.signature)
+        return call, result
+
+    async def _post_tool_hook(
+        self, call: ToolUse, result: ToolResult, emit: Callable[[Event], None]
+    ) -> ToolResult:
+        if self.hooks is None or not self.hooks.has("PostToolUse"):
+            return result
+        hook = await self.hooks.run(
+            "PostToolUse",
+            {
+                "tool_name": call.name,
+                "tool_input": call.input,
+                "tool_use_id": call.id,
+                "tool_response": {"output": result.text, "is_error": result.is_error},
+            },
+            match=call.name,
+        )
+        self._report(hook, emit)
+        extra: list[Text] = []
+        if hook.block and hook.reason:
+            extra.append(
+                Text(f'<hook-feedback source="PostToolUse">\n{hook.reason}\n</hook-feedback>')
+            )
+        extra += [
+            Text(f'<hook-context source="PostToolUse">\n{c}\n</hook-context>') for c in hook.context
+        ]
+        if not extra:
+            return result
+        return ToolResult(result.tool_use_id, (*result.content, *extra), result.is_error)
 
 
 def _log_tool_bug(name: str) -> None:

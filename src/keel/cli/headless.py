@@ -31,6 +31,7 @@ from keel.llm.provider import RetryPolicy, make_provider
 from keel.permissions.gate import PermissionGate, parse_mode
 
 if TYPE_CHECKING:
+    from keel.hooks.runner import HookRunner
     from keel.permissions.sandbox import Sandbox
     from keel.session.fold import SessionState
     from keel.session.journal import Journal
@@ -208,6 +209,7 @@ def build_agent(
     )
     agent.ctx.sandbox = sandbox
     agent.auto_compact = settings.auto_compact
+    agent.hooks = build_hooks(cwd, gate, printer)
     if not info.known and ref.provider != "scripted":
         printer(
             Notice(
@@ -273,6 +275,34 @@ def build_gate(
             )
     gate = PermissionGate(mode, root, cwd, rules, sandboxed=sandbox is not None)
     return gate, sandbox
+
+
+def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner | None:
+    """The hooks that may run here: personal ones, and the project's shared ones once approved
+    (`keel hooks approve`); says what it skipped and what awaits approval."""
+    from keel.config.settings import user_config_dir
+    from keel.hooks.config import approved_pins, load_hooks
+    from keel.hooks.runner import HookRunner
+    from keel.session.store import project_key
+
+    user_dir = user_config_dir()
+    config = load_hooks(gate.root, keel_user_dir=user_dir)
+    for warning in config.warnings:
+        printer(Notice(warning, "warning"))
+    pins = approved_pins(user_dir, project_key(gate.root), "hooks")
+    runnable = config.runnable(pins)
+    waiting = len(config.hooks) - len(runnable)
+    if waiting:
+        printer(
+            Notice(
+                f"{waiting} project hook(s) are not approved and will not run; review them "
+                "with `keel hooks list`, then `keel hooks approve`",
+                "warning",
+            )
+        )
+    if not runnable:
+        return None
+    return HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
 
 
 def _printer(args: argparse.Namespace) -> Printer:

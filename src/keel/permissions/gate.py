@@ -53,14 +53,21 @@ class Deny:
 Decision: TypeAlias = Allow | Deny
 
 
+HookOpinion: TypeAlias = Literal["allow", "ask"] | None
+
+
 class Gate(Protocol):
-    async def authorize(self, call: ToolUse, *, read_only: bool) -> Decision: ...
+    async def authorize(
+        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
+    ) -> Decision: ...
 
 
 class AllowAll:
     """Every call runs (library use and trusted scripts)."""
 
-    async def authorize(self, call: ToolUse, *, read_only: bool) -> Decision:
+    async def authorize(
+        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
+    ) -> Decision:
         return Allow("allow-all")
 
 
@@ -115,8 +122,12 @@ class PermissionGate:
         "--allowed-tools or --mode"
     )
 
-    async def authorize(self, call: ToolUse, *, read_only: bool) -> Decision:
-        decision = await self._decide(call, read_only)
+    async def authorize(
+        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
+    ) -> Decision:
+        """`hook` is what PreToolUse hooks said (a hook's deny never reaches the gate: it wins
+        over everything). A hook's allow or ask comes after deny rules and before the mode."""
+        decision = await self._decide(call, read_only, hook)
         notable = isinstance(decision, Deny) or decision.notable
         if notable and self.record is not None:
             outcome = "deny" if isinstance(decision, Deny) else "allow"
@@ -124,13 +135,17 @@ class PermissionGate:
             self.record(call, outcome, decision.source, reason)
         return decision
 
-    async def _decide(self, call: ToolUse, read_only: bool) -> Decision:
+    async def _decide(self, call: ToolUse, read_only: bool, hook: HookOpinion = None) -> Decision:
         args: dict[str, Any] = call.input or {}
         tool = call.name
         if (refusal := self._boundary(tool, args)) is not None:
             return Deny(refusal, "boundary")
         if (rule := self._denied_by(tool, args)) is not None:
             return Deny(f"denied by rule {rule} ({rule.source or 'settings'})", "rule")
+        if hook == "allow":
+            return Allow("hook", notable=True)
+        if hook == "ask":
+            return await self._ask(call, f"a PreToolUse hook asks about {tool}")
         if self.mode == "bypass":
             return Allow("mode:bypass")
         if tool == "exit_plan_mode":
@@ -148,17 +163,22 @@ class PermissionGate:
                 "is approved (call exit_plan_mode with the plan)",
                 "mode:plan",
             )
+        if (allowed := self._allowed_without_asking(tool, args)) is not None:
+            return allowed
+        return await self._ask(call, self._why(tool, args))
+
+    def _allowed_without_asking(self, tool: str, args: dict[str, Any]) -> Allow | None:
+        """Steps 7-10: allow rules, the sandbox, the safe list, accept-edits."""
         if (source := self._allowed_by(tool, args)) is not None:
             return Allow(source, notable=True)
         if tool == "bash":
-            command = str(args.get("command", ""))
             if self.sandboxed and args.get("sandbox", True) is not False:
                 return Allow("sandbox")
-            if shell.is_read_only(command):
+            if shell.is_read_only(str(args.get("command", ""))):
                 return Allow("safe-list")
         if tool in WRITE_TOOLS and self.mode == "accept-edits":
             return Allow("mode:accept-edits", notable=True)
-        return await self._ask(call, self._why(tool, args))
+        return None
 
     def _boundary(self, tool: str, args: dict[str, Any]) -> str | None:
         if tool not in WRITE_TOOLS:

@@ -1,0 +1,43 @@
+"""`keel hooks list` and `keel hooks approve`: what hooks apply in this project, and approving
+the project's shared ones (pinned to a hash of their configuration)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from keel.agent.prompt import git_root
+from keel.config.settings import user_config_dir
+from keel.hooks.config import approvals_file, approve, approved_pins, load_hooks
+from keel.session.store import project_key
+
+
+def hooks(argv: list[str]) -> int:
+    action = argv[0] if argv else "list"
+    if action not in ("list", "approve") or len(argv) > 1:
+        print("usage: keel hooks [list|approve]", file=sys.stderr)
+        return 2
+    root = git_root(Path.cwd()) or Path.cwd()
+    user_dir = user_config_dir()
+    config = load_hooks(root, keel_user_dir=user_dir)
+    pin = config.shared_hash()
+    approved = pin in approved_pins(user_dir, project_key(root), "hooks")
+    if action == "approve":
+        if not pin:
+            print("this project has no shared hooks to approve")
+            return 0
+        approve(approvals_file(user_dir, project_key(root)), "hooks", pin)
+        print(f"approved the project's hooks (pin {pin}); they run from now on, until they change")
+        return 0
+    for warning in config.warnings:
+        print(f"warning: {warning}")
+    if not config.hooks:
+        print("no hooks configured")
+        return 0
+    for h in config.hooks:
+        state = "runs" if h.source == "personal" or approved else "needs approval"
+        matcher = f" [{h.matcher}]" if h.matcher else ""
+        print(f"{h.event}{matcher}: {h.command}  ({h.file}, {state}, timeout {h.timeout:g} s)")
+    if pin and not approved:
+        print("\nshared project hooks need approval: review them, then run `keel hooks approve`")
+    return 0

@@ -1,0 +1,248 @@
+"""Running hooks: every matching command for an event, in parallel, each with `bash -c` in its own
+process group, the event as JSON on stdin, and a timeout after which its whole group is killed.
+The outcomes combine into one `HookResult`: deny > ask > allow; any block blocks (reasons joined);
+any halt halts; contexts and messages concatenate; the last `updatedInput` wins.
+
+Exit 0 may print JSON (`continue`, `stopReason`, `systemMessage`, `decision`/`reason`,
+`hookSpecificOutput.{permissionDecision, permissionDecisionReason, updatedInput,
+additionalContext}`) or plain text (context for SessionStart and UserPromptSubmit). Exit 2 blocks
+with stderr as the reason. Any other exit is a non-blocking error the user sees. This module runs
+commands and interprets their answers; the loop decides what an answer does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from keel.frozen import frozen
+from keel.hooks.config import HookCommand
+
+#: Hook output beyond this is cut (a hook that floods must not flood the model).
+MAX_OUTPUT = 64 * 1024
+#: A process a hook leaves behind may hold its output open this long after the hook exits.
+DRAIN_GRACE = 2.0
+
+Permission = Literal["allow", "deny", "ask"]
+_RANK = {"allow": 1, "ask": 2, "deny": 3}
+
+
+@frozen
+class HookRun:
+    """What one command did."""
+
+    hook: HookCommand
+    exit_code: int | None  # None: timed out, or could not start
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+@dataclass
+class HookResult:
+    """The combined answer of all hooks that ran for an event."""
+
+    block: bool = False
+    reasons: list[str] = field(default_factory=list)
+    halt: bool = False
+    stop_reason: str = ""
+    permission: Permission | None = None
+    permission_reason: str = ""
+    updated_input: dict[str, Any] | None = None
+    context: list[str] = field(default_factory=list)
+    #: Shown to the user: what hooks said (systemMessage) and what went wrong with them.
+    messages: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    runs: list[HookRun] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return "\n".join(r for r in self.reasons if r)
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = text.strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+async def _run_one(hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[str, str]) -> HookRun:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            hook.command,
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return HookRun(hook, None, "", f"could not start: {exc}")
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    assert stdin is not None
+    assert stdout is not None
+    assert stderr is not None
+
+    async def feed() -> None:
+        # A hook that never reads its stdin must not block us.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(payload)
+            await stdin.drain()
+            stdin.close()
+
+    async def read(stream: asyncio.StreamReader) -> bytes:
+        data = b""
+        while chunk := await stream.read(65536):
+            if len(data) < MAX_OUTPUT:
+                data += chunk[: MAX_OUTPUT - len(data)]
+        return data
+
+    readers = asyncio.gather(read(stdout), read(stderr))
+    feeder = asyncio.ensure_future(feed())  # concurrently: a big payload must not block the wait
+    timed_out = False
+    try:
+        await asyncio.wait_for(proc.wait(), hook.timeout)
+    except TimeoutError:
+        timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        readers.cancel()
+        feeder.cancel()
+        raise
+    feeder.cancel()
+    with contextlib.suppress(asyncio.CancelledError, BrokenPipeError, ConnectionResetError):
+        await feeder
+    try:
+        out, err = await asyncio.wait_for(asyncio.shield(readers), DRAIN_GRACE)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a leftover child holds the pipe
+        out, err = await readers
+    return HookRun(
+        hook,
+        None if timed_out else proc.returncode,
+        out.decode("utf-8", "replace"),
+        err.decode("utf-8", "replace"),
+        timed_out,
+    )
+
+
+def _apply(result: HookResult, run: HookRun, event: str) -> None:
+    hook = run.hook
+    label = f"{event} hook `{_short(hook.command, 200)}`"
+    if run.timed_out:
+        result.errors.append(f"{label} timed out after {hook.timeout:g} s and was killed")
+        return
+    if run.exit_code is None:
+        result.errors.append(f"{label} failed: {_short(run.stderr)}")
+        return
+    if run.exit_code == 2:
+        result.block = True
+        result.reasons.append(run.stderr.strip() or f"blocked by {label}")
+        if event == "PreToolUse":
+            _permission(result, "deny", run.stderr.strip())
+        return
+    if run.exit_code != 0:
+        detail = _short(run.stderr or run.stdout) or "no output"
+        result.errors.append(f"{label} exited with {run.exit_code}: {detail}")
+        return
+    text = run.stdout.strip()
+    if not text:
+        return
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        if event in ("SessionStart", "UserPromptSubmit"):
+            result.context.append(text)
+        return
+    _apply_json(result, data, event)
+
+
+def _permission(result: HookResult, decision: Permission, reason: str) -> None:
+    if result.permission is None or _RANK[decision] > _RANK[result.permission]:
+        result.permission = decision
+        result.permission_reason = reason
+    elif decision == result.permission and reason:
+        result.permission_reason = "\n".join(r for r in (result.permission_reason, reason) if r)
+
+
+def _apply_json(result: HookResult, data: dict[str, Any], event: str) -> None:
+    if data.get("continue") is False:
+        result.halt = True
+        result.stop_reason = str(
+            data.get("stopReason") or result.stop_reason or "stopped by a hook"
+        )
+    if isinstance(data.get("systemMessage"), str):
+        result.messages.append(data["systemMessage"])
+    decision = data.get("decision")
+    if decision == "block":
+        result.block = True
+        result.reasons.append(str(data.get("reason") or ""))
+        if event == "PreToolUse":
+            _permission(result, "deny", str(data.get("reason") or ""))
+    elif decision == "approve" and event == "PreToolUse":  # Claude Code's legacy spelling
+        _permission(result, "allow", str(data.get("reason") or ""))
+    specific = data.get("hookSpecificOutput")
+    if isinstance(specific, dict):
+        choice = specific.get("permissionDecision")
+        if choice in _RANK and event == "PreToolUse":
+            _permission(result, choice, str(specific.get("permissionDecisionReason") or ""))
+        if isinstance(specific.get("updatedInput"), dict):
+            result.updated_input = specific["updatedInput"]
+        if isinstance(specific.get("additionalContext"), str) and specific["additionalContext"]:
+            result.context.append(specific["additionalContext"])
+
+
+@dataclass
+class HookRunner:
+    """Runs the hooks of one session. `base` is the part of every payload that does not change
+    (session id, transcript path, cwd); `mode` is read at each run."""
+
+    hooks: list[HookCommand]
+    cwd: Path
+    project_dir: Path
+    env: Mapping[str, str]
+    base: dict[str, Any] = field(default_factory=dict)
+    mode: Any = None  # a callable returning the permission mode, set by the agent
+
+    def has(self, event: str) -> bool:
+        return any(h.event == event for h in self.hooks)
+
+    async def run(self, event: str, fields: dict[str, Any], *, match: str = "") -> HookResult:
+        matching = [h for h in self.hooks if h.event == event and h.matches(match)]
+        result = HookResult()
+        if not matching:
+            return result
+        payload = {
+            **self.base,
+            "cwd": str(self.cwd),
+            "hook_event_name": event,
+            "permission_mode": self.mode() if callable(self.mode) else "default",
+            **fields,
+        }
+        data = json.dumps(payload, default=str).encode()
+        env = {
+            **self.env,
+            "CLAUDE_PROJECT_DIR": str(self.project_dir),
+            "KEEL_PROJECT_DIR": str(self.project_dir),
+        }
+        runs = await asyncio.gather(*(_run_one(h, data, self.cwd, env) for h in matching))
+        for run in runs:
+            result.runs.append(run)
+            _apply(result, run, event)
+        return result
