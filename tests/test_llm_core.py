@@ -278,6 +278,6 @@ def test_settings_precedence_and_warnings(tmp_path: Path, isolated_env: Path) ->
     )
     assert s.models["mine"] == ModelInfo(32768, 4096, 1, None, None, None)
     assert s.warnings == [
-        f"{user_dir / 'settings.json'}: unknown key 'colour' skipped (known: auto_compact, budget, effort, max_turns, model, models, permissions, providers, sandbox)",
+        f"{user_dir / 'settings.json'}: unknown key 'colour' skipped (known: auto_compact, budget, effort, hooks, max_turns, mcp_servers, model, models, permissions, providers, sandbox)",
         f"{project / '.keel' / 'settings.json'}: budget.tokens must be a number; ignored",
     ]

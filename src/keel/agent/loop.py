@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from keel.agent.compaction import (
     MIN_MESSAGES,
@@ -60,6 +60,9 @@ from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
 from keel.session.store import SessionLog, new_session_id
 from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
+
+if TYPE_CHECKING:
+    from keel.skills import CommandSet, SkillSet
 
 INTERRUPTED_MARK = "[interrupted by user]"
 MAX_STOP_CONTINUATIONS = 5
@@ -220,6 +223,11 @@ class Agent:
         self.is_subagent = False
         self.self_started = False
         self.pre_compact.append(self._pre_compact_hook)
+        #: What a prompt `/name args…` can expand to (None: prompts are sent as typed).
+        self.skills: SkillSet | None = None
+        self.commands: CommandSet | None = None
+        #: Called by `aclose` (MCP servers to stop, for example).
+        self.on_close: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
     def from_model(
@@ -300,6 +308,13 @@ class Agent:
             self.gate.mode = mode
             self._notes.append(f"The permission mode is now {mode}.")
 
+    def add_tools(self, tools: Iterable[Tool]) -> None:
+        """Offer more tools (skills, MCP servers' tools). The tool definitions open every request,
+        so add them before the first prompt: later additions change the cached prefix."""
+        for t in tools:
+            self.registry.add(t)
+        self._tool_specs = self.registry.specs()
+
     def add_note(self, text: str) -> None:
         """Queue a note for the model; it is prepended to the next user message."""
         self._notes.append(text)
@@ -360,6 +375,9 @@ class Agent:
     async def aclose(self, reason: str = "exit") -> None:
         if self.hooks is not None and self.hooks.has("SessionEnd") and not self.is_subagent:
             await self.hooks.run("SessionEnd", {"reason": reason}, match=reason)
+        for close in self.on_close:
+            await close()
+        self.on_close.clear()
         await self.provider.aclose()
         if self.ctx.sandbox is not None:
             self.ctx.sandbox.cleanup()
@@ -432,10 +450,10 @@ class Agent:
         await self._maybe_compact(emit, mid_turn=False)
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
-        text = prompt
+        text = await self._expand(prompt, emit)
         if self._notes:
             notes = "\n".join(self._notes)
-            text = f"<system-note>\n{notes}\n</system-note>\n\n{prompt}"
+            text = f"<system-note>\n{notes}\n</system-note>\n\n{text}"
             self._notes.clear()
         message = Message("user", (Text(text),))
         if self.session is not None:
@@ -443,6 +461,36 @@ class Agent:
         self.conversation.append(message)
         self.last_prompt = prompt
         return None
+
+    async def _expand(self, prompt: str, emit: Emit) -> str:
+        """What is sent for `prompt`: a skill's instructions or a custom command's text for
+        `/name args…`, else the prompt itself."""
+        if not prompt.startswith("/"):
+            return prompt
+        expansion = self.skills.expand(prompt) if self.skills is not None else None
+        if expansion is None and self.commands is not None:
+            expansion = await self.commands.expand(
+                prompt, allow_shell=self._shell_allowed, sandbox=self.ctx.sandbox
+            )
+        if expansion is None:
+            return prompt
+        for line in expansion.refused:
+            emit(
+                Notice(
+                    f"/{expansion.name}: !`{line}` was not run: it needs permission "
+                    "(allow it with a bash rule in settings or --allowed-tools)",
+                    "warning",
+                )
+            )
+        for line in expansion.timed_out:
+            emit(Notice(f"/{expansion.name}: !`{line}` timed out", "warning"))
+        return expansion.text
+
+    def _shell_allowed(self, line: str) -> bool:
+        """A command file's `` !`cmd` `` runs only if the gate would let bash run it unasked."""
+        if isinstance(self.gate, PermissionGate):
+            return self.gate.would_allow("bash", {"command": line})
+        return isinstance(self.gate, AllowAll)
 
     # -- hooks: SessionStart, UserPromptSubmit, Stop (tool hooks live in the tool runner) ---------
 

@@ -210,6 +210,7 @@ def build_agent(
     agent.ctx.sandbox = sandbox
     agent.auto_compact = settings.auto_compact
     agent.hooks = build_hooks(cwd, gate, printer)
+    add_extensions(agent, printer)
     if not info.known and ref.provider != "scripted":
         printer(
             Notice(
@@ -305,6 +306,76 @@ def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner
     return HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
 
 
+def add_extensions(agent: Agent, printer: Printer) -> None:
+    """Skills (indexed in the system prompt, loaded with the `skill` tool or `/name`) and custom
+    slash commands, from the project's and the user's folders."""
+    from keel.config.settings import user_config_dir
+    from keel.skills import load_extensions, skill_tool
+
+    skills, commands = load_extensions(agent.cwd, user_dir=user_config_dir(), home=Path.home())
+    for warning in [*skills.warnings, *commands.warnings]:
+        printer(Notice(warning, "warning"))
+    agent.skills, agent.commands = skills, commands
+    if skills.model_invocable():
+        agent.add_tools([skill_tool(skills)])
+        agent.extra_sections.append(skills.index_section())
+
+
+#: How long a run waits for MCP servers to connect before its first prompt.
+MCP_WAIT = 30.0
+
+
+async def connect_mcp(agent: Agent, settings: Settings, printer: Printer) -> None:
+    """Start the project's MCP servers (the shared ones only once approved), wait for them to
+    connect, and offer their tools. The agent stops the servers when it closes."""
+    from keel.config.settings import user_config_dir
+    from keel.hooks.config import approved_pins
+    from keel.mcp.config import load_servers
+    from keel.session.store import keel_home, project_key
+
+    root = agent.ctx.root
+    servers, warnings = load_servers(root, settings.mcp_servers, agent.ctx.env)
+    for warning in warnings:
+        printer(Notice(warning, "warning"))
+    if not servers:
+        return
+    from keel.mcp.client import McpManager
+
+    manager = McpManager(
+        servers,
+        root=root,
+        env=agent.ctx.env,
+        log_dir=keel_home() / "mcp-logs" / project_key(root),
+        approved=approved_pins(user_config_dir(), project_key(root), "mcp"),
+    )
+    agent.on_close.append(manager.aclose)
+    manager.start()
+    await manager.wait_ready(MCP_WAIT)
+    waiting = []
+    for server in manager.status():
+        if server.state == "failed":
+            printer(Notice(f"MCP server {server.name} failed: {server.detail}", "warning"))
+        elif server.state == "connecting":
+            printer(
+                Notice(
+                    f"MCP server {server.name} did not connect within {MCP_WAIT:g} s; its tools "
+                    "are not offered in this run",
+                    "warning",
+                )
+            )
+        elif server.state == "needs approval":
+            waiting.append(server.name)
+    if waiting:
+        printer(
+            Notice(
+                f"project MCP server(s) {', '.join(waiting)} are not approved and were not "
+                "started; review them with `keel mcp list`, then `keel mcp approve`",
+                "warning",
+            )
+        )
+    agent.add_tools(manager.tools())
+
+
 def _printer(args: argparse.Namespace) -> Printer:
     return Printer(args.output_format, quiet=args.quiet, out=sys.stdout, err=sys.stderr)
 
@@ -325,17 +396,31 @@ def run_headless(args: argparse.Namespace) -> int:
         max_usd=_first(args.max_budget_usd, settings.budget_usd),
     )
     printer = _printer(args)
-    agent = build_agent(ref, cwd=cwd, limits=limits, settings=settings, args=args, printer=printer)
-    if not args.no_session:
-        from keel.session.store import SessionLog
 
-        agent.session = SessionLog.create(
-            cwd=cwd, model=str(ref), fingerprint=agent.fingerprint(), session_id=agent.session_id
+    async def fresh() -> int:
+        agent = build_agent(
+            ref, cwd=cwd, limits=limits, settings=settings, args=args, printer=printer
         )
-    return asyncio.run(_run(agent, [prompt], printer, str(ref)))
+        try:
+            await connect_mcp(agent, settings, printer)
+            if not args.no_session:
+                from keel.session.store import SessionLog
+
+                agent.session = SessionLog.create(
+                    cwd=cwd,
+                    model=str(ref),
+                    fingerprint=agent.fingerprint(),
+                    session_id=agent.session_id,
+                )
+        except BaseException:
+            await agent.aclose()
+            raise
+        return await _run(agent, [prompt], printer, str(ref))
+
+    return asyncio.run(fresh())
 
 
-def open_session(
+async def open_session(
     path: Path, args: argparse.Namespace, printer: Printer
 ) -> tuple[Agent, SessionState, Journal, ModelRef]:
     """Lock the session in `path`, rebuild it, and build an agent that continues it (the resume
@@ -346,6 +431,7 @@ def open_session(
     from keel.session.store import SessionLog
 
     journal, loaded = Journal.open(path)  # locks: one writer per session
+    agent: Agent | None = None
     try:
         try:
             state = fold(loaded.records)
@@ -375,12 +461,15 @@ def open_session(
             today=date.fromisoformat(state.created[:10]) if state.created else None,
             session_id=meta.id,
         )
+        await connect_mcp(agent, settings, printer)
         for change in check_resume(state, agent.fingerprint(), force=args.force):
             printer(Notice(f"resuming despite a changed configuration: {change}", "warning"))
         agent.restore(state)
         agent.session = SessionLog(journal, meta.id)
     except BaseException:
         journal.close()
+        if agent is not None:
+            await agent.aclose()
         raise
     if loaded.repaired_bytes:
         printer(
@@ -392,33 +481,37 @@ def open_session(
 def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
     """Continue the session in `path`: finish what it left undone, then run `prompt` if given."""
     printer = _printer(args)
-    agent, state, journal, ref = open_session(path, args, printer)
-    meta = state.meta
-    steps: list[str | None] = [None] if agent.resumable else []
-    if prompt:
-        steps.append(prompt)
-    if not steps:
-        journal.close()
-        raise UserError(
-            f"session {meta.id} has nothing left to resume: its last turn "
-            f"{'completed' if state.terminal else 'ended'}",
-            hint=f'continue it with a prompt: keel -p --resume {meta.id} "…"',
-        )
-    return asyncio.run(_run(agent, steps, printer, str(ref)))
+
+    async def resume() -> int:
+        agent, state, _journal, ref = await open_session(path, args, printer)
+        meta = state.meta
+        steps: list[str | None] = [None] if agent.resumable else []
+        if prompt:
+            steps.append(prompt)
+        if not steps:
+            await agent.aclose()
+            raise UserError(
+                f"session {meta.id} has nothing left to resume: its last turn "
+                f"{'completed' if state.terminal else 'ended'}",
+                hint=f'continue it with a prompt: keel -p --resume {meta.id} "…"',
+            )
+        return await _run(agent, steps, printer, str(ref))
+
+    return asyncio.run(resume())
 
 
 def run_compact(path: Path, instructions: str, args: argparse.Namespace) -> int:
     """`keel compact ID`: summarize a stopped session's conversation now."""
     printer = _printer(args)
-    agent, _state, _journal, _ref = open_session(path, args, printer)
 
-    async def compact() -> CompactionRecord:
+    async def compact() -> tuple[Agent, CompactionRecord]:
+        agent, _state, _journal, _ref = await open_session(path, args, printer)
         try:
-            return await agent.compact(instructions, printer)
+            return agent, await agent.compact(instructions, printer)
         finally:
             await agent.aclose()
 
-    record = asyncio.run(compact())
+    agent, record = asyncio.run(compact())
     if args.output_format == "text":
         print(
             f"compacted session {agent.session_id}: ~{record.tokens_before:,} tokens → "

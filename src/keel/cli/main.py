@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel hooks [list|approve], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel hooks [list|approve], keel mcp [list|approve], keel skills, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
     p.add_argument(
@@ -223,9 +223,23 @@ def _hooks(argv: list[str]) -> int:
     return hooks(argv)
 
 
+def _mcp(argv: list[str]) -> int:
+    from keel.cli.extensions import mcp
+
+    return mcp(argv)
+
+
+def _skills(argv: list[str]) -> int:
+    from keel.cli.extensions import skills
+
+    return skills(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
     "hooks": _hooks,
+    "mcp": _mcp,
+    "skills": _skills,
     "resume": _resume,
     "compact": _compact,
     "suspend": _sessions_command("suspend"),

@@ -35,6 +35,9 @@ KNOWN_KEYS = frozenset(
         "permissions",
         "sandbox",
         "auto_compact",
+        # Read by keel.hooks.config and keel.mcp.config, which own their formats.
+        "hooks",
+        "mcp_servers",
         "$schema",
     }
 )
@@ -64,6 +67,8 @@ class Settings:
     sandbox: bool = True
     sandbox_network: bool = False
     files: list[Path] = field(default_factory=list)
+    #: Each settings file's `mcp_servers` value as written, with its path (keel.mcp parses them).
+    mcp_servers: list[tuple[Path, object]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -155,6 +160,10 @@ def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
             _merge_permissions(settings, value, where, shared=_shared(path))
         elif key == "sandbox":
             _merge_sandbox(settings, value, where, shared=_shared(path))
+        elif key == "mcp_servers":
+            settings.mcp_servers.append((path, value))
+        elif key == "hooks":
+            pass
         else:
             _merge_scalar(settings, key, value, where)
 

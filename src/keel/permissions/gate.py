@@ -167,6 +167,18 @@ class PermissionGate:
             return allowed
         return await self._ask(call, self._why(tool, args))
 
+    def would_allow(self, tool: str, args: dict[str, Any]) -> bool:
+        """Whether a call of a non-read-only `tool` would run without asking anyone (nothing is
+        recorded or asked). Used for work keel does on the user's behalf, such as the
+        `` !`cmd` `` lines of a slash command."""
+        if self._boundary(tool, args) is not None or self._denied_by(tool, args) is not None:
+            return False
+        if self.mode == "bypass":
+            return True
+        if self.mode == "plan":
+            return tool == "bash" and shell.is_read_only(str(args.get("command", "")))
+        return self._allowed_without_asking(tool, args) is not None
+
     def _allowed_without_asking(self, tool: str, args: dict[str, Any]) -> Allow | None:
         """Steps 7-10: allow rules, the sandbox, the safe list, accept-edits."""
         if (source := self._allowed_by(tool, args)) is not None:

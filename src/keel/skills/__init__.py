@@ -13,6 +13,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from keel.skills.commands import (
+    BUILTIN_COMMANDS,
     SHELL_OUTPUT_LIMIT,
     SHELL_TIMEOUT,
     AllowShell,
@@ -24,7 +25,11 @@ from keel.skills.skills import Expansion, Skill, SkillSet, load_skills, skill_to
 
 
 def load_extensions(
-    cwd: Path, *, user_dir: Path | None, home: Path, builtins: Collection[str] = ()
+    cwd: Path,
+    *,
+    user_dir: Path | None,
+    home: Path,
+    builtins: Collection[str] = BUILTIN_COMMANDS,
 ) -> tuple[SkillSet, CommandSet]:
     """The skills and custom commands that apply in `cwd`. `user_dir` is keel's user config dir
     (`keel.config.settings.user_config_dir()`), `home` the user's home directory, `builtins` the
@@ -35,6 +40,7 @@ def load_extensions(
 
 
 __all__ = [
+    "BUILTIN_COMMANDS",
     "SHELL_OUTPUT_LIMIT",
     "SHELL_TIMEOUT",
     "AllowShell",

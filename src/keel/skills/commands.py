@@ -57,6 +57,13 @@ MAX_DEPTH = 8
 #: code span such as `` `!` `` in prose is not taken for a command).
 _SHELL = re.compile(r"(?<![\w`])!`([^`\n]+)`")
 
+#: keel's built-in slash commands (the interactive UI's): a skill or command file of one of these
+#: names is skipped with a warning.
+BUILTIN_COMMANDS = (
+    "help", "clear", "compact", "model", "mode", "undo", "rewind", "resume", "cost",
+    "context", "skills", "hooks", "mcp", "permissions", "doctor", "exit",
+)  # fmt: skip
+
 #: Whether a command line would run without asking (the caller asks its permission gate).
 AllowShell: TypeAlias = Callable[[str], bool | Awaitable[bool]]
 

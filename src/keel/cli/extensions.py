@@ -1,0 +1,108 @@
+"""`keel mcp list|approve` and `keel skills`: what MCP servers, skills and custom slash commands
+apply in this project, and approving the project's shared MCP servers (each pinned to a hash of
+its entry)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from keel.agent.prompt import git_root
+from keel.config.settings import load_settings, user_config_dir
+from keel.hooks.config import approvals_file, approve, approved_pins
+from keel.session.store import keel_home, project_key
+
+if TYPE_CHECKING:
+    from keel.mcp.config import ServerConfig
+
+MCP_USAGE = "usage: keel mcp [list | approve [NAME ...]]"
+
+
+def mcp(argv: list[str]) -> int:
+    action, names = (argv[0], argv[1:]) if argv else ("list", [])
+    if action not in ("list", "approve") or (action == "list" and names):
+        print(MCP_USAGE, file=sys.stderr)
+        return 2
+    from keel.mcp.config import load_servers
+
+    cwd = Path.cwd()
+    root = git_root(cwd) or cwd
+    settings = load_settings(cwd)
+    servers, warnings = load_servers(root, settings.mcp_servers, os.environ)
+    for warning in [*settings.warnings, *warnings]:
+        print(f"warning: {warning}")
+    if not servers:
+        print("no MCP servers configured (add them to .mcp.json or the mcp_servers setting)")
+        return 0
+    user_dir = user_config_dir()
+    if action == "approve":
+        waiting = {s.name: s for s in servers if s.needs_approval}
+        unknown = [n for n in names if n not in waiting]
+        if unknown:
+            known = ", ".join(waiting) or "none"
+            print(
+                f"keel: error: no project MCP server named {', '.join(unknown)} "
+                f"(hint: project servers here: {known})",
+                file=sys.stderr,
+            )
+            return 2
+        for name in names or list(waiting):
+            approve(approvals_file(user_dir, project_key(root)), "mcp", waiting[name].config_hash())
+            print(f"approved MCP server {name}; it starts from now on, until its entry changes")
+        if not waiting:
+            print("this project has no shared MCP servers to approve")
+        return 0
+    return asyncio.run(_list(servers, root, approved_pins(user_dir, project_key(root), "mcp")))
+
+
+async def _list(servers: list[ServerConfig], root: Path, approved: set[str]) -> int:
+    """Start the servers as a run would, and say how each one fared."""
+    from keel.cli.headless import MCP_WAIT
+    from keel.mcp.client import McpManager, describe
+
+    manager = McpManager(
+        servers,
+        root=root,
+        env=os.environ,
+        log_dir=keel_home() / "mcp-logs" / project_key(root),
+        approved=approved,
+    )
+    async with manager:
+        await manager.wait_ready(MCP_WAIT)
+        for line in describe(manager):
+            print(line)
+        status = manager.status()
+    if any(s.state == "needs approval" for s in status):
+        print(
+            "\nproject servers need approval before they start: review their entries, then "
+            "run `keel mcp approve` (or `keel mcp approve NAME`)"
+        )
+    return 0
+
+
+def skills(argv: list[str]) -> int:
+    if argv:
+        print("usage: keel skills", file=sys.stderr)
+        return 2
+    from keel.skills import load_extensions
+
+    found, commands = load_extensions(Path.cwd(), user_dir=user_config_dir(), home=Path.home())
+    for warning in [*found.warnings, *commands.warnings]:
+        print(f"warning: {warning}")
+    if not found.skills and not commands.commands:
+        print("no skills or custom commands (add them under .claude/skills or .claude/commands)")
+        return 0
+    for skill in sorted(found.skills.values(), key=lambda s: s.name):
+        how = []
+        if skill.user_invocable and skill.name not in found.builtins:
+            how.append(f"/{skill.name}")
+        if not skill.disable_model_invocation:
+            how.append("model")
+        print(f"skill {skill.name}  ({', '.join(how) or 'hidden'})  {skill.path}")
+    for command in commands.all():
+        hint = f" {command.argument_hint}" if command.argument_hint else ""
+        print(f"command /{command.name}{hint}  {command.path}")
+    return 0

@@ -1,0 +1,246 @@
+"""MCP tools as keel tools: naming, schema validation, read-only policy and result mapping.
+
+`McpTool` implements keel's `Tool` protocol for one tool of one connected server: its name is
+`mcp__<server>__<tool>` (sanitised to `[A-Za-z0-9_-]`, at most 64 characters, de-duplicated),
+its arguments are checked against the server's `inputSchema` before the permission prompt, and
+its result becomes keel blocks (text, images within limits, notes for what the model cannot
+take). It counts as read-only only when the server says `readOnlyHint: true` and
+`openWorldHint: false` (the spec's default for `openWorldHint` is true).
+
+This module must never talk to a session itself (only through `McpManager.call`), never import
+the `mcp` SDK or `jsonschema` at module level (both load lazily, when a result or an argument
+check needs them), and never truncate output (keel's tool runner truncates every result).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from keel.llm.messages import Image, Text
+from keel.mcp.client import McpCallError, McpManager, RemoteTool
+from keel.tools.base import ToolContext, ToolError, ToolOutput
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
+    from mcp_types import CallToolResult
+
+#: Longest tool name every provider accepts.
+MAX_NAME = 64
+#: Longest description passed on to the model.
+MAX_DESCRIPTION = 2048
+#: Largest image (decoded) sent to the model, and how many one call may return.
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGES = 4
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+#: Schema problems reported for one call at most.
+MAX_PROBLEMS = 10
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def sanitise(part: str) -> str:
+    return _UNSAFE.sub("_", part) or "_"
+
+
+def tool_name(server: str, tool: str) -> str:
+    """`mcp__<server>__<tool>`, sanitised; over 64 characters the tool part is cut and a short
+    hash of the original names keeps it unique (the `mcp__<server>__` prefix that permission
+    rules match is kept whenever it fits)."""
+    prefix, rest = f"mcp__{sanitise(server)}__", sanitise(tool)
+    if len(prefix) + len(rest) <= MAX_NAME:
+        return prefix + rest
+    digest = "_" + hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]
+    room = MAX_NAME - len(digest)
+    if len(prefix) < room:
+        return prefix + rest[: room - len(prefix)] + digest
+    return (prefix + rest)[:room] + digest
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    n = 2
+    while True:
+        suffix = f"_{n}"
+        candidate = name[: MAX_NAME - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+        n += 1
+
+
+@dataclass(eq=False)
+class McpTool:
+    """One tool of one MCP server, as keel's `Tool`."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool
+    #: The server's name and the tool's own name there.
+    server: str
+    remote_name: str
+    manager: McpManager = field(repr=False)
+    _validator: Validator | None = field(default=None, repr=False)
+    _schema_checked: bool = field(default=False, repr=False)
+
+    @classmethod
+    def create(cls, manager: McpManager, server: str, remote: RemoteTool, name: str) -> McpTool:
+        schema = dict(remote.input_schema) if remote.input_schema else {}
+        schema.setdefault("type", "object")
+        description = (
+            remote.description.strip()
+            or remote.title
+            or (f'Tool "{remote.name}" of the MCP server "{server}".')
+        )
+        if len(description) > MAX_DESCRIPTION:
+            description = description[: MAX_DESCRIPTION - 1] + "…"
+        read_only = remote.read_only_hint is True and remote.open_world_hint is False
+        return cls(name, description, schema, read_only, server, remote.name, manager)
+
+    def validate(self, args: Any) -> str | None:
+        """None if `args` fits the tool's `inputSchema`, else one line per problem."""
+        if not isinstance(args, dict):
+            return f"arguments must be a JSON object, got {type(args).__name__}"
+        validator = self._compiled()
+        if validator is None:
+            return None
+        errors = sorted(
+            validator.iter_errors(args),
+            key=lambda e: ([str(p) for p in e.absolute_path], e.message),
+        )
+        lines = [_problem(e) for e in errors[:MAX_PROBLEMS]]
+        if len(errors) > MAX_PROBLEMS:
+            lines.append(f"… and {len(errors) - MAX_PROBLEMS} more problems")
+        return "\n".join(lines) or None
+
+    def _compiled(self) -> Validator | None:
+        """The schema's validator, built once; None when the server's schema is itself invalid
+        (the server then checks the arguments; keel does not block calls on its behalf)."""
+        if not self._schema_checked:
+            self._schema_checked = True
+            from jsonschema import Draft202012Validator, validators
+            from jsonschema.exceptions import SchemaError
+
+            cls = validators.validator_for(self.input_schema, default=Draft202012Validator)
+            try:
+                cls.check_schema(self.input_schema)
+            except SchemaError:
+                return None
+            self._validator = cls(self.input_schema)
+        return self._validator
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        try:
+            result = await self.manager.call(self.server, self.remote_name, args)
+        except McpCallError as exc:
+            raise ToolError(str(exc)) from None
+        return to_output(result)
+
+
+def _problem(error: ValidationError) -> str:
+    path = ""
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    message = str(error.message)
+    if len(message) > 300:
+        message = message[:299] + "…"
+    return f"{path}: {message}" if path else message
+
+
+def build_tools(manager: McpManager) -> list[McpTool]:
+    """Tools of every server connected now, named uniquely, sorted by name."""
+    taken: set[str] = set()
+    tools: list[McpTool] = []
+    for status in manager.status():
+        if status.state != "connected":
+            continue
+        for remote in status.tools:
+            name = _unique(tool_name(status.name, remote.name), taken)
+            taken.add(name)
+            tools.append(McpTool.create(manager, status.name, remote, name))
+    return sorted(tools, key=lambda t: t.name)
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def to_output(result: CallToolResult) -> ToolOutput:
+    """The model's view of a tool result: text and images pass; audio, binary resources,
+    images over the limits become one-line notes; `isError` marks the output an error."""
+    from mcp_types import (
+        AudioContent,
+        BlobResourceContents,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
+    blocks: list[Text | Image] = []
+    images = 0
+    for item in result.content:
+        if isinstance(item, TextContent):
+            blocks.append(Text(item.text))
+        elif isinstance(item, ImageContent):
+            block = _image(item.mime_type, item.data, images)
+            images += isinstance(block, Image)
+            blocks.append(block)
+        elif isinstance(item, AudioContent):
+            size = _size(_decoded_bytes(item.data))
+            blocks.append(
+                Text(f"[{item.mime_type} audio of {size} omitted: audio is not supported]")
+            )
+        elif isinstance(item, EmbeddedResource):
+            resource = item.resource
+            if isinstance(resource, TextResourceContents):
+                blocks.append(Text(resource.text))
+            elif isinstance(resource, BlobResourceContents):
+                size = _size(_decoded_bytes(resource.blob))
+                kind = resource.mime_type or "binary"
+                blocks.append(Text(f"[{kind} resource {resource.uri} ({size}) omitted: binary]"))
+        elif isinstance(item, ResourceLink):
+            blocks.append(Text(f"[resource {item.name}: {item.uri}]"))
+    if not result.content and result.structured_content is not None:
+        blocks.append(Text(json.dumps(result.structured_content, ensure_ascii=False)))
+    return ToolOutput(tuple(blocks), is_error=result.is_error)
+
+
+def _image(media_type: str, data: str, sent: int) -> Text | Image:
+    nbytes = _decoded_bytes(data)
+    if media_type not in IMAGE_TYPES:
+        return Text(f"[{media_type} image of {_size(nbytes)} omitted: only PNG, JPEG, GIF, WebP]")
+    if nbytes > MAX_IMAGE_BYTES:
+        return Text(
+            f"[{media_type} image of {_size(nbytes)} omitted: images over "
+            f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB are not sent to the model]"
+        )
+    if sent >= MAX_IMAGES:
+        return Text(f"[{media_type} image omitted: at most {MAX_IMAGES} images per call]")
+    try:
+        base64.b64decode(data[:64], validate=True)
+    except (binascii.Error, ValueError):
+        return Text(f"[{media_type} image omitted: its data is not valid base64]")
+    return Image(media_type, data)
+
+
+def _decoded_bytes(data: str) -> int:
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def _size(nbytes: int) -> str:
+    if nbytes >= 1024 * 1024:
+        return f"{nbytes / (1024 * 1024):.1f} MB"
+    if nbytes >= 1024:
+        return f"{nbytes / 1024:.0f} KB"
+    return f"{nbytes} bytes"
+
+
+__all__ = ["McpTool", "build_tools", "sanitise", "to_output", "tool_name"]
