@@ -377,6 +377,37 @@ async def test_pre_compact_and_session_end(project: Path, tmp_path: Path) -> Non
     assert log.read_text(encoding="utf-8").splitlines() == ["PreCompact manual", "SessionEnd exit"]
 
 
+async def test_notification_fires_before_the_user_is_asked(project: Path, tmp_path: Path) -> None:
+    import io
+
+    from keel.cli.headless import Printer, build_hooks
+    from keel.permissions.gate import PermissionReply, PermissionRequest
+
+    log = tmp_path / "notify.json"
+    write_hooks(project, {"Notification": hook(f"cat > {log}", matcher="permission_prompt")})
+    gate = PermissionGate("default", project, project)
+    asked: list[str] = []
+
+    async def asker(request: PermissionRequest) -> PermissionReply:
+        asked.append(json.loads(log.read_text(encoding="utf-8"))["message"])  # already written
+        return PermissionReply(allow=True)
+
+    gate.asker = asker
+    runner = build_hooks(
+        project, gate, Printer("text", quiet=True, out=io.StringIO(), err=io.StringIO())
+    )
+    assert runner is not None
+    decision = await gate.authorize(
+        ToolUse("t1", "bash", {"command": "rm -rf build"}), read_only=False
+    )
+    assert decision.source == "user:once"
+    payload = json.loads(log.read_text(encoding="utf-8"))
+    assert payload["hook_event_name"] == "Notification"
+    assert payload["notification_type"] == "permission_prompt"
+    assert asked == [payload["message"]]
+    assert payload["message"].startswith("keel needs your permission to run a command")
+
+
 # -- hooks that misbehave ------------------------------------------------------------------------
 
 

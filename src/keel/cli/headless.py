@@ -303,7 +303,17 @@ def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner
         )
     if not runnable:
         return None
-    return HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
+    runner = HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
+    if runner.has("Notification"):
+
+        async def notify(message: str) -> None:
+            fields = {"message": message, "notification_type": "permission_prompt"}
+            result = await runner.run("Notification", fields, match="permission_prompt")
+            for error in result.errors:
+                printer(Notice(error, "warning"))
+
+        gate.notify = notify
+    return runner
 
 
 def add_extensions(agent: Agent, printer: Printer) -> None:

@@ -117,6 +117,8 @@ class PermissionGate:
     session_rules: list[Rule] = field(default_factory=list)
     #: Where "always allow" rules are saved (personal project settings).
     save_rule: Callable[[str], None] | None = None
+    #: Told (message) each time the user is about to be asked: Notification hooks.
+    notify: Callable[[str], Awaitable[None]] | None = None
     headless_hint: str = (
         "permission needed, but keel is running non-interactively; allow it with "
         "--allowed-tools or --mode"
@@ -231,6 +233,8 @@ class PermissionGate:
         if self.asker is None:
             what = "approve a plan" if call.name == "exit_plan_mode" else reason
             return Deny(f"{self.headless_hint} (needed to {what})", "headless")
+        if self.notify is not None:
+            await self.notify(f"keel needs your permission to {reason}")
         reply = await self.asker(
             PermissionRequest(call, reason, suggest(call.name, call.input or {}), plan)
         )
