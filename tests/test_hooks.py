@@ -3,6 +3,7 @@ ones that hang, print garbage and exit 2. The loop stays usable and the user see
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -240,6 +241,41 @@ async def test_pre_tool_use_json_allow_ask_and_rewrite(project: Path) -> None:
     assert results[2].text.startswith("permission needed, but keel is running non-interactively")
 
 
+async def test_hooks_written_for_claude_code_see_its_tool_names_and_fields(
+    project: Path, tmp_path: Path
+) -> None:
+    """`Edit|MultiEdit|Write` matches keel's multi_edit; `tool_input.file_path` is there; a
+    rewritten `file_path` moves the edit."""
+    log = tmp_path / "seen.log"
+    redirect = script(
+        project,
+        "redirect.py",
+        "#!" + sys.executable + "\nimport json, sys\n"
+        "p = json.load(sys.stdin)\n"
+        f"open({str(log)!r}, 'a').write(p['tool_name'] + ' ' + p['tool_input']['file_path'] + '\\n')\n"
+        "inp = dict(p['tool_input'], file_path='other.py')\n"
+        "print(json.dumps({'hookSpecificOutput': {'permissionDecision': 'allow', 'updatedInput': inp}}))\n",
+    )
+    write_hooks(project, {"PreToolUse": hook(redirect, "Edit|MultiEdit|Write")})
+    (project / "other.py").write_text("Y = 1\n", encoding="utf-8")
+    edits = [{"old_string": "Y = 1", "new_string": "Y = 2"}]
+    agent, _ = agent_with(
+        project,
+        [
+            calls(ToolUse("t0", "read", {"path": "other.py"})),
+            calls(ToolUse("t1", "multi_edit", {"path": "util.py", "edits": edits})),
+            say("ok"),
+        ],
+    )
+    await agent.run("go")
+    assert log.read_text(encoding="utf-8") == "multi_edit util.py\n"
+    assert agent.messages[4].tool_results[0] == tool_result(
+        "t1", "Edited other.py: 1 edit, 1 replacement."
+    )
+    assert (project / "other.py").read_text(encoding="utf-8") == "Y = 2\n"
+    assert (project / "util.py").read_text(encoding="utf-8") == "X = 1\n"
+
+
 async def test_hook_deny_beats_bypass_but_a_rule_deny_beats_a_hook_allow(project: Path) -> None:
     allow = script(project, "allow.sh", '#!/bin/bash\necho \'{"decision": "approve"}\'\n')
     write_hooks(project, {"PreToolUse": hook(allow)})
@@ -389,7 +425,11 @@ async def test_notification_fires_before_the_user_is_asked(project: Path, tmp_pa
     asked: list[str] = []
 
     async def asker(request: PermissionRequest) -> PermissionReply:
-        asked.append(json.loads(log.read_text(encoding="utf-8"))["message"])  # already written
+        asked.append(request.reason)
+        for _ in range(500):  # the hook is not awaited: the question goes out at once
+            if log.exists() and log.read_text(encoding="utf-8").endswith("}"):
+                break
+            await asyncio.sleep(0.01)
         return PermissionReply(allow=True)
 
     gate.asker = asker
@@ -404,8 +444,8 @@ async def test_notification_fires_before_the_user_is_asked(project: Path, tmp_pa
     payload = json.loads(log.read_text(encoding="utf-8"))
     assert payload["hook_event_name"] == "Notification"
     assert payload["notification_type"] == "permission_prompt"
-    assert asked == [payload["message"]]
-    assert payload["message"].startswith("keel needs your permission to run a command")
+    assert payload["message"] == f"keel needs your permission to {asked[0]}"
+    assert asked[0].startswith("run a command")
 
 
 # -- hooks that misbehave ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from keel.agent.events import Event, ToolFinished, ToolStarted
 from keel.frozen import frozen
-from keel.hooks.runner import HookResult, HookRunner
+from keel.hooks.runner import HookResult, HookRunner, hook_input, tool_input
 from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate
@@ -175,14 +175,16 @@ class ToolRunner:
     ) -> tuple[ToolUse, HookResult | None]:
         if self.hooks is None or not self.hooks.has("PreToolUse"):
             return call, None
+        sent = hook_input(call.name, call.input or {})
         result = await self.hooks.run(
             "PreToolUse",
-            {"tool_name": call.name, "tool_input": call.input, "tool_use_id": call.id},
+            {"tool_name": call.name, "tool_input": sent, "tool_use_id": call.id},
             match=call.name,
         )
         self._report(result, emit)
         if result.updated_input is not None:
-            call = ToolUse(call.id, call.name, result.updated_input, "", call.signature)
+            updated = tool_input(call.name, sent, result.updated_input)
+            call = ToolUse(call.id, call.name, updated, "", call.signature)
         return call, result
 
     async def _post_tool_hook(
@@ -194,7 +196,7 @@ class ToolRunner:
             "PostToolUse",
             {
                 "tool_name": call.name,
-                "tool_input": call.input,
+                "tool_input": hook_input(call.name, call.input or {}),
                 "tool_use_id": call.id,
                 "tool_response": {"output": result.text, "is_error": result.is_error},
             },

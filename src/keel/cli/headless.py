@@ -305,6 +305,7 @@ def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner
         return None
     runner = HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
     if runner.has("Notification"):
+        running: set[asyncio.Task[None]] = set()
 
         async def notify(message: str) -> None:
             fields = {"message": message, "notification_type": "permission_prompt"}
@@ -312,7 +313,12 @@ def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner
             for error in result.errors:
                 printer(Notice(error, "warning"))
 
-        gate.notify = notify
+        def fire(message: str) -> None:  # fire and forget: the question does not wait
+            task = asyncio.get_running_loop().create_task(notify(message))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
+        gate.notify = fire
     return runner
 
 

@@ -45,6 +45,37 @@ class HookRun:
     timed_out: bool = False
 
 
+#: Claude Code's names for keel's tools where they differ by more than case, so that matchers
+#: written for Claude Code (`Edit|MultiEdit|Write`, `WebFetch`) match keel's tools too.
+CLAUDE_TOOL_NAMES = {
+    "multi_edit": "MultiEdit",
+    "web_fetch": "WebFetch",
+    "todo_write": "TodoWrite",
+    "exit_plan_mode": "ExitPlanMode",
+}
+#: keel's file tools take `path`; Claude Code's take `file_path`. Hooks see both.
+FILE_TOOLS = frozenset({"read", "write", "edit", "multi_edit"})
+
+
+def hook_input(tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A tool's input as hooks see it: a file tool's `path` also as Claude Code's `file_path`."""
+    if tool in FILE_TOOLS and "path" in args and "file_path" not in args:
+        return {**args, "file_path": args["path"]}
+    return args
+
+
+def tool_input(tool: str, sent: dict[str, Any], updated: dict[str, Any]) -> dict[str, Any]:
+    """A hook's `updatedInput` as the tool's input: `file_path` back to `path` (whichever of the
+    two the hook changed wins)."""
+    if tool not in FILE_TOOLS or "file_path" not in updated:
+        return updated
+    args = dict(updated)
+    file_path = args.pop("file_path")
+    if file_path != sent.get("file_path") or "path" not in args:
+        args["path"] = file_path
+    return args
+
+
 @dataclass
 class HookResult:
     """The combined answer of all hooks that ran for an event."""
@@ -224,7 +255,10 @@ class HookRunner:
         return any(h.event == event for h in self.hooks)
 
     async def run(self, event: str, fields: dict[str, Any], *, match: str = "") -> HookResult:
-        matching = [h for h in self.hooks if h.event == event and h.matches(match)]
+        """Run the hooks of `event` whose matcher matches `match` (for tool events, keel's tool
+        name or Claude Code's name for the same tool)."""
+        names = (match, CLAUDE_TOOL_NAMES.get(match, match))
+        matching = [h for h in self.hooks if h.event == event and any(h.matches(n) for n in names)]
         result = HookResult()
         if not matching:
             return result

@@ -117,8 +117,9 @@ class PermissionGate:
     session_rules: list[Rule] = field(default_factory=list)
     #: Where "always allow" rules are saved (personal project settings).
     save_rule: Callable[[str], None] | None = None
-    #: Told (message) each time the user is about to be asked: Notification hooks.
-    notify: Callable[[str], Awaitable[None]] | None = None
+    #: Told (message) each time the user is about to be asked (Notification hooks); it must not
+    #: block: the question does not wait for it.
+    notify: Callable[[str], None] | None = None
     headless_hint: str = (
         "permission needed, but keel is running non-interactively; allow it with "
         "--allowed-tools or --mode"
@@ -234,7 +235,7 @@ class PermissionGate:
             what = "approve a plan" if call.name == "exit_plan_mode" else reason
             return Deny(f"{self.headless_hint} (needed to {what})", "headless")
         if self.notify is not None:
-            await self.notify(f"keel needs your permission to {reason}")
+            self.notify(f"keel needs your permission to {reason}")
         reply = await self.asker(
             PermissionRequest(call, reason, suggest(call.name, call.input or {}), plan)
         )
