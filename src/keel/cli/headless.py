@@ -344,12 +344,14 @@ MCP_WAIT = 30.0
 async def connect_mcp(agent: Agent, settings: Settings, printer: Printer) -> None:
     """Start the project's MCP servers (the shared ones only once approved), wait for them to
     connect, and offer their tools. The agent stops the servers when it closes."""
+    root = agent.ctx.root
+    if not settings.mcp_servers and not (root / ".mcp.json").exists():
+        return
     from keel.config.settings import user_config_dir
     from keel.hooks.config import approved_pins
     from keel.mcp.config import load_servers
     from keel.session.store import keel_home, project_key
 
-    root = agent.ctx.root
     servers, warnings = load_servers(root, settings.mcp_servers, agent.ctx.env)
     for warning in warnings:
         printer(Notice(warning, "warning"))

@@ -138,6 +138,9 @@ def resume_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    # httpx imports its own command-line client (click and rich, ~30 ms) whenever click is
+    # installed, which the mcp package brings in. keel never runs it; this process is ours.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     debug = "--debug" in args_list or os.environ.get("KEEL_DEBUG") == "1"
     try:
         return _dispatch(args_list)
