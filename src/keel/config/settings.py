@@ -91,23 +91,25 @@ def settings_files(project: Path, env: Mapping[str, str] | None = None) -> list[
     ]
 
 
-def _read(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[str, Any] | None:
+    """The JSON object in `path`: None if the file is missing or unusable (with a warning naming
+    the file, and the line for bad JSON, ending in `skipped`: what is lost), {} if it is empty."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:
-        warnings.append(f"{path}: cannot read ({exc.strerror}); skipped")
+        warnings.append(f"{path}: cannot read ({exc.strerror}); {skipped}")
         return None
     if not text.strip():
         return {}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        warnings.append(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); file skipped")
+        warnings.append(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); {skipped}")
         return None
     if not isinstance(data, dict):
-        warnings.append(f"{path}: settings must be a JSON object; file skipped")
+        warnings.append(f"{path}: must hold a JSON object; {skipped}")
         return None
     return data
 
@@ -290,7 +292,7 @@ def _merge_sandbox(settings: Settings, value: Any, where: str, *, shared: bool) 
 def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settings:
     settings = Settings()
     for path in settings_files(project, env):
-        data = _read(path, settings.warnings)
+        data = read_json_object(path, settings.warnings, skipped="file skipped")
         if data is None:
             continue
         settings.files.append(path)

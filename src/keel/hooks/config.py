@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from keel.config.settings import read_json_object
 from keel.frozen import frozen
 
 EVENTS = (
@@ -144,20 +145,8 @@ def _hook(
 def load_hooks(project: Path, *, keel_user_dir: Path, home: Path | None = None) -> HookConfig:
     config = HookConfig()
     for path, source in hook_files(project, keel_user_dir=keel_user_dir, home=home or Path.home()):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
-            continue
-        if not text.strip():
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            config.warnings.append(
-                f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); its hooks skipped"
-            )
-            continue
-        if isinstance(data, dict) and "hooks" in data:
+        data = read_json_object(path, config.warnings, skipped="its hooks skipped")
+        if data is not None and "hooks" in data:
             _entries(data["hooks"], path, source, config)
     return config
 

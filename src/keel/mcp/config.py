@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from keel.config.settings import read_json_object
 from keel.frozen import frozen
 
 Transport: TypeAlias = Literal["stdio", "http", "sse"]
@@ -140,25 +141,8 @@ def load_servers(
 
 
 def _read_mcp_json(path: Path, warnings: list[str]) -> object | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        warnings.append(f"{path}: cannot read ({exc.strerror}); no project MCP servers loaded")
-        return None
-    if not text.strip():
-        return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        warnings.append(
-            f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); "
-            "no project MCP servers loaded"
-        )
-        return None
-    if not isinstance(data, dict):
-        warnings.append(f'{path}: must be a JSON object like {{"mcpServers": {{...}}}}; ignored')
+    data = read_json_object(path, warnings, skipped="no project MCP servers loaded")
+    if not data:
         return None
     servers = data.get("mcpServers")
     if servers is None:
