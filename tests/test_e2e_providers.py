@@ -86,6 +86,8 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
     assert first["max_tokens"] == 64_000
     assert [t["name"] for t in first["tools"]] == [
         "bash",
+        "bash_kill",
+        "bash_output",
         "edit",
         "exit_plan_mode",
         "glob",
@@ -94,6 +96,9 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
         "multi_edit",
         "raw_output",
         "read",
+        "task",
+        "task_stop",
+        "task_wait",
         "todo_write",
         "web_fetch",
         "write",

@@ -107,6 +107,8 @@ async def test_tool_round_trip_whole_transcript_and_events(project: Path) -> Non
     assert first.system == SYSTEM
     assert [t.name for t in first.tools] == [
         "bash",
+        "bash_kill",
+        "bash_output",
         "edit",
         "exit_plan_mode",
         "glob",
@@ -115,6 +117,8 @@ async def test_tool_round_trip_whole_transcript_and_events(project: Path) -> Non
         "multi_edit",
         "raw_output",
         "read",
+        "task_stop",
+        "task_wait",
         "todo_write",
         "web_fetch",
         "write",
@@ -365,8 +369,9 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
             ),
             tool_result(
                 "b",
-                "unknown tool 'teleport'; available tools: bash, edit, exit_plan_mode, glob, grep, ls, "
-                "multi_edit, raw_output, read, todo_write, web_fetch, write",
+                "unknown tool 'teleport'; available tools: bash, bash_kill, bash_output, edit, "
+                "exit_plan_mode, glob, grep, ls, multi_edit, raw_output, read, task_stop, "
+                "task_wait, todo_write, web_fetch, write",
                 is_error=True,
             ),
             tool_result("c", "INVALID_ARGUMENTS: missing required argument 'path'", is_error=True),

@@ -40,6 +40,8 @@ def test_builtin_tools_include_the_new_tools() -> None:
     names = sorted(t.name for t in builtin_tools())
     assert names == [
         "bash",
+        "bash_kill",
+        "bash_output",
         "edit",
         "exit_plan_mode",
         "glob",
@@ -48,6 +50,8 @@ def test_builtin_tools_include_the_new_tools() -> None:
         "multi_edit",
         "raw_output",
         "read",
+        "task_stop",
+        "task_wait",
         "todo_write",
         "web_fetch",
         "write",

@@ -103,6 +103,28 @@ class TurnFinished:
     error: str | None = None
 
 
+@frozen
+class SubagentEvent:
+    """An event of a subagent, labelled so a front end can nest it under the `task` call
+    (`tool_use_id`) that started it. `task_id` is set for a background subagent (`bg-N`)."""
+
+    tool_use_id: str
+    agent: str
+    description: str
+    event: Event
+    task_id: str = ""
+
+
+@frozen
+class BackgroundFinished:
+    """A background task ended; its result reaches the model with the next request."""
+
+    task_id: str
+    kind: str
+    status: str
+    description: str
+
+
 Event: TypeAlias = (
     TurnStarted
     | RequestStarted
@@ -117,14 +139,18 @@ Event: TypeAlias = (
     | UsageUpdated
     | ContextCompacted
     | TurnFinished
+    | SubagentEvent
+    | BackgroundFinished
 )
 
 __all__ = [
     "AssistantMessage",
+    "BackgroundFinished",
     "ContextCompacted",
     "Event",
     "Notice",
     "RequestStarted",
+    "SubagentEvent",
     "TextDelta",
     "ThinkingDelta",
     "ToolFinished",

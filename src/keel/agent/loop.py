@@ -31,6 +31,7 @@ from keel.agent.compaction import (
 )
 from keel.agent.events import (
     AssistantMessage,
+    BackgroundFinished,
     ContextCompacted,
     Event,
     RequestStarted,
@@ -58,6 +59,7 @@ from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
 from keel.session.store import SessionLog, new_session_id
+from keel.tools.background import BackgroundTasks
 from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
 
@@ -77,6 +79,11 @@ PLAN_MODE_NOTE = (
     "to do, call exit_plan_mode with your plan for the user to approve."
 )
 EMPTY_RESPONSE = "(empty response)"
+#: The prompt of the turn keel starts itself to deliver background results.
+NOTIFICATIONS_PROMPT = (
+    "Background task results arrived. Continue with them as appropriate; if nothing needs "
+    "doing, reply briefly."
+)
 
 Emit = Callable[[Event], None]
 
@@ -185,6 +192,13 @@ class Agent:
             session_id=self.session_id,
             env=dict(os.environ if env is None else env),
         )
+        #: Background commands and subagents; their results reach the model as notifications.
+        self.background = BackgroundTasks()
+        self.ctx.background = self.background
+        self.background.on_finish.append(
+            lambda t: self.forward(BackgroundFinished(t.id, t.kind, t.status, t.description))
+        )
+        self._emit: Emit | None = None  # the running prompt's event sink
         self._system_override = system
         self._today = today
         #: More system-prompt sections (the skills and memory indexes), fixed per context.
@@ -226,6 +240,8 @@ class Agent:
         #: What a prompt `/name args…` can expand to (None: prompts are sent as typed).
         self.skills: SkillSet | None = None
         self.commands: CommandSet | None = None
+        #: Where events of background subagents go while no prompt is running.
+        self.on_background_event: Emit | None = None
         #: Called by `aclose` (MCP servers to stop, for example).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
 
@@ -336,12 +352,32 @@ class Agent:
     async def _run(self, prompt: str | None, on_event: Emit | None) -> RunResult:
         emit = on_event or (lambda _event: None)
         self._task = asyncio.current_task()
+        self._emit = emit
         self._interrupt_requested = False
         self._suspend_requested = False
         try:
             return await self._drive(prompt, emit)
         finally:
             self._task = None
+            self._emit = None
+
+    async def run_notifications(self, on_event: Emit | None = None) -> RunResult | None:
+        """Deliver finished background tasks' results in a turn keel starts itself (no prompt
+        hooks), for when no prompt is running. None if there is nothing to deliver."""
+        if not self.background.undelivered():
+            return None
+        self.self_started = True
+        try:
+            return await self._run(NOTIFICATIONS_PROMPT, on_event)
+        finally:
+            self.self_started = False
+
+    def forward(self, event: Event) -> None:
+        """Pass an event (a subagent's) to whoever watches this agent: the running prompt's
+        sink, else `on_background_event`."""
+        sink = self._emit or self.on_background_event
+        if sink is not None:
+            sink(event)
 
     async def stream(self, prompt: str) -> AsyncIterator[Event]:
         """Run one prompt, yielding its events; the last one is `TurnFinished`."""
@@ -359,6 +395,11 @@ class Agent:
                 self.interrupt()
                 await asyncio.gather(task, return_exceptions=True)
 
+    @property
+    def busy(self) -> bool:
+        """A prompt is running."""
+        return self._task is not None and not self._task.done()
+
     def request_suspend(self) -> None:
         """Stop at the next safe point: the model reply or tool in flight finishes and is
         journaled, nothing new starts, and the run ends with `suspended` (resumable)."""
@@ -373,6 +414,7 @@ class Agent:
             self._task.cancel()
 
     async def aclose(self, reason: str = "exit") -> None:
+        await self.background.aclose()
         if self.hooks is not None and self.hooks.has("SessionEnd") and not self.is_subagent:
             await self.hooks.run("SessionEnd", {"reason": reason}, match=reason)
         for close in self.on_close:
@@ -395,6 +437,7 @@ class Agent:
         while True:
             if (stop := self._check_limits(emit)) is not None:
                 return stop
+            self._deliver_notifications()
             step = self._next_step(await self._ask_model(emit))
             match step:
                 case Finish(reason, unanswered, why):
@@ -451,6 +494,7 @@ class Agent:
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
         text = await self._expand(prompt, emit)
+        self._deliver_notifications()
         if self._notes:
             notes = "\n".join(self._notes)
             text = f"<system-note>\n{notes}\n</system-note>\n\n{text}"
@@ -869,6 +913,16 @@ class Agent:
         for r in results:
             self._record_result(r, 0.0)
         self.conversation.append(Message("user", tuple(results)))
+
+    def _deliver_notifications(self) -> None:
+        """Finished background tasks ride along with the next request, as a user message."""
+        text = self.background.take_notifications()
+        if not text:
+            return
+        message = Message("user", (Text(text),))
+        if self.session is not None:
+            self.session.user(message, "task_notification")
+        self.conversation.append(message)
 
     def _record_result(self, result: ToolResult, seconds: float) -> None:
         if self.session is not None:

@@ -16,7 +16,7 @@ from keel.hooks.runner import HookResult, HookRunner, hook_input, tool_input
 from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate
-from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput
+from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput, current_call_id
 from keel.tools.builtin.raw import save_raw
 from keel.tools.registry import Registry
 from keel.tools.truncate import MAX_OUTPUT_BYTES, truncate
@@ -146,6 +146,7 @@ class ToolRunner:
         emit(ToolStarted(call))
         start = time.monotonic()
         assert call.input is not None
+        token = current_call_id.set(call.id)
         try:
             output = await tool.run(self.ctx, call.input)
         except ToolError as exc:
@@ -157,6 +158,8 @@ class ToolRunner:
             output = ToolOutput(
                 f"{call.name} failed unexpectedly: {type(exc).__name__}: {exc}", is_error=True
             )
+        finally:
+            current_call_id.reset(token)
         result = await self._post_tool_hook(call, finish(call, output, self.ctx.raw_dir), emit)
         done(call, result, time.monotonic() - start, output.display)
 

@@ -18,7 +18,14 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from keel.agent.events import Event, ToolFinished, ToolStarted, TurnStop
+from keel.agent.events import (
+    BackgroundFinished,
+    Event,
+    SubagentEvent,
+    ToolFinished,
+    ToolStarted,
+    TurnStop,
+)
 from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
 from keel.agent.loop import Agent, RunResult
 from keel.cli import main as cli
@@ -117,6 +124,14 @@ class Printer:
                 print(f"keel: {prefix}{text}", file=self.err, flush=True)
             case ToolStarted(call) if not self.quiet:
                 print(f"⏺ {call.name}{_key_arg(call.input)}", file=self.err, flush=True)
+            case SubagentEvent(_, agent, _, ToolStarted(call)) if not self.quiet:
+                started = f"  ⏺ [{agent}] {call.name}{_key_arg(call.input)}"
+                print(started, file=self.err, flush=True)
+            case SubagentEvent(_, agent, _, Notice(text, "warning")):
+                print(f"keel: warning: [{agent}] {text}", file=self.err, flush=True)
+            case BackgroundFinished(task_id, kind, status, description) if not self.quiet:
+                ended = f"keel: {task_id} ({kind}) {status}: {description}"
+                print(ended, file=self.err, flush=True)
             case ToolFinished(call, result, _seconds, _display) if (
                 not self.quiet and result.is_error
             ):
@@ -211,6 +226,7 @@ def build_agent(
     agent.auto_compact = settings.auto_compact
     agent.hooks = build_hooks(cwd, gate, printer)
     add_extensions(agent, printer)
+    add_subagents(agent, printer)
     if not info.known and ref.provider != "scripted":
         printer(
             Notice(
@@ -337,6 +353,17 @@ def add_extensions(agent: Agent, printer: Printer) -> None:
         agent.extra_sections.append(skills.index_section())
 
 
+def add_subagents(agent: Agent, printer: Printer) -> None:
+    """The `task` tool, with the built-in agent types and the definitions found here."""
+    from keel.agent.subagents import enable_subagents, load_agent_types
+    from keel.config.settings import user_config_dir
+
+    types = load_agent_types(agent.cwd, user_dir=user_config_dir(), home=Path.home())
+    for warning in types.warnings:
+        printer(Notice(warning, "warning"))
+    enable_subagents(agent, types)
+
+
 #: How long a run waits for MCP servers to connect before its first prompt.
 MCP_WAIT = 30.0
 
@@ -433,7 +460,7 @@ def run_headless(args: argparse.Namespace) -> int:
         except BaseException:
             await agent.aclose()
             raise
-        return await _run(agent, [prompt], printer, str(ref))
+        return await _run(agent, [prompt], printer, str(ref), wait=not args.no_wait)
 
     return asyncio.run(fresh())
 
@@ -513,7 +540,7 @@ def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
                 f"{'completed' if state.terminal else 'ended'}",
                 hint=f'continue it with a prompt: keel -p --resume {meta.id} "…"',
             )
-        return await _run(agent, steps, printer, str(ref))
+        return await _run(agent, steps, printer, str(ref), wait=not getattr(args, "no_wait", False))
 
     return asyncio.run(resume())
 
@@ -550,16 +577,25 @@ def run_compact(path: Path, instructions: str, args: argparse.Namespace) -> int:
     return cli.EXIT_OK
 
 
-async def _run(agent: Agent, steps: list[str | None], printer: Printer, model: str) -> int:
-    """Run each step (a prompt, or None to resume) until one does not end normally. The first
-    SIGINT/SIGTERM suspends at the next safe point; a second aborts at once."""
+async def _run(
+    agent: Agent, steps: list[str | None], printer: Printer, model: str, *, wait: bool = True
+) -> int:
+    """Run each step (a prompt, or None to resume) until one does not end normally; then, with
+    `wait`, wait for background tasks and let the model see their results. The first
+    SIGINT/SIGTERM suspends at the next safe point (or, while waiting, stops the background
+    tasks); a second aborts at once."""
     loop = asyncio.get_running_loop()
     signals = 0
+    stopping = False
 
     def on_signal() -> None:
-        nonlocal signals
+        nonlocal signals, stopping
         signals += 1
-        if signals == 1 and agent.session is not None:
+        if not agent.busy:  # waiting for background tasks
+            stopping = True
+            printer(Notice("stopping the background tasks", "warning"))
+            agent.background.stop_all()
+        elif signals == 1 and agent.session is not None:
             printer(
                 Notice("suspending at the next safe point (signal again to abort now)", "warning")
             )
@@ -575,6 +611,17 @@ async def _run(agent: Agent, steps: list[str | None], printer: Printer, model: s
             result = await (agent.resume(printer) if step is None else agent.run(step, printer))
             if result.stop_reason != "end_turn":
                 break
+        else:
+            while wait and not stopping and agent.background.pending:
+                await agent.background.wait()
+                delivered = None if stopping else await agent.run_notifications(printer)
+                if delivered is None:
+                    break
+                result = delivered
+                if result.stop_reason != "end_turn":
+                    break
+        if running := agent.background.running():
+            printer(Notice(f"stopping {len(running)} background task(s) still running", "info"))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

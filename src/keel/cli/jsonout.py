@@ -10,12 +10,13 @@ from typing import Any
 
 from keel.agent.events import (
     AssistantMessage,
+    BackgroundFinished,
     ContextCompacted,
     Event,
     RequestStarted,
+    SubagentEvent,
     ToolFinished,
     ToolStarted,
-    TurnFinished,
     TurnStarted,
     UsageUpdated,
 )
@@ -52,6 +53,28 @@ def result_json(
 
 def event_json(event: Event) -> dict[str, Any] | None:
     """The stream-json line for `event` (None for `TurnFinished`, which becomes the result)."""
+    match event:
+        case SubagentEvent(tool_use_id, agent, description, inner, task_id):
+            line = event_json(inner)
+            if line is None:
+                return None
+            labels = {"parent_tool_use_id": tool_use_id, "agent": agent, "description": description}
+            if task_id:
+                labels["task_id"] = task_id
+            return {**line, "subagent": labels}
+        case BackgroundFinished(task_id, kind, status, description):
+            return {
+                "type": "background_finished",
+                "task_id": task_id,
+                "kind": kind,
+                "status": status,
+                "description": description,
+            }
+        case _:
+            return _loop_event_json(event)
+
+
+def _loop_event_json(event: Event) -> dict[str, Any] | None:
     match event:
         case TurnStarted(prompt, session_id):
             return {"type": "turn_started", "prompt": prompt, "session_id": session_id}
@@ -102,5 +125,5 @@ def event_json(event: Event) -> dict[str, Any] | None:
                 "tokens_before": before,
                 "tokens_after": after,
             }
-        case TurnFinished():
+        case _:  # TurnFinished, and the events `event_json` handles
             return None

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cwd", help="work in this directory instead of the current one")
     p.add_argument("--no-session", action="store_true", help="do not write a session file")
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="with -p: end after the answer, stopping background tasks still running",
+    )
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
 

@@ -89,6 +89,8 @@ class Meta:
     parent: str | None = None
     parent_seq: int | None = None
     keel_version: str = ""
+    #: A subagent's session: its agent type (`parent` is the session that started it).
+    agent: str = ""
     type: Literal["meta"] = "meta"
 
 
@@ -196,6 +198,7 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "parent": p.parent,
                 "parent_seq": p.parent_seq,
                 "keel_version": p.keel_version,
+                **({"agent": p.agent} if p.agent else {}),
             }
         case UserRecord():
             return {"message": message_to_json(p.message), "source": p.source}
@@ -281,6 +284,7 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             d.get("parent"),
             d.get("parent_seq"),
             d.get("keel_version", ""),
+            d.get("agent", ""),
         )
     if kind == "user":
         return UserRecord(message_from_json(d["message"]), d.get("source", "prompt"))
@@ -325,7 +329,7 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
 
 _ENVELOPE = {"v", "seq", "type", "ts"}
 _KNOWN_FIELDS: dict[str, set[str]] = {
-    "meta": {"id", "cwd", "model", "fingerprint", "parent", "parent_seq", "keel_version"},
+    "meta": {"id", "cwd", "model", "fingerprint", "parent", "parent_seq", "keel_version", "agent"},
     "user": {"message", "source"},
     "assistant": {"message", "usage", "cost", "stop_reason", "turn"},
     "tool_result": {"result", "seconds"},

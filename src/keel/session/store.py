@@ -90,12 +90,13 @@ class SessionLog:
         parent: str | None = None,
         parent_seq: int | None = None,
         env: Mapping[str, str] | None = None,
+        agent: str = "",
     ) -> SessionLog:
         from keel import __version__
 
         sid = check_id(session_id) if session_id else new_session_id()
         directory = directory or sessions_dir(cwd, env)
-        meta = Meta(sid, str(cwd), model, fingerprint, parent, parent_seq, __version__)
+        meta = Meta(sid, str(cwd), model, fingerprint, parent, parent_seq, __version__, agent)
         return cls(Journal.create(directory / f"{sid}.jsonl", meta), sid)
 
     def user(self, message: Message, source: UserSource = "prompt") -> None:

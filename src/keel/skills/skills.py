@@ -51,7 +51,7 @@ def project_dirs(cwd: Path) -> list[Path]:
 
 
 def search_dirs(
-    cwd: Path, *, user_dir: Path | None, home: Path, kind: Literal["skills", "commands"]
+    cwd: Path, *, user_dir: Path | None, home: Path, kind: Literal["skills", "commands", "agents"]
 ) -> list[Path]:
     """Where `kind` are looked for, lowest precedence first. A directory reached twice (a project
     at the home directory) keeps only its later, higher-precedence place."""
@@ -229,18 +229,17 @@ def hint_field(doc: Document) -> str:
     return text_field(doc, "argument-hint") or ""
 
 
-def tools_field(doc: Document) -> tuple[str, ...]:
-    """`allowed-tools` as a list of rules: a YAML list, or one string separated by commas or
-    spaces outside parentheses (`Bash(git add:*), Read` and `Read Grep` both work)."""
-    value = doc.meta.get("allowed-tools")
+def tools_field(doc: Document, key: str = "allowed-tools") -> tuple[str, ...]:
+    """`allowed-tools` (or another `key`) as a list of rules: a YAML list, or one string
+    separated by commas or spaces outside parentheses (`Bash(git add:*), Read` and `Read Grep`
+    both work)."""
+    value = doc.meta.get(key)
     if value is None:
         return ()
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(item.strip() for item in value if item.strip())
     if not isinstance(value, str):
-        raise Unusable(
-            "`allowed-tools` must be a list or a string", doc.key_lines.get("allowed-tools")
-        )
+        raise Unusable(f"`{key}` must be a list or a string", doc.key_lines.get(key))
     rules: list[str] = []
     depth, current = 0, ""
     for char in value:

@@ -13,6 +13,7 @@ import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import (
@@ -32,6 +33,12 @@ from keel.llm.request import ToolSpec
 
 if TYPE_CHECKING:
     from keel.permissions.sandbox import Sandbox
+    from keel.tools.background import BackgroundTasks
+
+
+#: The id of the tool call running in the current task (set by the tool runner), for tools that
+#: label what they start with it.
+current_call_id: ContextVar[str] = ContextVar("keel_current_call_id", default="")
 
 
 class ToolError(Exception):
@@ -61,6 +68,8 @@ class ToolContext:
     sandbox: Sandbox | None = None
     #: Where whole outputs of truncated results are kept (beside the session file), if anywhere.
     raw_dir: Path | None = None
+    #: Background shells and subagents (None: `run_in_background` is refused).
+    background: BackgroundTasks | None = None
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""

@@ -1,5 +1,5 @@
-"""The built-in tools: files (read, write, edit, multi_edit, ls), shell, search, the todo list,
-web fetching, and exit_plan_mode."""
+"""The built-in tools: files (read, write, edit, multi_edit, ls), shell (and its background
+commands), background tasks, search, the todo list, web fetching, and exit_plan_mode."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from keel.tools.builtin.plan import exit_plan_mode
 from keel.tools.builtin.raw import raw_output
 from keel.tools.builtin.search import glob, grep
 from keel.tools.builtin.shell import bash
+from keel.tools.builtin.tasks import bash_kill, bash_output, task_stop, task_wait
 from keel.tools.builtin.todo import todo_write
 from keel.tools.builtin.web import web_fetch
 
@@ -17,6 +18,8 @@ from keel.tools.builtin.web import web_fetch
 def builtin_tools() -> list[Tool]:
     return [
         bash,
+        bash_kill,
+        bash_output,
         edit,
         exit_plan_mode,
         glob,
@@ -25,6 +28,8 @@ def builtin_tools() -> list[Tool]:
         multi_edit,
         raw_output,
         read,
+        task_stop,
+        task_wait,
         todo_write,
         web_fetch,
         write,
@@ -33,6 +38,8 @@ def builtin_tools() -> list[Tool]:
 
 __all__ = [
     "bash",
+    "bash_kill",
+    "bash_output",
     "builtin_tools",
     "edit",
     "exit_plan_mode",
@@ -42,6 +49,8 @@ __all__ = [
     "multi_edit",
     "raw_output",
     "read",
+    "task_stop",
+    "task_wait",
     "todo_write",
     "web_fetch",
     "write",

@@ -14,12 +14,13 @@ import re
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 
 if TYPE_CHECKING:
     from keel.permissions.sandbox import Sandbox
+    from keel.tools.background import BackgroundTask, Status
 
 DEFAULT_TIMEOUT = 120
 MAX_TIMEOUT = 600
@@ -29,6 +30,8 @@ KILL_GRACE = 1.0
 #: After the command exits, how long to wait for children still holding its output open;
 #: past that, the command's process group is stopped.
 DRAIN_GRACE = 0.3
+#: Characters of a background command's last output carried in its notification.
+RESULT_TAIL = 4000
 
 #: Credentials of the providers keel talks to; anything matching `_SECRET_SUFFIXES` goes too.
 PROVIDER_ENV = frozenset(
@@ -131,10 +134,14 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
             continue
 
 
-class _PipeReader(asyncio.Protocol):
-    """Feeds the command's output pipe into a `_Capture`; `closed` resolves at end of stream."""
+class Sink(Protocol):
+    def feed(self, data: bytes) -> None: ...
 
-    def __init__(self, capture: _Capture, closed: asyncio.Future[None]) -> None:
+
+class _PipeReader(asyncio.Protocol):
+    """Feeds the command's output pipe into a sink; `closed` resolves at end of stream."""
+
+    def __init__(self, capture: Sink, closed: asyncio.Future[None]) -> None:
         self.capture = capture
         self.closed = closed
 
@@ -151,11 +158,13 @@ async def run_command(
     *,
     cwd: str,
     env: Mapping[str, str],
-    time_limit: float,
+    time_limit: float | None,
     sandbox: Sandbox | None = None,
+    sink: Sink | None = None,
 ) -> tuple[str, int | None, bool]:
     """Run `command` with bash (inside `sandbox` when given). Returns (cleaned output, exit code
-    or None, timed out).
+    or None, timed out). With `sink`, the output goes there as it arrives (and the returned
+    output is empty); `time_limit` None means no limit.
 
     The output pipe is ours (not asyncio's), so when children that outlive the command keep it
     open we can stop them and close it rather than wait for them."""
@@ -184,7 +193,7 @@ async def run_command(
     capture = _Capture()
     closed: asyncio.Future[None] = loop.create_future()
     transport, _ = await loop.connect_read_pipe(
-        lambda: _PipeReader(capture, closed), os.fdopen(read_fd, "rb", buffering=0)
+        lambda: _PipeReader(sink or capture, closed), os.fdopen(read_fd, "rb", buffering=0)
     )
     timed_out = False
     try:
@@ -219,6 +228,7 @@ async def bash(
     timeout: int = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - the argument name the model sees
     description: str = "",
     sandbox: bool = True,
+    run_in_background: bool = False,
 ) -> ToolOutput:
     """Run a shell command with bash in the working directory and return its combined stdout
     and stderr, ending with the exit code. Output over about 30 kB keeps its head and tail.
@@ -227,16 +237,22 @@ async def bash(
 
     Args:
         command: The command line to run.
-        timeout: Seconds before the command is killed (default 120, at most 600).
+        timeout: Seconds before the command is killed (default 120, at most 600). Not applied
+            to background commands.
         description: A few words on what the command does, shown to the user.
         sandbox: Run inside the sandbox (the default, when one is available): the project and a
             temp dir are writable, there is no network. Set false only for a command that
             needs more; that asks the user.
+        run_in_background: Start the command and return its id at once, for long builds,
+            test runs or servers; keep working meanwhile. Read its output with bash_output,
+            stop it with bash_kill; you are told when it ends.
     """
     if not command.strip():
         raise ToolError("command is empty")
     if timeout < 1 or timeout > MAX_TIMEOUT:
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds")
+    if run_in_background:
+        return start_background(ctx, command, description, sandbox)
     text, code, timed_out = await run_command(
         command,
         cwd=str(ctx.cwd),
@@ -252,3 +268,30 @@ async def bash(
         )
     # A failing command is a result the model should read, not a failed tool call.
     return ToolOutput(f"{text}{sep}[exit code {code}]")
+
+
+def start_background(ctx: ToolContext, command: str, description: str, sandbox: bool) -> ToolOutput:
+    """Start `command` as a background task whose output collects for `bash_output`."""
+    if ctx.background is None:
+        raise ToolError("background commands are not available here; run it without it")
+
+    async def work(task: BackgroundTask) -> tuple[Status, str]:
+        assert task.output is not None
+        _, code, _ = await run_command(
+            command,
+            cwd=str(ctx.cwd),
+            env=ctx.env or os.environ,
+            time_limit=None,
+            sandbox=ctx.sandbox if sandbox else None,
+            sink=task.output,
+        )
+        tail = clean_output(task.output.tail(RESULT_TAIL)).rstrip("\n")
+        status: Status = "completed" if code == 0 else "failed"
+        return status, f"{tail}\n[exit code {code}]" if tail else f"[exit code {code}]"
+
+    task = ctx.background.start("shell", description or command, work)
+    return ToolOutput(
+        f"started {task.id} in the background: {command}\nRead its output with "
+        f'bash_output(id="{task.id}"); stop it with bash_kill(id="{task.id}"). You will be '
+        "told when it ends."
+    )

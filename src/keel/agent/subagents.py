@@ -1,0 +1,464 @@
+"""Subagents: the `task` tool hands a self-contained job to a child agent with its own context.
+
+A child gets a fresh system prompt for its agent type, a subset of the parent's tools, its own
+turn limit (100 unless its definition says otherwise), and the parent's permission gate, hooks
+(`SubagentStop` instead of `Stop`), sandbox and checkpoint store. Its spend is the parent's
+spend, so its cost counts toward the parent's budget as it happens. Only its final message comes
+back, cut like any tool output. It journals to its own session file beside the parent's
+(`<parent id>.agents/<child id>.jsonl`, `meta.parent` and `meta.agent` set).
+
+Agent types: the built-ins `general` (every tool) and `explore` (read-only tools), plus
+definitions in Claude Code's format (`.claude/agents/*.md`, `.keel/agents/*.md`,
+`~/.claude/agents`, `~/.config/keel/agents`): frontmatter `name`, `description`, `tools`
+(omitted: all), `model` (`inherit`, `provider/model`, or `sonnet`/`opus`/`haiku` on Anthropic),
+`max_turns`; the body is the child's prompt.
+
+Several `task` calls in one round run concurrently (the tool is read-only: it never asks; the
+child's own calls go through the gate), at most `MAX_CONCURRENT` at once. With
+`run_in_background` the call returns a task id at once and the result arrives later as a
+`<task-notification>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from keel.agent.events import Event, SubagentEvent
+from keel.agent.limits import Limits
+from keel.agent.prompt import SAFETY, build_system_prompt
+from keel.config.settings import user_config_dir
+from keel.errors import KeelError
+from keel.frozen import frozen
+from keel.hooks.runner import CLAUDE_TOOL_NAMES
+from keel.llm.events import Notice
+from keel.permissions.gate import PermissionGate
+from keel.tools.base import (
+    FunctionTool,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    current_call_id,
+    tool,
+)
+
+if TYPE_CHECKING:
+    from keel.agent.loop import Agent, RunResult
+    from keel.agent.worktrees import Worktree
+    from keel.llm.catalog import ModelInfo
+    from keel.llm.provider import Provider
+    from keel.tools.background import BackgroundTask, Status
+
+#: Turns a child may take unless its definition says otherwise.
+CHILD_MAX_TURNS = 100
+#: Subagents running at once, per parent (foreground and background together).
+MAX_CONCURRENT = 4
+#: Tools a child never gets: delegation, the parent's task list and plan approval, and the
+#: background tools (a child's background work would outlive it).
+PARENT_ONLY = frozenset(
+    {"task", "task_wait", "task_stop", "bash_output", "bash_kill", "todo_write", "exit_plan_mode"}
+)
+#: The read-only tools the `explore` type gets.
+EXPLORE_TOOLS = ("glob", "grep", "ls", "raw_output", "read", "web_fetch")
+#: Claude Code's names for the same agent types.
+TYPE_ALIASES = {"general-purpose": "general", "Explore": "explore"}
+#: Claude model aliases a definition may name, as catalog ids (used on Anthropic only).
+MODEL_ALIASES = {
+    "sonnet": "claude-sonnet-4-5",
+    "opus": "claude-opus-4-1",
+    "haiku": "claude-haiku-4-5",
+}
+#: keel's tool names by Claude Code's, lower-cased (`MultiEdit` → `multi_edit`).
+_TOOL_NAMES = {claude.lower(): keel for keel, claude in CLAUDE_TOOL_NAMES.items()}
+
+REPORT_FOOTER = (
+    "You are working for another agent, which gave you the task below and sees nothing of "
+    "your work but your final message. When you are done, end with a complete, self-contained "
+    "report: what you found or changed (with file paths and line numbers where they matter), "
+    "and anything left undone. Do not ask questions: nobody can answer them; make reasonable "
+    "choices and say what you chose."
+)
+GENERAL_PROMPT = (
+    "You are a keel subagent: a coding agent doing one task for another agent. Work through "
+    "the task with your tools (find with glob and grep, look with read, change with edit or "
+    "write, verify with bash) until it is done."
+)
+EXPLORE_PROMPT = (
+    "You are a keel explore subagent: you investigate a codebase and report, without changing "
+    "anything. Search broadly with glob and grep, read what matters, and answer the question "
+    "you were given precisely."
+)
+
+
+@frozen
+class AgentType:
+    name: str
+    description: str
+    #: The child's role prompt (a definition's body).
+    prompt: str
+    #: The tools it may use (None: all the parent's, less `PARENT_ONLY`).
+    tools: tuple[str, ...] | None = None
+    #: `provider/model`, an alias, or None to use the parent's model.
+    model: str | None = None
+    max_turns: int = CHILD_MAX_TURNS
+    #: The definition file (None for a built-in).
+    path: Path | None = None
+
+    def allows(self, name: str) -> bool:
+        if name in PARENT_ONLY:
+            return False
+        if self.tools is None:
+            return True
+        return any(name == t or name.startswith(f"{t}__") for t in self.tools)
+
+
+BUILTIN_TYPES = {
+    "general": AgentType(
+        "general",
+        "A general-purpose agent for multi-step tasks: researching, changing code, running "
+        "commands. Has every tool.",
+        GENERAL_PROMPT,
+    ),
+    "explore": AgentType(
+        "explore",
+        "Fast, read-only exploration: finding files, searching code, answering questions "
+        "about the codebase. Cannot change anything.",
+        EXPLORE_PROMPT,
+        EXPLORE_TOOLS,
+    ),
+}
+
+
+@frozen
+class AgentTypes:
+    types: dict[str, AgentType]
+    warnings: tuple[str, ...] = ()
+
+    def get(self, name: str) -> AgentType | None:
+        return self.types.get(TYPE_ALIASES.get(name, name))
+
+
+def load_agent_types(
+    cwd: Path, *, user_dir: Path | None = None, home: Path | None = None
+) -> AgentTypes:
+    """The built-in agent types plus the definitions found for `cwd` (later folders win; a
+    definition may replace a built-in). A broken definition is skipped with a warning."""
+    from keel.skills.skills import Unusable, search_dirs, where
+
+    types = dict(BUILTIN_TYPES)
+    warnings: list[str] = []
+    home = home or Path.home()
+    for folder in search_dirs(cwd, user_dir=user_dir, home=home, kind="agents"):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.md")):
+            try:
+                kind = _read_definition(path)
+            except Unusable as exc:
+                warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
+                continue
+            types[kind.name] = kind
+    return AgentTypes(types, tuple(warnings))
+
+
+def _read_definition(path: Path) -> AgentType:
+    from keel.skills.skills import Unusable, read_document, read_text, text_field, tools_field
+
+    doc = read_document(read_text(path))
+    name = text_field(doc, "name") or path.stem
+    description = " ".join((text_field(doc, "description") or "").split())
+    if not description:
+        raise Unusable("no description (it tells the parent when to use this agent)", 1)
+    if not doc.body.strip():
+        raise Unusable("the body is empty: it is the agent's prompt")
+    listed = tools_field(doc, "tools")
+    tools = tuple(
+        _TOOL_NAMES.get(t.lower(), t if t.startswith("mcp__") else t.lower()) for t in listed
+    )
+    turns = doc.meta.get("max_turns", CHILD_MAX_TURNS)
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise Unusable("max_turns must be a positive whole number", doc.key_lines.get("max_turns"))
+    model = text_field(doc, "model")
+    return AgentType(
+        name,
+        description,
+        doc.body,
+        tools or None,
+        None if model in (None, "inherit") else model,
+        turns,
+        path,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a child.
+
+
+class Subagents:
+    """The `task` tool of one parent agent and the children it runs."""
+
+    def __init__(self, parent: Agent, types: AgentTypes) -> None:
+        self.parent = parent
+        self.types = types
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT)
+
+    def tool(self) -> FunctionTool:
+        names = ", ".join(f"{k.name} ({k.description})" for k in self.types.types.values())
+        subagents = self
+
+        @tool(name="task", read_only=True)
+        async def task(
+            ctx: ToolContext,
+            description: str,
+            prompt: str,
+            subagent_type: str = "general",
+            run_in_background: bool = False,
+            isolation: str = "",
+        ) -> ToolOutput:
+            """Hand a self-contained task to a subagent with its own fresh context; only its
+            final report comes back. Use it for broad searches and for independent pieces of
+            work, to keep your own context small; start several in one turn to run them side by
+            side. The subagent knows nothing of this conversation: put everything it needs in
+            the prompt.
+
+            Args:
+                description: A 3-5 word label for the task.
+                prompt: The full task: what to do, what to report back, any paths and context.
+                subagent_type: Which kind of agent runs it.
+                run_in_background: Return a task id at once and keep working; the report
+                    arrives later (or wait for it with task_wait).
+                isolation: "worktree" to work in a new git worktree on its own branch (only in
+                    a git repository); the report says which branch holds its changes.
+            """
+            return await subagents.start(
+                ctx, description, prompt, subagent_type, run_in_background, isolation
+            )
+
+        schema = task.input_schema
+        properties = {
+            **schema["properties"],
+            "subagent_type": {
+                **schema["properties"]["subagent_type"],
+                "enum": list(self.types.types),
+            },
+        }
+        return dataclasses.replace(
+            task,
+            description=f"{task.description}\n\nAgent types: {names}.",
+            input_schema={**schema, "properties": properties},
+        )
+
+    async def start(
+        self,
+        ctx: ToolContext,
+        description: str,
+        prompt: str,
+        subagent_type: str,
+        background: bool,
+        isolation: str,
+    ) -> ToolOutput:
+        kind = self.types.get(subagent_type)
+        if kind is None:
+            known = ", ".join(self.types.types)
+            raise ToolError(f"unknown subagent_type {subagent_type!r}; available: {known}")
+        if not prompt.strip():
+            raise ToolError("prompt is empty: say what the subagent should do")
+        if isolation not in ("", "worktree"):
+            raise ToolError('isolation must be "worktree" or omitted')
+        tool_use_id = current_call_id.get()
+        if not background:
+            text, is_error = await self.run(kind, prompt, description, tool_use_id, isolation)
+            return ToolOutput(text, is_error=is_error)
+        if ctx.background is None:
+            raise ToolError("background tasks are not available here; run it in the foreground")
+
+        async def work(task: BackgroundTask) -> tuple[Status, str]:
+            text, is_error = await self.run(
+                kind, prompt, description, tool_use_id, isolation, task_id=task.id
+            )
+            return ("failed" if is_error else "completed"), text
+
+        started = ctx.background.start("agent", description or kind.name, work, agent=kind.name)
+        return ToolOutput(
+            f"started {started.id}: a {kind.name} subagent working on {description!r} in the "
+            "background. Its report will arrive as a task notification; task_wait waits for "
+            "it, task_stop stops it."
+        )
+
+    async def run(
+        self,
+        kind: AgentType,
+        prompt: str,
+        description: str,
+        tool_use_id: str,
+        isolation: str = "",
+        *,
+        task_id: str = "",
+    ) -> tuple[str, bool]:
+        """Run one child to its end: (its report or what went wrong, whether it failed)."""
+        async with self._slots:
+            worktree = None
+            try:
+                if isolation == "worktree":
+                    from keel.agent.worktrees import create_worktree
+
+                    worktree = await create_worktree(self.parent, description or kind.name)
+                child = self._child(kind, worktree)
+            except KeelError as exc:
+                return f"the {kind.name} subagent could not start: {exc.one_line()}", True
+
+            def forward(event: Event) -> None:
+                self.parent.forward(
+                    SubagentEvent(tool_use_id, kind.name, description, event, task_id)
+                )
+
+            try:
+                result = await child.run(prompt, forward)
+            finally:
+                await _close_child(child, self.parent)
+            text, failed = _report(result, kind)
+            if worktree is not None:
+                try:
+                    text += "\n\n" + await worktree.finish(description or kind.name)
+                except KeelError as exc:
+                    text += f"\n\n[worktree] {exc.one_line()} (worktree {worktree.path})"
+            return text, failed
+
+    def _child(self, kind: AgentType, worktree: Worktree | None) -> Agent:
+        from keel.agent.loop import Agent
+
+        parent = self.parent
+        provider, model, info = parent.provider, parent.model, parent.info
+        if kind.model is not None:
+            provider, model, info = self._model(kind)
+        cwd = worktree.cwd if worktree else parent.cwd
+        gate = parent.gate
+        if worktree is not None and isinstance(gate, PermissionGate):
+            # The child's writes are confined to its worktree, under the parent's rules.
+            gate = dataclasses.replace(gate, root=worktree.path, cwd=cwd, record=None)
+        tools: list[Tool] = [t for t in parent.registry if kind.allows(t.name)]
+        system = build_system_prompt(
+            cwd,
+            base=f"{kind.prompt}\n\n{REPORT_FOOTER}\n\n{SAFETY}",
+            user_dir=user_config_dir(parent.ctx.env),
+            extra_sections=_inherited_sections(parent, tools),
+        )
+        limits = Limits(kind.max_turns, parent.limits.max_tokens, parent.limits.max_usd)
+        child = Agent(
+            provider=provider,
+            model=model,
+            info=info,
+            tools=tools,
+            cwd=cwd,
+            system=system,
+            limits=limits,
+            effort=parent.effort,
+            env=parent.ctx.env,
+            gate=gate,
+        )
+        child.spend = parent.spend  # the child's cost counts toward the parent's budget
+        child.is_subagent = True
+        child.hooks = parent.hooks
+        child.auto_compact = parent.auto_compact
+        child.ctx.sandbox = parent.ctx.sandbox if cwd == parent.cwd else None
+        child.ctx.background = None
+        for seam in ("checkpoints",):  # shared stores the parent may carry
+            if hasattr(parent.ctx, seam):
+                setattr(child.ctx, seam, getattr(parent.ctx, seam))
+        if parent.session is not None:
+            from keel.session.store import SessionLog
+
+            directory = parent.session.path.with_name(f"{parent.session_id}.agents")
+            child.session = SessionLog.create(
+                cwd=cwd,
+                model=f"{provider.name}/{model}",
+                fingerprint=child.fingerprint(),
+                directory=directory,
+                parent=parent.session_id,
+                agent=kind.name,
+            )
+        return child
+
+    def _model(self, kind: AgentType) -> tuple[Provider, str, ModelInfo]:
+        """The provider, model and catalog entry a definition's `model` names."""
+        from keel.llm.catalog import lookup, parse_model
+        from keel.llm.provider import make_provider
+
+        parent, spec = self.parent, kind.model or ""
+        if spec in MODEL_ALIASES:
+            if parent.provider.name != "anthropic":
+                parent.forward(
+                    Notice(
+                        f"agent type {kind.name} asks for {spec!r}, a Claude alias; using "
+                        f"{parent.model} instead",
+                        "info",
+                    )
+                )
+                return parent.provider, parent.model, parent.info
+            return parent.provider, MODEL_ALIASES[spec], lookup(MODEL_ALIASES[spec])
+        ref = parse_model(spec)
+        if ref.provider == parent.provider.name:
+            return parent.provider, ref.model, lookup(ref.model)
+        return make_provider(ref, env=parent.ctx.env), ref.model, lookup(ref.model)
+
+
+def _inherited_sections(parent: Agent, tools: Iterable[Tool]) -> list[str]:
+    """The parent's extra prompt sections a child keeps: the skills index, if it may load
+    skills."""
+    if any(t.name == "skill" for t in tools):
+        return [s for s in parent.extra_sections if s.startswith("<skills>")]
+    return []
+
+
+async def _close_child(child: Agent, parent: Agent) -> None:
+    """Close what is the child's own (its journal, its provider if it has one); the gate,
+    hooks, sandbox and provider it shares with the parent stay open."""
+    if child.session is not None:
+        child.session.close()
+    if child.provider is not parent.provider:
+        await child.provider.aclose()
+
+
+def _report(result: RunResult, kind: AgentType) -> tuple[str, bool]:
+    """What the parent sees of a finished child."""
+    text = result.text.strip()
+    match result.stop_reason:
+        case "end_turn" if text:
+            return text, False
+        case "end_turn":
+            return f"the {kind.name} subagent finished without a final message", True
+        case "max_turns":
+            why = f"ran out of turns ({kind.max_turns}) before finishing"
+        case "loop":
+            why = "was stopped for repeating the same tool calls"
+        case "interrupted":
+            why = "was interrupted"
+        case "budget":
+            why = "stopped: the session's budget is spent"
+        case "error":
+            why = f"failed: {result.error}"
+        case other:
+            why = f"stopped ({other})"
+    partial = f"\n\nIts last message:\n{text}" if text else ""
+    return f"the {kind.name} subagent {why}{partial}", True
+
+
+def enable_subagents(agent: Agent, types: AgentTypes | None = None) -> Subagents:
+    """Give `agent` the `task` tool (before its first prompt: tools are fixed per context)."""
+    subagents = Subagents(agent, types or AgentTypes(dict(BUILTIN_TYPES)))
+    agent.add_tools([subagents.tool()])
+    return subagents
+
+
+__all__ = [
+    "BUILTIN_TYPES",
+    "AgentType",
+    "AgentTypes",
+    "Subagents",
+    "enable_subagents",
+    "load_agent_types",
+]
