@@ -226,7 +226,9 @@ def test_prompt_from_stdin_and_from_both(project: Path, tmp_path: Path) -> None:
             ["-p", "hi", "--model", "acme/x"],
             {},
             "keel: error: unknown provider 'acme' in model 'acme/x' (hint: known providers: anthropic, "
-            "openai, openai-compatible, scripted)",
+            "openai, gemini, openai-compatible, ollama, lmstudio, vllm, openrouter, groq, deepseek, "
+            "xai, mistral, together, scripted; or define providers.acme with base_url and wire in "
+            "settings)",
         ),
         (
             ["-p", "hi", "--model", "scripted:/nonexistent.yaml"],

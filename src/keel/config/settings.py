@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from keel.llm.catalog import ModelInfo
+from keel.llm.presets import PRESETS, WIRES
 from keel.llm.provider import ProviderConfig
-from keel.llm.request import Effort
+from keel.llm.request import Effort, Sampling
 
 KNOWN_KEYS = frozenset(
     {
@@ -35,6 +36,7 @@ KNOWN_KEYS = frozenset(
         "permissions",
         "sandbox",
         "auto_compact",
+        "fallbacks",
         # Read by keel.hooks.config and keel.mcp.config, which own their formats.
         "hooks",
         "mcp_servers",
@@ -43,11 +45,14 @@ KNOWN_KEYS = frozenset(
 )
 PERMISSION_KEYS = frozenset({"allow", "deny", "default_mode"})
 SANDBOX_KEYS = frozenset({"enabled", "network"})
-PROVIDER_KEYS = frozenset({"base_url", "api_key_env", "stall_timeout", "call_timeout"})
+PROVIDER_KEYS = frozenset(
+    {"base_url", "api_key_env", "stall_timeout", "call_timeout", "wire", "num_ctx"}
+)
 EFFORTS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "max": "max"}
 MODEL_KEYS = frozenset(
     {"window", "max_output", "input_price", "output_price", "cache_read_price", "cache_write_price"}
 )
+SAMPLING_KEYS = frozenset({"temperature", "top_p"})
 
 
 @dataclass
@@ -59,6 +64,10 @@ class Settings:
     budget_tokens: int | None = None
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     models: dict[str, ModelInfo] = field(default_factory=dict)
+    #: Sampling defaults per model (`models.<id>.temperature` / `top_p`).
+    sampling: dict[str, Sampling] = field(default_factory=dict)
+    #: `provider/model` → the models to fall back to, in order.
+    fallbacks: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Permission rules as written, with the file each came from: (rule text, source).
     allow: list[tuple[str, str]] = field(default_factory=list)
     deny: list[tuple[str, str]] = field(default_factory=list)
@@ -158,6 +167,8 @@ def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
             _merge_providers(settings, value, where)
         elif key == "models":
             _merge_models(settings, value, where)
+        elif key == "fallbacks":
+            _merge_fallbacks(settings, value, where)
         elif key == "permissions":
             _merge_permissions(settings, value, where, shared=_shared(path))
         elif key == "sandbox":
@@ -203,7 +214,46 @@ def _merge_providers(settings: Settings, value: Any, where: str) -> None:
             api_key_env=str(conf.get("api_key_env", old.api_key_env) or ""),
             stall_timeout=conf.get("stall_timeout", old.stall_timeout),
             call_timeout=conf.get("call_timeout", old.call_timeout),
+            wire=_wire(name, conf, old.wire, f"{where}.{name}", settings.warnings),
+            num_ctx=_num_ctx(conf, old.num_ctx, f"{where}.{name}", settings.warnings),
         )
+
+
+def _wire(name: str, conf: dict[str, Any], old: str, where: str, warnings: list[str]) -> str:
+    """`wire` makes `name` a custom provider; a built-in one already has its wire API."""
+    if "wire" not in conf:
+        return old
+    wire = conf["wire"]
+    if name in PRESETS:
+        warnings.append(f"{where}.wire ignored: {name} is built in")
+        return old
+    if wire not in WIRES:
+        warnings.append(f"{where}.wire must be one of {', '.join(WIRES)}; ignored")
+        return old
+    return str(wire)
+
+
+def _num_ctx(conf: dict[str, Any], old: int | None, where: str, warnings: list[str]) -> int | None:
+    if "num_ctx" not in conf:
+        return old
+    value = conf["num_ctx"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        warnings.append(f"{where}.num_ctx must be a positive number of tokens; ignored")
+        return old
+    return value
+
+
+def _merge_fallbacks(settings: Settings, value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        settings.warnings.append(
+            f'{where} must be an object like {{"anthropic/claude-sonnet-4-5": ["openai/gpt-5"]}}; '
+            "ignored"
+        )
+        return
+    for model, chain in value.items():
+        if isinstance(chain, str):
+            chain = [chain]
+        settings.fallbacks[model] = tuple(_strings(chain, f"{where}.{model}", settings.warnings))
 
 
 def _merge_models(settings: Settings, value: Any, where: str) -> None:
@@ -211,12 +261,20 @@ def _merge_models(settings: Settings, value: Any, where: str) -> None:
         settings.warnings.append(f"{where} must be an object keyed by model id; ignored")
         return
     for model, conf in value.items():
-        if not isinstance(conf, dict) or not {"window", "max_output"} <= set(conf):
+        if not isinstance(conf, dict):
+            settings.warnings.append(f"{where}.{model} must be an object; ignored")
+            continue
+        sampling = _sampling(conf, f"{where}.{model}", settings.warnings)
+        if sampling is not None:
+            settings.sampling[model] = sampling
+        if set(conf) <= SAMPLING_KEYS:
+            continue  # sampling only: the catalog's facts stand
+        if not {"window", "max_output"} <= set(conf):
             settings.warnings.append(
                 f"{where}.{model} needs at least window and max_output; ignored"
             )
             continue
-        unknown = set(conf) - MODEL_KEYS
+        unknown = set(conf) - MODEL_KEYS - SAMPLING_KEYS
         if unknown:
             settings.warnings.append(
                 f"{where}.{model}: unknown key(s) {', '.join(sorted(unknown))} skipped"
@@ -229,6 +287,13 @@ def _merge_models(settings: Settings, value: Any, where: str) -> None:
             conf.get("cache_read_price"),
             conf.get("cache_write_price"),
         )
+
+
+def _sampling(conf: dict[str, Any], where: str, warnings: list[str]) -> Sampling | None:
+    values = {k: _number(conf[k], f"{where}.{k}", warnings) for k in SAMPLING_KEYS if k in conf}
+    if not any(v is not None for v in values.values()):
+        return None
+    return Sampling(values.get("temperature"), values.get("top_p"))
 
 
 def _shared(path: Path) -> bool:

@@ -7,6 +7,7 @@ USD per million tokens. Users override or add entries with the `models` settings
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 
 from keel.errors import UserError
@@ -56,8 +57,17 @@ def _claude(window: int, out: int, inp: float, outp: float) -> ModelInfo:
 
 
 def _openai(window: int, out: int, inp: float, outp: float, cached: float) -> ModelInfo:
-    # OpenAI: cached input is discounted; writing the cache costs nothing extra.
+    # OpenAI: cached input is discounted; writing the cache costs nothing extra. Gemini, DeepSeek,
+    # xAI and Groq price their automatic caches the same way.
     return ModelInfo(window, out, inp, outp, cached, 0.0)
+
+
+def _flat(window: int, out: int, inp: float, outp: float) -> ModelInfo:
+    # Hosts without a cache discount: a cache read costs what any input token costs.
+    return ModelInfo(window, out, inp, outp, inp, 0.0)
+
+
+_GEMINI_WINDOW = 1_048_576
 
 
 CATALOG: dict[str, ModelInfo] = {
@@ -89,6 +99,37 @@ CATALOG: dict[str, ModelInfo] = {
     "o3": _openai(200_000, 100_000, 2.0, 8.0, 0.5),
     "o3-mini": _openai(200_000, 100_000, 1.1, 4.4, 0.55),
     "o4-mini": _openai(200_000, 100_000, 1.1, 4.4, 0.275),
+    # Gemini (prompts up to 200k tokens; longer ones cost more and are not modelled here)
+    "gemini-3-pro-preview": _openai(_GEMINI_WINDOW, 65_536, 2.0, 12.0, 0.2),
+    "gemini-3-flash-preview": _openai(_GEMINI_WINDOW, 65_536, 0.5, 3.0, 0.05),
+    "gemini-2.5-pro": _openai(_GEMINI_WINDOW, 65_536, 1.25, 10.0, 0.125),
+    "gemini-2.5-flash": _openai(_GEMINI_WINDOW, 65_536, 0.3, 2.5, 0.03),
+    "gemini-2.5-flash-lite": _openai(_GEMINI_WINDOW, 65_536, 0.1, 0.4, 0.01),
+    "gemini-2.0-flash": _openai(_GEMINI_WINDOW, 8_192, 0.1, 0.4, 0.025),
+    # DeepSeek
+    "deepseek-chat": _openai(131_072, 8_192, 0.28, 0.42, 0.028),
+    "deepseek-reasoner": _openai(131_072, 65_536, 0.28, 0.42, 0.028),
+    # xAI
+    "grok-4": _openai(256_000, 64_000, 3.0, 15.0, 0.75),
+    "grok-4-fast": _openai(2_000_000, 30_000, 0.2, 0.5, 0.05),
+    "grok-code-fast-1": _openai(256_000, 10_000, 0.2, 1.5, 0.02),
+    "grok-3-mini": _openai(131_072, 16_000, 0.3, 0.5, 0.075),
+    # Groq
+    "llama-3.3-70b-versatile": _flat(131_072, 32_768, 0.59, 0.79),
+    "llama-3.1-8b-instant": _flat(131_072, 131_072, 0.05, 0.08),
+    "qwen3-32b": _flat(131_072, 40_960, 0.29, 0.59),
+    "kimi-k2-instruct-0905": _openai(262_144, 16_384, 1.0, 3.0, 0.5),
+    # Mistral
+    "mistral-large-latest": _flat(262_144, 32_768, 0.5, 1.5),
+    "mistral-medium-latest": _flat(131_072, 32_768, 0.4, 2.0),
+    "codestral-latest": _flat(256_000, 32_768, 0.3, 0.9),
+    "devstral-medium-latest": _flat(131_072, 32_768, 0.4, 2.0),
+    "devstral-small-latest": _flat(131_072, 32_768, 0.1, 0.3),
+    # Together
+    "Qwen3-Coder-480B-A35B-Instruct-FP8": _flat(262_144, 65_536, 2.0, 2.0),
+    "Llama-3.3-70B-Instruct-Turbo": _flat(131_072, 32_768, 0.88, 0.88),
+    "DeepSeek-V3": _flat(131_072, 32_768, 1.25, 1.25),
+    "Kimi-K2-Instruct-0905": _flat(262_144, 32_768, 1.0, 3.0),
 }
 
 UNKNOWN = ModelInfo(UNKNOWN_WINDOW, UNKNOWN_MAX_OUTPUT, known=False)
@@ -96,11 +137,13 @@ UNKNOWN = ModelInfo(UNKNOWN_WINDOW, UNKNOWN_MAX_OUTPUT, known=False)
 _DATED = re.compile(r"(-\d{8}|-latest)$")
 
 
-def lookup(model: str, overrides: dict[str, ModelInfo] | None = None) -> ModelInfo:
-    """Facts for `model` (a wire id such as `claude-sonnet-4-5-20250929` or
-    `anthropic/claude-sonnet-4-5`). Overrides win; unknown models get 128k / 16k, unpriced."""
+def lookup(model: str, overrides: Mapping[str, ModelInfo] | None = None) -> ModelInfo:
+    """Facts for `model` (a wire id such as `claude-sonnet-4-5-20250929`,
+    `anthropic/claude-sonnet-4-5`, or OpenRouter's `anthropic/claude-sonnet-4.5`). Overrides win;
+    unknown models get 128k / 16k, unpriced."""
     bare = model.rsplit("/", 1)[-1]
-    for key in (model, bare, _DATED.sub("", bare)):
+    undated = _DATED.sub("", bare)
+    for key in (model, bare, undated, undated.replace(".", "-")):
         if overrides and key in overrides:
             return overrides[key]
         if key in CATALOG:
@@ -116,12 +159,13 @@ def with_window(info: ModelInfo, window: int) -> ModelInfo:
 # ---------------------------------------------------------------------------------------------
 # provider/model addressing
 
-#: Providers keel can talk to. `scripted` plays a conversation from a file (no network).
-PROVIDER_NAMES = ("anthropic", "openai", "openai-compatible", "scripted")
+#: What a provider name may look like (built-in names, presets and custom providers alike).
+_PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 _BARE_ROUTES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^claude-"), "anthropic"),
     (re.compile(r"^(gpt-|o\d(-|$)|chatgpt-)"), "openai"),
+    (re.compile(r"^gemini-"), "gemini"),
 )
 
 
@@ -136,8 +180,9 @@ class ModelRef:
 
 
 def parse_model(spec: str) -> ModelRef:
-    """`anthropic/claude-sonnet-4-5` → ModelRef; a bare `claude-*`, `gpt-*` or `o3` routes by prefix;
-    `scripted:PATH` plays a script file."""
+    """`anthropic/claude-sonnet-4-5` → ModelRef; a bare `claude-*`, `gpt-*`, `o3` or `gemini-*`
+    routes by prefix; `scripted:PATH` plays a script file. Whether the provider exists is
+    `make_provider`'s question: only it sees the custom providers settings define."""
     spec = spec.strip()
     if not spec:
         raise UserError(
@@ -150,10 +195,10 @@ def parse_model(spec: str) -> ModelRef:
         return ModelRef("scripted", path)
     if "/" in spec:
         provider, model = spec.split("/", 1)
-        if provider not in PROVIDER_NAMES:
+        if not _PROVIDER_NAME.fullmatch(provider):
             raise UserError(
-                f"unknown provider {provider!r} in model {spec!r}",
-                hint=f"known providers: {', '.join(PROVIDER_NAMES)}",
+                f"{provider!r} in model {spec!r} is not a provider name",
+                hint="write the model as provider/model, e.g. ollama/qwen3:8b",
             )
         if not model:
             raise UserError(f"model {spec!r} names no model", hint=f"e.g. {provider}/MODEL")

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from keel.frozen import frozen
 from keel.llm.errors import APIError, LLMError, StallError, is_retryable_status
-from keel.llm.events import StreamEvent
-from keel.llm.request import Request
+from keel.llm.events import Done, StreamEvent
+from keel.llm.messages import Message
+from keel.llm.request import Request, Sampling
 
 if TYPE_CHECKING:
     import ssl
@@ -143,11 +144,16 @@ class HTTPProvider(ABC):
     name: str = ""
     #: The environment variable the key comes from, named in errors.
     key_env: str = ""
+    #: What to check when the server cannot be reached.
+    unreachable_hint: str = "check the server is running and the base URL is right"
 
     def __init__(self, *, base_url: str, api_key: str, settings: HTTPSettings) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.settings = settings
+        #: The user's sampling defaults for this model (`models.<id>` in settings); a request's
+        #: own values win.
+        self.sampling = Sampling()
         self._client: httpx.AsyncClient | None = None
 
     # -- what a wire API supplies -------------------------------------------------------------
@@ -173,6 +179,11 @@ class HTTPProvider(ABC):
     @abstractmethod
     def error_from_response(self, status: int, body: bytes, headers: Mapping[str, str]) -> APIError:
         """Map an error response to an `APIError` (or `ContextOverflow`)."""
+
+    async def prepare(self, request: Request) -> None:
+        """Anything to learn from the server before the first request (a local server's window);
+        transport errors here are reported like the request's own. Most wire APIs need nothing."""
+        del request  # nothing to learn
 
     # -- shared machinery ---------------------------------------------------------------------
 
@@ -211,13 +222,15 @@ class HTTPProvider(ABC):
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         import httpx
 
-        url = self.endpoint(request)
-        body = self.build_body(request)
+        request = self.sampling.apply(request)
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self.headers())
         deadline = time.monotonic() + self.settings.call_timeout
         client = self._http()
         try:
+            await self.prepare(request)
+            url = self.endpoint(request)
+            body = self.build_body(request)
             async with client.stream("POST", url, content=body, headers=headers) as response:
                 if response.status_code >= 400:
                     payload = await response.aread()
@@ -227,7 +240,7 @@ class HTTPProvider(ABC):
                 events = self.decode(request, chunks)
                 async with contextlib.aclosing(chunks), contextlib.aclosing(events):
                     async for event in events:
-                        yield event
+                        yield self._stamped(event, request) if isinstance(event, Done) else event
         except httpx.ReadTimeout as exc:
             raise StallError(self.settings.stall_timeout, provider=self.name) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -236,7 +249,7 @@ class HTTPProvider(ABC):
                 status=0,
                 retryable=True,
                 provider=self.name,
-                hint=self.unreachable_hint(),
+                hint=self.unreachable_hint,
             ) from exc
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise APIError(
@@ -274,8 +287,15 @@ class HTTPProvider(ABC):
                 )
             yield chunk
 
-    def unreachable_hint(self) -> str:
-        return "check the server is running and the base URL is right"
+    def _stamped(self, done: Done, request: Request) -> Done:
+        """`done` with its message naming this provider and the model that answered. Stamped here,
+        once for every adapter, because a preset or custom provider (`groq`, a gateway) shares
+        its adapter with others and the transcript must say which one answered."""
+        message = done.message
+        if message.provider == self.name and message.model:
+            return done
+        stamped = Message(message.role, message.blocks, self.name, message.model or request.model)
+        return Done(stamped, done.usage, done.stop_reason)
 
     # -- helpers for subclasses ---------------------------------------------------------------
 

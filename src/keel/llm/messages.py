@@ -8,6 +8,7 @@ Provider-specific data lives in named fields (a thinking block's `signature`, a 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -108,6 +109,12 @@ def assistant(*parts: str | Block, provider: str = "", model: str = "") -> Messa
         provider=provider,
         model=model,
     )
+
+
+def new_call_id() -> str:
+    """An id for a tool call whose provider gave it none (Gemini, Ollama, text salvaged from a
+    local model): the loop and the journal need one per call."""
+    return f"call_{os.urandom(12).hex()}"
 
 
 def tool_result(tool_use_id: str, text: str, *, is_error: bool = False) -> ToolResult:

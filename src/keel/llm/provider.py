@@ -12,14 +12,19 @@ import os
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
 
 from keel.errors import UserError
 from keel.frozen import frozen
-from keel.llm.catalog import ModelInfo, ModelRef, lookup
+from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
 from keel.llm.errors import APIError, StallError
 from keel.llm.events import SHOWN, Notice, StreamEvent
-from keel.llm.request import Request
+from keel.llm.request import Request, Sampling
+
+if TYPE_CHECKING:
+    from keel.llm.fallback import Cooldowns
+    from keel.llm.http import HTTPProvider, HTTPSettings
+    from keel.llm.presets import Preset
 
 
 @runtime_checkable
@@ -107,91 +112,202 @@ def env_key(names: tuple[str, ...], env: Mapping[str, str]) -> str:
 
 @frozen
 class ProviderConfig:
-    """Per-provider settings from the settings file (base URL, key variable, timeouts)."""
+    """Per-provider settings from the settings file (base URL, key variable, timeouts; `wire`
+    makes a custom provider; `num_ctx` is the window asked of Ollama)."""
 
     base_url: str = ""
     api_key_env: str = ""
     stall_timeout: float | None = None
     call_timeout: float | None = None
+    wire: str = ""
+    num_ctx: int | None = None
+
+
+class ProviderSettings(Protocol):
+    """What `make_provider` reads from the user's settings (`keel.config.settings.Settings` is
+    one; `keel.llm` cannot import it)."""
+
+    @property
+    def providers(self) -> Mapping[str, ProviderConfig]: ...
+
+    @property
+    def models(self) -> Mapping[str, ModelInfo]: ...
+
+    @property
+    def sampling(self) -> Mapping[str, Sampling]: ...
+
+    @property
+    def fallbacks(self) -> Mapping[str, tuple[str, ...]]: ...
 
 
 def make_provider(
     ref: ModelRef,
     *,
+    settings: ProviderSettings | None = None,
     config: ProviderConfig | None = None,
     env: Mapping[str, str] | None = None,
     retry: RetryPolicy | None = None,
     session_id: str = "",
+    cooldowns: Cooldowns | None = None,
 ) -> Provider:
-    """Build the client for `ref`, wrapped in retries. Raises `UserError` for a missing key."""
-    from keel.llm.http import DEFAULT_STALL_TIMEOUT, LOCAL_STALL_TIMEOUT, HTTPSettings
-
+    """Build the client for `ref`, wrapped in retries, and in fallbacks when settings name some
+    for it. Raises `UserError` for an unknown provider or a missing key. `config` overrides the
+    settings' entry for `ref.provider` (for callers without settings)."""
     env = os.environ if env is None else env
-    config = config or ProviderConfig()
+    policy = retry or RetryPolicy()
     if ref.provider == "scripted":
         from keel.llm.providers.scripted import load_script_provider
 
         return load_script_provider(ref.model)
 
-    local = ref.provider == "openai-compatible"
-    default_stall = LOCAL_STALL_TIMEOUT if local else DEFAULT_STALL_TIMEOUT
-    settings = HTTPSettings(
-        stall_timeout=config.stall_timeout if config.stall_timeout is not None else default_stall,
-        call_timeout=config.call_timeout if config.call_timeout is not None else 900.0,
+    def build(candidate: ModelRef) -> Provider:
+        conf = config if config is not None and candidate is ref else None
+        return RetryingProvider(_client(candidate, settings, conf, env), policy)
+
+    primary = build(ref)
+    chain = fallback_chain(ref, settings)
+    if not chain:
+        return primary
+    from keel.llm.fallback import Candidate, FallbackProvider
+
+    models = settings.models if settings is not None else {}
+    candidates = [Candidate(r, lookup(r.model, models)) for r in (ref, *chain)]
+    return FallbackProvider(candidates, build, primary=primary, cooldowns=cooldowns)
+
+
+def fallback_chain(ref: ModelRef, settings: ProviderSettings | None) -> tuple[ModelRef, ...]:
+    """The models to fall back to from `ref` (settings `fallbacks`, keyed `provider/model`)."""
+    if settings is None:
+        return ()
+    specs = settings.fallbacks.get(str(ref)) or settings.fallbacks.get(ref.model) or ()
+    return tuple(parse_model(spec) for spec in specs if spec != str(ref))
+
+
+def preset_for(name: str, settings: ProviderSettings | None, spec: str = "") -> Preset:
+    """The row of `keel.llm.presets` for provider `name`, or the custom provider settings
+    define. Raises `UserError` for a name neither knows."""
+    from keel.llm.presets import PRESETS, custom_preset, unknown_provider
+
+    preset = PRESETS.get(name)
+    if preset is not None:
+        return preset
+    conf = settings.providers.get(name) if settings is not None else None
+    if conf is None or not conf.wire:
+        raise unknown_provider(name, spec or name)
+    return custom_preset(name, wire=conf.wire, base_url=conf.base_url, api_key_env=conf.api_key_env)
+
+
+def _client(
+    ref: ModelRef,
+    settings: ProviderSettings | None,
+    override: ProviderConfig | None,
+    env: Mapping[str, str],
+) -> Provider:
+    """One adapter for `ref`, configured from its preset, settings and the environment."""
+    from keel.llm.http import (
+        DEFAULT_CALL_TIMEOUT,
+        DEFAULT_STALL_TIMEOUT,
+        LOCAL_STALL_TIMEOUT,
+        HTTPSettings,
     )
-    inner: Provider
-    if ref.provider == "anthropic":
-        from keel.llm.providers.anthropic import AnthropicProvider
 
-        key_names = (config.api_key_env,) if config.api_key_env else AnthropicProvider.key_envs
-        # A token from ANTHROPIC_AUTH_TOKEN (gateways, proxies) goes as a bearer token.
-        bearer = not config.api_key_env and not env_key(("ANTHROPIC_API_KEY",), env)
-        inner = AnthropicProvider(
-            base_url=config.base_url
-            or env.get("ANTHROPIC_BASE_URL")
-            or AnthropicProvider.default_url,
-            api_key=_require_key(ref, key_names, env),
-            settings=settings,
-            bearer=bearer,
-        )
-    elif ref.provider == "openai":
-        from keel.llm.providers.openai_responses import OpenAIResponsesProvider
-
-        key_names = (config.api_key_env,) if config.api_key_env else ("OPENAI_API_KEY",)
-        inner = OpenAIResponsesProvider(
-            base_url=config.base_url
-            or env.get("OPENAI_BASE_URL")
-            or OpenAIResponsesProvider.default_url,
-            api_key=_require_key(ref, key_names, env),
-            settings=settings,
-        )
-    elif ref.provider == "openai-compatible":
-        from keel.llm.providers.openai_chat import OpenAIChatProvider
-
-        base_url = config.base_url or env.get("OPENAI_COMPATIBLE_BASE_URL", "")
-        if not base_url:
-            raise UserError(
-                "openai-compatible needs a base URL",
-                hint='set providers."openai-compatible".base_url in settings, '
-                "or OPENAI_COMPATIBLE_BASE_URL",
-            )
-        key_env = config.api_key_env or "OPENAI_COMPATIBLE_API_KEY"
-        inner = OpenAIChatProvider(
-            base_url=base_url, api_key=env.get(key_env, ""), settings=settings
-        )
-    else:
-        raise UserError(f"unknown provider {ref.provider!r}")
-    return RetryingProvider(inner, retry or RetryPolicy())
-
-
-def _require_key(ref: ModelRef, names: tuple[str, ...], env: Mapping[str, str]) -> str:
-    key = env_key(names, env)
-    if not key:
+    preset = preset_for(ref.provider, settings, str(ref))
+    config = override or (settings.providers.get(ref.provider) if settings else None)
+    config = config or ProviderConfig()
+    stall = LOCAL_STALL_TIMEOUT if preset.local else DEFAULT_STALL_TIMEOUT
+    http = HTTPSettings(
+        stall_timeout=config.stall_timeout if config.stall_timeout is not None else stall,
+        call_timeout=config.call_timeout
+        if config.call_timeout is not None
+        else DEFAULT_CALL_TIMEOUT,
+    )
+    key_names = (config.api_key_env,) if config.api_key_env else preset.key_envs
+    key = env_key(key_names, env)
+    if preset.key_required and not key:
+        raise _missing_key(ref, key_names)
+    base_url = config.base_url or env_key(preset.url_envs, env) or preset.base_url
+    if not base_url:
         raise UserError(
-            f"{names[0]} is not set; {ref.provider} needs an API key",
-            hint=f"export {names[0]}=… , or try keel offline with --model scripted:examples/demo.yaml",
+            f"{ref.provider} needs a base URL",
+            hint=f'set providers."{ref.provider}".base_url in settings'
+            + (f", or {preset.url_envs[0]}" if preset.url_envs else ""),
         )
-    return key
+    adapter = _adapter(preset, base_url, key, http, config, key_names, env)
+    adapter.name = preset.name
+    adapter.key_env = key_names[0] if key_names else ""
+    adapter.unreachable_hint = unreachable_hint(preset)
+    adapter.sampling = sampling_for(ref, settings)
+    if preset.wire in ("openai-chat", "ollama"):
+        from keel.llm.salvage import SalvagingProvider
+
+        return SalvagingProvider(adapter)
+    return adapter
+
+
+def _adapter(
+    preset: Preset,
+    base_url: str,
+    key: str,
+    http: HTTPSettings,
+    config: ProviderConfig,
+    key_names: tuple[str, ...],
+    env: Mapping[str, str],
+) -> HTTPProvider:
+    match preset.wire:
+        case "anthropic":
+            from keel.llm.providers.anthropic import AnthropicProvider
+
+            # A token from ANTHROPIC_AUTH_TOKEN (gateways, proxies) goes as a bearer token.
+            bearer = key_names[0] == "ANTHROPIC_API_KEY" and not env_key(key_names[:1], env)
+            return AnthropicProvider(base_url=base_url, api_key=key, settings=http, bearer=bearer)
+        case "openai-responses":
+            from keel.llm.providers.openai_responses import OpenAIResponsesProvider
+
+            return OpenAIResponsesProvider(base_url=base_url, api_key=key, settings=http)
+        case "openai-chat":
+            from keel.llm.providers.openai_chat import OpenAIChatProvider
+
+            return OpenAIChatProvider(base_url=base_url, api_key=key, settings=http)
+        case "gemini":
+            from keel.llm.providers.gemini import GeminiProvider
+
+            return GeminiProvider(base_url=base_url, api_key=key, settings=http)
+        case "ollama":
+            from keel.llm.providers.ollama import DEFAULT_NUM_CTX, OllamaProvider, ollama_url
+
+            return OllamaProvider(
+                base_url=ollama_url(base_url),
+                api_key=key,
+                settings=http,
+                num_ctx=config.num_ctx or DEFAULT_NUM_CTX,
+            )
+        case _:
+            assert_never(preset.wire)
+
+
+def unreachable_hint(preset: Preset) -> str:
+    """What to check when `preset`'s server cannot be reached: for a local one, where its URL
+    is set."""
+    if not preset.local:
+        return "check the server is running and the base URL is right"
+    where = f'providers."{preset.name}".base_url'
+    if preset.url_envs:
+        where += f" (or {preset.url_envs[0]})"
+    return f"check the {preset.name} server is running and {where} points at it"
+
+
+def sampling_for(ref: ModelRef, settings: ProviderSettings | None) -> Sampling:
+    """The user's temperature / top_p for `ref` (`provider/model` beats the bare model id)."""
+    if settings is None:
+        return Sampling()
+    return settings.sampling.get(str(ref)) or settings.sampling.get(ref.model) or Sampling()
+
+
+def _missing_key(ref: ModelRef, names: tuple[str, ...]) -> UserError:
+    return UserError(
+        f"{names[0]} is not set; {ref.provider} needs an API key",
+        hint=f"export {names[0]}=… , or try keel offline with --model scripted:examples/demo.yaml",
+    )
 
 
 def model_info(ref: ModelRef, overrides: dict[str, ModelInfo] | None = None) -> ModelInfo:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any, Literal, TypeAlias
 
 from keel.frozen import frozen
@@ -34,3 +34,19 @@ class Request:
     #: on it (OpenAI's `prompt_cache_key`) send it.
     cache_key: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+
+
+@frozen
+class Sampling:
+    """A user's sampling defaults for one model (`models.<id>.temperature` / `top_p` in settings),
+    applied to requests that do not set their own."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+
+    def apply(self, request: Request) -> Request:
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        top_p = request.top_p if request.top_p is not None else self.top_p
+        if temperature == request.temperature and top_p == request.top_p:
+            return request
+        return replace(request, temperature=temperature, top_p=top_p)

@@ -13,7 +13,6 @@ format, retry (the `RetryingProvider` above it does) or let a wire dict leave th
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ from keel.llm.messages import (
     ToolResult,
     ToolUse,
     Usage,
+    new_call_id,
 )
 from keel.llm.providers.openai_responses import (
     EncodedMessages,
@@ -263,7 +263,7 @@ class _ChatAssembly:
                 call.name = name
             return call, []
         # A few servers omit ids; the loop and the journal need one per call.
-        call = _Call(fragment_id or f"call_{uuid.uuid4().hex[:24]}", name, bool(fragment_id))
+        call = _Call(fragment_id or new_call_id(), name, bool(fragment_id))
         self.calls.append(call)
         if isinstance(index, int):
             self.by_index[index] = call
@@ -298,6 +298,10 @@ class OpenAIChatProvider(HTTPProvider):
 
     name = "openai-compatible"
     key_env = "OPENAI_COMPATIBLE_API_KEY"
+    unreachable_hint = (
+        'check the server is running and providers."openai-compatible".base_url '
+        "(or OPENAI_COMPATIBLE_BASE_URL) points at it, e.g. http://localhost:8000/v1"
+    )
 
     def __init__(self, *, base_url: str, api_key: str, settings: HTTPSettings) -> None:
         super().__init__(base_url=base_url, api_key=api_key, settings=settings)
@@ -312,12 +316,6 @@ class OpenAIChatProvider(HTTPProvider):
 
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def unreachable_hint(self) -> str:
-        return (
-            'check the server is running and providers."openai-compatible".base_url '
-            "(or OPENAI_COMPATIBLE_BASE_URL) points at it, e.g. http://localhost:8000/v1"
-        )
 
     def build_body(self, request: Request) -> bytes:
         """`model, tools, messages, …options`, stable parts first (see the Responses adapter)."""
