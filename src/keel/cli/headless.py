@@ -203,7 +203,7 @@ def build_agent(
         raise UserError("--max-retries must be 0 or more")
     provider = make_provider(
         ref,
-        config=settings.provider(ref.provider),
+        settings=settings,
         retry=RetryPolicy(attempts=args.max_retries + 1),
     )
     info = lookup(ref.model, settings.models)
