@@ -1,0 +1,123 @@
+"""`keel` without `-p`: the interactive session. Picks the front end (the Textual app on a
+terminal, the line mode with `--no-tui` or when stdin or stdout is not a terminal), builds the
+first agent before any screen opens (so a bad model or a missing key is one line on stderr, exit
+2), and explains how to get started when no model can be chosen at all.
+
+textual and rich are imported only here and below, never by `keel --version` or `keel -p`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from keel.cli import main as cli
+from keel.config.settings import Settings, load_settings, user_config_dir
+from keel.errors import UserError
+from keel.llm.catalog import ModelRef
+from keel.llm.events import Notice
+
+FIRST_RUN = """\
+keel needs a model to talk to, and found no API key and no local server.
+
+  Anthropic:  export ANTHROPIC_API_KEY=sk-ant-…   then run keel
+  OpenAI:     export OPENAI_API_KEY=sk-…          then run keel
+  Ollama:     export OPENAI_COMPATIBLE_BASE_URL=http://127.0.0.1:11434/v1
+              keel --model openai-compatible/qwen2.5-coder   (a model you have pulled)
+  LM Studio:  export OPENAI_COMPATIBLE_BASE_URL=http://127.0.0.1:1234/v1
+              keel --model openai-compatible/MODEL            (the model you loaded)
+
+A default model can go in {settings} as {{"model": "anthropic/claude-sonnet-4-5"}}.
+To look around offline first: keel --model scripted:examples/demo.yaml
+"""
+
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY")
+
+
+class FirstRun(Exception):
+    """No model, no key, no local server: the user needs the getting-started text."""
+
+
+def pick_model(args: argparse.Namespace, settings: Settings) -> ModelRef:
+    """The model to start with. Raises `FirstRun` when nothing at all is configured, and a
+    `UserError` when only a local server is (its model must be named)."""
+    from keel.cli.headless import choose_model
+
+    configured = args.model or settings.model or any(os.environ.get(v) for v in KEY_VARIABLES)
+    if not configured:
+        local = os.environ.get("OPENAI_COMPATIBLE_BASE_URL") or (
+            settings.provider("openai-compatible").base_url
+        )
+        if not local:
+            raise FirstRun
+        raise UserError(
+            f"a local server is configured ({local}) but no model",
+            hint="name the model it serves: keel --model openai-compatible/NAME, or set "
+            '"model" in settings',
+        )
+    return choose_model(args.model, settings)
+
+
+def use_tui(args: argparse.Namespace) -> bool:
+    return not args.no_tui and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def run_interactive(args: argparse.Namespace) -> int:
+    if args.output_format != "text":
+        raise cli.ArgumentError("--output-format needs -p (it shapes a headless run's output)")
+    cwd = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
+    if not cwd.is_dir():
+        raise UserError(f"--cwd {args.cwd}: no such directory")
+    session: Path | None = None
+    if args.resume or args.continue_session:
+        from keel.session.index import find_session, latest_session
+
+        session = find_session(args.resume, cwd) if args.resume else latest_session(cwd)
+    settings = load_settings(cwd)
+    ref: ModelRef | None = None
+    if session is None:
+        try:
+            ref = pick_model(args, settings)
+        except FirstRun:
+            sys.stderr.write(FIRST_RUN.format(settings=user_config_dir() / "settings.json"))
+            return cli.EXIT_USAGE
+    prompt = " ".join(args.prompt_words).strip()
+    return asyncio.run(_session(args, cwd, settings, ref, session, prompt))
+
+
+async def _session(
+    args: argparse.Namespace,
+    cwd: Path,
+    settings: Settings,
+    ref: ModelRef | None,
+    session: Path | None,
+    prompt: str,
+) -> int:
+    from keel.tui.control import AgentFactory, Controller
+
+    controller = Controller(AgentFactory(args, cwd=cwd, settings=settings))
+    for warning in settings.warnings:
+        controller.show(Notice(warning, "warning"))
+    if session is not None:
+        await controller.start_session(session)
+    else:
+        assert ref is not None
+        await controller.start_fresh(ref)
+    if use_tui(args):
+        from keel.tui.app import KeelApp
+
+        app = KeelApp(controller, prompt=prompt)
+        try:
+            await app.run_async()
+        finally:
+            await controller.close()
+        return cli.EXIT_OK
+    from keel.tui.line import run_line
+
+    return await run_line(controller, prompt=prompt)
+
+
+__all__ = ["FIRST_RUN", "FirstRun", "pick_model", "run_interactive", "use_tui"]

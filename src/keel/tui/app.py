@@ -1,0 +1,514 @@
+"""The Textual front end: a scrolling transcript, the todo panel, the prompt and a status bar,
+with modal cards for permission questions, plan approval and pickers.
+
+`KeelApp` is a `FrontEnd` of `keel.tui.control.Controller`: events arrive through `show` (in
+order, from the loop's task) and are rendered one at a time by a single worker, which coalesces
+stream deltas so a fast model never outruns the screen. Keys: Enter sends, Esc interrupts (twice
+within a second: quit?), Ctrl+C clears the prompt (on an empty prompt: quit?), Shift+Tab cycles
+the permission mode, Ctrl+O folds or unfolds thinking and tool output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Collapsible, TextArea
+
+from keel import __version__
+from keel.agent.events import (
+    AssistantMessage,
+    ContextCompacted,
+    RequestStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+    UsageUpdated,
+)
+from keel.frozen import frozen
+from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
+from keel.llm.messages import Text, Thinking, ToolUse
+from keel.permissions.gate import PermissionReply, PermissionRequest
+from keel.tui import commands as cmds
+from keel.tui.control import LOCAL_SETTINGS, Controller, finished_text
+from keel.tui.history import History, history_path
+from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
+from keel.tui.screens import PermissionScreen, PickerScreen, PlanScreen, QuitScreen, _Question
+from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
+from keel.tui.widgets import (
+    Activity,
+    CommandOutput,
+    Completions,
+    NoticeLine,
+    PromptInput,
+    Reply,
+    ShellOutput,
+    StatusBar,
+    ThinkingBlock,
+    TodoPanel,
+    ToolCard,
+    UserPrompt,
+    Welcome,
+)
+
+#: Esc twice within this many seconds offers to quit.
+DOUBLE_ESCAPE = 1.0
+#: Seconds a listing of the project's files is reused for `@` completion.
+FILES_TTL = 10.0
+
+
+@frozen
+class _Reset:
+    events: tuple[ViewEvent, ...]
+
+
+CSS = """
+Screen { layout: vertical; }
+#transcript { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
+.welcome { border: round $accent; padding: 0 1; margin: 0 0 1 0; height: auto; }
+.user-prompt {
+    margin: 1 0 0 0; padding: 0 1; border-left: thick $accent; background: $boost; height: auto;
+}
+.reply { margin: 1 0 0 0; padding: 0 0 0 2; height: auto; }
+.reply > MarkdownBlock:last-child { margin-bottom: 0; }
+.thinking { margin: 1 0 0 0; padding: 0; border: none; background: transparent; height: auto; }
+.thinking CollapsibleTitle { color: $text-muted; padding: 0 1; }
+.thinking Contents { padding: 0 0 0 3; }
+.tool-card { height: auto; margin: 1 0 0 0; }
+.tool-card Collapsible { margin: 0 0 0 3; padding: 0; border: none; background: transparent; }
+.tool-card CollapsibleTitle { color: $text-muted; padding: 0; }
+.tool-card Contents { padding: 0 0 0 2; }
+.notice { margin: 1 0 0 0; height: auto; }
+.command-output {
+    border: round $primary; border-title-color: $primary; height: auto; padding: 0 1;
+    margin: 1 0 0 0;
+}
+.command-output.error { border: round $error; border-title-color: $error; }
+.command-output Markdown { margin: 0; padding: 0; }
+.shell-output { margin: 1 0 0 0; padding: 0 1; border-left: thick $warning; height: auto; }
+#todos { height: auto; border: round $secondary; padding: 0 1; margin: 0 1; display: none; }
+#activity { height: 1; padding: 0 2; display: none; }
+#completions {
+    height: auto; max-height: 8; margin: 0 1; border: round $panel; display: none;
+}
+#prompt { height: auto; min-height: 3; max-height: 12; margin: 0 1; border: round $accent; }
+#prompt:focus { border: round $accent-lighten-1; }
+#status { height: 1; padding: 0 2; color: $text-muted; }
+"""
+
+
+class KeelApp(App[int]):
+    TITLE = "keel"
+    CSS = CSS
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+c", "ctrl_c", "clear / quit", priority=True, show=False),
+        Binding("shift+tab", "cycle_mode", "mode", priority=True, show=False),
+        Binding("escape", "escape", "interrupt", show=False),
+        Binding("ctrl+d", "ctrl_d", "quit", show=False),
+        Binding("ctrl+o", "toggle_details", "details", show=False),
+        Binding("pageup", "scroll_transcript(-1)", show=False, priority=True),
+        Binding("pagedown", "scroll_transcript(1)", show=False, priority=True),
+    ]
+
+    def __init__(self, controller: Controller, *, prompt: str = "") -> None:
+        super().__init__()
+        self.controller = controller
+        self.initial_prompt = prompt
+        root = controller.agent.ctx.root
+        self.history = History(history_path(root) if controller.factory.keep_sessions else None)
+        self._queue: deque[ViewEvent | _Reset] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._attached = False
+        self._cards: dict[str, ToolCard] = {}
+        self._reply: Reply | None = None
+        self._thinking: ThinkingBlock | None = None
+        self._last_escape = 0.0
+        self._expanded = False
+        self._files: list[str] = []
+        self._files_at = 0.0
+        self._listing: asyncio.Task[list[str]] | None = None
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> Any:
+        yield VerticalScroll(id="transcript")
+        yield TodoPanel()
+        yield Activity()
+        yield Completions()
+        yield PromptInput(self.history.entries)
+        yield StatusBar()
+
+    @property
+    def transcript(self) -> VerticalScroll:
+        return self.query_one("#transcript", VerticalScroll)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    @property
+    def todos(self) -> TodoPanel:
+        return self.query_one(TodoPanel)
+
+    def on_mount(self) -> None:
+        if self.is_headless:
+            self.prompt.cursor_blink = False
+        self.run_worker(self._render_loop(), name="render", group="render")
+        self.set_interval(0.1, self._tick)
+        self._attached = True
+        self.controller.attach(self)
+        self.prompt.focus()
+        self.controller.begin(self.initial_prompt)
+
+    # -- FrontEnd ------------------------------------------------------------------------------
+
+    def show(self, event: ViewEvent) -> None:
+        self._queue.append(event)
+        self._idle.clear()
+        self._wake.set()
+
+    def reset(self, events: Sequence[ViewEvent]) -> None:
+        self._queue.append(_Reset(tuple(events)))
+        self._idle.clear()
+        self._wake.set()
+
+    def refresh_status(self) -> None:
+        if not self._attached:
+            return
+        status = self.controller.status()
+        self.query_one(StatusBar).show_status(
+            model=status.model,
+            mode=status.mode,
+            context=status.context,
+            window=status.window,
+            usd=status.cost,
+            total=status.tokens,
+        )
+        self.query_one(Activity).set_running(status.since)
+
+    def set_input(self, text: str) -> None:
+        self.prompt.load_text(text)
+        self.prompt.move_cursor(self.prompt.document.end)
+
+    async def ask(self, request: PermissionRequest) -> PermissionReply:
+        if request.plan:
+            screen: _Question = PlanScreen(request)
+        else:
+            screen = PermissionScreen(request, str(LOCAL_SETTINGS))
+        reply: PermissionReply = await self._modal(screen)
+        if screen.interrupted:
+            self.controller.interrupt()
+        return reply
+
+    async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
+        picked: str | None = await self._modal(PickerScreen(title, choices))
+        return picked
+
+    async def _modal(self, screen: Any) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(result: Any) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        await self._settle_render()
+        self.push_screen(screen, callback=done)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if screen in self.screen_stack:
+                screen.dismiss(None)
+            raise
+
+    # -- rendering -----------------------------------------------------------------------------
+
+    async def _settle_render(self) -> None:
+        """Wait until everything shown so far is on screen (a question comes after the call it
+        is about)."""
+        await self._idle.wait()
+
+    async def idle(self) -> None:
+        """Until nothing runs and everything shown is rendered (tests)."""
+        while True:
+            await self.controller.wait()
+            await self._idle.wait()
+            await asyncio.sleep(0)
+            if not self.controller.busy and not self._queue and self._idle.is_set():
+                return
+
+    async def _render_loop(self) -> None:
+        while True:
+            if not self._queue:
+                self._idle.set()
+                await self._wake.wait()
+                self._wake.clear()
+                continue
+            item = self._queue.popleft()
+            if isinstance(item, TextDelta | ThinkingDelta):
+                kind, text = type(item), item.text
+                while self._queue and type(self._queue[0]) is kind:
+                    nxt = self._queue.popleft()
+                    assert isinstance(nxt, TextDelta | ThinkingDelta)
+                    text += nxt.text
+                item = kind(text)
+            transcript = self.transcript
+            following = transcript.scroll_y >= transcript.max_scroll_y - 1
+            await self._render(item)
+            if following:
+                transcript.scroll_end(animate=False)
+
+    async def _add(self, widget: Widget) -> None:
+        await self.transcript.mount(widget)
+
+    def _close_segments(self) -> None:
+        if self._thinking is not None:
+            self._thinking.finish()
+            self._thinking = None
+        self._reply = None
+
+    async def _render(self, event: ViewEvent | _Reset) -> None:  # noqa: C901 - one case per event
+        match event:
+            case _Reset(events):
+                await self.transcript.remove_children()
+                self._cards.clear()
+                self._close_segments()
+                self.todos.todos = []
+                self.todos.refresh_list()
+                status = self.controller.status()
+                await self._add(Welcome(status.model, self.controller.agent.cwd, __version__))
+                for e in events:
+                    await self._render(e)
+                self.refresh_status()
+            case PromptSubmitted(text, attachments):
+                self._close_segments()
+                await self._add(UserPrompt(text, attachments))
+            case TurnStarted(_prompt, _sid, resumed) if resumed:
+                await self._add(NoticeLine("continuing the interrupted turn"))
+            case RequestStarted():
+                self._close_segments()
+                self.refresh_status()
+            case ThinkingDelta(text):
+                if self._thinking is None:
+                    self._reply = None
+                    self._thinking = ThinkingBlock()
+                    await self._add(self._thinking)
+                self._thinking.add(text)
+            case TextDelta(text):
+                if self._reply is None:
+                    self._close_segments()
+                    self._reply = Reply()
+                    await self._add(self._reply)
+                await self._reply.add(text)
+            case ToolUseStart(call_id, name):
+                self._close_segments()
+                await self._card(call_id, name)
+            case ToolUseDelta():
+                pass
+            case AssistantMessage(message):
+                await self._assistant(message.blocks)
+            case ToolStarted(call):
+                card = await self._card(call.id, call.name)
+                card.set_call(call)
+                card.start()
+            case ToolFinished(call, result, seconds, display):
+                card = await self._card(call.id, call.name)
+                card.set_call(call)
+                card.finish(result.text, result.is_error, seconds, display)
+                if call.name == "todo_write" and not result.is_error:
+                    todos = display or json.dumps((call.input or {}).get("todos", []))
+                    self.todos.set_todos(todos)
+            case Notice(text, level):
+                self._close_segments()
+                await self._add(NoticeLine(text, level))
+            case UsageUpdated() | ContextCompacted():
+                self.refresh_status()
+            case TurnFinished() as finished:
+                self._close_segments()
+                line = finished_text(finished)
+                if line:
+                    await self._add(NoticeLine(line, "warning"))
+                self.refresh_status()
+            case ShellRan(command, output, code, seconds):
+                await self._add(ShellOutput(command, output, code, seconds))
+            case Output(text, kind, title):
+                await self._add(CommandOutput(text, kind, title))
+            case _:
+                pass  # an event this front end does not show
+
+    async def _card(self, call_id: str, name: str) -> ToolCard:
+        card = self._cards.get(call_id)
+        if card is None:
+            card = self._cards[call_id] = ToolCard(call_id, name)
+            await self._add(card)
+        return card
+
+    async def _assistant(self, blocks: Sequence[object]) -> None:
+        """The stored message: what streamed is already on screen; a replayed one is drawn
+        whole (thinking folded, the text as Markdown, a card per call)."""
+        calls = [b for b in blocks if isinstance(b, ToolUse)]
+        streamed = self._reply is not None or self._thinking is not None
+        streamed = streamed or any(c.id in self._cards for c in calls)
+        if not streamed:
+            for block in blocks:
+                if isinstance(block, Thinking) and block.text:
+                    await self._add(ThinkingBlock(block.text, streaming=False))
+                elif isinstance(block, Text) and block.text:
+                    reply = Reply()
+                    await self._add(reply)
+                    await reply.add(block.text)
+        for call in calls:
+            (await self._card(call.id, call.name)).set_call(call)
+        self._close_segments()
+
+    def _tick(self) -> None:
+        self.query_one(Activity).tick()
+        for card in self._cards.values():
+            card.tick()
+
+    # -- input ---------------------------------------------------------------------------------
+
+    @on(PromptInput.Submitted)
+    def _submitted(self, message: PromptInput.Submitted) -> None:
+        text = message.text
+        self.history.add(text)
+        self.prompt.clear_prompt()
+        self._offer([])
+        self.controller.submit(text)
+
+    def exit(self, result: int | None = 0, return_code: int = 0, message: Any = None) -> None:
+        self.controller.interrupt()
+        super().exit(result, return_code, message)
+
+    @on(TextArea.Changed, "#prompt")
+    async def _prompt_changed(self, _message: TextArea.Changed) -> None:
+        prompt = self.prompt
+        before = prompt.get_text_range((0, 0), prompt.cursor_location)
+        if before.startswith("/") and not any(c.isspace() for c in before):
+            names = {n: b.summary for n, b in cmds.BUILTINS.items()}
+            names.update(cmds.extension_names(self.controller.agent))
+            typed = before[1:]
+            self._offer(
+                [(f"/{n}", f"/{n}  {d}") for n, d in sorted(names.items()) if n.startswith(typed)][
+                    :8
+                ]
+            )
+            return
+        found = mention_at(before, len(before))
+        if found is None:
+            self._offer([])
+            return
+        files = await self._project_files()
+        self._offer([(path, path) for path in complete(found[1], files)])
+
+    async def _project_files(self) -> list[str]:
+        if time.monotonic() - self._files_at > FILES_TTL:
+            root = self.controller.agent.cwd
+            self._files = with_folders(await asyncio.to_thread(project_files, root))
+            self._files_at = time.monotonic()
+        return self._files
+
+    def _offer(self, items: list[tuple[str, str]]) -> None:
+        self.query_one(Completions).offer(items)
+        self.prompt.completing = bool(items)
+
+    @on(PromptInput.Navigate)
+    def _navigate(self, message: PromptInput.Navigate) -> None:
+        completions = self.query_one(Completions)
+        if message.key == "up":
+            completions.action_cursor_up()
+        elif message.key == "down":
+            completions.action_cursor_down()
+        elif message.key == "escape":
+            self._offer([])
+        else:
+            value = completions.selected()
+            if value is not None:
+                self._accept(value)
+
+    def _accept(self, value: str) -> None:
+        prompt = self.prompt
+        cursor = prompt.cursor_location
+        before = prompt.get_text_range((0, 0), cursor)
+        if value.startswith("/") and before.startswith("/"):
+            prompt.replace(value + " ", (0, 0), cursor)
+        else:
+            found = mention_at(before, len(before))
+            if found is None:
+                return
+            start = found[0]
+            row = before.count("\n", 0, start)
+            col = start - (before.rfind("\n", 0, start) + 1)
+            tail = "" if value.endswith("/") else " "
+            prompt.replace(mention_text(value) + tail, (row, col), cursor)
+        if not value.endswith("/"):
+            self._offer([])
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    def action_escape(self) -> None:
+        now = time.monotonic()
+        if self.controller.interrupt():
+            self._last_escape = now
+            return
+        if now - self._last_escape < DOUBLE_ESCAPE:
+            self._offer_quit()
+        self._last_escape = now
+
+    def action_ctrl_c(self) -> None:
+        screen = self.screen
+        if isinstance(screen, QuitScreen):
+            screen.dismiss(True)
+        elif isinstance(screen, _Question):
+            screen.action_interrupt()
+        elif isinstance(screen, PickerScreen):
+            screen.action_cancel()
+        elif self.prompt.text:
+            self.prompt.clear_prompt()
+            self._offer([])
+        else:
+            self._offer_quit()
+
+    def action_ctrl_d(self) -> None:
+        if not self.prompt.text:
+            self.exit(0)
+
+    def _offer_quit(self) -> None:
+        if any(isinstance(s, QuitScreen) for s in self.screen_stack):
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.exit(0)
+
+        self.push_screen(QuitScreen(), callback=answered)
+
+    def action_cycle_mode(self) -> None:
+        if isinstance(self.screen, _Question | PickerScreen | QuitScreen):
+            return
+        self.controller.cycle_mode()
+
+    def action_toggle_details(self) -> None:
+        self._expanded = not self._expanded
+        for collapsible in self.transcript.query(Collapsible):
+            collapsible.collapsed = not self._expanded
+
+    def action_scroll_transcript(self, direction: int) -> None:
+        if direction < 0:
+            self.transcript.scroll_page_up()
+        else:
+            self.transcript.scroll_page_down()
+
+
+__all__ = ["KeelApp"]

@@ -1,0 +1,228 @@
+"""The interactive front end's built-in slash commands: their table, parsing a line into one, and
+the reports the read-only ones show (`/help`, `/cost`, `/context`, `/permissions`, `/skills`,
+`/mcp`). Reports are Markdown strings built from the agent's public state; nothing here runs a
+prompt or changes anything.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from keel.agent.compaction import THRESHOLD, estimate_tokens
+from keel.frozen import frozen
+from keel.llm.messages import Text, Thinking, ToolResult, ToolUse
+from keel.permissions.gate import PermissionGate
+from keel.tui.format import context_meter, cost, tokens
+
+if TYPE_CHECKING:
+    from keel.agent.loop import Agent
+
+
+@frozen
+class Builtin:
+    name: str
+    arguments: str
+    summary: str
+    #: Safe while a prompt runs (it only reads).
+    while_busy: bool = False
+
+
+BUILTINS: dict[str, Builtin] = {
+    b.name: b
+    for b in (
+        Builtin("help", "", "commands, keys and skills", while_busy=True),
+        Builtin("clear", "", "start a fresh conversation (a new session)"),
+        Builtin("compact", "[instructions]", "summarize the conversation now"),
+        Builtin("model", "[provider/model]", "switch the model (a picker without an argument)"),
+        Builtin("mode", "[mode]", "permission mode: default, accept-edits, plan, bypass"),
+        Builtin("undo", "", "put back the files the last prompt changed"),
+        Builtin("rewind", "", "go back to an earlier prompt (forks the session)"),
+        Builtin("resume", "[id]", "open another session of this project"),
+        Builtin("cost", "", "what this session has cost", while_busy=True),
+        Builtin("context", "", "what fills the context window", while_busy=True),
+        Builtin("skills", "", "skills and custom commands", while_busy=True),
+        Builtin("hooks", "[approve]", "hooks that run here; approve the project's"),
+        Builtin("mcp", "[approve [name]]", "MCP servers and their tools; approve the project's"),
+        Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
+        Builtin("doctor", "", "check keys, settings, ripgrep and the sandbox", while_busy=True),
+        Builtin("exit", "", "quit keel", while_busy=True),
+    )
+}
+
+KEYS = (
+    ("Enter", "send"),
+    ("Ctrl+J / Shift+Enter", "new line"),
+    ("↑ / ↓", "prompt history"),
+    ("Esc", "interrupt the running prompt (twice: quit)"),
+    ("Shift+Tab", "next permission mode"),
+    ("Ctrl+O", "expand or collapse thinking and tool output"),
+    ("Ctrl+C", "clear the prompt; on an empty prompt, quit"),
+    ("@path", "attach a file or folder (Tab completes)"),
+    ("!command", "run a shell command; the model sees its output with your next prompt"),
+)
+
+_NAME = re.compile(r"/([A-Za-z0-9_][\w:.-]*)(?:\s+(.*))?", re.DOTALL)
+
+
+def parse_command(line: str) -> tuple[str, str] | None:
+    """(name, arguments) for a line `/name args…`; None for anything else (`/etc/hosts …` is a
+    prompt, not a command)."""
+    m = _NAME.fullmatch(line.strip())
+    return (m.group(1), (m.group(2) or "").strip()) if m else None
+
+
+def extension_names(agent: Agent) -> dict[str, str]:
+    """`/name` → description for the skills and custom commands a user can invoke."""
+    out: dict[str, str] = {}
+    if agent.skills is not None:
+        for skill in agent.skills.user_invocable():
+            out[skill.name] = skill.description
+    if agent.commands is not None:
+        for command in agent.commands.all():
+            out.setdefault(command.name, command.description or str(command.path.name))
+    return out
+
+
+def help_text(agent: Agent) -> str:
+    lines = ["**Commands**", ""]
+    lines += [
+        f"- `/{b.name}{' ' + b.arguments if b.arguments else ''}`: {b.summary}"
+        for b in BUILTINS.values()
+    ]
+    extensions = extension_names(agent)
+    if extensions:
+        lines += ["", "**Skills and custom commands**", ""]
+        lines += [
+            f"- `/{name}`: {desc or '(no description)'}"
+            for name, desc in sorted(extensions.items())
+        ]
+    lines += ["", "**Keys**", ""]
+    lines += [f"- `{key}`: {what}" for key, what in KEYS]
+    return "\n".join(lines)
+
+
+def cost_text(agent: Agent, context: int) -> str:
+    usage = agent.spend.usage
+    info = agent.info
+    lines = [
+        f"**Session cost:** {cost(agent.spend.cost)} over {agent.total_turns} model turns",
+        "",
+        f"- input: {tokens(usage.input)}, output: {tokens(usage.output)}",
+        f"- cache read: {tokens(usage.cache_read)}, cache write: {tokens(usage.cache_write)}",
+        f"- context now: {context_meter(context, info.window)[0]}",
+    ]
+    if info.priced:
+        lines.append(
+            f"- prices ({agent.model}): ${info.input_price:g}/M input, "
+            f"${info.output_price:g}/M output, ${info.cache_read_price or 0:g}/M cache read"
+        )
+    else:
+        lines.append(f"- {agent.model} has no prices in the catalog: cost shows as $0")
+    limits = agent.limits
+    if limits.max_usd is not None or limits.max_tokens is not None:
+        caps = []
+        if limits.max_usd is not None:
+            caps.append(f"${limits.max_usd:g}")
+        if limits.max_tokens is not None:
+            caps.append(f"{tokens(limits.max_tokens)} tokens")
+        lines.append(f"- budget: {' and '.join(caps)}")
+    return "\n".join(lines)
+
+
+def context_text(agent: Agent, context: int) -> str:
+    """Estimates (characters / 4) of what the next request will hold, by kind."""
+    window = agent.info.window
+    kinds = {"user text": 0, "assistant text": 0, "thinking": 0, "tool calls": 0, "tool results": 0}
+    for message in agent.messages:
+        for block in message.blocks:
+            if isinstance(block, Thinking):
+                kinds["thinking"] += len(block.text) // 4
+            elif isinstance(block, Text):
+                kinds["user text" if message.role == "user" else "assistant text"] += (
+                    len(block.text) // 4
+                )
+            elif isinstance(block, ToolUse):
+                kinds["tool calls"] += len(str(block.input)) // 4
+            elif isinstance(block, ToolResult):
+                kinds["tool results"] += len(block.text) // 4
+    system = len(agent.system) // 4
+    tools = sum(len(s.description) + len(str(s.input_schema)) for s in agent.registry.specs()) // 4
+    messages = estimate_tokens(agent.messages)
+    total = system + tools + messages
+    meter, _ = context_meter(context, window)
+    lines = [
+        f"**Context window:** {tokens(window)} tokens ({agent.model}); the last request held "
+        f"{meter if context else 'nothing yet'}",
+        "",
+        "Estimated for the next request (characters / 4):",
+        "",
+        "| part | tokens |",
+        "|---|---:|",
+        f"| system prompt | {tokens(system)} |",
+        f"| tool definitions ({len(agent.registry.names)} tools) | {tokens(tools)} |",
+        f"| messages ({len(agent.messages)}) | {tokens(messages)} |",
+    ]
+    lines += [f"| · {kind} | {tokens(n)} |" for kind, n in kinds.items() if n]
+    lines.append(
+        f"| **total** | **{tokens(total)}** ({round(100 * total / window) if window else 0}%) |"
+    )
+    auto = "on" if agent.auto_compact else "off (auto_compact: false)"
+    lines += ["", f"Automatic compaction at {round(THRESHOLD * 100)}%: {auto}. `/compact` now."]
+    return "\n".join(lines)
+
+
+def permissions_text(agent: Agent, saved_to: str) -> str:
+    gate = agent.gate
+    if not isinstance(gate, PermissionGate):
+        return "This agent has no permission gate: every tool call runs."
+    sandbox = (
+        "on: bash runs without asking inside it" if gate.sandboxed else "off: bash commands ask"
+    )
+    lines = [f"**Mode:** {gate.mode}", f"**Sandbox:** {sandbox}", ""]
+    allow = [r for r in gate.rules if r.effect == "allow"]
+    deny = [r for r in gate.rules if r.effect == "deny"]
+    for title, rules in (("Deny rules", deny), ("Allow rules", allow)):
+        lines.append(f"**{title}**")
+        lines += [f"- `{r}` ({r.source or 'settings'})" for r in rules] or ["- none"]
+        lines.append("")
+    lines.append("**Allowed for this session**")
+    lines += [f"- `{r}`" for r in gate.session_rules] or ["- none"]
+    lines += ["", f'"Always allow" answers are saved to `{saved_to}`.']
+    return "\n".join(lines)
+
+
+def skills_text(agent: Agent) -> str:
+    lines: list[str] = []
+    if agent.skills is not None and agent.skills.skills:
+        lines += ["**Skills**", ""]
+        for skill in sorted(agent.skills.skills.values(), key=lambda s: s.name):
+            how = []
+            if skill.user_invocable and skill.name not in agent.skills.builtins:
+                how.append(f"`/{skill.name}`")
+            if not skill.disable_model_invocation:
+                how.append("the model")
+            lines.append(f"- **{skill.name}** ({', '.join(how) or 'hidden'}): {skill.description}")
+        lines.append("")
+    if agent.commands is not None and agent.commands.all():
+        lines += ["**Custom commands**", ""]
+        for command in agent.commands.all():
+            hint = f" {command.argument_hint}" if command.argument_hint else ""
+            lines.append(f"- `/{command.name}{hint}`: {command.description or command.path}")
+    return "\n".join(lines) or (
+        "No skills or custom commands here (add them under `.claude/skills` or `.claude/commands`)."
+    )
+
+
+__all__ = [
+    "BUILTINS",
+    "KEYS",
+    "Builtin",
+    "context_text",
+    "cost_text",
+    "extension_names",
+    "help_text",
+    "parse_command",
+    "permissions_text",
+    "skills_text",
+]

@@ -1,0 +1,861 @@
+"""The interactive session a person drives, whatever draws it: prompts (with `@path` files),
+`!cmd` lines, slash commands, the model and mode, sessions (clear, resume, rewind) and undo.
+
+`Controller` talks to its front end only through `FrontEnd` (show view events, ask a permission
+question, pick from a list) and to the agent only through its public API, so the Textual app and
+the line mode share every behaviour. Agents are built exactly as `keel -p` builds them
+(`keel.cli.headless`), then made interactive: the gate asks the front end, and "always allow"
+answers are saved to the project's `.keel/settings.local.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from keel.agent.events import Event, TurnFinished, UsageUpdated
+from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
+from keel.cli.headless import Printer, build_agent, connect_mcp, open_session
+from keel.errors import KeelError, UserError
+from keel.llm.catalog import ModelRef, lookup, parse_model
+from keel.llm.events import Notice
+from keel.permissions.gate import MODES, Mode, PermissionGate, PermissionReply, PermissionRequest
+from keel.tui import commands as cmds
+from keel.tui.format import cost as fmt_cost
+from keel.tui.format import one_line, typed_prompt
+from keel.tui.mentions import attach
+from keel.tui.undo import Undo, undo_for
+from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
+
+if TYPE_CHECKING:
+    from keel.agent.loop import Agent
+    from keel.config.settings import Settings
+    from keel.llm.provider import Provider
+    from keel.session.records import Record
+
+#: Seconds a `!cmd` line may run.
+SHELL_TIMEOUT = 600.0
+#: Shift+Tab cycles through these; `bypass` is only ever chosen by name.
+MODE_CYCLE: tuple[Mode, ...] = ("default", "accept-edits", "plan")
+LOCAL_SETTINGS = Path(".keel") / "settings.local.json"
+
+
+class FrontEnd(Protocol):
+    """What the controller needs from whatever draws the session."""
+
+    def show(self, event: ViewEvent) -> None:
+        """Render one event (called in order, synchronously; must not block)."""
+
+    def reset(self, events: Sequence[ViewEvent]) -> None:
+        """Replace the whole transcript (a fresh context, or another session)."""
+
+    def refresh_status(self) -> None:
+        """The model, mode or session changed: redraw whatever shows them."""
+
+    def set_input(self, text: str) -> None:
+        """Put text in the prompt for the user to edit (a rewound prompt)."""
+
+    def exit(self) -> None:
+        """The user asked to quit."""
+
+    async def ask(self, request: PermissionRequest) -> PermissionReply: ...
+
+    async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
+        """One of `choices` by value, or None if the user backed out."""
+
+
+class _Backlog:
+    """Stands in for the front end until one is attached: keeps what was shown."""
+
+    def __init__(self) -> None:
+        self.events: list[ViewEvent] = []
+
+    def show(self, event: ViewEvent) -> None:
+        self.events.append(event)
+
+    def reset(self, events: Sequence[ViewEvent]) -> None:
+        self.events = list(events)
+
+    def refresh_status(self) -> None:
+        return None
+
+    def set_input(self, text: str) -> None:
+        return None
+
+    def exit(self) -> None:
+        return None
+
+    async def ask(self, request: PermissionRequest) -> PermissionReply:
+        return PermissionReply(False, reason="no front end to ask")
+
+    async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
+        return None
+
+
+# -- building agents ---------------------------------------------------------------------------
+
+
+class AgentFactory:
+    """Builds agents from the command line's options and the project's settings, the way a
+    headless run does. `provider_for`, when given, replaces every provider (tests)."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        *,
+        cwd: Path,
+        settings: Settings,
+        provider_for: Callable[[ModelRef], Provider] | None = None,
+    ) -> None:
+        self.args = args
+        self.cwd = cwd
+        self.settings = settings
+        self.provider_for = provider_for
+        #: Where build notices go (the controller points it at the front end).
+        self.notice: Callable[[Event], None] = lambda _e: None
+
+    @property
+    def keep_sessions(self) -> bool:
+        return not getattr(self.args, "no_session", False)
+
+    def _printer(self) -> _Forward:
+        return _Forward(lambda event: self.notice(event))
+
+    def limits(self) -> Limits:
+        a, s = self.args, self.settings
+
+        def first(*values: int | float | None) -> int | float | None:
+            return next((v for v in values if v is not None), None)
+
+        return Limits(
+            max_turns=int(first(a.max_turns, s.max_turns, DEFAULT_MAX_TURNS) or DEFAULT_MAX_TURNS),
+            max_tokens=_int(first(a.max_tokens_budget, s.budget_tokens)),
+            max_usd=first(a.max_budget_usd, s.budget_usd),
+        )
+
+    async def fresh(self, ref: ModelRef) -> Agent:
+        printer = self._printer()
+        agent = build_agent(
+            ref,
+            cwd=self.cwd,
+            limits=self.limits(),
+            settings=self.settings,
+            args=self.args,
+            printer=printer,
+        )
+        try:
+            self._override(agent, ref)
+            await connect_mcp(agent, self.settings, printer)
+        except BaseException:
+            await agent.aclose()
+            raise
+        return agent
+
+    async def open(self, path: Path) -> tuple[Agent, ModelRef, list[Record], bool]:
+        """The session in `path`, locked and rebuilt: (agent, model, its records, whether its
+        last turn left tool calls unanswered)."""
+        from keel.session.journal import read_records
+
+        agent, state, _journal, ref = await open_session(path, self.args, self._printer())
+        self._override(agent, ref)
+        return agent, ref, read_records(path).records, state.pending is not None
+
+    def _override(self, agent: Agent, ref: ModelRef) -> None:
+        if self.provider_for is not None:
+            agent.provider = self.provider_for(ref)
+
+    def provider(self, ref: ModelRef) -> Provider:
+        if self.provider_for is not None:
+            return self.provider_for(ref)
+        from keel.llm.provider import RetryPolicy, make_provider
+
+        return make_provider(
+            ref,
+            config=self.settings.provider(ref.provider),
+            retry=RetryPolicy(attempts=self.args.max_retries + 1),
+        )
+
+
+class _Forward(Printer):
+    """`build_agent` and friends report through a headless `Printer`; this one hands what they
+    report to the front end instead of printing it."""
+
+    def __init__(self, forward: Callable[[Event], None]) -> None:
+        super().__init__("text", quiet=True, out=sys.stdout, err=sys.stderr)
+        self.forward = forward
+
+    def __call__(self, event: Event) -> None:
+        self.forward(event)
+
+
+def _int(value: int | float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def save_local_rule(cwd: Path, rule: str) -> Path:
+    """Add `rule` to `permissions.allow` in `cwd/.keel/settings.local.json` (created if needed;
+    other keys kept). Raises `UserError` if the file is not a JSON object."""
+    path = cwd / LOCAL_SETTINGS
+    data: dict[str, object] = {}
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        try:
+            loaded = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise UserError(f"{path} is not valid JSON ({exc}); the rule was not saved") from exc
+        if not isinstance(loaded, dict):
+            raise UserError(f"{path} does not hold a JSON object; the rule was not saved")
+        data = loaded
+    permissions = data.setdefault("permissions", {})
+    if not isinstance(permissions, dict):
+        raise UserError(f"{path}: permissions is not an object; the rule was not saved")
+    allow = permissions.setdefault("allow", [])
+    if not isinstance(allow, list):
+        raise UserError(f"{path}: permissions.allow is not a list; the rule was not saved")
+    if rule not in allow:
+        allow.append(rule)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# -- the controller ----------------------------------------------------------------------------
+
+
+@dataclass
+class Status:
+    """What a status line shows."""
+
+    model: str
+    mode: str
+    context: int
+    window: int
+    cost: float
+    tokens: int
+    busy: bool
+    session_id: str
+    #: monotonic time the running prompt started (None: idle)
+    since: float | None
+
+
+class Controller:
+    """One interactive session: an agent (replaced by /clear, /resume, /rewind), what runs now,
+    and what is queued behind it."""
+
+    def __init__(self, factory: AgentFactory) -> None:
+        self.factory = factory
+        self._ui: FrontEnd = _Backlog()
+        factory.notice = self.show
+        self._agent: Agent | None = None
+        self.ref = ModelRef("scripted", "")
+        self.undo: Undo = undo_for_none()
+        self.context = 0
+        self.queue: list[str] = []
+        self.exited = False
+        self._task: asyncio.Task[None] | None = None
+        self._shell: asyncio.Task[tuple[str, int | None, bool]] | None = None
+        self._since: float | None = None
+        #: The prompt to finish first: a resumed session whose last turn left calls unanswered.
+        self._unfinished = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    @property
+    def agent(self) -> Agent:
+        assert self._agent is not None, "the controller has no agent yet (call start_*)"
+        return self._agent
+
+    @property
+    def ui(self) -> FrontEnd:
+        return self._ui
+
+    def attach(self, ui: FrontEnd) -> None:
+        """Use `ui` from now on; it first gets everything shown so far."""
+        backlog = self._ui.events if isinstance(self._ui, _Backlog) else []
+        self._ui = ui
+        ui.reset(backlog)
+        ui.refresh_status()
+
+    def show(self, event: ViewEvent) -> None:
+        if isinstance(event, UsageUpdated):
+            self.context = event.context
+        self._ui.show(event)
+
+    async def start_fresh(self, ref: ModelRef) -> None:
+        self.ref = ref
+        self._use(await self.factory.fresh(ref))
+
+    async def start_session(self, path: Path) -> None:
+        agent, ref, records, unfinished = await self.factory.open(path)
+        self.ref = ref
+        self._use(agent)
+        self._load_transcript(records)
+        self._unfinished = unfinished
+
+    def _load_transcript(self, records: list[Record]) -> None:
+        from keel.tui.replay import replay
+
+        events = replay(records, self.agent.info)
+        self.context = next((e.context for e in reversed(events) if isinstance(e, UsageUpdated)), 0)
+        self._ui.reset(events)
+
+    def _use(self, agent: Agent) -> None:
+        self._agent = agent
+        agent.interactive = True
+        gate = agent.gate
+        if isinstance(gate, PermissionGate):
+            gate.asker = self._ask
+            gate.save_rule = self._save_rule
+        self.undo = undo_for(agent)
+        self._ui.refresh_status()
+
+    async def _ask(self, request: PermissionRequest) -> PermissionReply:
+        reply = await self._ui.ask(request)
+        if request.call.name == "exit_plan_mode" and reply.allow:
+            self._ui.refresh_status()  # the gate switches the mode the user picked
+        return reply
+
+    def _save_rule(self, rule: str) -> None:
+        try:
+            path = save_local_rule(self.agent.cwd, rule)
+        except (UserError, OSError) as exc:
+            message = exc.one_line() if isinstance(exc, UserError) else str(exc)
+            self.show(Notice(f"could not save the rule {rule}: {message}", "warning"))
+            return
+        self.show(Notice(f"always allowed {rule} (saved to {_rel(path, self.agent.cwd)})"))
+
+    def status(self) -> Status:
+        agent = self.agent
+        mode = agent.gate.mode if isinstance(agent.gate, PermissionGate) else "allow-all"
+        return Status(
+            model=str(self.ref) if self.ref.provider != "scripted" else agent.model,
+            mode=mode,
+            context=self.context,
+            window=agent.info.window,
+            cost=agent.spend.cost,
+            tokens=agent.spend.usage.total,
+            busy=self.busy,
+            session_id=agent.session_id,
+            since=self._since,
+        )
+
+    # -- running things ----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def submit_work(self, work: Coroutine[object, object, object]) -> None:
+        """Run `work` as the running prompt (queued lines wait for it)."""
+        if self.busy:
+            work.close()
+            raise UserError("a prompt is running", hint="press Esc first")
+        self._task = asyncio.create_task(self._drain_after(work))
+
+    async def _drain_after(self, work: Coroutine[object, object, object]) -> None:
+        await self._guarded(work)
+        while self.queue and not self.exited:
+            await self.handle(self.queue.pop(0))
+
+    def submit(self, text: str) -> None:
+        """Run `text` now, or queue it behind the running prompt (read-only commands run at
+        once; others wait for the prompt to finish or be interrupted)."""
+        if not text.strip():
+            return
+        if not self.busy:
+            self.submit_work(self._dispatch(text))
+            return
+        parsed = cmds.parse_command(text)
+        if parsed is not None and parsed[0] in cmds.BUILTINS:
+            if cmds.BUILTINS[parsed[0]].while_busy:
+                task = asyncio.create_task(self._guarded(self._command(*parsed)))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self.show(
+                    Output(
+                        f"/{parsed[0]} waits for the running prompt: press Esc to stop it", "error"
+                    )
+                )
+            return
+        self.queue.append(text)
+        self.show(Notice(f"queued: {one_line(text, 60)}"))
+
+    async def wait(self) -> None:
+        """Until nothing runs (tests, the line mode)."""
+        while self.busy or self._tasks:
+            if self._task is not None and not self._task.done():
+                await asyncio.wait({self._task})
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
+
+    def interrupt(self) -> bool:
+        """Stop what runs now (Esc). Queued prompts go back to the input. False if idle."""
+        if not self.busy:
+            return False
+        if self.queue:
+            self._ui.set_input("\n\n".join(self.queue))
+            self.queue.clear()
+        if self._shell is not None and not self._shell.done():
+            self._shell.cancel()
+        self.agent.interrupt()
+        return True
+
+    async def handle(self, text: str) -> None:
+        """Run one line the user sent: a `!cmd`, a slash command, or a prompt."""
+        await self._guarded(self._dispatch(text))
+
+    async def _guarded(self, work: Coroutine[object, object, object]) -> None:
+        """Run `work`, showing its failure as an error line: a front end outlives its
+        commands' errors (a keel error is one line; anything else names its type)."""
+        try:
+            await work
+        except KeelError as exc:
+            self.show(Output(exc.one_line(), "error"))
+        except Exception as exc:
+            detail = ""
+            if getattr(self.factory.args, "debug", False):
+                import traceback
+
+                detail = "\n" + traceback.format_exc()
+            self.show(Output(f"internal error: {type(exc).__name__}: {exc}{detail}", "error"))
+
+    async def _dispatch(self, text: str) -> None:
+        stripped = text.strip()
+        if not stripped:
+            return
+        if stripped.startswith("!"):
+            await self.run_shell(stripped[1:].strip())
+            return
+        parsed = cmds.parse_command(stripped)
+        if parsed is not None:
+            name, args = parsed
+            if name in cmds.BUILTINS:
+                await self._command(name, args)
+                return
+            if name not in cmds.extension_names(self.agent):
+                raise UserError(
+                    f"unknown command /{name}",
+                    hint="/help lists commands; to send a line starting with /, start it with a space",
+                )
+        await self.run_prompt(text.strip("\n"))
+
+    async def run_prompt(self, text: str) -> None:
+        agent = self.agent
+        self._ensure_session()
+        if self._unfinished and not await self.resume_unfinished():
+            return
+        sent, attachments = attach(text, agent.cwd)
+        from keel.tools.builtin.files import stamp
+
+        for a in attachments:
+            if a.complete and a.resolved.is_file():
+                agent.ctx.read_files[a.resolved] = stamp(a.resolved)
+        self.show(PromptSubmitted(text, tuple(a.path for a in attachments)))
+        self.undo.begin(text)
+        self._since = time.monotonic()
+        self._ui.refresh_status()
+        try:
+            await agent.run(sent, self.show)
+        finally:
+            self._since = None
+            self._ui.refresh_status()
+
+    def begin(self, prompt: str = "") -> None:
+        """Once the front end is up: continue a resumed session's unfinished turn, then run the
+        prompt given on the command line, if any."""
+        if self._unfinished:
+            self.submit_work(self.resume_unfinished())
+        if prompt.strip():
+            self.submit(prompt)
+
+    async def resume_unfinished(self) -> bool:
+        """Continue a resumed session whose last turn left tool calls unanswered (each goes
+        through the permission gate again). True if that turn then ended normally."""
+        if not self._unfinished:
+            return True
+        self._unfinished = False
+        self._ensure_session()
+        self.show(Notice("continuing the turn this session stopped in"))
+        self._since = time.monotonic()
+        self._ui.refresh_status()
+        try:
+            result = await self.agent.resume(self.show)
+        finally:
+            self._since = None
+            self._ui.refresh_status()
+        return result.stop_reason == "end_turn"
+
+    def _ensure_session(self) -> None:
+        """Sessions are written from the first prompt on (opening keel and quitting leaves no
+        empty session behind)."""
+        agent = self.agent
+        if agent.session is not None or not self.factory.keep_sessions:
+            return
+        from keel.session.store import SessionLog
+
+        agent.session = SessionLog.create(
+            cwd=agent.cwd,
+            model=str(self.ref),
+            fingerprint=agent.fingerprint(),
+            session_id=agent.session_id,
+        )
+        self._ui.refresh_status()
+
+    async def run_shell(self, command: str) -> None:
+        """`!cmd`: the user's own command, run directly (not through the permission gate: the
+        user typed it); the model sees the output with the next prompt."""
+        if not command:
+            raise UserError("nothing to run", hint="type !command, e.g. !git status")
+        from keel.tools.builtin.shell import run_command
+        from keel.tools.truncate import truncate
+
+        agent = self.agent
+        start = self._since = time.monotonic()
+        self._ui.refresh_status()
+        self._shell = asyncio.create_task(
+            run_command(command, cwd=str(agent.cwd), env=agent.ctx.env, time_limit=SHELL_TIMEOUT)
+        )
+        try:
+            output, code, timed_out = await self._shell
+        except asyncio.CancelledError:
+            output, code, timed_out = "[interrupted]", None, False
+            if not self._shell.cancelled():
+                raise
+        finally:
+            self._shell = None
+            self._since = None
+            self._ui.refresh_status()
+        output = output.rstrip("\n")
+        if timed_out:
+            output += f"\n[timed out after {SHELL_TIMEOUT:g} s]"
+        self.show(ShellRan(command, output, code, time.monotonic() - start))
+        agent.add_note(
+            f"The user ran this shell command themselves (exit code {code}):\n$ {command}\n"
+            f"<output>\n{truncate(output)}\n</output>"
+        )
+
+    # -- slash commands ----------------------------------------------------------------------
+
+    async def _command(self, name: str, args: str) -> None:
+        handler = getattr(self, f"_cmd_{name}")
+        await handler(args)
+
+    async def _cmd_help(self, args: str) -> None:
+        self.show(Output(cmds.help_text(self.agent), title="help"))
+
+    async def _cmd_exit(self, args: str) -> None:
+        self.exited = True
+        self._ui.exit()
+
+    async def _cmd_cost(self, args: str) -> None:
+        self.show(Output(cmds.cost_text(self.agent, self.context), title="cost"))
+
+    async def _cmd_context(self, args: str) -> None:
+        self.show(Output(cmds.context_text(self.agent, self.context), title="context"))
+
+    async def _cmd_permissions(self, args: str) -> None:
+        text = cmds.permissions_text(self.agent, str(LOCAL_SETTINGS))
+        self.show(Output(text, title="permissions"))
+
+    async def _cmd_skills(self, args: str) -> None:
+        self.show(Output(cmds.skills_text(self.agent), title="skills"))
+
+    async def _cmd_doctor(self, args: str) -> None:
+        self.show(Output(await self._keel("doctor"), "text", title="doctor"))
+
+    async def _cmd_hooks(self, args: str) -> None:
+        if args not in ("", "list", "approve"):
+            raise UserError(f"/hooks {args}: unknown", hint="/hooks or /hooks approve")
+        out = await self._keel("hooks", args or "list")
+        if args == "approve":
+            out += "\nApproved hooks run from the next fresh context (/clear)."
+        self.show(Output(out, "text", title="hooks"))
+
+    async def _cmd_mcp(self, args: str) -> None:
+        words = args.split()
+        if words and words[0] == "approve":
+            out = await self._keel("mcp", *words)
+            self.show(
+                Output(
+                    out + "\nApproved servers start with the next fresh context (/clear).",
+                    "text",
+                    title="mcp",
+                )
+            )
+            return
+        if words:
+            raise UserError(f"/mcp {args}: unknown", hint="/mcp or /mcp approve [NAME]")
+        self.show(Output(_mcp_text(self.agent), title="mcp"))
+
+    async def _keel(self, *argv: str) -> str:
+        """The output of a `keel` subcommand run in this project (doctor, hooks, mcp approve)."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "keel",
+            *argv,
+            cwd=self.agent.cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await proc.communicate()
+        return out.decode("utf-8", errors="replace").rstrip()
+
+    async def _cmd_compact(self, args: str) -> None:
+        self._ensure_session()
+        self._since = time.monotonic()
+        self._ui.refresh_status()
+        try:
+            await self.agent.compact(args, self.show)
+        finally:
+            self._since = None
+            self._ui.refresh_status()
+
+    async def _cmd_mode(self, args: str) -> None:
+        gate = self.agent.gate
+        if not isinstance(gate, PermissionGate):
+            raise UserError("this agent has no permission gate")
+        choice = args or await self._ui.pick(
+            "Permission mode",
+            [Choice(m, m, "(now)" if m == gate.mode else _MODE_HELP[m]) for m in MODES],
+        )
+        if choice:
+            self.set_mode(_parse_mode(choice))
+
+    def set_mode(self, mode: Mode) -> None:
+        self.agent.set_mode(mode)
+        self.show(Notice(f"mode: {mode}"))
+        self._ui.refresh_status()
+
+    def cycle_mode(self) -> Mode:
+        """Shift+Tab: the next mode of default → accept-edits → plan → default."""
+        gate = self.agent.gate
+        if not isinstance(gate, PermissionGate):
+            raise UserError("this agent has no permission gate")
+        i = MODE_CYCLE.index(gate.mode) if gate.mode in MODE_CYCLE else -1
+        mode = MODE_CYCLE[(i + 1) % len(MODE_CYCLE)]
+        self.agent.set_mode(mode)
+        self._ui.refresh_status()
+        return mode
+
+    async def _cmd_model(self, args: str) -> None:
+        spec = args or await self._ui.pick("Model", _model_choices(self))
+        if not spec:
+            return
+        ref = parse_model(spec)
+        agent = self.agent
+        provider = self.factory.provider(ref)  # raises for a missing key: the old one stays
+        old = agent.provider
+        agent.provider = provider
+        agent.model = ref.model
+        agent.info = lookup(ref.model, self.factory.settings.models)
+        self.ref = ref
+        if old is not provider:
+            await old.aclose()
+        self.show(Notice(f"model: {ref} (from the next request on)"))
+        self._ui.refresh_status()
+
+    async def _cmd_clear(self, args: str) -> None:
+        old = self.agent
+        new = await self.factory.fresh(self.ref)
+        if isinstance(old.gate, PermissionGate) and isinstance(new.gate, PermissionGate):
+            new.gate.mode = old.gate.mode
+            new.gate.session_rules = list(old.gate.session_rules)
+        new.session_start_source = "clear"
+        await old.aclose("clear")
+        self.context = 0
+        self._unfinished = False
+        self._use(new)
+        self._ui.reset([Notice("a fresh context: the conversation so far is in the last session")])
+
+    async def _switch_to(self, path: Path, reason: str) -> None:
+        old = self.agent
+        agent, ref, records, unfinished = await self.factory.open(path)
+        await old.aclose(reason)
+        self.ref = ref
+        self._use(agent)
+        self._load_transcript(records)
+        self._unfinished = unfinished
+
+    async def _cmd_resume(self, args: str) -> None:
+        from keel.session.index import find_session, session_files, summarize
+
+        if args:
+            path = find_session(args, self.agent.cwd)
+        else:
+            choices = []
+            for p in session_files(self.agent.cwd):
+                if p.stem == self.agent.session_id:
+                    continue
+                try:
+                    s = summarize(p)
+                except (UserError, OSError):
+                    continue
+                detail = f"{s.status}, {s.turns if s.turns is not None else '?'} turns, {fmt_cost(s.cost or 0)}"
+                choices.append(Choice(str(p), f"{s.id}  {one_line(s.last_prompt, 60)}", detail))
+            if not choices:
+                raise UserError("no other sessions in this project")
+            picked = await self._ui.pick("Resume a session", choices[:50])
+            if picked is None:
+                return
+            path = Path(picked)
+        if path.stem == self.agent.session_id:
+            raise UserError("that is the session open now")
+        await self._switch_to(path, "resume")
+        self.show(Notice(f"resumed session {path.stem}"))
+        await self.resume_unfinished()
+
+    async def _cmd_rewind(self, args: str) -> None:
+        from keel.cli.sessions import fork_session
+        from keel.session.journal import read_records
+        from keel.session.records import UserRecord
+
+        session = self.agent.session
+        if session is None:
+            raise UserError("nothing to rewind yet", hint="rewind goes back to an earlier prompt")
+        prompts = [
+            (r.seq, typed_prompt(r.payload.message.text))
+            for r in read_records(session.path).records
+            if isinstance(r.payload, UserRecord) and r.payload.source == "prompt"
+        ]
+        if not prompts:
+            raise UserError("nothing to rewind yet", hint="rewind goes back to an earlier prompt")
+        choices = [
+            Choice(str(seq), one_line(text, 70), f"prompt {i}")
+            for i, (seq, text) in reversed(list(enumerate(prompts, start=1)))
+        ]
+        picked = args or await self._ui.pick("Rewind to just before…", choices)
+        if picked is None:
+            return
+        if not picked.isdigit():
+            raise UserError(f"/rewind {picked}: not a prompt number", hint="/rewind opens a list")
+        new_path, prompt = fork_session(session.path, int(picked))
+        await self._switch_to(new_path, "other")
+        self._ui.set_input(typed_prompt(prompt))
+        self.show(
+            Notice(
+                f"rewound into a new session {new_path.stem} (files are not changed: /undo puts "
+                "files back)"
+            )
+        )
+
+    async def _cmd_undo(self, args: str) -> None:
+        undone = self.undo.undo()
+        self.show(Output(undone.describe(), title="undo"))
+
+    async def close(self) -> None:
+        """Stop what runs and close the agent (SessionEnd hooks, MCP servers, the journal)."""
+        self.interrupt()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._agent is not None:
+            await self._agent.aclose("prompt_input_exit")
+            self._agent = None
+
+
+_MODE_HELP: dict[str, str] = {
+    "default": "asks before edits and unsandboxed commands",
+    "accept-edits": "edits in the project run without asking",
+    "plan": "read-only research, then a plan to approve",
+    "bypass": "everything runs (deny rules still apply)",
+}
+
+
+def _parse_mode(value: str) -> Mode:
+    from keel.permissions.gate import parse_mode
+
+    return parse_mode(value.strip())
+
+
+def undo_for_none() -> Undo:
+    from keel.tui.undo import NoCheckpoints
+
+    return NoCheckpoints()
+
+
+def _rel(path: Path, cwd: Path) -> str:
+    try:
+        return str(path.relative_to(cwd))
+    except ValueError:
+        return str(path)
+
+
+def _model_choices(controller: Controller) -> list[Choice]:
+    """The model now, the settings' default, then the catalog (window and prices)."""
+    from keel.llm.catalog import CATALOG
+
+    current = str(controller.ref)
+    choices = [Choice(current, current, "(now)")]
+    default = controller.factory.settings.model
+    if default and default != current:
+        choices.append(Choice(default, default, "the default in settings"))
+    for model, info in CATALOG.items():
+        spec = str(parse_model(model))
+        if spec in (current, default):
+            continue
+        detail = f"{info.window // 1000}k window"
+        if info.priced:
+            detail += f", ${info.input_price:g} / ${info.output_price:g} per M tokens"
+        choices.append(Choice(spec, spec, detail))
+    return choices
+
+
+def _mcp_text(agent: Agent) -> str:
+    manager = next(
+        (
+            getattr(close, "__self__", None)
+            for close in agent.on_close
+            if type(getattr(close, "__self__", None)).__name__ == "McpManager"
+        ),
+        None,
+    )
+    if manager is None:
+        return (
+            "No MCP servers in this session (add them to `.mcp.json` or the `mcp_servers` setting)."
+        )
+    from keel.mcp.client import describe
+
+    lines = ["```", *describe(manager), "```"]
+    tools = [name for name in agent.registry.names if name.startswith("mcp__")]
+    lines.append(
+        f"{len(tools)} MCP tools offered: " + (", ".join(f"`{t}`" for t in tools) or "none")
+    )
+    return "\n".join(lines)
+
+
+def finished_text(event: TurnFinished) -> str | None:
+    """A line for a prompt that did not end normally (None when it did)."""
+    match event.stop_reason:
+        case "end_turn":
+            return None
+        case "interrupted":
+            return "interrupted"
+        case "error":
+            return f"error: {event.error}"
+        case reason:
+            return f"stopped: {reason.replace('_', ' ')}"
+
+
+__all__ = [
+    "LOCAL_SETTINGS",
+    "MODE_CYCLE",
+    "AgentFactory",
+    "Controller",
+    "FrontEnd",
+    "Status",
+    "finished_text",
+    "save_local_rule",
+]

@@ -1,0 +1,390 @@
+"""The line mode (`keel --no-tui`, or when stdout is not a terminal): the same session as the
+terminal UI, printed line by line with rich, with prompts, permission questions and picks read
+from stdin. A line ending in `\\` continues on the next one. Ctrl+C interrupts a running prompt;
+at the prompt, Ctrl+D (end of input) or `/exit` quits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.text import Text
+
+from keel.agent.events import AssistantMessage, ToolFinished, ToolStarted, TurnFinished
+from keel.llm.events import Notice, TextDelta, ThinkingDelta
+from keel.llm.messages import Text as TextBlock
+from keel.llm.messages import Thinking
+from keel.permissions.gate import PermissionReply, PermissionRequest
+from keel.tui.control import Controller, finished_text
+from keel.tui.format import (
+    call_preview,
+    context_meter,
+    cost,
+    diff_line_kind,
+    duration,
+    key_argument,
+    one_line,
+)
+from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
+
+DIFF_STYLES = {"add": "green", "remove": "red", "hunk": "cyan", "header": "bold", "context": ""}
+#: Lines of a diff or an output shown in line mode.
+MAX_SHOWN = 40
+
+
+class LineReader:
+    """Lines from a text stream, read on a daemon thread (so a blocked read never keeps the
+    process from exiting) and handed to the event loop. None means end of input."""
+
+    def __init__(self, stream: TextIO, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._loop = loop
+        self._stream = stream
+        self._closed = False
+        threading.Thread(target=self._pump, daemon=True, name="keel-stdin").start()
+
+    def _pump(self) -> None:
+        while True:
+            line = self._stream.readline()
+            if not line:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
+                return
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, line.rstrip("\n"))
+
+    def close(self) -> None:
+        """Wake a waiting `readline` with end of input."""
+        self._closed = True
+        self._queue.put_nowait(None)
+
+    async def readline(self) -> str | None:
+        if self._closed:
+            return None
+        line = await self._queue.get()
+        if line is None:
+            self._closed = True
+        return line
+
+
+def parse_answer(line: str, *, plan: bool) -> PermissionReply | None:
+    """A typed answer to a permission question (None: not an answer, ask again).
+
+    Permission: `y` once, `s` this session, `a` always, `n [reason]`. Plan: `a` yes and accept
+    edits, `y` yes and ask before edits, `n [feedback]` keep planning."""
+    word, _, rest = line.strip().partition(" ")
+    word = word.lower().rstrip(":,")
+    reason = rest.strip()
+    if word in ("n", "no", "d", "deny"):
+        return PermissionReply(False, reason=reason)
+    if plan:
+        if word in ("a", "accept"):
+            return PermissionReply(True, mode="accept-edits")
+        if word in ("y", "yes"):
+            return PermissionReply(True, mode="default")
+        return None
+    scopes = {"y": "once", "yes": "once", "s": "session", "a": "always", "always": "always"}
+    scope = scopes.get(word)
+    if scope == "once":
+        return PermissionReply(True, "once")
+    if scope == "session":
+        return PermissionReply(True, "session")
+    if scope == "always":
+        return PermissionReply(True, "always")
+    return None
+
+
+class LineFrontEnd:
+    """Renders view events as lines; asks questions on stdin."""
+
+    def __init__(
+        self, controller: Controller, console: Console, reader: LineReader, *, echo: bool
+    ) -> None:
+        self.controller = controller
+        self.console = console
+        self.reader = reader
+        #: Print prompts as they are sent (stdin is not a terminal that already shows them).
+        self.echo = echo
+        self.exited = False
+        self._mid_line = False  # streamed text left the cursor inside a line
+        self._streaming: str = ""  # "text" or "thinking" while deltas arrive
+        self._started: set[str] = set()
+
+    # -- FrontEnd ------------------------------------------------------------------------------
+
+    def show(self, event: ViewEvent) -> None:
+        if isinstance(event, TextDelta):
+            self._delta(event.text, "text", "")
+            return
+        if isinstance(event, ThinkingDelta):
+            self._delta(event.text, "thinking", "dim italic")
+            return
+        self._end_line()
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    @property
+    def _handlers(self) -> dict[type, Callable[[Any], None]]:
+        return {
+            AssistantMessage: self._assistant,
+            ToolStarted: self._tool_started,
+            ToolFinished: self._tool_finished,
+            Notice: self._notice,
+            TurnFinished: self._turn_finished,
+            PromptSubmitted: self._prompt,
+            ShellRan: self._shell,
+            Output: self._output,
+        }
+
+    def _assistant(self, event: AssistantMessage) -> None:
+        shown = bool(self._streaming)
+        self._streaming = ""
+        if shown:
+            return
+        for block in event.message.blocks:  # replayed from a session file: nothing streamed
+            if isinstance(block, Thinking) and block.text:
+                self.console.print(Text(f"✻ {block.text}", style="dim italic"))
+            elif isinstance(block, TextBlock) and block.text:
+                self.console.print(Markdown(block.text))
+
+    def _tool_started(self, event: ToolStarted) -> None:
+        self._started.add(event.call.id)
+        self._tool_line(event.call.name, key_argument(event.call))
+
+    def _tool_finished(self, event: ToolFinished) -> None:
+        call, result = event.call, event.result
+        if call.id not in self._started:
+            self._tool_line(call.name, key_argument(call))
+        self._started.discard(call.id)
+        self._tool_result(call.name, result.text, result.is_error, event.seconds, event.display)
+
+    def _notice(self, event: Notice) -> None:
+        warning = event.level == "warning"
+        text = f"{'⚠' if warning else '·'} {event.text}"
+        self.console.print(Text(text, style="yellow" if warning else "dim"))
+
+    def _turn_finished(self, event: TurnFinished) -> None:
+        line = finished_text(event)
+        if line:
+            self.console.print(Text(f"⏹ {line}", style="yellow"))
+        self._footer()
+
+    def _prompt(self, event: PromptSubmitted) -> None:
+        if self.echo:
+            self.console.print(Text(f"› {event.text}", style="bold"))
+        if event.attachments:
+            self.console.print(Text(f"  attached: {', '.join(event.attachments)}", style="dim"))
+
+    def _shell(self, event: ShellRan) -> None:
+        self.console.print(Text(f"$ {event.command}", style="bold"))
+        self._lines(event.output.splitlines(), "")
+        self.console.print(
+            Text(f"[exit {event.exit_code}, {duration(event.seconds)}]", style="dim")
+        )
+
+    def _output(self, event: Output) -> None:
+        if event.kind == "error":
+            self.console.print(Text(f"error: {event.text}", style="red"))
+        elif event.kind == "text":
+            self.console.print(Text(event.text))
+        else:
+            self.console.print(Markdown(event.text))
+
+    def reset(self, events: Sequence[ViewEvent]) -> None:
+        self._end_line()
+        if not events:
+            return
+        echo, self.echo = self.echo, True
+        try:
+            for event in events:
+                self.show(event)
+        finally:
+            self.echo = echo
+
+    def refresh_status(self) -> None:
+        return None
+
+    def set_input(self, text: str) -> None:
+        self.console.print(
+            Text(f"the prompt you rewound past (send it again to rerun it):\n{text}", style="dim")
+        )
+
+    def exit(self) -> None:
+        self.exited = True
+        self.reader.close()
+
+    async def ask(self, request: PermissionRequest) -> PermissionReply:
+        self._end_line()
+        plan = bool(request.plan)
+        call = request.call
+        if plan:
+            self.console.print(Text("? The plan (approve it to leave plan mode):", style="bold"))
+            self.console.print(Markdown(request.plan))
+            options = "[a] yes, and accept edits  [y] yes, ask before each edit  [n] no, keep planning (n FEEDBACK)"
+        else:
+            head = f"? Allow {call.name} {key_argument(call, 60)}".rstrip()
+            self.console.print(Text(f"{head}  ({request.reason})", style="bold"))
+            self._preview(call_preview(call, MAX_SHOWN))
+            options = (
+                f"[y] yes  [s] yes, for this session  [a] always allow {request.suggestion}  "
+                "[n] no (n REASON: tell the model why)"
+            )
+        self.console.print(Text(f"  {options}", style="cyan"))
+        while True:
+            line = await self.reader.readline()
+            if line is None:
+                return PermissionReply(False, reason="no answer: the input ended")
+            reply = parse_answer(line, plan=plan)
+            if reply is not None:
+                return reply
+            self.console.print(
+                Text(
+                    "  answer y, s, a or n (n REASON)"
+                    if not plan
+                    else "  answer a, y or n (n FEEDBACK)",
+                    style="yellow",
+                )
+            )
+
+    async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
+        self._end_line()
+        self.console.print(Text(title, style="bold"))
+        for i, choice in enumerate(choices, start=1):
+            detail = f"  {choice.detail}" if choice.detail else ""
+            self.console.print(Text(f"  {i:>2}. {choice.label}") + Text(detail, style="dim"))
+        self.console.print(Text("  number, or Enter to cancel", style="cyan"))
+        line = await self.reader.readline()
+        if line is None or not line.strip():
+            return None
+        if line.strip().isdigit() and 1 <= int(line) <= len(choices):
+            return choices[int(line) - 1].value
+        self.console.print(
+            Text(f"  {line.strip()!r} is not one of the numbers; cancelled", style="yellow")
+        )
+        return None
+
+    # -- printing ------------------------------------------------------------------------------
+
+    def _delta(self, text: str, kind: str, style: str) -> None:
+        if self._streaming != kind:
+            self._end_line()
+            self._streaming = kind
+            if kind == "thinking":
+                self.console.print(Text("✻ ", style=style), end="")
+                self._mid_line = True
+        self.console.print(Text(text, style=style), end="")
+        if text:
+            self._mid_line = not text.endswith("\n")
+
+    def _end_line(self) -> None:
+        if self._mid_line:
+            self.console.print()
+            self._mid_line = False
+
+    def _tool_line(self, name: str, argument: str) -> None:
+        self.console.print(
+            Text("⏺ ", style="cyan")
+            + Text(name, style="bold")
+            + Text(f" {argument}" if argument else "")
+        )
+
+    def _tool_result(
+        self, name: str, text: str, is_error: bool, seconds: float, display: str | None
+    ) -> None:
+        mark = Text("  └ ✗ " if is_error else "  └ ✓ ", style="red" if is_error else "green")
+        first = one_line(text.strip().splitlines()[0] if text.strip() else "", 100)
+        self.console.print(mark + Text(f"{duration(seconds)}  ", style="dim") + Text(first))
+        if display and name == "todo_write":
+            self._todos(display)
+        elif display:
+            self._preview(display)
+
+    def _preview(self, diff: str) -> None:
+        self._lines(diff.splitlines(), "diff")
+
+    def _lines(self, lines: list[str], kind: str) -> None:
+        shown = lines[:MAX_SHOWN]
+        for line in shown:
+            style = DIFF_STYLES[diff_line_kind(line)] if kind == "diff" else ""
+            self.console.print(Text(f"    {line}", style=style))
+        if len(lines) > MAX_SHOWN:
+            self.console.print(Text(f"    … {len(lines) - MAX_SHOWN} more lines", style="dim"))
+
+    def _todos(self, display: str) -> None:
+        try:
+            todos = json.loads(display)
+        except ValueError:
+            return
+        marks = {"completed": "☒", "in_progress": "◐", "pending": "☐"}
+        for todo in todos:
+            status = todo.get("status", "pending")
+            style = (
+                "dim strike" if status == "completed" else "bold" if status == "in_progress" else ""
+            )
+            self.console.print(
+                Text(f"    {marks.get(status, '☐')} {todo.get('content', '')}", style=style)
+            )
+
+    def _footer(self) -> None:
+        status = self.controller.status()
+        meter, level = context_meter(status.context, status.window)
+        style = {"ok": "dim", "warn": "yellow", "high": "red"}[level]
+        self.console.print(
+            Text(f"  {status.model} · {status.mode} · ", style="dim")
+            + Text(meter, style=style)
+            + Text(f" · {cost(status.cost)}", style="dim")
+        )
+
+
+async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | None = None) -> int:
+    """Drive `controller` from stdin until it ends or the user quits; returns the exit code."""
+    stdin = stdin or sys.stdin
+    loop = asyncio.get_running_loop()
+    reader = LineReader(stdin, loop)
+    console = Console(highlight=False, soft_wrap=True)
+    ui = LineFrontEnd(controller, console, reader, echo=not stdin.isatty())
+    controller.attach(ui)
+    last_sigint = 0.0
+
+    def on_sigint() -> None:
+        nonlocal last_sigint
+        if controller.interrupt():
+            return
+        now = time.monotonic()
+        if now - last_sigint < 2.0:
+            ui.exit()
+        else:
+            ui._end_line()
+            console.print(Text("(Ctrl+C again, Ctrl+D or /exit quits)", style="dim"))
+        last_sigint = now
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        controller.begin(prompt)
+        await controller.wait()
+        while not (ui.exited or controller.exited):
+            if stdin.isatty():
+                console.print(Text("› ", style="bold cyan"), end="")
+            line = await reader.readline()
+            while line is not None and line.endswith("\\"):
+                more = await reader.readline()
+                line = line[:-1] + "\n" + (more or "")
+            if line is None:
+                break
+            controller.submit(line)
+            await controller.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await controller.close()
+    return 0
+
+
+__all__ = ["LineFrontEnd", "LineReader", "parse_answer", "run_line"]

@@ -1,0 +1,262 @@
+"""Modal cards of the terminal UI: a permission question, plan approval, a picker and the quit
+question. Each one returns its answer through `dismiss`; none of them touches the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Markdown, OptionList, Static
+from textual.widgets.option_list import Option
+
+from keel.permissions.gate import PermissionReply, PermissionRequest
+from keel.tui.format import call_preview, key_argument
+from keel.tui.view import Choice
+from keel.tui.widgets import diff_text
+
+#: A reply that means "stop the turn" (Esc on a question): the app interrupts instead.
+INTERRUPT = PermissionReply(False, reason="")
+
+
+class _Question(ModalScreen[PermissionReply]):
+    """Options in a list (digits pick them), and a reason box for the "no" option."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "interrupt", "interrupt", show=False),
+    ]
+    DEFAULT_CSS = """
+    _Question { align: center bottom; background: $background 40%; }
+    _Question > #card {
+        width: 100%; height: auto; max-height: 90%; border: round $accent;
+        padding: 0 1; background: $surface;
+    }
+    _Question #title { text-style: bold; }
+    _Question #why { color: $text-muted; }
+    _Question #preview { height: auto; max-height: 16; margin: 1 0 0 0; }
+    _Question OptionList { height: auto; border: none; margin: 1 0 0 0; padding: 0; }
+    _Question Input { margin: 0 0 1 0; }
+    _Question #hint { color: $text-muted; }
+    """
+    #: The option index that asks for a reason before answering.
+    deny_index = 0
+
+    def __init__(self, request: PermissionRequest) -> None:
+        super().__init__()
+        self.request = request
+        self.interrupted = False
+        self.reason = Input(placeholder="what should keel do instead? (Enter to send)")
+        self.reason.display = False
+
+    def options(self) -> list[str]:
+        raise NotImplementedError
+
+    def answer(self, index: int, reason: str) -> PermissionReply:
+        raise NotImplementedError
+
+    def body(self) -> list[Any]:
+        raise NotImplementedError
+
+    def compose(self) -> Any:
+        with Vertical(id="card"):
+            yield from self.body()
+            yield OptionList(
+                *[
+                    Option(f"{i}. {label}", id=str(i - 1))
+                    for i, label in enumerate(self.options(), 1)
+                ],
+                id="options",
+            )
+            yield self.reason
+            yield Static(Text("↑/↓ and Enter, or a digit · Esc stops the turn"), id="hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#options", OptionList).focus()
+
+    def on_key(self, event: Any) -> None:
+        if self.reason.display:
+            return
+        key = getattr(event, "key", "")
+        digits = {str(i): i - 1 for i in range(1, len(self.options()) + 1)}
+        shortcuts = {"y": 0, "n": self.deny_index}
+        if key in digits or key in shortcuts:
+            event.stop()
+            self._choose(digits.get(key, shortcuts.get(key, 0)))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self._choose(int(event.option.id or 0))
+
+    def _choose(self, index: int) -> None:
+        if index == self.deny_index:
+            self.reason.display = True
+            self.reason.focus()
+            return
+        self.dismiss(self.answer(index, ""))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(self.answer(self.deny_index, event.value.strip()))
+
+    def action_interrupt(self) -> None:
+        self.interrupted = True
+        self.dismiss(INTERRUPT)
+
+
+class PermissionScreen(_Question):
+    """Allow once / for the session / always (saving the suggested rule) / deny with a reason."""
+
+    deny_index = 3
+
+    def __init__(self, request: PermissionRequest, saved_to: str) -> None:
+        super().__init__(request)
+        self.saved_to = saved_to
+
+    def body(self) -> list[Any]:
+        call = self.request.call
+        title = Text(f"Allow {call.name}", style="bold")
+        argument = key_argument(call, 70)
+        if argument:
+            title.append(f"  {argument}", style="")
+        parts: list[Any] = [
+            Static(title, id="title"),
+            Static(Text(f"keel wants to {self.request.reason}"), id="why"),
+        ]
+        preview = call_preview(call)
+        if preview:
+            parts.append(VerticalScroll(Static(diff_text(preview)), id="preview"))
+        return parts
+
+    def options(self) -> list[str]:
+        rule = self.request.suggestion
+        return [
+            "Yes",
+            f"Yes, and don't ask again for {rule} in this session",
+            f"Yes, and always allow {rule} (saved to {self.saved_to})",
+            "No, and tell keel what to do instead",
+        ]
+
+    def answer(self, index: int, reason: str) -> PermissionReply:
+        if index == self.deny_index:
+            return PermissionReply(False, reason=reason)
+        return PermissionReply(True, ("once", "session", "always")[index])
+
+
+class PlanScreen(_Question):
+    """Plan approval: the plan as Markdown, then the mode to carry it out in."""
+
+    deny_index = 2
+
+    def body(self) -> list[Any]:
+        return [
+            Static(Text("Here is the plan. Go ahead?", style="bold"), id="title"),
+            VerticalScroll(Markdown(self.request.plan), id="preview"),
+        ]
+
+    def options(self) -> list[str]:
+        return [
+            "Yes, and accept edits",
+            "Yes, but ask before each edit",
+            "No, keep planning (tell keel what to change)",
+        ]
+
+    def answer(self, index: int, reason: str) -> PermissionReply:
+        if index == self.deny_index:
+            return PermissionReply(False, reason=reason)
+        return PermissionReply(True, mode="accept-edits" if index == 0 else "default")
+
+
+class PickerScreen(ModalScreen[str | None]):
+    """Pick one of `choices`; typing filters them; Esc backs out."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel", show=False)]
+    DEFAULT_CSS = """
+    PickerScreen { align: center bottom; background: $background 40%; }
+    PickerScreen > #card {
+        width: 100%; height: auto; max-height: 80%; border: round $accent;
+        padding: 0 1; background: $surface;
+    }
+    PickerScreen OptionList { height: auto; max-height: 20; border: none; }
+    """
+
+    def __init__(self, title: str, choices: Sequence[Choice]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.choices = list(choices)
+        self.filter = Input(placeholder="type to filter")
+
+    def compose(self) -> Any:
+        with Vertical(id="card"):
+            yield Static(Text(self.title_text, style="bold"))
+            yield self.filter
+            yield OptionList(*self._options(""), id="choices")
+
+    def _options(self, needle: str) -> list[Option]:
+        out = []
+        for choice in self.choices:
+            if needle and needle.lower() not in f"{choice.label} {choice.detail}".lower():
+                continue
+            label = Text(choice.label)
+            if choice.detail:
+                label.append(f"  {choice.detail}", style="dim")
+            out.append(Option(label, id=choice.value))
+        return out
+
+    def on_mount(self) -> None:
+        self.filter.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        options = self.query_one("#choices", OptionList)
+        options.clear_options()
+        options.add_options(self._options(event.value))
+        options.highlighted = 0 if options.option_count else None
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        options = self.query_one("#choices", OptionList)
+        if options.highlighted is not None:
+            self.dismiss(options.get_option_at_index(options.highlighted).id)
+
+    def on_key(self, event: Any) -> None:
+        if getattr(event, "key", "") in ("up", "down"):
+            options = self.query_one("#choices", OptionList)
+            if event.key == "up":
+                options.action_cursor_up()
+            else:
+                options.action_cursor_down()
+            event.stop()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class QuitScreen(ModalScreen[bool]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y,enter,ctrl+c", "answer(True)", "quit", show=False),
+        Binding("n,escape", "answer(False)", "stay", show=False),
+    ]
+    DEFAULT_CSS = """
+    QuitScreen { align: center bottom; background: $background 40%; }
+    QuitScreen > Static {
+        width: 100%; height: auto; border: round $warning; padding: 0 1; background: $surface;
+    }
+    """
+
+    def compose(self) -> Any:
+        text = Text("Quit keel? ", style="bold")
+        text.append("y / Enter quits · n / Esc stays", style="dim")
+        yield Static(text)
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+__all__ = ["INTERRUPT", "PermissionScreen", "PickerScreen", "PlanScreen", "QuitScreen"]
