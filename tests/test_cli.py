@@ -251,12 +251,6 @@ def test_prompt_from_stdin_and_from_both(project: Path, tmp_path: Path) -> None:
             {},
             "keel: error: unrecognized arguments: --frobnicate (hint: run `keel --help` for usage)",
         ),
-        (
-            ["hello"],
-            {},
-            "keel: error: the interactive terminal UI is not available yet (hint: run one "
-            'prompt headless with keel -p "your prompt")',
-        ),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(

@@ -100,7 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
         "list|show|rm|path, keel compact ID, keel hooks [list|approve], keel mcp [list|approve], keel skills, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
-    p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="the prompt (with -p)")
+    p.add_argument(
+        "prompt_words",
+        nargs="*",
+        metavar="PROMPT",
+        help="the prompt (with -p); without -p, the interactive session's first prompt",
+    )
     p.add_argument(
         "-p",
         "--print",
@@ -109,16 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one prompt headless and print the result (prompt from args or stdin)",
     )
     _run_options(p)
-    p.add_argument("-r", "--resume", metavar="ID", help="continue session ID (with -p)")
+    p.add_argument("-r", "--resume", metavar="ID", help="continue session ID")
     p.add_argument(
         "-c",
         "--continue",
         dest="continue_session",
         action="store_true",
-        help="continue the latest session in this directory (with -p)",
+        help="continue the latest session in this directory",
     )
     p.add_argument("--cwd", help="work in this directory instead of the current one")
     p.add_argument("--no-session", action="store_true", help="do not write a session file")
+    p.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="interactive, but line by line on stdin/stdout (also when they are not a terminal)",
+    )
     p.add_argument(
         "--no-wait",
         action="store_true",
@@ -263,20 +273,12 @@ def _dispatch(argv: list[str]) -> int:
     if args.version:
         print(f"keel {__version__}")
         return EXIT_OK
-    if not args.headless:
-        from keel.errors import UserError
-
-        if args.resume or args.continue_session:
-            raise UserError(
-                "--resume and --continue need -p until the interactive UI exists",
-                hint=f'keel -p --resume {args.resume or "ID"} "…", or keel resume ID',
-            )
-        raise UserError(
-            "the interactive terminal UI is not available yet",
-            hint='run one prompt headless with keel -p "your prompt"',
-        )
     if args.resume and args.continue_session:
         raise ArgumentError("--resume and --continue cannot be used together")
+    if not args.headless:
+        from keel.cli.interactive import run_interactive
+
+        return run_interactive(args)
     from keel.cli.headless import run_headless
 
     return run_headless(args)

@@ -25,6 +25,7 @@ from keel.session.records import (
     Record,
     TerminalRecord,
     ToolResultRecord,
+    UndoRecord,
     UserRecord,
 )
 from keel.session.store import new_session_id
@@ -169,6 +170,10 @@ def describe(record: Record) -> list[str]:
             return [
                 f"{head} decision: {tool} {tool_use_id} {outcome} by {source} {reason}".rstrip()
             ]
+        case UndoRecord():
+            files = len(p.restored) + len(p.removed)
+            lost = f", {len(p.failed)} not restored" if p.failed else ""
+            return [f"{head} undo {p.label or p.unit}: {files} file(s) put back{lost}"]
         case TerminalRecord(reason, message, turns, cost):
             detail = f": {message}" if message else ""
             return [f"{head} ── {reason}{detail} ({turns} turns, ${cost:.4f} in all)"]

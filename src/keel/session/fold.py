@@ -22,6 +22,7 @@ from keel.session.records import (
     Record,
     TerminalRecord,
     ToolResultRecord,
+    UndoRecord,
     UserRecord,
 )
 
@@ -61,6 +62,9 @@ class SessionState:
     created: str = ""
     #: Tokens the context held after the last response (for the compaction threshold).
     last_context: int = 0
+    #: Notes of `/undo`s after the last prompt: the model has not been told yet. A front end
+    #: resuming the session queues them again (`Agent.add_note`).
+    undo_notes: list[str] = field(default_factory=list)
 
     @property
     def messages(self) -> list[Message]:
@@ -107,6 +111,9 @@ class _Folder:
                 self.state.last_context = 0
             case TerminalRecord():
                 self.state.terminal = p
+            case UndoRecord():
+                if p.note:  # the conversation is untouched; the note rides the next prompt
+                    self.state.undo_notes.append(p.note)
             case NoteRecord() | DecisionRecord():
                 pass
 
@@ -114,6 +121,7 @@ class _Folder:
         self._close(fill_missing=True)
         self.state.conversation.append(p.message)
         if p.source == "prompt":
+            self.state.undo_notes.clear()  # delivered: a prompt carries the pending notes
             self.state.last_prompt = p.message.text
             self.state.turns_since_prompt = 0
 

@@ -149,6 +149,23 @@ class DecisionRecord:
 
 
 @frozen
+class UndoRecord:
+    """An `/undo`: the files of one checkpoint unit were put back (docs/checkpoints.md). The
+    conversation is untouched; the model learns of it through a note on the next prompt."""
+
+    unit: str
+    label: str = ""
+    #: Files written back to their earlier content, and files the unit had created, deleted.
+    restored: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    #: `path: why` for each file that could not be put back.
+    failed: tuple[str, ...] = ()
+    #: What the model is told (with the next prompt); kept so a resume still tells it.
+    note: str = ""
+    type: Literal["undo"] = "undo"
+
+
+@frozen
 class TerminalRecord:
     reason: TerminalReason
     message: str = ""
@@ -167,6 +184,7 @@ Payload: TypeAlias = (
     | NoteRecord
     | CompactionRecord
     | DecisionRecord
+    | UndoRecord
     | TerminalRecord
 )
 
@@ -230,6 +248,15 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "outcome": p.outcome,
                 "source": p.source,
                 "reason": p.reason,
+            }
+        case UndoRecord():
+            return {
+                "unit": p.unit,
+                "label": p.label,
+                "restored": list(p.restored),
+                "removed": list(p.removed),
+                "failed": list(p.failed),
+                "note": p.note,
             }
         case TerminalRecord():
             return {
@@ -316,6 +343,15 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
         return DecisionRecord(
             d["tool_use_id"], d["tool"], d["outcome"], d.get("source", ""), d.get("reason", "")
         )
+    if kind == "undo":
+        return UndoRecord(
+            d["unit"],
+            d.get("label", ""),
+            tuple(d.get("restored", ())),
+            tuple(d.get("removed", ())),
+            tuple(d.get("failed", ())),
+            d.get("note", ""),
+        )
     if kind == "terminal":
         return TerminalRecord(
             d["reason"],
@@ -336,6 +372,7 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "note": {"text"},
     "compaction": {"summary", "trigger", "tokens_before", "tokens_after", "usage", "cost"},
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason"},
+    "undo": {"unit", "label", "restored", "removed", "failed", "note"},
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
 }
 _ALLOWED = {kind: frozenset(fields | _ENVELOPE) for kind, fields in _KNOWN_FIELDS.items()}

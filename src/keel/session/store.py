@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.errors import UserError
 from keel.llm.messages import Message, ToolResult, Usage
@@ -28,9 +29,13 @@ from keel.session.records import (
     TerminalReason,
     TerminalRecord,
     ToolResultRecord,
+    UndoRecord,
     UserRecord,
     UserSource,
 )
+
+if TYPE_CHECKING:
+    from keel.checkpoints import UndoSummary
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -129,6 +134,20 @@ class SessionLog:
     ) -> None:
         self.journal.append(
             DecisionRecord(tool_use_id, tool, outcome, source, reason), durable=False
+        )
+
+    def undo(self, summary: UndoSummary, note: str = "") -> None:
+        """Record an `/undo` (after it happened: only then is it known what it put back) and the
+        `note` queued for the model, which a resume queues again until a prompt carries it."""
+        self.journal.append(
+            UndoRecord(
+                summary.unit,
+                summary.label,
+                tuple(str(p) for p in summary.restored),
+                tuple(str(p) for p in summary.removed),
+                tuple(f"{p.path}: {p.why}" for p in summary.failed),
+                note,
+            )
         )
 
     def terminal(

@@ -32,6 +32,7 @@ from keel.llm.messages import Image, Text
 from keel.llm.request import ToolSpec
 
 if TYPE_CHECKING:
+    from keel.checkpoints import Checkpoints
     from keel.permissions.sandbox import Sandbox
     from keel.tools.background import BackgroundTasks
 
@@ -68,6 +69,8 @@ class ToolContext:
     sandbox: Sandbox | None = None
     #: Where whole outputs of truncated results are kept (beside the session file), if anywhere.
     raw_dir: Path | None = None
+    #: Snapshots taken before writes, for `/undo` (None: none are kept). Subagents share it.
+    checkpoints: Checkpoints | None = None
     #: Background shells and subagents (None: `run_in_background` is refused).
     background: BackgroundTasks | None = None
 

@@ -182,8 +182,23 @@ def _diff(before: str, after: str, name: str) -> str:
     )
 
 
+def _checkpoint(ctx: ToolContext, target: Path, raw: str) -> None:
+    """Keep what `target` holds for `/undo` (once per prompt); no snapshot, no write."""
+    if ctx.checkpoints is None:
+        return
+    from keel.checkpoints import CheckpointError  # loaded already: ctx.checkpoints exists
+
+    try:
+        ctx.checkpoints.before_write(target)
+    except CheckpointError as exc:
+        raise ToolError(f"{exc.one_line()}; nothing was written to {raw}") from None
+
+
 def _commit(ctx: ToolContext, target: Path, before: str | None, after: str, raw: str) -> ToolOutput:
+    _checkpoint(ctx, target, raw)
     _atomic_write(target, after)
+    if ctx.checkpoints is not None:
+        ctx.checkpoints.after_write(target)
     # The model knows what it wrote, so the new content counts as read.
     ctx.read_files[target] = stamp(target)
     name = display_path(ctx, target)

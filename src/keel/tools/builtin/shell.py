@@ -253,13 +253,14 @@ async def bash(
         raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT} seconds")
     if run_in_background:
         return start_background(ctx, command, description, sandbox)
-    text, code, timed_out = await run_command(
-        command,
-        cwd=str(ctx.cwd),
-        env=ctx.env or os.environ,
-        time_limit=timeout,
-        sandbox=ctx.sandbox if sandbox else None,
-    )
+    async with _checkpointed(ctx, command):
+        text, code, timed_out = await run_command(
+            command,
+            cwd=str(ctx.cwd),
+            env=ctx.env or os.environ,
+            time_limit=timeout,
+            sandbox=ctx.sandbox if sandbox else None,
+        )
     text = text.rstrip("\n")
     sep = "\n" if text else ""
     if timed_out:
@@ -268,6 +269,13 @@ async def bash(
         )
     # A failing command is a result the model should read, not a failed tool call.
     return ToolOutput(f"{text}{sep}[exit code {code}]")
+
+
+def _checkpointed(ctx: ToolContext, command: str) -> contextlib.AbstractAsyncContextManager[None]:
+    """Around a command: in a git repository, keep for `/undo` what it changes."""
+    if ctx.checkpoints is None:
+        return contextlib.nullcontext()
+    return ctx.checkpoints.bash(ctx.cwd, command)
 
 
 def start_background(ctx: ToolContext, command: str, description: str, sandbox: bool) -> ToolOutput:
