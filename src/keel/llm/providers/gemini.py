@@ -75,7 +75,7 @@ THINKING_BUDGETS: Final[Mapping[Effort, int]] = {
     "high": 16_384,
     "max": 24_576,
 }
-#: Gemini 3 and later take a thinking level.
+#: Gemini 3 and later take a thinking level; `HIGH` is their most.
 THINKING_LEVELS: Final[Mapping[Effort, str]] = {
     "low": "LOW",
     "medium": "MEDIUM",
@@ -83,6 +83,8 @@ THINKING_LEVELS: Final[Mapping[Effort, str]] = {
     "max": "HIGH",
 }
 _BUDGET_MODELS: Final = re.compile(r"gemini-[12]\.")
+#: Gemini 3 Pro takes only LOW and HIGH; its medium is its default, HIGH.
+_TWO_LEVEL_MODELS: Final = re.compile(r"gemini-3-pro")
 
 #: Finish reasons that mean the output was withheld by a filter: to the loop, a refusal.
 _REFUSALS: Final = frozenset(
@@ -202,7 +204,10 @@ def thinking_config(model: str, effort: Effort | None) -> JSONObject | None:
     if _BUDGET_MODELS.match(model):
         config["thinkingBudget"] = THINKING_BUDGETS[effort]
     else:
-        config["thinkingLevel"] = THINKING_LEVELS[effort]
+        level = THINKING_LEVELS[effort]
+        if level == "MEDIUM" and _TWO_LEVEL_MODELS.match(model):
+            level = "HIGH"
+        config["thinkingLevel"] = level
     return config
 
 
