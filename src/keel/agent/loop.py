@@ -48,7 +48,7 @@ from keel.config.settings import user_config_dir
 from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
 from keel.hooks.runner import HookResult, HookRunner
-from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
+from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_window
 from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
@@ -796,6 +796,9 @@ class Agent:
 
     def _record_assistant(self, done: Done, emit: Emit) -> None:
         self._just_compacted = False
+        if done.window and done.window != self.info.window:
+            # A local server loaded the model with this window: compaction and the meter use it.
+            self.info = with_window(self.info, done.window)
         cost = self.info.cost(done.usage)
         if self.session is not None:
             self.session.assistant(

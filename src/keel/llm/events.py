@@ -44,9 +44,13 @@ class Notice:
 
 @frozen
 class Done:
+    """The end of a response. `window` is the context window the server reported for the model
+    (a local server knows the window it loaded; 0 means the catalog's stands)."""
+
     message: Message
     usage: Usage
     stop_reason: StopReason
+    window: int = 0
 
 
 StreamEvent: TypeAlias = TextDelta | ThinkingDelta | ToolUseStart | ToolUseDelta | Notice | Done

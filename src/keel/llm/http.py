@@ -292,10 +292,17 @@ class HTTPProvider(ABC):
         once for every adapter, because a preset or custom provider (`groq`, a gateway) shares
         its adapter with others and the transcript must say which one answered."""
         message = done.message
-        if message.provider == self.name and message.model:
+        window = self.reported_window(request.model)
+        if message.provider == self.name and message.model and window == done.window:
             return done
         stamped = Message(message.role, message.blocks, self.name, message.model or request.model)
-        return Done(stamped, done.usage, done.stop_reason)
+        return Done(stamped, done.usage, done.stop_reason, window)
+
+    def reported_window(self, model: str) -> int:
+        """The context window the server said `model` has (what `prepare` learned), or 0 when
+        it says nothing and the catalog's window stands. Hosted APIs say nothing."""
+        del model  # nothing learned
+        return 0
 
     # -- helpers for subclasses ---------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from keel.llm.events import Done, Notice, StreamEvent, TextDelta
@@ -160,7 +160,7 @@ def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, Noti
     stop = "tool_use" if done.stop_reason in ("end_turn", "stop_sequence") else done.stop_reason
     names = ", ".join(name for name, _ in calls)
     notice = Notice(f"the model wrote {len(calls)} tool call(s) as text ({names}); running them")
-    return Done(message, done.usage, stop), notice
+    return replace(done, message=message, stop_reason=stop), notice
 
 
 class SalvagingProvider:

@@ -311,6 +311,9 @@ class OllamaProvider(HTTPProvider):
         trained = self.facts[model].context_length if model in self.facts else 0
         return min(self.num_ctx, trained) if trained else self.num_ctx
 
+    def reported_window(self, model: str) -> int:
+        return self.window(model)
+
     async def prepare(self, request: Request) -> None:
         if request.model in self.facts:
             return
