@@ -264,6 +264,10 @@ def _adapter(
             from keel.llm.providers.openai_responses import OpenAIResponsesProvider
 
             return OpenAIResponsesProvider(base_url=base_url, api_key=key, settings=http)
+        case "openai-chat" if preset.name == "lmstudio":
+            from keel.llm.providers.lmstudio import LMStudioProvider
+
+            return LMStudioProvider(base_url=base_url, api_key=key, settings=http)
         case "openai-chat":
             from keel.llm.providers.openai_chat import OpenAIChatProvider
 

@@ -65,6 +65,7 @@ _TOP_LEVEL_KEYS: Final = frozenset(
         "stop_sequences",
         "metadata",
         "thinking",
+        "output_config",
         "service_tier",
     }
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ THINKING_BUDGETS: Final[Mapping[Effort, int]] = {
     "high": 24_000,
     "max": 32_000,
 }
+#: Models that think adaptively, told only how hard to try (`output_config.effort`); they refuse
+#: fixed budgets or deprecate them. Only Opus takes `max`.
+_ADAPTIVE_MODELS: Final = re.compile(r"claude-(?:opus|sonnet|haiku)-(?:4-[6-9]|[5-9])(?!\d)")
 _MIN_THINKING_BUDGET: Final = 1_024
 _MIN_ANSWER_TOKENS: Final = 1_024
 
@@ -278,6 +282,21 @@ def thinking_budget(effort: Effort | None, max_tokens: int) -> int | None:
     return budget if budget >= _MIN_THINKING_BUDGET else None
 
 
+def thinking_config(model: str, effort: Effort | None, max_tokens: int) -> dict[str, Any] | None:
+    """The body fields that turn thinking on for `effort`: adaptive thinking with an effort level
+    for the models that take it (Claude 4.6 and later), a token budget for the older ones; None
+    leaves thinking off."""
+    if effort is None:
+        return None
+    if _ADAPTIVE_MODELS.match(model):
+        level = effort if effort != "max" or model.startswith("claude-opus") else "high"
+        return {"thinking": {"type": "adaptive"}, "output_config": {"effort": level}}
+    budget = thinking_budget(effort, max_tokens)
+    if budget is None:
+        return None
+    return {"thinking": {"type": "enabled", "budget_tokens": budget}}
+
+
 def encode_head(request: Request) -> bytes:
     """The body up to `"messages":[`: parameters, system prompt and tools, breakpoints marked."""
     body: dict[str, Any] = {
@@ -285,13 +304,13 @@ def encode_head(request: Request) -> bytes:
         "max_tokens": request.max_tokens,
         "stream": True,
     }
-    budget = thinking_budget(request.effort, request.max_tokens)
-    if budget is not None:
-        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    thinking = thinking_config(request.model, request.effort, request.max_tokens)
+    if thinking is not None:
+        body.update(thinking)
     elif request.temperature is not None:
         # With thinking on, the API accepts no temperature other than its default.
         body["temperature"] = request.temperature
-    if request.top_p is not None and (budget is None or request.top_p >= 0.95):
+    if request.top_p is not None and (thinking is None or request.top_p >= 0.95):
         body["top_p"] = request.top_p  # with thinking on, the API accepts only 0.95 to 1
     user_id = request.metadata.get("user_id")
     if user_id:
