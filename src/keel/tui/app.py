@@ -143,24 +143,19 @@ class KeelApp(App[int]):
     # -- layout --------------------------------------------------------------------------------
 
     def compose(self) -> Any:
-        yield VerticalScroll(id="transcript")
-        yield TodoPanel()
-        yield Activity()
-        yield Completions()
-        yield PromptInput(self.history.entries)
-        yield StatusBar()
-
-    @property
-    def transcript(self) -> VerticalScroll:
-        return self.query_one("#transcript", VerticalScroll)
-
-    @property
-    def prompt(self) -> PromptInput:
-        return self.query_one(PromptInput)
-
-    @property
-    def todos(self) -> TodoPanel:
-        return self.query_one(TodoPanel)
+        # Kept as attributes: a modal card may be the current screen while they update.
+        self.transcript = VerticalScroll(id="transcript")
+        self.todos = TodoPanel()
+        self.activity = Activity()
+        self.completions = Completions()
+        self.prompt = PromptInput(self.history.entries)
+        self.status_bar = StatusBar()
+        yield self.transcript
+        yield self.todos
+        yield self.activity
+        yield self.completions
+        yield self.prompt
+        yield self.status_bar
 
     def on_mount(self) -> None:
         if self.is_headless:
@@ -188,7 +183,7 @@ class KeelApp(App[int]):
         if not self._attached:
             return
         status = self.controller.status()
-        self.query_one(StatusBar).show_status(
+        self.status_bar.show_status(
             model=status.model,
             mode=status.mode,
             context=status.context,
@@ -196,7 +191,7 @@ class KeelApp(App[int]):
             usd=status.cost,
             total=status.tokens,
         )
-        self.query_one(Activity).set_running(status.since)
+        self.activity.set_running(status.since)
 
     def set_input(self, text: str) -> None:
         self.prompt.load_text(text)
@@ -373,7 +368,7 @@ class KeelApp(App[int]):
         self._close_segments()
 
     def _tick(self) -> None:
-        self.query_one(Activity).tick()
+        self.activity.tick()
         for card in self._cards.values():
             card.tick()
 
@@ -420,12 +415,12 @@ class KeelApp(App[int]):
         return self._files
 
     def _offer(self, items: list[tuple[str, str]]) -> None:
-        self.query_one(Completions).offer(items)
+        self.completions.offer(items)
         self.prompt.completing = bool(items)
 
     @on(PromptInput.Navigate)
     def _navigate(self, message: PromptInput.Navigate) -> None:
-        completions = self.query_one(Completions)
+        completions = self.completions
         if message.key == "up":
             completions.action_cursor_up()
         elif message.key == "down":

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from keel.agent.events import Event, TurnFinished, UsageUpdated
+from keel.agent.events import BackgroundFinished, Event, TurnFinished, UsageUpdated
 from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
 from keel.cli.headless import Printer, build_agent, connect_mcp, open_session
 from keel.errors import KeelError, UserError
@@ -32,7 +32,7 @@ from keel.tui import commands as cmds
 from keel.tui.format import cost as fmt_cost
 from keel.tui.format import one_line, typed_prompt
 from keel.tui.mentions import attach
-from keel.tui.undo import Undo, undo_for
+from keel.tui.undo import SessionUndo
 from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
 
 if TYPE_CHECKING:
@@ -161,11 +161,14 @@ class AgentFactory:
 
     async def open(self, path: Path) -> tuple[Agent, ModelRef, list[Record], bool]:
         """The session in `path`, locked and rebuilt: (agent, model, its records, whether its
-        last turn left tool calls unanswered)."""
+        last turn left tool calls unanswered). Notes of undos the model was not told of yet are
+        queued again."""
         from keel.session.journal import read_records
 
         agent, state, _journal, ref = await open_session(path, self.args, self._printer())
         self._override(agent, ref)
+        for note in state.undo_notes:
+            agent.add_note(note)
         return agent, ref, read_records(path).records, state.pending is not None
 
     def _override(self, agent: Agent, ref: ModelRef) -> None:
@@ -178,9 +181,7 @@ class AgentFactory:
         from keel.llm.provider import RetryPolicy, make_provider
 
         return make_provider(
-            ref,
-            config=self.settings.provider(ref.provider),
-            retry=RetryPolicy(attempts=self.args.max_retries + 1),
+            ref, settings=self.settings, retry=RetryPolicy(attempts=self.args.max_retries + 1)
         )
 
 
@@ -258,7 +259,7 @@ class Controller:
         factory.notice = self.show
         self._agent: Agent | None = None
         self.ref = ModelRef("scripted", "")
-        self.undo: Undo = undo_for_none()
+        self.undo: SessionUndo | None = None
         self.context = 0
         self.queue: list[str] = []
         self.exited = False
@@ -268,6 +269,8 @@ class Controller:
         #: The prompt to finish first: a resumed session whose last turn left calls unanswered.
         self._unfinished = False
         self._tasks: set[asyncio.Task[None]] = set()
+        #: How the last prompt ended.
+        self._last_stop = ""
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -311,14 +314,44 @@ class Controller:
         self._ui.reset(events)
 
     def _use(self, agent: Agent) -> None:
+        if self.undo is not None:
+            self.undo.close()
         self._agent = agent
         agent.interactive = True
+        agent.on_background_event = self._background_event
         gate = agent.gate
         if isinstance(gate, PermissionGate):
             gate.asker = self._ask
             gate.save_rule = self._save_rule
-        self.undo = undo_for(agent)
+        self.undo = SessionUndo(agent)
         self._ui.refresh_status()
+
+    def _background_event(self, event: Event) -> None:
+        """An event of background work while no prompt runs (a subagent's, or a task that
+        finished). A finished task's result goes to the model in a turn keel starts itself."""
+        self.show(event)
+        if isinstance(event, BackgroundFinished):
+            # Called from inside the task's bookkeeping: start the turn once that is done.
+            asyncio.get_running_loop().call_soon(self._deliver_background)
+
+    def _deliver_background(self) -> None:
+        if self.busy or self.exited or self._agent is None:
+            return
+        if self.agent.background.undelivered():
+            self.submit_work(self._run_notifications())
+
+    async def _run_notifications(self) -> None:
+        agent = self.agent
+        self._ensure_session()
+        self._since = time.monotonic()
+        self._ui.refresh_status()
+        try:
+            result = await agent.run_notifications(self.show)
+            if result is not None:
+                self._last_stop = result.stop_reason
+        finally:
+            self._since = None
+            self._ui.refresh_status()
 
     async def _ask(self, request: PermissionRequest) -> PermissionReply:
         reply = await self._ui.ask(request)
@@ -367,6 +400,11 @@ class Controller:
         await self._guarded(work)
         while self.queue and not self.exited:
             await self.handle(self.queue.pop(0))
+        # Background results that finished after the prompt's last request: keel goes on by
+        # itself (an interrupted prompt leaves them for the next one).
+        interrupted = self._last_stop == "interrupted"
+        if not self.exited and not interrupted and self.agent.background.undelivered():
+            await self._guarded(self._run_notifications())
 
     def submit(self, text: str) -> None:
         """Run `text` now, or queue it behind the running prompt (read-only commands run at
@@ -463,11 +501,13 @@ class Controller:
             if a.complete and a.resolved.is_file():
                 agent.ctx.read_files[a.resolved] = stamp(a.resolved)
         self.show(PromptSubmitted(text, tuple(a.path for a in attachments)))
-        self.undo.begin(text)
+        if self.undo is not None:
+            self.undo.begin(text)
         self._since = time.monotonic()
         self._ui.refresh_status()
+        self._last_stop = ""
         try:
-            await agent.run(sent, self.show)
+            self._last_stop = (await agent.run(sent, self.show)).stop_reason
         finally:
             self._since = None
             self._ui.refresh_status()
@@ -753,6 +793,7 @@ class Controller:
         )
 
     async def _cmd_undo(self, args: str) -> None:
+        assert self.undo is not None
         undone = self.undo.undo()
         self.show(Output(undone.describe(), title="undo"))
 
@@ -764,6 +805,9 @@ class Controller:
         if self._agent is not None:
             await self._agent.aclose("prompt_input_exit")
             self._agent = None
+        if self.undo is not None:
+            self.undo.close()
+            self.undo = None
 
 
 _MODE_HELP: dict[str, str] = {
@@ -778,12 +822,6 @@ def _parse_mode(value: str) -> Mode:
     from keel.permissions.gate import parse_mode
 
     return parse_mode(value.strip())
-
-
-def undo_for_none() -> Undo:
-    from keel.tui.undo import NoCheckpoints
-
-    return NoCheckpoints()
 
 
 def _rel(path: Path, cwd: Path) -> str:

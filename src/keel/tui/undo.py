@@ -1,18 +1,19 @@
-"""The seam between `/undo` and file checkpoints (`keel.checkpoints`).
+"""`/undo` for the interactive session: the seam between the controller and `keel.checkpoints`.
 
-What the front end needs from checkpoints is small: start an undo unit before each prompt, and
-put back the files of the last unit that changed any, with a summary to show, a note for the model
-and a record for the session file. `Undo` is that; `undo_for(agent)` wires the real store into the
-agent (the file tools find it in `ToolContext.checkpoints`) or, in a build without checkpoints,
-returns one that says so.
+The store lives beside the session file (`Checkpoints.for_session`), so a resumed session can
+still undo what its earlier prompts did; without a session file (`--no-session`) it is a temp
+directory deleted on close. The store is set on the agent's tool context, where the file tools,
+bash and subagents (which share the parent's context's store) find it. An undo puts the files
+back, queues a note for the model (`<system-note>` with the next prompt) and records it in the
+session file.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from keel.errors import UserError
+from keel.checkpoints import Checkpoints, UndoSummary, undo_note
 from keel.frozen import frozen
 
 if TYPE_CHECKING:
@@ -21,90 +22,78 @@ if TYPE_CHECKING:
 
 @frozen
 class Undone:
-    """What an undo did, for the transcript."""
+    """What an undo did, for the transcript (paths relative to the project)."""
 
     label: str
     restored: tuple[str, ...]
     removed: tuple[str, ...]
     failed: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        lines = [f"Undid the file changes of “{self.label}”." if self.label else "Undone."]
+        head = f"Put back the files changed by “{self.label}”." if self.label else "Undone."
+        lines = [head, ""] if self.restored or self.removed or self.failed else [head]
         lines += [f"- restored `{p}`" for p in self.restored]
         lines += [f"- removed `{p}` (the prompt created it)" for p in self.removed]
-        lines += [f"- **not restored** `{p}`" for p in self.failed]
+        lines += [f"- **not restored** {p}" for p in self.failed]
+        if self.notes:
+            lines += ["", *self.notes]
+        lines += ["", "The model is told with your next prompt."]
         return "\n".join(lines)
 
 
-class Undo(Protocol):
-    available: bool
+class SessionUndo:
+    """The checkpoint store of one agent's session, opened when the session has a file (or at the
+    first prompt), and what `/undo` does with it."""
 
-    def begin(self, label: str) -> None:
-        """A prompt is about to run: its file changes form one unit."""
-
-    def undo(self) -> Undone:
-        """Put back the last unit that changed files (raises `UserError` if there is none)."""
-
-
-class NoCheckpoints:
-    """A build without `keel.checkpoints`: nothing is captured, and `/undo` says why."""
-
-    available = False
-
-    def begin(self, label: str) -> None:
-        return None
-
-    def undo(self) -> Undone:
-        raise UserError(
-            "undo is not available: this build of keel has no file checkpoints",
-            hint="use git to put files back (git diff, git checkout -- FILE)",
-        )
-
-
-class CheckpointUndo:
-    """`/undo` over a `keel.checkpoints.Checkpoints` store wired into `agent`."""
-
-    available = True
-
-    def __init__(self, agent: Agent, store: Any, module: Any) -> None:
+    def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.store = store
-        self.module = module
+        self.store: Checkpoints | None = None
+        if agent.session is not None:
+            self._open()
+
+    def _open(self) -> Checkpoints:
+        if self.store is None:
+            session = self.agent.session
+            self.store = (
+                Checkpoints.for_session(session.path)
+                if session is not None
+                else Checkpoints.temporary()
+            )
+            self.agent.ctx.checkpoints = self.store
+        return self.store
 
     def begin(self, label: str) -> None:
-        self.store.begin_unit(label)
+        """A prompt is about to run: what it changes is one unit."""
+        self._open().begin_unit(label)
 
     def undo(self) -> Undone:
-        summary = self.store.undo()
-        if summary is None:
-            raise UserError("nothing to undo: no prompt of this session changed files")
-        note = getattr(self.module, "undo_note", None)
-        if note is not None:
-            self.agent.add_note(note(summary))
+        """Put back the last unit that changed files. Raises `NothingToUndo` (a `UserError`)."""
+        summary = self._open().undo()
+        note = undo_note(summary, cwd=self.agent.cwd)
+        self.agent.add_note(note)
         if self.agent.session is not None:
-            self.agent.session.undo(summary)
+            self.agent.session.undo(summary, note)
+        return self.describe(summary)
+
+    def describe(self, summary: UndoSummary) -> Undone:
+        cwd = self.agent.cwd
         return Undone(
-            str(getattr(summary, "label", "")),
-            tuple(str(p) for p in getattr(summary, "restored", ())),
-            tuple(str(p) for p in getattr(summary, "removed", ())),
-            tuple(f"{f.path}: {f.why}" for f in getattr(summary, "failed", ())),
+            " ".join(summary.label.split()),
+            tuple(_rel(p, cwd) for p in summary.restored),
+            tuple(_rel(p, cwd) for p in summary.removed),
+            tuple(f"`{_rel(f.path, cwd)}`: {f.why}" for f in summary.failed),
+            tuple(f"`{_rel(f.path, cwd)}`: {f.why}" for f in summary.overwritten) + summary.notes,
         )
 
-
-def undo_for(agent: Agent) -> Undo:
-    """The undo of `agent`'s session: a checkpoint store set on its tool context when
-    `keel.checkpoints` is there, else `NoCheckpoints`."""
-    try:
-        module = importlib.import_module("keel.checkpoints")
-    except ImportError:
-        return NoCheckpoints()
-    store = (
-        module.Checkpoints.for_agent(agent) if hasattr(module.Checkpoints, "for_agent") else None
-    )
-    if store is None:
-        return NoCheckpoints()
-    agent.ctx.checkpoints = store
-    return CheckpointUndo(agent, store, module)
+    def close(self) -> None:
+        """Delete a temporary store (a session's store stays beside it)."""
+        if self.store is not None:
+            self.store.close()
 
 
-__all__ = ["CheckpointUndo", "NoCheckpoints", "Undo", "Undone", "undo_for"]
+def _rel(path: Path, cwd: Path) -> str:
+    return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+
+__all__ = ["SessionUndo", "Undone"]

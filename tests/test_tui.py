@@ -1,0 +1,398 @@
+"""The Textual front end, driven headless with its pilot against the scripted provider: what the
+screen shows and what each key and answer does to files, the session and the model's next
+request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from textual.widgets import Markdown
+
+from keel.agent.events import TurnFinished
+from keel.llm.messages import ToolResult
+from keel.session.journal import read_records
+from keel.session.records import UndoRecord
+from keel.testing import Reply, ScriptedProvider, reply
+from keel.tui.app import KeelApp
+from keel.tui.control import Controller
+from keel.tui.screens import PermissionScreen, PlanScreen, QuitScreen
+from keel.tui.view import ViewEvent
+from keel.tui.widgets import (
+    CommandOutput,
+    NoticeLine,
+    StatusBar,
+    ThinkingBlock,
+    TodoPanel,
+    ToolCard,
+    UserPrompt,
+)
+from keel.tui.widgets import Reply as ReplyWidget
+from tests.tui_helpers import MODEL, HangingProvider, make_controller, sent_text
+
+SIZE = (100, 36)
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")  # the agent is built as for real
+
+
+def scripted(*steps: Reply) -> ScriptedProvider:
+    return ScriptedProvider(steps, model=MODEL.model)
+
+
+async def send(pilot: object, app: KeelApp, text: str) -> None:
+    app.prompt.load_text(text)
+    await pilot.press("enter")  # type: ignore[attr-defined]
+
+
+async def settle(pilot: object, app: KeelApp) -> None:
+    await app.idle()
+    await pilot.pause()  # type: ignore[attr-defined]
+
+
+def on_screen(app: KeelApp, kind: type) -> bool:
+    return isinstance(app.screen, kind)
+
+
+def busy(controller: Controller) -> bool:
+    return controller.busy
+
+
+def status_text(app: KeelApp) -> str:
+    return str(app.query_one(StatusBar).render())
+
+
+async def test_a_streamed_answer_renders_as_markdown_with_thinking_folded(project: Path) -> None:
+    answer = "# Summary\n\nThe project has **two** modules:\n\n- `app.py`\n- `util.py`\n"
+    provider = scripted(reply(answer, thinking="Let me look at the files first."))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "describe the project")
+        await settle(pilot, app)
+        prompts = app.query(UserPrompt)
+        assert [str(p.render()) for p in prompts] == ["describe the project"]
+        replies = list(app.query(ReplyWidget))
+        assert [r.text for r in replies] == [answer]
+        # Markdown, not plain text: a heading and a list were built.
+        assert [type(w).__name__ for w in replies[0].children][:2] == [
+            "MarkdownH1",
+            "MarkdownParagraph",
+        ]
+        thinking = app.query_one(ThinkingBlock)
+        assert thinking.text == "Let me look at the files first."
+        assert thinking.collapsed
+        assert thinking.title.startswith("Thought for ")
+        status = status_text(app)
+        assert "anthropic/claude-sonnet-4-5" in status
+        assert "default" in status
+        assert "context 0% · 120/200k" in status
+        assert "$0.0006 · 120 tokens" in status
+    assert provider.requests[0].messages[-1].text == "describe the project"
+
+
+@pytest.mark.parametrize("key", ["1", "2", "3", "4"])
+async def test_a_permission_card_appears_and_each_answer_has_its_effect(
+    project: Path, key: str
+) -> None:
+    edit = {"path": "notes.md", "content": "X = 2\n"}
+    provider = scripted(
+        reply("Writing.", ("write", edit)),
+        reply("Done."),
+        reply("Again.", ("write", {"path": "notes.md", "content": "X = 3\n"})),
+        reply("Done again."),
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "set X to 2")
+        await pilot.pause(0.2)
+        for _ in range(50):
+            if on_screen(app, PermissionScreen):
+                break
+            await pilot.pause(0.05)
+        screen = app.screen
+        assert isinstance(screen, PermissionScreen)
+        assert screen.request.call.name == "write"
+        assert screen.request.suggestion == "write"
+        await pilot.press(key)
+        if key == "4":  # deny: a reason box opens; the model sees what was typed
+            await pilot.press(*"use edit instead")
+            await pilot.press("enter")
+        await settle(pilot, app)
+        first = sent_text(provider.requests[1])
+        if key == "4":
+            assert not (project / "notes.md").exists()
+            assert "use edit instead" in first
+            card = app.query_one(ToolCard)
+            assert card.state == "error"
+        else:
+            assert (project / "notes.md").read_text() == "X = 2\n"
+            assert app.query_one(ToolCard).state == "done"
+        # A second write to the same file: asked again only after "once" or "deny".
+        await send(pilot, app, "now 3")
+        await pilot.pause(0.3)
+        asked_again = on_screen(app, PermissionScreen)
+        assert asked_again == (key in ("1", "4"))
+        if asked_again:
+            await pilot.press("1")
+        await settle(pilot, app)
+        assert (project / "notes.md").read_text() == "X = 3\n"
+    local = project / ".keel" / "settings.local.json"
+    if key == "3":
+        assert json.loads(local.read_text()) == {"permissions": {"allow": ["write"]}}
+    else:
+        assert not local.exists()
+
+
+async def test_escape_mid_stream_keeps_the_partial_answer(project: Path) -> None:
+    provider = HangingProvider("The answer starts like this and", then=[reply("Fine.")])
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    events: list[object] = []
+    async with app.run_test(size=SIZE) as pilot:
+        original = app.show
+
+        def spy(event: ViewEvent) -> None:
+            events.append(event)
+            original(event)
+
+        app.show = spy  # type: ignore[method-assign]
+        await send(pilot, app, "explain")
+        await asyncio.wait_for(provider.streaming.wait(), 5)
+        await pilot.pause(0.1)
+        assert busy(controller)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert not busy(controller)
+        assert not on_screen(app, QuitScreen)  # one Esc interrupts, it does not quit
+        finished = [e for e in events if isinstance(e, TurnFinished)]
+        assert [f.stop_reason for f in finished] == ["interrupted"]
+        assert app.query_one(ReplyWidget).text == "The answer starts like this and"
+        notices = [str(n.render()) for n in app.query(NoticeLine)]
+        assert "· interrupted" not in notices
+        assert any("interrupted" in n for n in notices)
+        # The partial text stays in the conversation, marked.
+        assistant = controller.agent.messages[-1]
+        assert assistant.role == "assistant"
+        assert assistant.text.startswith("The answer starts like this and")
+        # The app goes on: the next prompt runs.
+        await send(pilot, app, "go on")
+        await settle(pilot, app)
+        assert [r.text for r in app.query(ReplyWidget)][-1] == "Fine."
+
+
+async def test_escape_mid_tool_stops_the_command(project: Path) -> None:
+    provider = scripted(
+        reply("Waiting.", ("bash", {"command": "sleep 30", "description": "wait"})),
+        reply("Stopped as asked."),
+    )
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "wait a while")
+        for _ in range(100):
+            card = app.query(ToolCard)
+            if card and card.first().state == "running":
+                break
+            await pilot.pause(0.05)
+        assert app.query_one(ToolCard).state == "running"
+        started = asyncio.get_running_loop().time()
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert asyncio.get_running_loop().time() - started < 5
+        assert app.query_one(ToolCard).state == "error"
+    results = [
+        b
+        for m in controller.agent.messages
+        if m.role == "user"
+        for b in m.blocks
+        if isinstance(b, ToolResult)
+    ]
+    assert len(results) == 1
+    assert results[0].is_error
+    assert "interrupted" in results[0].text
+    assert len(provider.requests) == 1  # the model was not asked again
+
+
+async def test_double_escape_and_ctrl_c_on_an_empty_prompt_offer_to_quit(project: Path) -> None:
+    controller = await make_controller(project, scripted())
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("escape")
+        assert not on_screen(app, QuitScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert on_screen(app, QuitScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        assert not on_screen(app, QuitScreen)
+        app.prompt.load_text("half a thought")
+        await pilot.press("ctrl+c")  # clears the prompt first
+        await pilot.pause()
+        assert app.prompt.text == ""
+        assert not on_screen(app, QuitScreen)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert on_screen(app, QuitScreen)
+        await pilot.press("y")
+        await pilot.pause()
+    assert app.return_value == 0
+
+
+async def test_undo_restores_the_file_and_tells_the_model(project: Path) -> None:
+    provider = scripted(
+        reply("", ("write", {"path": "util.py", "content": "X = 99\n"})),
+        reply("", ("write", {"path": "new.py", "content": "print('new')\n"})),
+        reply("Changed."),
+        reply("Understood."),
+    )
+    controller = await make_controller(project, provider, "--mode", "accept-edits")
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "change @util.py")
+        await settle(pilot, app)
+        assert (project / "util.py").read_text() == "X = 99\n"
+        assert (project / "new.py").exists()
+        await send(pilot, app, "/undo")
+        await settle(pilot, app)
+        assert (project / "util.py").read_text() == "X = 1\n"
+        assert not (project / "new.py").exists()
+        out = app.query(CommandOutput).last()
+        assert out.border_title == "/undo"
+        assert "restored `util.py`" in out.text
+        assert "removed `new.py`" in out.text
+        await send(pilot, app, "what now?")
+        await settle(pilot, app)
+    note = sent_text(provider.requests[-1])
+    assert note.startswith("<system-note>\nThe user ran /undo")
+    assert "Restored to their earlier content: util.py." in note
+    assert note.endswith("what now?")
+    session = controller_session_path(project)
+    undos = [r.payload for r in read_records(session).records if isinstance(r.payload, UndoRecord)]
+    assert [(u.label, u.restored, u.removed) for u in undos] == [
+        ("change @util.py", (str(project / "util.py"),), (str(project / "new.py"),))
+    ]
+
+
+def controller_session_path(project: Path) -> Path:
+    from keel.session.index import latest_session
+
+    found = latest_session(project)
+    assert found is not None
+    return found
+
+
+async def test_plan_mode_blocks_an_edit_and_approval_switches_the_mode(project: Path) -> None:
+    plan = "## Plan\n\n1. Set X to 2 in `util.py`."
+    provider = scripted(
+        reply("", ("edit", {"path": "util.py", "old_string": "X = 1", "new_string": "X = 2"})),
+        reply("", ("exit_plan_mode", {"plan": plan})),
+        reply("", ("read", {"path": "util.py"})),
+        reply("", ("edit", {"path": "util.py", "old_string": "X = 1", "new_string": "X = 2"})),
+        reply("Done."),
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("shift+tab")
+        await pilot.press("shift+tab")
+        await pilot.pause()
+        assert controller.status().mode == "plan"
+        assert "plan mode" in status_text(app)
+        await send(pilot, app, "set X to 2")
+        for _ in range(100):
+            if on_screen(app, PlanScreen):
+                break
+            await pilot.pause(0.05)
+        assert on_screen(app, PlanScreen)
+        markdown = app.screen.query_one(Markdown)
+        assert markdown.source == plan
+        blocked = sent_text(provider.requests[1])
+        assert "plan mode" in blocked
+        assert (project / "util.py").read_text() == "X = 1\n"
+        await pilot.press("1")  # yes, and accept edits
+        await settle(pilot, app)
+        assert controller.status().mode == "accept-edits"
+        assert "accept edits" in status_text(app)
+    assert (project / "util.py").read_text() == "X = 2\n"
+
+
+async def test_todo_list_shows_open_items(project: Path) -> None:
+    todos = [
+        {"content": "Read the code", "status": "completed", "active_form": "Reading"},
+        {"content": "Fix the bug", "status": "in_progress", "active_form": "Fixing the bug"},
+        {"content": "Run the tests", "status": "pending", "active_form": "Running tests"},
+    ]
+    provider = scripted(reply("", ("todo_write", {"todos": todos})), reply("Working on it."))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "fix it")
+        await settle(pilot, app)
+        panel = app.query_one(TodoPanel)
+        assert panel.display
+        assert str(panel.render()).splitlines() == [
+            "Todos (1/3)",
+            "☒ Read the code",
+            "◐ Fixing the bug",
+            "☐ Run the tests",
+        ]
+
+
+async def test_slash_commands_show_their_reports(project: Path) -> None:
+    provider = scripted(reply("Hi."))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "hello")
+        await settle(pilot, app)
+        for command in ("/help", "/cost", "/context", "/permissions", "/mode accept-edits"):
+            await send(pilot, app, command)
+            await settle(pilot, app)
+        titles = [o.border_title for o in app.query(CommandOutput)]
+        assert titles == ["/help", "/cost", "/context", "/permissions"]
+        help_text = app.query(CommandOutput).first().text
+        for name in ("/clear", "/compact", "/model", "/undo", "/rewind", "/resume", "/doctor"):
+            assert f"`{name}" in help_text
+        assert controller.status().mode == "accept-edits"
+        await send(pilot, app, "/nonsense")
+        await settle(pilot, app)
+        error = app.query(CommandOutput).last()
+        assert error.kind == "error"
+        assert error.text.startswith("unknown command /nonsense (hint: /help lists commands")
+
+
+async def test_a_session_reopens_as_it_was(project: Path) -> None:
+    provider = scripted(
+        reply("", ("read", {"path": "util.py"})),
+        reply("util.py sets **X** to 1."),
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "what is X?")
+        await settle(pilot, app)
+    await controller.close()  # as `keel` does when the app exits: the session is unlocked
+    session = controller_session_path(project)
+
+    again = await make_controller(project, scripted(reply("Still 1.")), start=False)
+    await again.start_session(session)
+    app2 = KeelApp(again)
+    async with app2.run_test(size=SIZE) as pilot:
+        await settle(pilot, app2)
+        assert [str(p.render()) for p in app2.query(UserPrompt)] == ["what is X?"]
+        assert [r.text for r in app2.query(ReplyWidget)] == ["util.py sets **X** to 1."]
+        cards = list(app2.query(ToolCard))
+        assert [(c.tool_name, c.argument, c.state) for c in cards] == [("read", "util.py", "done")]
+        await send(pilot, app2, "and now?")
+        await settle(pilot, app2)
+        assert [r.text for r in app2.query(ReplyWidget)][-1] == "Still 1."
+    await again.close()
+    records = read_records(session).records
+    prompts = [r.payload for r in records if getattr(r.payload, "source", "") == "prompt"]
+    assert len(prompts) == 2
