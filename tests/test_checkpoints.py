@@ -663,3 +663,49 @@ async def test_agent_edits_undo_note_reaches_the_model_and_the_session_folds(
     assert state.messages == agent.messages
     assert state.undo_notes == []
     assert state.status == "completed"
+
+
+async def test_a_subagents_edits_belong_to_the_parents_unit(project: Path) -> None:
+    project = project.resolve()
+    from keel.agent.subagents import enable_subagents
+
+    provider = ScriptedProvider(
+        [
+            # the parent hands the work to a subagent…
+            _reply(
+                ToolUse(
+                    "p1",
+                    "task",
+                    {"description": "add a file", "prompt": "create notes.md saying hi"},
+                )
+            ),
+            # …which writes a file and reports back (the child shares the parent's provider)
+            _reply(ToolUse("c1", "write", {"path": "notes.md", "content": "hi\n"})),
+            reply("Created notes.md."),
+            # the parent edits a file itself too
+            _reply(ToolUse("p2", "write", {"path": "more.md", "content": "more\n"})),
+            reply("Both files are there."),
+        ]
+    )
+    agent = Agent(
+        provider=provider, model="scripted", cwd=project, system="test", tools=builtin_tools()
+    )
+    enable_subagents(agent)
+    store = Checkpoints.temporary()
+    agent.ctx.checkpoints = store
+    try:
+        store.begin_unit("make two files")
+        result = await agent.run("make two files")
+        assert result.stop_reason == "end_turn"
+        assert (project / "notes.md").read_text(encoding="utf-8") == "hi\n"
+        units = store.units()
+        assert [(u.label, sorted(p.name for p in u.files)) for u in units] == [
+            ("make two files", ["more.md", "notes.md"])
+        ]
+        summary = store.undo()
+        assert sorted(p.name for p in summary.removed) == ["more.md", "notes.md"]
+        assert not (project / "notes.md").exists()
+        assert not (project / "more.md").exists()
+    finally:
+        store.close()
+        await agent.aclose()

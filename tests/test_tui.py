@@ -30,7 +30,7 @@ from keel.tui.widgets import (
     UserPrompt,
 )
 from keel.tui.widgets import Reply as ReplyWidget
-from tests.tui_helpers import MODEL, HangingProvider, make_controller, sent_text
+from tests.tui_helpers import MODEL, Hang, HangingProvider, make_controller, sent_text
 
 SIZE = (100, 36)
 
@@ -150,7 +150,7 @@ async def test_a_permission_card_appears_and_each_answer_has_its_effect(
 
 
 async def test_escape_mid_stream_keeps_the_partial_answer(project: Path) -> None:
-    provider = HangingProvider("The answer starts like this and", then=[reply("Fine.")])
+    provider = HangingProvider(Hang("The answer starts like this and"), reply("Fine."))
     controller = await make_controller(project, provider)
     app = KeelApp(controller)
     events: list[object] = []
@@ -396,3 +396,36 @@ async def test_a_session_reopens_as_it_was(project: Path) -> None:
     records = read_records(session).records
     prompts = [r.payload for r in records if getattr(r.payload, "source", "") == "prompt"]
     assert len(prompts) == 2
+
+
+async def test_a_background_task_survives_escape_and_its_result_starts_a_turn(
+    project: Path,
+) -> None:
+    command = "sleep 0.6; echo background-finished"
+    provider = HangingProvider(
+        reply("", ("bash", {"command": command, "run_in_background": True})),
+        Hang("While it runs, let me think about"),
+        reply("The background command printed background-finished."),
+    )
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "start the job")
+        await asyncio.wait_for(provider.streaming.wait(), 5)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        tasks = controller.agent.background.running()
+        assert [t.kind for t in tasks] == ["shell"]  # Esc stopped the turn, not the task
+        for _ in range(100):  # keel starts a turn by itself when the task ends
+            if len(provider.requests) == 3 and not controller.busy:
+                break
+            await pilot.pause(0.05)
+        await settle(pilot, app)
+        assert [r.text for r in app.query(ReplyWidget)][-1] == (
+            "The background command printed background-finished."
+        )
+        notices = [str(n.render()) for n in app.query(NoticeLine)]
+        assert any("(shell) completed" in n for n in notices), notices
+    delivered = sent_text(provider.requests[2])
+    assert delivered.startswith('<task-notification id="bg-1" kind="shell" status="completed"')
+    assert "background-finished" in delivered

@@ -5,7 +5,7 @@ open until the test lets it go (to interrupt mid-stream)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 from keel.cli.main import build_parser
@@ -23,34 +23,39 @@ from keel.tui.view import Choice, ViewEvent
 MODEL = ModelRef("anthropic", "claude-sonnet-4-5")
 
 
+class Hang:
+    """A step of `HangingProvider`: stream `text` in pieces, then wait until cancelled."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 class HangingProvider:
-    """Streams `text` in pieces, then waits forever (until cancelled): a model mid-answer.
-    After it, the steps of `then` (a `ScriptedProvider`) answer the following requests."""
+    """Answers each request with its next step: a script `Reply`, or a `Hang` (a model caught
+    mid-answer, to be interrupted). `streaming` is set once a hang has streamed its text."""
 
     name = "scripted"
 
-    def __init__(self, text: str, then: Iterable[ScriptStep] = ()) -> None:
-        self.text = text
-        self.then = ScriptedProvider(then, model=MODEL.model)
+    def __init__(self, *steps: ScriptStep | Hang) -> None:
+        self.steps = list(steps)
         self.requests: list[Request] = []
         self.streaming = asyncio.Event()
-        self.hung = False
 
     async def aclose(self) -> None:
         return None
 
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
-        if self.hung:
-            async for event in self.then.stream(request):
-                yield event
+        step = self.steps.pop(0)
+        if isinstance(step, Hang):
+            for i in range(0, len(step.text), 8):
+                yield TextDelta(step.text[i : i + 8])
+            self.streaming.set()
+            await asyncio.sleep(3600)
+            yield Done(Message("assistant", (Text(step.text),)), Usage(1, 1), "end_turn")
             return
-        self.hung = True
-        for i in range(0, len(self.text), 8):
-            yield TextDelta(self.text[i : i + 8])
-        self.streaming.set()
-        await asyncio.sleep(3600)
-        yield Done(Message("assistant", (Text(self.text),)), Usage(1, 1), "end_turn")
+        async for event in ScriptedProvider([step], model=MODEL.model).stream(request):
+            yield event
 
 
 class Recorder:

@@ -27,6 +27,8 @@ from textual.widgets import Collapsible, TextArea
 from keel import __version__
 from keel.agent.events import (
     AssistantMessage,
+    BackgroundFinished,
+    SubagentEvent,
     ContextCompacted,
     RequestStarted,
     ToolFinished,
@@ -41,6 +43,7 @@ from keel.llm.messages import Text, Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui import commands as cmds
 from keel.tui.control import LOCAL_SETTINGS, Controller, finished_text
+from keel.tui.format import key_argument
 from keel.tui.history import History, history_path
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
 from keel.tui.screens import PermissionScreen, PickerScreen, PlanScreen, QuitScreen, _Question
@@ -335,6 +338,14 @@ class KeelApp(App[int]):
                 if line:
                     await self._add(NoticeLine(line, "warning"))
                 self.refresh_status()
+            case SubagentEvent(_call_id, agent, _description, ToolStarted(call)):
+                argument = key_argument(call)
+                await self._add(NoticeLine(f"↳ [{agent}] {call.name} {argument}".rstrip()))
+            case SubagentEvent(_call_id, agent, _description, Notice(text, "warning")):
+                await self._add(NoticeLine(f"[{agent}] {text}", "warning"))
+            case BackgroundFinished(task_id, kind, status, description):
+                self._close_segments()
+                await self._add(NoticeLine(f"{task_id} ({kind}) {status}: {description}"))
             case ShellRan(command, output, code, seconds):
                 await self._add(ShellOutput(command, output, code, seconds))
             case Output(text, kind, title):

@@ -19,7 +19,14 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
-from keel.agent.events import AssistantMessage, ToolFinished, ToolStarted, TurnFinished
+from keel.agent.events import (
+    AssistantMessage,
+    BackgroundFinished,
+    SubagentEvent,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+)
 from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import Text as TextBlock
 from keel.llm.messages import Thinking
@@ -142,7 +149,22 @@ class LineFrontEnd:
             PromptSubmitted: self._prompt,
             ShellRan: self._shell,
             Output: self._output,
+            SubagentEvent: self._subagent,
+            BackgroundFinished: self._background,
         }
+
+    def _subagent(self, event: SubagentEvent) -> None:
+        inner = event.event
+        if isinstance(inner, ToolStarted):
+            argument = key_argument(inner.call)
+            line = f"  ↳ [{event.agent}] {inner.call.name} {argument}".rstrip()
+            self.console.print(Text(line, style="dim"))
+        elif isinstance(inner, Notice) and inner.level == "warning":
+            self.console.print(Text(f"⚠ [{event.agent}] {inner.text}", style="yellow"))
+
+    def _background(self, event: BackgroundFinished) -> None:
+        line = f"· {event.task_id} ({event.kind}) {event.status}: {event.description}"
+        self.console.print(Text(line, style="dim"))
 
     def _assistant(self, event: AssistantMessage) -> None:
         shown = bool(self._streaming)
