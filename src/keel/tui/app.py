@@ -28,9 +28,9 @@ from keel import __version__
 from keel.agent.events import (
     AssistantMessage,
     BackgroundFinished,
-    SubagentEvent,
     ContextCompacted,
     RequestStarted,
+    SubagentEvent,
     ToolFinished,
     ToolStarted,
     TurnFinished,
