@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from keel.agent.loop import Agent
+from keel.cli.main import main
 from keel.config.settings import Settings, load_settings
 from keel.errors import UserError
-from keel.llm.catalog import ModelRef, parse_model
+from keel.llm.catalog import ModelInfo, ModelRef, parse_model
 from keel.llm.errors import APIError, ContextOverflow
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.fallback import Cooldowns
@@ -35,7 +36,7 @@ from keel.llm.messages import (
     user,
 )
 from keel.llm.presets import PRESETS
-from keel.llm.provider import Provider, RetryPolicy, make_provider
+from keel.llm.provider import Provider, RetryPolicy, make_provider, model_info
 from keel.llm.request import Request, ToolSpec
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.gemini_server import SKIP_SIGNATURE, GeminiServer
@@ -972,3 +973,90 @@ async def test_the_coding_task_on_every_provider(name: str, project: Path) -> No
     ]
     if name in ("ollama", "lmstudio"):
         assert agent.info.window == 32_768  # what the local server loaded, not a guess
+
+
+# ---------------------------------------------------------------------------------------------
+# `keel models` and what models cost
+
+
+def test_models_lists_a_providers_catalog_with_settings_laid_over(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_settings(
+        project,
+        {
+            "models": {
+                "deepseek-chat": {
+                    "window": 65_536,
+                    "max_output": 8_192,
+                    "input_price": 0.1,
+                    "output_price": 0.2,
+                },
+                "deepseek/deepseek-v4": {"window": 1_000_000, "max_output": 32_768},
+            }
+        },
+    )
+    monkeypatch.chdir(project)
+    assert main(["models", "deepseek"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[:4] == [
+        "MODEL                          WINDOW  MAX OUT  INPUT  OUTPUT  CACHE R  CACHE W",
+        "deepseek/deepseek-chat *       65,536    8,192   0.10    0.20        -        -",
+        "deepseek/deepseek-reasoner    131,072   65,536   0.28    0.42    0.028     0.00",
+        "deepseek/deepseek-v4 *      1,000,000   32,768      -       -        -        -",
+    ]
+    assert "* from your settings" in out
+
+    assert main(["models", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {row["model"].split("/")[0] for row in listed} == {
+        "anthropic",
+        "openai",
+        "gemini",
+        "deepseek",
+        "xai",
+        "groq",
+        "mistral",
+        "together",
+    }
+    assert [row for row in listed if row["model"] == "openai/gpt-5"] == [
+        {
+            "model": "openai/gpt-5",
+            "window": 400_000,
+            "max_output": 128_000,
+            "input_price": 1.25,
+            "output_price": 10.0,
+            "cache_read_price": 0.125,
+            "cache_write_price": 0.0,
+            "source": "catalog",
+        }
+    ]
+    # Every hosted provider's models are priced.
+    assert [row["model"] for row in listed if row["input_price"] is None] == [
+        "deepseek/deepseek-v4"
+    ]
+
+
+def test_models_for_a_provider_keel_cannot_list(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project)
+    assert main(["models", "ollama"]) == 2
+    assert capsys.readouterr().err == (
+        "keel: error: no known models for provider 'ollama' (hint: local servers list their own "
+        "models (ollama list; LM Studio's model list))\n"
+    )
+
+
+def test_local_models_cost_nothing_but_user_prices_win() -> None:
+    # The window is a guess until the server reports its own (test_ollama.py).
+    free = ModelInfo(128_000, 16_000, 0.0, 0.0, 0.0, 0.0, known=False)
+    assert model_info(ModelRef("ollama", "qwen3:8b")) == free
+    # A local copy of a model a host sells is still free to run.
+    groq = model_info(ModelRef("groq", "qwen/qwen3-32b"))
+    local = model_info(ModelRef("lmstudio", "qwen/qwen3-32b"))
+    assert (groq.input_price, local.input_price, local.window) == (0.29, 0.0, groq.window)
+    assert local.cost(Usage(1_000_000, 1_000_000)) == 0.0
+    mine = ModelInfo(8_192, 4_096, 0.5, 1.0)
+    assert model_info(ModelRef("ollama", "big"), {"ollama/big": mine}) == mine
+    assert model_info(ModelRef("ollama", "big"), {"big": mine}) == mine

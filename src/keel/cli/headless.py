@@ -32,9 +32,9 @@ from keel.cli import main as cli
 from keel.cli.jsonout import event_json, result_json
 from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
-from keel.llm.catalog import ModelRef, lookup, parse_model
+from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
-from keel.llm.provider import RetryPolicy, make_provider
+from keel.llm.provider import RetryPolicy, make_provider, model_info
 from keel.permissions.gate import PermissionGate, parse_mode
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ def build_agent(
         settings=settings,
         retry=RetryPolicy(attempts=args.max_retries + 1),
     )
-    info = lookup(ref.model, settings.models)
+    info = model_info(ref, settings.models)
     from keel.tools.builtin import builtin_tools
 
     gate, sandbox = build_gate(cwd, settings, args, printer)

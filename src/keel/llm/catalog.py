@@ -70,66 +70,89 @@ def _flat(window: int, out: int, inp: float, outp: float) -> ModelInfo:
 _GEMINI_WINDOW = 1_048_576
 
 
-CATALOG: dict[str, ModelInfo] = {
-    # Anthropic
-    "claude-opus-5": _claude(1_000_000, 128_000, 5.0, 25.0),
-    "claude-sonnet-5": _claude(1_000_000, 128_000, 2.0, 10.0),
-    "claude-opus-4-5": _claude(200_000, 64_000, 5.0, 25.0),
-    "claude-opus-4-1": _claude(200_000, 32_000, 15.0, 75.0),
-    "claude-opus-4": _claude(200_000, 32_000, 15.0, 75.0),
-    "claude-sonnet-4-5": _claude(200_000, 64_000, 3.0, 15.0),
-    "claude-sonnet-4": _claude(200_000, 64_000, 3.0, 15.0),
-    "claude-3-7-sonnet": _claude(200_000, 64_000, 3.0, 15.0),
-    "claude-haiku-4-5": _claude(200_000, 64_000, 1.0, 5.0),
-    "claude-3-5-haiku": _claude(200_000, 8_192, 0.8, 4.0),
-    "claude-3-5-sonnet": _claude(200_000, 8_192, 3.0, 15.0),
-    # OpenAI
-    "gpt-5.5": ModelInfo(400_000, 128_000),
-    "gpt-5.1": _openai(400_000, 128_000, 1.25, 10.0, 0.125),
-    "gpt-5": _openai(400_000, 128_000, 1.25, 10.0, 0.125),
-    "gpt-5-codex": _openai(400_000, 128_000, 1.25, 10.0, 0.125),
-    "gpt-5-mini": _openai(400_000, 128_000, 0.25, 2.0, 0.025),
-    "gpt-5-nano": _openai(400_000, 128_000, 0.05, 0.40, 0.005),
-    "gpt-4.1": _openai(1_047_576, 32_768, 2.0, 8.0, 0.5),
-    "gpt-4.1-mini": _openai(1_047_576, 32_768, 0.4, 1.6, 0.1),
-    "gpt-4.1-nano": _openai(1_047_576, 32_768, 0.1, 0.4, 0.025),
-    "gpt-4o": _openai(128_000, 16_384, 2.5, 10.0, 1.25),
-    "gpt-4o-mini": _openai(128_000, 16_384, 0.15, 0.6, 0.075),
-    "o1": _openai(200_000, 100_000, 15.0, 60.0, 7.5),
-    "o3": _openai(200_000, 100_000, 2.0, 8.0, 0.5),
-    "o3-mini": _openai(200_000, 100_000, 1.1, 4.4, 0.55),
-    "o4-mini": _openai(200_000, 100_000, 1.1, 4.4, 0.275),
+#: Known models by the provider that serves them. Hosts that resell others' models (OpenRouter)
+#: resolve to these entries through `lookup`'s bare-id fallback.
+BY_PROVIDER: dict[str, dict[str, ModelInfo]] = {
+    "anthropic": {
+        "claude-opus-5": _claude(1_000_000, 128_000, 5.0, 25.0),
+        "claude-sonnet-5": _claude(1_000_000, 128_000, 2.0, 10.0),
+        "claude-opus-4-7": _claude(1_000_000, 128_000, 5.0, 25.0),
+        "claude-opus-4-6": _claude(1_000_000, 128_000, 5.0, 25.0),
+        "claude-sonnet-4-6": _claude(1_000_000, 64_000, 3.0, 15.0),
+        "claude-opus-4-5": _claude(200_000, 64_000, 5.0, 25.0),
+        "claude-opus-4-1": _claude(200_000, 32_000, 15.0, 75.0),
+        "claude-opus-4": _claude(200_000, 32_000, 15.0, 75.0),
+        "claude-sonnet-4-5": _claude(200_000, 64_000, 3.0, 15.0),
+        "claude-sonnet-4": _claude(200_000, 64_000, 3.0, 15.0),
+        "claude-3-7-sonnet": _claude(200_000, 64_000, 3.0, 15.0),
+        "claude-haiku-4-5": _claude(200_000, 64_000, 1.0, 5.0),
+        "claude-3-5-haiku": _claude(200_000, 8_192, 0.8, 4.0),
+        "claude-3-5-sonnet": _claude(200_000, 8_192, 3.0, 15.0),
+    },
+    "openai": {
+        # Prompts over 272k tokens cost more and are not modelled here.
+        "gpt-5.5": _openai(1_050_000, 128_000, 5.0, 30.0, 0.5),
+        "gpt-5.1": _openai(400_000, 128_000, 1.25, 10.0, 0.125),
+        "gpt-5": _openai(400_000, 128_000, 1.25, 10.0, 0.125),
+        "gpt-5-codex": _openai(400_000, 128_000, 1.25, 10.0, 0.125),
+        "gpt-5-mini": _openai(400_000, 128_000, 0.25, 2.0, 0.025),
+        "gpt-5-nano": _openai(400_000, 128_000, 0.05, 0.40, 0.005),
+        "gpt-4.1": _openai(1_047_576, 32_768, 2.0, 8.0, 0.5),
+        "gpt-4.1-mini": _openai(1_047_576, 32_768, 0.4, 1.6, 0.1),
+        "gpt-4.1-nano": _openai(1_047_576, 32_768, 0.1, 0.4, 0.025),
+        "gpt-4o": _openai(128_000, 16_384, 2.5, 10.0, 1.25),
+        "gpt-4o-mini": _openai(128_000, 16_384, 0.15, 0.6, 0.075),
+        "o1": _openai(200_000, 100_000, 15.0, 60.0, 7.5),
+        "o3": _openai(200_000, 100_000, 2.0, 8.0, 0.5),
+        "o3-mini": _openai(200_000, 100_000, 1.1, 4.4, 0.55),
+        "o4-mini": _openai(200_000, 100_000, 1.1, 4.4, 0.275),
+    },
     # Gemini (prompts up to 200k tokens; longer ones cost more and are not modelled here)
-    "gemini-3-pro-preview": _openai(_GEMINI_WINDOW, 65_536, 2.0, 12.0, 0.2),
-    "gemini-3-flash-preview": _openai(_GEMINI_WINDOW, 65_536, 0.5, 3.0, 0.05),
-    "gemini-2.5-pro": _openai(_GEMINI_WINDOW, 65_536, 1.25, 10.0, 0.125),
-    "gemini-2.5-flash": _openai(_GEMINI_WINDOW, 65_536, 0.3, 2.5, 0.03),
-    "gemini-2.5-flash-lite": _openai(_GEMINI_WINDOW, 65_536, 0.1, 0.4, 0.01),
-    "gemini-2.0-flash": _openai(_GEMINI_WINDOW, 8_192, 0.1, 0.4, 0.025),
-    # DeepSeek
-    "deepseek-chat": _openai(131_072, 8_192, 0.28, 0.42, 0.028),
-    "deepseek-reasoner": _openai(131_072, 65_536, 0.28, 0.42, 0.028),
-    # xAI
-    "grok-4": _openai(256_000, 64_000, 3.0, 15.0, 0.75),
-    "grok-4-fast": _openai(2_000_000, 30_000, 0.2, 0.5, 0.05),
-    "grok-code-fast-1": _openai(256_000, 10_000, 0.2, 1.5, 0.02),
-    "grok-3-mini": _openai(131_072, 16_000, 0.3, 0.5, 0.075),
-    # Groq
-    "llama-3.3-70b-versatile": _flat(131_072, 32_768, 0.59, 0.79),
-    "llama-3.1-8b-instant": _flat(131_072, 131_072, 0.05, 0.08),
-    "qwen3-32b": _flat(131_072, 40_960, 0.29, 0.59),
-    "kimi-k2-instruct-0905": _openai(262_144, 16_384, 1.0, 3.0, 0.5),
-    # Mistral
-    "mistral-large-latest": _flat(262_144, 32_768, 0.5, 1.5),
-    "mistral-medium-latest": _flat(131_072, 32_768, 0.4, 2.0),
-    "codestral-latest": _flat(256_000, 32_768, 0.3, 0.9),
-    "devstral-medium-latest": _flat(131_072, 32_768, 0.4, 2.0),
-    "devstral-small-latest": _flat(131_072, 32_768, 0.1, 0.3),
-    # Together
-    "Qwen3-Coder-480B-A35B-Instruct-FP8": _flat(262_144, 65_536, 2.0, 2.0),
-    "Llama-3.3-70B-Instruct-Turbo": _flat(131_072, 32_768, 0.88, 0.88),
-    "DeepSeek-V3": _flat(131_072, 32_768, 1.25, 1.25),
-    "Kimi-K2-Instruct-0905": _flat(262_144, 32_768, 1.0, 3.0),
+    "gemini": {
+        "gemini-3-pro-preview": _openai(_GEMINI_WINDOW, 65_536, 2.0, 12.0, 0.2),
+        "gemini-3-flash-preview": _openai(_GEMINI_WINDOW, 65_536, 0.5, 3.0, 0.05),
+        "gemini-2.5-pro": _openai(_GEMINI_WINDOW, 65_536, 1.25, 10.0, 0.125),
+        "gemini-2.5-flash": _openai(_GEMINI_WINDOW, 65_536, 0.3, 2.5, 0.03),
+        "gemini-2.5-flash-lite": _openai(_GEMINI_WINDOW, 65_536, 0.1, 0.4, 0.01),
+        "gemini-2.0-flash": _openai(_GEMINI_WINDOW, 8_192, 0.1, 0.4, 0.025),
+    },
+    "deepseek": {
+        "deepseek-chat": _openai(131_072, 8_192, 0.28, 0.42, 0.028),
+        "deepseek-reasoner": _openai(131_072, 65_536, 0.28, 0.42, 0.028),
+    },
+    "xai": {
+        "grok-4": _openai(256_000, 64_000, 3.0, 15.0, 0.75),
+        "grok-4-fast": _openai(2_000_000, 30_000, 0.2, 0.5, 0.05),
+        "grok-code-fast-1": _openai(256_000, 10_000, 0.2, 1.5, 0.02),
+        "grok-3-mini": _openai(131_072, 16_000, 0.3, 0.5, 0.075),
+    },
+    "groq": {
+        "llama-3.3-70b-versatile": _flat(131_072, 32_768, 0.59, 0.79),
+        "llama-3.1-8b-instant": _flat(131_072, 131_072, 0.05, 0.08),
+        "qwen/qwen3-32b": _flat(131_072, 40_960, 0.29, 0.59),
+        "moonshotai/kimi-k2-instruct-0905": _openai(262_144, 16_384, 1.0, 3.0, 0.5),
+    },
+    "mistral": {
+        "mistral-large-latest": _flat(262_144, 32_768, 0.5, 1.5),
+        "mistral-medium-latest": _flat(131_072, 32_768, 0.4, 2.0),
+        "codestral-latest": _flat(256_000, 32_768, 0.3, 0.9),
+        "devstral-medium-latest": _flat(131_072, 32_768, 0.4, 2.0),
+        "devstral-small-latest": _flat(131_072, 32_768, 0.1, 0.3),
+    },
+    "together": {
+        "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8": _flat(262_144, 65_536, 2.0, 2.0),
+        "meta-llama/Llama-3.3-70B-Instruct-Turbo": _flat(131_072, 32_768, 0.88, 0.88),
+        "deepseek-ai/DeepSeek-V3": _flat(131_072, 32_768, 1.25, 1.25),
+        "moonshotai/Kimi-K2-Instruct-0905": _flat(262_144, 32_768, 1.0, 3.0),
+    },
+}
+
+#: Every known model by its id (and, for ids with an organisation, by the part after it too).
+CATALOG: dict[str, ModelInfo] = {
+    key: info
+    for models in BY_PROVIDER.values()
+    for model, info in models.items()
+    for key in {model, model.rsplit("/", 1)[-1]}
 }
 
 UNKNOWN = ModelInfo(UNKNOWN_WINDOW, UNKNOWN_MAX_OUTPUT, known=False)

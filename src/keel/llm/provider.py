@@ -11,7 +11,7 @@ import contextlib
 import os
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
 
 from keel.errors import UserError
@@ -314,5 +314,20 @@ def _missing_key(ref: ModelRef, names: tuple[str, ...]) -> UserError:
     )
 
 
-def model_info(ref: ModelRef, overrides: dict[str, ModelInfo] | None = None) -> ModelInfo:
-    return lookup(ref.model, overrides)
+def model_info(ref: ModelRef, overrides: Mapping[str, ModelInfo] | None = None) -> ModelInfo:
+    """Facts for `ref`: the user's `models` entry (keyed `provider/model` or by the model id) wins,
+    then the catalog. A model on the user's own machine (a local preset) costs nothing; its tokens
+    still count."""
+    if overrides and str(ref) in overrides:
+        return overrides[str(ref)]
+    info = lookup(ref.model, overrides)
+    if overrides and ref.model in overrides:
+        return info
+    from keel.llm.presets import PRESETS
+
+    preset = PRESETS.get(ref.provider)
+    if preset is None or not preset.local:
+        return info
+    return replace(
+        info, input_price=0.0, output_price=0.0, cache_read_price=0.0, cache_write_price=0.0
+    )
