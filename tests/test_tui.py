@@ -90,7 +90,7 @@ async def test_a_streamed_answer_renders_as_markdown_with_thinking_folded(projec
         status = status_text(app)
         assert "anthropic/claude-sonnet-4-5" in status
         assert "default" in status
-        assert "context 0% · 120/200k" in status
+        assert "0% · 120/200k" in status
         assert "$0.0006 · 120 tokens" in status
     assert provider.requests[0].messages[-1].text == "describe the project"
 

@@ -1,7 +1,8 @@
 """`keel` without `-p`: the interactive session. Picks the front end (the Textual app on a
 terminal, the line mode with `--no-tui` or when stdin or stdout is not a terminal), builds the
 first agent before any screen opens (so a bad model or a missing key is one line on stderr, exit
-2), and explains how to get started when no model can be chosen at all.
+2), and explains how to get started when no model can be chosen at all (exit 0). Checkpoints
+older than the retention are pruned here, for every project.
 
 textual and rich are imported only here and below, never by `keel --version` or `keel -p`.
 """
@@ -61,6 +62,18 @@ def pick_model(args: argparse.Namespace, settings: Settings) -> ModelRef:
     return choose_model(args.model, settings)
 
 
+def _prune_checkpoints() -> None:
+    """Snapshots for /undo older than 7 days go, in every project (sessions never reopened
+    would otherwise keep theirs forever)."""
+    from keel.checkpoints import prune_all
+    from keel.session.store import keel_home
+
+    try:
+        prune_all(keel_home() / "sessions")
+    except OSError as exc:  # a shared or read-only home: keep going, say why
+        sys.stderr.write(f"keel: warning: could not prune old checkpoints: {exc}\n")
+
+
 def use_tui(args: argparse.Namespace) -> bool:
     return not args.no_tui and sys.stdout.isatty() and sys.stdin.isatty()
 
@@ -83,8 +96,9 @@ def run_interactive(args: argparse.Namespace) -> int:
             ref = pick_model(args, settings)
         except FirstRun:
             sys.stderr.write(FIRST_RUN.format(settings=user_config_dir() / "settings.json"))
-            return cli.EXIT_USAGE
+            return cli.EXIT_OK  # nothing went wrong: there is just nothing to talk to yet
     prompt = " ".join(args.prompt_words).strip()
+    _prune_checkpoints()
     return asyncio.run(_session(args, cwd, settings, ref, session, prompt))
 
 

@@ -84,6 +84,9 @@ Screen { layout: vertical; }
 }
 .reply { margin: 1 0 0 0; padding: 0 0 0 2; height: auto; }
 .reply > MarkdownBlock:last-child { margin-bottom: 0; }
+.reply MarkdownHeader { content-align: left top; text-align: left; margin: 1 0 0 0; }
+.reply > MarkdownHeader:first-child { margin-top: 0; }
+.command-output MarkdownHeader { content-align: left top; text-align: left; }
 .thinking { margin: 1 0 0 0; padding: 0; border: none; background: transparent; height: auto; }
 .thinking CollapsibleTitle { color: $text-muted; padding: 0 1; }
 .thinking Contents { padding: 0 0 0 3; }

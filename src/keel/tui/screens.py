@@ -39,6 +39,9 @@ class _Question(ModalScreen[PermissionReply]):
     _Question #why { color: $text-muted; }
     _Question #preview { height: auto; max-height: 16; margin: 1 0 0 0; }
     _Question OptionList { height: auto; border: none; margin: 1 0 0 0; padding: 0; }
+    _Question OptionList:focus { border: none; }
+    _Question #preview Markdown { margin: 0; padding: 0; }
+    _Question #preview MarkdownHeader { content-align: left top; text-align: left; margin: 0; }
     _Question Input { margin: 0 0 1 0; }
     _Question #hint { color: $text-muted; }
     """
