@@ -212,8 +212,9 @@ def test_prompt_from_stdin_and_from_both(project: Path, tmp_path: Path) -> None:
         (
             ["-p", "hi"],
             {},
-            "keel: error: no model chosen and no API key found (hint: set ANTHROPIC_API_KEY or "
-            "OPENAI_API_KEY, pass --model provider/model, or try keel offline with --model "
+            "keel: error: no model chosen and no API key found (hint: set ANTHROPIC_API_KEY, "
+            "OPENAI_API_KEY or GEMINI_API_KEY, pass --model provider/model, or try keel offline "
+            "with --model "
             "scripted:examples/demo.yaml)",
         ),
         (

@@ -63,6 +63,8 @@ DEFAULT_MODELS = (
     ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
     ("ANTHROPIC_AUTH_TOKEN", "anthropic/claude-sonnet-4-5"),
     ("OPENAI_API_KEY", "openai/gpt-5"),
+    ("GEMINI_API_KEY", "gemini/gemini-3-flash-preview"),
+    ("GOOGLE_API_KEY", "gemini/gemini-3-flash-preview"),
 )
 
 
@@ -98,7 +100,8 @@ def choose_model(flag: str | None, settings: Settings) -> ModelRef:
             return parse_model(model)
     raise UserError(
         "no model chosen and no API key found",
-        hint="set ANTHROPIC_API_KEY or OPENAI_API_KEY, pass --model provider/model, "
+        hint="set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY, pass --model "
+        "provider/model, "
         "or try keel offline with --model scripted:examples/demo.yaml",
     )
 
