@@ -744,7 +744,7 @@ async def test_switch_anthropic_openai_gemini_ollama_with_thinking_present() -> 
             "role": "model",
             "parts": [
                 {
-                    "functionCall": {"id": "toolu_1", "name": "read", "args": {"path": "a.py"}},
+                    "functionCall": {"name": "read", "args": {"path": "a.py"}},
                     "thoughtSignature": SKIP_SIGNATURE,
                 }
             ],
@@ -754,7 +754,6 @@ async def test_switch_anthropic_openai_gemini_ollama_with_thinking_present() -> 
             "parts": [
                 {
                     "functionResponse": {
-                        "id": "toolu_1",
                         "name": "read",
                         "response": {"output": "contents of a.py"},
                     }
@@ -765,7 +764,7 @@ async def test_switch_anthropic_openai_gemini_ollama_with_thinking_present() -> 
             "role": "model",
             "parts": [
                 {
-                    "functionCall": {"id": "call_oa", "name": "read", "args": {"path": "b.py"}},
+                    "functionCall": {"name": "read", "args": {"path": "b.py"}},
                     "thoughtSignature": SKIP_SIGNATURE,
                 }
             ],
@@ -775,7 +774,6 @@ async def test_switch_anthropic_openai_gemini_ollama_with_thinking_present() -> 
             "parts": [
                 {
                     "functionResponse": {
-                        "id": "call_oa",
                         "name": "read",
                         "response": {"output": "contents of b.py"},
                     }

@@ -6,7 +6,8 @@ This module owns rendering a script's `Reply` and `Fault` steps as the API sends
 their thought signatures, a final chunk with the finish reason and `usageMetadata`), Google's error
 bodies (`RetryInfo` on a rate limit, `API_KEY_INVALID` for a wrong key) and the overflow message.
 It checks what the API checks that a client is most likely to get wrong: the key, the shape of
-`contents`, and, as Gemini 3 does, that every thought signature sent back is one this server
+`contents` (no `id` on a function call or response: the API sends one at times but refuses it
+back), and, as Gemini 3 does, that every thought signature sent back is one this server
 issued (byte for byte) or Google's documented skip value, and that the first function call of each
 model turn carries one.
 
@@ -290,6 +291,12 @@ class GeminiServer(ScriptedHTTPServer):
             data = set(part) & _PART_FIELDS if isinstance(part, dict) else set()
             if len(data) != 1:
                 return f"* GenerateContentRequest.contents[{i}].parts[{j}].data: required oneof field 'data' must have one initialized field"
+            for field, name in (
+                ("functionCall", "function_call"),
+                ("functionResponse", "function_response"),
+            ):
+                if isinstance(part.get(field), dict) and "id" in part[field]:
+                    return f"Invalid JSON payload received. Unknown name \"id\" at 'contents[{i}].parts[{j}].{name}': Cannot find field."
             response = part.get("functionResponse")
             if response is not None and not response.get("name"):
                 return f"* GenerateContentRequest.contents[{i}].parts[{j}].function_response.name: Name cannot be empty."

@@ -2,7 +2,8 @@
 
 This module owns the translation between keel's neutral messages and Gemini's `contents`: model
 turns with their thought signatures put back on the part they came with, function calls and
-responses (Gemini names the function a response answers; ids are made up when the API sends none),
+responses (Gemini pairs them by function name and order: keel makes up the ids the neutral model
+needs and never sends them, since the API refuses an `id` in a request),
 images as inline data, and the decoding of the streamed `GenerateContentResponse` chunks into
 display deltas and one `Done` (usage with cached tokens, finish reasons including the safety and
 recitation stops).
@@ -152,7 +153,9 @@ def _model_parts(message: Message) -> list[JSONObject]:
             if not signature and not foreign_call_signed:
                 signature = FOREIGN_SIGNATURE
             foreign_call_signed = True
-            call = {"id": block.id, "name": block.name, "args": block.input or {}}
+            # No `id`: the API sends one at times but refuses it in a request (it pairs calls and
+            # responses by name and order).
+            call = {"name": block.name, "args": block.input or {}}
             parts.append(_signed({"functionCall": call}, signature))
     return parts or [{"text": _EMPTY_TURN}]
 
@@ -170,11 +173,7 @@ def _user_parts(message: Message, names: CallNames) -> list[JSONObject]:
     for block in message.blocks:
         if isinstance(block, ToolResult):
             key = "error" if block.is_error else "output"
-            response = {
-                "id": block.tool_use_id,
-                "name": names[block.tool_use_id],
-                "response": {key: block.text},
-            }
+            response = {"name": names[block.tool_use_id], "response": {key: block.text}}
             responses.append({"functionResponse": response})
             images = [b for b in block.content if isinstance(b, Image)]
             if images:
