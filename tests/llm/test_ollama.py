@@ -38,6 +38,7 @@ from keel.llm.providers.ollama import (
 from keel.llm.request import Request, ToolSpec
 from keel.testing.ollama_server import DEFAULT_MODELS, FakeModel, OllamaServer
 from keel.testing.script import Fault, Reply
+from keel.testing.server import RawStreamServer
 from tests.helpers import Sleeps, body, collect, free_port
 
 MODEL = "qwen3:8b"
@@ -347,3 +348,18 @@ async def test_overflow_is_context_overflow(server: OllamaServer, provider: Olla
     with pytest.raises(ContextOverflow):
         await collect(RetryingProvider(provider, FOUR, Sleeps()), request(user("hi")))
     assert len([r for r in server.requests if r.path == "/api/chat"]) == 1
+
+
+async def test_something_else_at_ollama_host_is_one_line() -> None:
+    with RawStreamServer() as other:
+        other.chunks = (b"<html>not ollama</html>",)
+        p = make_provider(parse_model("ollama/qwen3:8b"), env={"OLLAMA_HOST": other.url})
+        try:
+            with pytest.raises(APIError) as info:
+                await collect(p, request(user("hi")))
+        finally:
+            await p.aclose()
+    assert info.value.one_line() == (
+        f"{other.url} did not answer /api/show as Ollama does (hint: check the ollama server is "
+        'running and providers."ollama".base_url (or OLLAMA_HOST) points at it)'
+    )

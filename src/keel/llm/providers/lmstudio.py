@@ -37,7 +37,10 @@ class LMStudioProvider(OpenAIChatProvider):
         )
         window = 0
         if response.status_code == 200:
-            info = response.json()
+            try:
+                info = response.json()
+            except ValueError:
+                info = None  # not LM Studio's REST API behind this URL
             if isinstance(info, dict):
                 length = info.get("loaded_context_length") or info.get("max_context_length")
                 window = length if isinstance(length, int) and length > 0 else 0

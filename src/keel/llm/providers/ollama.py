@@ -322,7 +322,17 @@ class OllamaProvider(HTTPProvider):
         )
         if response.status_code >= 400:
             raise self.error_from_response(response.status_code, response.content, response.headers)
-        self.facts[request.model] = model_facts(response.json())
+        try:
+            show = response.json()
+        except ValueError as exc:
+            raise APIError(
+                f"{self.base_url} did not answer /api/show as Ollama does",
+                status=response.status_code,
+                retryable=False,
+                provider=self.name,
+                hint=self.unreachable_hint,
+            ) from exc
+        self.facts[request.model] = model_facts(show if isinstance(show, dict) else {})
 
     def build_body(self, request: Request) -> bytes:
         """`model, tools, messages, …options`, stable parts first."""
