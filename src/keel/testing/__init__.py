@@ -3,7 +3,9 @@ servers that speak each provider's wire API on 127.0.0.1. Nothing here reaches t
 
 - `ScriptedProvider`: an in-process provider that plays a script and fails loudly on divergence.
 - `keel.testing.anthropic_server.AnthropicServer`, `keel.testing.openai_server.OpenAIResponsesServer`
-  and `OpenAIChatServer`: real HTTP servers on 127.0.0.1 (imported from their modules).
+  and `OpenAIChatServer`, `keel.testing.gemini_server.GeminiServer` and
+  `keel.testing.ollama_server.OllamaServer`: real HTTP servers on 127.0.0.1 (imported from their
+  modules).
 - `Reply`, `Fault`, `reply`: the script language both use.
 """
 
