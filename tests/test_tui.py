@@ -429,3 +429,39 @@ async def test_a_background_task_survives_escape_and_its_result_starts_a_turn(
     delivered = sent_text(provider.requests[2])
     assert delivered.startswith('<task-notification id="bg-1" kind="shell" status="completed"')
     assert "background-finished" in delivered
+
+
+async def test_completion_of_commands_and_paths(project: Path) -> None:
+    (project / "src").mkdir()
+    (project / "src" / "utility.py").write_text("Y = 2\n")
+    provider = scripted(reply("Both files read."))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"compare @ut")
+        await pilot.pause(0.3)
+        offered = [str(o.prompt) for o in app.completions.options]
+        assert offered == ["util.py", "src/utility.py"]
+        await pilot.press("tab")
+        await pilot.press(*"and @src/ut")
+        await pilot.pause(0.3)
+        await pilot.press("tab")
+        assert app.prompt.text == "compare @util.py and @src/utility.py "
+        await pilot.press("enter")
+        await settle(pilot, app)
+        sent = provider.requests[0].messages[-1].text
+        assert sent.startswith("compare @util.py and @src/utility.py\n\n<attached-file")
+        assert '<attached-file path="src/utility.py">' in sent
+        # A command: Enter on the highlighted completion runs it.
+        await pilot.press(*"/cos")
+        await pilot.pause(0.2)
+        assert str(app.completions.options[0].prompt).startswith("/cost")
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert app.query(CommandOutput).last().border_title == "/cost"
+        assert app.prompt.text == ""
+        # ↑ brings back the prompts sent, newest first.
+        await pilot.press("up")
+        assert app.prompt.text == "/cost"
+        await pilot.press("up")
+        assert app.prompt.text == "compare @util.py and @src/utility.py "

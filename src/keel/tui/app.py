@@ -403,6 +403,10 @@ class KeelApp(App[int]):
     @on(TextArea.Changed, "#prompt")
     async def _prompt_changed(self, _message: TextArea.Changed) -> None:
         prompt = self.prompt
+        if prompt.recalled is not None and prompt.text == prompt.recalled:
+            self._offer([])
+            return
+        prompt.recalled = None
         before = prompt.get_text_range((0, 0), prompt.cursor_location)
         if before.startswith("/") and not any(c.isspace() for c in before):
             names = {n: b.summary for n, b in cmds.BUILTINS.items()}
@@ -443,8 +447,14 @@ class KeelApp(App[int]):
             self._offer([])
         else:
             value = completions.selected()
-            if value is not None:
-                self._accept(value)
+            if value is None:
+                return
+            if message.key == "enter" and value.startswith("/"):
+                # Enter on a command runs it (Tab only completes, to add arguments).
+                self._offer([])
+                self.prompt.post_message(PromptInput.Submitted(value))
+                return
+            self._accept(value)
 
     def _accept(self, value: str) -> None:
         prompt = self.prompt

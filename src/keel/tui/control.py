@@ -487,7 +487,7 @@ class Controller:
                     f"unknown command /{name}",
                     hint="/help lists commands; to send a line starting with /, start it with a space",
                 )
-        await self.run_prompt(text.strip("\n"))
+        await self.run_prompt(text.strip("\n").rstrip())
 
     async def run_prompt(self, text: str) -> None:
         agent = self.agent

@@ -376,6 +376,9 @@ class PromptInput(TextArea):
         self._draft = ""
         self.pastes: dict[str, str] = {}
         self.completing = False
+        #: The history entry on show: no completions for it until it is edited (↑/↓ go on
+        #: walking the history).
+        self.recalled: str | None = None
 
     def expanded(self) -> str:
         """The prompt with pasted text put back in place of its placeholders."""
@@ -458,7 +461,8 @@ class PromptInput(TextArea):
 
     def _show_history(self) -> None:
         assert self._position is not None
-        self.load_text(self.prompt_history[self._position])
+        self.recalled = self.prompt_history[self._position]
+        self.load_text(self.recalled)
         self.move_cursor(self.document.end)
 
 
