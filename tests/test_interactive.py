@@ -4,20 +4,25 @@ ends share (answers to permission questions, "always allow" rules)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from keel.agent.events import ContextCompacted
 from keel.cli.interactive import FIRST_RUN
 from keel.errors import UserError
-from keel.permissions.gate import PermissionReply
+from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.session.index import latest_session
 from keel.session.journal import read_records
 from keel.session.records import ToolResultRecord, UndoRecord, UserRecord
+from keel.testing import ScriptedProvider, reply
 from keel.tui.control import save_local_rule
 from keel.tui.line import parse_answer
+from keel.tui.view import Output, PromptSubmitted
 from tests.test_cli import keel
+from tests.tui_helpers import MODEL, Recorder, make_controller
 
 SCRIPT = """\
 model: demo
@@ -199,3 +204,220 @@ def test_always_allow_keeps_other_settings_and_refuses_a_broken_file(tmp_path: P
     with pytest.raises(UserError, match="is not valid JSON"):
         save_local_rule(tmp_path, "write")
     assert local.read_text() == "{not json"
+
+
+# -- the controller behind both front ends ----------------------------------------------------
+
+
+@pytest.fixture
+def with_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+
+
+def hooks_file(project: Path, log: Path) -> None:
+    """SessionStart and Notification hooks that append what they get to `log`."""
+    record = f"cat >> {log}; echo >> {log}"
+    entry = [{"matcher": "", "hooks": [{"type": "command", "command": record}]}]
+    path = project / ".keel" / "settings.local.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"hooks": {"SessionStart": entry, "Notification": entry}}))
+
+
+def hook_events(log: Path) -> list[tuple[str, str]]:
+    out = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out.append((d["hook_event_name"], d.get("source") or d.get("message", "")))
+    return out
+
+
+async def test_clear_starts_a_fresh_context_with_session_start_clear(
+    project: Path, with_key: None
+) -> None:
+    log = project.parent / "hooks.log"
+    hooks_file(project, log)
+    provider = ScriptedProvider([reply("One."), reply("Two.")], model=MODEL.model)
+    recorder = Recorder()
+    controller = await make_controller(project, provider, "--mode", "accept-edits")
+    controller.attach(recorder)
+    controller.submit("first")
+    await controller.wait()
+    first_session = controller.agent.session_id
+    controller.submit("/clear")
+    await controller.wait()
+    assert [type(e).__name__ for e in recorder.events] == ["Notice"]  # the transcript restarts
+    assert controller.status().mode == "accept-edits"  # the mode carries over
+    controller.submit("second")
+    await controller.wait()
+    assert controller.agent.session_id != first_session
+    assert [m.role for m in provider.requests[1].messages] == ["user"]  # a fresh context
+    assert hook_events(log) == [("SessionStart", "startup"), ("SessionStart", "clear")]
+    await controller.close()
+
+
+async def test_the_notification_hook_fires_before_a_permission_question(
+    project: Path, with_key: None
+) -> None:
+    log = project.parent / "hooks.log"
+    hooks_file(project, log)
+    provider = ScriptedProvider(
+        [reply("", ("write", {"path": "a.md", "content": "a\n"})), reply("Done.")],
+        model=MODEL.model,
+    )
+    seen: list[list[tuple[str, str]]] = []
+
+    class Asking(Recorder):
+        async def ask(self, request: PermissionRequest) -> PermissionReply:
+            await asyncio.sleep(0.3)  # the hook runs beside the question, not after it
+            seen.append(hook_events(log))
+            return await super().ask(request)
+
+    recorder = Asking(answers=[PermissionReply(True, "once")])
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    controller.submit("write a")
+    await controller.wait()
+    assert [r.call.name for r in recorder.asked] == ["write"]
+    assert seen[0][-1][0] == "Notification"
+    assert seen[0][-1][1] == "keel needs your permission to change a.md"
+    await controller.close()
+
+
+async def test_model_picker_switches_the_model_for_the_next_request(
+    project: Path, with_key: None
+) -> None:
+    provider = ScriptedProvider([reply("From haiku.")], model=MODEL.model)
+    recorder = Recorder(picks=["anthropic/claude-haiku-4-5"])
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    controller.submit("/model")
+    await controller.wait()
+    title, choices = recorder.offered[0]
+    assert title == "Model"
+    assert choices[0].value == "anthropic/claude-sonnet-4-5"
+    assert choices[0].detail == "(now)"
+    assert "anthropic/claude-haiku-4-5" in [c.value for c in choices]
+    assert controller.status().model == "anthropic/claude-haiku-4-5"
+    controller.submit("hi")
+    await controller.wait()
+    assert provider.requests[0].model == "claude-haiku-4-5"
+    controller.submit("/model llama")
+    await controller.wait()
+    errors = [e for e in recorder.events if isinstance(e, Output) and e.kind == "error"]
+    assert errors[-1].text.startswith("unknown model 'llama' (hint: write it as provider/model")
+    assert controller.status().model == "anthropic/claude-haiku-4-5"  # unchanged
+    await controller.close()
+
+
+async def test_rewind_forks_before_a_prompt_and_offers_it_again(
+    project: Path, with_key: None
+) -> None:
+    provider = ScriptedProvider([reply("A."), reply("B."), reply("B again.")], model=MODEL.model)
+    recorder = Recorder(picks=[None])
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    for prompt in ("first", "second"):
+        controller.submit(prompt)
+        await controller.wait()
+    before = controller.agent.session_id
+    controller.submit("/rewind")
+    await controller.wait()
+    title, choices = recorder.offered[0]
+    assert title == "Rewind to just before…"
+    assert [(c.label, c.detail) for c in choices] == [("second", "prompt 2"), ("first", "prompt 1")]
+    recorder.picks.append(choices[0].value)
+    controller.submit("/rewind")
+    await controller.wait()
+    assert recorder.inputs == ["second"]
+    assert controller.agent.session_id != before
+    assert [m.text for m in controller.agent.messages] == ["first", "A."]
+    shown = [e.text for e in recorder.events if isinstance(e, PromptSubmitted)]
+    assert shown == ["first"]
+    controller.submit("second, differently")
+    await controller.wait()
+    assert [m.text for m in provider.requests[-1].messages] == [
+        "first",
+        "A.",
+        "second, differently",
+    ]
+    await controller.close()
+
+
+async def test_resume_picks_another_session_and_shows_it(project: Path, with_key: None) -> None:
+    provider = ScriptedProvider([reply("Old answer."), reply("New answer.")], model=MODEL.model)
+    recorder = Recorder()
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    controller.submit("old question")
+    await controller.wait()
+    old = controller.agent.session_id
+    controller.submit("/clear")
+    await controller.wait()
+    controller.submit("new question")
+    await controller.wait()
+    recorder.picks.append(None)
+    controller.submit("/resume")
+    await controller.wait()
+    title, choices = recorder.offered[0]
+    assert title == "Resume a session"
+    assert [c.label for c in choices] == [f"{old}  old question"]
+    recorder.picks.append(choices[0].value)
+    controller.submit("/resume")
+    await controller.wait()
+    assert controller.agent.session_id == old
+    shown = [e.text for e in recorder.events if isinstance(e, PromptSubmitted)]
+    assert shown == ["old question"]
+    await controller.close()
+
+
+async def test_compact_replaces_the_conversation_with_a_summary(
+    project: Path, with_key: None
+) -> None:
+    provider = ScriptedProvider(
+        [reply("One."), reply("The user said first; keep it short."), reply("Two.")],
+        model=MODEL.model,
+    )
+    recorder = Recorder()
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    controller.submit("first")
+    await controller.wait()
+    controller.submit("/compact keep it short")
+    await controller.wait()
+    compacted = [e for e in recorder.events if isinstance(e, ContextCompacted)]
+    assert [c.trigger for c in compacted] == ["manual"]
+    assert "keep it short" in provider.requests[1].messages[-1].text
+    controller.submit("second")
+    await controller.wait()
+    assert "The user said first" in provider.requests[2].messages[0].text
+    await controller.close()
+
+
+async def test_a_custom_command_expands_and_unknown_commands_are_one_line(
+    project: Path, with_key: None
+) -> None:
+    command = project / ".claude" / "commands" / "greet.md"
+    command.parent.mkdir(parents=True)
+    command.write_text("---\ndescription: say hello\n---\nSay hello to $ARGUMENTS.\n")
+    provider = ScriptedProvider([reply("Hello, Ada!")], model=MODEL.model)
+    recorder = Recorder()
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    controller.submit("/help")
+    await controller.wait()
+    help_out = [e for e in recorder.events if isinstance(e, Output)][-1]
+    assert "- `/greet`: say hello" in help_out.text
+    controller.submit("/greet Ada")
+    await controller.wait()
+    assert "Say hello to Ada." in provider.requests[0].messages[-1].text
+    controller.submit("/frobnicate now")
+    await controller.wait()
+    error = [e for e in recorder.events if isinstance(e, Output)][-1]
+    assert (error.kind, error.text) == (
+        "error",
+        "unknown command /frobnicate (hint: /help lists commands; to send a line starting with "
+        "/, start it with a space)",
+    )
+    assert len(provider.requests) == 1
+    await controller.close()

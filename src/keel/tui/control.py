@@ -833,15 +833,18 @@ def _rel(path: Path, cwd: Path) -> str:
 
 def _model_choices(controller: Controller) -> list[Choice]:
     """The model now, the settings' default, then the catalog (window and prices)."""
-    from keel.llm.catalog import CATALOG
+    from keel.llm.catalog import BY_PROVIDER
 
     current = str(controller.ref)
     choices = [Choice(current, current, "(now)")]
     default = controller.factory.settings.model
     if default and default != current:
         choices.append(Choice(default, default, "the default in settings"))
-    for model, info in CATALOG.items():
-        spec = str(parse_model(model))
+    for spec, info in (
+        (f"{provider}/{model}", info)
+        for provider, models in BY_PROVIDER.items()
+        for model, info in models.items()
+    ):
         if spec in (current, default):
             continue
         detail = f"{info.window // 1000}k window"
