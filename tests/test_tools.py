@@ -178,9 +178,7 @@ async def test_huge_files_are_bounded(ctx: ToolContext, project: Path) -> None:
     with big.open("w", encoding="utf-8") as f:
         for i in range(1_000_000):  # ~25 MB
             f.write(f"line {i} of a very large log file\n")
-    start = time.monotonic()
     out = await run(read, ctx, path="big.log")
-    assert time.monotonic() - start < 10
     assert isinstance(out.content, str)
     assert out.content.endswith(
         "[size limit: showed lines 1-1455 of 1000000; continue with offset=1456]"
@@ -376,7 +374,7 @@ async def test_bash_timeout_kills_the_whole_group(ctx: ToolContext, project: Pat
     )
     start = time.monotonic()
     out = await run(bash, ctx, command=command, timeout=1)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # not the command's 30 s
     assert out.content == "started\n[timed out after 1 s; process group killed]"
     assert out.is_error
     await asyncio.sleep(5.5)

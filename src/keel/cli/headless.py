@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import select
@@ -580,6 +581,18 @@ def run_compact(path: Path, instructions: str, args: argparse.Namespace) -> int:
     return cli.EXIT_OK
 
 
+def _together(before: RunResult | None, after: RunResult) -> RunResult:
+    """The outcome of this invocation so far: the last run's answer, every run's spend."""
+    if before is None:
+        return after
+    return dataclasses.replace(
+        after,
+        usage=before.usage + after.usage,
+        cost=before.cost + after.cost,
+        turns=before.turns + after.turns,
+    )
+
+
 async def _run(
     agent: Agent, steps: list[str | None], printer: Printer, model: str, *, wait: bool = True
 ) -> int:
@@ -610,8 +623,10 @@ async def _run(
         loop.add_signal_handler(sig, on_signal)
     start = time.monotonic()
     try:
+        result = None
         for step in steps:
-            result = await (agent.resume(printer) if step is None else agent.run(step, printer))
+            ran = await (agent.resume(printer) if step is None else agent.run(step, printer))
+            result = _together(result, ran)
             if result.stop_reason != "end_turn":
                 break
         else:
@@ -620,9 +635,10 @@ async def _run(
                 delivered = None if stopping else await agent.run_notifications(printer)
                 if delivered is None:
                     break
-                result = delivered
+                result = _together(result, delivered)
                 if result.stop_reason != "end_turn":
                     break
+        assert result is not None  # steps is never empty
         if running := agent.background.running():
             printer(Notice(f"stopping {len(running)} background task(s) still running", "info"))
     finally:

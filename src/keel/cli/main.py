@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel hooks [list|approve], keel mcp [list|approve], keel skills, keel models [PROVIDER] [--json], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel hooks [list|approve], keel mcp [list|approve], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -259,12 +259,19 @@ def _models(argv: list[str]) -> int:
     return models(argv)
 
 
+def _worktrees(argv: list[str]) -> int:
+    from keel.cli.worktrees import worktrees
+
+    return worktrees(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
     "hooks": _hooks,
     "mcp": _mcp,
     "skills": _skills,
     "models": _models,
+    "worktrees": _worktrees,
     "resume": _resume,
     "compact": _compact,
     "suspend": _sessions_command("suspend"),

@@ -14,7 +14,13 @@ from pathlib import Path
 from keel.cli.main import ArgumentError, _Parser
 from keel.errors import UserError
 from keel.llm.messages import Image, Text, Thinking, ToolUse
-from keel.session.index import find_session, lock_holder, session_files, summarize
+from keel.session.index import (
+    child_sessions,
+    find_session,
+    lock_holder,
+    session_files,
+    summarize,
+)
 from keel.session.journal import Journal, read_records
 from keel.session.records import (
     AssistantRecord,
@@ -27,6 +33,7 @@ from keel.session.records import (
     ToolResultRecord,
     UndoRecord,
     UserRecord,
+    decode,
 )
 from keel.session.store import new_session_id
 
@@ -122,12 +129,35 @@ def _show(argv: list[str]) -> int:
             print(line)
     if loaded.repaired_bytes:
         print(f"(a torn last record of {loaded.repaired_bytes} bytes follows; resume cuts it off)")
+    _show_children(path, "")
     return 0
+
+
+def _show_children(path: Path, indent: str) -> None:
+    """The subagents a session started, as a tree (`keel sessions show CHILD_ID` for one)."""
+    children = child_sessions(path)
+    if children and not indent:
+        print("subagents:")
+    for child in children:
+        s = summarize(child)
+        with child.open("rb") as f:
+            meta = decode(f.readline()).payload
+        kind = meta.agent if isinstance(meta, Meta) and meta.agent else "subagent"
+        turns = "?" if s.turns is None else str(s.turns)
+        cost = "?" if s.cost is None else f"${s.cost:.4f}"
+        print(f"{indent}  └ {s.id}  {kind}  {s.status}, {turns} turns, {cost}: {s.last_prompt}")
+        _show_children(child, indent + "    ")
 
 
 def _clip(text: str, width: int = 400) -> str:
     text = text.strip()
     return text if len(text) <= width else text[:width] + f"… [{len(text) - width} more chars]"
+
+
+def _lineage(meta: Meta) -> str:
+    if meta.agent:
+        return f", {meta.agent} subagent of {meta.parent}"
+    return f", fork of {meta.parent} at {meta.parent_seq}" if meta.parent else ""
 
 
 def describe(record: Record) -> list[str]:
@@ -136,8 +166,10 @@ def describe(record: Record) -> list[str]:
     p = record.payload
     match p:
         case Meta():
-            fork = f", fork of {p.parent} at {p.parent_seq}" if p.parent else ""
-            return [f"{head} session {p.id} in {p.cwd}, model {p.model}, started {record.ts}{fork}"]
+            return [
+                f"{head} session {p.id} in {p.cwd}, model {p.model}, started {record.ts}"
+                + _lineage(p)
+            ]
         case UserRecord(message, source):
             label = "user" if source == "prompt" else source
             return [f"{head} {label}: {_clip(message.text)}"]

@@ -50,6 +50,15 @@ def session_files(cwd: Path | None) -> list[Path]:
     return sorted(_all_files(cwd), key=lambda p: p.stem, reverse=True)
 
 
+def child_sessions(path: Path) -> list[Path]:
+    """The session files of the subagents a session started (`<id>.agents/`), oldest first."""
+    return sorted(path.with_name(f"{path.stem}.agents").glob("*.jsonl"), key=lambda p: p.stem)
+
+
+def _child_files(cwd: Path | None) -> list[Path]:
+    return [child for parent in session_files(cwd) for child in child_sessions(parent)]
+
+
 def find_session(session_id: str, cwd: Path) -> Path:
     """The file of a session given its id or a unique prefix of it: this project's first, then
     every project's."""
@@ -57,8 +66,13 @@ def find_session(session_id: str, cwd: Path) -> Path:
         raise UserError(
             f"{session_id!r} is not a session id", hint="`keel sessions list` shows them"
         )
-    for scope in (cwd, None):
-        matches = [p for p in session_files(scope) if p.stem.startswith(session_id)]
+    for scope, files in (
+        (cwd, session_files),
+        (None, session_files),
+        (cwd, _child_files),  # a subagent's session, by its own id
+        (None, _child_files),
+    ):
+        matches = [p for p in files(scope) if p.stem.startswith(session_id)]
         exact = [p for p in matches if p.stem == session_id]
         if exact:
             return exact[0]

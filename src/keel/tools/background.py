@@ -27,6 +27,8 @@ MAX_RUNNING = 8
 STOP_WAIT = 10.0
 #: When the agent closes, running tasks get this long after being cancelled.
 CLOSE_WAIT = 3.0
+#: The result of a task stopped before it produced one.
+STOPPED = "stopped before it finished"
 #: Bytes of a shell's output held for `bash_output`; older output is dropped (and counted).
 OUTPUT_KEEP = 1024 * 1024
 #: Characters of a result carried in a notification or a `task_wait` answer.
@@ -150,20 +152,33 @@ class BackgroundTasks:
         task.task = asyncio.get_running_loop().create_task(
             self._run(task, work), name=f"keel {task.id}"
         )
+        task.task.add_done_callback(lambda _: self._cancelled_unstarted(task))
         return task
 
     async def _run(self, task: BackgroundTask, work: Work) -> None:
         try:
             status, result = await work(task)
         except asyncio.CancelledError:
-            status, result = "stopped", task.result or "stopped before it finished"
+            status, result = "stopped", task.result or STOPPED
         except Exception as exc:  # a task's own failure is its result, not ours
             status, result = "failed", f"{type(exc).__name__}: {exc}"
+        self._settle(task, status, result)
+        await self._notify()
+
+    def _settle(self, task: BackgroundTask, status: Status, result: str) -> None:
         task.status, task.result, task.finished = status, result, time.monotonic()
         for callback in self.on_finish:
             callback(task)
+
+    async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
+
+    def _cancelled_unstarted(self, task: BackgroundTask) -> None:
+        """A task cancelled before its first step never enters `_run`: settle it here."""
+        if not task.done:
+            self._settle(task, "stopped", STOPPED)
+            asyncio.get_running_loop().create_task(self._notify(), name=f"keel {task.id} end")
 
     def get(self, task_id: str, kind: Kind | None = None) -> BackgroundTask:
         task = self.tasks.get(task_id)

@@ -85,6 +85,8 @@ class ScriptedProvider:
         step = self.steps.popleft()
         if self.delay:
             await asyncio.sleep(self.delay)
+        if isinstance(step, Reply) and step.delay:
+            await asyncio.sleep(step.delay)  # think time, as the loopback servers do
         if isinstance(step, Fault):
             async for event in self._fault(step, request):
                 yield event

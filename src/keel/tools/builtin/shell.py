@@ -134,6 +134,31 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
             continue
 
 
+async def _spawn(
+    argv: list[str], cwd: str, env: Mapping[str, str], out_fd: int
+) -> asyncio.subprocess.Process:
+    """Start `argv` in its own process group, output to `out_fd`. Cancelled while the process
+    is starting, it lets the start finish and stops the group, so nothing is left running that
+    nobody can stop."""
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out_fd,
+            stderr=out_fd,
+            start_new_session=True,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await _kill_group(await spawn)
+        raise
+
+
 class Sink(Protocol):
     def feed(self, data: bytes) -> None: ...
 
@@ -176,15 +201,7 @@ async def run_command(
         run_env = sandbox.env(run_env)
     read_fd, write_fd = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=run_env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            start_new_session=True,
-        )
+        proc = await _spawn(argv, cwd, run_env, write_fd)
     except BaseException:
         os.close(read_fd)
         raise
@@ -192,11 +209,12 @@ async def run_command(
         os.close(write_fd)
     capture = _Capture()
     closed: asyncio.Future[None] = loop.create_future()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: _PipeReader(sink or capture, closed), os.fdopen(read_fd, "rb", buffering=0)
-    )
+    transport: asyncio.BaseTransport | None = None
     timed_out = False
-    try:
+    try:  # from here on, a cancellation stops the whole group
+        transport, _ = await loop.connect_read_pipe(
+            lambda: _PipeReader(sink or capture, closed), os.fdopen(read_fd, "rb", buffering=0)
+        )
         try:
             await asyncio.wait_for(proc.wait(), time_limit)
         except TimeoutError:
@@ -214,7 +232,8 @@ async def run_command(
         await _kill_group(proc)
         raise
     finally:
-        transport.close()
+        if transport is not None:
+            transport.close()
     # Everything captured (up to 64 kB of each end); the one truncation function cuts it for the
     # model and keeps it whole beside the session.
     text = clean_output(capture.text(2 * KEEP_BYTES))
