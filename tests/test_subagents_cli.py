@@ -134,8 +134,16 @@ def test_concurrent_subagents_from_the_shell(
         assert "  completed, 2 turns, $" in line
     one = keel("sessions", "show", children[0].stem, cwd=project)
     assert one.returncode == 0, one.stderr
-    assert "fork of" not in one.stdout
-    assert one.stdout.splitlines()[0].startswith(f"[1] session {children[0].stem} in ")
+    first = one.stdout.splitlines()[0]
+    assert first.startswith(f"[1] session {children[0].stem} in {project}, model ")
+    assert first.endswith(f", {agents[0]} subagent of {parent.stem}")
+
+    # Removing the session removes its subagents' sessions with it.
+    removed = keel("sessions", "rm", parent.stem, cwd=project)
+    assert removed.returncode == 0, removed.stderr
+    agents_dir = parent.with_name(f"{parent.stem}.agents")
+    assert removed.stdout == f"removed {parent}\nremoved {agents_dir}\n"
+    assert not agents_dir.exists()
 
 
 def wait_until(check: Any, what: str, seconds: float = 20) -> None:

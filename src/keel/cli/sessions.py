@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -211,6 +212,10 @@ def describe(record: Record) -> list[str]:
             return [f"{head} ── {reason}{detail} ({turns} turns, ${cost:.4f} in all)"]
 
 
+#: Directories kept beside a session file, named after it.
+BESIDE = (".agents", ".raw", ".checkpoints")
+
+
 def _rm(argv: list[str]) -> int:
     p = _parser("keel sessions rm", "Delete a session file.")
     p.add_argument("session", metavar="ID")
@@ -226,6 +231,12 @@ def _rm(argv: list[str]) -> int:
     path.unlink()
     Journal.lock_path(path).unlink(missing_ok=True)
     print(f"removed {path}")
+    # What lives beside it: subagents' sessions, full tool outputs, /undo snapshots.
+    for suffix in BESIDE:
+        extra = path.with_name(path.stem + suffix)
+        if extra.is_dir():
+            shutil.rmtree(extra)
+            print(f"removed {extra}")
     return 0
 
 
