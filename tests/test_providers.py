@@ -45,7 +45,7 @@ from keel.testing.openai_server import OpenAIChatServer, OpenAIResponsesServer
 from keel.testing.script import Fault, Reply, Step
 from keel.testing.server import RecordedRequest, ResponseWriter, ScriptedHTTPServer
 from keel.tools.builtin import builtin_tools
-from tests.helpers import body, collect
+from tests.helpers import body, collect, free_port
 
 KEY = "test-key"
 READ = ToolSpec(
@@ -1039,10 +1039,46 @@ def test_models_for_a_provider_keel_cannot_list(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(project)
-    assert main(["models", "ollama"]) == 2
+    assert main(["models", "lmstudio"]) == 2
     assert capsys.readouterr().err == (
-        "keel: error: no known models for provider 'ollama' (hint: local servers list their own "
-        "models (ollama list; LM Studio's model list))\n"
+        "keel: error: no known models for provider 'lmstudio' (hint: a local server lists its own "
+        "models (keel models ollama; LM Studio's list))\n"
+    )
+
+
+def test_models_of_the_local_ollama_server(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project)
+    with OllamaServer() as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.url)
+        assert main(["models", "ollama"]) == 0
+        table = capsys.readouterr().out
+        assert main(["models", "ollama", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+    assert table == (
+        "MODEL             PARAMS  QUANT   SIZE\n"
+        "ollama/llama3:8b  8.0B    Q4_K_M  4.7 GB\n"
+        "ollama/qwen3:8b   8.2B    Q4_K_M  5.2 GB\n"
+        f"\n2 model(s) at {server.url}; they cost nothing. keel asks for a 32,768-token window "
+        "(providers.ollama.num_ctx), or less if the model has less.\n"
+    )
+    assert listed[1] == {
+        "model": "ollama/qwen3:8b",
+        "parameter_size": "8.2B",
+        "quantization": "Q4_K_M",
+        "family": "qwen3",
+        "size_bytes": 5_225_387_923,
+        "source": server.url,
+    }
+    port = free_port()
+    monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")
+    assert main(["models", "ollama"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"keel: error: cannot list ollama's models at http://127.0.0.1:{port}: ")
+    assert err.endswith(
+        '(hint: check the ollama server is running and providers."ollama".base_url '
+        "(or OLLAMA_HOST) points at it)\n"
     )
 
 

@@ -3,23 +3,26 @@
 
 The rows are the catalog's (`keel.llm.catalog.BY_PROVIDER`) with the user's `models` settings
 entries laid over them: an entry keyed like a catalog row replaces it, any other is added. Models
-on the user's own machine (Ollama, LM Studio, vLLM, any OpenAI-compatible server) are not listed:
-keel does not know which ones a server has until it asks, and they cost nothing.
+on the user's own machine cost nothing and are not in the catalog; `keel models ollama` asks the
+user's Ollama server (`/api/tags`) which ones it has.
 
-It must never reach the network.
+It must never reach a hosted API: the only request it makes is to the user's own Ollama server,
+and only when asked for its models.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from keel.config.settings import load_settings
+from keel.config.settings import Settings, load_settings
 from keel.llm.catalog import BY_PROVIDER, ModelInfo
 from keel.llm.presets import PRESETS
+from keel.llm.providers.ollama import DEFAULT_NUM_CTX
 
 HEADER = ("MODEL", "WINDOW", "MAX OUT", "INPUT", "OUTPUT", "CACHE R", "CACHE W")
 
@@ -107,13 +110,15 @@ def models(argv: list[str]) -> int:
     settings = load_settings(Path.cwd())
     for warning in settings.warnings:
         print(f"keel: warning: {warning}", file=sys.stderr)
+    if args.provider == "ollama":
+        return _ollama(settings, args.json)
     selected = rows(settings.models)
     if args.provider:
         selected = [row for row in selected if row[0].startswith(f"{args.provider}/")]
         if not selected:
             from keel.errors import UserError
 
-            hint = "local servers list their own models (ollama list; LM Studio's model list)"
+            hint = "a local server lists its own models (keel models ollama; LM Studio's list)"
             if args.provider not in PRESETS:
                 hint = f"known providers: {', '.join(BY_PROVIDER)}"
             raise UserError(f"no known models for provider {args.provider!r}", hint=hint)
@@ -125,5 +130,60 @@ def models(argv: list[str]) -> int:
     print(
         f"\nPrices in USD per million tokens; * from your settings. Models on your own machine "
         f"({local}) cost nothing, and their window is what the server reports."
+    )
+    return 0
+
+
+def _ollama(settings: Settings, as_json: bool) -> int:
+    """The models the user's Ollama server has (where `keel -p --model ollama/…` would look)."""
+    import httpx
+
+    from keel.errors import UserError
+    from keel.llm.provider import unreachable_hint
+    from keel.llm.providers.ollama import local_models, ollama_url
+
+    preset = PRESETS["ollama"]
+    configured = settings.provider("ollama").base_url
+    base = ollama_url(configured or os.environ.get("OLLAMA_HOST", "") or preset.base_url)
+    try:
+        response = httpx.get(f"{base}/api/tags", timeout=5.0)
+        tags = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as exc:
+        raise UserError(
+            f"cannot list ollama's models at {base}: {exc or type(exc).__name__}",
+            hint=unreachable_hint(preset),
+        ) from exc
+    if not isinstance(tags, dict):
+        raise UserError(
+            f"{base}/api/tags answered {response.status_code}, not Ollama's model list",
+            hint=unreachable_hint(preset),
+        )
+    found = local_models(tags)
+    if as_json:
+        listed = [
+            {
+                "model": f"ollama/{m.name}",
+                "parameter_size": m.parameter_size,
+                "quantization": m.quantization,
+                "family": m.family,
+                "size_bytes": m.size,
+                "source": base,
+            }
+            for m in found
+        ]
+        print(json.dumps(listed, indent=2))
+        return 0
+    lines = [("MODEL", "PARAMS", "QUANT", "SIZE")]
+    lines += [
+        (f"ollama/{m.name}", m.parameter_size, m.quantization, f"{m.size / 1e9:.1f} GB")
+        for m in found
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(4)]
+    for line in lines:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip())
+    print(
+        f"\n{len(found)} model(s) at {base}; they cost nothing. keel asks for a "
+        f"{settings.provider('ollama').num_ctx or DEFAULT_NUM_CTX:,}-token window "
+        "(providers.ollama.num_ctx), or less if the model has less."
     )
     return 0
