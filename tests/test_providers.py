@@ -37,7 +37,7 @@ from keel.llm.messages import (
 )
 from keel.llm.presets import PRESETS
 from keel.llm.provider import Provider, RetryPolicy, make_provider, model_info
-from keel.llm.request import Request, ToolSpec
+from keel.llm.request import Request, Sampling, ToolSpec
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.gemini_server import SKIP_SIGNATURE, GeminiServer
 from keel.testing.ollama_server import OllamaServer
@@ -321,6 +321,44 @@ def test_custom_provider_mistakes_are_one_line(project: Path) -> None:
     assert bad.warnings == [
         f"{project / '.keel' / 'settings.local.json'}: providers.gw.wire must be one of "
         "anthropic, openai-responses, openai-chat, gemini, ollama; ignored"
+    ]
+
+
+async def test_settings_for_ollama_sampling_and_fallbacks(project: Path) -> None:
+    settings = write_settings(
+        project,
+        {
+            "providers": {"ollama": {"num_ctx": 16_384}},
+            "models": {"ollama/qwen3:8b": {"temperature": 0.6, "top_p": 0.95}},
+            "fallbacks": {"ollama/qwen3:8b": "openai/gpt-5"},
+        },
+    )
+    assert (settings.providers["ollama"].num_ctx, settings.fallbacks, settings.sampling) == (
+        16_384,
+        {"ollama/qwen3:8b": ("openai/gpt-5",)},
+        {"ollama/qwen3:8b": Sampling(0.6, 0.95)},
+    )
+    with OllamaServer([Reply(assistant("ok"))]) as server:
+        env = {"OLLAMA_HOST": server.url, "OPENAI_API_KEY": KEY}
+        provider = make_provider(parse_model("ollama/qwen3:8b"), settings=settings, env=env)
+        [*_, done] = await run_one(provider, request(user("hi"), model="qwen3:8b", tools=()))
+    assert body(server.model_requests[0])["options"] == {
+        "num_ctx": 16_384,
+        "num_predict": 32_000,
+        "temperature": 0.6,
+        "top_p": 0.95,
+    }
+    assert done.window == 16_384
+
+    (project / ".keel" / "settings.local.json").write_text(
+        json.dumps({"providers": {"ollama": {"num_ctx": "big"}}, "fallbacks": {"a/b": [1]}}),
+        encoding="utf-8",
+    )
+    bad = load_settings(project, env={"KEEL_CONFIG_DIR": str(project / "none")})
+    where = project / ".keel" / "settings.local.json"
+    assert bad.warnings == [
+        f"{where}: providers.ollama.num_ctx must be a positive number of tokens; ignored",
+        f"{where}: fallbacks.a/b must be a list of strings; ignored",
     ]
 
 
