@@ -643,6 +643,32 @@ async def test_effort_in_each_request_body(spec: str, effort: Any, fields: dict[
     )
 
 
+async def test_no_anthropic_thinking_in_a_turn_another_provider_began() -> None:
+    """After a fallback mid-turn, the turn's assistant messages have no Anthropic thinking, which
+    the API requires with thinking on: those requests go without it, the next prompt has it."""
+    openai_call = assistant(
+        ToolUse("call_1", "read", {"path": "a.py"}), provider="openai", model="gpt-5"
+    )
+    mid_turn = (user("Read a.py."), openai_call, user(tool_result("call_1", "A")))
+    next_prompt = (*mid_turn, assistant("It says A.", provider="openai"), user("Thanks."))
+    with AnthropicServer([Reply(assistant("ok")), Reply(assistant("ok"))], api_key=KEY) as server:
+        provider = make_provider(
+            parse_model("anthropic/claude-sonnet-4-5"), env=provider_env("anthropic", server)
+        )
+        try:
+            for messages in (mid_turn, next_prompt):
+                await collect(
+                    provider, request(*messages, model="claude-sonnet-4-5", effort="high")
+                )
+        finally:
+            await provider.aclose()
+    bodies = [body(r) for r in server.model_requests]
+    assert [b.get("thinking") for b in bodies] == [
+        None,
+        {"type": "enabled", "budget_tokens": 24_000},
+    ]
+
+
 def provider_env(provider: str, server: ScriptedHTTPServer) -> dict[str, str]:
     """The environment that points `provider` at `server`."""
     url = server.url

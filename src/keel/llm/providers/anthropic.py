@@ -17,7 +17,7 @@ import operator
 import re
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, assert_never
 
 from keel.llm.errors import APIError, ContextOverflow
@@ -139,6 +139,8 @@ class AnthropicProvider(HTTPProvider):
         for index in (latest, latest - 2):
             if index >= 0:
                 wires[index] = wires[index][:-3] + _BREAKPOINT_TAIL
+        if request.effort is not None and not thinking_allowed(request.messages, self.name):
+            request = replace(request, effort=None)
         parts = [self._encoded_head(request)]
         for wire in wires:
             parts += (wire, b",")
@@ -280,6 +282,21 @@ def thinking_budget(effort: Effort | None, max_tokens: int) -> int | None:
         return None
     budget = min(THINKING_BUDGETS[effort], max_tokens - _MIN_ANSWER_TOKENS)
     return budget if budget >= _MIN_THINKING_BUDGET else None
+
+
+def thinking_allowed(messages: tuple[Message, ...], provider: str) -> bool:
+    """Whether a request may turn thinking on. With thinking on, the API wants the assistant turn
+    in progress (since the prompt, every message answered by tool results) to begin with its own
+    thinking. A turn another provider began or continued (a fallback mid-turn) cannot, so its
+    requests go without thinking until the next prompt. Messages this provider wrote are left to
+    the API, which lets adaptive thinking skip a step."""
+    for message in reversed(messages):
+        if message.role == "user":
+            if not all(isinstance(b, ToolResult) for b in message.blocks):
+                return True  # the prompt that began this turn
+        elif message.provider and message.provider != provider:
+            return False
+    return True
 
 
 def thinking_config(model: str, effort: Effort | None, max_tokens: int) -> dict[str, Any] | None:
