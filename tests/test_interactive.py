@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -421,3 +425,47 @@ async def test_a_custom_command_expands_and_unknown_commands_are_one_line(
     )
     assert len(provider.requests) == 1
     await controller.close()
+
+
+def test_ctrl_c_in_line_mode_interrupts_the_running_prompt(project: Path, tmp_path: Path) -> None:
+    model = script(
+        tmp_path,
+        "model: demo\nturns:\n"
+        "  - tool_calls:\n      - name: bash\n        input: {command: 'sleep 30'}\n"
+        "  - text: Next one.\n",
+    )
+    with subprocess.Popen(
+        [sys.executable, "-m", "keel", "--model", model, "--mode", "bypass"],
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write("wait\n")
+        proc.stdin.flush()
+        seen = []
+        for line in proc.stdout:  # until the command runs
+            seen.append(line.rstrip())
+            if line.startswith("⏺ bash"):
+                break
+        time.sleep(0.3)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stdout:
+            seen.append(line.rstrip())
+            if line.startswith("⏹"):
+                break
+        assert time.monotonic() - started < 5
+        proc.stdin.write("again\n/exit\n")
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=20) == 0
+        assert proc.stderr.read() == ""
+    assert seen[-1] == "⏹ interrupted"
+    assert seen[-2].startswith("  └ ✗ ")
+    assert seen[-2].endswith("interrupted by user")
+    assert "Next one." in rest  # the session goes on after the interrupt

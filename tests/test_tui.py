@@ -401,7 +401,8 @@ async def test_a_session_reopens_as_it_was(project: Path) -> None:
 async def test_a_background_task_survives_escape_and_its_result_starts_a_turn(
     project: Path,
 ) -> None:
-    command = "sleep 0.6; echo background-finished"
+    # The task runs until the test lets it finish (creates `go`).
+    command = "while [ ! -e go ]; do sleep 0.05; done; echo background-finished"
     provider = HangingProvider(
         reply("", ("bash", {"command": command, "run_in_background": True})),
         Hang("While it runs, let me think about"),
@@ -416,7 +417,8 @@ async def test_a_background_task_survives_escape_and_its_result_starts_a_turn(
         await settle(pilot, app)
         tasks = controller.agent.background.running()
         assert [t.kind for t in tasks] == ["shell"]  # Esc stopped the turn, not the task
-        for _ in range(100):  # keel starts a turn by itself when the task ends
+        (project / "go").touch()
+        for _ in range(200):  # keel starts a turn by itself when the task ends
             if len(provider.requests) == 3 and not controller.busy:
                 break
             await pilot.pause(0.05)
@@ -465,3 +467,35 @@ async def test_completion_of_commands_and_paths(project: Path) -> None:
         assert app.prompt.text == "/cost"
         await pilot.press("up")
         assert app.prompt.text == "compare @util.py and @src/utility.py "
+
+
+async def test_a_long_paste_shows_as_a_placeholder_and_is_sent_whole(project: Path) -> None:
+    from textual import events
+
+    provider = scripted(reply("Got 40 lines."))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    pasted = "".join(f"line {i}\n" for i in range(40))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"look at this: ")
+        app.prompt.post_message(events.Paste(pasted))
+        await pilot.pause()
+        assert app.prompt.text == "look at this: [pasted text #1: 41 lines]"
+        await pilot.press("enter")
+        await settle(pilot, app)
+    assert provider.requests[0].messages[-1].text == "look at this: " + pasted.rstrip()
+
+
+@pytest.mark.parametrize(
+    ("context", "window", "shown", "level"),
+    [
+        (62_000, 200_000, "31% · 62k/200k", "ok"),
+        (140_000, 200_000, "70% · 140k/200k", "warn"),
+        (181_000, 200_000, "90% · 181k/200k", "high"),
+        (950, 0, "950", "ok"),
+    ],
+)
+def test_context_meter(context: int, window: int, shown: str, level: str) -> None:
+    from keel.tui.format import context_meter
+
+    assert context_meter(context, window) == (shown, level)

@@ -102,6 +102,8 @@ async def test_snapshot_a_finished_exchange(project: Path) -> None:
         await pilot.press("enter")
         await app.idle()
         await pilot.pause(0.1)
+        app.transcript.scroll_end(animate=False, immediate=True)  # as a user following it sees it
+        await pilot.pause(0.1)
         check(app, "exchange")
     await controller.close()
 

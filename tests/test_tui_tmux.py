@@ -66,7 +66,10 @@ class Terminal:
             if test(screen):
                 return screen
             time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what!r}; the screen:\n{screen}")
+        files = sorted(p.name for p in self.cwd.iterdir())
+        raise AssertionError(
+            f"timed out waiting for {what!r}; files: {files}; the screen:\n{screen}"
+        )
 
     def exited(self) -> bool:
         out = self.tmux("display-message", "-p", "-t", "keel", "#{pane_dead}")

@@ -113,6 +113,26 @@ Screen { layout: vertical; }
 """
 
 
+class Transcript(VerticalScroll):
+    """The conversation. It follows new output (and output that grows, such as Markdown still
+    laying out) while the view is at the bottom; scrolling up stops that until the user
+    scrolls back down."""
+
+    def __init__(self, *, id: str) -> None:  # noqa: A002 - textual's name
+        super().__init__(id=id)
+        self.following = True
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.following = new_value >= self.max_scroll_y - 1
+
+    def follow(self) -> None:
+        """Scroll to the end if following and not there (called after each render and on the
+        app's tick, which catches content that finished laying out later)."""
+        if self.following and self.scroll_y < self.max_scroll_y:
+            self.scroll_end(animate=False, immediate=True)
+
+
 class KeelApp(App[int]):
     TITLE = "keel"
     CSS = CSS
@@ -150,7 +170,7 @@ class KeelApp(App[int]):
 
     def compose(self) -> Any:
         # Kept as attributes: a modal card may be the current screen while they update.
-        self.transcript = VerticalScroll(id="transcript")
+        self.transcript = Transcript(id="transcript")
         self.todos = TodoPanel()
         self.activity = Activity()
         self.completions = Completions()
@@ -264,11 +284,8 @@ class KeelApp(App[int]):
                     assert isinstance(nxt, TextDelta | ThinkingDelta)
                     text += nxt.text
                 item = kind(text)
-            transcript = self.transcript
-            following = transcript.scroll_y >= transcript.max_scroll_y - 1
             await self._render(item)
-            if following:
-                transcript.scroll_end(animate=False)
+            self.transcript.call_after_refresh(self.transcript.follow)
 
     async def _add(self, widget: Widget) -> None:
         await self.transcript.mount(widget)
@@ -382,6 +399,7 @@ class KeelApp(App[int]):
         self._close_segments()
 
     def _tick(self) -> None:
+        self.transcript.follow()
         self.activity.tick()
         for card in self._cards.values():
             card.tick()
