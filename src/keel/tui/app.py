@@ -118,7 +118,7 @@ class Transcript(VerticalScroll):
     laying out) while the view is at the bottom; scrolling up stops that until the user
     scrolls back down."""
 
-    def __init__(self, *, id: str) -> None:  # noqa: A002 - textual's name
+    def __init__(self, *, id: str) -> None:
         super().__init__(id=id)
         self.following = True
 
