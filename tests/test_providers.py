@@ -548,6 +548,33 @@ async def test_a_bad_key_cools_down_for_ten_minutes(
     assert cooldowns.remaining("openai/gpt-5") == 600
 
 
+async def test_a_fallbacks_tokens_are_priced_as_its_own(
+    chain: tuple[AnthropicServer, OpenAIResponsesServer, GeminiServer], project: Path
+) -> None:
+    anthropic, openai, _ = chain
+    env = fallback_env(*chain) | {"ANTHROPIC_API_KEY": "wrong"}
+    agent = Agent(
+        provider=make_provider(
+            parse_model("anthropic/claude-sonnet-4-5"),
+            settings=FALLBACKS,
+            env=env,
+            cooldowns=Cooldowns(Clock()),
+        ),
+        model="claude-sonnet-4-5",
+        tools=[],
+        cwd=project,
+        system="You are keel.",
+    )
+    openai.add(Reply(assistant("From gpt-5."), usage=Usage(input=1_000, output=100)))
+    try:
+        result = await agent.run("hi")
+    finally:
+        await agent.aclose()
+    assert (result.text, len(anthropic.model_requests)) == ("From gpt-5.", 1)
+    # gpt-5: $1.25 / $10 per million (Claude Sonnet 4.5 would be $3 / $15).
+    assert result.cost == pytest.approx((1_000 * 1.25 + 100 * 10.0) / 1e6)
+
+
 @pytest.mark.parametrize(
     "fault",
     [

@@ -52,7 +52,7 @@ from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_wind
 from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
-from keel.llm.provider import Provider, make_provider
+from keel.llm.provider import Provider, make_provider, model_info
 from keel.llm.request import Effort, Request
 from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate
 from keel.session.fold import PendingBatch, SessionState
@@ -799,7 +799,7 @@ class Agent:
         if done.window and done.window != self.info.window:
             # A local server loaded the model with this window: compaction and the meter use it.
             self.info = with_window(self.info, done.window)
-        cost = self.info.cost(done.usage)
+        cost = self._answered_by(done.message).cost(done.usage)
         if self.session is not None:
             self.session.assistant(
                 done.message, done.usage, cost, done.stop_reason, self._state.turns
@@ -820,6 +820,12 @@ class Agent:
                 done.usage, self.spend.usage, self.spend.cost, done.usage.context, self.info.window
             )
         )
+
+    def _answered_by(self, message: Message) -> ModelInfo:
+        """Facts (prices) of the model that wrote `message`: a fallback's tokens cost its own."""
+        if not message.provider or message.provider == self.provider.name:
+            return self.info
+        return model_info(ModelRef(message.provider, message.model or self.model))
 
     def _keep_partial(self, emit: Emit) -> None:
         """Store what the user already saw of an interrupted response."""
