@@ -1185,3 +1185,16 @@ def test_local_models_cost_nothing_but_user_prices_win() -> None:
     mine = ModelInfo(8_192, 4_096, 0.5, 1.0)
     assert model_info(ModelRef("ollama", "big"), {"ollama/big": mine}) == mine
     assert model_info(ModelRef("ollama", "big"), {"big": mine}) == mine
+
+
+async def test_agent_from_model_on_a_local_server(project: Path) -> None:
+    with OllamaServer([Reply(assistant("Hi."), usage=Usage(input=5_000, output=300))]) as server:
+        agent = Agent.from_model(
+            "ollama/qwen3:8b", env={"OLLAMA_HOST": server.url}, tools=[], cwd=project
+        )
+        try:
+            result = await agent.run("hi")
+        finally:
+            await agent.aclose()
+    assert (result.text, result.cost, result.usage) == ("Hi.", 0.0, Usage(5_000, 300))
+    assert (agent.info.window, agent.info.input_price) == (32_768, 0.0)

@@ -261,6 +261,7 @@ class Agent:
             from keel.tools.builtin import builtin_tools
 
             tools = builtin_tools()
+        kwargs.setdefault("info", model_info(ref))  # a local model's tokens cost nothing
         return cls(provider=provider, model=ref.model, tools=tools, env=env, **kwargs)
 
     # -- public API --------------------------------------------------------------------------------
