@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from keel.agent.events import ContextCompacted
+from keel.agent.events import AssistantMessage, ContextCompacted
 from keel.cli.interactive import FIRST_RUN
 from keel.errors import UserError
+from keel.llm.events import Notice
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.session.index import latest_session
 from keel.session.journal import read_records
@@ -469,3 +470,80 @@ def test_ctrl_c_in_line_mode_interrupts_the_running_prompt(project: Path, tmp_pa
     assert seen[-2].startswith("  └ ✗ ")
     assert seen[-2].endswith("interrupted by user")
     assert "Next one." in rest  # the session goes on after the interrupt
+
+
+async def test_reopening_a_session_stopped_mid_round_finishes_the_round_first(
+    project: Path, with_key: None
+) -> None:
+    provider = ScriptedProvider(
+        [
+            reply(
+                "Two steps.",
+                ("bash", {"command": "touch started; sleep 0.5; echo one >> log"}),
+                ("bash", {"command": "echo two >> log"}),
+            ),
+            reply("Both steps done."),
+            reply("And the follow-up."),
+        ],
+        model=MODEL.model,
+    )
+    first = await make_controller(project, provider, "--mode", "bypass")
+    first.attach(Recorder())
+    first.submit("do two steps")
+    for _ in range(100):
+        if (project / "started").exists():
+            break
+        await asyncio.sleep(0.05)
+    first.agent.request_suspend()  # as `keel suspend` or a signal would
+    await first.wait()
+    assert first.agent.session is not None
+    path = first.agent.session.path
+    await first.close()
+    assert (project / "log").read_text() == "one\n"
+
+    recorder = Recorder()
+    again = await make_controller(project, provider, "--mode", "bypass", start=False)
+    await again.start_session(path)
+    again.attach(recorder)
+    assert [e.text for e in recorder.events if isinstance(e, PromptSubmitted)] == ["do two steps"]
+    again.begin("and then?")
+    await again.wait()
+    assert (project / "log").read_text() == "one\ntwo\n"  # the unanswered call ran, once
+    notices = [e.text for e in recorder.events if isinstance(e, Notice)]
+    assert "continuing the turn this session stopped in" in notices
+    texts = [e.message.text for e in recorder.events if isinstance(e, AssistantMessage)]
+    assert texts[-2:] == ["Both steps done.", "And the follow-up."]
+    await again.close()
+
+
+async def test_undo_without_a_session_file_uses_a_temporary_store(
+    project: Path, with_key: None, isolated_env: Path
+) -> None:
+    provider = ScriptedProvider(
+        [reply("", ("write", {"path": "new.md", "content": "x\n"})), reply("Done.")],
+        model=MODEL.model,
+    )
+    recorder = Recorder()
+    controller = await make_controller(project, provider, "--mode", "bypass", "--no-session")
+    controller.attach(recorder)
+    controller.submit("make new.md")
+    await controller.wait()
+    assert controller.agent.session is None
+    assert (project / "new.md").exists()
+    store = controller.agent.ctx.checkpoints
+    assert store is not None
+    assert not store.directory.is_relative_to(isolated_env)  # not beside any session
+    controller.submit("/undo")
+    await controller.wait()
+    assert not (project / "new.md").exists()
+    controller.submit("/undo")
+    await controller.wait()
+    error = [e for e in recorder.events if isinstance(e, Output)][-1]
+    assert (error.kind, error.text) == (
+        "error",
+        "nothing to undo (hint: undo covers keel's file edits and, in a git repository, bash "
+        "commands' changes)",
+    )
+    await controller.close()
+    assert not store.directory.exists()
+    assert not list(isolated_env.glob("sessions/*/*"))

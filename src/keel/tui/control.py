@@ -372,7 +372,7 @@ class Controller:
         agent = self.agent
         mode = agent.gate.mode if isinstance(agent.gate, PermissionGate) else "allow-all"
         return Status(
-            model=str(self.ref) if self.ref.provider != "scripted" else agent.model,
+            model=str(self.ref) if self.ref.provider != "scripted" else _script_name(agent.model),
             mode=mode,
             context=self.context,
             window=agent.info.window,
@@ -822,6 +822,11 @@ def _parse_mode(value: str) -> Mode:
     from keel.permissions.gate import parse_mode
 
     return parse_mode(value.strip())
+
+
+def _script_name(model: str) -> str:
+    """`scripted:demo.yaml` for a scripted model (its "model" is the script's path)."""
+    return f"scripted:{Path(model).name}" if model else "scripted"
 
 
 def _rel(path: Path, cwd: Path) -> str:
