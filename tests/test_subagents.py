@@ -60,7 +60,7 @@ def make_agent(
 ) -> tuple[Agent, RoutedProvider]:
     provider = RoutedProvider(scripts)
     agent = Agent(
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         model="scripted",
         tools=builtin_tools(),
         cwd=project,
@@ -145,10 +145,12 @@ async def test_two_subagents_run_side_by_side(project: Path) -> None:
 
     # Child events reach the parent's sink labelled with the task call that started them.
     calls = agent.messages[1].tool_uses
-    nested = [
-        e for e in events if isinstance(e, SubagentEvent) and isinstance(e.event, ToolStarted)
-    ]
-    assert {(e.tool_use_id, e.agent, e.event.call.name) for e in nested} == {
+    nested = {
+        (e.tool_use_id, e.agent, e.event.call.name)
+        for e in events
+        if isinstance(e, SubagentEvent) and isinstance(e.event, ToolStarted)
+    }
+    assert nested == {
         (calls[0].id, "explore", "grep"),
         (calls[1].id, "general", "read"),
     }
