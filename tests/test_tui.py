@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from textual.widgets import Markdown
+from textual.widgets import Collapsible, Markdown
 
 from keel.agent.events import TurnFinished
 from keel.llm.messages import ToolResult
@@ -499,3 +499,66 @@ def test_context_meter(context: int, window: int, shown: str, level: str) -> Non
     from keel.tui.format import context_meter
 
     assert context_meter(context, window) == (shown, level)
+
+
+async def test_escape_on_a_permission_card_stops_the_turn(project: Path) -> None:
+    provider = scripted(reply("", ("write", {"path": "notes.md", "content": "x\n"})))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "write notes")
+        for _ in range(100):
+            if on_screen(app, PermissionScreen):
+                break
+            await pilot.pause(0.05)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        assert not on_screen(app, PermissionScreen)
+        assert not busy(controller)
+        notices = [str(n.render()) for n in app.query(NoticeLine)]
+        assert notices[-1] == "⚠ interrupted"
+    assert not (project / "notes.md").exists()
+    (result,) = controller.agent.messages[-1].blocks
+    assert isinstance(result, ToolResult)
+    assert (result.text, result.is_error) == ("interrupted by user", True)
+    assert len(provider.requests) == 1
+
+
+async def test_keep_planning_sends_feedback_and_stays_in_plan_mode(project: Path) -> None:
+    provider = scripted(
+        reply("", ("exit_plan_mode", {"plan": "1. Change X."})),
+        reply("I'll add a test step to the plan."),
+    )
+    controller = await make_controller(project, provider, "--mode", "plan")
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "plan it")
+        for _ in range(100):
+            if on_screen(app, PlanScreen):
+                break
+            await pilot.pause(0.05)
+        await pilot.press("3")
+        await pilot.press(*"add a test first")
+        await pilot.press("enter")
+        await settle(pilot, app)
+        assert controller.status().mode == "plan"
+    feedback = sent_text(provider.requests[1])
+    assert "add a test first" in feedback
+
+
+async def test_ctrl_o_opens_and_folds_thinking_and_output(project: Path) -> None:
+    provider = scripted(
+        reply("", ("read", {"path": "app.py"}), thinking="Look at app.py."), reply("Read it.")
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "read app.py")
+        await settle(pilot, app)
+        folds = list(app.transcript.query(Collapsible))
+        assert len(folds) == 2  # the thinking and the read's output
+        assert all(f.collapsed for f in folds)
+        await pilot.press("ctrl+o")
+        assert not any(f.collapsed for f in folds)
+        await pilot.press("ctrl+o")
+        assert all(f.collapsed for f in folds)

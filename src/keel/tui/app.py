@@ -230,7 +230,10 @@ class KeelApp(App[int]):
             screen = PermissionScreen(request, str(LOCAL_SETTINGS))
         reply: PermissionReply = await self._modal(screen)
         if screen.interrupted:
+            # Esc on a card stops the turn: the cancellation lands at the next await (this
+            # one, in the prompt's own task), so the call ends "interrupted", not denied.
             self.controller.interrupt()
+            await asyncio.sleep(0)
         return reply
 
     async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
