@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from keel.llm.catalog import parse_model
 from keel.llm.errors import APIError, ContextOverflow
-from keel.llm.events import Done, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
+from keel.llm.events import Done, Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
 from keel.llm.http import HTTPSettings
 from keel.llm.messages import (
     Message,
@@ -362,4 +362,31 @@ async def test_something_else_at_ollama_host_is_one_line() -> None:
     assert info.value.one_line() == (
         f"{other.url} did not answer /api/show as Ollama does (hint: check the ollama server is "
         'running and providers."ollama".base_url (or OLLAMA_HOST) points at it)'
+    )
+
+
+async def test_a_full_window_is_a_warning(server: OllamaServer, provider: OllamaProvider) -> None:
+    server.add(Reply(assistant("ok"), usage=Usage(input=31_200, output=10)))
+    server.add(Reply(assistant("ok"), usage=Usage(input=31_100, output=10)))
+    full = await collect(provider, request(user("hi")))
+    below = await collect(provider, request(user("hi")))
+    assert full[-2:] == [
+        Notice(
+            "the conversation filled ollama's 32,768-token window for qwen3:8b; its start may "
+            "have been cut (raise providers.ollama.num_ctx, or /compact)",
+            "warning",
+        ),
+        done(Text("ok"), usage=Usage(input=31_200, output=10)),
+    ]
+    assert not any(isinstance(e, Notice) for e in below)
+
+
+async def test_a_model_that_cannot_call_tools(
+    server: OllamaServer, provider: OllamaProvider
+) -> None:
+    with pytest.raises(APIError) as info:
+        await collect(provider, request(user("hi"), model="llama3:8b"))
+    assert info.value.one_line() == (
+        "ollama returned 400: registry.ollama.ai/library/llama3:8b does not support tools "
+        "(hint: this model cannot call tools; pick one that can (ollama show MODEL))"
     )

@@ -23,6 +23,7 @@ from keel.frozen import frozen
 from keel.llm.errors import APIError, ContextOverflow
 from keel.llm.events import (
     Done,
+    Notice,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -60,6 +61,9 @@ DEFAULT_PORT: Final = 11434
 #: The window keel asks for when settings do not say (`providers.ollama.num_ctx`). Ollama's own
 #: default (2048 to 4096 tokens) cannot hold a coding agent's system prompt and tools.
 DEFAULT_NUM_CTX: Final = 32_768
+
+#: A prompt this share of the window or more has (or soon will have) been cut by the server.
+FULL_WINDOW: Final = 0.95
 
 _DONE_REASONS: Final[Mapping[str, StopReason]] = {"stop": "end_turn", "length": "max_tokens"}
 
@@ -399,6 +403,14 @@ class OllamaProvider(HTTPProvider):
             ) from exc
         if not assembly.finished:
             raise stream_cut(self.name)
+        window = self.window(request.model)
+        if assembly.usage.input >= FULL_WINDOW * window:
+            # Ollama cuts a prompt that does not fit from the front, silently.
+            yield Notice(
+                f"the conversation filled ollama's {window:,}-token window for {request.model}; "
+                "its start may have been cut (raise providers.ollama.num_ctx, or /compact)",
+                "warning",
+            )
         yield assembly.done()
 
     def error_from_response(self, status: int, body: bytes, headers: Mapping[str, str]) -> APIError:
