@@ -187,19 +187,21 @@ class LMStudioServer(OpenAIChatServer):
         self.loaded = loaded
 
     async def handle_other(self, request: RecordedRequest, response: ResponseWriter) -> None:
-        model = request.path.removeprefix("/api/v0/models/")
-        if request.method == "GET" and model != request.path:
-            info: dict[str, Any] = {
-                "id": model,
-                "object": "model",
-                "type": "llm",
-                "arch": "qwen3",
-                "state": "loaded" if self.loaded else "not-loaded",
-                "max_context_length": 262_144,
-            }
-            if self.loaded:
-                info["loaded_context_length"] = self.loaded
-            await response.send_json(200, info)
+        if request.method == "GET" and request.path == "/api/v0/models":
+            models = []
+            for model in ("qwen/qwen3-coder-30b", "coder-model", "other"):
+                info: dict[str, Any] = {
+                    "id": model,
+                    "object": "model",
+                    "type": "llm",
+                    "arch": "qwen3",
+                    "state": "loaded" if self.loaded else "not-loaded",
+                    "max_context_length": 262_144,
+                }
+                if self.loaded:
+                    info["loaded_context_length"] = self.loaded
+                models.append(info)
+            await response.send_json(200, {"object": "list", "data": models})
             return
         await super().handle_other(request, response)
 
@@ -217,7 +219,7 @@ async def test_lmstudio_window_comes_from_its_model_info(loaded: int | None, win
         finally:
             await provider.aclose()
     assert [(r.method, r.path) for r in server.requests] == [
-        ("GET", f"/api/v0/models/{model}"),  # asked once per model
+        ("GET", "/api/v0/models"),  # asked once
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/chat/completions"),
     ]

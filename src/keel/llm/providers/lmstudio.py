@@ -1,9 +1,8 @@
 """LM Studio (`lmstudio/…` models): Chat Completions, plus the window the model is loaded with.
 
-LM Studio speaks OpenAI's Chat Completions at `…/v1`; its own REST API
-(`GET /api/v0/models/{model}`) says how long a context the model was loaded with
-(`loaded_context_length`) or can take (`max_context_length`). This module asks once per model
-before the first request, so compaction and the context meter use the window the server really
+LM Studio speaks OpenAI's Chat Completions at `…/v1`; its own REST API (`GET /api/v0/models`)
+says how long a context each model was loaded with (`loaded_context_length`) or can take
+(`max_context_length`). This module asks before a model's first request, so compaction and the context meter use the window the server really
 has rather than a guess. A server that does not answer (an older LM Studio, another server behind
 the same URL) leaves the catalog's window standing.
 
@@ -31,17 +30,18 @@ class LMStudioProvider(OpenAIChatProvider):
     async def prepare(self, request: Request) -> None:
         if request.model in self.windows:
             return
+        # The list, not `/api/v0/models/{model}`: LM Studio's ids hold slashes (`qwen/qwen3-8b`).
         root = self.base_url.removesuffix("/v1")
-        response = await self._http().get(
-            f"{root}/api/v0/models/{request.model}", headers=self.headers()
-        )
-        window = 0
+        response = await self._http().get(f"{root}/api/v0/models", headers=self.headers())
+        listed: object = None
         if response.status_code == 200:
             try:
-                info = response.json()
+                listed = response.json()
             except ValueError:
-                info = None  # not LM Studio's REST API behind this URL
-            if isinstance(info, dict):
-                length = info.get("loaded_context_length") or info.get("max_context_length")
-                window = length if isinstance(length, int) and length > 0 else 0
-        self.windows[request.model] = window
+                listed = None  # not LM Studio's REST API behind this URL
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                length = entry.get("loaded_context_length") or entry.get("max_context_length")
+                self.windows[entry["id"]] = length if isinstance(length, int) else 0
+        self.windows.setdefault(request.model, 0)
