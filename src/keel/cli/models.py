@@ -36,7 +36,11 @@ def parser() -> argparse.ArgumentParser:
         "USD per million tokens (input, output, cache read, cache write). Entries under `models` "
         "in settings override the catalog or add models.",
     )
-    p.add_argument("provider", nargs="?", help="only this provider's models, e.g. gemini")
+    p.add_argument(
+        "provider",
+        nargs="?",
+        help="only this provider's models, e.g. gemini; ollama asks your Ollama server",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per model, as a list")
     return p
 
