@@ -547,3 +547,12 @@ async def test_undo_without_a_session_file_uses_a_temporary_store(
     await controller.close()
     assert not store.directory.exists()
     assert not list(isolated_env.glob("sessions/*/*"))
+
+
+def test_a_prompt_on_the_command_line_is_the_first_prompt(project: Path, tmp_path: Path) -> None:
+    model = script(tmp_path, "model: demo\nturns:\n  - text: Hello back.\n")
+    out = keel("--model", model, "hello", "there", cwd=project, stdin="/exit\n")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["› hello there", "Hello back."]
+    assert prompts_sent(latest_session(project)) == ["hello there"]
