@@ -562,3 +562,22 @@ async def test_ctrl_o_opens_and_folds_thinking_and_output(project: Path) -> None
         assert not any(f.collapsed for f in folds)
         await pilot.press("ctrl+o")
         assert all(f.collapsed for f in folds)
+
+
+async def test_a_subagents_tool_calls_show_under_the_task(project: Path) -> None:
+    provider = scripted(
+        reply("", ("task", {"description": "look around", "prompt": "read util.py"})),
+        reply("", ("read", {"path": "util.py"})),  # the subagent (it shares the provider)
+        reply("util.py sets X to 1."),  # the subagent's report
+        reply("The helper found X = 1."),
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "what is X?")
+        await settle(pilot, app)
+        notices = [str(n.render()) for n in app.query(NoticeLine)]
+        assert "· ↳ [general] read util.py" in notices
+        cards = [(c.tool_name, c.state) for c in app.query(ToolCard)]
+        assert cards == [("task", "done")]
+        assert [r.text for r in app.query(ReplyWidget)][-1] == "The helper found X = 1."
