@@ -161,17 +161,27 @@ def test_first_run_without_a_key_explains_and_exits_cleanly(project: Path) -> No
     assert out.stderr.startswith("keel needs a model to talk to, and found no API key")
     assert "export ANTHROPIC_API_KEY=" in out.stderr
     assert "export OPENAI_API_KEY=" in out.stderr
+    assert "export GEMINI_API_KEY=" in out.stderr
     assert "11434" in out.stderr  # Ollama
     assert "1234" in out.stderr  # LM Studio
     assert FIRST_RUN.splitlines()[0] in out.stderr
 
 
-def test_a_local_server_without_a_model_is_one_line(project: Path) -> None:
-    out = keel(cwd=project, env={"OPENAI_COMPATIBLE_BASE_URL": "http://127.0.0.1:9/v1"})
+@pytest.mark.parametrize(
+    ("variable", "url", "provider"),
+    [
+        ("OPENAI_COMPATIBLE_BASE_URL", "http://127.0.0.1:9/v1", "openai-compatible"),
+        ("OLLAMA_HOST", "http://127.0.0.1:9", "ollama"),
+    ],
+)
+def test_a_local_server_without_a_model_is_one_line(
+    project: Path, variable: str, url: str, provider: str
+) -> None:
+    out = keel(cwd=project, env={variable: url})
     assert out.returncode == 2
     assert out.stderr == (
-        "keel: error: a local server is configured (http://127.0.0.1:9/v1) but no model (hint: "
-        'name the model it serves: keel --model openai-compatible/NAME, or set "model" in '
+        f"keel: error: a local server is configured ({variable}={url}) but no model (hint: "
+        f'name the model it serves: keel --model {provider}/NAME, or set "model" in '
         "settings)\n"
     )
 

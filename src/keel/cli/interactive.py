@@ -26,16 +26,18 @@ keel needs a model to talk to, and found no API key and no local server.
 
   Anthropic:  export ANTHROPIC_API_KEY=sk-ant-…   then run keel
   OpenAI:     export OPENAI_API_KEY=sk-…          then run keel
-  Ollama:     export OPENAI_COMPATIBLE_BASE_URL=http://127.0.0.1:11434/v1
-              keel --model openai-compatible/qwen2.5-coder   (a model you have pulled)
-  LM Studio:  export OPENAI_COMPATIBLE_BASE_URL=http://127.0.0.1:1234/v1
-              keel --model openai-compatible/MODEL            (the model you loaded)
+  Gemini:     export GEMINI_API_KEY=…             then run keel
+  Ollama:     keel --model ollama/qwen3:8b        (a model you have pulled; the server is
+              expected at http://localhost:11434, else export OLLAMA_HOST=URL)
+  LM Studio:  keel --model lmstudio/MODEL         (the model you loaded; the server is
+              expected at http://localhost:1234/v1, else export LMSTUDIO_BASE_URL=URL)
 
 A default model can go in {settings} as {{"model": "anthropic/claude-sonnet-4-5"}}.
 To look around offline first: keel --model scripted:examples/demo.yaml
 """
 
-KEY_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY")
+#: A local server named by one of these (its model must still be chosen).
+LOCAL_SERVER_VARIABLES = ("OLLAMA_HOST", "LMSTUDIO_BASE_URL", "OPENAI_COMPATIBLE_BASE_URL")
 
 
 class FirstRun(Exception):
@@ -45,18 +47,22 @@ class FirstRun(Exception):
 def pick_model(args: argparse.Namespace, settings: Settings) -> ModelRef:
     """The model to start with. Raises `FirstRun` when nothing at all is configured, and a
     `UserError` when only a local server is (its model must be named)."""
-    from keel.cli.headless import choose_model
+    from keel.cli.headless import DEFAULT_MODELS, choose_model
 
-    configured = args.model or settings.model or any(os.environ.get(v) for v in KEY_VARIABLES)
-    if not configured:
-        local = os.environ.get("OPENAI_COMPATIBLE_BASE_URL") or (
-            settings.provider("openai-compatible").base_url
+    keys = any(os.environ.get(var) for var, _model in DEFAULT_MODELS)
+    if not (args.model or settings.model or keys):
+        local = next(
+            ((var, os.environ[var]) for var in LOCAL_SERVER_VARIABLES if os.environ.get(var)),
+            None,
         )
-        if not local:
+        if local is None:
             raise FirstRun
+        provider = {"OLLAMA_HOST": "ollama", "LMSTUDIO_BASE_URL": "lmstudio"}.get(
+            local[0], "openai-compatible"
+        )
         raise UserError(
-            f"a local server is configured ({local}) but no model",
-            hint="name the model it serves: keel --model openai-compatible/NAME, or set "
+            f"a local server is configured ({local[0]}={local[1]}) but no model",
+            hint=f"name the model it serves: keel --model {provider}/NAME, or set "
             '"model" in settings',
         )
     return choose_model(args.model, settings)
@@ -134,4 +140,11 @@ async def _session(
     return await run_line(controller, prompt=prompt)
 
 
-__all__ = ["FIRST_RUN", "FirstRun", "pick_model", "run_interactive", "use_tui"]
+__all__ = [
+    "FIRST_RUN",
+    "LOCAL_SERVER_VARIABLES",
+    "FirstRun",
+    "pick_model",
+    "run_interactive",
+    "use_tui",
+]
