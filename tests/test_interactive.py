@@ -566,3 +566,26 @@ def test_a_prompt_on_the_command_line_is_the_first_prompt(project: Path, tmp_pat
     lines = out.stdout.splitlines()
     assert lines[:2] == ["› hello there", "Hello back."]
     assert prompts_sent(latest_session(project)) == ["hello there"]
+
+
+async def test_read_only_reports(project: Path, with_key: None) -> None:
+    skill = project / ".claude" / "skills" / "deploy" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("---\nname: deploy\ndescription: ship it\n---\nDeploy.\n")
+    recorder = Recorder()
+    controller = await make_controller(
+        project, ScriptedProvider([], model=MODEL.model), "--allowed-tools", "bash(git status)"
+    )
+    controller.attach(recorder)
+    for command in ("/mcp", "/skills", "/permissions", "/hooks", "/cost"):
+        controller.submit(command)
+        await controller.wait()
+    outputs = {e.title: e for e in recorder.events if isinstance(e, Output)}
+    assert sorted(outputs) == ["cost", "hooks", "mcp", "permissions", "skills"]
+    assert outputs["mcp"].text.startswith("No MCP servers in this session")
+    assert "- **deploy** (`/deploy`, the model): ship it" in outputs["skills"].text
+    assert "**Mode:** default" in outputs["permissions"].text
+    assert "- `bash(git status)`" in outputs["permissions"].text
+    assert outputs["hooks"].kind == "text"
+    assert outputs["cost"].text.startswith("**Session cost:** $0.00 over 0 model turns")
+    await controller.close()

@@ -860,19 +860,16 @@ def _model_choices(controller: Controller) -> list[Choice]:
 
 
 def _mcp_text(agent: Agent) -> str:
-    manager = next(
-        (
-            getattr(close, "__self__", None)
-            for close in agent.on_close
-            if type(getattr(close, "__self__", None)).__name__ == "McpManager"
-        ),
-        None,
-    )
+    none = "No MCP servers in this session (add them to `.mcp.json` or the `mcp_servers` setting)."
+    if "keel.mcp.client" not in sys.modules:  # no server was configured: it was never loaded
+        return none
+    from keel.mcp.client import McpManager, describe
+
+    # The session's manager is the one whose shutdown the agent runs on close.
+    owners = (getattr(close, "__self__", None) for close in agent.on_close)
+    manager = next((o for o in owners if isinstance(o, McpManager)), None)
     if manager is None:
-        return (
-            "No MCP servers in this session (add them to `.mcp.json` or the `mcp_servers` setting)."
-        )
-    from keel.mcp.client import describe
+        return none
 
     lines = ["```", *describe(manager), "```"]
     tools = [name for name in agent.registry.names if name.startswith("mcp__")]
