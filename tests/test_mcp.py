@@ -518,7 +518,7 @@ async def test_a_call_that_never_answers_times_out_and_the_server_stays(
     start = time.monotonic()
     with pytest.raises(ToolError) as caught:
         await by_name["mcp__web__hang"].run(ctx(project), {})
-    assert 0.9 < time.monotonic() - start < 5
+    assert 0.9 < time.monotonic() - start < 15  # the 1 s timeout, not a hang
     assert str(caught.value) == (
         'mcp server "web": tool "hang" did not answer within 1 s and was cancelled; the server '
         'is still connected (its "timeout" setting raises the limit)'
@@ -656,7 +656,7 @@ async def test_project_servers_start_only_once_approved_and_close_cleanly(
     finally:
         start = time.monotonic()
         await approved.aclose()
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 15  # stopped, not waited for
     assert not alive(status.pid)
     assert approved.server("team").detail == "10 tools; stopped"
     assert approved.tools() == []

@@ -363,7 +363,7 @@ async def test_sandboxed_fork_bomb_is_bounded_by_the_timeout(project: Path) -> N
     out = await bash.run(
         ctx, {"command": "for i in $(seq 1 400); do sleep 317 & done; wait", "timeout": 2}
     )
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30  # not the 317 s sleeps
     assert str(out.content).endswith("[timed out after 2 s; process group killed]")
     await asyncio.sleep(0.5)
     left = await asyncio.to_thread(

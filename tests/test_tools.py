@@ -413,7 +413,7 @@ async def test_bash_caps_a_flood_of_output(ctx: ToolContext) -> None:
 async def test_bash_does_not_wait_for_background_children(ctx: ToolContext) -> None:
     start = time.monotonic()
     out = await run(bash, ctx, command="sleep 30 & echo spawned")
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 15  # not the child's 30 s
     assert out.content == "spawned\n[exit code 0]"
 
 
