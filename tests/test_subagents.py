@@ -24,6 +24,7 @@ from keel.agent.subagents import (
     load_agent_types,
 )
 from keel.agent.worktrees import list_worktrees
+from keel.checkpoints import Checkpoints
 from keel.llm.catalog import ModelInfo
 from keel.llm.messages import Text, ToolResult, Usage
 from keel.llm.script import Fault, Reply, reply
@@ -424,7 +425,14 @@ async def test_worktree_isolation_keeps_a_branch_with_the_changes(repo: Path) ->
             "CHILD-N": [reply("Nothing to change.")],
         },
     )
-    await agent.run(PARENT)
+    store = Checkpoints.temporary()  # /undo's store: a worktree child leaves no unit in it
+    agent.ctx.checkpoints = store
+    store.begin_unit(PARENT)
+    try:
+        await agent.run(PARENT)
+        assert store.units() == []
+    finally:
+        store.close()
     changed, unchanged = results_of(agent, 2)
     assert changed.text.startswith(
         "Wrote NOTES.md.\n\n[worktree] The subagent's changes are on branch keel/task-"

@@ -364,11 +364,12 @@ class Subagents:
         child.is_subagent = True
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
-        child.ctx.sandbox = parent.ctx.sandbox if cwd == parent.cwd else None
         child.ctx.background = None
-        for seam in ("checkpoints",):  # shared stores the parent may carry
-            if hasattr(parent.ctx, seam):
-                setattr(child.ctx, seam, getattr(parent.ctx, seam))
+        if cwd == parent.cwd:
+            # The parent's sandbox, and its checkpoint store: the child's edits belong to the
+            # parent's turn, and one /undo reverts both. A worktree child changes nothing here.
+            child.ctx.sandbox = parent.ctx.sandbox
+            child.ctx.checkpoints = parent.ctx.checkpoints
         if parent.session is not None:
             from keel.session.store import SessionLog
 

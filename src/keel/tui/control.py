@@ -25,8 +25,9 @@ from keel.agent.events import BackgroundFinished, Event, TurnFinished, UsageUpda
 from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
 from keel.cli.headless import Printer, build_agent, connect_mcp, open_session
 from keel.errors import KeelError, UserError
-from keel.llm.catalog import ModelRef, lookup, parse_model
+from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
+from keel.llm.provider import model_info
 from keel.permissions.gate import MODES, Mode, PermissionGate, PermissionReply, PermissionRequest
 from keel.tui import commands as cmds
 from keel.tui.format import cost as fmt_cost
@@ -701,7 +702,7 @@ class Controller:
         old = agent.provider
         agent.provider = provider
         agent.model = ref.model
-        agent.info = lookup(ref.model, self.factory.settings.models)
+        agent.info = model_info(ref, self.factory.settings.models)  # local models cost 0
         self.ref = ref
         if old is not provider:
             await old.aclose()
