@@ -58,6 +58,7 @@ from keel.checkpoints.snapshot import (
 )
 from keel.errors import RunError, UserError
 from keel.frozen import frozen
+from keel.session.journal import make_dirs
 
 RETENTION = timedelta(days=7)
 #: A file-tool write keeps the previous content of a file up to this size.
@@ -377,7 +378,7 @@ class Checkpoints:
     def _ensure_on_disk(self, unit: _Unit) -> None:
         if unit.on_disk:
             return
-        _make_dirs(self.directory)
+        make_dirs(self.directory)  # 0700, like the session's own directory
         unit.directory.mkdir(mode=DIR_MODE)
         header = {"op": "unit", "v": 1, "id": unit.id, "label": unit.label, "time": unit.time}
         _append(unit.directory, header)
@@ -568,17 +569,6 @@ class Checkpoints:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _make_dirs(path: Path) -> None:
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            d.mkdir(mode=DIR_MODE)
 
 
 def _append(directory: Path, obj: dict[str, Any]) -> None:
