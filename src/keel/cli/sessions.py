@@ -34,7 +34,6 @@ from keel.session.records import (
     ToolResultRecord,
     UndoRecord,
     UserRecord,
-    decode,
 )
 from keel.session.store import new_session_id
 
@@ -141,9 +140,7 @@ def _show_children(path: Path, indent: str) -> None:
         print("subagents:")
     for child in children:
         s = summarize(child)
-        with child.open("rb") as f:
-            meta = decode(f.readline()).payload
-        kind = meta.agent if isinstance(meta, Meta) and meta.agent else "subagent"
+        kind = s.agent or "subagent"
         turns = "?" if s.turns is None else str(s.turns)
         cost = "?" if s.cost is None else f"${s.cost:.4f}"
         print(f"{indent}  └ {s.id}  {kind}  {s.status}, {turns} turns, {cost}: {s.last_prompt}")

@@ -32,6 +32,8 @@ class SessionSummary:
     turns: int | None
     cost: float | None
     parent: str | None
+    #: The agent type, for a subagent's session.
+    agent: str = ""
 
 
 def _all_files(cwd: Path | None) -> Iterator[Path]:
@@ -178,5 +180,15 @@ def summarize(path: Path) -> SessionSummary:
                 turns, cost, last_prompt = state.turns, state.cost, state.last_prompt
     first_line = last_prompt.strip().splitlines()[0][:80] if last_prompt.strip() else ""
     return SessionSummary(
-        meta.id, path, head.ts, meta.cwd, meta.model, status, first_line, turns, cost, meta.parent
+        meta.id,
+        path,
+        head.ts,
+        meta.cwd,
+        meta.model,
+        status,
+        first_line,
+        turns,
+        cost,
+        meta.parent,
+        meta.agent,
     )
