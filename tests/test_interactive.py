@@ -23,6 +23,7 @@ from keel.session.index import latest_session
 from keel.session.journal import read_records
 from keel.session.records import ToolResultRecord, UndoRecord, UserRecord
 from keel.testing import ScriptedProvider, reply
+from keel.testing.ollama_server import OllamaServer
 from keel.tui.control import save_local_rule
 from keel.tui.line import parse_answer
 from keel.tui.view import Output, PromptSubmitted
@@ -323,6 +324,28 @@ async def test_model_picker_switches_the_model_for_the_next_request(
     assert errors[-1].text.startswith("unknown model 'llama' (hint: write it as provider/model")
     assert controller.status().model == "anthropic/claude-haiku-4-5"  # unchanged
     await controller.close()
+
+
+async def test_model_picker_lists_the_models_of_a_local_ollama_server(
+    project: Path, with_key: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = ScriptedProvider([reply("From qwen.")], model=MODEL.model)
+    recorder = Recorder(picks=["ollama/qwen3:8b"])
+    with OllamaServer([reply("From qwen.")]) as ollama:
+        monkeypatch.setenv("OLLAMA_HOST", ollama.url)
+        controller = await make_controller(project, provider)
+        controller.attach(recorder)
+        controller.submit("/model")
+        await controller.wait()
+        _, choices = recorder.offered[0]
+        assert [(c.value, c.detail) for c in choices[1:3]] == [
+            ("ollama/llama3:8b", "on this machine, 8.0B Q4_K_M, free"),
+            ("ollama/qwen3:8b", "on this machine, 8.2B Q4_K_M, free"),
+        ]
+        assert controller.status().model == "ollama/qwen3:8b"
+        assert controller.agent.info.input_price == 0.0  # a local model costs nothing
+        await controller.close()
+    assert [r.path for r in ollama.requests if r.method == "GET"] == ["/api/tags"]
 
 
 async def test_rewind_forks_before_a_prompt_and_offers_it_again(

@@ -144,11 +144,10 @@ def _ollama(settings: Settings, as_json: bool) -> int:
 
     from keel.errors import UserError
     from keel.llm.provider import unreachable_hint
-    from keel.llm.providers.ollama import local_models, ollama_url
+    from keel.llm.providers.ollama import local_models, server_url
 
     preset = PRESETS["ollama"]
-    configured = settings.provider("ollama").base_url
-    base = ollama_url(configured or os.environ.get("OLLAMA_HOST", "") or preset.base_url)
+    base = server_url(settings.provider("ollama").base_url, os.environ)
     try:
         response = httpx.get(f"{base}/api/tags", timeout=5.0)
         tags = response.json() if response.status_code == 200 else None

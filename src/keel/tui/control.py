@@ -693,7 +693,7 @@ class Controller:
         return mode
 
     async def _cmd_model(self, args: str) -> None:
-        spec = args or await self._ui.pick("Model", _model_choices(self))
+        spec = args or await self._ui.pick("Model", await _model_choices(self))
         if not spec:
             return
         ref = parse_model(spec)
@@ -837,15 +837,26 @@ def _rel(path: Path, cwd: Path) -> str:
         return str(path)
 
 
-def _model_choices(controller: Controller) -> list[Choice]:
-    """The model now, the settings' default, then the catalog (window and prices)."""
+async def _model_choices(controller: Controller) -> list[Choice]:
+    """The model now, the settings' default, the models of a local Ollama server (if one
+    answers at once), then the catalog (window and prices)."""
     from keel.llm.catalog import BY_PROVIDER
+    from keel.llm.providers.ollama import fetch_local_models, server_url
 
     current = str(controller.ref)
     choices = [Choice(current, current, "(now)")]
-    default = controller.factory.settings.model
+    settings = controller.factory.settings
+    default = settings.model
     if default and default != current:
         choices.append(Choice(default, default, "the default in settings"))
+    base = server_url(settings.provider("ollama").base_url, os.environ)
+    for local in await fetch_local_models(base):
+        spec = f"ollama/{local.name}"
+        if spec not in (current, default):
+            about = " ".join(filter(None, (local.parameter_size, local.quantization)))
+            choices.append(
+                Choice(spec, spec, f"on this machine{', ' + about if about else ''}, free")
+            )
     for spec, info in (
         (f"{provider}/{model}", info)
         for provider, models in BY_PROVIDER.items()

@@ -117,6 +117,27 @@ class LocalModel:
     family: str = ""
 
 
+def server_url(configured: str | None, env: Mapping[str, str]) -> str:
+    """Where the user's Ollama server is: the settings' `base_url`, else `OLLAMA_HOST`, else
+    the default local address."""
+    return ollama_url(
+        configured or env.get("OLLAMA_HOST", "") or f"http://localhost:{DEFAULT_PORT}"
+    )
+
+
+async def fetch_local_models(base: str, timeout: float = 1.0) -> list[LocalModel]:  # noqa: ASYNC109
+    """The models the Ollama server at `base` has; none when nothing there answers in time."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            reply = await client.get(f"{base}/api/tags")
+        tags = reply.json() if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return []
+    return local_models(tags) if isinstance(tags, dict) else []
+
+
 def local_models(tags: Mapping[str, Any]) -> list[LocalModel]:
     """The models in an `/api/tags` reply, sorted by name."""
     out = []
