@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -296,9 +297,9 @@ def test_each_message_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     encoded: list[Message] = []
     real_encode = adapter.encode_message
 
-    def counting(message: Message) -> bytes:
+    def counting(message: Message, *, keep_thinking: bool = True) -> bytes:
         encoded.append(message)
-        return real_encode(message)
+        return real_encode(message, keep_thinking=keep_thinking)
 
     monkeypatch.setattr(adapter, "encode_message", counting)
     client = AnthropicProvider(base_url="http://127.0.0.1:1", api_key=KEY, settings=HTTPSettings())
@@ -1359,3 +1360,80 @@ async def test_sdk_reads_the_fakes_errors_and_models(server: AnthropicServer) ->
     }
     assert models == ["claude-opus-5", "claude-sonnet-5", "claude-haiku-4-5"]
     assert unauthorized.value.status_code == 401
+
+
+def test_thinking_signatures_go_only_to_the_model_that_wrote_them() -> None:
+    """Signatures are bound to the model: after `/model` from one Claude to another, the other
+    model's reasoning is left out (the API would reject the whole request); the same model
+    under its dated id keeps it."""
+    client = AnthropicProvider(base_url="http://127.0.0.1:1", api_key=KEY, settings=HTTPSettings())
+    sonnet = answer(
+        Thinking("sonnet thinks", "sig-sonnet", source="anthropic"),
+        Text("From sonnet."),
+        model="claude-sonnet-4-5-20250929",
+    )
+    haiku = answer(
+        Thinking("haiku thinks", "sig-haiku", source="anthropic"),
+        Text("From haiku."),
+        model="claude-haiku-4-5-20251001",
+    )
+    conversation = (user("one"), sonnet, user("two"), haiku, user("three"))
+
+    def assistants(body: bytes) -> list[list[dict[str, Any]]]:
+        sent = json.loads(body)["messages"]
+        return [m["content"] for m in sent if m["role"] == "assistant"]
+
+    to_haiku = client.build_body(ask(*conversation, effort="low"))  # MODEL is claude-haiku-4-5
+    assert assistants(to_haiku) == [
+        [{"type": "text", "text": "From sonnet."}],
+        [
+            {"type": "thinking", "thinking": "haiku thinks", "signature": "sig-haiku"},
+            {"type": "text", "text": "From haiku."},
+        ],
+    ]
+    assert json.loads(to_haiku)["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    # The same client, the same messages, now to sonnet: the cached encodings are not reused.
+    to_sonnet = client.build_body(
+        replace(ask(*conversation, effort="low"), model="claude-sonnet-4-5")
+    )
+    assert assistants(to_sonnet) == [
+        [
+            {"type": "thinking", "thinking": "sonnet thinks", "signature": "sig-sonnet"},
+            {"type": "text", "text": "From sonnet."},
+        ],
+        [{"type": "text", "text": "From haiku."}],
+    ]
+
+
+def test_a_turn_another_claude_model_began_goes_on_without_thinking() -> None:
+    call = ToolUse("toolu_1", "read", {"path": "a.py"})
+    began = answer(
+        Thinking("plan", "sig-sonnet", source="anthropic"), call, model="claude-sonnet-4-5"
+    )
+    results = Message("user", (tool_result("toolu_1", "x = 1"),))
+    mid_turn = (user("fix a.py"), began, results)
+    assert not adapter.thinking_allowed(mid_turn, "anthropic", MODEL)
+    assert adapter.thinking_allowed(mid_turn, "anthropic", "claude-sonnet-4-5-20250929")
+    after = (*mid_turn, answer(Text("done")), user("next"))
+    assert adapter.thinking_allowed(after, "anthropic", MODEL)  # a new prompt, a new turn
+    client = AnthropicProvider(base_url="http://127.0.0.1:1", api_key=KEY, settings=HTTPSettings())
+    body = json.loads(client.build_body(ask(*mid_turn, effort="low")))
+    assert "thinking" not in body
+    assert body["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929", True),
+        ("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219", True),
+        ("claude-sonnet-4", "claude-sonnet-4-5", False),
+        ("claude-sonnet-4-20250514", "claude-sonnet-4-5-20250929", False),
+        ("claude-opus-4-1", "claude-sonnet-4-5", False),
+    ],
+)
+def test_same_model_ignores_only_snapshot_dates(a: str, b: str, same: bool) -> None:
+    assert adapter.same_model(a, b) is same
+    assert adapter.same_model(b, a) is same

@@ -133,13 +133,15 @@ class AnthropicProvider(HTTPProvider):
     def build_body(self, request: Request) -> bytes:
         """The body, with `messages` last so that everything before the newest messages is a
         byte prefix shared with the previous request (cache breakpoints aside)."""
-        wires = self._wire.encoded(request.messages)
+        wires = self._wire.encoded(request.messages, request.model)
         # Breakpoints: the latest message, and the one that was latest for the previous request.
         latest = len(wires) - 1
         for index in (latest, latest - 2):
             if index >= 0:
                 wires[index] = wires[index][:-3] + _BREAKPOINT_TAIL
-        if request.effort is not None and not thinking_allowed(request.messages, self.name):
+        if request.effort is not None and not thinking_allowed(
+            request.messages, self.name, request.model
+        ):
             request = replace(request, effort=None)
         parts = [self._encoded_head(request)]
         for wire in wires:
@@ -227,9 +229,14 @@ def _dumps(value: object) -> bytes:
     return _ENCODER.encode(value).encode("ascii")
 
 
-def encode_message(message: Message) -> bytes:
-    """One message as wire JSON, without cache breakpoints. Always ends with `}]}`."""
-    content = [wire for wire in map(_block_wire, message.blocks) if wire is not None]
+def encode_message(message: Message, *, keep_thinking: bool = True) -> bytes:
+    """One message as wire JSON, without cache breakpoints. Always ends with `}]}`. Without
+    `keep_thinking`, its reasoning is left out (another model's signatures, which the API
+    rejects)."""
+    blocks = message.blocks
+    if not keep_thinking:
+        blocks = tuple(b for b in blocks if not isinstance(b, Thinking))
+    content = [wire for wire in map(_block_wire, blocks) if wire is not None]
     if not content:
         # The API rejects empty content. An assistant turn made only of another provider's
         # reasoning (dropped here) still has to hold its place so roles keep alternating.
@@ -276,6 +283,21 @@ def _block_wire(block: Block) -> dict[str, Any] | None:
             assert_never(block)
 
 
+_SNAPSHOT: Final = re.compile(r"-(?:\d{8}|latest)$")
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model ids name the same model: `claude-sonnet-4-5` is answered by
+    `claude-sonnet-4-5-20250929`, and `-latest` aliases resolve to a dated snapshot."""
+    return _SNAPSHOT.sub("", a) == _SNAPSHOT.sub("", b)
+
+
+def signed_for(message: Message, model: str) -> bool:
+    """Whether `message`'s thinking signatures can go to `model`: they are bound to the model
+    that wrote them, and another Claude model rejects the whole request over them."""
+    return not message.model or same_model(message.model, model)
+
+
 def thinking_budget(effort: Effort | None, max_tokens: int) -> int | None:
     """Tokens of extended thinking for `effort`, or None to leave thinking off."""
     if effort is None:
@@ -284,18 +306,20 @@ def thinking_budget(effort: Effort | None, max_tokens: int) -> int | None:
     return budget if budget >= _MIN_THINKING_BUDGET else None
 
 
-def thinking_allowed(messages: tuple[Message, ...], provider: str) -> bool:
+def thinking_allowed(messages: tuple[Message, ...], provider: str, model: str = "") -> bool:
     """Whether a request may turn thinking on. With thinking on, the API wants the assistant turn
     in progress (since the prompt, every message answered by tool results) to begin with its own
-    thinking. A turn another provider began or continued (a fallback mid-turn) cannot, so its
-    requests go without thinking until the next prompt. Messages this provider wrote are left to
-    the API, which lets adaptive thinking skip a step."""
+    thinking. A turn another provider or model began or continued (a fallback mid-turn) cannot,
+    so its requests go without thinking until the next prompt. Messages this model wrote are
+    left to the API, which lets adaptive thinking skip a step."""
     for message in reversed(messages):
         if message.role == "user":
             if not all(isinstance(b, ToolResult) for b in message.blocks):
                 return True  # the prompt that began this turn
-        elif message.provider and message.provider != provider:
-            return False
+        elif (message.provider and message.provider != provider) or (
+            model and not signed_for(message, model)
+        ):
+            return False  # another provider's or another model's
     return True
 
 
@@ -350,33 +374,41 @@ class _WireCache:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._entries: OrderedDict[int, tuple[Message, bytes]] = OrderedDict()
-        # The previous request's messages and wires: the next request usually extends them.
-        self._last: tuple[tuple[Message, ...], list[bytes]] = ((), [])
+        #: id → (message, whether its thinking was kept, wire bytes).
+        self._entries: OrderedDict[int, tuple[Message, bool, bytes]] = OrderedDict()
+        # The previous request's model, messages and wires: the next request usually extends
+        # them (a request to another model re-checks whose signatures may go).
+        self._last: tuple[str, tuple[Message, ...], list[bytes]] = ("", (), [])
 
-    def encoded(self, messages: tuple[Message, ...]) -> list[bytes]:
-        """The wire bytes of each message, encoding only those not seen before."""
-        last_messages, last_wires = self._last
+    def encoded(self, messages: tuple[Message, ...], model: str) -> list[bytes]:
+        """The wire bytes of each message for `model`, encoding only those not seen before."""
+        last_model, last_messages, last_wires = self._last
         n = len(last_messages)
-        if n and len(messages) >= n and all(map(operator.is_, messages[:n], last_messages)):
-            out = last_wires + self._lookup(messages[n:])
+        if (
+            n
+            and model == last_model
+            and len(messages) >= n
+            and all(map(operator.is_, messages[:n], last_messages))
+        ):
+            out = last_wires + self._lookup(messages[n:], model)
         else:
-            out = self._lookup(messages)
-        self._last = (messages, out)
+            out = self._lookup(messages, model)
+        self._last = (model, messages, out)
         return list(out)
 
-    def _lookup(self, messages: tuple[Message, ...]) -> list[bytes]:
+    def _lookup(self, messages: tuple[Message, ...], model: str) -> list[bytes]:
         entries = self._entries
         out: list[bytes] = []
         for message in messages:
             key = id(message)
+            keep = signed_for(message, model)
             entry = entries.get(key)
-            if entry is not None and entry[0] is message:
+            if entry is not None and entry[0] is message and entry[1] == keep:
                 entries.move_to_end(key)
-                out.append(entry[1])
+                out.append(entry[2])
                 continue
-            wire = encode_message(message)
-            entries[key] = (message, wire)
+            wire = encode_message(message, keep_thinking=keep)
+            entries[key] = (message, keep, wire)
             if len(entries) > self._capacity:
                 entries.popitem(last=False)
             out.append(wire)
