@@ -1,5 +1,6 @@
-"""Running hooks: every matching command for an event, in parallel, each with `bash -c` in its own
-process group, the event as JSON on stdin, and a timeout after which its whole group is killed.
+"""Running hooks: every matching command for an event, in parallel, each with `bash -c` under
+`keel.proc`'s supervisor, the event as JSON on stdin, and a wall-clock timeout from its start
+after which its whole tree (detached children included) is killed and its pipes let go.
 The outcomes combine into one `HookResult`: deny > ask > allow; any block blocks (reasons joined);
 any halt halts; contexts and messages concatenate; the last `updatedInput` wins.
 
@@ -13,10 +14,7 @@ commands and interprets their answers; the loop decides what an answer does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +22,12 @@ from typing import Any, Literal
 
 from keel.frozen import frozen
 from keel.hooks.config import HookCommand
+from keel.proc import run_tree
 
 #: Hook output beyond this is cut (a hook that floods must not flood the model).
 MAX_OUTPUT = 64 * 1024
-#: A process a hook leaves behind may hold its output open this long after the hook exits.
+#: A process a hook leaves behind may run (and hold its output open) this long after the hook
+#: exits; then it is killed. Never past the hook's timeout.
 DRAIN_GRACE = 2.0
 
 Permission = Literal["allow", "deny", "ask"]
@@ -103,71 +103,42 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+class _Bounded:
+    """Keeps the first `MAX_OUTPUT` bytes of a stream."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        if len(self.data) < MAX_OUTPUT:
+            self.data += data[: MAX_OUTPUT - len(self.data)]
+
+
 async def _run_one(hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[str, str]) -> HookRun:
+    """Run one hook command. Its deadline is `hook.timeout` of wall clock from the spawn: then
+    its whole tree is killed (detached children included) and its pipes are let go, whoever
+    still holds them; children it leaves behind when it exits get `DRAIN_GRACE` seconds."""
+    out, err = _Bounded(), _Bounded()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            hook.command,
-            cwd=str(cwd),
-            env=dict(env),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+        finished = await run_tree(
+            ["bash", "-c", hook.command],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=payload,
+            time_limit=hook.timeout,
+            term_grace=0.0,
+            drain_grace=DRAIN_GRACE,
         )
     except OSError as exc:
         return HookRun(hook, None, "", f"could not start: {exc}")
-    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
-    assert stdin is not None
-    assert stdout is not None
-    assert stderr is not None
-
-    async def feed() -> None:
-        # A hook that never reads its stdin must not block us.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            stdin.write(payload)
-            await stdin.drain()
-            stdin.close()
-
-    async def read(stream: asyncio.StreamReader) -> bytes:
-        data = b""
-        while chunk := await stream.read(65536):
-            if len(data) < MAX_OUTPUT:
-                data += chunk[: MAX_OUTPUT - len(data)]
-        return data
-
-    readers = asyncio.gather(read(stdout), read(stderr))
-    feeder = asyncio.ensure_future(feed())  # concurrently: a big payload must not block the wait
-    timed_out = False
-    try:
-        await asyncio.wait_for(proc.wait(), hook.timeout)
-    except TimeoutError:
-        timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-    except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        readers.cancel()
-        feeder.cancel()
-        raise
-    feeder.cancel()
-    with contextlib.suppress(asyncio.CancelledError, BrokenPipeError, ConnectionResetError):
-        await feeder
-    try:
-        out, err = await asyncio.wait_for(asyncio.shield(readers), DRAIN_GRACE)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # a leftover child holds the pipe
-        out, err = await readers
     return HookRun(
         hook,
-        None if timed_out else proc.returncode,
-        out.decode("utf-8", "replace"),
-        err.decode("utf-8", "replace"),
-        timed_out,
+        None if finished.timed_out else finished.returncode,
+        out.data.decode("utf-8", "replace"),
+        err.data.decode("utf-8", "replace"),
+        finished.timed_out,
     )
 
 

@@ -1,21 +1,22 @@
-"""The `bash` tool: one command in its own process group, bounded in time and output.
+"""The `bash` tool: one command under a supervisor (`keel.proc`), bounded in time and output.
 
-The whole group is killed on timeout or cancellation (SIGTERM, then SIGKILL after a grace), so a
-command that ignores SIGTERM or forks children cannot outlive its call. Provider credentials are
-removed from the environment the command sees.
+The command's whole tree (its process group and every descendant, detached ones included) is
+killed on timeout or cancellation (SIGTERM, then SIGKILL after a grace), so a command that
+ignores SIGTERM, forks, or detaches (`&`, `disown`, `setsid`, `nohup`) cannot outlive its call.
+Output is held as 64 kB of its head and of its tail (the middle is only counted), so a flood
+costs no memory. Provider credentials are removed from the environment the command sees.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
-import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from keel.proc import Sink, run_tree
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 
 if TYPE_CHECKING:
@@ -27,8 +28,7 @@ MAX_TIMEOUT = 600
 #: Bytes of each end of the output held in memory; the middle of a flood is only counted.
 KEEP_BYTES = 64 * 1024
 KILL_GRACE = 1.0
-#: After the command exits, how long to wait for children still holding its output open;
-#: past that, the command's process group is stopped.
+#: After the command exits, how long children it left running get; past that, they are killed.
 DRAIN_GRACE = 0.3
 #: Characters of a background command's last output carried in its notification.
 RESULT_TAIL = 4000
@@ -120,64 +120,6 @@ class _Capture:
         )
 
 
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            await asyncio.wait_for(proc.wait(), wait)
-            # The leader is gone; make sure no member of its group survives it.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            return
-        except TimeoutError:
-            continue
-
-
-async def _spawn(
-    argv: list[str], cwd: str, env: Mapping[str, str], out_fd: int
-) -> asyncio.subprocess.Process:
-    """Start `argv` in its own process group, output to `out_fd`. Cancelled while the process
-    is starting, it lets the start finish and stops the group, so nothing is left running that
-    nobody can stop."""
-    spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out_fd,
-            stderr=out_fd,
-            start_new_session=True,
-        )
-    )
-    try:
-        return await asyncio.shield(spawn)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await _kill_group(await spawn)
-        raise
-
-
-class Sink(Protocol):
-    def feed(self, data: bytes) -> None: ...
-
-
-class _PipeReader(asyncio.Protocol):
-    """Feeds the command's output pipe into a sink; `closed` resolves at end of stream."""
-
-    def __init__(self, capture: Sink, closed: asyncio.Future[None]) -> None:
-        self.capture = capture
-        self.closed = closed
-
-    def data_received(self, data: bytes) -> None:
-        self.capture.feed(data)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
 async def run_command(
     command: str,
     *,
@@ -186,58 +128,37 @@ async def run_command(
     time_limit: float | None,
     sandbox: Sandbox | None = None,
     sink: Sink | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> tuple[str, int | None, bool]:
     """Run `command` with bash (inside `sandbox` when given). Returns (cleaned output, exit code
     or None, timed out). With `sink`, the output goes there as it arrives (and the returned
-    output is empty); `time_limit` None means no limit.
+    output is empty); `time_limit` None means no limit. `on_start` gets the process group id.
 
-    The output pipe is ours (not asyncio's), so when children that outlive the command keep it
-    open we can stop them and close it rather than wait for them."""
-    loop = asyncio.get_running_loop()
+    The command runs under `keel.proc`'s supervisor: at the deadline or on cancellation its
+    whole tree is killed, children that detached included, and the output pipe is let go even
+    if something still holds it open; children left running when the command exits get
+    `DRAIN_GRACE` seconds."""
     argv = ["bash", "-c", command]
     run_env = command_env(env)
     if sandbox is not None:
         argv = sandbox.argv(argv, Path(cwd))
         run_env = sandbox.env(run_env)
-    read_fd, write_fd = os.pipe()
-    try:
-        proc = await _spawn(argv, cwd, run_env, write_fd)
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
     capture = _Capture()
-    closed: asyncio.Future[None] = loop.create_future()
-    transport: asyncio.BaseTransport | None = None
-    timed_out = False
-    try:  # from here on, a cancellation stops the whole group
-        transport, _ = await loop.connect_read_pipe(
-            lambda: _PipeReader(sink or capture, closed), os.fdopen(read_fd, "rb", buffering=0)
-        )
-        try:
-            await asyncio.wait_for(proc.wait(), time_limit)
-        except TimeoutError:
-            timed_out = True
-            await _kill_group(proc)
-        # Background children may still hold the pipe: give them a moment, then stop them.
-        try:
-            await asyncio.wait_for(asyncio.shield(closed), DRAIN_GRACE)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(closed), DRAIN_GRACE)
-    except asyncio.CancelledError:
-        await _kill_group(proc)
-        raise
-    finally:
-        if transport is not None:
-            transport.close()
-    # Everything captured (up to 64 kB of each end); the one truncation function cuts it for the
-    # model and keeps it whole beside the session.
+    finished = await run_tree(
+        argv,
+        cwd=cwd,
+        env=run_env,
+        stdout=sink or capture,
+        time_limit=time_limit,
+        term_grace=KILL_GRACE,
+        drain_grace=DRAIN_GRACE,
+        on_start=on_start,
+    )
+    # At most 64 kB of each end is held; the one truncation function cuts it for the model and
+    # keeps what was held beside the session.
     text = clean_output(capture.text(2 * KEEP_BYTES))
-    return text, proc.returncode, timed_out
+    code = None if finished.timed_out else finished.returncode
+    return text, code, finished.timed_out
 
 
 @tool
