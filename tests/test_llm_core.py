@@ -277,8 +277,13 @@ def test_settings_precedence_and_warnings(tmp_path: Path, isolated_env: Path) ->
     assert s.provider("anthropic") == ProviderConfig(
         base_url="https://gw.example", api_key_env="GW_KEY"
     )
-    assert s.models["mine"] == ModelInfo(32768, 4096, 1, None, None, None)
+    # Prices from the shared project file wait for an approval (they count a USD budget).
+    assert s.models["mine"] == ModelInfo(32768, 4096, None, None, None, None)
+    shared = project / ".keel" / "settings.json"
     assert s.warnings == [
         f"{user_dir / 'settings.json'}: unknown key 'colour' skipped (known: auto_compact, budget, effort, fallbacks, hooks, max_turns, mcp_servers, model, models, permissions, providers, sandbox)",
-        f"{project / '.keel' / 'settings.json'}: budget.tokens must be a number; ignored",
+        f"{shared}: not applied until you approve them: models.mine prices (this file came "
+        "with the project; `keel trust list` shows why each needs approval, `keel trust "
+        "approve` applies them)",
+        f"{shared}: budget.tokens must be a number more than 0 and at most 1e+12; ignored",
     ]

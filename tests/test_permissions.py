@@ -490,13 +490,10 @@ def test_shared_project_settings_may_only_tighten(
     out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project)
     assert out.returncode == 0, out.stderr
     shared = project / ".keel" / "settings.json"
-    assert out.stderr.splitlines()[:3] == [
-        f"keel: warning: {shared}: permissions.allow ignored: the shared project file may only add "
-        "deny rules (put it in .keel/settings.local.json or your user settings)",
-        f"keel: warning: {shared}: permissions.default_mode ignored: the shared project file may "
-        "only add deny rules (put it in .keel/settings.local.json or your user settings)",
-        f"keel: warning: {shared}: sandbox.enabled ignored: the shared project file may only "
-        "tighten the sandbox",
+    assert out.stderr.splitlines()[:1] == [
+        f"keel: warning: {shared}: not applied until you approve them: permissions.allow, "
+        "permissions.default_mode, sandbox.enabled (this file came with the project; `keel trust "
+        "list` shows why each needs approval, `keel trust approve` applies them)",
     ]
     results = results_by_tool(isolated_env)
     assert results["edit"] == f"{HEADLESS} (needed to change app.py)"

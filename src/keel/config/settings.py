@@ -7,19 +7,39 @@ Files, later winning for scalar values:
 3. project (personal, git-ignored): `<project>/.keel/settings.local.json`
 
 A file that is not valid JSON is skipped with a warning naming the file, line and column; an
-unknown key is skipped with a warning naming it. Loading never raises for a bad file: keel starts
-with the valid parts and says what it skipped.
+unknown key, or a value of the wrong type or out of range (`nan`, a negative limit), is skipped
+with a warning naming the file and key and saying what is expected. Loading never raises for a
+bad file: keel starts with the valid parts and says what it skipped.
+
+Trust (docs/security.md): the shared file (2), and a personal one that git tracks (it came with
+the repository), are untrusted. What they say that decides where a credential goes, runs code or
+widens a permission (`keel.config.trust.gated_entries`) applies only once the user approved it
+(`keel trust approve`, pinned to a hash of those entries); until then it is skipped with a
+warning and listed in `Settings.pending`. They may lower `max_turns` and budgets, never raise
+them. A provider URL from a project file, even approved, loses to the user's own settings and
+environment (`ANTHROPIC_BASE_URL`…).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from keel.config.trust import (
+    Gated,
+    approved_pins,
+    came_with_repo,
+    gated_entries,
+    project_key,
+    settings_pin,
+)
+from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo
 from keel.llm.presets import PRESETS, WIRES
 from keel.llm.provider import ProviderConfig
@@ -55,6 +75,24 @@ MODEL_KEYS = frozenset(
 SAMPLING_KEYS = frozenset({"temperature", "top_p"})
 
 
+#: The most turns a shared project file may ask for when the user set none
+#: (`keel.agent.limits.DEFAULT_MAX_TURNS`; a test keeps the two equal).
+SHARED_MAX_TURNS_CEILING = 200
+
+#: Environment variable names (for `api_key_env`).
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@frozen
+class PendingFile:
+    """The entries of one untrusted project file that wait for the user's approval."""
+
+    path: Path
+    pin: str
+    entries: tuple[Gated, ...]
+    approved: bool
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -78,6 +116,8 @@ class Settings:
     files: list[Path] = field(default_factory=list)
     #: Each settings file's `mcp_servers` value as written, with its path (keel.mcp parses them).
     mcp_servers: list[tuple[Path, object]] = field(default_factory=list)
+    #: Untrusted project files with entries that need approval (approved or not).
+    pending: list[PendingFile] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -110,6 +150,9 @@ def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[s
     except OSError as exc:
         warnings.append(f"{path}: cannot read ({exc.strerror}); {skipped}")
         return None
+    except UnicodeDecodeError:
+        warnings.append(f"{path}: not UTF-8 text; {skipped}")
+        return None
     if not text.strip():
         return {}
     try:
@@ -117,106 +160,273 @@ def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[s
     except json.JSONDecodeError as exc:
         warnings.append(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); {skipped}")
         return None
+    except RecursionError:
+        warnings.append(f"{path}: nested too deeply; {skipped}")
+        return None
     if not isinstance(data, dict):
         warnings.append(f"{path}: must hold a JSON object; {skipped}")
         return None
     return data
 
 
-def _number(value: Any, where: str, warnings: list[str], kind: type = float) -> Any:
+def _number(
+    value: Any,
+    where: str,
+    warnings: list[str],
+    kind: type = float,
+    *,
+    low: float = 0.0,
+    high: float = 1e9,
+    low_open: bool = True,
+) -> Any:
+    """`value` as a `kind` within (low, high] (or [low, high] when `low_open` is false); None
+    with a warning naming `where` and the range otherwise (nan, infinities and booleans too)."""
+    bound = f"{'more than' if low_open else 'at least'} {low:g} and at most {high:g}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        warnings.append(f"{where} must be a number; ignored")
+        warnings.append(f"{where} must be a number {bound}; ignored")
+        return None
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        warnings.append(f"{where} must be a whole number; ignored")
+        return None
+    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+        warnings.append(f"{where} must be {bound} (got {value!r}); ignored")
         return None
     return kind(value)
 
 
-def _merge_scalar(settings: Settings, key: str, value: Any, where: str) -> None:
-    w = settings.warnings
-    if key == "model":
-        if isinstance(value, str) and value:
-            settings.model = value
-        else:
-            w.append(
-                f"{where} must be a non-empty string like anthropic/claude-sonnet-4-5; ignored"
-            )
-    elif key == "effort":
-        if value in EFFORTS:
-            settings.effort = EFFORTS[value]
-        else:
-            w.append(f"{where} must be low, medium, high or max; ignored")
-    elif key == "max_turns":
-        n = _number(value, where, w, int)
-        if n is not None:
-            settings.max_turns = n
-    elif key == "auto_compact":
-        if isinstance(value, bool):
-            settings.auto_compact = value
-        else:
-            w.append(f"{where} must be true or false; ignored")
+class _Merge:
+    """Merges one file's object into `settings`. `untrusted` files (shared, or come with the
+    repository) may only lower limits; their gated entries were split off before."""
 
+    def __init__(self, settings: Settings, path: Path, *, untrusted: bool) -> None:
+        self.settings = settings
+        self.path = path
+        self.untrusted = untrusted
+        self.w = settings.warnings
 
-def _merge_file(settings: Settings, path: Path, data: dict[str, Any]) -> None:
-    for key, value in data.items():
-        where = f"{path}: {key}"
-        if key not in KNOWN_KEYS:
-            known = ", ".join(sorted(KNOWN_KEYS - {"$schema"}))
-            settings.warnings.append(f"{path}: unknown key {key!r} skipped (known: {known})")
-        elif key == "budget":
-            _merge_budget(settings, value, where)
-        elif key == "providers":
-            _merge_providers(settings, value, where)
-        elif key == "models":
-            _merge_models(settings, value, where)
-        elif key == "fallbacks":
-            _merge_fallbacks(settings, value, where)
-        elif key == "permissions":
-            _merge_permissions(settings, value, where, shared=_shared(path))
-        elif key == "sandbox":
-            _merge_sandbox(settings, value, where, shared=_shared(path))
-        elif key == "mcp_servers":
-            settings.mcp_servers.append((path, value))
-        elif key == "hooks":
-            pass
-        else:
-            _merge_scalar(settings, key, value, where)
+    def file(self, data: dict[str, Any]) -> None:
+        for key, value in data.items():
+            where = f"{self.path}: {key}"
+            if key not in KNOWN_KEYS:
+                known = ", ".join(sorted(KNOWN_KEYS - {"$schema"}))
+                self.w.append(f"{self.path}: unknown key {key!r} skipped (known: {known})")
+            elif key == "budget":
+                self.budget(value, where)
+            elif key == "providers":
+                self.providers(value, where)
+            elif key == "models":
+                self.models(value, where)
+            elif key == "fallbacks":
+                self.fallbacks(value, where)
+            elif key == "permissions":
+                self.permissions(value, where)
+            elif key == "sandbox":
+                self.sandbox(value, where)
+            elif key == "mcp_servers":
+                self.settings.mcp_servers.append((self.path, value))
+            elif key in ("hooks", "$schema"):
+                pass
+            else:
+                self.scalar(key, value, where)
 
+    def _lower_only(self, old: float | None, new: float, where: str, ceiling: float) -> bool:
+        """Whether an untrusted file's limit `new` may replace `old` (it may only lower it)."""
+        if not self.untrusted or new <= (old if old is not None else ceiling):
+            return True
+        self.w.append(f"{where} ignored: a project file may lower this limit, not raise it")
+        return False
 
-def _merge_budget(settings: Settings, value: Any, where: str) -> None:
-    if not isinstance(value, dict):
-        settings.warnings.append(f'{where} must be an object like {{"usd": 5}}; ignored')
-        return
-    for k, v in value.items():
-        if k == "usd":
-            settings.budget_usd = _number(v, f"{where}.usd", settings.warnings)
-        elif k == "tokens":
-            settings.budget_tokens = _number(v, f"{where}.tokens", settings.warnings, int)
-        else:
-            settings.warnings.append(f"{where}: unknown key {k!r} skipped (known: usd, tokens)")
+    def scalar(self, key: str, value: Any, where: str) -> None:
+        s = self.settings
+        if key == "model":
+            if isinstance(value, str) and value.strip():
+                s.model = value.strip()
+            else:
+                self.w.append(
+                    f"{where} must be a non-empty string like anthropic/claude-sonnet-4-5; ignored"
+                )
+        elif key == "effort":
+            if isinstance(value, str) and value in EFFORTS:
+                s.effort = EFFORTS[value]
+            else:
+                self.w.append(f"{where} must be low, medium, high or max; ignored")
+        elif key == "max_turns":
+            n = _number(value, where, self.w, int, low=1, high=100_000, low_open=False)
+            if n is not None and self._lower_only(s.max_turns, n, where, SHARED_MAX_TURNS_CEILING):
+                s.max_turns = n
+        elif key == "auto_compact":
+            if isinstance(value, bool):
+                s.auto_compact = value
+            else:
+                self.w.append(f"{where} must be true or false; ignored")
 
+    def budget(self, value: Any, where: str) -> None:
+        s = self.settings
+        if not isinstance(value, dict):
+            self.w.append(f'{where} must be an object like {{"usd": 5}}; ignored')
+            return
+        for k, v in value.items():
+            if k == "usd":
+                usd = _number(v, f"{where}.usd", self.w, high=1e6)
+                if usd is not None and self._lower_only(s.budget_usd, usd, where, math.inf):
+                    s.budget_usd = usd
+            elif k == "tokens":
+                tokens = _number(v, f"{where}.tokens", self.w, int, high=1e12)
+                if tokens is not None and self._lower_only(
+                    s.budget_tokens, tokens, where, math.inf
+                ):
+                    s.budget_tokens = tokens
+            else:
+                self.w.append(f"{where}: unknown key {k!r} skipped (known: usd, tokens)")
 
-def _merge_providers(settings: Settings, value: Any, where: str) -> None:
-    if not isinstance(value, dict):
-        settings.warnings.append(f"{where} must be an object keyed by provider name; ignored")
-        return
-    for name, conf in value.items():
-        if not isinstance(conf, dict):
-            settings.warnings.append(f"{where}.{name} must be an object; ignored")
-            continue
-        unknown = set(conf) - PROVIDER_KEYS
-        if unknown:
-            settings.warnings.append(
-                f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))} skipped "
-                f"(known: {', '.join(sorted(PROVIDER_KEYS))})"
-            )
-        old = settings.provider(name)
-        settings.providers[name] = ProviderConfig(
-            base_url=str(conf.get("base_url", old.base_url) or ""),
-            api_key_env=str(conf.get("api_key_env", old.api_key_env) or ""),
-            stall_timeout=conf.get("stall_timeout", old.stall_timeout),
-            call_timeout=conf.get("call_timeout", old.call_timeout),
-            wire=_wire(name, conf, old.wire, f"{where}.{name}", settings.warnings),
-            num_ctx=_num_ctx(conf, old.num_ctx, f"{where}.{name}", settings.warnings),
+    def providers(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            self.w.append(f"{where} must be an object keyed by provider name; ignored")
+            return
+        for name, conf in value.items():
+            if not isinstance(conf, dict):
+                self.w.append(f"{where}.{name} must be an object; ignored")
+                continue
+            unknown = set(conf) - PROVIDER_KEYS
+            if unknown:
+                self.w.append(
+                    f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))} skipped "
+                    f"(known: {', '.join(sorted(PROVIDER_KEYS))})"
+                )
+            self.provider(name, conf, f"{where}.{name}")
+
+    def provider(self, name: str, conf: dict[str, Any], where: str) -> None:
+        old = self.settings.provider(name)
+        url = self._url(conf, old.project_base_url if self.untrusted else old.base_url, where)
+        key_env = old.api_key_env
+        if "api_key_env" in conf:
+            v = conf["api_key_env"]
+            if isinstance(v, str) and (v == "" or _ENV_NAME.match(v)):
+                key_env = v
+            else:
+                self.w.append(
+                    f"{where}.api_key_env must name an environment variable, like "
+                    "MY_PROVIDER_KEY; ignored"
+                )
+        self.settings.providers[name] = ProviderConfig(
+            base_url=old.base_url if self.untrusted else url,
+            api_key_env=key_env,
+            stall_timeout=self._seconds(conf, "stall_timeout", old.stall_timeout, where),
+            call_timeout=self._seconds(conf, "call_timeout", old.call_timeout, where),
+            wire=_wire(name, conf, old.wire, where, self.w),
+            num_ctx=_num_ctx(conf, old.num_ctx, where, self.w),
+            project_base_url=url if self.untrusted else old.project_base_url,
         )
+
+    def _url(self, conf: dict[str, Any], old: str, where: str) -> str:
+        if "base_url" not in conf:
+            return old
+        v = conf["base_url"]
+        if isinstance(v, str) and (v == "" or v.startswith(("http://", "https://"))):
+            return v
+        self.w.append(f"{where}.base_url must be an http:// or https:// URL; ignored")
+        return old
+
+    def _seconds(self, conf: dict[str, Any], key: str, old: float | None, where: str) -> Any:
+        if key not in conf:
+            return old
+        n = _number(conf[key], f"{where}.{key}", self.w, high=86_400)
+        return old if n is None else n
+
+    def fallbacks(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            self.w.append(
+                f'{where} must be an object like {{"anthropic/claude-sonnet-4-5": '
+                '["openai/gpt-5"]}; ignored'
+            )
+            return
+        for model, chain in value.items():
+            if isinstance(chain, str):
+                chain = [chain]
+            self.settings.fallbacks[model] = tuple(_strings(chain, f"{where}.{model}", self.w))
+
+    def models(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            self.w.append(f"{where} must be an object keyed by model id; ignored")
+            return
+        for model, conf in value.items():
+            if not isinstance(conf, dict):
+                self.w.append(f"{where}.{model} must be an object; ignored")
+                continue
+            self.model(model, conf, f"{where}.{model}")
+
+    def model(self, model: str, conf: dict[str, Any], where: str) -> None:
+        s = self.settings
+        sampling = _sampling(conf, where, self.w)
+        if sampling is not None:
+            s.sampling[model] = sampling
+        if set(conf) <= SAMPLING_KEYS:
+            return  # sampling only: the catalog's facts stand
+        unknown = set(conf) - MODEL_KEYS - SAMPLING_KEYS
+        if unknown:
+            self.w.append(f"{where}: unknown key(s) {', '.join(sorted(unknown))} skipped")
+        if not {"window", "max_output"} <= set(conf):
+            self.w.append(f"{where} needs at least window and max_output; ignored")
+            return
+        window = _number(conf["window"], f"{where}.window", self.w, int, high=1e8)
+        max_output = _number(conf["max_output"], f"{where}.max_output", self.w, int, high=1e8)
+        prices = [
+            _number(conf[k], f"{where}.{k}", self.w, high=1e6, low_open=False)
+            if k in conf
+            else None
+            for k in _PRICES
+        ]
+        if window is None or max_output is None:
+            return
+        if any(p is None and k in conf for p, k in zip(prices, _PRICES, strict=True)):
+            return
+        s.models[model] = ModelInfo(
+            window,
+            max_output,
+            input_price=prices[0],
+            output_price=prices[1],
+            cache_read_price=prices[2],
+            cache_write_price=prices[3],
+        )
+
+    def permissions(self, value: Any, where: str) -> None:
+        s, w = self.settings, self.w
+        if not isinstance(value, dict):
+            w.append(f'{where} must be an object like {{"allow": [...], "deny": [...]}}; ignored')
+            return
+        source = str(self.path)
+        for k, v in value.items():
+            if k not in PERMISSION_KEYS:
+                known = ", ".join(sorted(PERMISSION_KEYS))
+                w.append(f"{where}: unknown key {k!r} skipped (known: {known})")
+            elif k == "deny":
+                s.deny += [(r, source) for r in _strings(v, f"{where}.deny", w)]
+            elif k == "allow":
+                s.allow += [(r, source) for r in _strings(v, f"{where}.allow", w)]
+            elif v in ("default", "accept-edits", "plan", "bypass"):
+                s.default_mode = v
+            else:
+                w.append(
+                    f"{where}.default_mode must be default, accept-edits, plan or bypass; ignored"
+                )
+
+    def sandbox(self, value: Any, where: str) -> None:
+        s, w = self.settings, self.w
+        if not isinstance(value, dict):
+            w.append(f'{where} must be an object like {{"enabled": true}}; ignored')
+            return
+        for k, v in value.items():
+            if k not in SANDBOX_KEYS:
+                w.append(f"{where}: unknown key {k!r} skipped (known: enabled, network)")
+            elif not isinstance(v, bool):
+                w.append(f"{where}.{k} must be true or false; ignored")
+            elif k == "enabled":
+                s.sandbox = v
+            else:
+                s.sandbox_network = v
+
+
+_PRICES = ("input_price", "output_price", "cache_read_price", "cache_write_price")
 
 
 def _wire(name: str, conf: dict[str, Any], old: str, where: str, warnings: list[str]) -> str:
@@ -227,78 +437,32 @@ def _wire(name: str, conf: dict[str, Any], old: str, where: str, warnings: list[
     if name in PRESETS:
         warnings.append(f"{where}.wire ignored: {name} is built in")
         return old
-    if wire not in WIRES:
+    if not isinstance(wire, str) or wire not in WIRES:
         warnings.append(f"{where}.wire must be one of {', '.join(WIRES)}; ignored")
         return old
-    return str(wire)
+    return wire
 
 
 def _num_ctx(conf: dict[str, Any], old: int | None, where: str, warnings: list[str]) -> int | None:
     if "num_ctx" not in conf:
         return old
     value = conf["num_ctx"]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000_000:
         warnings.append(f"{where}.num_ctx must be a positive number of tokens; ignored")
         return old
     return value
 
 
-def _merge_fallbacks(settings: Settings, value: Any, where: str) -> None:
-    if not isinstance(value, dict):
-        settings.warnings.append(
-            f'{where} must be an object like {{"anthropic/claude-sonnet-4-5": ["openai/gpt-5"]}}; '
-            "ignored"
-        )
-        return
-    for model, chain in value.items():
-        if isinstance(chain, str):
-            chain = [chain]
-        settings.fallbacks[model] = tuple(_strings(chain, f"{where}.{model}", settings.warnings))
-
-
-def _merge_models(settings: Settings, value: Any, where: str) -> None:
-    if not isinstance(value, dict):
-        settings.warnings.append(f"{where} must be an object keyed by model id; ignored")
-        return
-    for model, conf in value.items():
-        if not isinstance(conf, dict):
-            settings.warnings.append(f"{where}.{model} must be an object; ignored")
-            continue
-        sampling = _sampling(conf, f"{where}.{model}", settings.warnings)
-        if sampling is not None:
-            settings.sampling[model] = sampling
-        if set(conf) <= SAMPLING_KEYS:
-            continue  # sampling only: the catalog's facts stand
-        if not {"window", "max_output"} <= set(conf):
-            settings.warnings.append(
-                f"{where}.{model} needs at least window and max_output; ignored"
-            )
-            continue
-        unknown = set(conf) - MODEL_KEYS - SAMPLING_KEYS
-        if unknown:
-            settings.warnings.append(
-                f"{where}.{model}: unknown key(s) {', '.join(sorted(unknown))} skipped"
-            )
-        settings.models[model] = ModelInfo(
-            int(conf["window"]),
-            int(conf["max_output"]),
-            conf.get("input_price"),
-            conf.get("output_price"),
-            conf.get("cache_read_price"),
-            conf.get("cache_write_price"),
-        )
-
-
 def _sampling(conf: dict[str, Any], where: str, warnings: list[str]) -> Sampling | None:
-    values = {k: _number(conf[k], f"{where}.{k}", warnings) for k in SAMPLING_KEYS if k in conf}
+    highs = {"temperature": 2.0, "top_p": 1.0}
+    values = {
+        k: _number(conf[k], f"{where}.{k}", warnings, high=highs[k], low_open=False)
+        for k in SAMPLING_KEYS
+        if k in conf
+    }
     if not any(v is not None for v in values.values()):
         return None
     return Sampling(values.get("temperature"), values.get("top_p"))
-
-
-def _shared(path: Path) -> bool:
-    """The project's shared file (committed to git) may only tighten security."""
-    return path.name == "settings.json" and path.parent.name == ".keel"
 
 
 def _strings(value: Any, where: str, warnings: list[str]) -> list[str]:
@@ -308,58 +472,53 @@ def _strings(value: Any, where: str, warnings: list[str]) -> list[str]:
     return list(value)
 
 
-def _merge_permissions(settings: Settings, value: Any, where: str, *, shared: bool) -> None:
-    w = settings.warnings
-    if not isinstance(value, dict):
-        w.append(f'{where} must be an object like {{"allow": [...], "deny": [...]}}; ignored')
-        return
-    for k, v in value.items():
-        if k not in PERMISSION_KEYS:
-            w.append(
-                f"{where}: unknown key {k!r} skipped (known: {', '.join(sorted(PERMISSION_KEYS))})"
-            )
-        elif k == "deny":
-            settings.deny += [(r, where.split(": ")[0]) for r in _strings(v, f"{where}.deny", w)]
-        elif shared:
-            w.append(
-                f"{where}.{k} ignored: the shared project file may only add deny rules "
-                "(put it in .keel/settings.local.json or your user settings)"
-            )
-        elif k == "allow":
-            settings.allow += [(r, where.split(": ")[0]) for r in _strings(v, f"{where}.allow", w)]
-        elif k == "default_mode":
-            if v in ("default", "accept-edits", "plan", "bypass"):
-                settings.default_mode = v
-            else:
-                w.append(
-                    f"{where}.default_mode must be default, accept-edits, plan or bypass; ignored"
-                )
+def _untrusted(path: Path) -> bool:
+    """The shared project file, or a personal one that git tracks (it came with the repo)."""
+    if path.parent.name != ".keel":
+        return False
+    if path.name == "settings.json":
+        return True
+    return path.name == "settings.local.json" and came_with_repo(path)
 
 
-def _merge_sandbox(settings: Settings, value: Any, where: str, *, shared: bool) -> None:
-    w = settings.warnings
-    if not isinstance(value, dict):
-        w.append(f'{where} must be an object like {{"enabled": true}}; ignored')
-        return
-    for k, v in value.items():
-        if k not in SANDBOX_KEYS:
-            w.append(f"{where}: unknown key {k!r} skipped (known: enabled, network)")
-        elif not isinstance(v, bool):
-            w.append(f"{where}.{k} must be true or false; ignored")
-        elif shared and ((k == "enabled" and not v) or (k == "network" and v)):
-            w.append(f"{where}.{k} ignored: the shared project file may only tighten the sandbox")
-        elif k == "enabled":
-            settings.sandbox = v
-        else:
-            settings.sandbox_network = v
+def _gate(
+    settings: Settings, path: Path, data: dict[str, Any], approved: set[str]
+) -> dict[str, Any]:
+    """What of an untrusted file's `data` applies now: everything once its gated entries are
+    approved, else the rest (the gated entries wait in `settings.pending`, with a warning)."""
+    safe, gated = gated_entries(data)
+    if not gated:
+        return data
+    pin = settings_pin(path, gated)
+    ok = pin in approved
+    settings.pending.append(PendingFile(path, pin, tuple(gated), ok))
+    if ok:
+        return data
+    keys = ", ".join(g.key for g in gated)
+    settings.warnings.append(
+        f"{path}: not applied until you approve them: {keys} (this file came with the project; "
+        "`keel trust list` shows why each needs approval, `keel trust approve` applies them)"
+    )
+    return safe
 
 
 def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settings:
     settings = Settings()
+    approved: set[str] | None = None
     for path in settings_files(project, env):
         data = read_json_object(path, settings.warnings, skipped="file skipped")
         if data is None:
             continue
         settings.files.append(path)
-        _merge_file(settings, path, data)
+        untrusted = _untrusted(path)
+        if untrusted:
+            if path.name == "settings.local.json":
+                settings.warnings.append(
+                    f"{path}: tracked by git, so it came with the repository; treated as the "
+                    "shared project file (untrack it with `git rm --cached` to make it yours)"
+                )
+            if approved is None:
+                approved = approved_pins(user_config_dir(env), project_key(project), "settings")
+            data = _gate(settings, path, data, approved)
+        _Merge(settings, path, untrusted=untrusted).file(data)
     return settings

@@ -7,7 +7,8 @@ Sources: keel's user settings, `.keel/settings.json` (shared), `.keel/settings.l
 (personal), and Claude Code's `~/.claude/settings.json`, `.claude/settings.json` (shared) and
 `.claude/settings.local.json` (personal). Hooks from shared files run only once approved: the
 approval is a hash of their configuration, kept in the user's own config directory (never in the
-project), so changing a shared hook needs a new approval. A problem in one entry is reported with
+project), so changing a shared hook needs a new approval. A "personal" project file that git
+tracks came with the repository and counts as shared. A problem in one entry is reported with
 its file and skipped; the rest load.
 """
 
@@ -21,6 +22,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keel.config.settings import read_json_object
+from keel.config.trust import (
+    approvals_file,
+    approve,
+    approved_pins,
+    came_with_repo,
+    read_approvals,
+)
 from keel.frozen import frozen
 
 EVENTS = (
@@ -147,51 +155,10 @@ def load_hooks(project: Path, *, keel_user_dir: Path, home: Path | None = None) 
     for path, source in hook_files(project, keel_user_dir=keel_user_dir, home=home or Path.home()):
         data = read_json_object(path, config.warnings, skipped="its hooks skipped")
         if data is not None and "hooks" in data:
+            if source == "personal" and path.is_relative_to(project) and came_with_repo(path):
+                source = "shared"  # committed: it came with the repository
             _entries(data["hooks"], path, source, config)
     return config
-
-
-# -- approvals: in the user's own config directory, keyed by project --------------------------------
-
-
-def approvals_file(keel_user_dir: Path, project_key: str) -> Path:
-    return keel_user_dir / "projects" / f"{project_key}.json"
-
-
-def read_approvals(path: Path) -> dict[str, list[str]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return (
-        {k: list(v) for k, v in data.items() if isinstance(v, list)}
-        if isinstance(data, dict)
-        else {}
-    )
-
-
-def approve(path: Path, kind: str, pin: str) -> None:
-    """Add `pin` to the approvals of `kind` (`hooks`, `mcp`), keeping everything else."""
-    data: dict[str, Any] = {}
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(loaded, dict):
-            data = loaded
-    except (OSError, ValueError):
-        pass
-    pins = [p for p in data.get(kind, []) if isinstance(p, str)]
-    if pin not in pins:
-        pins.append(pin)
-    data[kind] = pins
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(path)
-
-
-def approved_pins(keel_user_dir: Path, project_key: str, kind: str) -> set[str]:
-    return set(read_approvals(approvals_file(keel_user_dir, project_key)).get(kind, []))
 
 
 __all__ = [
@@ -202,4 +169,5 @@ __all__ = [
     "approve",
     "approved_pins",
     "load_hooks",
+    "read_approvals",
 ]

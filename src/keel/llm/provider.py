@@ -112,8 +112,10 @@ def env_key(names: tuple[str, ...], env: Mapping[str, str]) -> str:
 
 @frozen
 class ProviderConfig:
-    """Per-provider settings from the settings file (base URL, key variable, timeouts; `wire`
-    makes a custom provider; `num_ctx` is the window asked of Ollama)."""
+    """Per-provider settings from the settings files (base URL, key variable, timeouts; `wire`
+    makes a custom provider; `num_ctx` is the window asked of Ollama). `base_url` is the user's
+    own; `project_base_url` came from an approved project file and loses to the user's settings
+    and environment (docs/security.md)."""
 
     base_url: str = ""
     api_key_env: str = ""
@@ -121,6 +123,7 @@ class ProviderConfig:
     call_timeout: float | None = None
     wire: str = ""
     num_ctx: int | None = None
+    project_base_url: str = ""
 
 
 class ProviderSettings(Protocol):
@@ -194,7 +197,12 @@ def preset_for(name: str, settings: ProviderSettings | None, spec: str = "") -> 
     conf = settings.providers.get(name) if settings is not None else None
     if conf is None or not conf.wire:
         raise unknown_provider(name, spec or name)
-    return custom_preset(name, wire=conf.wire, base_url=conf.base_url, api_key_env=conf.api_key_env)
+    return custom_preset(
+        name,
+        wire=conf.wire,
+        base_url=conf.base_url or conf.project_base_url,
+        api_key_env=conf.api_key_env,
+    )
 
 
 def _client(
@@ -225,7 +233,14 @@ def _client(
     key = env_key(key_names, env)
     if preset.key_required and not key:
         raise _missing_key(ref, key_names)
-    base_url = config.base_url or env_key(preset.url_envs, env) or preset.base_url
+    # Where the key goes: the user's own settings, then the user's environment, then a project
+    # file the user approved, then the provider's default.
+    base_url = (
+        config.base_url
+        or env_key(preset.url_envs, env)
+        or config.project_base_url
+        or preset.base_url
+    )
     if not base_url:
         raise UserError(
             f"{ref.provider} needs a base URL",

@@ -95,7 +95,10 @@ def source_of(settings_file: Path, project_root: Path) -> Source:
         if settings_file.name == "settings.json":
             return "project-shared"
         if settings_file.name == "settings.local.json":
-            return "project-local"
+            from keel.config.trust import came_with_repo
+
+            # A committed "personal" file came with the repository: it is shared.
+            return "project-shared" if came_with_repo(settings_file) else "project-local"
     return "user"
 
 

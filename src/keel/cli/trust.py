@@ -1,0 +1,156 @@
+"""`keel trust [list | approve [KIND [NAME ...]] | revoke [KIND]]`: what came with this project
+and needs the user's approval before keel uses it, and approving or revoking it.
+
+Kinds: `settings` (entries of `.keel/settings.json` that send a credential somewhere, widen a
+permission or turn the sandbox down; `keel.config.trust`), `hooks` (the shared hooks of
+`.keel/settings.json` and `.claude/settings.json`), `mcp` (servers from `.mcp.json` and
+`.keel/settings.json`). Each approval is pinned to a hash of what was approved and kept in the
+user's config directory; any change to the approved entries needs a new one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from keel.agent.prompt import git_root
+from keel.config.settings import Settings, load_settings, user_config_dir
+from keel.config.trust import KINDS, approvals_file, approve, approved_pins, project_key, revoke
+
+if TYPE_CHECKING:
+    from keel.hooks.config import HookConfig
+    from keel.mcp.config import ServerConfig
+
+USAGE = "usage: keel trust [list | approve [settings|hooks|mcp [NAME ...]] | revoke [KIND]]"
+
+
+class _Project:
+    """What this project's untrusted files ask for, and where their approvals live."""
+
+    def __init__(self, cwd: Path) -> None:
+        from keel.hooks.config import load_hooks
+        from keel.mcp.config import load_servers
+
+        self.cwd = cwd
+        self.root = git_root(cwd) or cwd
+        self.user_dir = user_config_dir()
+        self.settings: Settings = load_settings(cwd)
+        self.hooks: HookConfig = load_hooks(self.root, keel_user_dir=self.user_dir)
+        servers, self.mcp_warnings = load_servers(self.root, self.settings.mcp_servers, os.environ)
+        self.servers: list[ServerConfig] = [s for s in servers if s.needs_approval]
+
+    def file(self, kind: str) -> Path:
+        # Settings are read from the working directory; hooks and MCP servers from the git root.
+        return approvals_file(
+            self.user_dir, project_key(self.cwd if kind == "settings" else self.root)
+        )
+
+    def pins(self, kind: str) -> set[str]:
+        key = project_key(self.cwd if kind == "settings" else self.root)
+        return approved_pins(self.user_dir, key, kind)
+
+
+def trust(argv: list[str]) -> int:
+    action, rest = (argv[0], argv[1:]) if argv else ("list", [])
+    if action not in ("list", "approve", "revoke") or (action == "list" and rest):
+        print(USAGE, file=sys.stderr)
+        return 2
+    kind = rest[0] if rest else None
+    if kind is not None and kind not in KINDS:
+        print(f"keel: error: unknown kind {kind!r} (hint: {', '.join(KINDS)})", file=sys.stderr)
+        return 2
+    names = rest[1:]
+    if names and kind != "mcp":
+        print(USAGE, file=sys.stderr)
+        return 2
+    project = _Project(Path.cwd())
+    if action == "list":
+        return _list(project)
+    if action == "revoke":
+        kinds = [kind] if kind else list(KINDS)
+        dropped = sum(revoke(project.file(k), k) for k in kinds)
+        print(f"revoked {dropped} approval(s) of {', '.join(kinds)} for this project")
+        return 0
+    return _approve(project, kind, names)
+
+
+def _list(project: _Project) -> int:
+    settings, hooks = project.settings, project.hooks
+    print(f"project: {project.root}")
+    print(f"approvals: {project.file('settings')}")
+    nothing = True
+    for pending in settings.pending:
+        nothing = False
+        state = "approved" if pending.approved else "NEEDS APPROVAL"
+        print(f"settings {pending.path}: {state} (pin {pending.pin})")
+        for entry in pending.entries:
+            print(f"    {entry.line()}")
+    pin = hooks.shared_hash()
+    if pin:
+        nothing = False
+        state = "approved" if pin in project.pins("hooks") else "NEEDS APPROVAL"
+        print(f"hooks: {state} (pin {pin}); they run commands on your machine, unsandboxed")
+        for h in hooks.hooks:
+            if h.source == "shared":
+                matcher = f" [{h.matcher}]" if h.matcher else ""
+                print(f"    {h.event}{matcher}: {h.command}  ({h.file})")
+    approved = project.pins("mcp")
+    for server in project.servers:
+        nothing = False
+        state = "approved" if server.config_hash() in approved else "NEEDS APPROVAL"
+        what = server.url or " ".join([server.command, *server.args])
+        print(f"mcp {server.name}: {state} ({server.origin}); {server.transport}: {what}")
+    if nothing:
+        print("nothing here needs approval: no project file asks for more than it may")
+        return 0
+    if any(not p.approved for p in settings.pending) or _waiting(project):
+        print("\nreview the entries above, then `keel trust approve` (or approve one kind)")
+    return 0
+
+
+def _waiting(project: _Project) -> bool:
+    pin = project.hooks.shared_hash()
+    if pin and pin not in project.pins("hooks"):
+        return True
+    approved = project.pins("mcp")
+    return any(s.config_hash() not in approved for s in project.servers)
+
+
+def _approve(project: _Project, kind: str | None, names: list[str]) -> int:
+    done: list[str] = []
+    if kind in (None, "settings"):
+        for pending in project.settings.pending:
+            if not pending.approved:
+                approve(project.file("settings"), "settings", pending.pin)
+                keys = ", ".join(e.key for e in pending.entries)
+                done.append(f"settings of {pending.path} ({keys})")
+    if kind in (None, "hooks"):
+        pin = project.hooks.shared_hash()
+        if pin and pin not in project.pins("hooks"):
+            approve(project.file("hooks"), "hooks", pin)
+            count = sum(h.source == "shared" for h in project.hooks.hooks)
+            done.append(f"{count} project hook(s)")
+    if kind in (None, "mcp"):
+        known = {s.name: s for s in project.servers}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            print(
+                f"keel: error: no project MCP server named {', '.join(unknown)} "
+                f"(hint: project servers here: {', '.join(known) or 'none'})",
+                file=sys.stderr,
+            )
+            return 2
+        approved = project.pins("mcp")
+        for name in names or list(known):
+            server = known[name]
+            if server.config_hash() not in approved:
+                approve(project.file("mcp"), "mcp", server.config_hash())
+                done.append(f"MCP server {name}")
+    if not done:
+        print("nothing waits for approval here")
+        return 0
+    for item in done:
+        print(f"approved {item}; it applies from now on, until it changes")
+    return 0
