@@ -12,9 +12,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: Entries of a `.git` directory that can make git run code or point it elsewhere (hooks,
+#: config with its `core.hooksPath`/`fsmonitor`/aliases, submodule and worktree git dirs, a
+#: `commondir` that swaps in another config and hooks). The rest of `.git` is git's own data.
+GIT_PROTECTED = ("hooks", "config", "config.worktree", "info", "modules", "worktrees", "commondir")
+
+#: Shell start-up files at the project root (sourced by a shell whose home is the project).
+SHELL_RC = (
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout",
+)  # fmt: skip
+
 #: Paths inside the project that no tool may write, in any mode: code that runs later (git
-#: hooks), configuration that grants permissions (keel's and Claude Code's), MCP servers.
-PROTECTED = (".git/hooks", ".git/config", ".keel", ".claude", ".mcp.json")
+#: hooks and config, editor tasks, direnv, shell rc files), configuration that grants
+#: permissions (keel's and Claude Code's), MCP servers. The `.git/...` entries come before
+#: `.git` so a refusal names the most specific one. The sandbox holds the same set read-only
+#: (apart from git's own data in `.git`), whether or not each path exists.
+PROTECTED = (
+    *(f".git/{name}" for name in GIT_PROTECTED),
+    ".git", ".keel", ".claude", ".mcp.json", ".vscode", ".idea", ".envrc", *SHELL_RC,
+)  # fmt: skip
 
 
 def resolve_in(raw: str, cwd: Path) -> Path:

@@ -1,28 +1,330 @@
-"""The bash sandbox: bubblewrap on Linux.
+"""The bash sandbox: bubblewrap on Linux. It owns the sandbox policy (`SandboxPolicy`: what is
+writable, what is protected, network, which environment variables get in), the bubblewrap argv
+generated from it, and the placeholders that hold protected paths which do not exist yet.
 
-Inside: `/` read-only; the project (git root), a private temp dir (`$TMPDIR`; the literal `/tmp`
-stays read-only) and existing build caches (`~/.cache`, `~/.npm`, cargo, go, gradle, maven)
-read-write; protected paths (`.git/hooks`, `.git/config`,
-keel's `.keel/`, `.claude/`, `.mcp.json`) re-bound read-only over the writable project; no network
-unless allowed; its own pid namespace; killed with keel. A probe runs `true` in it once per process:
-if bubblewrap is missing or cannot start here, keel says so once and bash falls back to asking.
+Inside: `/` read-only; the project (git root), a private temp dir (`$TMPDIR`) and existing build
+caches read-write; `/tmp`, `/run` and `/dev` private (so no host unix socket is reachable: docker,
+ssh-agent, X11, tmux, databases) and `/tmp` read-only apart from `$TMPDIR`; a user namespace with
+every capability dropped and no nested user namespaces, so nothing can mount, unmount or remount
+(as root too); its own pid namespace and session; no network unless allowed; killed with keel.
+
+The protected set (`PROTECTED`: `.keel`, `.claude`, `.git` apart from what `git add`/`commit`
+need, `.mcp.json`, `.vscode`, `.idea`, `.envrc`, shell rc files) is re-bound read-only whether or
+not each path exists: a missing one is held by an empty placeholder created on the host for the
+command and removed afterwards when still empty. A mount point cannot be renamed or removed
+(EBUSY), so nothing can be moved away and replaced. The environment is filtered by an allow list
+with deny patterns on top. A probe runs `echo ok` in it once per process: if bubblewrap is
+missing or cannot start here, keel says so once and bash falls back to asking.
+
+This module must never widen what a command may do beyond the policy, and never leave a
+placeholder behind that it did not record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import functools
+import hashlib
 import os
+import re
 import shutil
+import stat
 import subprocess
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
-from keel.permissions.boundary import PROTECTED
+from keel.permissions.boundary import GIT_PROTECTED, PROTECTED
 
-#: Placeholders for protected paths that do not exist yet, so a command cannot create them.
-_PLACEHOLDER_DIRS = (".keel", ".git/hooks")
+#: Variables a sandboxed command sees (case-insensitive fnmatch patterns): what programs need
+#: to run and build, nothing that names a secret. Anything else is left out.
+DEFAULT_ENV_ALLOW: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "LC_*",
+    "PWD", "TMPDIR", "TMP", "TEMP", "KEEL_SANDBOX", "NO_COLOR", "FORCE_COLOR", "CLICOLOR",
+    "PAGER", "GIT_PAGER", "EDITOR", "VISUAL", "COLUMNS", "LINES",
+    "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+    "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONHOME",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONUTF8",
+    "PIP_CACHE_DIR", "UV_CACHE_DIR", "UV_PYTHON",
+    "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "RUSTFLAGS", "RUST_BACKTRACE", "RUST_LOG",
+    "GOPATH", "GOROOT", "GOFLAGS", "GOCACHE", "GOMODCACHE", "GOOS", "GOARCH", "CGO_ENABLED",
+    "GO111MODULE", "GOTOOLCHAIN", "JAVA_HOME", "GRADLE_USER_HOME", "MAVEN_OPTS",
+    "NODE_ENV", "NODE_PATH", "NVM_DIR", "NVM_BIN", "PNPM_HOME", "NPM_CONFIG_CACHE",
+    "YARN_CACHE_FOLDER", "BUN_INSTALL", "DENO_DIR",
+    "CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "PKG_CONFIG_PATH",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "MAKEFLAGS", "CMAKE_GENERATOR",
+    "CMAKE_PREFIX_PATH", "CI",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+)  # fmt: skip
+
+#: Variables never passed in, even when an allow pattern matches (case-insensitive): secrets by
+#: name, cloud credentials, and addresses of host services (agent sockets, displays, buses).
+DEFAULT_ENV_DENY: tuple[str, ...] = (
+    "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*_PASS", "*_KEY", "*_KEY_*", "*APIKEY*",
+    "*CREDENTIAL*", "*_AUTH", "*COOKIE*", "DATABASE_URL", "*_DATABASE_URL", "*_DSN",
+    "AWS_*", "AZURE_*", "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_*", "KUBECONFIG",
+    "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DOCKER_HOST", "DBUS_SESSION_BUS_ADDRESS",
+    "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "XDG_RUNTIME_DIR",
+)  # fmt: skip
+
+#: A value that carries a password in a URL (`https://user:secret@host`) never gets in.
+_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@:]*:[^/\s@]+@")
+
+#: Directories in the home directory hidden (an empty tmpfs) because they hold keys or sockets.
+DEFAULT_HIDDEN: tuple[str, ...] = (".ssh", ".gnupg", ".docker")
+
+#: Placeholder files (relative to the project root) and their content, for protected paths that
+#: a program reads as a file when present; every other placeholder is an empty directory (git
+#: shows no empty directory, and neither can be written inside the sandbox). `commondir` holding
+#: `.` means what its absence means (the git dir is its own common dir).
+_FILE_PLACEHOLDERS: dict[str, bytes] = {".git/commondir": b".\n", ".git/config.worktree": b""}
+
+#: Host paths that are replaced by a private tmpfs inside the sandbox.
+_PRIVATE_DIRS = ("/tmp", "/run", "/var/run")
+
+
+class SandboxError(Exception):
+    """The sandbox cannot run this command safely; the message says why, for the model."""
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    upper = name.upper()
+    return any(fnmatchcase(upper, p.upper()) for p in patterns)
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Everything a sandboxed command may and may not do, independent of the mechanism: the
+    bubblewrap argv is generated from it (`bwrap_argv`), and so can a Seatbelt profile be."""
+
+    #: The project (git root); writable apart from `protected`.
+    root: Path
+    #: Read-write besides the project: the private temp dir, build caches.
+    writable: tuple[Path, ...] = ()
+    #: Read-only even inside writable paths, whether or not they exist (absolute).
+    protected: tuple[Path, ...] = ()
+    #: Writable although inside a protected path (`.git` itself, for git's own files).
+    writable_inside_protected: tuple[Path, ...] = ()
+    #: Hidden: an empty read-only directory instead (absolute).
+    hidden: tuple[Path, ...] = ()
+    network: bool = False
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` filtered: allowed names, minus denied names and values with a URL password."""
+        return {
+            k: v
+            for k, v in env.items()
+            if _matches(k, self.env_allow)
+            and not _matches(k, self.env_deny)
+            and not _URL_WITH_PASSWORD.search(v)
+        }
+
+
+def project_policy(
+    root: Path,
+    *,
+    network: bool = False,
+    writable: tuple[Path, ...] = (),
+    hidden: tuple[Path, ...] | None = None,
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW,
+    env_deny: tuple[str, ...] = DEFAULT_ENV_DENY,
+) -> SandboxPolicy:
+    """The policy for a project as it is now (what `.git` is decides what is protected in it)."""
+    root = root.resolve()
+    protected: list[Path] = []
+    inside: list[Path] = []
+    git = root / ".git"
+    for rel in PROTECTED:
+        if rel != ".git" and not rel.startswith(".git/"):
+            protected.append(root / rel)
+    # `.git` as a whole is protected; when it is a directory git's own files inside stay
+    # writable (objects, refs, index, HEAD, logs...) but what can make git run code does not.
+    protected.append(git)
+    if git.is_dir() and not git.is_symlink():
+        inside.append(git)
+        protected += [git / rel for rel in GIT_PROTECTED]
+    if hidden is None:
+        home = Path.home()
+        hidden = tuple(home / name for name in DEFAULT_HIDDEN)
+    return SandboxPolicy(
+        root=root,
+        writable=writable,
+        protected=tuple(protected),
+        writable_inside_protected=tuple(inside),
+        hidden=hidden,
+        network=network,
+        env_allow=env_allow,
+        env_deny=env_deny,
+    )
+
+
+def bwrap_argv(
+    policy: SandboxPolicy, command: list[str], cwd: Path, *, bwrap: str, userns: bool = True
+) -> list[str]:
+    """`command` under bubblewrap as `policy` says. Every protected path must exist by now
+    (`Placeholders.hold` makes sure). `userns` false leaves out the user namespace (for a
+    bubblewrap or kernel without it); capabilities are dropped either way."""
+    root = policy.root
+    _check_root(root)
+    args = [bwrap, "--die-with-parent", "--new-session"]
+    if userns:
+        args += ["--unshare-user", "--disable-userns"]
+    args += ["--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if not policy.network:
+        args.append("--unshare-net")
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    private = [p for p in _PRIVATE_DIRS if Path(p).is_dir() and not Path(p).is_symlink()]
+    for tmpfs in private:
+        args += ["--tmpfs", tmpfs]
+    if policy.network:
+        # DNS still works when resolv.conf lives in the now private /run.
+        resolv = Path("/etc/resolv.conf").resolve()
+        if resolv.is_file() and any(resolv.is_relative_to(p) for p in private):
+            args += ["--ro-bind", str(resolv), str(resolv)]
+    for hidden in policy.hidden:
+        if hidden.is_dir() and not hidden.is_symlink():
+            args += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
+    for writable in (root, *policy.writable, *policy.writable_inside_protected):
+        if writable.exists():
+            args += ["--bind", str(writable), str(writable)]
+    for path in policy.protected:
+        if path not in policy.writable_inside_protected and _must_bind(path):
+            args += ["--ro-bind", str(path), str(path)]
+    for tmpfs in private:
+        args += ["--remount-ro", tmpfs]
+    args += ["--chdir", str(cwd), "--", *command]
+    return args
+
+
+def _check_root(root: Path) -> None:
+    for shared in ("/", *_PRIVATE_DIRS):
+        if Path(shared).resolve().is_relative_to(root):
+            raise SandboxError(
+                f"the project root {root} contains {shared}; keel cannot sandbox a project "
+                "that holds the system's shared directories (start keel in the project)"
+            )
+
+
+def _must_bind(path: Path) -> bool:
+    """Whether protected `path` is there to be bound read-only; refuses what cannot be held."""
+    if path.is_symlink():
+        raise SandboxError(
+            f"{path} is a symbolic link; keel protects it and cannot hold a link in place "
+            "(replace it with the real file or directory)"
+        )
+    if path.exists():
+        return True
+    if not os.access(path.parent, os.W_OK):
+        return False  # it cannot be created in there, inside the sandbox either
+    raise SandboxError(f"{path} is protected but was not held (internal error)")
+
+
+def _lock_dir() -> Path:
+    """A directory only this user can write, for the placeholder records."""
+    path = Path(tempfile.gettempdir()) / f"keel-sandbox-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise SandboxError(f"{path} is not a private directory of this user; remove it and retry")
+    return path
+
+
+class Placeholders:
+    """Empty placeholders that hold missing protected paths while sandboxed commands run.
+
+    Every running command holds a shared lock on a file for its project (one file per project,
+    in a private temp directory) that also records the placeholders created; the command that
+    ends last (it gets the lock exclusively) removes those still empty. So a placeholder is
+    never removed under a command that relies on it (in this process or another keel), and one
+    left by a killed keel is removed by the next command that ends."""
+
+    def __init__(self, root: Path) -> None:
+        digest = hashlib.sha256(str(root).encode()).hexdigest()[:20]
+        self.record = _lock_dir() / f"{digest}.lock"
+        self._held: list[int] = []
+
+    def hold(self, policy: SandboxPolicy) -> None:
+        """Lock (shared) and create what is missing of `policy.protected`."""
+        fd = os.open(self.record, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            for path in policy.protected:
+                if path.exists() or path.is_symlink() or not path.parent.is_dir():
+                    continue
+                self._create(fd, path, policy.root)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._held.append(fd)
+
+    def _create(self, fd: int, path: Path, root: Path) -> None:
+        content = _FILE_PLACEHOLDERS.get(path.relative_to(root).as_posix())
+        # Recorded before it is made, so a kill in between leaves nothing unrecorded.
+        os.write(fd, os.fsencode(str(path)) + b"\n")
+        try:
+            if content is None:
+                path.mkdir(mode=0o700)
+            else:
+                with path.open("xb") as f:
+                    f.write(content)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                return  # a sandboxed command (same user, fewer rights) cannot create it either
+            raise SandboxError(f"cannot hold protected path {path}: {exc.strerror}") from exc
+
+    def release(self) -> None:
+        """End one command's hold; the last one removes the placeholders still empty."""
+        if not self._held:
+            return
+        os.close(self._held.pop())
+        fd = os.open(self.record, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another command still runs; it cleans up when it ends
+            recorded = os.read(fd, 1 << 20).decode(errors="surrogateescape").splitlines()
+            for line in reversed(recorded):
+                _remove_placeholder(Path(line))
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+
+    def release_all(self) -> None:
+        while self._held:
+            self.release()
+
+
+def _remove_placeholder(path: Path) -> None:
+    """Remove `path` if it is still what keel made: an empty directory, or a placeholder file
+    with its original content."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        with contextlib.suppress(OSError):  # not empty (the user put something in it): kept
+            path.rmdir()
+        return
+    if stat.S_ISREG(info.st_mode):
+        content = next(
+            (c for r, c in _FILE_PLACEHOLDERS.items() if path.as_posix().endswith(r)), None
+        )
+        if content is not None and info.st_size == len(content):
+            with contextlib.suppress(OSError):
+                if path.read_bytes() == content:
+                    path.unlink()
 
 
 @functools.cache
@@ -53,53 +355,62 @@ class Sandbox:
     network: bool = False
     extra_writable: tuple[Path, ...] = field(default_factory=build_caches)
     tmpdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="keel-sandbox-")))
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
+    #: Home directories hidden inside (None: `DEFAULT_HIDDEN` under the home directory).
+    hidden: tuple[Path, ...] | None = None
+    _placeholders: Placeholders | None = field(default=None, init=False, repr=False)
+
+    def policy(self) -> SandboxPolicy:
+        return project_policy(
+            self.root,
+            network=self.network,
+            writable=(self.tmpdir, *self.extra_writable),
+            hidden=self.hidden,
+            env_allow=self.env_allow,
+            env_deny=self.env_deny,
+        )
 
     def argv(self, command: list[str], cwd: Path) -> list[str]:
-        """`command` wrapped in bubblewrap."""
+        """`command` wrapped in bubblewrap. Placeholders are made for missing protected paths:
+        call `release()` when the command has ended (or use `running()`)."""
         bwrap = bwrap_path()
         if bwrap is None:
-            raise RuntimeError("bubblewrap is not available")
-        root = self.root.resolve()
-        args = [
-            bwrap,
-            "--die-with-parent",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--bind",
-            str(root),
-            str(root),
-            "--bind",
-            str(self.tmpdir),
-            str(self.tmpdir),
-        ]
-        for extra in self.extra_writable:
-            if extra.exists():
-                args += ["--bind", str(extra), str(extra)]
-        if not self.network:
-            args.append("--unshare-net")
-        for rel in PROTECTED:
-            target = root / rel
-            if rel in _PLACEHOLDER_DIRS and not target.exists() and target.parent.is_dir():
-                with contextlib.suppress(OSError):
-                    target.mkdir(mode=0o700)
-            if target.exists():
-                args += ["--ro-bind", str(target), str(target)]
-        args += ["--chdir", str(cwd), "--", *command]
-        return args
+            raise SandboxError("bubblewrap is not available")
+        policy = self.policy()
+        if self._placeholders is None:
+            self._placeholders = Placeholders(policy.root)
+        self._placeholders.hold(policy)
+        try:
+            return bwrap_argv(policy, command, cwd, bwrap=bwrap, userns=_userns_works())
+        except BaseException:
+            self._placeholders.release()
+            raise
 
-    def env(self, env: dict[str, str]) -> dict[str, str]:
+    def release(self) -> None:
+        """One command started with `argv()` has ended: placeholders no longer needed go."""
+        if self._placeholders is not None:
+            self._placeholders.release()
+
+    @contextlib.contextmanager
+    def running(self, command: list[str], cwd: Path) -> Iterator[list[str]]:
+        """`argv()` for the duration of a `with` block, released at its end."""
+        argv = self.argv(command, cwd)
+        try:
+            yield argv
+        finally:
+            self.release()
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The environment the sandboxed command gets: `env` filtered by the policy, plus the
+        private temp dir."""
         tmp = str(self.tmpdir)
-        return {**env, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "KEEL_SANDBOX": "1"}
+        out = self.policy().env(env)
+        return {**out, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "KEEL_SANDBOX": "1"}
 
     def cleanup(self) -> None:
+        if self._placeholders is not None:
+            self._placeholders.release_all()
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
@@ -107,33 +418,52 @@ class Sandbox:
 class Probe:
     ok: bool
     detail: str
+    #: Whether bubblewrap can make a user namespace here (else capabilities are only dropped).
+    userns: bool = True
 
 
-@functools.cache
-def probe() -> Probe:
-    """Whether a sandboxed command really runs here (once per process)."""
-    bwrap = bwrap_path()
-    if bwrap is None:
-        if os.environ.get("KEEL_NO_SANDBOX"):
-            return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX)")
-        return Probe(False, "bubblewrap (bwrap) is not installed; install the `bubblewrap` package")
+def _run_probe(bwrap: str, userns: bool) -> subprocess.CompletedProcess[str] | str:
     with tempfile.TemporaryDirectory(prefix="keel-probe-") as tmp:
-        box = Sandbox(Path(tmp), tmpdir=Path(tmp))
+        policy = SandboxPolicy(root=Path(tmp).resolve(), hidden=())
         try:
-            out = subprocess.run(
-                box.argv(["/bin/sh", "-c", "echo ok"], Path(tmp)),
+            return subprocess.run(
+                bwrap_argv(
+                    policy, ["/bin/sh", "-c", "echo ok"], Path(tmp), bwrap=bwrap, userns=userns
+                ),
                 capture_output=True,
                 text=True,
                 timeout=10,
                 check=False,
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return Probe(False, f"bubblewrap failed to start: {exc}")
-    if out.returncode == 0 and out.stdout.strip() == "ok":
-        return Probe(True, f"bubblewrap works ({bwrap})")
-    err = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
+            return f"bubblewrap failed to start: {exc}"
+
+
+@functools.cache
+def probe() -> Probe:
+    """Whether a sandboxed command really runs here (once per process): with a user namespace,
+    else with capabilities dropped only."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        if os.environ.get("KEEL_NO_SANDBOX"):
+            return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX)")
+        return Probe(False, "bubblewrap (bwrap) is not installed; install the `bubblewrap` package")
+    detail = ""
+    for userns in (True, False):
+        out = _run_probe(bwrap, userns)
+        if isinstance(out, str):
+            return Probe(False, out)
+        if out.returncode == 0 and out.stdout.strip() == "ok":
+            how = "" if userns else " (no user namespace here: capabilities dropped only)"
+            return Probe(True, f"bubblewrap works ({bwrap}){how}", userns=userns)
+        detail = detail or (out.stderr.strip().splitlines() or ["no output"])[-1]
     return Probe(
         False,
-        f"bubblewrap cannot start here: {err} (user namespaces may be disabled; "
+        f"bubblewrap cannot start here: {detail} (user namespaces may be disabled; "
         "in Docker run with --security-opt seccomp=unconfined)",
     )
+
+
+def _userns_works() -> bool:
+    result = probe()
+    return result.userns if result.ok else True

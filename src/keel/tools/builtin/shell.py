@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from keel.proc import Sink, run_tree
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
+from keel.tools.effects import command_repeat_risk
 
 if TYPE_CHECKING:
     from keel.permissions.sandbox import Sandbox
@@ -141,19 +142,28 @@ async def run_command(
     argv = ["bash", "-c", command]
     run_env = command_env(env)
     if sandbox is not None:
-        argv = sandbox.argv(argv, Path(cwd))
+        from keel.permissions.sandbox import SandboxError
+
+        try:  # placeholders for missing protected paths are made now, released below
+            argv = sandbox.argv(argv, Path(cwd))
+        except SandboxError as exc:
+            raise ToolError(str(exc)) from exc
         run_env = sandbox.env(run_env)
     capture = _Capture()
-    finished = await run_tree(
-        argv,
-        cwd=cwd,
-        env=run_env,
-        stdout=sink or capture,
-        time_limit=time_limit,
-        term_grace=KILL_GRACE,
-        drain_grace=DRAIN_GRACE,
-        on_start=on_start,
-    )
+    try:
+        finished = await run_tree(
+            argv,
+            cwd=cwd,
+            env=run_env,
+            stdout=sink or capture,
+            time_limit=time_limit,
+            term_grace=KILL_GRACE,
+            drain_grace=DRAIN_GRACE,
+            on_start=on_start,
+        )
+    finally:
+        if sandbox is not None:
+            sandbox.release()
     # At most 64 kB of each end is held; the one truncation function cuts it for the model and
     # keeps what was held beside the session.
     text = clean_output(capture.text(2 * KEEP_BYTES))
@@ -161,7 +171,7 @@ async def run_command(
     return text, code, finished.timed_out
 
 
-@tool
+@tool(repeat_risk=command_repeat_risk)  # `git push *` and the like: not run twice blindly
 async def bash(
     ctx: ToolContext,
     command: str,
@@ -200,6 +210,7 @@ async def bash(
             env=ctx.env or os.environ,
             time_limit=timeout,
             sandbox=ctx.sandbox if sandbox else None,
+            on_start=ctx.on_process,  # journaled: a resume stops what a killed run left
         )
     text = text.rstrip("\n")
     sep = "\n" if text else ""
@@ -232,6 +243,7 @@ def start_background(ctx: ToolContext, command: str, description: str, sandbox: 
             time_limit=None,
             sandbox=ctx.sandbox if sandbox else None,
             sink=task.output,
+            on_start=ctx.on_process,
         )
         tail = clean_output(task.output.tail(RESULT_TAIL)).rstrip("\n")
         status: Status = "completed" if code == 0 else "failed"
