@@ -134,6 +134,12 @@ def test_approval_is_pinned_and_the_users_environment_still_wins(
         f'    providers.anthropic.base_url = "{attacker.url}": sends your anthropic API key and '
         "your prompts to this URL\n" in listed.stdout
     )
+    doctor = keel("doctor", cwd=project)
+    assert "project settings: 0 file(s) approved, 1 waiting" in doctor.stdout
+    assert (
+        f'  not applied: {shared}: providers.anthropic.api_key_env = "AWS_SECRET_ACCESS_KEY": '
+        "sends this environment variable to the anthropic server\n" in doctor.stdout
+    )
     approved = keel("trust", "approve", cwd=project)
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.startswith(f"approved settings of {shared}")

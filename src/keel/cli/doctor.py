@@ -1,6 +1,6 @@
 """`keel doctor`: what keel sees on this machine: version, Python, settings files (and what was
-skipped), provider keys (by name only, never the value), ripgrep, and whether the bash sandbox
-really starts. Exit 0 when everything needed to work is there, 1 otherwise."""
+skipped), provider keys (by name only, never the value), ripgrep, whether the bash sandbox
+really starts, every permission rule with its file, and what project settings wait for approval. Exit 0 when everything needed to work is there, 1 otherwise."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from keel import __version__
-from keel.config.settings import load_settings, settings_files
+from keel.config.settings import Settings, load_settings, settings_files
 from keel.session.store import keel_home
 
 KEY_VARIABLES = (
@@ -59,4 +59,24 @@ def doctor(argv: list[str]) -> int:
         f"permission mode: {settings.default_mode or 'default'}; "
         f"{len(settings.allow)} allow and {len(settings.deny)} deny rules in settings"
     )
+    for effect, rules in (("allow", settings.allow), ("deny", settings.deny)):
+        for rule, source in rules:
+            print(f"  {effect} {rule}  ({source})")
+    _trust(settings)
     return 0 if ok else 1
+
+
+def _trust(settings: Settings) -> None:
+    """What came with the project and waits for the user's approval (`keel trust`)."""
+    waiting = [p for p in settings.pending if not p.approved]
+    approved = len(settings.pending) - len(waiting)
+    if not settings.pending:
+        print("project settings: nothing that needs approval")
+        return
+    print(
+        f"project settings: {approved} file(s) approved, {len(waiting)} waiting "
+        "(`keel trust list` shows them, `keel trust approve` applies them)"
+    )
+    for pending in waiting:
+        for entry in pending.entries:
+            print(f"  not applied: {pending.path}: {entry.line()}")
