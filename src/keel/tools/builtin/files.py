@@ -1,20 +1,27 @@
 """File tools: `read`, `write`, `edit`, `multi_edit`.
 
-Writes are confined to the project root (symlinks resolved first, so a link cannot escape), an
-existing file must have been read in this context and be unchanged since, and every write is an
-atomic replace through a temp file in the same directory.
+Only regular files are opened (a FIFO or a device is refused before anything could block on
+it), reads run off the event loop in a worker a cancellation abandons, and a read holds about a
+megabyte however long the file or its lines. Writes are confined to the project root (symlinks
+resolved first, so a link cannot escape), an existing file must have been read in this context
+and be unchanged since, and every write is an atomic replace through a temp file in the same
+directory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 from keel.llm.messages import Image, Text
 from keel.permissions.boundary import refuse_write
+from keel.proc import in_worker
 from keel.tools.base import FileStamp, ToolContext, ToolError, ToolOutput, tool
+from keel.tools.truncate import LineReader
 
 READ_MAX_LINES = 2000
 READ_MAX_BYTES = 60_000
@@ -27,7 +34,10 @@ IMAGE_TYPES = {
     ".webp": "image/webp",
 }
 IMAGE_MAX_BYTES = 5 * 1024 * 1024
-_LARGE = 256 * 1024
+#: A read that has not finished after this long is abandoned with an error.
+READ_TIMEOUT = 60.0
+
+T = TypeVar("T")
 
 
 def stamp(path: Path) -> FileStamp:
@@ -56,27 +66,98 @@ def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def _read_lines(path: Path, offset: int, limit: int) -> tuple[list[str], int, bool]:
-    """Lines [offset, offset+limit) (1-based), cut at READ_MAX_BYTES on a line boundary.
-    Returns (numbered lines, total line count, cut by size)."""
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def not_regular(raw: str, mode: int) -> ToolError:
+    """The error for a path that is not a regular file: reading a FIFO waits for a writer
+    forever, a device may never end; the tools refuse them rather than hang."""
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return ToolError(
+        f"{raw} is {kind}, not a regular file; the file tools only open regular files (for a "
+        f"special file use bash with a bounded command, e.g. `timeout 5 head -c 4096 {raw}`)"
+    )
+
+
+def check_regular(target: Path, raw: str) -> os.stat_result:
+    """`target`'s stat, refused unless it is a regular file (stat never blocks)."""
+    try:
+        st = target.stat()
+    except OSError as exc:
+        raise ToolError(f"cannot open {raw}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(raw, st.st_mode)
+    return st
+
+
+def open_regular(target: Path, raw: str) -> BinaryIO:
+    """`target` opened for reading, only if it is a regular file. The open itself cannot block
+    (O_NONBLOCK: a FIFO swapped in after the check opens at once and is refused by fstat)."""
+    check_regular(target, raw)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(target, flags)
+    except OSError as exc:
+        raise ToolError(f"cannot open {raw}: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(raw, mode)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+async def off_loop(raw: str, func: Callable[[], T]) -> T:
+    """`func()` (file reading) in a daemon worker: the event loop never waits on a disk, a
+    cancellation returns at once, and a read stuck for `READ_TIMEOUT` s becomes an error."""
+    try:
+        return await asyncio.wait_for(in_worker(func, name=f"keel read {raw}"), READ_TIMEOUT)
+    except TimeoutError:
+        raise ToolError(
+            f"reading {raw} took longer than {READ_TIMEOUT:g} s and was abandoned (a network or "
+            "special filesystem that does not answer?)"
+        ) from None
+
+
+def _read_lines(
+    path: Path, raw: str, offset: int, limit: int
+) -> tuple[list[str], int, bool] | None:
+    """Lines [offset, offset+limit) (1-based), cut at READ_MAX_BYTES on a line boundary, each
+    cut to READ_MAX_LINE_CHARS while it is read. Returns (numbered lines, total line count, cut
+    by size), None for a binary file. Memory stays within about a megabyte however long the
+    file or its lines."""
     out: list[str] = []
     size = 0
     total = 0
     cut = False
-    with path.open("rb") as f:
-        for total, raw in enumerate(f, start=1):
-            if total < offset or len(out) >= limit or cut:
+    with open_regular(path, raw) as f:
+        if _is_binary(f.read(8192)):
+            return None
+        f.seek(0)
+        reader = LineReader(f, READ_MAX_LINE_CHARS * 4)
+        for total, line in enumerate(reader, start=1):
+            if total < offset:
                 continue
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if len(line) > READ_MAX_LINE_CHARS:
-                line = line[:READ_MAX_LINE_CHARS] + f"… [line truncated, {len(line)} chars]"
-            numbered = f"{total:6d}\t{line}"
+            if len(out) >= limit:
+                break
+            numbered = f"{total:6d}\t{line.text(READ_MAX_LINE_CHARS)}"
             if size + len(numbered) + 1 > READ_MAX_BYTES and out:
                 cut = True
-                continue
+                break
             out.append(numbered)
             size += len(numbered) + 1
+        total += reader.count_rest()
     return out, total, cut
+
+
+def _read_image(path: Path, raw: str) -> bytes:
+    with open_regular(path, raw) as f:
+        return f.read(IMAGE_MAX_BYTES + 1)
 
 
 @tool(read_only=True)
@@ -100,7 +181,8 @@ async def read(
         raise ToolError(f"{path} does not exist; check the path with glob")
     if target.is_dir():
         raise ToolError(f"{path} is a directory; use glob to list files in it")
-    current = stamp(target)
+    st = check_regular(target, path)
+    current = FileStamp(st.st_mtime_ns, st.st_size)
     key = (target, offset, limit)
     if ctx.read_ranges.get(key) == current:
         ctx.read_files[target] = current
@@ -114,17 +196,16 @@ async def read(
             raise ToolError(f"{path} is an image of {current.size} bytes; the limit is 5 MB")
         import base64
 
-        data = base64.b64encode(target.read_bytes()).decode()
+        raw = await off_loop(path, lambda: _read_image(target, path))
+        if len(raw) > IMAGE_MAX_BYTES:
+            raise ToolError(f"{path} is an image of over 5 MB; the limit is 5 MB")
+        data = base64.b64encode(raw).decode()
         ctx.read_files[target] = current
         return ToolOutput((Text(f"Image {path} ({current.size} bytes):"), Image(media, data)))
-    with target.open("rb") as f:
-        head = f.read(8192)
-    if _is_binary(head):
+    found = await off_loop(path, lambda: _read_lines(target, path, offset, limit))
+    if found is None:
         raise ToolError(f"{path} is a binary file ({current.size} bytes); read cannot show it")
-    if current.size > _LARGE:
-        lines, total, cut = await asyncio.to_thread(_read_lines, target, offset, limit)
-    else:
-        lines, total, cut = _read_lines(target, offset, limit)
+    lines, total, cut = found
     ctx.read_files[target] = current
     ctx.read_ranges[key] = current
     if not lines:
@@ -222,6 +303,7 @@ async def write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
         raise ToolError(f"{path} is a directory")
     before = None
     if target.exists():
+        check_regular(target, path)
         _check_fresh(ctx, target, path)
         before = target.read_text(encoding="utf-8", errors="replace")
     return _commit(ctx, target, before, content, path)
@@ -244,6 +326,7 @@ async def edit(
     target = confine(ctx, path)
     if not target.exists():
         raise ToolError(f"{path} does not exist; use write to create it")
+    check_regular(target, path)
     if not old_string:
         raise ToolError("old_string is empty; to create a file use write")
     if old_string == new_string:
@@ -329,6 +412,7 @@ async def multi_edit(ctx: ToolContext, path: str, edits: list[dict[str, Any]]) -
         raise ToolError(f"{path} does not exist; use write to create it")
     if target.is_dir():
         raise ToolError(f"{path} is a directory")
+    check_regular(target, path)
     checked = _check_edits(edits)
     _check_fresh(ctx, target, path)
     before = target.read_text(encoding="utf-8", errors="replace")
