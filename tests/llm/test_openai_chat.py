@@ -502,7 +502,7 @@ async def test_unreachable_server_names_the_base_url_setting() -> None:
     assert (info.value.status, info.value.retryable) == (0, True)
     assert info.value.message.startswith("cannot reach openai-compatible at http://127.0.0.1:")
     assert 'providers."openai-compatible".base_url' in info.value.hint
-    assert sleeps == [0.01, 0.02]
+    assert sleeps == [0.5]  # a refusal: one quick retry
 
 
 # ---------------------------------------------------------------------------------------------

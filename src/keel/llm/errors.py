@@ -46,6 +46,27 @@ class ContextOverflow(APIError):
         )
 
 
+class CallTimeout(APIError):
+    """The whole call (connect, request, every byte of the reply) took longer than `seconds`,
+    counted from the request's start: the per-call deadline, enforced whether or not bytes
+    arrive."""
+
+    def __init__(self, seconds: float, *, provider: str = "") -> None:
+        name = provider or "provider"
+        super().__init__(
+            f"{name} call did not finish within {seconds:g} s (call_timeout)",
+            status=408,
+            retryable=True,
+            provider=provider,
+            hint=f'raise providers."{name}".call_timeout in settings for slow servers or long replies',
+        )
+        self.seconds = seconds
+
+
+class ConnectionRefused(APIError):
+    """Nothing listens at the provider's address (a local server that is not running)."""
+
+
 class StallError(LLMError):
     """No bytes arrived for `seconds`; the request was abandoned."""
 

@@ -2,23 +2,40 @@
 stall detection, a per-call deadline, and the mapping of transport failures to `keel.llm.errors`.
 
 A provider subclass supplies only its wire format (`build_body`, `decode`, `error_from_response`);
-retries live one level up in `keel.llm.retry`, so this module makes exactly one attempt.
+retries live one level up in `keel.llm.provider.RetryingProvider`, so this module makes exactly
+one attempt.
+
+The per-call deadline is a wall clock from the request's start: every wait on the network
+(`prepare`, connecting, sending, the response head, each read of the body) runs under
+`asyncio.timeout_at` of the same deadline, so a server that accepts and then says nothing ends the
+call at the deadline (`CallTimeout`), not when a byte finally arrives. No timeout context spans a
+`yield`: the consumer's own work between events is never cancelled by it. The stall timeout (no
+byte for N seconds, `StallError`) is separate and is httpx's read timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
+import errno
 import functools
 import json
 import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from keel.frozen import frozen
-from keel.llm.errors import APIError, LLMError, StallError, is_retryable_status
+from keel.llm.errors import (
+    APIError,
+    CallTimeout,
+    ConnectionRefused,
+    LLMError,
+    StallError,
+    is_retryable_status,
+)
 from keel.llm.events import Done, StreamEvent
 from keel.llm.messages import Message
 from keel.llm.request import Request, Sampling
@@ -31,9 +48,22 @@ if TYPE_CHECKING:
 #: No bytes for this long abandons a request (keep-alives count as bytes).
 DEFAULT_STALL_TIMEOUT = 300.0
 LOCAL_STALL_TIMEOUT = 900.0
-#: Upper bound on one whole model call, stream included.
-DEFAULT_CALL_TIMEOUT = 900.0
+#: Upper bound on one whole model call from the request's start, stream included: in a run
+#: nobody watches (`keel -p`, subagents, the library) the second seed's 120 s; local servers
+#: (Ollama, LM Studio, vLLM, openai-compatible) get longer, their models being slow.
+DEFAULT_CALL_TIMEOUT = 120.0
+LOCAL_CALL_TIMEOUT = 600.0
+#: The same where a user watches (the interactive UI: Esc stops a call at once).
+INTERACTIVE_CALL_TIMEOUT = 600.0
+LOCAL_INTERACTIVE_CALL_TIMEOUT = 900.0
 CONNECT_TIMEOUT = 15.0
+
+
+def default_call_timeout(*, local: bool, unattended: bool) -> float:
+    """The per-call deadline when the settings name none."""
+    if unattended:
+        return LOCAL_CALL_TIMEOUT if local else DEFAULT_CALL_TIMEOUT
+    return LOCAL_INTERACTIVE_CALL_TIMEOUT if local else INTERACTIVE_CALL_TIMEOUT
 
 
 @frozen
@@ -137,6 +167,26 @@ def _describe_transport_error(exc: Exception) -> str:
     return text or type(exc).__name__
 
 
+def _refused(exc: BaseException) -> bool:
+    """Whether a connect failure was a refusal (nothing listening), looking through the causes
+    httpx and httpcore wrap it in."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or (
+            isinstance(seen, OSError) and seen.errno == errno.ECONNREFUSED
+        ):
+            return True
+        if (
+            "connection refused" in str(seen).lower()
+            or f"[errno {errno.ECONNREFUSED}]" in str(seen).lower()
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class HTTPProvider(ABC):
     """One attempt at one streamed model call over HTTP. Subclasses speak a wire API."""
 
@@ -225,16 +275,25 @@ class HTTPProvider(ABC):
         request = self.sampling.apply(request)
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self.headers())
-        deadline = time.monotonic() + self.settings.call_timeout
+        deadline = asyncio.get_running_loop().time() + self.settings.call_timeout
         client = self._http()
         try:
-            await self.prepare(request)
-            url = self.endpoint(request)
-            body = self.build_body(request)
-            async with client.stream("POST", url, content=body, headers=headers) as response:
-                if response.status_code >= 400:
-                    payload = await response.aread()
-                    raise self.error_from_response(response.status_code, payload, response.headers)
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await self.prepare(request)
+                        url = self.endpoint(request)
+                        body = self.build_body(request)
+                        response = await stack.enter_async_context(
+                            client.stream("POST", url, content=body, headers=headers)
+                        )
+                        if response.status_code >= 400:
+                            payload = await response.aread()
+                            raise self.error_from_response(
+                                response.status_code, payload, response.headers
+                            )
+                except TimeoutError as exc:
+                    raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
                 # Close the decoder chain here, not later from the garbage collector.
                 chunks = self._guarded(response, deadline)
                 events = self.decode(request, chunks)
@@ -244,6 +303,15 @@ class HTTPProvider(ABC):
         except httpx.ReadTimeout as exc:
             raise StallError(self.settings.stall_timeout, provider=self.name) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            if _refused(exc):
+                raise ConnectionRefused(
+                    f"cannot reach {self.name} at {self.base_url}: connection refused (nothing "
+                    "is listening there)",
+                    status=0,
+                    retryable=True,
+                    provider=self.name,
+                    hint=self.unreachable_hint,
+                ) from exc
             raise APIError(
                 f"cannot reach {self.name} at {self.base_url}: {_describe_transport_error(exc)}",
                 status=0,
@@ -276,16 +344,23 @@ class HTTPProvider(ABC):
     async def _guarded(
         self, response: httpx.Response, deadline: float
     ) -> AsyncGenerator[bytes, None]:
-        async for chunk in response.aiter_bytes():
-            if time.monotonic() > deadline:
-                raise APIError(
-                    f"{self.name} call exceeded {self.settings.call_timeout:g} s",
-                    status=408,
-                    retryable=True,
-                    provider=self.name,
-                    hint="raise call_timeout for very long responses",
-                )
-            yield chunk
+        """The body's bytes, each read bounded by the call's deadline (`deadline` is loop time):
+        a read that would end past it is cancelled there, bytes or no bytes."""
+        loop = asyncio.get_running_loop()
+        # An async generator (typed as an iterator): closed here, not by the garbage collector.
+        body = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        async with contextlib.aclosing(body):
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(body)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as exc:
+                    raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
+                if loop.time() > deadline:  # a read that did not wait is not cancelled
+                    raise CallTimeout(self.settings.call_timeout, provider=self.name)
+                yield chunk
 
     def _stamped(self, done: Done, request: Request) -> Done:
         """`done` with its message naming this provider and the model that answered. Stamped here,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
-from keel.llm.errors import APIError, StallError
+from keel.llm.errors import APIError, CallTimeout, ConnectionRefused, StallError
 from keel.llm.events import SHOWN, Notice, StreamEvent
 from keel.llm.request import Request, Sampling
 
@@ -45,12 +45,28 @@ class Provider(Protocol):
 class RetryPolicy:
     """Retries of one model call: `attempts` in all, waiting `base * 2**n` seconds plus up to
     `jitter` seconds between them, or the server's `Retry-After` when it is at most
-    `max_retry_after`. A retry happens only while nothing has been shown to the user."""
+    `max_retry_after`. A retry happens only while nothing has been shown to the user.
+
+    A call that ran out of time (its deadline, `CallTimeout`, or a stall) is retried at most
+    `timeout_retries` times: waiting that long again rarely helps twice. A refused connection
+    (nothing listening: a local server that is not running) is retried at most
+    `refused_retries` times, after `refused_wait` seconds."""
 
     attempts: int = 4
     base: float = 1.0
     jitter: float = 0.5
     max_retry_after: float = 60.0
+    timeout_retries: int = 1
+    refused_retries: int = 1
+    refused_wait: float = 0.5
+
+    def allowed(self, exc: APIError | StallError) -> int:
+        """How many attempts in all a call failing with `exc` may take."""
+        if isinstance(exc, CallTimeout | StallError):
+            return min(self.attempts, 1 + self.timeout_retries)
+        if isinstance(exc, ConnectionRefused):
+            return min(self.attempts, 1 + self.refused_retries)
+        return self.attempts
 
     def delay(self, attempt: int, retry_after: float | None) -> float | None:
         """Seconds to wait before retry number `attempt` (1-based), or None to give up."""
@@ -89,11 +105,13 @@ class RetryingProvider:
                 retryable = exc.retryable if isinstance(exc, APIError) else True
                 retry_after = exc.retry_after if isinstance(exc, APIError) else None
                 wait = self.policy.delay(attempt, retry_after) if retryable else None
-                if shown or wait is None or attempt >= self.policy.attempts:
+                if isinstance(exc, ConnectionRefused) and wait is not None:
+                    wait = self.policy.refused_wait
+                allowed = self.policy.allowed(exc)
+                if shown or wait is None or attempt >= allowed:
                     raise
                 yield Notice(
-                    f"{exc.message}; retrying in {wait:.1f} s "
-                    f"(attempt {attempt + 1} of {self.policy.attempts})",
+                    f"{exc.message}; retrying in {wait:.1f} s (attempt {attempt + 1} of {allowed})",
                     "warning",
                 )
                 await self.sleep(wait)
@@ -152,10 +170,12 @@ def make_provider(
     retry: RetryPolicy | None = None,
     session_id: str = "",
     cooldowns: Cooldowns | None = None,
+    unattended: bool = True,
 ) -> Provider:
     """Build the client for `ref`, wrapped in retries, and in fallbacks when settings name some
     for it. Raises `UserError` for an unknown provider or a missing key. `config` overrides the
-    settings' entry for `ref.provider` (for callers without settings)."""
+    settings' entry for `ref.provider` (for callers without settings). `unattended` (nobody
+    watching: `keel -p`, the library) picks the shorter default per-call deadline."""
     env = os.environ if env is None else env
     policy = retry or RetryPolicy()
     if ref.provider == "scripted":
@@ -165,7 +185,8 @@ def make_provider(
 
     def build(candidate: ModelRef) -> Provider:
         conf = config if config is not None and candidate is ref else None
-        return RetryingProvider(_client(candidate, settings, conf, env), policy)
+        client = _client(candidate, settings, conf, env, unattended=unattended)
+        return RetryingProvider(client, policy)
 
     primary = build(ref)
     chain = fallback_chain(ref, settings)
@@ -210,13 +231,15 @@ def _client(
     settings: ProviderSettings | None,
     override: ProviderConfig | None,
     env: Mapping[str, str],
+    *,
+    unattended: bool = True,
 ) -> Provider:
     """One adapter for `ref`, configured from its preset, settings and the environment."""
     from keel.llm.http import (
-        DEFAULT_CALL_TIMEOUT,
         DEFAULT_STALL_TIMEOUT,
         LOCAL_STALL_TIMEOUT,
         HTTPSettings,
+        default_call_timeout,
     )
 
     preset = preset_for(ref.provider, settings, str(ref))
@@ -227,7 +250,7 @@ def _client(
         stall_timeout=config.stall_timeout if config.stall_timeout is not None else stall,
         call_timeout=config.call_timeout
         if config.call_timeout is not None
-        else DEFAULT_CALL_TIMEOUT,
+        else default_call_timeout(local=preset.local, unattended=unattended),
     )
     key_names = (config.api_key_env,) if config.api_key_env else preset.key_envs
     key = env_key(key_names, env)
