@@ -1,19 +1,33 @@
 """Search tools: `grep` and `glob`. ripgrep when installed, else a pure-Python walk; both respect
-`.gitignore` and stop at 500 lines or about 30 kB with a note saying so."""
+`.gitignore` and stop at 500 lines or about 30 kB with a note saying so.
+
+Output streams into that budget: ripgrep's lines are taken as they arrive and ripgrep is killed
+once the result is full; the fallback reads files line by line in bounded slices; `glob` keeps
+only the names it can show. Neither opens anything but regular files and directories (a FIFO
+would block ripgrep forever), and a cancellation stops ripgrep or the walk at once."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
 import fnmatch
+import inspect
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeAlias
 
 from keel.frozen import frozen
 from keel.globs import translate
+from keel.proc import in_worker
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
+from keel.tools.builtin.files import check_regular, open_regular
+from keel.tools.truncate import LineReader
 
 MAX_LINES = 500
 MAX_BYTES = 30_000
@@ -27,21 +41,51 @@ def ripgrep() -> str | None:
     return shutil.which("rg")
 
 
-def _cap(lines: Iterator[str] | list[str], what: str) -> str:
-    out: list[str] = []
-    size = 0
+class _Collector:
+    """The lines of a result as they arrive, up to MAX_LINES or MAX_BYTES: `take` says False
+    once the result is full, so the producer stops (ripgrep is killed, the walk ends)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.lines: list[str] = []
+        self.size = 0
+        self.full = False
+
+    def take(self, line: str) -> bool:
+        if self.full or len(self.lines) >= MAX_LINES or self.size + len(line) + 1 > MAX_BYTES:
+            self.full = True
+            return False
+        self.lines.append(line)
+        self.size += len(line) + 1
+        return True
+
+    def text(self) -> str:
+        note = [
+            f"[stopped at {len(self.lines)} {self.what}; narrow the pattern or the path to see more]"
+        ]
+        return "\n".join(self.lines + (note if self.full else []))
+
+
+def _cap(lines: Iterable[str], what: str) -> str:
+    collector = _Collector(what)
     for line in lines:
-        if len(out) >= MAX_LINES or size + len(line) + 1 > MAX_BYTES:
-            out.append(
-                f"[stopped at {len(out)} {what}; narrow the pattern or the path to see more]"
-            )
+        if not collector.take(line):
             break
-        out.append(line)
-        size += len(line) + 1
-    return "\n".join(out)
+    return collector.text()
 
 
-async def _rg(args: list[str], cwd: Path) -> list[str]:
+#: Bytes of one ripgrep output line kept (`--max-columns` bounds grep lines; paths are short).
+_RG_LINE = 4096
+
+
+Take: TypeAlias = Callable[[str], bool | Awaitable[bool]]
+
+
+async def _rg(args: list[str], cwd: Path, take: Take) -> bool:
+    """Run ripgrep and hand each output line to `take` as it arrives, until `take` says False:
+    then ripgrep is killed, so its output is never held whole (while an async `take` works,
+    ripgrep waits on the full pipe). Returns False when stopped early. Cancelled, ripgrep is
+    killed too."""
     rg = ripgrep()
     assert rg is not None
     proc = await asyncio.create_subprocess_exec(
@@ -52,25 +96,83 @@ async def _rg(args: list[str], cwd: Path) -> list[str]:
         stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
     )
-    out, err = await proc.communicate()
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    errors = asyncio.ensure_future(_head(proc.stderr, 4096))
+    going = True
+    try:
+        pending = b""
+        while going and (chunk := await proc.stdout.read(65536)):
+            *lines, pending = (pending + chunk).split(b"\n")
+            pending = pending[:_RG_LINE]
+            for line in lines:
+                if not await _taken(take, line[:_RG_LINE].decode("utf-8", "replace")):
+                    going = False
+                    break
+        if going and pending:
+            going = await _taken(take, pending.decode("utf-8", "replace"))
+    except BaseException:
+        errors.cancel()
+        raise
+    finally:
+        if proc.returncode is None:
+            # Not proc.kill(): Popen polls first, which can reap the process behind the back of
+            # asyncio's child watcher (that then reports exit code 255).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(proc.wait())
+    if not going:  # stopped by us: whatever ripgrep said after that does not matter
+        errors.cancel()
+        return False
+    err = await errors
     if proc.returncode not in (0, 1):  # 1 means "no matches"
         raise ToolError(f"ripgrep failed: {err.decode(errors='replace').strip()}")
-    return out.decode("utf-8", "replace").splitlines()
+    return True
 
 
-async def _rg_files(top: Path, cwd: Path, pattern: str) -> list[str]:
-    """Files under `top` that ripgrep does not ignore and whose path below `top` matches
-    `pattern`, relative to cwd."""
+async def _taken(take: Take, line: str) -> bool:
+    answer = take(line)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+async def _head(stream: asyncio.StreamReader, keep: int) -> bytes:
+    """The first `keep` bytes of `stream`, reading (and dropping) the rest to its end."""
+    data = b""
+    while chunk := await stream.read(65536):
+        data += chunk[: max(0, keep - len(data))]
+    return data
+
+
+async def _rg_files(top: Path, cwd: Path, pattern: str, take: Take) -> bool:
+    """Hand `take` the files under `top` that ripgrep does not ignore and whose path below
+    `top` matches `pattern`, relative to cwd, as ripgrep lists them (until `take` says False)."""
     base = _relative(top, cwd) or "."
-    files = await _rg(["--files", "--", base], cwd)
     prefix = "" if base == "." else base.rstrip("/") + "/"
-    out = []
-    for line in files:
+    is_dir = top.is_dir()
+
+    async def each(line: str) -> bool:
         line = line.removeprefix("./")
-        below = line.removeprefix(prefix) if top.is_dir() else Path(line).name
-        if _glob_match(below, pattern):
-            out.append(line)
-    return out
+        below = line.removeprefix(prefix) if is_dir else Path(line).name
+        return await _taken(take, line) if _glob_match(below, pattern) else True
+
+    return await _rg(["--files", "--", base], cwd, each)
+
+
+class _Smallest:
+    """The `keep` smallest of the names it is given, sorted: a sorted listing of a huge tree
+    without holding the tree."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.names: list[str] = []
+
+    def take(self, name: str) -> bool:
+        if len(self.names) < self.keep or name < self.names[-1]:
+            bisect.insort(self.names, name)
+            if len(self.names) > self.keep:
+                self.names.pop()
+        return True
 
 
 # -- the pure-Python fallback ---------------------------------------------------------------------
@@ -152,6 +254,10 @@ def _glob_match(rel: str, pattern: str) -> bool:
     return re.match("^" + translate(pattern.lstrip("/")) + "$", rel) is not None
 
 
+#: Bytes of one line the pure-Python grep searches (the rest of a longer line is not searched).
+_FALLBACK_LINE = 1024 * 1024
+
+
 def _python_grep(
     regex: re.Pattern[str], top: Path, cwd: Path, file_glob: str | None, files_only: bool
 ) -> Iterator[str]:
@@ -161,18 +267,21 @@ def _python_grep(
         if file_glob and not _glob_match(rel_top, file_glob):
             continue
         try:
-            data = path.read_bytes()
-        except OSError:
+            f = open_regular(path, str(path))
+        except ToolError:
             continue
-        if b"\x00" in data[:8192]:
-            continue
-        shown = _relative(path, cwd)
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if regex.search(line):
-                if files_only:
-                    yield shown
-                    break
-                yield f"{shown}:{number}:{line[:500]}"
+        with f:
+            if b"\x00" in f.read(8192):
+                continue
+            f.seek(0)
+            shown = _relative(path, cwd)
+            for number, raw in enumerate(LineReader(f, _FALLBACK_LINE), 1):
+                line = raw.data.decode("utf-8", "replace")
+                if regex.search(line):
+                    if files_only:
+                        yield shown
+                        break
+                    yield f"{shown}:{number}:{line[:500]}"
 
 
 def _relative(path: Path, cwd: Path) -> str:
@@ -183,6 +292,44 @@ def _relative(path: Path, cwd: Path) -> str:
 
 
 # -- the tools ---------------------------------------------------------------------------------------
+
+
+async def _grep_rg(
+    found: _Collector,
+    cwd: Path,
+    top: Path,
+    pattern: str,
+    glob: str | None,
+    ignore_case: bool,
+    files_only: bool,
+) -> None:
+    args = ["--line-number", "--no-heading", "--color", "never", "--max-columns", "500"]
+    args += ["-i"] if ignore_case else []
+    args += ["--files-with-matches"] if files_only else []
+
+    def take(line: str) -> bool:
+        return found.take(line.removeprefix("./"))
+
+    if not glob:
+        await _rg([*args, "-e", pattern, "--", _relative(top, cwd) or "."], cwd, take)
+        return
+    # rg's own --glob overrides .gitignore; filter the ignore-aware file list instead, searching
+    # it 500 files at a time as it is listed.
+    batch: list[str] = []
+
+    async def search(targets: list[str]) -> bool:
+        return await _rg([*args, "--with-filename", "-e", pattern, "--", *targets], cwd, take)
+
+    async def each_file(name: str) -> bool:
+        batch.append(name)
+        if len(batch) < 500:
+            return True
+        targets = batch[:]
+        batch.clear()
+        return await search(targets)
+
+    if await _rg_files(top, cwd, glob, each_file) and batch:
+        await search(batch)
 
 
 @tool(read_only=True)
@@ -207,32 +354,30 @@ async def grep(
     top = ctx.resolve(path)
     if not top.exists():
         raise ToolError(f"{path} does not exist")
+    if not top.is_dir():
+        check_regular(top, path)  # ripgrep would wait forever on a FIFO named here
+    found = _Collector("lines")
     if ripgrep():
-        args = ["--line-number", "--no-heading", "--color", "never", "--max-columns", "500"]
-        args += ["-i"] if ignore_case else []
-        args += ["--files-with-matches"] if files_only else []
-        if glob:
-            # rg's own --glob overrides .gitignore; filter the ignore-aware file list instead.
-            targets = await _rg_files(top, ctx.cwd, glob)
-            lines = []
-            for i in range(0, len(targets), 500):
-                lines += await _rg(
-                    [*args, "--with-filename", "-e", pattern, "--", *targets[i : i + 500]], ctx.cwd
-                )
-        else:
-            lines = await _rg([*args, "-e", pattern, "--", _relative(top, ctx.cwd) or "."], ctx.cwd)
-        lines = [line.removeprefix("./") for line in lines]
+        await _grep_rg(found, ctx.cwd, top, pattern, glob, ignore_case, files_only)
     else:
         try:
             regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise ToolError(f"invalid regular expression: {exc}") from exc
-        lines = await asyncio.to_thread(
-            lambda: list(_python_grep(regex, top, ctx.cwd, glob, files_only))
-        )
-    if not lines:
+        stop = threading.Event()
+
+        def walk() -> None:
+            for line in _python_grep(regex, top, ctx.cwd, glob, files_only):
+                if stop.is_set() or not found.take(line):
+                    return
+
+        try:
+            await in_worker(walk, name="keel grep")
+        finally:
+            stop.set()
+    if not found.lines:
         return ToolOutput(f"No matches for {pattern!r}.")
-    return ToolOutput(_cap(lines, "lines"))
+    return ToolOutput(found.text())
 
 
 @tool(read_only=True)
@@ -247,18 +392,23 @@ async def glob(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutput:
     top = ctx.resolve(path)
     if not top.is_dir():
         raise ToolError(f"{path} is not a directory")
+    smallest = _Smallest(MAX_LINES + 1)  # one more than shown, so the cut is noticed
     if ripgrep():
-        lines = sorted(await _rg_files(top, ctx.cwd, pattern))
+        await _rg_files(top, ctx.cwd, pattern, smallest.take)
     else:
+        stop = threading.Event()
 
-        def find() -> list[str]:
-            return sorted(
-                _relative(p, ctx.cwd)
-                for p in walk_files(top)
-                if _glob_match(p.relative_to(top).as_posix(), pattern)
-            )
+        def find() -> None:
+            for p in walk_files(top):
+                if stop.is_set():
+                    return
+                if _glob_match(p.relative_to(top).as_posix(), pattern):
+                    smallest.take(_relative(p, ctx.cwd))
 
-        lines = await asyncio.to_thread(find)
-    if not lines:
+        try:
+            await in_worker(find, name="keel glob")
+        finally:
+            stop.set()
+    if not smallest.names:
         return ToolOutput(f"No files match {pattern!r}.")
-    return ToolOutput(_cap(lines, "files"))
+    return ToolOutput(_cap(smallest.names, "files"))
