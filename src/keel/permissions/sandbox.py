@@ -113,6 +113,9 @@ class SandboxPolicy:
     writable_inside_protected: tuple[Path, ...] = ()
     #: Hidden: an empty read-only directory instead (absolute).
     hidden: tuple[Path, ...] = ()
+    #: Host unix sockets outside the project (listening ones, from /proc/net/unix): /dev/null
+    #: is bound over each, because a read-only mount does not stop a connect().
+    hidden_sockets: tuple[Path, ...] = ()
     network: bool = False
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
     env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
@@ -155,6 +158,7 @@ def project_policy(
         home = Path.home()
         hidden = tuple(home / name for name in DEFAULT_HIDDEN)
     return SandboxPolicy(
+        hidden_sockets=host_sockets(keep=(root, *hidden)),
         root=root,
         writable=writable,
         protected=tuple(protected),
@@ -164,6 +168,28 @@ def project_policy(
         env_allow=env_allow,
         env_deny=env_deny,
     )
+
+
+def host_sockets(*, keep: tuple[Path, ...] = ()) -> tuple[Path, ...]:
+    """Listening unix sockets with a path on this host (this network namespace), apart from
+    those under `keep` (the project; hidden directories) or in the private directories."""
+    try:
+        lines = Path("/proc/net/unix").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ()
+    skip = (*keep, *(Path(p).resolve() for p in _PRIVATE_DIRS))
+    found: list[Path] = []
+    for line in lines[1:]:
+        parts = line.split(maxsplit=7)
+        if len(parts) < 8 or not parts[7].startswith("/"):
+            continue
+        path = Path(parts[7])
+        if any(path.is_relative_to(k) for k in skip) or path in found:
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(path.lstat().st_mode):
+                found.append(path)
+    return tuple(found)
 
 
 def bwrap_argv(
@@ -192,6 +218,8 @@ def bwrap_argv(
     for hidden in policy.hidden:
         if hidden.is_dir() and not hidden.is_symlink():
             args += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
+    for sock in policy.hidden_sockets:
+        args += ["--ro-bind", "/dev/null", str(sock)]
     for writable in (root, *policy.writable, *policy.writable_inside_protected):
         if writable.exists():
             args += ["--bind", str(writable), str(writable)]
