@@ -424,6 +424,15 @@ def test_secrets_are_not_in_the_sandboxed_environment(place: Place) -> None:
     assert (count, code) == ("0", "[exit code 1]")  # grep found no secret value
 
 
+def test_keys_in_the_home_directory_are_hidden(place: Place) -> None:
+    for name in (".ssh", ".gnupg", ".docker"):
+        (place.home / name).mkdir()
+        (place.home / name / "key").write_text("secret\n", encoding="utf-8")
+    place.chown()
+    out = place.bash("cat ~/.ssh/key ~/.gnupg/key ~/.docker/key 2>/dev/null; ls -A ~/.ssh | wc -l")
+    assert out == "0\n[exit code 0]"
+
+
 # -- positive controls and housekeeping ------------------------------------------------------
 
 
@@ -489,3 +498,33 @@ def test_a_protected_symlink_is_refused_with_a_reason(place: Place) -> None:
         "link in place (replace it with the real file or directory)"
     )
     assert _listing(place.root) == [".claude", "shared-claude"]
+
+
+async def test_a_background_command_is_sandboxed_the_same_way(tmp_path: Path) -> None:
+    """Background tasks go through the same bash tool path: filtered environment, placeholders
+    held for as long as they run (a foreground command ending meanwhile does not drop them)."""
+    from keel.permissions.sandbox import Sandbox
+    from keel.tools.background import BackgroundTasks
+    from keel.tools.base import ToolContext
+    from keel.tools.builtin.shell import bash
+
+    root = tmp_path / "p"
+    root.mkdir()
+    box, tasks = Sandbox(root, tmpdir=tmp_path), BackgroundTasks()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GITHUB_TOKEN": "ghp_x"}
+    ctx = ToolContext(cwd=root, root=root, env=env, sandbox=box, background=tasks)
+    started = await bash.run(
+        ctx,
+        {
+            "command": "sleep 1.5; { echo x > .claude/settings.json; } 2>/dev/null && "
+            "echo ESCAPED || echo refused; echo token=${GITHUB_TOKEN:-unset}",
+            "run_in_background": True,
+        },
+    )
+    task_id = str(started.content).split()[1]
+    assert str((await bash.run(ctx, {"command": "echo fg"})).content) == "fg\n[exit code 0]"
+    assert (root / ".claude").is_dir()  # still held for the background command
+    [done] = await tasks.wait([task_id], timeout=30)
+    assert (done.status, done.result) == ("completed", "refused\ntoken=unset\n[exit code 0]")
+    assert _listing(root) == []
+    box.cleanup()

@@ -121,14 +121,21 @@ class SandboxPolicy:
     env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """`env` filtered: allowed names, minus denied names and values with a URL password."""
-        return {
-            k: v
-            for k, v in env.items()
-            if _matches(k, self.env_allow)
-            and not _matches(k, self.env_deny)
-            and not _URL_WITH_PASSWORD.search(v)
-        }
+        return filter_env(env, allow=self.env_allow, deny=self.env_deny)
+
+
+def filter_env(
+    env: Mapping[str, str],
+    *,
+    allow: tuple[str, ...] = DEFAULT_ENV_ALLOW,
+    deny: tuple[str, ...] = DEFAULT_ENV_DENY,
+) -> dict[str, str]:
+    """`env` filtered: allowed names, minus denied names and values with a URL password."""
+    return {
+        k: v
+        for k, v in env.items()
+        if _matches(k, allow) and not _matches(k, deny) and not _URL_WITH_PASSWORD.search(v)
+    }
 
 
 def project_policy(
@@ -215,14 +222,15 @@ def bwrap_argv(
         resolv = Path("/etc/resolv.conf").resolve()
         if resolv.is_file() and any(resolv.is_relative_to(p) for p in private):
             args += ["--ro-bind", str(resolv), str(resolv)]
+    for writable in (root, *policy.writable, *policy.writable_inside_protected):
+        if writable.exists():
+            args += ["--bind", str(writable), str(writable)]
+    # After the writable binds, so that neither hides inside a project or cache is undone.
     for hidden in policy.hidden:
         if hidden.is_dir() and not hidden.is_symlink():
             args += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
     for sock in policy.hidden_sockets:
         args += ["--ro-bind", "/dev/null", str(sock)]
-    for writable in (root, *policy.writable, *policy.writable_inside_protected):
-        if writable.exists():
-            args += ["--bind", str(writable), str(writable)]
     for path in policy.protected:
         if path not in policy.writable_inside_protected and _must_bind(path):
             args += ["--ro-bind", str(path), str(path)]
@@ -433,7 +441,7 @@ class Sandbox:
         """The environment the sandboxed command gets: `env` filtered by the policy, plus the
         private temp dir."""
         tmp = str(self.tmpdir)
-        out = self.policy().env(env)
+        out = filter_env(env, allow=self.env_allow, deny=self.env_deny)
         return {**out, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "KEEL_SANDBOX": "1"}
 
     def cleanup(self) -> None:
