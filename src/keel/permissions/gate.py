@@ -2,7 +2,9 @@
 
 Decision order (first that applies wins; docs/permissions.md):
 1. A write outside the project (symlinks resolved) or to a protected path: deny, in every mode.
-2. A deny rule matches: deny.
+2. A deny rule matches: deny. When a deny rule applies to bash, a command line whose programs
+   keel cannot tell (`$(…)` or a variable as the program, a pipe into a shell, `source`…) is
+   denied too: the rule could not see what it runs.
 3. `bypass` mode: allow.
 4. `exit_plan_mode`: ask (the question is the plan approval).
 5. A read-only tool: allow.
@@ -145,6 +147,8 @@ class PermissionGate:
             return Deny(refusal, "boundary")
         if (rule := self._denied_by(tool, args)) is not None:
             return Deny(f"denied by rule {rule} ({rule.source or 'settings'})", "rule")
+        if (blind := self._hidden_from_deny_rules(tool, args)) is not None:
+            return blind
         if hook == "allow":
             return Allow("hook", notable=True)
         if hook == "ask":
@@ -176,6 +180,8 @@ class PermissionGate:
         `` !`cmd` `` lines of a slash command."""
         if self._boundary(tool, args) is not None or self._denied_by(tool, args) is not None:
             return False
+        if self._hidden_from_deny_rules(tool, args) is not None:
+            return False
         if self.mode == "bypass":
             return True
         if self.mode == "plan":
@@ -205,6 +211,35 @@ class PermissionGate:
             if rule.effect == "deny" and matches(rule, tool, args, self.root, self.cwd):
                 return rule
         return None
+
+    def _hidden_from_deny_rules(self, tool: str, args: dict[str, Any]) -> Deny | None:
+        """Step 2 for bash, failing closed: with a deny rule for bash, a line whose programs (or
+        the words a rule looks at) cannot be known without running it is refused, in every mode
+        and in the sandbox too. A line with no deny rule for bash is not looked at here."""
+        if tool != "bash":
+            return None
+        rules = [r for r in self.rules if r.effect == "deny" and r.tool == "bash" and r.pattern]
+        if not rules:
+            return None
+        command = str(args.get("command", ""))
+        reasons = shell.opaque_reasons(command)
+        why, named = (reasons[0], rules) if reasons else ("", [])
+        for rule in [] if reasons else rules:
+            unreadable = shell.unreadable_arguments(rule.pattern or "", command)
+            if unreadable is not None:
+                why, named = f"the words of `{_clip(unreadable)}` are not literal", [rule]
+                break
+        if not why:
+            return None
+        shown = ", ".join(f"{r} ({r.source or 'settings'})" for r in named[:3])
+        more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+        which = f"deny rule{'s' if len(named) > 1 else ''} {shown}{more}"
+        return Deny(
+            f"refused: {why}, so keel cannot tell whether {which} would match what runs; write "
+            "the command plainly (literal program names and arguments: no variables, "
+            "substitutions, eval, sourced scripts or pipes into a shell)",
+            "rule",
+        )
 
     def _allowed_by(self, tool: str, args: dict[str, Any]) -> str | None:
         allows = [r for r in (*self.rules, *self.session_rules) if r.effect == "allow"]
@@ -252,6 +287,11 @@ class PermissionGate:
         if call.name == "exit_plan_mode" and reply.mode is not None:
             self.mode = reply.mode
         return Allow(f"user:{reply.scope}", notable=True)
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def tool_rules(allowed: Iterable[str], denied: Iterable[str], source: str) -> list[Rule]:

@@ -89,10 +89,12 @@ __all__ = [
     "analyze",
     "is_read_only",
     "match_prefix",
+    "opaque_reasons",
     "rule_allows",
     "rule_denies",
     "suggest_rule",
     "suggest_rules",
+    "unreadable_arguments",
 ]
 
 
@@ -152,6 +154,47 @@ def rule_denies(patterns: Iterable[str], command: str) -> str | None:
     return None
 
 
+def opaque_reasons(command: str) -> tuple[str, ...]:
+    """Why no deny rule can tell which programs the line runs (module docstring); empty when
+    every program it starts is named plainly. In the order found, deduplicated."""
+    out = _parse(command)
+    reasons = list(out.opaque)
+    if out.variable_code and (out.substitutions or out.unknown_values):
+        reasons.append(
+            f"bash evaluates a variable that may hold a command ({out.variable_code[0]})"
+        )
+    for cmd in out.commands:
+        program = cmd.words[0].value
+        if program is None or cmd.known == 0:
+            continue
+        if program in out.functions:
+            reasons.append(f"calls {_clip(program)}, a function the line defines")
+        elif posixpath.basename(program) in out.written or (out.writes_unknown and "/" in program):
+            reasons.append(f"runs {_clip(program)}, a file the line writes")
+    for script in out.scripts:
+        if posixpath.basename(script) in out.written or out.writes_unknown:
+            reasons.append(f"runs the script {_clip(script)}, a file the line writes")
+    if out.error is not None:
+        reasons.append(f"keel cannot parse the line ({out.error})")
+    return tuple(dict.fromkeys(reasons))
+
+
+def unreadable_arguments(pattern: str, command: str) -> str | None:
+    """The first command whose program is literal but whose words, once bash expands them,
+    might match the deny `pattern` (`git $sub x` for `git push *`, `xargs git` reading
+    `push`); None when none might."""
+    for cmd in _parse(command).commands:
+        if cmd.known == 0 or (cmd.known == len(cmd.words) and not cmd.tail):
+            continue
+        values = [w.value or "" for w in cmd.words[: cmd.known]]
+        texts = [w.text for w in cmd.words[: cmd.known]]
+        views = {" ".join(values), " ".join(texts)}
+        views.add(" ".join([posixpath.basename(values[0]), *values[1:]]))
+        if any(_could_match(pattern, view) for view in views):
+            return cmd.text
+    return None
+
+
 def is_read_only(command: str) -> bool:
     """Whether the line is on the built-in safe list (module docstring): it may run unasked."""
     out = _parse(command)
@@ -184,6 +227,8 @@ class _Word:
     raw: str  # source text
     value: str | None  # quotes removed; None when the word holds an expansion
     plain: bool  # no expansion, no unquoted glob or brace pattern: the shell keeps it as is
+    splits: bool = False  # an expansion may become several words (unquoted, or `"$@"`)
+    lead: str = ""  # the literal text before its first expansion
 
 
 @frozen
@@ -191,6 +236,8 @@ class _Command:
     words: tuple[_Word, ...]
     text: str
     nested: bool  # exposed from inside a wrapper (`timeout 5 rm x` → `rm x`)
+    known: int = 0  # how many leading words are literal (the rest a deny rule cannot read)
+    tail: bool = False  # words are appended that the line does not show (`xargs CMD`)
 
 
 @frozen
@@ -248,11 +295,38 @@ class _NotArithmetic(Exception):
 class _Out:
     """What the parsers of one line (and of the strings it hands to `bash -c`) found."""
 
-    __slots__ = ("assignments", "commands", "compound", "error", "level", "ops", "reasons")
+    __slots__ = (
+        "assignments",
+        "commands",
+        "compound",
+        "error",
+        "functions",
+        "level",
+        "opaque",
+        "ops",
+        "placeholders",
+        "reasons",
+        "scripts",
+        "substitutions",
+        "unknown_values",
+        "variable_code",
+        "writes_unknown",
+        "written",
+    )
 
     def __init__(self) -> None:
         self.commands: list[_Command] = []
         self.reasons: list[str] = []
+        # What a deny rule cannot see through (module docstring, `opaque_reasons`):
+        self.opaque: list[str] = []
+        self.functions: set[str] = set()  # names of functions the line defines
+        self.written: set[str] = set()  # base names of files the line writes or creates
+        self.writes_unknown = False  # a file whose name is not literal is written
+        self.scripts: list[str] = []  # script files a shell runs (`sh s.sh`)
+        self.placeholders: list[tuple[str, str]] = []  # (owner, token): `find -exec … {}`
+        self.substitutions = False  # a command substitution somewhere
+        self.variable_code: list[str] = []  # arithmetic or `${x@P}` that evaluates a variable
+        self.unknown_values = False  # a variable may hold code: `'$(…)'` as data, `read`
         self.ops: set[str] = set()
         self.compound = False  # a keyword, subshell, group, function, `[[` or `((` was seen
         self.assignments = False
@@ -331,23 +405,28 @@ _HEX_WIDTH = {"x": 2, "u": 4, "U": 8}
 class _WordBuf:
     """The parts of one word as it is read: unquoted text, quoted text, expansions."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "splits")
     _UNQUOTED, _QUOTED, _EXPANSION = 0, 1, 2
 
     def __init__(self) -> None:
         self.parts: list[tuple[int, str]] = []
+        self.splits = False
 
     def lit(self, text: str, *, quoted: bool) -> None:
         self.parts.append((self._QUOTED if quoted else self._UNQUOTED, text))
 
-    def exp(self, text: str) -> None:
+    def exp(self, text: str, *, quoted: bool = False) -> None:
         self.parts.append((self._EXPANSION, text))
+        self.splits = self.splits or not quoted or "@" in text
 
     def word(self, raw: str) -> _Word:
         if len(self.parts) == 1 and self.parts[0][0] == self._UNQUOTED:  # most words
             text = self.parts[0][1]
             plain = not _GLOB.search(text) and not _BRACE.search(text)
-            return _Word(text, raw, text, plain)
+            return _Word(text, raw, text, plain, lead=text)
+        lead = "".join(
+            t for _, t in itertools.takewhile(lambda p: p[0] != self._EXPANSION, self.parts)
+        )
         has_expansion = any(kind == self._EXPANSION for kind, _ in self.parts)
         unquoted = "".join(t for kind, t in self.parts if kind == self._UNQUOTED)
         value = None if has_expansion else "".join(t for _, t in self.parts)
@@ -355,7 +434,7 @@ class _WordBuf:
         if value is not None and not _SHELL_SPECIAL.search(unquoted):
             # One spelling per literal word: `a\ b`, `"a b"` and `a' 'b` all read `'a b'`,
             # `r''m` and `\rm` read `rm`.
-            return _Word(shlex.quote(value), raw, value, plain)
+            return _Word(shlex.quote(value), raw, value, plain, lead=value)
         rendered: list[str] = []
         for kind, group in itertools.groupby(self.parts, key=lambda part: part[0]):
             text = "".join(t for _, t in group)
@@ -365,7 +444,7 @@ class _WordBuf:
             if tail is not None and re.match(r"\w", piece):  # `"$x"y` is `${x}y`, not `$xy`
                 rendered[-1] = f"{rendered[-1][: tail.start()]}${{{tail.group(1)}}}"
             rendered.append(piece)
-        return _Word("".join(rendered) or "''", raw, value, plain)
+        return _Word("".join(rendered) or "''", raw, value, plain, self.splits, lead)
 
 
 class _Parser:
@@ -473,6 +552,7 @@ class _Parser:
         words: list[_Word] = []
         assignments: list[_Word] = []
         here_strings: list[_Word] = []
+        inputs: list[_Word] = []
         first_heredoc = len(self.heredocs)
         while True:
             self._skip_blanks()
@@ -480,11 +560,12 @@ class _Parser:
                 break
             redirect = self._peek_redirect()
             if redirect is not None:
-                self._read_redirection(redirect, here_strings)
+                self._read_redirection(redirect, here_strings, inputs)
                 continue
             op = self._peek_control()
             if op == "(" and len(words) == 1 and not assignments and self._function_parens():
                 self.out.compound = True  # `name() …`: the body follows as a command
+                self._define_function(words[0])
                 return
             if op == "(":
                 raise _ParseError("unexpected '('")
@@ -505,7 +586,16 @@ class _Parser:
             self.stdin_shell = ""
             self._emit(tuple(words), nested=False)
             if self.stdin_shell:
+                fed = bool(here_strings) or len(self.heredocs) > first_heredoc
+                if inputs or not fed:  # a pipe, a file, a descriptor: what it reads is unknown
+                    self._opaque(f"{self.stdin_shell} reads its commands from standard input")
                 self._feed_shell(self.stdin_shell, here_strings, first_heredoc)
+
+    def _define_function(self, name: _Word) -> None:
+        function = name.value if name.value is not None else name.text
+        self.out.functions.add(function)
+        if function == "command_not_found_handle":  # bash calls it for every unknown program
+            self._opaque("defines command_not_found_handle")
 
     def _feed_shell(self, program: str, here_strings: list[_Word], first_heredoc: int) -> None:
         """`bash <<EOF … EOF`, `sh <<< '…'`: what the shell reads is a script; look inside."""
@@ -550,7 +640,8 @@ class _Parser:
                 raise _ParseError("bad arithmetic 'for ((…))'") from None
             self._check_arith(f"(({body}))", body)
             return
-        self._read_word()  # the loop variable
+        variable = self._read_word()  # the loop variable
+        self._check_lookup_variables("for", (variable,))
         self._skip_newlines()
         if self._peek_plain() != "in":
             return
@@ -600,7 +691,7 @@ class _Parser:
 
     def _parse_function_header(self) -> None:
         self._skip_blanks()
-        self._read_word()
+        self._define_function(self._read_word())
         self._skip_blanks()
         self._function_parens()
 
@@ -644,24 +735,69 @@ class _Parser:
             operands = words[index - 1 : index] + words[index + 1 : index + 2]
             numeric = all(_INTEGER.fullmatch(_NUMERIC_PARAMETER.sub("0", o)) for o in operands)
             if word in _ARITH_TESTS and not numeric:
-                self._reason(f"arithmetic on variables ({_clip(' '.join(['[[', *words, ']]']))})")
+                shown = _clip(" ".join(["[[", *words, "]]"]))
+                self._variable_code(f"arithmetic on variables ({shown})")
         if any(_SUBSCRIPT_CODE.search(w) for w in words):
-            self._reason("array subscript in a variable name can run a command")
+            self._variable_code("array subscript in a variable name can run a command")
 
     # -- commands found
 
-    def _emit(self, words: tuple[_Word, ...], *, nested: bool) -> None:
+    def _emit(self, words: tuple[_Word, ...], *, nested: bool, tail: bool = False) -> None:
         with self._deeper():
             name = words[0]
             if not name.plain:
                 self._reason(f"command name is not literal ({_clip(name.text)})")
+            known = self._known_words(words)
             text = " ".join(w.text for w in words)
-            self.out.commands.append(_Command(words, text, nested))
+            self.out.commands.append(_Command(words, text, nested, known, tail))
+            if known == 0:
+                owner = self._placeholder_owner(name)
+                if owner:
+                    self._opaque(f"{owner} fills in the program ({_clip(name.text)})")
+                else:
+                    self._opaque(f"the program name is not literal ({_clip(name.text)})")
             self._check_arguments(words)
             program = posixpath.basename(name.value) if name.value is not None else ""
+            self._note_effects(program, words[1:])
             unwrap = _UNWRAPPERS.get(program)
             if unwrap is not None:
-                unwrap(self, program, words[1:])
+                unwrap(self, program, words[1:], tail)
+
+    def _known_words(self, words: tuple[_Word, ...]) -> int:
+        """How many leading words are literal: no expansion, glob or placeholder."""
+        for index, word in enumerate(words):
+            if not word.plain or self._placeholder_owner(word):
+                return index
+        return len(words)
+
+    def _placeholder_owner(self, word: _Word) -> str:
+        return next((owner for owner, token in self.out.placeholders if token in word.text), "")
+
+    def _opaque(self, reason: str) -> None:
+        self.out.opaque.append(reason)
+
+    def _note_effects(self, program: str, args: tuple[_Word, ...]) -> None:
+        """What deny rules must know of a command beyond its words: the files it writes, a
+        script it sources, a program it runs that keel does not follow."""
+        if program in _SOURCES:
+            shown = " ".join([program, *(w.text for w in args[:1])])
+            self._opaque(f"{program} runs a script, which deny rules cannot read ({_clip(shown)})")
+        elif program in _LAUNCHERS:
+            self._opaque(f"{program} runs a program that keel does not follow")
+        elif program in _WRITERS:
+            for word in args:
+                value = word.value
+                if value is None or not word.plain:
+                    self.out.writes_unknown = True
+                elif not value.startswith("-") or "=" in value:
+                    self._note_written(value.rpartition("=")[2] if "=" in value else value)
+        if program in _VARIABLE_READERS:
+            self.out.unknown_values = True
+
+    def _note_written(self, path: str) -> None:
+        name = posixpath.basename(path.rstrip("/"))
+        if name:
+            self.out.written.add(name)
 
     def _check_arguments(self, words: tuple[_Word, ...]) -> None:
         check = _ARGUMENT_CHECKS.get(words[0].value or "")
@@ -670,7 +806,15 @@ class _Parser:
 
     def _check_variable_names(self, program: str, args: tuple[_Word, ...]) -> None:
         if any(_SUBSCRIPT_CODE.search(w.text) for w in args):
-            self._reason("array subscript in a variable name can run a command")
+            self._variable_code("array subscript in a variable name can run a command")
+        if program in _VARIABLE_READERS:
+            self._check_lookup_variables(program, args)
+
+    def _check_lookup_variables(self, program: str, names: tuple[_Word, ...]) -> None:
+        """`read PATH`, `for PATH in …`: a variable that decides which program runs."""
+        for word in names:
+            if word.value in _LOOKUP_ENV:
+                self._opaque(f"{program} sets {word.value}, which decides which program runs")
 
     def _check_declaration(self, program: str, args: tuple[_Word, ...]) -> None:
         """`export NAME=…`, `declare -i …`: assignments like any other, arithmetic for `-i`."""
@@ -678,18 +822,27 @@ class _Parser:
         for word in args:
             value = word.value if word.value is not None else word.text
             if value.startswith("-") and "i" in value:
-                self._reason(f"arithmetic on variables ({program} {value})")
+                self._variable_code(f"arithmetic on variables ({program} {value})")
             elif _ASSIGNMENT.match(value):
                 self._check_assignment(value)
 
     def _check_printf(self, program: str, args: tuple[_Word, ...]) -> None:
         values = [w.value for w in args]
         if "-v" in values:  # only `printf -v NAME` assigns
-            self._check_variable_names(program, args[values.index("-v") + 1 :][:1])
+            target = args[values.index("-v") + 1 :][:1]
+            self._check_variable_names(program, target)
+            self._check_lookup_variables(program, target)
+            self.out.unknown_values = True
 
     def _check_let(self, program: str, args: tuple[_Word, ...]) -> None:
         expression = " ".join(w.text for w in args)
         self._check_arith(f"let {expression}", expression)
+
+    def _check_hash(self, program: str, args: tuple[_Word, ...]) -> None:
+        """`hash -p /bin/rm ls` and `enable -f lib.so NAME` change what a command name runs."""
+        flag = "p" if program == "hash" else "f"
+        if any(flag in _short_options(w.value) for w in args):
+            self._opaque(f"{program} -{flag} changes which program a name runs")
 
     def _check_assignment(self, raw: str) -> None:
         match = _ASSIGNMENT.match(raw)
@@ -698,35 +851,69 @@ class _Parser:
         self._check_env_name(match.group(1))
         subscript = match.group(2)
         if subscript and _ARITH_VARIABLE.search(subscript):
-            self._reason(f"arithmetic on variables ({_clip(match.group())})")
+            self._variable_code(f"arithmetic on variables ({_clip(match.group())})")
 
     def _check_env_name(self, name: str) -> None:
         if name != name.lower() and name not in _SAFE_ENV and not name.startswith("LC_"):
             self._reason(f"sets environment variable {name}")
+        if name in _LOOKUP_ENV:
+            self._opaque(f"sets {name}, which decides which program runs")
 
     def _check_arith(self, display: str, body: str) -> None:
         if _ARITH_VARIABLE.search(_NUMERIC_PARAMETER.sub("0", body)):
-            self._reason(f"arithmetic on variables ({_clip(display)})")
+            self._variable_code(f"arithmetic on variables ({_clip(display)})")
+
+    def _variable_code(self, reason: str) -> None:
+        """Bash evaluates a variable's value here, and a value can hold `$(…)`."""
+        self._reason(reason)
+        self.out.variable_code.append(reason)
 
     def _reason(self, reason: str) -> None:
         self.out.reasons.append(reason)
 
     # -- commands inside commands
 
-    def _unwrap_wrapper(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_wrapper(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         spec = _WRAPPERS[program]
         start = self._wrapper_operands(program, spec, args)
+        if start is None:  # `command -v NAME`: runs nothing
+            return
+        appends = tail  # words appended to this command land in the one it runs
+        replace = _xargs_replace_string(args[:start]) if program == "xargs" else None
+        if program == "xargs" and replace is None:
+            appends = True  # xargs appends the words it reads to the command
         if start < len(args):
-            self._emit(args[start:], nested=True)
+            with self._placeholder(program, replace or ""):
+                self._emit(args[start:], nested=True, tail=appends)
+        elif tail:
+            self._opaque(f"{program} takes the program from words the line does not show")
         elif any(_short_options(w.value) & set(spec.shell_flags) for w in args):
             self._reason(f"{program} reads commands from standard input")  # `sudo -s`
+            self._opaque(f"{program} reads commands from standard input")
 
-    def _wrapper_operands(self, program: str, spec: _Wrapper, args: tuple[_Word, ...]) -> int:
-        """The index of the first word of the command that `program` runs."""
+    @contextmanager
+    def _placeholder(self, owner: str, *tokens: str) -> Iterator[None]:
+        added = [(owner, token) for token in tokens if token]
+        self.out.placeholders.extend(added)
+        try:
+            yield
+        finally:
+            del self.out.placeholders[len(self.out.placeholders) - len(added) :]
+
+    def _wrapper_operands(
+        self, program: str, spec: _Wrapper, args: tuple[_Word, ...]
+    ) -> int | None:
+        """The index of the first word of the command that `program` runs; None when it runs
+        none (`command -v NAME`)."""
         index = 0
         while index < len(args):
-            value = args[index].value
+            word = args[index]
+            value = word.value
+            if word.splits:  # `timeout $t rm x`: one word may become several
+                self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
             if value is None:
+                if spec.operands:  # an option, or the operand? (`timeout "$o" 5 rm x`)
+                    self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
                 break
             if value == "--":
                 index += 1
@@ -742,40 +929,70 @@ class _Parser:
             if not value.startswith("-"):
                 break
             if _short_options(value) & set(spec.no_command):
-                return len(args)
+                return None
             arity = spec.arity(value)
             if arity is None:
                 self._reason(f"cannot tell what {program} runs (unknown option {value})")
+                self._opaque(f"cannot tell what {program} runs (unknown option {value})")
+            elif arity and index + 1 < len(args) and args[index + 1].splits:
+                self._opaque(f"cannot tell what {program} runs ({_clip(args[index + 1].text)})")
             index += 1 + (arity or 0)
+        for word in args[index : index + spec.operands]:
+            if word.splits:
+                self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
         return index + spec.operands
 
-    def _unwrap_shell(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_shell(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         index, mode = _shell_operands(args)
+        if any(w.splits for w in args[:index]) or (index < len(args) and args[index].splits):
+            self._opaque(f"cannot tell what {program} runs ({_clip(_shown(args))})")
         if mode == "c" and index < len(args):
             self._parse_string(args[index], f"{program} -c")
         elif mode == "s" or (mode == "" and index >= len(args)):
             self._reason(f"{program} reads commands from standard input")
             self.stdin_shell = program
+        elif mode == "":
+            self._note_script(program, args[index])
+        if tail and index >= len(args):  # `xargs sh -c`, `xargs sh`
+            self._opaque(f"{program} takes its commands from words the line does not show")
 
-    def _unwrap_eval(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _note_script(self, program: str, script: _Word) -> None:
+        """`sh FILE`: a script deny rules cannot read; refused when the line writes it."""
+        value = script.value
+        if value is None or not script.plain or self._placeholder_owner(script):
+            self._opaque(
+                f"{program} runs a script whose name is not literal ({_clip(script.text)})"
+            )
+        elif value.startswith(("/dev/", "/proc/")):
+            self._opaque(f"{program} reads its commands from {_clip(value)}")
+        else:
+            self.out.scripts.append(value)
+
+    def _unwrap_eval(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         self._reason("eval")
         self._parse_joined(args, program)
 
-    def _unwrap_trap(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_trap(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         index = 0
         while index < len(args) and args[index].value in ("-p", "-l", "-P", "--"):
             index += 1
         if index < len(args) and args[index].value not in ("-", ""):
             self._parse_string(args[index], program)
 
-    def _unwrap_watch(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_watch(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         start = self._wrapper_operands(program, _WATCH, args)
+        if start is None:
+            return
+        if tail and start >= len(args):
+            self._opaque(f"{program} takes the program from words the line does not show")
         self._parse_joined(args[start:], program)  # watch hands its words to `sh -c`
 
-    def _unwrap_su(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_su(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         commands = 0
         for index, word in enumerate(args):
             value = word.value or ""
+            if word.splits:
+                self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
             if value in ("-c", "--command") and index + 1 < len(args):
                 commands += 1
                 self._parse_string(args[index + 1], f"{program} -c")
@@ -784,39 +1001,69 @@ class _Parser:
                 self._parse_text(value.partition("=")[2], f"{program} -c")
         if not commands:
             self._reason(f"{program} reads commands from standard input")
+            self._opaque(f"{program} reads commands from standard input")
 
-    def _unwrap_alias(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_alias(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         for word in args:
             if word.value is None and "=" in word.text:
                 self._reason(f"command string is not literal ({_clip(f'alias {word.text}')})")
             name, eq, body = (word.value or "").partition("=")
+            if eq or (word.value is None and "=" in word.text):
+                self._opaque(f"defines an alias ({_clip(f'alias {word.text}')})")
             if eq and body:
                 self._parse_text(body, f"alias {name}")
 
-    def _unwrap_exec_option(self, program: str, args: tuple[_Word, ...]) -> None:
+    def _unwrap_exec_option(self, program: str, args: tuple[_Word, ...], tail: bool) -> None:
         """`find … -exec CMD … ;` and `fd … --exec CMD …`."""
         options, terminators = _EXEC_OPTIONS[program]
+        tokens = ("{}",) if program == "find" else _FD_PLACEHOLDERS
+        self._check_find_words(program, args, options)
         index = 0
         while index < len(args):
             if args[index].value in options:
                 end = index + 1
                 while end < len(args) and args[end].value not in terminators:
                     end += 1
-                if end > index + 1:
-                    self._emit(args[index + 1 : end], nested=True)
+                if end >= len(args) and tail:  # the terminator could come from the input
+                    self._opaque(f"{program} runs a command the line does not show in full")
+                command = args[index + 1 : end]
+                # fd appends the path when the command has no placeholder.
+                appends = program != "find" and not any(
+                    t in w.text for w in command for t in tokens
+                )
+                if command:
+                    with self._placeholder(program, *tokens):
+                        self._emit(command, nested=True, tail=appends)
                 index = end
             index += 1
+
+    def _check_find_words(
+        self, program: str, args: tuple[_Word, ...], options: frozenset[str]
+    ) -> None:
+        """A word that is not literal may be an action: `find . $x` with x='-exec rm {} ;'."""
+        for index, word in enumerate(args):
+            if word.value is not None and word.plain:
+                continue
+            previous = args[index - 1].value if index else None
+            takes_it = previous in _FIND_ARGUMENT_OPTIONS
+            lead = word.lead
+            not_option = bool(lead) and not lead.startswith(("-", "(", "!", ")"))
+            if previous in options or word.splits or not (takes_it or not_option):
+                self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
+                return
 
     def _parse_joined(self, args: tuple[_Word, ...], what: str) -> None:
         if any(w.value is None for w in args):
             shown = " ".join(w.text for w in args)
             self._reason(f"command string is not literal ({_clip(f'{what} {shown}')})")
+            self._opaque(f"the command string is not literal ({_clip(f'{what} {shown}')})")
         elif args:
             self._parse_text(" ".join(w.value or "" for w in args), what)
 
     def _parse_string(self, word: _Word, what: str) -> None:
         if word.value is None:
             self._reason(f"command string is not literal ({_clip(f'{what} {word.text}')})")
+            self._opaque(f"the command string is not literal ({_clip(f'{what} {word.text}')})")
         else:
             self._parse_text(word.value, what)
 
@@ -828,7 +1075,7 @@ class _Parser:
 
     # -- redirections and here-documents
 
-    def _read_redirection(self, op: str, here_strings: list[_Word]) -> None:
+    def _read_redirection(self, op: str, here_strings: list[_Word], inputs: list[_Word]) -> None:
         self.pos += len(op)
         base = _IO_NUMBER.sub("", op)
         self._skip_blanks()
@@ -844,10 +1091,16 @@ class _Parser:
         target = self._read_word()
         if base == "<<<":
             here_strings.append(target)
+        elif base in ("<", "<&", "<>") and (_IO_NUMBER.match(op) is None or op.startswith("0")):
+            inputs.append(target)  # standard input from a file or a descriptor
         if (target.value or target.text).startswith(("/dev/tcp/", "/dev/udp/")):
             self._reason(f"network connection ({_clip(target.text)})")
         elif not _harmless_redirect(base, target):
             self._reason(f"output redirected to a file ({_clip(target.text)})")
+            if target.value is None or not target.plain:
+                self.out.writes_unknown = True
+            else:
+                self._note_written(target.value)
 
     def _read_heredocs(self) -> None:
         pending, self.heredocs = self.heredocs, []
@@ -855,6 +1108,9 @@ class _Parser:
             if doc.nesting != self.nesting:
                 raise _ParseError("here-document inside a multi-line substitution")
             body = self._heredoc_body(doc)
+            if doc.shell_input and doc.expands and any(c in body for c in "$`\\"):
+                # The shell reads the body after expansion, which is not the text keel sees.
+                self._opaque("a shell reads a here-document with expansions")
             if doc.shell_input:
                 self._parse_text(body, "here-document")
             elif doc.expands:
@@ -974,7 +1230,10 @@ class _Parser:
                 self.pos = end
         if self.pos == start:
             raise _ParseError(f"unexpected {src[start : start + 1]!r}")
-        return buf.word(src[start : self.pos])
+        word = buf.word(src[start : self.pos])
+        if word.value is not None and ("$(" in word.value or "`" in word.value):
+            self.out.unknown_values = True  # code kept as data: `x='a[$(rm y)]'; $((x))`
+        return word
 
     def _read_subscript(self, buf: _WordBuf) -> None:
         src = self.src
@@ -1052,7 +1311,7 @@ class _Parser:
         src, at = self.src, self.pos
         following = src[at + 1 : at + 2]
         if following == "(":
-            self._read_dollar_paren(buf)
+            self._read_dollar_paren(buf, in_dquote=in_dquote)
         elif following in ("{", "["):
             self._read_bracketed(buf, in_dquote=in_dquote)
         elif following == "'" and not in_dquote:
@@ -1066,10 +1325,10 @@ class _Parser:
                 buf.lit("$", quoted=in_dquote)
                 self.pos += 1
             else:
-                buf.exp(src[at : match.end()])
+                buf.exp(src[at : match.end()], quoted=in_dquote)
                 self.pos = match.end()
 
-    def _read_dollar_paren(self, buf: _WordBuf) -> None:
+    def _read_dollar_paren(self, buf: _WordBuf, *, in_dquote: bool) -> None:
         at = self.pos
         if self.src.startswith("$((", at):
             mark = self._mark()
@@ -1079,12 +1338,13 @@ class _Parser:
                 self._restore(mark)
             else:
                 self._check_arith(self.src[at : self.pos], body)
-                buf.exp(self.src[at : self.pos])
+                buf.exp(self.src[at : self.pos], quoted=in_dquote)
                 return
         self.pos = at + 2
         self._read_substitution_body("$(")
         self._reason("command substitution $(…)")
-        buf.exp(self.src[at : self.pos])
+        self.out.substitutions = True
+        buf.exp(self.src[at : self.pos], quoted=in_dquote)
 
     def _read_process_substitution(self, buf: _WordBuf) -> None:
         at = self.pos
@@ -1151,14 +1411,14 @@ class _Parser:
             self._check_arith(text, text[2:-1])
         else:
             self._check_parameter(text)
-        buf.exp(text)
+        buf.exp(text, quoted=in_dquote)
 
     def _check_parameter(self, text: str) -> None:
         if text.endswith("@P}"):
-            self._reason("prompt expansion ${…@P}")
+            self._variable_code("prompt expansion ${…@P}")
         indexed = _INDEXED.match(text)
         if indexed and indexed.group(1) not in ("@", "*") and _ARITH_VARIABLE.search(indexed[1]):
-            self._reason(f"arithmetic on variables ({_clip(text)})")
+            self._variable_code(f"arithmetic on variables ({_clip(text)})")
 
     def _read_ansi_c(self, buf: _WordBuf) -> None:
         """`$'…'`, with its backslash escapes decoded (`$'\\x72m'` is `rm`)."""
@@ -1199,8 +1459,9 @@ class _Parser:
             self.pos += 1
         self.pos += 1
         self._reason("command substitution `…`")
+        self.out.substitutions = True
         _Parser("".join(body), self.out).parse_all()
-        buf.exp(src[at : self.pos])
+        buf.exp(src[at : self.pos], quoted=in_dquote)
 
 
 _KEYWORD_HANDLERS: dict[str, Callable[[_Parser], None]] = {
@@ -1364,7 +1625,7 @@ _EXEC_OPTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "fd": (frozenset({"-x", "--exec", "-X", "--exec-batch"}), frozenset({";"})),
     "fdfind": (frozenset({"-x", "--exec", "-X", "--exec-batch"}), frozenset({";"})),
 }
-_UNWRAPPERS: dict[str, Callable[[_Parser, str, tuple[_Word, ...]], None]] = {
+_UNWRAPPERS: dict[str, Callable[[_Parser, str, tuple[_Word, ...], bool], None]] = {
     **dict.fromkeys(_WRAPPERS, _Parser._unwrap_wrapper),
     **dict.fromkeys(_SHELLS, _Parser._unwrap_shell),
     **dict.fromkeys(_EXEC_OPTIONS, _Parser._unwrap_exec_option),
@@ -1384,7 +1645,60 @@ _ARGUMENT_CHECKS: dict[str, Callable[[_Parser, str, tuple[_Word, ...]], None]] =
     **dict.fromkeys(_DECLARATIONS, _Parser._check_declaration),
     "printf": _Parser._check_printf,
     "let": _Parser._check_let,
+    "hash": _Parser._check_hash,
+    "enable": _Parser._check_hash,
 }
+# -- what deny rules cannot see through (`opaque_reasons`)
+
+_SOURCES = frozenset({"source", "."})
+# Programs that run another program keel does not unwrap: a deny rule would see only them.
+_LAUNCHERS = frozenset(
+    {"busybox", "toybox", "strace", "ltrace", "chroot", "flock", "taskset", "chrt", "unshare"}
+    | {"nsenter", "setpriv", "prlimit", "fakeroot", "proot", "parallel", "unbuffer", "script"}
+    | {"catchsegv", "valgrind", "systemd-run", "run-parts", "at", "batch", "sg", "pkexec"}
+    | {"firejail", "bwrap", "xvfb-run", "dbus-run-session", "numactl", "gdb", "rlwrap"}
+)
+# Programs that write the files named in their arguments (a script run later in the line).
+_WRITERS = frozenset(
+    {"cp", "mv", "ln", "install", "tee", "touch", "chmod", "dd", "truncate", "rsync", "sed"}
+    | {"curl", "wget", "mkfifo"}
+)
+# Builtins that fill variables with text keel cannot see.
+_VARIABLE_READERS = frozenset({"read", "mapfile", "readarray", "getopts"})
+# Variables that decide which program a name runs, or run code in every shell.
+_LOOKUP_ENV = frozenset(
+    {"PATH", "BASH_ENV", "ENV", "BASH_ALIASES", "BASH_CMDS", "BASHOPTS", "SHELLOPTS", "PS4"}
+    | {"PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "EXECIGNORE", "CDPATH"}
+)
+_FD_PLACEHOLDERS = ("{}", "{/}", "{//}", "{.}", "{/.}")
+# find options whose next word is their argument (a value, not an action).
+_FIND_ARGUMENT_OPTIONS = frozenset(
+    {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex"}
+    | {"-lname", "-ilname", "-type", "-xtype", "-newer", "-anewer", "-cnewer", "-user"}
+    | {"-group", "-perm", "-size", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin"}
+    | {"-maxdepth", "-mindepth", "-samefile", "-inum", "-links", "-uid", "-gid", "-fstype"}
+    | {"-used", "-context", "-printf", "-regextype"}
+    | {"-e", "--extension", "-t", "--type", "--max-depth", "-E", "--exclude", "-S"}
+)
+
+
+def _xargs_replace_string(options: tuple[_Word, ...]) -> str | None:
+    """The replace string of `xargs -I R` / `-i[R]` / `--replace[=R]`, None without one."""
+    for index, word in enumerate(options):
+        value = word.value or ""
+        if value == "-I" and index + 1 < len(options):
+            return options[index + 1].value or options[index + 1].text
+        if value.startswith("-I") and len(value) > 2:
+            return value[2:]
+        if value.startswith("-i"):
+            return value[2:] or "{}"
+        if value == "--replace" or value.startswith("--replace="):
+            return value.partition("=")[2] or "{}"
+    return None
+
+
+def _shown(words: Iterable[_Word]) -> str:
+    return " ".join(w.text for w in words)
 
 
 # -- matching ----------------------------------------------------------------------------------
@@ -1396,6 +1710,23 @@ def _pattern_regex(pattern: str) -> str:
     if pattern.endswith((":*", " *")):
         pattern, tail = pattern[:-2].rstrip(), "(?: .*)?"  # whole words: `git commit *`
     return ".*".join(re.escape(part) for part in pattern.split("*")) + tail
+
+
+def _could_match(pattern: str, prefix: str) -> bool:
+    """Whether `pattern` matches `prefix` or some command that goes on from `prefix` with
+    more words (the ones keel cannot read)."""
+    if re.fullmatch(_pattern_regex(pattern), prefix, re.DOTALL):
+        return True
+    pattern = " ".join(pattern.split())
+    whole_words = pattern.endswith((":*", " *"))
+    head = pattern[:-2].rstrip() if whole_words else pattern
+    first, star, _ = head.partition("*")
+    more = prefix + " "
+    if star:
+        return more.startswith(first) or first.startswith(more)
+    if whole_words:
+        return head.startswith(more) or more.startswith(head + " ")
+    return head.startswith(more)
 
 
 def _deny_views(command: _Command) -> list[str]:
