@@ -54,7 +54,8 @@ def _lock(repo: Path) -> asyncio.Lock:
 
 
 def worktrees_dir(repo: Path) -> Path:
-    from keel.session.store import keel_home, project_key
+    from keel.config.trust import project_key
+    from keel.session.store import keel_home
 
     return keel_home() / "worktrees" / project_key(repo)
 

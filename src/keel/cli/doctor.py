@@ -57,9 +57,14 @@ def doctor(argv: list[str]) -> int:
         print("sandbox: turned off in settings (sandbox.enabled = false)")
     print(
         f"permission mode: {settings.default_mode or 'default'}; "
-        f"{len(settings.allow)} allow and {len(settings.deny)} deny rules in settings"
+        f"{len(settings.allow)} allow, {len(settings.ask)} ask and {len(settings.deny)} deny "
+        "rules in settings"
     )
-    for effect, rules in (("allow", settings.allow), ("deny", settings.deny)):
+    for effect, rules in (
+        ("allow", settings.allow),
+        ("ask", settings.ask),
+        ("deny", settings.deny),
+    ):
         for rule, source in rules:
             print(f"  {effect} {rule}  ({source})")
     _trust(settings)

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from keel.agent.prompt import git_root
 from keel.config.settings import load_settings, user_config_dir
+from keel.config.trust import project_key
 from keel.hooks.config import approvals_file, approve, approved_pins
-from keel.session.store import keel_home, project_key
+from keel.session.store import keel_home
 
 if TYPE_CHECKING:
     from keel.mcp.config import ServerConfig

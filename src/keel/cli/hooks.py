@@ -8,8 +8,8 @@ from pathlib import Path
 
 from keel.agent.prompt import git_root
 from keel.config.settings import user_config_dir
+from keel.config.trust import project_key
 from keel.hooks.config import approvals_file, approve, approved_pins, load_hooks
-from keel.session.store import project_key
 
 
 def hooks(argv: list[str]) -> int:

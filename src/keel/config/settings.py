@@ -63,7 +63,19 @@ KNOWN_KEYS = frozenset(
         "$schema",
     }
 )
-PERMISSION_KEYS = frozenset({"allow", "deny", "default_mode"})
+PERMISSION_KEYS = frozenset(
+    {"allow", "ask", "deny", "default_mode", "defaultMode", "additionalDirectories"}
+)
+#: Claude Code's permission modes, and keel's name for each.
+CLAUDE_MODES = {
+    "default": "default",
+    "acceptEdits": "accept-edits",
+    "plan": "plan",
+    "bypassPermissions": "bypass",
+}
+#: Keys of Claude Code's settings files that keel reads elsewhere (hooks, the status line) or
+#: here (permissions); every other key is named in a warning.
+CLAUDE_KEYS = frozenset({"permissions", "hooks", "statusLine", "$schema"})
 SANDBOX_KEYS = frozenset({"enabled", "network"})
 PROVIDER_KEYS = frozenset(
     {"base_url", "api_key_env", "stall_timeout", "call_timeout", "wire", "num_ctx"}
@@ -108,7 +120,10 @@ class Settings:
     fallbacks: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: Permission rules as written, with the file each came from: (rule text, source).
     allow: list[tuple[str, str]] = field(default_factory=list)
+    ask: list[tuple[str, str]] = field(default_factory=list)
     deny: list[tuple[str, str]] = field(default_factory=list)
+    #: `permissions.additionalDirectories`: where else writes may go, with the file each came from.
+    additional_dirs: list[tuple[Path, str]] = field(default_factory=list)
     default_mode: str | None = None
     auto_compact: bool = True
     sandbox: bool = True
@@ -133,11 +148,22 @@ def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def settings_files(project: Path, env: Mapping[str, str] | None = None) -> list[Path]:
+    """keel's files and Claude Code's, in the order they are merged (later wins for a single
+    value; rules add up): user, shared project, personal project; Claude Code's before keel's
+    at each level."""
+    home = Path(env["HOME"]) if env is not None and env.get("HOME") else Path.home()
     return [
+        home / ".claude" / "settings.json",
         user_config_dir(env) / "settings.json",
+        project / ".claude" / "settings.json",
         project / ".keel" / "settings.json",
+        project / ".claude" / "settings.local.json",
         project / ".keel" / "settings.local.json",
     ]
+
+
+def is_claude_file(path: Path) -> bool:
+    return path.parent.name == ".claude"
 
 
 def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[str, Any] | None:
@@ -399,16 +425,42 @@ class _Merge:
             if k not in PERMISSION_KEYS:
                 known = ", ".join(sorted(PERMISSION_KEYS))
                 w.append(f"{where}: unknown key {k!r} skipped (known: {known})")
-            elif k == "deny":
-                s.deny += [(r, source) for r in _strings(v, f"{where}.deny", w)]
-            elif k == "allow":
-                s.allow += [(r, source) for r in _strings(v, f"{where}.allow", w)]
-            elif v in ("default", "accept-edits", "plan", "bypass"):
-                s.default_mode = v
+            elif k in ("allow", "ask", "deny"):
+                rules: list[tuple[str, str]] = getattr(s, k)
+                rules += [(r, source) for r in _strings(v, f"{where}.{k}", w)]
+            elif k == "additionalDirectories":
+                self.directories(v, f"{where}.{k}")
+            elif v in CLAUDE_MODES or v in CLAUDE_MODES.values():
+                s.default_mode = CLAUDE_MODES.get(v, v)
             else:
                 w.append(
-                    f"{where}.default_mode must be default, accept-edits, plan or bypass; ignored"
+                    f"{where}.{k} must be default, accept-edits (acceptEdits), plan or bypass "
+                    "(bypassPermissions); ignored"
                 )
+
+    def directories(self, value: Any, where: str) -> None:
+        """`additionalDirectories`: absolute, `~/`, or relative to the folder holding the
+        settings file's `.claude/` or `.keel/` (the project for a project file)."""
+        base = self.path.parent.parent
+        for raw in _strings(value, where, self.w):
+            path = Path(raw).expanduser()
+            path = path if path.is_absolute() else base / path
+            if path.is_dir():
+                self.settings.additional_dirs.append((path.resolve(), str(self.path)))
+            else:
+                self.w.append(f"{where}: {raw} is not a directory; ignored")
+
+    def claude(self, data: dict[str, Any]) -> None:
+        """A Claude Code settings file: keel takes its permissions (hooks and the status line are
+        read by their own modules) and names every other key it leaves out."""
+        unsupported = sorted(set(data) - CLAUDE_KEYS)
+        if unsupported:
+            self.w.append(
+                f"{self.path}: Claude Code settings keel does not use: {', '.join(unsupported)} "
+                "(docs/extensions.md lists what is supported)"
+            )
+        if "permissions" in data:
+            self.permissions(data["permissions"], f"{self.path}: permissions")
 
     def sandbox(self, value: Any, where: str) -> None:
         s, w = self.settings, self.w
@@ -472,9 +524,9 @@ def _strings(value: Any, where: str, warnings: list[str]) -> list[str]:
     return list(value)
 
 
-def _untrusted(path: Path) -> bool:
-    """The shared project file, or a personal one that git tracks (it came with the repo)."""
-    if path.parent.name != ".keel":
+def _untrusted(path: Path, home: Path) -> bool:
+    """A shared project file, or a personal one that git tracks (it came with the repo)."""
+    if path.parent.name not in (".keel", ".claude") or path.parent.parent == home:
         return False
     if path.name == "settings.json":
         return True
@@ -505,12 +557,14 @@ def _gate(
 def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settings:
     settings = Settings()
     approved: set[str] | None = None
-    for path in settings_files(project, env):
+    files = settings_files(project, env)
+    home = files[0].parent.parent
+    for path in files:
         data = read_json_object(path, settings.warnings, skipped="file skipped")
         if data is None:
             continue
         settings.files.append(path)
-        untrusted = _untrusted(path)
+        untrusted = _untrusted(path, home)
         if untrusted:
             if path.name == "settings.local.json":
                 settings.warnings.append(
@@ -520,5 +574,9 @@ def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settin
             if approved is None:
                 approved = approved_pins(user_config_dir(env), project_key(project), "settings")
             data = _gate(settings, path, data, approved)
-        _Merge(settings, path, untrusted=untrusted).file(data)
+        merge = _Merge(settings, path, untrusted=untrusted)
+        if is_claude_file(path):
+            merge.claude(data)
+        else:
+            merge.file(data)
     return settings

@@ -135,9 +135,15 @@ def _permissions(permissions: dict[str, Any], gated: list[Gated]) -> dict[str, A
     if "allow" in rest:
         why = "lets these tool calls run without asking you"
         gated.append(Gated("permissions.allow", rest.pop("allow"), why))
-    if "default_mode" in rest and rest["default_mode"] not in _TIGHT_MODES:
-        why = "changes the permission mode so that fewer calls ask you"
-        gated.append(Gated("permissions.default_mode", rest.pop("default_mode"), why))
+    for key in ("default_mode", "defaultMode"):
+        if key in rest and rest[key] not in _TIGHT_MODES:
+            why = "changes the permission mode so that fewer calls ask you"
+            gated.append(Gated(f"permissions.{key}", rest.pop(key), why))
+    if "additionalDirectories" in rest:
+        why = "lets tools change files in these directories outside the project"
+        gated.append(
+            Gated("permissions.additionalDirectories", rest.pop("additionalDirectories"), why)
+        )
     return rest
 
 

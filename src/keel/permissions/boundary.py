@@ -40,15 +40,28 @@ def resolve_in(raw: str, cwd: Path) -> Path:
     return path if path.is_absolute() else cwd / path
 
 
-def outside_project(raw: str, cwd: Path, root: Path) -> str | None:
-    """Why `raw` may not be changed because it lies outside the project, or None."""
+def _container(resolved: Path, root: Path, also: tuple[Path, ...]) -> Path | None:
+    """The directory of the project root and the additional directories that holds `resolved`."""
+    for base in (root, *also):
+        base = base.resolve()
+        if resolved == base or resolved.is_relative_to(base):
+            return base
+    return None
+
+
+def outside_project(raw: str, cwd: Path, root: Path, also: tuple[Path, ...] = ()) -> str | None:
+    """Why `raw` may not be changed because it lies outside the project (and outside the
+    additional directories `also`, `permissions.additionalDirectories`), or None."""
     path = resolve_in(raw, cwd)
-    resolved = path.resolve()
-    root = root.resolve()
-    if resolved == root or resolved.is_relative_to(root):
+    if _container(path.resolve(), root, also) is not None:
         return None
+    root = root.resolve()
     via = " (through a symlink)" if Path(os.path.normpath(path)).is_relative_to(root) else ""
-    return f"{raw} is outside the project root {root}{via}; only files inside it can be changed"
+    extra = f" or the additional directories {', '.join(map(str, also))}" if also else ""
+    return (
+        f"{raw} is outside the project root {root}{extra}{via}; only files inside "
+        f"{'them' if also else 'it'} can be changed"
+    )
 
 
 def protected_path(path: Path, root: Path) -> str | None:
@@ -63,11 +76,12 @@ def protected_path(path: Path, root: Path) -> str | None:
     return None
 
 
-def refuse_write(raw: str, cwd: Path, root: Path) -> str | None:
+def refuse_write(raw: str, cwd: Path, root: Path, also: tuple[Path, ...] = ()) -> str | None:
     """Why a write to `raw` is refused in every mode, or None."""
-    if (outside := outside_project(raw, cwd, root)) is not None:
+    if (outside := outside_project(raw, cwd, root, also)) is not None:
         return outside
-    protected = protected_path(resolve_in(raw, cwd).resolve(), root)
+    resolved = resolve_in(raw, cwd).resolve()
+    protected = protected_path(resolved, _container(resolved, root, also) or root)
     if protected is not None:
         return (
             f"{raw} is in {protected}, which keel protects in every mode (it could run code or "

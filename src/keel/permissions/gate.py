@@ -5,15 +5,17 @@ Decision order (first that applies wins; docs/permissions.md):
 2. A deny rule matches: deny. When a deny rule applies to bash, a command line whose programs
    keel cannot tell (`$(…)` or a variable as the program, a pipe into a shell, `source`…) is
    denied too: the rule could not see what it runs.
-3. `bypass` mode: allow.
-4. `exit_plan_mode`: ask (the question is the plan approval).
-5. A read-only tool: allow.
-6. `plan` mode: deny (web_fetch asks).
-7. Allow rules cover the call (for bash: every command of the line): allow.
-8. bash in the sandbox (unless the call asked for `sandbox: false`): allow.
-9. bash that only reads (the safe list): allow.
-10. A write inside the project in `accept-edits` mode: allow.
-11. Otherwise ask; without anyone to ask (headless), deny with a hint.
+3. An ask rule matches: ask, in every mode (sandboxed bash and `bypass` included).
+4. A PreToolUse hook said allow: allow; said ask: ask.
+5. `bypass` mode: allow.
+6. `exit_plan_mode`: ask (the question is the plan approval).
+7. A read-only tool: allow.
+8. `plan` mode: deny (web_fetch asks).
+9. Allow rules cover the call (for bash: every command of the line): allow.
+10. bash in the sandbox (unless the call asked for `sandbox: false`): allow.
+11. bash that only reads (the safe list): allow.
+12. A write inside the project in `accept-edits` mode: allow.
+13. Otherwise ask; without anyone to ask (headless), deny with a hint.
 
 The gate knows nothing about a UI: asking goes through an `Asker` callback.
 """
@@ -115,6 +117,8 @@ class PermissionGate:
     asker: Asker | None = None
     #: Called for every notable decision: (call, outcome, source, reason).
     record: Callable[[ToolUse, str, str, str], None] | None = None
+    #: Directories besides the root that writes may go to (`permissions.additionalDirectories`).
+    extra_roots: tuple[Path, ...] = ()
     #: Rules granted "for this session" by the user.
     session_rules: list[Rule] = field(default_factory=list)
     #: Where "always allow" rules are saved (personal project settings).
@@ -149,6 +153,8 @@ class PermissionGate:
             return Deny(f"denied by rule {rule} ({rule.source or 'settings'})", "rule")
         if (blind := self._hidden_from_deny_rules(tool, args)) is not None:
             return blind
+        if (asked := self._asked_by(tool, args)) is not None:
+            return await self._ask(call, f"{tool} matches the ask rule {asked} ({asked.source})")
         if hook == "allow":
             return Allow("hook", notable=True)
         if hook == "ask":
@@ -182,6 +188,8 @@ class PermissionGate:
             return False
         if self._hidden_from_deny_rules(tool, args) is not None:
             return False
+        if self._asked_by(tool, args) is not None:
+            return False
         if self.mode == "bypass":
             return True
         if self.mode == "plan":
@@ -204,11 +212,19 @@ class PermissionGate:
     def _boundary(self, tool: str, args: dict[str, Any]) -> str | None:
         if tool not in WRITE_TOOLS:
             return None
-        return refuse_write(str(args.get(WRITE_TOOLS[tool], "")), self.cwd, self.root)
+        raw = str(args.get(WRITE_TOOLS[tool], ""))
+        return refuse_write(raw, self.cwd, self.root, self.extra_roots)
 
     def _denied_by(self, tool: str, args: dict[str, Any]) -> Rule | None:
+        return self._first("deny", tool, args)
+
+    def _asked_by(self, tool: str, args: dict[str, Any]) -> Rule | None:
+        """An ask rule: the call asks in every mode, sandboxed bash and bypass included."""
+        return self._first("ask", tool, args)
+
+    def _first(self, effect: str, tool: str, args: dict[str, Any]) -> Rule | None:
         for rule in self.rules:
-            if rule.effect == "deny" and matches(rule, tool, args, self.root, self.cwd):
+            if rule.effect == effect and matches(rule, tool, args, self.root, self.cwd):
                 return rule
         return None
 

@@ -1,19 +1,27 @@
-"""Permission rules: `tool` or `tool(pattern)`, allow or deny, and how each kind of tool matches.
+"""Permission rules: `tool` or `tool(pattern)`, allow, ask or deny, and how each kind of tool
+matches. Rules are written in keel's spelling or Claude Code's (`bash(...)` or `Bash(...)`,
+`web_fetch` or `WebFetch`; `keel.tools.names`).
 
-- `bash(git commit*)`: a prefix pattern on each command of the command line (see
-  `keel.permissions.shell`); a deny rule also looks inside substitutions and `bash -c`.
-- File tools (`read`, `write`, `edit`, `multi_edit`, `ls`, `grep`, `glob`): `read(src/**)`, a glob
-  on the path relative to the project root (`**` crosses directories).
+- `bash(git commit*)`, `Bash(npm run test:*)`: a prefix pattern on each command of the command
+  line (see `keel.permissions.shell`); deny and ask rules also look inside substitutions and
+  `bash -c`.
+- File tools: `read(src/**)`, `Edit(./src/**)`: a gitignore-style glob. Anchors: `//x` is
+  absolute, `~/x` is below the home directory, `./x` and any pattern with a `/` inside are
+  relative to the project root, a pattern with no `/` (`*.env`, `.env`) matches at any depth,
+  and `/x` is relative to the folder that holds the settings file's `.claude/` (Claude Code's
+  files) or absolute (keel's own files). A match of a directory covers everything below it.
+  Families: an `edit` rule covers every tool that writes files (`write`, `edit`, `multi_edit`);
+  a deny or ask rule of `write` or `multi_edit` does too; a `read` rule covers the tools that
+  read files (`read`, `grep`, `glob`, `ls`).
 - `web_fetch(domain:example.com)`: the domain and its subdomains.
-- `mcp__server`: every tool of that MCP server; `mcp__server__tool` one tool.
-- A bare tool name matches every call of that tool.
+- `mcp__server` and `mcp__server__*`: every tool of that MCP server; `mcp__server__tool` one.
+- A bare tool name matches every call of that tool (or family).
 
 Nothing here decides; `keel.permissions.gate` applies rules in the documented order.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,9 +31,10 @@ from urllib.parse import urlsplit
 import keel.permissions.shell as shell
 from keel.errors import UserError
 from keel.frozen import frozen
-from keel.globs import compile_glob
+from keel.globs import translate
+from keel.tools.names import CLAUDE_ONLY, from_claude
 
-Effect = Literal["allow", "deny"]
+Effect = Literal["allow", "ask", "deny"]
 
 #: Tools whose rule pattern is a path glob, and the argument holding the path.
 FILE_TOOLS = {
@@ -37,8 +46,10 @@ FILE_TOOLS = {
     "grep": "path",
     "glob": "path",
 }
+WRITE_FAMILY = frozenset({"write", "edit", "multi_edit"})
+READ_FAMILY = frozenset({"read", "grep", "glob", "ls"})
 
-_RULE = re.compile(r"^(?P<tool>[A-Za-z0-9_.-]+)(?:\((?P<pattern>.*)\))?$", re.DOTALL)
+_RULE = re.compile(r"^(?P<tool>[A-Za-z0-9_.*-]+)(?:\((?P<pattern>.*)\))?$", re.DOTALL)
 
 
 @frozen
@@ -47,40 +58,107 @@ class Rule:
     pattern: str | None
     effect: Effect
     source: str = ""
+    #: The directory a Claude Code `/x` path pattern is relative to (None: `/x` is absolute).
+    anchor: Path | None = None
 
     def __str__(self) -> str:
         return f"{self.tool}({self.pattern})" if self.pattern is not None else self.tool
 
+    @property
+    def unknown_tool(self) -> bool:
+        """A Claude Code tool keel does not have: the rule matches nothing (callers say so)."""
+        return self.tool in CLAUDE_ONLY
 
-def parse_rule(text: str, effect: Effect, source: str = "") -> Rule:
-    """`bash(git commit*)`, `read(src/**)`, `web_fetch(domain:x.org)`, `mcp__github`, `edit`."""
+
+def parse_rule(text: str, effect: Effect, source: str = "", *, anchor: Path | None = None) -> Rule:
+    """`bash(git commit*)`, `Read(./.env)`, `web_fetch(domain:x.org)`, `mcp__github`, `edit`."""
     m = _RULE.match(text.strip())
     if not m or (m.group("pattern") is not None and not m.group("pattern").strip()):
         raise UserError(
             f"{source + ': ' if source else ''}{text!r} is not a permission rule",
-            hint='rules look like "bash(git commit*)", "edit(src/**)", "web_fetch(domain:python.org)" or "read"',
+            hint='rules look like "Bash(git commit *)", "Edit(./src/**)", '
+            '"WebFetch(domain:python.org)" or "Read"',
         )
-    tool = m.group("tool").lower() if not m.group("tool").startswith("mcp__") else m.group("tool")
+    written = m.group("tool")
+    if written.startswith("mcp__"):
+        tool = written.removesuffix("__*")
+    else:
+        mapped = from_claude(written)
+        tool = written if mapped is None else mapped.lower()
     pattern = m.group("pattern")
-    return Rule(tool, pattern.strip() if pattern is not None else None, effect, source)
+    return Rule(tool, pattern.strip() if pattern is not None else None, effect, source, anchor)
 
 
 def parse_rules(texts: Iterable[str], effect: Effect, source: str = "") -> list[Rule]:
     return [parse_rule(t, effect, source) for t in texts]
 
 
-def path_matches(pattern: str, path: Path, root: Path) -> bool:
-    """Whether `path` (absolute) matches a glob relative to the project root. A pattern that
-    starts with `/` or `~` is absolute."""
-    if pattern.startswith("~"):
-        pattern = str(Path(pattern).expanduser())
+def settings_rules(
+    entries: Iterable[tuple[str, str]], effect: Effect
+) -> tuple[list[Rule], list[str]]:
+    """Rules as settings files wrote them, `(text, file)`, with the warnings about them. A deny
+    or ask rule keel cannot read stops the run (UserError naming the file and the rule: skipping
+    it would let through what it was meant to stop); an allow rule is skipped with a warning
+    (skipping it only asks more). A rule naming a Claude Code tool keel lacks is kept and named
+    in a warning (it matches nothing)."""
+    rules: list[Rule] = []
+    warnings: list[str] = []
+    for text, source in entries:
+        try:
+            rule = parse_rule(text, effect, source, anchor=claude_anchor(source))
+        except UserError as exc:
+            if effect != "allow":
+                raise
+            warnings.append(f"{exc.message}; skipped")
+            continue
+        if rule.unknown_tool:
+            warnings.append(
+                f"{source}: {effect} rule {text!r} names Claude Code's {rule.tool}, which keel "
+                "does not have; it matches nothing"
+            )
+        rules.append(rule)
+    return rules, warnings
+
+
+def claude_anchor(source: str) -> Path | None:
+    """Where `/x` patterns of rules from the settings file `source` point: the folder holding its
+    `.claude/` for Claude Code's files; None (absolute) for keel's own."""
+    path = Path(source)
+    return path.parent.parent if path.parent.name == ".claude" else None
+
+
+def _base(pattern: str, root: Path, anchor: Path | None) -> tuple[Path, str, bool]:
+    """The directory `pattern` is relative to, the rest of it, and whether it is anchored there
+    (an unanchored pattern matches at any depth, as in .gitignore)."""
+    if pattern.startswith("//"):
+        return Path("/"), pattern[2:], True
+    if pattern == "~" or pattern.startswith("~/"):
+        return Path.home(), pattern[2:], True
     if pattern.startswith("/"):
-        return compile_glob(pattern).match(str(path)) is not None
+        return (anchor if anchor is not None else Path("/")), pattern[1:], True
+    if pattern.startswith("./"):
+        return root, pattern[2:], True
+    return root, pattern, "/" in pattern.rstrip("/")
+
+
+def path_matches(pattern: str, path: Path, root: Path, anchor: Path | None = None) -> bool:
+    """Whether `path` (absolute, resolved) matches a rule's path pattern (module docstring)."""
+    base, rest, anchored = _base(pattern, root, anchor)
     try:
-        rel = path.relative_to(root).as_posix()
+        rel = path.relative_to(base.resolve() if base != Path("/") else base).as_posix()
     except ValueError:
         return False
-    return compile_glob(pattern).match(rel) is not None or fnmatch.fnmatchcase(rel, pattern)
+    dir_only = rest.endswith("/")
+    rest = rest.rstrip("/")
+    if not rest or rel == ".":
+        return not rest
+    regex = re.compile(("^" if anchored else "^(?:.*/)?") + translate(rest) + "$", re.DOTALL)
+    parts = rel.split("/")
+    # The path itself, then each directory above it (a matched directory covers its contents).
+    candidates = ["/".join(parts[:n]) for n in range(len(parts), 0, -1)]
+    if dir_only and not path.is_dir():
+        candidates = candidates[1:]
+    return any(regex.match(c) for c in candidates)
 
 
 def _domain_matches(pattern: str, url: str) -> bool:
@@ -89,24 +167,34 @@ def _domain_matches(pattern: str, url: str) -> bool:
     return host == domain or host.endswith("." + domain)
 
 
-def matches(rule: Rule, tool: str, args: dict[str, Any], root: Path, cwd: Path) -> bool:
-    """Whether `rule` covers this call (for deny rules of bash, substitutions count too)."""
-    if rule.tool.startswith("mcp__") and rule.pattern is None:
+def covers_tool(rule: Rule, tool: str) -> bool:
+    """Whether `rule`'s tool (or its family) takes in a call of `tool`."""
+    if rule.tool.startswith("mcp__"):
         return tool == rule.tool or tool.startswith(rule.tool + "__")
-    if rule.tool != tool:
+    if rule.tool == tool:
+        return True
+    if tool in WRITE_FAMILY:
+        return rule.tool == "edit" or (rule.tool in WRITE_FAMILY and rule.effect != "allow")
+    return rule.tool == "read" and tool in READ_FAMILY
+
+
+def matches(rule: Rule, tool: str, args: dict[str, Any], root: Path, cwd: Path) -> bool:
+    """Whether `rule` covers this call (for deny and ask rules of bash, every command the line
+    could start counts, substitutions included)."""
+    if not covers_tool(rule, tool):
         return False
     if rule.pattern is None:
         return True
     if tool == "bash":
         command = str(args.get("command", ""))
-        if rule.effect == "deny":
+        if rule.effect != "allow":
             return shell.rule_denies([rule.pattern], command) is not None
         return shell.rule_allows([rule.pattern], command)
     if tool in FILE_TOOLS:
         raw = args.get(FILE_TOOLS[tool], ".")
         target = Path(str(raw)).expanduser()
         target = (target if target.is_absolute() else cwd / target).resolve()
-        return path_matches(rule.pattern, target, root)
+        return path_matches(rule.pattern, target, root.resolve(), rule.anchor)
     if tool == "web_fetch" and rule.pattern.startswith("domain:"):
         return _domain_matches(rule.pattern, str(args.get("url", "")))
     return rule.pattern == "*"

@@ -50,7 +50,8 @@ class History:
 
 
 def history_path(root: Path) -> Path:
-    from keel.session.store import keel_home, project_key
+    from keel.config.trust import project_key
+    from keel.session.store import keel_home
 
     return keel_home() / "history" / f"{project_key(root)}.jsonl"
 
