@@ -185,17 +185,17 @@ def host_sockets(*, keep: tuple[Path, ...] = ()) -> tuple[Path, ...]:
     except OSError:
         return ()
     skip = (*keep, *(Path(p).resolve() for p in _PRIVATE_DIRS))
-    found: list[Path] = []
+    found: dict[Path, None] = {}
     for line in lines[1:]:
         parts = line.split(maxsplit=7)
         if len(parts) < 8 or not parts[7].startswith("/"):
             continue
         path = Path(parts[7])
-        if any(path.is_relative_to(k) for k in skip) or path in found:
+        if path in found or any(path.is_relative_to(k) for k in skip):
             continue
         with contextlib.suppress(OSError):
             if stat.S_ISSOCK(path.lstat().st_mode):
-                found.append(path)
+                found[path] = None
     return tuple(found)
 
 
