@@ -3,16 +3,30 @@
 platform, date, git root), the user's and the project's instruction files, then further sections
 (the skills index, the memory index) passed in by their owners.
 
-Instruction files, in order: `~/.config/keel/AGENTS.md`; then, in each directory from the git root
-down to the working directory, `AGENTS.md`, or `CLAUDE.md` where there is no `AGENTS.md`. Each is
-wrapped in `<instructions source="…">`."""
+Instruction files, in Claude Code's order (user memory first, then the project from its root
+down): `~/.claude/CLAUDE.md`, `~/.config/keel/AGENTS.md`; then, in each directory from the git
+root down to the working directory, `AGENTS.md` (or `CLAUDE.md` where there is no `AGENTS.md`),
+`.claude/CLAUDE.md` and `CLAUDE.local.md`. Each is wrapped in `<instructions source="…">`.
+
+`@path` imports, as in Claude Code: `@path` at the start of a line or after whitespace, outside
+code spans and fenced code blocks, naming a file relative to the importing file (or `~/…`, or
+absolute) brings that file in, right after the file that imports it (`<instructions
+source="…" imported-from="…">`), the `@path` itself staying in the text. Imports nest at most
+`MAX_IMPORT_DEPTH` hops; a cycle or a second import of the same file is not followed again. A
+file of the project may import only files inside the project: a repository must not send the
+user's other files (keys, notes) to the model; the user's own files may import anything. What is
+not followed is reported in `Instructions.warnings` (shown by `/context` and `keel doctor`),
+never silently."""
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
+
+from keel.frozen import frozen
 
 ROLE = """\
 You are keel, a coding agent. You work in the user's project through tools: read files before \
@@ -65,13 +79,51 @@ def env_block(cwd: Path, *, today: date | None = None) -> str:
 
 #: An instruction file larger than this is cut (with a note): it is sent with every request.
 MAX_INSTRUCTIONS_BYTES = 40_000
+#: How many hops of `@path` imports are followed (Claude Code's limit).
+MAX_IMPORT_DEPTH = 5
+
+#: `@path` at the start of a line or after whitespace; `\ ` escapes a space in the path.
+_IMPORT = re.compile(r"(?:(?<=\s)|^)@((?:[^\s\\]|\\ )+)", re.MULTILINE)
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_TRAILING = ".,;:!?)]}'\""
 
 
-def instruction_files(cwd: Path, *, user_dir: Path | None) -> list[Path]:
-    """The instruction files that apply in `cwd`, in the order they are included."""
-    found: list[Path] = []
-    if user_dir is not None and (user_dir / "AGENTS.md").is_file():
-        found.append(user_dir / "AGENTS.md")
+@frozen
+class InstructionFile:
+    path: Path
+    #: The file's text as sent (cut at `MAX_INSTRUCTIONS_BYTES`).
+    text: str
+    #: The file whose `@path` brought this one in (None for a top-level file).
+    imported_from: Path | None = None
+    #: Import hops from the top-level file (0 for it).
+    depth: int = 0
+
+
+@frozen
+class Instructions:
+    files: tuple[InstructionFile, ...]
+    #: Imports not followed, files not readable: one line each, naming the file.
+    warnings: tuple[str, ...] = ()
+
+    def sections(self) -> list[str]:
+        return [_section(f) for f in self.files]
+
+
+def instruction_files(cwd: Path, *, user_dir: Path | None, home: Path | None = None) -> list[Path]:
+    """The top-level instruction files that apply in `cwd`, in the order they are included
+    (imports not counted). No user files without `user_dir`; `home` defaults to the user's."""
+    return [path for path, _ in _top_level(cwd, user_dir=user_dir, home=home)]
+
+
+def _top_level(cwd: Path, *, user_dir: Path | None, home: Path | None) -> list[tuple[Path, bool]]:
+    """(file, whether it is the user's own) for each top-level file, in order."""
+    found: list[tuple[Path, bool]] = []
+    if user_dir is not None:
+        home = home if home is not None else Path.home()
+        for candidate in (home / ".claude" / "CLAUDE.md", user_dir / "AGENTS.md"):
+            if candidate.is_file():
+                found.append((candidate, True))
     root = git_root(cwd) or cwd
     chain = [cwd, *cwd.parents]
     dirs = list(reversed(chain[: chain.index(root) + 1])) if root in chain else [cwd]
@@ -79,20 +131,108 @@ def instruction_files(cwd: Path, *, user_dir: Path | None) -> list[Path]:
         for name in ("AGENTS.md", "CLAUDE.md"):
             candidate = directory / name
             if candidate.is_file():
-                found.append(candidate)
+                found.append((candidate, False))
                 break
+        for candidate in (directory / ".claude" / "CLAUDE.md", directory / "CLAUDE.local.md"):
+            if candidate.is_file():
+                found.append((candidate, False))
     return found
 
 
-def _instructions(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return f'<instructions source="{path}">\n(unreadable: {exc.strerror})\n</instructions>'
-    text = data[:MAX_INSTRUCTIONS_BYTES].decode("utf-8", "replace").strip()
-    if len(data) > MAX_INSTRUCTIONS_BYTES:
-        text += f"\n[cut at {MAX_INSTRUCTIONS_BYTES} bytes of {len(data)}]"
-    return f'<instructions source="{path}">\n{text}\n</instructions>'
+def load_instructions(
+    cwd: Path, *, user_dir: Path | None, home: Path | None = None
+) -> Instructions:
+    """Every instruction file for `cwd` with its imports, in the order they are sent."""
+    project = (git_root(cwd) or cwd).resolve()
+    home = home if home is not None else Path.home()
+    files: list[InstructionFile] = []
+    warnings: list[str] = []
+    seen: set[Path] = set()
+
+    def add(
+        path: Path, parent: Path | None, depth: int, own: bool, chain: tuple[Path, ...]
+    ) -> None:
+        key = path.resolve()
+        if key in seen:
+            if key in chain:
+                warnings.append(f"{parent}: import of {path} not followed: it is a cycle")
+            return
+        seen.add(key)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            warnings.append(f"{path}: unreadable ({exc.strerror}); not included")
+            return
+        if b"\0" in data[:8000]:
+            warnings.append(f"{path}: a binary file; not included")
+            return
+        text = data[:MAX_INSTRUCTIONS_BYTES].decode("utf-8", "replace").strip()
+        if len(data) > MAX_INSTRUCTIONS_BYTES:
+            text += f"\n[cut at {MAX_INSTRUCTIONS_BYTES} bytes of {len(data)}]"
+        files.append(InstructionFile(path, text, parent, depth))
+        for written, target in imports(text, path, home=home):
+            if depth + 1 > MAX_IMPORT_DEPTH:
+                warnings.append(
+                    f"{path}: import @{written} not followed: imports nest at most "
+                    f"{MAX_IMPORT_DEPTH} hops"
+                )
+                continue
+            if not own and not _inside(target.resolve(), project):
+                warnings.append(
+                    f"{path}: import @{written} not followed: a project file may import only "
+                    f"files inside the project ({project}); import it from ~/.claude/CLAUDE.md"
+                )
+                continue
+            add(target, path, depth + 1, own, (*chain, key))
+
+    for path, own in _top_level(cwd, user_dir=user_dir, home=home):
+        add(path, None, 0, own, ())
+    return Instructions(tuple(files), tuple(warnings))
+
+
+def imports(text: str, source: Path, *, home: Path) -> list[tuple[str, Path]]:
+    """(as written, file) for each `@path` of `text` that names an existing file: outside code
+    spans and fenced code blocks, relative to `source`'s folder, `~/` meaning `home`."""
+    found: list[tuple[str, Path]] = []
+    for written in import_mentions(text):
+        path = written.replace("\\ ", " ")
+        # An absolute path stays absolute (`source.parent / "/x"` is `/x`).
+        target = home / path[2:] if path.startswith("~/") else source.parent / path
+        target = Path(os.path.normpath(target))  # `a/../b` shown as `b`; symlinks kept
+        if target.is_file():
+            found.append((written, target))
+    return found
+
+
+def import_mentions(text: str) -> list[str]:
+    """The `@path` words of Markdown `text` outside code spans and fenced code blocks, in order."""
+    found: list[str] = []
+    fence: str | None = None
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if fence is not None:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+            continue
+        if m:
+            fence = m.group(1)
+            continue
+        for match in _IMPORT.finditer(_CODE_SPAN.sub(" ", line)):
+            written = match.group(1).rstrip(_TRAILING)
+            if written and written not in found:
+                found.append(written)
+    return found
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _section(f: InstructionFile) -> str:
+    source = f'source="{f.path}"'
+    if f.imported_from is not None:
+        source += f' imported-from="{f.imported_from}"'
+    return f"<instructions {source}>\n{f.text}\n</instructions>"
 
 
 def build_system_prompt(
@@ -101,11 +241,12 @@ def build_system_prompt(
     extra_sections: Sequence[str] = (),
     today: date | None = None,
     user_dir: Path | None = None,
+    home: Path | None = None,
     base: str = BASE_PROMPT,
 ) -> str:
     """The system prompt: `base` (who the agent is and how it works), the environment, the
-    instruction files, then `extra_sections`."""
+    instruction files with their imports, then `extra_sections`."""
     parts = [base, env_block(cwd, today=today)]
-    parts += [_instructions(p) for p in instruction_files(cwd, user_dir=user_dir)]
+    parts += load_instructions(cwd, user_dir=user_dir, home=home).sections()
     parts += [s for s in extra_sections if s]
     return "\n\n".join(parts)

@@ -1,9 +1,10 @@
 """Subagents: the `task` tool hands a self-contained job to a child agent with its own context.
 
 A child gets a fresh system prompt for its agent type, a subset of the parent's tools, its own
-turn limit (100 unless its definition says otherwise), and the parent's permission gate, hooks
-(`SubagentStop` instead of `Stop`), sandbox and checkpoint store. Its spend is the parent's
-spend, so its cost counts toward the parent's budget as it happens. Only its final message comes
+turn limit (100 unless its definition says otherwise), a token budget of its own (the session's
+token cap, else 200,000), and the parent's permission gate, hooks (`SubagentStop` instead of
+`Stop`), sandbox and checkpoint store. What it spends also counts in the parent's spend as it
+happens, and the parent's budgets hold over it. Only its final message comes
 back, cut like any tool output. It journals to its own session file beside the parent's
 (`<parent id>.agents/<child id>.jsonl`, `meta.parent` and `meta.agent` set).
 
@@ -28,12 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keel.agent.events import Event, SubagentEvent
-from keel.agent.limits import Limits
+from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS, Limits, Spend, check_budget
 from keel.agent.prompt import SAFETY, build_system_prompt
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError
 from keel.frozen import frozen
-from keel.hooks.runner import CLAUDE_TOOL_NAMES
 from keel.llm.events import Notice
 from keel.permissions.gate import PermissionGate
 from keel.tools.base import (
@@ -72,8 +72,11 @@ MODEL_ALIASES = {
     "opus": "claude-opus-4-1",
     "haiku": "claude-haiku-4-5",
 }
-#: keel's tool names by Claude Code's, lower-cased (`MultiEdit` → `multi_edit`).
-_TOOL_NAMES = {claude.lower(): keel for keel, claude in CLAUDE_TOOL_NAMES.items()}
+#: How deep `.claude/agents/` subfolders are searched for definitions.
+MAX_AGENT_DEPTH = 8
+#: Frontmatter keys of Claude Code's agent format that keel does not honour: a definition with
+#: one loads with a warning naming the file and the key (never silently).
+UNSUPPORTED_KEYS = ("hooks", "mcpServers", "permissionMode", "skills", "memory", "isolation")
 
 REPORT_FOOTER = (
     "You are working for another agent, which gave you the task below and sees nothing of "
@@ -147,17 +150,16 @@ def load_agent_types(
 ) -> AgentTypes:
     """The built-in agent types plus the definitions found for `cwd` (later folders win; a
     definition may replace a built-in). A broken definition is skipped with a warning."""
-    from keel.skills.skills import Unusable, search_dirs, where
+    from keel.skills.skills import Unusable, markdown_files, search_dirs, where
 
     types = dict(BUILTIN_TYPES)
     warnings: list[str] = []
     home = home or Path.home()
     for folder in search_dirs(cwd, user_dir=user_dir, home=home, kind="agents"):
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.md")):
+        # Claude Code finds definitions in subfolders too (`.claude/agents/review/security.md`).
+        for path, _ in markdown_files(folder, warnings, max_depth=MAX_AGENT_DEPTH):
             try:
-                kind = _read_definition(path)
+                kind = _read_definition(path, warnings)
             except Unusable as exc:
                 warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
                 continue
@@ -165,8 +167,15 @@ def load_agent_types(
     return AgentTypes(types, tuple(warnings))
 
 
-def _read_definition(path: Path) -> AgentType:
-    from keel.skills.skills import Unusable, read_document, read_text, text_field, tools_field
+def _read_definition(path: Path, warnings: list[str]) -> AgentType:
+    from keel.skills.skills import (
+        Unusable,
+        read_document,
+        read_text,
+        text_field,
+        tools_field,
+        where,
+    )
 
     doc = read_document(read_text(path))
     name = text_field(doc, "name") or path.stem
@@ -175,13 +184,31 @@ def _read_definition(path: Path) -> AgentType:
         raise Unusable("no description (it tells the parent when to use this agent)", 1)
     if not doc.body.strip():
         raise Unusable("the body is empty: it is the agent's prompt")
+    for key in UNSUPPORTED_KEYS:
+        if key in doc.meta:
+            warnings.append(
+                f"{where(path, doc.key_lines.get(key))}: `{key}` in an agent definition is not "
+                f"supported by keel; agent {name} runs without it"
+            )
     listed = tools_field(doc, "tools")
-    tools = tuple(
-        _TOOL_NAMES.get(t.lower(), t if t.startswith("mcp__") else t.lower()) for t in listed
+    tools = _tool_names(path, doc.key_lines.get("tools"), listed, warnings)
+    if listed and not tools:
+        raise Unusable(
+            f"none of its tools ({', '.join(listed)}) exists in keel: the agent would have no "
+            "tools, so it is not registered",
+            doc.key_lines.get("tools"),
+        )
+    denied = _tool_names(
+        path, doc.key_lines.get("disallowedTools"), tools_field(doc, "disallowedTools"), warnings
     )
-    turns = doc.meta.get("max_turns", CHILD_MAX_TURNS)
+    if denied:
+        tools = tuple(t for t in (tools or _all_tool_names()) if t not in denied)
+        if not tools:
+            raise Unusable("`disallowedTools` removes every tool; not registered")
+    turns = doc.meta.get("max_turns", doc.meta.get("maxTurns", CHILD_MAX_TURNS))
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
-        raise Unusable("max_turns must be a positive whole number", doc.key_lines.get("max_turns"))
+        key = "max_turns" if "max_turns" in doc.meta else "maxTurns"
+        raise Unusable(f"{key} must be a positive whole number", doc.key_lines.get(key))
     model = text_field(doc, "model")
     return AgentType(
         name,
@@ -192,6 +219,45 @@ def _read_definition(path: Path) -> AgentType:
         turns,
         path,
     )
+
+
+def _all_tool_names() -> tuple[str, ...]:
+    """Every tool keel can give a child (the built-ins, skills, and delegation)."""
+    from keel.tools.builtin import builtin_tools
+
+    return tuple(sorted({t.name for t in builtin_tools()} | {"skill", "task"}))
+
+
+def _tool_names(
+    path: Path, line: int | None, listed: Iterable[str], warnings: list[str]
+) -> tuple[str, ...]:
+    """keel's names for the tools a definition lists (Claude Code's spelling, any case, or
+    keel's); each name keel has no tool for is dropped with a warning naming the file and the
+    tool."""
+    from keel.skills.skills import where
+    from keel.tools.names import CLAUDE_ONLY, CLAUDE_TO_KEEL, from_claude
+
+    known = set(_all_tool_names())
+    folded = {claude.lower(): keel for claude, keel in CLAUDE_TO_KEEL.items()}
+    claude_names = {c.lower() for c in (*CLAUDE_TO_KEEL, *CLAUDE_ONLY)}
+    found: list[str] = []
+    for written in listed:
+        name = from_claude(written) or ""
+        if name not in known:
+            name = folded.get(written.lower(), written.lower())
+        if name in known or written.startswith("mcp__"):
+            name = written if written.startswith("mcp__") else name
+            if name not in found:
+                found.append(name)
+            continue
+        if "(" in written:
+            what = "a rule with a pattern; an agent's `tools:` takes tool names only"
+        elif written.lower() in claude_names:
+            what = "a Claude Code tool keel does not have"
+        else:
+            what = "not a tool keel knows"
+        warnings.append(f"{where(path, line)}: tool {written!r} is {what}; dropped from the agent")
+    return tuple(found)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +386,8 @@ class Subagents:
                 result = await child.run(prompt, forward)
             finally:
                 await _close_child(child, self.parent)
-            text, failed = _report(result, kind)
+            own = check_budget(child.limits, child.spend).exhausted
+            text, failed = _report(result, kind, own_budget=own)
             if worktree is not None:
                 try:
                     text += "\n\n" + await worktree.finish(description or kind.name)
@@ -347,7 +414,10 @@ class Subagents:
             user_dir=user_config_dir(parent.ctx.env),
             extra_sections=_inherited_sections(parent, tools),
         )
-        limits = Limits(kind.max_turns, parent.limits.max_tokens, parent.limits.max_usd)
+        # Nobody watches a subagent: it has a token budget of its own (the session's cap, else
+        # the unattended default), and the parent's caps hold over it too.
+        tokens = parent.limits.max_tokens or DEFAULT_UNATTENDED_TOKENS
+        limits = Limits(kind.max_turns, tokens)
         child = Agent(
             provider=provider,
             model=model,
@@ -360,7 +430,8 @@ class Subagents:
             env=parent.ctx.env,
             gate=gate,
         )
-        child.spend = parent.spend  # the child's cost counts toward the parent's budget
+        child.spend = Spend(parent=parent.spend)  # its cost counts in the parent's spend too
+        child.enclosing_budgets = [(parent.limits, parent.spend), *parent.enclosing_budgets]
         child.is_subagent = True
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
@@ -424,7 +495,9 @@ async def _close_child(child: Agent, parent: Agent) -> None:
         await child.provider.aclose()
 
 
-def _report(result: RunResult, kind: AgentType) -> tuple[str, bool]:
+def _report(
+    result: RunResult, kind: AgentType, *, own_budget: str | None = None
+) -> tuple[str, bool]:
     """What the parent sees of a finished child."""
     text = result.text.strip()
     match result.stop_reason:
@@ -438,6 +511,8 @@ def _report(result: RunResult, kind: AgentType) -> tuple[str, bool]:
             why = "was stopped for repeating the same tool calls"
         case "interrupted":
             why = "was interrupted"
+        case "budget" if own_budget:
+            why = f"stopped at its own token budget ({own_budget})"
         case "budget":
             why = "stopped: the session's budget is spent"
         case "error":

@@ -32,6 +32,7 @@ from keel.skills.skills import (
     append_arguments,
     hint_field,
     lenient_warnings,
+    markdown_files,
     parse_slash,
     read_document,
     read_text,
@@ -190,7 +191,7 @@ def load_commands(
     shadowed: list[Command] = []
     warnings: list[str] = []
     for root in search_dirs(cwd, user_dir=user_dir, home=home, kind="commands"):
-        for path, name in _command_files(root, warnings):
+        for path, name in markdown_files(root, warnings, max_depth=MAX_DEPTH):
             command = _read_command(path, name, warnings)
             if command is None:
                 continue
@@ -209,30 +210,6 @@ def load_commands(
     return CommandSet(
         found.values(), root=git_root(cwd) or cwd, warnings=warnings, shadowed=shadowed
     )
-
-
-def _command_files(root: Path, warnings: list[str]) -> list[tuple[Path, str]]:
-    """(file, command name) of each `*.md` below `root`, sorted; symlinks are followed."""
-    found: list[tuple[Path, str]] = []
-
-    def walk(directory: Path, namespace: tuple[str, ...]) -> None:
-        try:
-            entries = sorted(directory.iterdir())
-        except OSError as exc:
-            warnings.append(f"{directory}: cannot list commands ({exc.strerror})")
-            return
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir():
-                if len(namespace) < MAX_DEPTH:
-                    walk(entry, (*namespace, entry.name))
-            elif entry.suffix == ".md" and entry.is_file():
-                found.append((entry, ":".join((*namespace, entry.stem))))
-
-    if root.is_dir():
-        walk(root, ())
-    return found
 
 
 def _read_command(path: Path, name: str, warnings: list[str]) -> Command | None:

@@ -71,6 +71,32 @@ def search_dirs(
     return list(reversed(kept))
 
 
+def markdown_files(root: Path, warnings: list[str], *, max_depth: int) -> list[tuple[Path, str]]:
+    """(file, namespaced name) of each `*.md` below `root`, sorted, subfolders included down to
+    `max_depth` levels (`frontend/component.md` is `frontend:component`). Symlinks are followed;
+    the depth bound stops a symlink loop. Hidden entries are skipped."""
+    found: list[tuple[Path, str]] = []
+
+    def walk(directory: Path, namespace: tuple[str, ...]) -> None:
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError as exc:
+            warnings.append(f"{directory}: cannot list it ({exc.strerror})")
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                if len(namespace) < max_depth:
+                    walk(entry, (*namespace, entry.name))
+            elif entry.suffix == ".md" and entry.is_file():
+                found.append((entry, ":".join((*namespace, entry.stem))))
+
+    if root.is_dir():
+        walk(root, ())
+    return found
+
+
 # ---------------------------------------------------------------------------------------------
 # Markdown with YAML frontmatter.
 

@@ -1,0 +1,258 @@
+"""A project set up for Claude Code, as it is: instruction files with `@path` imports, agents in
+subfolders with Claude Code's tool names, commands with frontmatter, skills named as Claude Code
+accepts them, and `statusLine`. Each fixture is written in Claude Code's own format; the end-to-end
+tests run the real `keel -p` against the loopback Anthropic server and assert what the model was
+sent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from keel.agent.prompt import (
+    MAX_IMPORT_DEPTH,
+    InstructionFile,
+    build_system_prompt,
+    instruction_files,
+    load_instructions,
+)
+from keel.agent.subagents import load_agent_types
+from keel.llm.script import reply
+from keel.testing.anthropic_server import AnthropicServer
+from tests.test_cli import keel
+
+MODEL = "anthropic/claude-sonnet-4-5"
+
+
+@pytest.fixture
+def server() -> Iterator[AnthropicServer]:
+    with AnthropicServer(api_key="sk-ant-test") as s:
+        yield s
+
+
+def server_env(server: AnthropicServer) -> dict[str, str]:
+    return {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": server.url}
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def system_text(body: dict[str, object]) -> str:
+    system = body["system"]
+    if isinstance(system, str):
+        return system
+    assert isinstance(system, list)
+    return "".join(str(block["text"]) for block in system)
+
+
+# -- instruction files -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def claude_project(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(home, project root, a subfolder): Claude Code's memory files at every level."""
+    home = tmp_path / "home"
+    root = tmp_path / "repo"
+    sub = root / "pkg"
+    (root / ".git").mkdir(parents=True)
+    sub.mkdir()
+    write(home / ".claude" / "CLAUDE.md", "USER MEMORY\n- @~/.claude/prefs.md")
+    write(home / ".claude" / "prefs.md", "USER PREFS")
+    write(
+        root / "CLAUDE.md",
+        "PROJECT MEMORY. See @README.md for an overview and @docs/git.md for git.\n"
+        "Write `@not-an-import.md` in a code span, and an address like me@example.com.\n"
+        "```\n@docs/fenced.md\n```\n",
+    )
+    write(root / "README.md", "README TEXT")
+    write(root / "docs" / "git.md", "GIT RULES: see @../docs/more.md")
+    write(root / "docs" / "more.md", "MORE RULES")
+    write(root / "docs" / "fenced.md", "FENCED: must not be imported")
+    write(root / "not-an-import.md", "CODE SPAN: must not be imported")
+    write(root / ".claude" / "CLAUDE.md", "DOT-CLAUDE MEMORY")
+    write(root / "CLAUDE.local.md", "LOCAL MEMORY")
+    write(sub / "CLAUDE.md", "SUBFOLDER MEMORY")
+    return home, root, sub
+
+
+def test_claude_code_memory_files_and_imports_in_claude_codes_order(
+    claude_project: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    home, root, sub = claude_project
+    user_dir = tmp_path / "config"
+    loaded = load_instructions(sub, user_dir=user_dir, home=home)
+    assert loaded.files == (
+        InstructionFile(home / ".claude" / "CLAUDE.md", "USER MEMORY\n- @~/.claude/prefs.md"),
+        InstructionFile(
+            home / ".claude" / "prefs.md", "USER PREFS", home / ".claude" / "CLAUDE.md", 1
+        ),
+        InstructionFile(
+            root / "CLAUDE.md", (root / "CLAUDE.md").read_text(encoding="utf-8").strip()
+        ),
+        InstructionFile(root / "README.md", "README TEXT", root / "CLAUDE.md", 1),
+        InstructionFile(
+            root / "docs" / "git.md", "GIT RULES: see @../docs/more.md", root / "CLAUDE.md", 1
+        ),
+        InstructionFile(root / "docs" / "more.md", "MORE RULES", root / "docs" / "git.md", 2),
+        InstructionFile(root / ".claude" / "CLAUDE.md", "DOT-CLAUDE MEMORY"),
+        InstructionFile(root / "CLAUDE.local.md", "LOCAL MEMORY"),
+        InstructionFile(sub / "CLAUDE.md", "SUBFOLDER MEMORY"),
+    )
+    assert loaded.warnings == ()
+    assert instruction_files(sub, user_dir=user_dir, home=home) == [
+        home / ".claude" / "CLAUDE.md",
+        root / "CLAUDE.md",
+        root / ".claude" / "CLAUDE.md",
+        root / "CLAUDE.local.md",
+        sub / "CLAUDE.md",
+    ]
+    prompt = build_system_prompt(sub, user_dir=user_dir, home=home)
+    assert (
+        f'<instructions source="{root / "README.md"}" imported-from="{root / "CLAUDE.md"}">\n'
+        "README TEXT\n</instructions>"
+    ) in prompt
+    assert "FENCED" not in prompt
+    assert "CODE SPAN" not in prompt
+    # Byte-stable: the same files give the same prompt.
+    assert build_system_prompt(sub, user_dir=user_dir, home=home) == prompt
+
+
+def test_imports_stop_at_five_hops_and_at_cycles(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    write(root / "CLAUDE.md", "TOP @a1.md")
+    for i in range(1, MAX_IMPORT_DEPTH + 2):
+        write(root / f"a{i}.md", f"A{i} @a{i + 1}.md")
+    write(root / f"a{MAX_IMPORT_DEPTH + 2}.md", "TOO DEEP")
+    write(root / "AGENTS.md", "AGENTS @cycle1.md")  # AGENTS.md wins over CLAUDE.md here…
+    (root / "CLAUDE.md").unlink()
+    write(root / ".claude" / "CLAUDE.md", "DOT @../a1.md")  # …so the chain starts here
+    write(root / "cycle1.md", "C1 @cycle2.md")
+    write(root / "cycle2.md", "C2 @cycle1.md")
+    loaded = load_instructions(root, user_dir=None)
+    assert [(f.path.name, f.depth) for f in loaded.files] == [
+        ("AGENTS.md", 0),
+        ("cycle1.md", 1),
+        ("cycle2.md", 2),
+        ("CLAUDE.md", 0),
+        ("a1.md", 1),
+        ("a2.md", 2),
+        ("a3.md", 3),
+        ("a4.md", 4),
+        ("a5.md", 5),
+    ]
+    assert loaded.warnings == (
+        f"{root / 'cycle2.md'}: import of {root / 'cycle1.md'} not followed: it is a cycle",
+        f"{root / 'a5.md'}: import @a6.md not followed: imports nest at most 5 hops",
+    )
+
+
+def test_a_project_file_cannot_import_the_users_files(tmp_path: Path) -> None:
+    """The attack: a repository's CLAUDE.md imports the user's SSH key (or any file outside the
+    project), and keel sends it to the model provider with the system prompt."""
+    home = tmp_path / "home"
+    write(home / ".ssh" / "id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY----- SECRET")
+    outside = write(tmp_path / "elsewhere" / "notes.md", "OUTSIDE NOTES")
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    write(root / "CLAUDE.md", f"Style: @~/.ssh/id_ed25519 and @{outside} and @link.md")
+    (root / "link.md").symlink_to(outside)  # a symlink out of the project counts as outside
+    # The user's own memory may import from anywhere.
+    write(home / ".claude" / "CLAUDE.md", f"Mine: @{outside}")
+    loaded = load_instructions(root, user_dir=tmp_path / "config", home=home)
+    assert [f.path for f in loaded.files] == [
+        home / ".claude" / "CLAUDE.md",
+        outside,
+        root / "CLAUDE.md",
+    ]
+    rule = f"a project file may import only files inside the project ({root}); import it from ~/.claude/CLAUDE.md"
+    assert loaded.warnings == (
+        f"{root / 'CLAUDE.md'}: import @~/.ssh/id_ed25519 not followed: {rule}",
+        f"{root / 'CLAUDE.md'}: import @{outside} not followed: {rule}",
+        f"{root / 'CLAUDE.md'}: import @link.md not followed: {rule}",
+    )
+    assert "SECRET" not in build_system_prompt(root, user_dir=tmp_path / "config", home=home)
+
+
+def test_keel_p_sends_claude_code_memory_with_imports(
+    server: AnthropicServer, project: Path, isolated_env: Path
+) -> None:
+    home = isolated_env / "user-home"
+    (project / ".git").mkdir()
+    write(home / ".claude" / "CLAUDE.md", "USER: answer tersely")
+    write(project / "CLAUDE.md", "PROJECT: see @docs/style.md")
+    write(project / "docs" / "style.md", "STYLE: tabs, never spaces")
+    write(project / "CLAUDE.local.md", "LOCAL: my sandbox is at 127.0.0.1")
+    server.responder = lambda request: reply("ok")
+    out = keel("-p", "hello", "--model", MODEL, cwd=project, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    system = system_text(server.model_requests[0].json or {})
+    sections = [s.split(">\n", 1)[1] for s in system.split("<instructions ")[1:]]
+    assert [s.split("\n</instructions>")[0] for s in sections] == [
+        "USER: answer tersely",
+        "PROJECT: see @docs/style.md",
+        "STYLE: tabs, never spaces",
+        "LOCAL: my sandbox is at 127.0.0.1",
+    ]
+
+
+# -- subagent definitions --------------------------------------------------------------------------
+
+
+def test_agents_in_subfolders_with_claude_code_tool_names(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    agents = root / ".claude" / "agents"
+    write(
+        agents / "review" / "security.md",
+        "---\nname: security-reviewer\ndescription: Reviews code for security issues\n"
+        "tools: Read, Grep, Glob, Bash, MultiEdit, WebFetch, TodoWrite, NotebookEdit, Frobnicate\n"
+        "---\nYou review code for security problems.\n",
+    )
+    write(
+        agents / "searcher.md",
+        "---\nname: searcher\ndescription: Searches the web\ntools: WebSearch\n---\nSearch.\n",
+    )
+    write(
+        agents / "deep" / "er" / "writer.md",
+        "---\nname: writer\ndescription: Writes docs\ndisallowedTools: Bash, Write\n"
+        "hooks:\n  Stop: []\n---\nWrite docs.\n",
+    )
+    types = load_agent_types(root, user_dir=tmp_path / "config", home=tmp_path / "home")
+    security = types.get("security-reviewer")
+    assert security is not None
+    assert security.tools == (
+        "read",
+        "grep",
+        "glob",
+        "bash",
+        "multi_edit",
+        "web_fetch",
+        "todo_write",
+    )
+    assert security.path == agents / "review" / "security.md"
+    assert types.get("searcher") is None  # fail closed: an agent with no tool is not registered
+    writer = types.get("writer")
+    assert writer is not None
+    assert writer.tools == (
+        "bash_kill", "bash_output", "edit", "exit_plan_mode", "glob", "grep", "ls", "multi_edit",
+        "raw_output", "read", "skill", "task", "task_stop", "task_wait", "todo_write", "web_fetch",
+    )  # fmt: skip
+    sec, search, deep = (
+        agents / "review" / "security.md",
+        agents / "searcher.md",
+        agents / "deep" / "er" / "writer.md",
+    )
+    assert types.warnings == (
+        f"{deep}:5: `hooks` in an agent definition is not supported by keel; agent writer runs without it",
+        f"{sec}:4: tool 'NotebookEdit' is a Claude Code tool keel does not have; dropped from the agent",
+        f"{sec}:4: tool 'Frobnicate' is not a tool keel knows; dropped from the agent",
+        f"{search}:4: tool 'WebSearch' is a Claude Code tool keel does not have; dropped from the agent",
+        f"{search}:4: none of its tools (WebSearch) exists in keel: the agent would have no tools, "
+        "so it is not registered; skipped",
+    )
