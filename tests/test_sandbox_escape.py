@@ -528,3 +528,29 @@ async def test_a_background_command_is_sandboxed_the_same_way(tmp_path: Path) ->
     assert (done.status, done.result) == ("completed", "refused\ntoken=unset\n[exit code 0]")
     assert _listing(root) == []
     box.cleanup()
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="script (util-linux) not installed")
+def test_the_terminal_keel_runs_in_is_out_of_reach(place: Place) -> None:
+    """No controlling terminal inside, so nothing can be typed into the user's (TIOCSTI)."""
+    probe = "{ exec 3<>/dev/tty; } 2>/dev/null && echo tty-REACHED || echo tty-refused"
+    control = subprocess.run(
+        ["script", "-qec", f"sh -c '{probe}'", "/dev/null"],
+        capture_output=True, text=True, check=True, env=place.env(),
+    )  # fmt: skip
+    assert control.stdout.strip() == "tty-REACHED"  # keel itself has one here
+    driver = " ".join(
+        [
+            *place.prefix(),
+            place.python,
+            str(place.base / "driver.py"),
+            str(place.root),
+            f'"{probe}"',
+        ]
+    )
+    done = subprocess.run(
+        ["script", "-qec", driver, "/dev/null"],
+        capture_output=True, text=True, check=True, env=place.env(), timeout=60,
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"output": "tty-refused\n[exit code 0]", "error": None}
