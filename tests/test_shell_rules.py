@@ -17,10 +17,12 @@ from keel.permissions.shell import (
     analyze,
     is_read_only,
     match_prefix,
+    opaque_reasons,
     rule_allows,
     rule_denies,
     suggest_rule,
     suggest_rules,
+    unreadable_arguments,
 )
 
 SUB = "command substitution $(…)"
@@ -786,3 +788,209 @@ def test_imports_only_the_standard_library_and_keel_frozen() -> None:
     others = {m.split(".")[0] for m in modules} - {"keel", "__future__"}
     assert keel == {"keel.frozen"}
     assert others <= sys.stdlib_module_names
+
+
+# -- opaque to deny rules ----------------------------------------------------------------------
+
+NOT_LITERAL = "the program name is not literal"
+STDIN = "reads its commands from standard input"
+NOT_SHOWN = "takes the program from words the line does not show"
+
+OPAQUE = [
+    ("$(echo rm) x", (f"{NOT_LITERAL} ($(echo rm))",)),
+    ('"$(echo rm)" x', (f"{NOT_LITERAL} ($(echo rm))",)),
+    ("${x:-rm} y", (f"{NOT_LITERAL} (${{x:-rm}})",)),
+    ("${!x} y", (f"{NOT_LITERAL} (${{!x}})",)),
+    ("$(<f) x", (f"{NOT_LITERAL} ($(<f))",)),
+    ('set -- rm x; "$@"', (f"{NOT_LITERAL} ($@)",)),
+    ("{ $c x; } && ! $d", (f"{NOT_LITERAL} ($c)", f"{NOT_LITERAL} ($d)")),
+    ("if true; then $c x; fi", (f"{NOT_LITERAL} ($c)",)),
+    ("time $c x", (f"{NOT_LITERAL} ($c)",)),
+    ("coproc $c x", (f"{NOT_LITERAL} ($c)",)),
+    ("{rm,-rf,x}", (f"{NOT_LITERAL} ({{rm,-rf,x}})",)),
+    ("[r]m x", (f"{NOT_LITERAL} ([r]m)",)),
+    ("sudo -u root $c x", ("cannot tell what sudo runs ($c)", f"{NOT_LITERAL} ($c)")),
+    ('nohup "$c" x', (f"{NOT_LITERAL} ($c)",)),
+    ("nice -n $n rm x", ("cannot tell what nice runs ($n)",)),
+    ("env -S 'rm x'", ("cannot tell what env runs (unknown option -S)",)),
+    (
+        "env --split-string='rm x'",
+        ("cannot tell what env runs (unknown option --split-string=rm x)",),
+    ),
+    ('sh -c "$(cat s)"', ("the command string is not literal (sh -c $(cat s))",)),
+    ('su -c "$x"', ("the command string is not literal (su -c $x)",)),
+    (
+        "watch $x",
+        ("cannot tell what watch runs ($x)", "the command string is not literal (watch $x)"),
+    ),
+    ('alias a="$x"', ("defines an alias (alias a=$x)",)),
+    ("cat <<EOF | sh\nrm x\nEOF", (f"sh {STDIN}",)),
+    ("sh -s < <(echo rm x)", (f"sh {STDIN}",)),
+    ("exec 3<<<'rm x'; sh <&3", (f"sh {STDIN}",)),
+    ("sh /dev/fd/3 3<<<'rm x'", ("sh reads its commands from /dev/fd/3",)),
+    ("bash /proc/self/fd/0 <<< 'rm x'", ("bash reads its commands from /proc/self/fd/0",)),
+    ("bash --rcfile s -i <<< true", ("bash --rcfile runs a script (s)",)),
+    ("curl -s x | sudo bash", (f"bash {STDIN}",)),
+    ("sudo -s", ("sudo reads commands from standard input",)),
+    ("echo rm x | su", ("su reads commands from standard input",)),
+    (
+        "source ~/.bashrc",
+        ("source runs a script, which deny rules cannot read (source ~/.bashrc)",),
+    ),
+    ("command . ./x", (". runs a script, which deny rules cannot read (. ./x)",)),
+    ("xargs sh", ("sh takes its commands from words the line does not show", f"sh {STDIN}")),
+    ("xargs -a list env -i", (f"env {NOT_SHOWN}",)),
+    ("xargs xargs", (f"xargs {NOT_SHOWN}",)),
+    ("xargs timeout 5", (f"timeout {NOT_SHOWN}",)),
+    ("xargs watch", (f"watch {NOT_SHOWN}",)),
+    ("xargs find . -exec", ("find runs a command the line does not show in full",)),
+    ("fd -e sh -x env", (f"env {NOT_SHOWN}",)),
+    ("fd -x sh -c '{}'", ("fd fills in the program ({})",)),
+    ("find . -exec {} \\;", ("find fills in the program ({})",)),
+    ("find . -exec env {} x \\;", ("find fills in the program ({})",)),
+    ("xargs -i sh -c '{} x'", ("xargs fills in the program ({})",)),
+    ("xargs -I % sh -c '% x'", ("xargs fills in the program (%)",)),
+    ("xargs --replace=@@ env @@ x", ("xargs fills in the program (@@)",)),
+    ("find $d -name x", ("cannot tell what find runs ($d)",)),
+    ('find "$d" -name x', ("cannot tell what find runs ($d)",)),
+    ('find . -print "$o" rm x \\;', ("cannot tell what find runs ($o)",)),
+    ('f(){ rm -r "$@"; }; f -f x', ("calls f, a function the line defines",)),
+    ("f x; function f { :; }", ("calls f, a function the line defines",)),
+    (
+        'timeout(){ "$@"; }; timeout 5 rm x',
+        (f"{NOT_LITERAL} ($@)", "calls timeout, a function the line defines"),
+    ),
+    ("g(){ :; }; bash -c 'g x'", ("calls g, a function the line defines",)),
+    ("command_not_found_handle(){ :; }; nosuch", ("defines command_not_found_handle",)),
+    ("alias r=rm", ("defines an alias (alias r=rm)",)),
+    ("BASH_ALIASES[r]=rm", ("sets BASH_ALIASES, which decides which program runs",)),
+    ("enable -f ./x.so rm", ("enable -f changes which program a name runs",)),
+    ("export PATH=.:$PATH", ("sets PATH, which decides which program runs",)),
+    ("env PATH=. ls", ("sets PATH, which decides which program runs",)),
+    ("BASH_ENV=s bash -c true", ("sets BASH_ENV, which decides which program runs",)),
+    ("LD_PRELOAD=./x.so ls", ("sets LD_PRELOAD, which decides which program runs",)),
+    ("read PATH < f", ("read sets PATH, which decides which program runs",)),
+    ("printf -v PATH %s .", ("printf sets PATH, which decides which program runs",)),
+    ("for PATH in .; do ls; done", ("for sets PATH, which decides which program runs",)),
+    ("declare -n p=PATH; p=.", ("declares a name reference (declare -n)",)),
+    ("echo 'rm x' | tee s.sh; bash ./s.sh", ("runs the script ./s.sh, a file the line writes",)),
+    ("cat > run <<'EOF'\nrm x\nEOF\nchmod +x run; ./run", ("runs ./run, a file the line writes",)),
+    ("install -m 755 /bin/rm bin/r; bin/r x", ("runs bin/r, a file the line writes",)),
+    ("ln -s /bin/rm ~/.local/bin/zap; zap x", ("runs zap, a file the line writes",)),
+    ("dd if=/bin/rm of=r; ./r x", ("runs ./r, a file the line writes",)),
+    ('cp /bin/rm "$d"; ./tool x', ("runs ./tool, a file the line writes",)),
+    (
+        "x='a[$(rm y)]'; echo $((x))",
+        ("bash evaluates a variable that may hold a command (arithmetic on variables ($((x))))",),
+    ),
+    (
+        "x=$'a[\\x24(rm y)]'; (( x ))",
+        ("bash evaluates a variable that may hold a command (arithmetic on variables ((( x ))))",),
+    ),
+    (
+        "read x < f; [[ $x -eq 1 ]]",
+        (
+            "bash evaluates a variable that may hold a command "
+            "(arithmetic on variables ([[ $x -eq 1 ]]))",
+        ),
+    ),
+    (
+        "x=$(cat f); echo ${a[x]}",
+        ("bash evaluates a variable that may hold a command (arithmetic on variables (${a[x]}))",),
+    ),
+    ("chroot / rm x", ("chroot runs a program that keel does not follow",)),
+    ("busybox rm x", ("busybox runs a program that keel does not follow",)),
+    ("flock /tmp/l rm x", ("flock runs a program that keel does not follow",)),
+    ("parallel rm ::: x", ("parallel runs a program that keel does not follow",)),
+    ('echo "unterminated', ("keel cannot parse the line (unterminated double quote)",)),
+    ("git status\necho 'x", ("keel cannot parse the line (unterminated single quote)",)),
+]
+
+NOT_OPAQUE = [
+    "rm x",
+    "$'\\x72m' x",
+    "r''m x",
+    "/bin/rm x",
+    "command rm x",
+    "env -i lang=C rm x",
+    "eval 'rm x'",
+    "eval rm x",
+    "bash -c 'rm x'",
+    "bash <<'EOF'\nrm x\nEOF",
+    "bash <<EOF\nrm x\nEOF",
+    "sh <<< 'rm x'",
+    "bash -i <<< 'rm x'",
+    "sh script.sh",
+    "./configure && make > build.log",
+    "go build -o app . && ./app",
+    "echo x > out.txt; cat out.txt",
+    "xargs rm < list",
+    "xargs -0 wc -l",
+    "xargs",
+    "xargs -I{} mv {} {}.bak",
+    "find . -name '*.o' -delete",
+    "find . -exec rm {} +",
+    'find "./$d" -name "$n" -type f',
+    "fd -x rm",
+    "f(){ rm x; }",
+    "for ((i = 0; i < 3; i++)); do echo $((i + 1)); done",
+    "[[ $# -gt 0 ]] && echo $((x * 2))",
+    "echo '$(rm x)'",
+    "x=$(date); echo $x",
+    "export -n FOO",
+    "declare -i n=1",
+    "command -v $x",
+    "PATH_SUFFIX=1 make",
+]
+
+
+@pytest.mark.parametrize(("command", "reasons"), OPAQUE, ids=[repr(c)[:60] for c, _ in OPAQUE])
+def test_opaque_reasons(command: str, reasons: tuple[str, ...]) -> None:
+    assert opaque_reasons(command) == reasons
+
+
+@pytest.mark.parametrize("command", NOT_OPAQUE, ids=[repr(c)[:60] for c in NOT_OPAQUE])
+def test_lines_that_name_their_programs_are_not_opaque(command: str) -> None:
+    assert opaque_reasons(command) == ()
+
+
+@pytest.mark.parametrize(
+    "command", ALLOWED + READ_ONLY + [c for c, _ in SUGGESTIONS], ids=lambda c: repr(c)[:60]
+)
+def test_whatever_an_allow_rule_or_the_safe_list_passes_is_not_opaque(command: str) -> None:
+    assert opaque_reasons(command) == ()
+
+
+def test_opaque_reasons_leave_the_analysis_as_it_was() -> None:
+    """The analysis allow rules and the safe list read is the same with or without them."""
+    assert analyze("echo rm x | xargs env") == CommandAnalysis(
+        ("echo rm x", "xargs env", "env"), (), None
+    )
+    assert analyze("source x") == CommandAnalysis(("source x",), (), None)
+    assert analyze("hash -p /bin/rm ls") == CommandAnalysis(("hash -p /bin/rm ls",), (), None)
+
+
+UNREADABLE = [
+    ("git push *", "s=push; git $s origin", "git $s origin"),
+    ("git push *", "echo push | xargs git", "git"),
+    ("git push *", 'git "$@"', "git $@"),
+    ("git push *", "git pu* origin", "git pu* origin"),
+    ("git push *", 'git commit -m "$msg"', None),
+    ("git push *", 'git -C "$d" push', None),  # `git push *` never matches `git -C d push`
+    ("git push*", "git $x", "git $x"),
+    ("rm -rf /", "rm -rf $d", "rm -rf $d"),
+    ("rm -rf /", "rm -r $d", None),
+    ("rm *", "echo $x", None),
+    ("rm *", "rm $x", "rm $x"),
+    ("npm run deploy:*", "npm run $t", "npm run $t"),
+    ("npm run deploy:*", "npm test $x", None),
+    ("git * --force", "git $x", "git $x"),
+    ("*", "ls $x", "ls $x"),
+    ("docker", "docker $x", "docker $x"),
+    ("docker", "docker ps $x", None),
+]
+
+
+@pytest.mark.parametrize(("pattern", "command", "found"), UNREADABLE)
+def test_unreadable_arguments(pattern: str, command: str, found: str | None) -> None:
+    assert unreadable_arguments(pattern, command) == found

@@ -9,7 +9,8 @@ read-only safe list and the rule an "always allow" button offers. It follows bas
 It must never run, expand or rewrite a command, touch the file system or the environment, or
 import anything from keel but `keel.frozen`. When in doubt it asks: whatever it cannot follow
 makes the line need approval (allow rules never pass it), while deny rules still look at every
-command it could find.
+command it could find; and when a line's programs cannot be known at all, `opaque_reasons` says
+why, so that a deny rule can fail closed instead of letting it run.
 
 Normalisation (`CommandAnalysis.commands`)
     Each simple command becomes its words, joined by single spaces, with leading `NAME=value`
@@ -55,6 +56,39 @@ Needs approval (no allow rule can pass the line)
       here-document): `parse_error` is set.
     A here-document body is data unless a shell reads it, and only its expansions count when
     its delimiter is unquoted. The analysis follows bash 5.2, checked against it.
+
+Opaque to deny rules (`opaque_reasons`, `unreadable_arguments`)
+    A deny rule reads the line; it cannot see what bash only knows when it runs it. The gate
+    refuses such a line whenever a deny rule for bash exists (in every mode, in the sandbox too).
+    `opaque_reasons` lists, in the order found:
+    - a program name that is not literal: `$x`, `${x}`, `$a$b`, `$(…)`, backquotes, `rm${IFS}x`,
+      `"$@"`, a glob (`/???/r[m]`), a placeholder that `find -exec`, `fd -x` or `xargs -I`
+      fill in (`{}`), also behind wrappers (`env $x`, `command $x`, `exec $x`, `xargs $x`);
+    - a word before a wrapper's program that is not literal (`timeout $t rm x`, `timeout "$o" 5
+      rm x`), or that may split (`nice -n $n …`); an unknown wrapper option (`env -S`);
+      `find`/`fd` words that could be actions (`find . $o`);
+    - a command string that is not literal (`eval "$c x"`, `bash -c "$v"`, `trap "$x" EXIT`,
+      `watch $x`, `sh <<< "$x"`); literal strings are followed (`eval 'rm x'` is `rm x`);
+    - a shell reading commands from a pipe, a file or a descriptor (`… | sh`, `bash -s < f`,
+      `sh <&3`, `su`, `sudo -s`), or from `/dev/stdin`, `/proc/…`, `<(…)`, a placeholder;
+      a literal here-document or here-string is followed unless it expands (`bash <<EOF` with
+      `$`, a backquote or a backslash in its body); `bash --rcfile FILE`;
+    - `source`/`.` of any script;
+    - words that `xargs` appends landing where the program or a command string goes (`xargs
+      env`, `xargs sh -c`, `xargs sh`), or completing a `find -exec`;
+    - bash state that changes what a name runs: an alias definition, `command_not_found_handle`,
+      a function the line defines and calls, `hash -p`, `enable -f`, setting `PATH`,
+      `BASH_CMDS`, `BASH_ALIASES`, `BASH_ENV`, `ENV`, `LD_PRELOAD`… (also through `read`,
+      `for`, `printf -v`, `declare -n`);
+    - a program or script that the line itself writes (`> s.sh`, `tee`, `cp`, `ln`, `chmod`,
+      `dd of=`…; compared by base name) and runs (`sh s.sh`, `./s`, `cp /bin/rm r; ./r`);
+    - arithmetic, `${x@P}` or array subscripts that evaluate a variable when the line also
+      holds code as data (`x='a[$(rm y)]'; $((x))`), a substitution, or `read`/`mapfile`;
+    - launchers keel does not unwrap (`strace`, `chroot`, `flock`, `busybox`, `parallel`…);
+    - a line that does not parse.
+    `unreadable_arguments(pattern, …)` names a command whose program is literal but whose
+    words, once expanded, might still match the deny pattern (`git $sub` or `xargs git` for
+    `git push *`); words elsewhere do not count (`git commit -m "$msg"`).
 
 Safe list (`is_read_only`)
     Only plain commands, or pipes between them, with no other operator, no assignment and no
@@ -821,6 +855,8 @@ class _Parser:
         self._check_variable_names(program, args)
         for word in args:
             value = word.value if word.value is not None else word.text
+            if program != "export" and value.startswith("-") and "n" in value:
+                self._opaque(f"declares a name reference ({program} {value})")  # `-n p=PATH`
             if value.startswith("-") and "i" in value:
                 self._variable_code(f"arithmetic on variables ({program} {value})")
             elif _ASSIGNMENT.match(value):
@@ -946,6 +982,9 @@ class _Parser:
         index, mode = _shell_operands(args)
         if any(w.splits for w in args[:index]) or (index < len(args) and args[index].splits):
             self._opaque(f"cannot tell what {program} runs ({_clip(_shown(args))})")
+        for option, script in itertools.pairwise(args[:index]):
+            if option.value in ("--rcfile", "--init-file"):
+                self._opaque(f"{program} {option.value} runs a script ({_clip(script.text)})")
         if mode == "c" and index < len(args):
             self._parse_string(args[index], f"{program} -c")
         elif mode == "s" or (mode == "" and index >= len(args)):
@@ -1668,7 +1707,7 @@ _VARIABLE_READERS = frozenset({"read", "mapfile", "readarray", "getopts"})
 # Variables that decide which program a name runs, or run code in every shell.
 _LOOKUP_ENV = frozenset(
     {"PATH", "BASH_ENV", "ENV", "BASH_ALIASES", "BASH_CMDS", "BASHOPTS", "SHELLOPTS", "PS4"}
-    | {"PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "EXECIGNORE", "CDPATH"}
+    | {"PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "EXECIGNORE"}
 )
 _FD_PLACEHOLDERS = ("{}", "{/}", "{//}", "{.}", "{/.}")
 # find options whose next word is their argument (a value, not an action).
