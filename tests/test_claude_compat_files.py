@@ -256,3 +256,41 @@ def test_agents_in_subfolders_with_claude_code_tool_names(tmp_path: Path) -> Non
         f"{search}:4: none of its tools (WebSearch) exists in keel: the agent would have no tools, "
         "so it is not registered; skipped",
     )
+
+
+def test_doctor_and_context_list_the_files_and_their_imports(
+    project: Path, isolated_env: Path
+) -> None:
+    (project / ".git").mkdir()
+    write(project / "CLAUDE.md", "Read @docs/a.md and @../outside.md")
+    write(project / "docs" / "a.md", "A, which needs @b.md")
+    write(project / "docs" / "b.md", "B")
+    write(project.parent / "outside.md", "OUTSIDE")
+    out = keel("doctor", cwd=project)
+    section = out.stdout[out.stdout.index("instructions:") :].splitlines()
+    rule = (
+        f"a project file may import only files inside the project ({project}); import it "
+        "from ~/.claude/CLAUDE.md"
+    )
+    assert section == [
+        "instructions: 3 file(s) in the system prompt",
+        f"  {project / 'CLAUDE.md'}",
+        f"    {project / 'docs' / 'a.md'}  (imported by {project / 'CLAUDE.md'})",
+        f"      {project / 'docs' / 'b.md'}  (imported by {project / 'docs' / 'a.md'})",
+        f"  warning: {project / 'CLAUDE.md'}: import @../outside.md not followed: {rule}",
+    ]
+
+    from keel.agent.loop import Agent
+    from keel.testing import ScriptedProvider
+    from keel.tui.commands import context_text
+
+    agent = Agent(provider=ScriptedProvider([]), model="scripted", tools=[], cwd=project)
+    text = context_text(agent, 0)
+    assert text[text.index("**Instruction files**") :].splitlines() == [
+        "**Instruction files**",
+        "",
+        f"- `{project / 'CLAUDE.md'}`",
+        f"  - `{project / 'docs' / 'a.md'}` (import)",
+        f"  - `{project / 'docs' / 'b.md'}` (import)",
+        f"- warning: {project / 'CLAUDE.md'}: import @../outside.md not followed: {rule}",
+    ]

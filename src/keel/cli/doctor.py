@@ -68,6 +68,7 @@ def doctor(argv: list[str]) -> int:
         for rule, source in rules:
             print(f"  {effect} {rule}  ({source})")
     _trust(settings)
+    _instructions(cwd)
     return 0 if ok else 1
 
 
@@ -85,3 +86,18 @@ def _trust(settings: Settings) -> None:
     for pending in waiting:
         for entry in pending.entries:
             print(f"  not applied: {pending.path}: {entry.line()}")
+
+
+def _instructions(cwd: Path) -> None:
+    """The instruction files sent in the system prompt, with their `@path` imports."""
+    from keel.agent.prompt import load_instructions
+    from keel.config.settings import user_config_dir
+
+    loaded = load_instructions(cwd, user_dir=user_config_dir())
+    count = len(loaded.files)
+    print(f"instructions: {count} file(s) in the system prompt" if count else "instructions: none")
+    for f in loaded.files:
+        via = f"  (imported by {f.imported_from})" if f.imported_from is not None else ""
+        print(f"  {'  ' * f.depth}{f.path}{via}")
+    for warning in loaded.warnings:
+        print(f"  warning: {warning}")

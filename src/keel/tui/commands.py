@@ -170,9 +170,30 @@ def context_text(agent: Agent, context: int) -> str:
     auto = "on" if agent.auto_compact else "off (auto_compact: false)"
     lines += ["", f"Automatic compaction at {round(THRESHOLD * 100)}%: {auto}. `/compact` now."]
     return "\n".join(lines)
+    lines += _instruction_lines(agent)
 
 
 def permissions_text(agent: Agent, saved_to: str) -> str:
+def _instruction_lines(agent: Agent) -> list[str]:
+    """The instruction files in this context's system prompt (read from the prompt itself, so
+    it is what the model has), their `@path` imports indented, and what was not followed."""
+    from keel.agent.prompt import load_instructions
+    from keel.config.settings import user_config_dir
+
+    tags = re.findall(
+        r'^<instructions source="([^"]*)"( imported-from="[^"]*")?>', agent.system, re.M
+    )
+    if not tags:
+        return ["", "**Instruction files:** none"]
+    lines = ["", "**Instruction files**", ""]
+    lines += [
+        f"{'  - ' if via else '- '}`{path}`{' (import)' if via else ''}" for path, via in tags
+    ]
+    loaded = load_instructions(agent.cwd, user_dir=user_config_dir(agent.ctx.env))
+    lines += [f"- warning: {w}" for w in loaded.warnings]
+    return lines
+
+
     gate = agent.gate
     if not isinstance(gate, PermissionGate):
         return "This agent has no permission gate: every tool call runs."
