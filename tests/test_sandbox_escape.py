@@ -310,6 +310,42 @@ def test_git_cannot_be_moved_away_or_made_to_run_code(place: Place) -> None:
     assert not marker.exists()
 
 
+def test_hooks_that_core_hookspath_puts_in_the_project_are_protected(place: Place) -> None:
+    """husky sets `core.hooksPath=.husky/_`, whose scripts run the ones in `.husky/`."""
+    _repo(place)
+    (place.root / ".husky" / "_").mkdir(parents=True)
+    (place.root / ".husky" / "pre-commit").write_text("npm test\n", encoding="utf-8")
+    place.git("config", "core.hooksPath", ".husky/_")
+    place.chown()
+    out = place.bash(
+        _attempts(
+            ("husky-hook", "echo 'touch /pwned' >> .husky/pre-commit"),
+            ("husky-new", "echo 'touch /pwned' > .husky/post-checkout"),
+            ("husky-move", "mv .husky h2 && mkdir -p .husky/_ && echo x > .husky/pre-commit"),
+        )
+    )
+    assert out == _refused("husky-hook", "husky-new", "husky-move")
+    assert _listing(place.root / ".husky") == ["_", "pre-commit"]
+    assert (place.root / ".husky" / "pre-commit").read_text(encoding="utf-8") == "npm test\n"
+    # A hooks directory deeper down that does not exist yet: held, and so is the one above it.
+    place.git("config", "core.hooksPath", "tools/git-hooks")
+    out = place.bash(
+        _attempts(
+            ("nested", "mkdir -p tools/git-hooks && echo x > tools/git-hooks/pre-commit"),
+            (
+                "nested-move",
+                "mv tools t2 && mkdir -p tools/git-hooks && echo x > tools/git-hooks/pre-commit",
+            ),
+        )
+        + "; echo hi > tools/notes.txt && echo parent-writable"
+    )
+    assert out == _refused("nested", "nested-move").replace(
+        "\n[exit code 0]", "\nparent-writable\n[exit code 0]"
+    )
+    assert _listing(place.root) == [".git", ".husky", "README.md", "tools"]
+    assert _listing(place.root / "tools") == ["notes.txt"]  # the placeholder went, the note stays
+
+
 def test_a_missing_git_cannot_be_planted(place: Place) -> None:
     (place.root / "main.py").write_text("print(1)\n", encoding="utf-8")
     place.chown()

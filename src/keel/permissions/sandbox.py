@@ -161,6 +161,8 @@ def project_policy(
     if git.is_dir() and not git.is_symlink():
         inside.append(git)
         protected += [git / rel for rel in GIT_PROTECTED]
+    if git.exists() and (hooks := hooks_path(root)) is not None:
+        protected.append(hooks)
     if hidden is None:
         home = Path.home()
         hidden = tuple(home / name for name in DEFAULT_HIDDEN)
@@ -175,6 +177,39 @@ def project_policy(
         env_allow=env_allow,
         env_deny=env_deny,
     )
+
+
+def hooks_path(root: Path) -> Path | None:
+    """The project directory that holds git's hooks when `core.hooksPath` (in any config) points
+    into the project, such as husky's `.husky/_`, whose scripts run what is in `.husky/`: then
+    `.husky` as a whole. None when hooks live in `.git/hooks` or outside the project."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        done = subprocess.run(
+            [git, "-C", str(root), "config", "--type=path", "--get", "core.hooksPath"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = done.stdout.strip()
+    if done.returncode != 0 or not value:
+        return None
+    path = Path(os.path.normpath(root / value))  # relative: to the top of the work tree
+    if not path.is_relative_to(root):
+        return None
+    if path.name == "_" and path.parent != root:
+        path = path.parent
+    if path == root:
+        raise SandboxError(
+            "core.hooksPath is the project root, so any file there could become a git hook; "
+            "keel cannot protect that (point core.hooksPath at a directory)"
+        )
+    return path
 
 
 def host_sockets(*, keep: tuple[Path, ...] = ()) -> tuple[Path, ...]:
@@ -222,7 +257,12 @@ def bwrap_argv(
         resolv = Path("/etc/resolv.conf").resolve()
         if resolv.is_file() and any(resolv.is_relative_to(p) for p in private):
             args += ["--ro-bind", str(resolv), str(resolv)]
-    for writable in (root, *policy.writable, *policy.writable_inside_protected):
+    # The directories between the project and a protected path are bound onto themselves:
+    # still writable, but a mount point cannot be renamed, so none can be moved away with
+    # the protected path in it and replaced (`mv .git .git-old && mkdir .git`).
+    pinned = dict.fromkeys(a for path in policy.protected for a in _between(root, path))
+    pinned.update(dict.fromkeys(policy.writable_inside_protected))
+    for writable in (root, *policy.writable, *pinned):
         if writable.exists():
             args += ["--bind", str(writable), str(writable)]
     # After the writable binds, so that neither hides inside a project or cache is undone.
@@ -258,9 +298,16 @@ def _must_bind(path: Path) -> bool:
         )
     if path.exists():
         return True
-    if not os.access(path.parent, os.W_OK):
+    if path.parent.is_dir() and not os.access(path.parent, os.W_OK):
         return False  # it cannot be created in there, inside the sandbox either
-    raise SandboxError(f"{path} is protected but was not held (internal error)")
+    raise SandboxError(
+        f"{path} is protected but cannot be held in place (is {path.parent} a file or a link?)"
+    )
+
+
+def _between(root: Path, path: Path) -> list[Path]:
+    """The directories strictly between `root` and `path`, nearest to `path` first."""
+    return [p for p in path.parents if p != root and p.is_relative_to(root)]
 
 
 def _lock_dir() -> Path:
@@ -294,16 +341,21 @@ class Placeholders:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             for path in policy.protected:
-                if path.exists() or path.is_symlink() or not path.parent.is_dir():
+                if path.exists() or path.is_symlink():
                     continue
-                self._create(fd, path, policy.root)
+                # Missing directories on the way are made too (and bound onto themselves).
+                for parent in reversed(_between(policy.root, path)):
+                    if not parent.exists() and not parent.is_symlink():
+                        self._create(fd, parent, policy.root, directory=True)
+                if path.parent.is_dir() and not path.parent.is_symlink():
+                    self._create(fd, path, policy.root)
         except BaseException:
             os.close(fd)
             raise
         self._held.append(fd)
 
-    def _create(self, fd: int, path: Path, root: Path) -> None:
-        content = _FILE_PLACEHOLDERS.get(path.relative_to(root).as_posix())
+    def _create(self, fd: int, path: Path, root: Path, *, directory: bool = False) -> None:
+        content = None if directory else _FILE_PLACEHOLDERS.get(path.relative_to(root).as_posix())
         # Recorded before it is made, so a kill in between leaves nothing unrecorded.
         os.write(fd, os.fsencode(str(path)) + b"\n")
         try:
