@@ -294,3 +294,43 @@ def test_doctor_and_context_list_the_files_and_their_imports(
         f"  - `{project / 'docs' / 'b.md'}` (import)",
         f"- warning: {project / 'CLAUDE.md'}: import @../outside.md not followed: {rule}",
     ]
+
+
+# -- skills ----------------------------------------------------------------------------------------
+
+
+def test_skills_named_as_claude_code_accepts_them(tmp_path: Path) -> None:
+    from keel.skills import load_skills
+
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    skills_dir = root / ".claude" / "skills"
+    spaced = write(
+        skills_dir / "code-review" / "SKILL.md",
+        "---\nname: Code Review\ndescription: Reviews a diff\n---\nReview it.\n",
+    )
+    folder = write(skills_dir / "My Helper" / "SKILL.md", "---\ndescription: Helps\n---\nHelp.\n")
+    unicode = write(
+        skills_dir / "naming" / "SKILL.md",
+        "---\nname: 函数命名规范\ndescription: Naming rules\n---\nName things well.\n",
+    )
+    skills = load_skills(root, user_dir=None, home=tmp_path / "home")
+    assert {n: s.path for n, s in skills.skills.items()} == {
+        "code-review": spaced,
+        "my-helper": folder,
+        "函数命名规范": unicode,
+    }
+    assert skills.warnings == [  # folders in sorted order: "My Helper" < "code-review"
+        f"{folder}: skill name 'My Helper' cannot be typed as a command (spaces, `/`, or over 64 "
+        "characters); it is offered as /my-helper",
+        f"{spaced}:2: skill name 'Code Review' cannot be typed as a command (spaces, `/`, or "
+        "over 64 characters); it is offered as /code-review",
+    ]
+    assert skills.index_section().splitlines()[2:5] == [
+        "- code-review: Reviews a diff",
+        "- my-helper: Helps",
+        "- 函数命名规范: Naming rules",
+    ]
+    expansion = skills.expand("/code-review the diff")
+    assert expansion is not None
+    assert expansion.path == spaced

@@ -27,8 +27,10 @@ from keel.agent.prompt import git_root
 from keel.frozen import frozen
 from keel.tools.base import FunctionTool, ToolContext, ToolError, tool
 
-#: Agent Skills names: lower-case letters, digits and hyphens, at most 64 characters.
-SKILL_NAME = re.compile(r"[a-z0-9-]{1,64}")
+#: A skill name keel can offer as `/name` and the model can pass to the `skill` tool: up to 64
+#: characters without whitespace or `/`. (The Agent Skills spec asks for a-z, 0-9 and `-`;
+#: Claude Code loads other names too, so keel does.)
+SKILL_NAME = re.compile(r"[^\s/]{1,64}")
 #: A description longer than this is clipped in the index (it is sent with every request).
 MAX_INDEX_DESCRIPTION = 250
 
@@ -427,6 +429,20 @@ class SkillSet:
         return Expansion("skill", name, arguments, skill.render(arguments), skill.path)
 
 
+def skill_name(written: str, folder: str) -> str | None:
+    """The name a skill is called by: `written` when it is usable, else the folder's name, else
+    `written` (or the folder's name) in lower case with each run of other characters turned into
+    `-`, cut at 64; None when nothing usable is left."""
+    for candidate in (written, folder):
+        if SKILL_NAME.fullmatch(candidate):
+            return candidate
+    for candidate in (written, folder):
+        slug = re.sub(r"[^a-z0-9]+", "-", candidate.lower()).strip("-")[:64].strip("-")
+        if slug:
+            return slug
+    return None
+
+
 def _one_line(description: str) -> str:
     text = " ".join(description.split())
     if len(text) > MAX_INDEX_DESCRIPTION:
@@ -486,19 +502,24 @@ def _read_skill(path: Path, warnings: list[str]) -> Skill | None:
     try:
         doc = read_document(read_text(path))
         warnings += lenient_warnings(path, doc)
-        return _skill(path, doc)
+        return _skill(path, doc, warnings)
     except Unusable as exc:
         warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
         return None
 
 
-def _skill(path: Path, doc: Document) -> Skill:
-    name = text_field(doc, "name")
+def _skill(path: Path, doc: Document, warnings: list[str]) -> Skill:
+    written = (text_field(doc, "name") or "").strip() or path.parent.name
+    name = skill_name(written, path.parent.name)
     if name is None:
-        name = path.parent.name
-    if not SKILL_NAME.fullmatch(name):
         raise Unusable(
-            f"skill name {name!r} must be 1 to 64 of a-z, 0-9 and -", doc.key_lines.get("name")
+            f"skill name {written!r} has no letter or digit to call it by",
+            doc.key_lines.get("name"),
+        )
+    if name != written:
+        warnings.append(
+            f"{where(path, doc.key_lines.get('name'))}: skill name {written!r} cannot be typed "
+            f"as a command (spaces, `/`, or over 64 characters); it is offered as /{name}"
         )
     description = (text_field(doc, "description") or "").strip()
     if not description:
