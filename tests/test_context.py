@@ -307,29 +307,20 @@ async def test_manual_compaction_of_a_half_finished_batch(project: Path, tmp_pat
     session = SessionLog.create(cwd=project, model="scripted", directory=tmp_path / "s")
     agent, provider = agent_for(
         project,
-        [
-            calls(
-                ToolUse("t1", "glob", {"pattern": "*.md"}),
-                ToolUse("t2", "glob", {"pattern": "*.py"}),
-            ),
-            say("<summary>Looking for docs and code.</summary>"),
-        ],
+        [say("<summary>Looking for docs and code.</summary>")],
         session=session,
         info=ModelInfo(100_000, 4_000),
     )
-    # A suspend arrives while the model answers: none of the batch's calls run.
-    original_query = agent._query
-
-    async def query_then_suspend(emit: Any) -> Any:
-        done = await original_query(emit)
-        agent.request_suspend()
-        return done
-
-    agent._query = query_then_suspend  # type: ignore[method-assign]
-    result = await agent.run("find things")
-    assert result.stop_reason == "suspended"
+    # A run that died after journaling the reply, before any of its calls ran (a suspend waits
+    # for the whole batch, so only a crash leaves a batch half-answered).
+    session.user(user("find things"))
+    uses = (ToolUse("t1", "glob", {"pattern": "*.md"}), ToolUse("t2", "glob", {"pattern": "*.py"}))
+    session.assistant(
+        Message("assistant", uses, "scripted", "scripted"), DEFAULT_USAGE, 0.0, "tool_use", 1
+    )
+    agent.restore(fold(read_records(session.path).records))
     record = await agent.compact("mention both patterns")
-    request: Request = provider.requests[1]
+    request: Request = provider.requests[0]
     not_run = (
         "not run: the conversation was summarized before this call ran; call it again if "
         "it is still needed"

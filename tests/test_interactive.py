@@ -508,31 +508,26 @@ def test_ctrl_c_in_line_mode_interrupts_the_running_prompt(project: Path, tmp_pa
 async def test_reopening_a_session_stopped_mid_round_finishes_the_round_first(
     project: Path, with_key: None
 ) -> None:
+    # Only a crash leaves a round half-answered (a suspend waits for the whole round): the
+    # session file of a run killed after the first of two calls.
+    from keel.llm.messages import Message, Text, ToolUse, Usage, tool_result, user
+    from keel.session.store import SessionLog
+
     provider = ScriptedProvider(
-        [
-            reply(
-                "Two steps.",
-                ("bash", {"command": "touch started; sleep 0.5; echo one >> log"}),
-                ("bash", {"command": "echo two >> log"}),
-            ),
-            reply("Both steps done."),
-            reply("And the follow-up."),
-        ],
-        model=MODEL.model,
+        [reply("Both steps done."), reply("And the follow-up.")], model=MODEL.model
     )
-    first = await make_controller(project, provider, "--mode", "bypass")
-    first.attach(Recorder())
-    first.submit("do two steps")
-    for _ in range(100):
-        if (project / "started").exists():
-            break
-        await asyncio.sleep(0.05)
-    first.agent.request_suspend()  # as `keel suspend` or a signal would
-    await first.wait()
-    assert first.agent.session is not None
-    path = first.agent.session.path
-    await first.close()
-    assert (project / "log").read_text() == "one\n"
+    session = SessionLog.create(cwd=project, model=str(MODEL))
+    session.user(user("do two steps"))
+    calls = (
+        ToolUse("t1", "bash", {"command": "echo one >> log"}),
+        ToolUse("t2", "bash", {"command": "echo two >> log"}),
+    )
+    answer = Message("assistant", (Text("Two steps."), *calls), MODEL.provider, MODEL.model)
+    session.assistant(answer, Usage(10, 5), 0.0, "tool_use", 1)
+    (project / "log").write_text("one\n")
+    session.tool_result(tool_result("t1", "(no output)"), 0.1)
+    path = session.path
+    session.close()
 
     recorder = Recorder()
     again = await make_controller(project, provider, "--mode", "bypass", start=False)

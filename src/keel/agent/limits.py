@@ -2,11 +2,16 @@
 
 Budgets count the four usage tiers together (input, output, cache reads, cache writes), so local
 and subscription models count too. Each budget warns once at `warn_at` of its cap and stops the
-turn with `budget` once reached.
+turn with `budget` once reached. Unattended runs (`keel -p`, subagents) get a token budget of
+`DEFAULT_UNATTENDED_TOKENS` unless one is configured; interactive runs get none by default.
+
+A subagent has a `Spend` of its own whose additions also count in its parent's, so its own cap
+and every cap above it hold at once (`Agent.budgets`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from keel.errors import UserError
@@ -14,6 +19,8 @@ from keel.frozen import frozen
 from keel.llm.messages import Usage
 
 DEFAULT_MAX_TURNS = 200
+#: The token budget of a run nobody watches (the second seed's default), all four tiers.
+DEFAULT_UNATTENDED_TOKENS = 200_000
 
 
 @frozen
@@ -28,8 +35,8 @@ class Limits:
             raise UserError("max turns must be at least 1")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise UserError("the token budget must be positive")
-        if self.max_usd is not None and self.max_usd <= 0:
-            raise UserError("the USD budget must be positive")
+        if self.max_usd is not None and not (math.isfinite(self.max_usd) and self.max_usd > 0):
+            raise UserError(f"the USD budget must be a positive number, not {self.max_usd}")
         if not 0 < self.warn_at <= 1:
             raise UserError("warn_at must be in (0, 1]")
 
@@ -41,10 +48,15 @@ class Spend:
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     warned: set[str] = field(default_factory=set)
+    #: A subagent's spend also counts in its parent's.
+    parent: Spend | None = None
 
     def add(self, usage: Usage, cost: float) -> None:
-        self.usage = self.usage + usage
-        self.cost += cost
+        spend: Spend | None = self
+        while spend is not None:
+            spend.usage = spend.usage + usage
+            spend.cost += cost
+            spend = spend.parent
 
 
 @frozen

@@ -41,7 +41,7 @@ from keel.agent.events import (
     TurnStop,
     UsageUpdated,
 )
-from keel.agent.limits import Limits, Spend, check_budget
+from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
 from keel.agent.tool_runner import ToolRunner
 from keel.config.settings import user_config_dir
@@ -64,6 +64,8 @@ from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
 
 if TYPE_CHECKING:
+    from keel.checkpoints import UndoSummary
+    from keel.mcp.prompts import McpPrompts
     from keel.skills import CommandSet, SkillSet
 
 INTERRUPTED_MARK = "[interrupted by user]"
@@ -186,6 +188,9 @@ class Agent:
         self.registry = tools if isinstance(tools, Registry) else Registry(tools or ())
         self.conversation = Conversation()
         self.spend = Spend()
+        #: The caps of the runs this one belongs to (a subagent's parent), with their spend:
+        #: each holds as well as this run's own `limits`.
+        self.enclosing_budgets: list[tuple[Limits, Spend]] = []
         self.ctx = ToolContext(
             cwd=self.cwd,
             root=git_root(self.cwd) or self.cwd,
@@ -206,6 +211,7 @@ class Agent:
         self._system: str | None = None
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
+        self._unit_label: str | None = None
         self.gate: Gate = gate or AllowAll()
         if isinstance(self.gate, PermissionGate) and self.gate.record is None:
             self.gate.record = self._record_decision
@@ -240,6 +246,8 @@ class Agent:
         #: What a prompt `/name args…` can expand to (None: prompts are sent as typed).
         self.skills: SkillSet | None = None
         self.commands: CommandSet | None = None
+        #: MCP prompts as `/mcp__server__prompt` and `@server:uri` resource mentions.
+        self.mcp_prompts: McpPrompts | None = None
         #: Where events of background subagents go while no prompt is running.
         self.on_background_event: Emit | None = None
         #: Called by `aclose` (MCP servers to stop, for example).
@@ -309,6 +317,12 @@ class Agent:
         self._last_context = state.last_context
         self._context_mark = len(self.conversation.messages)
 
+    def resolve_unknown(self, call_id: str, choice: Choice) -> None:
+        """For a restored call of unknown outcome (it started, is not safe to repeat, and never
+        reported back): run it again, or answer it as not re-run. Unresolved, `resume` asks
+        through the gate's asker, or stops with `unknown_outcome` when nobody can be asked."""
+        self._runner.resolve(call_id, choice)
+
     @property
     def resumable(self) -> bool:
         """Whether `resume()` has work: unanswered tool calls, or a conversation ending on a user
@@ -336,8 +350,12 @@ class Agent:
         """Queue a note for the model; it is prepended to the next user message."""
         self._notes.append(text)
 
-    async def run(self, prompt: str, on_event: Emit | None = None) -> RunResult:
-        """Run one prompt to its end. Events go to `on_event` as they happen."""
+    async def run(
+        self, prompt: str, on_event: Emit | None = None, *, label: str | None = None
+    ) -> RunResult:
+        """Run one prompt to its end. Events go to `on_event` as they happen. What the prompt
+        changes in files is one `/undo` unit named `label` (default: the prompt)."""
+        self._unit_label = label
         return await self._run(prompt, on_event)
 
     async def resume(self, on_event: Emit | None = None) -> RunResult:
@@ -467,6 +485,7 @@ class Agent:
                 transcript_path=str(self.session.path) if self.session is not None else "",
             )
         self._runner.hooks = self.hooks
+        self._runner.session = self.session
         self._restored_turns = 0
         emit(TurnStarted(prompt or "", self.session_id, resumed=prompt is None))
         error: str | None = None
@@ -491,6 +510,7 @@ class Agent:
         _ = self.system  # fix the prefix for this context on its first prompt
         if (stop := await self._prompt_hooks(prompt, emit)) is not None:
             return stop
+        self._begin_unit(prompt)
         await self._maybe_compact(emit, mid_turn=False)
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
@@ -507,9 +527,44 @@ class Agent:
         self.last_prompt = prompt
         return None
 
+    def _begin_unit(self, prompt: str) -> None:
+        """Start the prompt's `/undo` unit, for every front end. The store is opened beside the
+        session file the first time; without a session file only a store the caller set counts.
+        Subagents begin none: their edits belong to the prompt that started them."""
+        label, self._unit_label = self._unit_label, None
+        if self.is_subagent:
+            return
+        store = self.ctx.checkpoints
+        if store is None:
+            if self.session is None:
+                return
+            from keel.checkpoints import Checkpoints
+
+            store = self.ctx.checkpoints = Checkpoints.for_session(self.session.path)
+        store.begin_unit(prompt if label is None else label)
+
+    def undo(self) -> UndoSummary:
+        """Put back the files of the last prompt that changed files (`/undo`); the model is
+        told with the next prompt and the session records it. Raises `NothingToUndo`. Call it
+        between prompts."""
+        from keel.checkpoints import NothingToUndo, undo_last
+
+        if self.ctx.checkpoints is None:
+            raise NothingToUndo
+        summary, note = undo_last(
+            self.ctx.checkpoints,
+            cwd=self.cwd,
+            record=self.session.undo if self.session is not None else None,
+        )
+        self.add_note(note)
+        return summary
+
     async def _expand(self, prompt: str, emit: Emit) -> str:
         """What is sent for `prompt`: a skill's instructions or a custom command's text for
-        `/name args…`, else the prompt itself."""
+        `/name args…`, an MCP prompt's text (with `@server:uri` resources attached), else the
+        prompt itself."""
+        if self.mcp_prompts is not None and (got := await self.mcp_prompts.expand(prompt)):
+            return got
         if not prompt.startswith("/"):
             return prompt
         expansion = self.skills.expand(prompt) if self.skills is not None else None
@@ -582,7 +637,7 @@ class Agent:
         if (
             self.hooks is None
             or not self.hooks.has(event)
-            or reason not in ("end_turn", "max_tokens")
+            or reason not in ("end_turn", "max_tokens", "refusal")
         ):
             return reason
         state = self._state
@@ -743,7 +798,7 @@ class Agent:
         if self._state.turns >= self.limits.max_turns:
             emit(Notice(f"stopped after {self._state.turns} model turns (max_turns)", "warning"))
             return "max_turns"
-        budget = check_budget(self.limits, self.spend)
+        budget = self._budget()
         for name, warning in budget.warnings:
             if name not in self.spend.warned:
                 self.spend.warned.add(name)
@@ -752,6 +807,18 @@ class Agent:
             emit(Notice(budget.exhausted, "warning"))
             return "budget"
         return None
+
+    def _budget(self) -> BudgetCheck:
+        """Where the spend stands: this run's caps (and their warnings), then the caps of the
+        runs it belongs to."""
+        budget = check_budget(self.limits, self.spend)
+        for limits, spend in self.enclosing_budgets:
+            if budget.exhausted:
+                break
+            outer = check_budget(limits, spend)
+            if outer.exhausted:
+                budget = BudgetCheck(outer.exhausted, budget.warnings)
+        return budget
 
     def _request(self) -> Request:
         return Request(
@@ -848,7 +915,7 @@ class Agent:
             if done.stop_reason == "refusal":
                 return Finish("refusal", why="the model declined to answer")
             return Finish("end_turn")
-        budget = check_budget(self.limits, self.spend)
+        budget = self._budget()
         if budget.exhausted:
             return Finish("budget", calls, f"not run: {budget.exhausted}")
         return RunTools(calls)
@@ -860,8 +927,8 @@ class Agent:
         answered: dict[str, ToolResult] | None = None,
     ) -> TurnStop | None:
         """Run the calls not already `answered`, then append the whole batch's results as one
-        message. Returns `suspended` if a suspend request stopped the round early (the batch is
-        kept pending, half-answered, for `resume`)."""
+        message. A suspend request does not stop a batch: it is honoured at the loop boundary,
+        once every call has its result journaled, so a suspended conversation is coherent."""
         results = dict(answered or {})
         todo = tuple(c for c in calls if c.id not in results)
         try:
@@ -881,7 +948,7 @@ class Agent:
         if any(c.id not in results for c in calls):
             assistant = next(m for m in reversed(self.messages) if m.role == "assistant")
             self._pending = PendingBatch(assistant, results)
-            return "suspended"
+            return "unknown_outcome" if self._runner.stopped_unknown else "suspended"
         self._pending = None
         self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
         if (halt := self._runner.halt_reason) is not None:
@@ -910,9 +977,6 @@ class Agent:
             Message("user", tuple(pending.results[c.id] for c in pending.message.tool_uses))
         )
         self._pending = None
-
-    def _stop_tools(self) -> bool:
-        return self._suspend_requested
 
     def _answer_unrun(self, calls: tuple[ToolUse, ...], why: str, emit: Emit) -> None:
         if why:

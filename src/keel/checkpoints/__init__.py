@@ -1,9 +1,11 @@
 """Checkpoints for `/undo`: snapshots of what each user prompt's file writes and (in git
 repositories) bash commands replaced, kept beside the session. See docs/checkpoints.md.
 
-A front end opens one store per session (`Checkpoints.for_session`), sets it on the agent's tool
-context (`agent.ctx.checkpoints`), calls `begin_unit(prompt)` before each prompt, and for `/undo`
-calls `undo()`, then `agent.add_note(undo_note(summary))` and `session.undo(summary)`.
+The loop begins one unit per prompt for every front end (`Agent._begin_unit`), opening the store
+beside the session file (`Checkpoints.for_session`) on the agent's tool context
+(`agent.ctx.checkpoints`) unless the caller set one. `/undo`, `keel undo SESSION` and
+`Agent.undo` all go through `undo_last`: the files go back, the session records it, and the model
+is told with the next prompt.
 """
 
 from keel.checkpoints.note import undo_note
@@ -22,6 +24,7 @@ from keel.checkpoints.store import (
     UnitInfo,
     prune_all,
 )
+from keel.checkpoints.undo import undo_last
 
 __all__ = [
     "BASH_FILE_BYTES",
@@ -37,5 +40,6 @@ __all__ = [
     "UndoSummary",
     "UnitInfo",
     "prune_all",
+    "undo_last",
     "undo_note",
 ]

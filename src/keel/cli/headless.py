@@ -27,7 +27,7 @@ from keel.agent.events import (
     ToolStarted,
     TurnStop,
 )
-from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
+from keel.agent.limits import DEFAULT_MAX_TURNS, DEFAULT_UNATTENDED_TOKENS, Limits
 from keel.agent.loop import Agent, RunResult
 from keel.cli import main as cli
 from keel.cli.jsonout import event_json, result_json
@@ -168,6 +168,12 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
+def token_budget(*values: int | None) -> int | None:
+    """The first token budget given (flag, setting, default); 0 means none."""
+    first = _first(*values)
+    return None if first == 0 else first
+
+
 def _key_arg(args: dict[str, Any] | None) -> str:
     if not args:
         return ""
@@ -209,6 +215,8 @@ def build_agent(
         ref,
         settings=settings,
         retry=RetryPolicy(attempts=args.max_retries + 1),
+        # The interactive UI (no -p) has someone watching: a longer default call deadline.
+        unattended=getattr(args, "headless", True),
     )
     info = model_info(ref, settings.models)
     from keel.tools.builtin import builtin_tools
@@ -441,7 +449,10 @@ def run_headless(args: argparse.Namespace) -> int:
     ref = choose_model(args.model, settings)
     limits = Limits(
         max_turns=_first(args.max_turns, settings.max_turns, DEFAULT_MAX_TURNS),
-        max_tokens=_first(args.max_tokens_budget, settings.budget_tokens),
+        # Nobody watches a headless run: it has a token budget unless told otherwise.
+        max_tokens=token_budget(
+            args.max_tokens_budget, settings.budget_tokens, DEFAULT_UNATTENDED_TOKENS
+        ),
         max_usd=_first(args.max_budget_usd, settings.budget_usd),
     )
     printer = _printer(args)
@@ -497,7 +508,7 @@ async def open_session(
             max_turns=_first(
                 args.max_turns, stored.max_turns if stored else None, DEFAULT_MAX_TURNS
             ),
-            max_tokens=_first(args.max_tokens_budget, stored.max_tokens if stored else None),
+            max_tokens=token_budget(args.max_tokens_budget, stored.max_tokens if stored else None),
             max_usd=_first(args.max_budget_usd, stored.max_usd if stored else None),
         )
         agent = build_agent(
@@ -534,6 +545,8 @@ def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
     async def resume() -> int:
         agent, state, _journal, ref = await open_session(path, args, printer)
         meta = state.meta
+        for note in state.undo_notes:  # a `keel undo` the model was not told of yet
+            agent.add_note(note)
         steps: list[str | None] = [None] if agent.resumable else []
         if prompt:
             steps.append(prompt)

@@ -8,6 +8,7 @@ exit code. Tracebacks only with `--debug`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -36,6 +37,29 @@ class _Parser(argparse.ArgumentParser):
         raise ArgumentError(message)
 
 
+def _dollars(text: str) -> float:
+    """A USD budget: a finite number above 0 (`nan`, `inf` and negatives are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of dollars, not {text!r}")
+    return value
+
+
+def _whole(low: int, high: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {low} to {high:,}{what}, not {text!r}"
+            )
+        return value
+
+    return parse
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     """Options of anything that runs the agent (a new run, or a resumed one)."""
     p.add_argument(
@@ -53,15 +77,18 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-turns", type=int, help="model turns per prompt before stopping (default 200)"
     )
-    p.add_argument("--max-budget-usd", type=float, help="stop once the session has cost this much")
+    p.add_argument(
+        "--max-budget-usd", type=_dollars, help="stop once the session has cost this much"
+    )
     p.add_argument(
         "--max-tokens-budget",
-        type=int,
-        help="stop once the session has used this many tokens (all four tiers)",
+        type=_whole(0, 10**12, " (0: no token budget)"),
+        help="stop once the session has used this many tokens (input + output + cache reads + "
+        "cache writes; keel -p default 200000, 0 for none)",
     )
     p.add_argument(
         "--max-retries",
-        type=int,
+        type=_whole(0, 20, ""),
         default=3,
         help="retries of a failed model request before giving up (default 3)",
     )
@@ -98,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel hooks [list|approve], keel mcp [list|approve], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -259,6 +286,12 @@ def _models(argv: list[str]) -> int:
     return models(argv)
 
 
+def _undo(argv: list[str]) -> int:
+    from keel.cli.undo import undo
+
+    return undo(argv)
+
+
 def _worktrees(argv: list[str]) -> int:
     from keel.cli.worktrees import worktrees
 
@@ -275,6 +308,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "resume": _resume,
     "compact": _compact,
     "suspend": _sessions_command("suspend"),
+    "undo": _undo,
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),
 }

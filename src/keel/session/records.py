@@ -55,6 +55,10 @@ class Fingerprint:
     max_turns: int
     max_tokens: int | None = None
     max_usd: float | None = None
+    #: Thinking mode (`off`, `on`) and reasoning effort; "" in files written before they were
+    #: recorded (not compared then).
+    thinking: str = ""
+    effort: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +69,8 @@ class Fingerprint:
             "max_turns": self.max_turns,
             "max_tokens": self.max_tokens,
             "max_usd": self.max_usd,
+            "thinking": self.thinking,
+            "effort": self.effort,
         }
 
     @classmethod
@@ -77,6 +83,8 @@ class Fingerprint:
             int(d.get("max_turns", 0)),
             d.get("max_tokens"),
             d.get("max_usd"),
+            str(d.get("thinking") or ""),
+            d.get("effort"),
         )
 
 

@@ -1,7 +1,8 @@
 """The resume gate: whether a session may continue under the current configuration.
 
 A resumed run must replay faithfully, so the fingerprint stored in `meta` (provider, model,
-hashes of the system prompt and the tool definitions, limits) is compared with the current one.
+hashes of the system prompt and the tool definitions, limits, thinking mode and effort) is compared
+with the current one.
 Any difference is refused with a per-field diff unless forced. A provider change is refused even
 when forced where the stored blocks cannot be replayed to the new provider.
 """
@@ -29,6 +30,11 @@ def fingerprint_diff(stored: Fingerprint, current: Fingerprint) -> list[str]:
         old, new = getattr(stored, name), getattr(current, name)
         if old != new:
             out.append(f"{name}: {old} -> {new}")
+    if stored.thinking:  # recorded (files from before it was are not compared)
+        if stored.thinking != current.thinking:
+            out.append(f"thinking: {stored.thinking} -> {current.thinking}")
+        if stored.effort != current.effort:
+            out.append(f"effort: {stored.effort or 'none'} -> {current.effort or 'none'}")
     return out
 
 

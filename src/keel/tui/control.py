@@ -182,7 +182,10 @@ class AgentFactory:
         from keel.llm.provider import RetryPolicy, make_provider
 
         return make_provider(
-            ref, settings=self.settings, retry=RetryPolicy(attempts=self.args.max_retries + 1)
+            ref,
+            settings=self.settings,
+            retry=RetryPolicy(attempts=self.args.max_retries + 1),
+            unattended=False,
         )
 
 
@@ -508,7 +511,7 @@ class Controller:
         self._ui.refresh_status()
         self._last_stop = ""
         try:
-            self._last_stop = (await agent.run(sent, self.show)).stop_reason
+            self._last_stop = (await agent.run(sent, self.show, label=text)).stop_reason
         finally:
             self._since = None
             self._ui.refresh_status()
