@@ -126,6 +126,7 @@ ATTACKS: list[tuple[str, str, dict[str, str]]] = [
     ("/???/r[m] x", "the program name is not literal (/???/r[m])", {}),
     ('trap "$(echo rm) x" EXIT', "the command string is not literal (trap $(echo rm)' x')", {}),
     ("strace -o /dev/null rm x", "strace runs a program that keel does not follow", {}),
+    ("mapfile -C 'rm x #' -c 1 a <<< y", "mapfile -C runs a command for each line", {}),
 ]
 IDS = [repr(c)[:50] for c, _, _ in ATTACKS]
 

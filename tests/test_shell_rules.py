@@ -902,6 +902,9 @@ OPAQUE = [
     ("busybox rm x", ("busybox runs a program that keel does not follow",)),
     ("flock /tmp/l rm x", ("flock runs a program that keel does not follow",)),
     ("parallel rm ::: x", ("parallel runs a program that keel does not follow",)),
+    ("ssh localhost rm x", ("ssh runs a program that keel does not follow",)),
+    ("mapfile -t -C 'rm x' -c 1 a <<< y", ("mapfile -C runs a command for each line",)),
+    ("readarray -tC rm a < f", ("readarray -C runs a command for each line",)),
     ('echo "unterminated', ("keel cannot parse the line (unterminated double quote)",)),
     ("git status\necho 'x", ("keel cannot parse the line (unterminated single quote)",)),
 ]

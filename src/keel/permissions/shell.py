@@ -843,6 +843,10 @@ class _Parser:
             self._variable_code("array subscript in a variable name can run a command")
         if program in _VARIABLE_READERS:
             self._check_lookup_variables(program, args)
+        if program in ("mapfile", "readarray") and any(
+            "C" in _short_options(w.value) for w in args
+        ):
+            self._opaque(f"{program} -C runs a command for each line")
 
     def _check_lookup_variables(self, program: str, names: tuple[_Word, ...]) -> None:
         """`read PATH`, `for PATH in …`: a variable that decides which program runs."""
@@ -1695,7 +1699,7 @@ _LAUNCHERS = frozenset(
     {"busybox", "toybox", "strace", "ltrace", "chroot", "flock", "taskset", "chrt", "unshare"}
     | {"nsenter", "setpriv", "prlimit", "fakeroot", "proot", "parallel", "unbuffer", "script"}
     | {"catchsegv", "valgrind", "systemd-run", "run-parts", "at", "batch", "sg", "pkexec"}
-    | {"firejail", "bwrap", "xvfb-run", "dbus-run-session", "numactl", "gdb", "rlwrap"}
+    | {"firejail", "bwrap", "xvfb-run", "dbus-run-session", "numactl", "gdb", "rlwrap", "ssh"}
 )
 # Programs that write the files named in their arguments (a script run later in the line).
 _WRITERS = frozenset(
