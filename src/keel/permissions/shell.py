@@ -109,6 +109,7 @@ Suggestions (`suggest_rule`, `suggest_rules`)
 
 from __future__ import annotations
 
+import functools
 import itertools
 import posixpath
 import re
@@ -368,7 +369,10 @@ class _Out:
         self.level = 0  # recursion depth, bounded so that no input can exhaust the stack
 
 
+@functools.lru_cache(maxsize=32)
 def _parse(command: str) -> _Out:
+    """The parse of one line. Cached: the gate reads the same line for each rule, and nothing
+    changes an `_Out` once its parse is done."""
     out = _Out()
     try:
         _Parser(command, out).parse_all()
