@@ -136,6 +136,9 @@ def peak_rss_of_run(url: str, project: Path, home: Path, turns: int) -> float:
             "--model",
             f"anthropic/{MODEL}",
             "-q",
+            # 100 turns of a growing conversation pass keel -p's default 200,000-token budget.
+            "--max-tokens-budget",
+            "0",
         ],
         check=True,
         capture_output=True,
