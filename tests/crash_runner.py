@@ -5,13 +5,16 @@ KEEL_CRASH names the point (counters are per process, from 1):
   fsync returns;
 - `tool-after:N`: the Nth tool has done its work (its side effect happened) but its result is not
   journaled yet;
-- `stream:N:K`: the Nth model stream, after K events reached the loop.
+- `stream:N:K`: the Nth model stream, after K events reached the loop;
+- `spawn:N:SECONDS`: SECONDS after the Nth process group a tool started was journaled, while
+  the command still runs (keel dies; the command is left to whatever stops it).
 KEEL_CRASH_COUNT=FILE writes the counters reached to FILE at exit (for planning kill points).
 Everything else is keel's real CLI.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -25,7 +28,7 @@ from keel.llm.providers.scripted import ScriptedProvider
 from keel.session.journal import Journal
 
 PLAN = os.environ.get("KEEL_CRASH", "")
-COUNTS = {"append": 0, "tool": 0, "stream": 0}
+COUNTS = {"append": 0, "tool": 0, "stream": 0, "spawn": 0}
 
 
 def die() -> None:
@@ -70,7 +73,19 @@ async def stream(self: ScriptedProvider, request: Any) -> AsyncGenerator[Any, No
         yield event
 
 
+_process_started = tool_runner.ToolRunner._process_started
+
+
+def process_started(self: tool_runner.ToolRunner, pgid: int) -> None:
+    COUNTS["spawn"] += 1
+    _process_started(self, pgid)
+    prefix = f"spawn:{COUNTS['spawn']}:"
+    if PLAN.startswith(prefix):
+        asyncio.get_running_loop().call_later(float(PLAN[len(prefix) :]), die)
+
+
 Journal.append = append  # type: ignore[method-assign]
+tool_runner.ToolRunner._process_started = process_started  # type: ignore[method-assign]
 tool_runner.finish = finish
 ScriptedProvider.stream = stream  # type: ignore[method-assign]
 

@@ -21,6 +21,7 @@ from keel.session.journal import (
     read_records,
 )
 from keel.session.records import (
+    FORMAT,
     AssistantRecord,
     Fingerprint,
     Meta,
@@ -105,7 +106,7 @@ def test_version_0_records_are_migrated() -> None:
         "message": {"role": "user", "blocks": [{"type": "text", "text": "legacy"}]},
     }
     record = decode(json.dumps(old))
-    assert record.v == 1
+    assert record.v == FORMAT  # migrated, in memory, to the current format
     assert record.ts == "2026-11-30T00:53:20.500Z"
     assert record.payload == UserRecord(Message("user", (Text("legacy"),)), "prompt")
 
@@ -173,8 +174,10 @@ def test_torn_tail_is_cut_before_the_next_append(tmp_path: Path) -> None:
 
     journal, loaded = Journal.open(path)
     assert loaded.repaired_bytes == 25
-    assert path.read_bytes() == whole  # cut before anything is appended
-    journal.append(UserRecord(user("three")))
+    assert path.read_bytes() == whole + fragment  # opening writes nothing
+    journal.append(UserRecord(user("three")))  # the fragment is cut before this append
+    (saved,) = tmp_path.glob("s1.jsonl.torn-*")
+    assert saved.read_bytes() == fragment
     journal.append(UserRecord(user("four")))
     journal.close()
     records = read_records(path, allow_torn_tail=False).records
@@ -182,15 +185,16 @@ def test_torn_tail_is_cut_before_the_next_append(tmp_path: Path) -> None:
     assert [r.payload.message.text for r in records[1:]] == ["one", "three", "four"]  # type: ignore[union-attr]
 
 
-def test_unparsable_last_line_counts_as_torn(tmp_path: Path) -> None:
+def test_unparsable_complete_last_line_is_an_error_not_a_torn_tail(tmp_path: Path) -> None:
+    """A newline-terminated line was written whole: it is never cut (issue 12: resume deleted
+    such lines). Only bytes after the last newline count as torn."""
     path = tmp_path / "s1.jsonl"
     Journal.create(path, meta()).close()
-    good = path.read_bytes()
-    path.write_bytes(good + b'{"v":1,"seq":2,"type":"us\x00\x00\n')
-    journal, loaded = Journal.open(path)
-    journal.close()
-    assert loaded.repaired_bytes == len(b'{"v":1,"seq":2,"type":"us\x00\x00\n')
-    assert path.read_bytes() == good
+    damaged = path.read_bytes() + b'{"v":1,"seq":2,"type":"us\x00\x00\n'
+    path.write_bytes(damaged)
+    with pytest.raises(CorruptSession, match=r"s1.jsonl: line 2 is not a valid record"):
+        Journal.open(path)
+    assert path.read_bytes() == damaged
 
 
 def test_corrupt_middle_line_is_reported_with_its_number_and_nothing_is_touched(

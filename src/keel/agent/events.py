@@ -26,6 +26,7 @@ TurnStop: TypeAlias = Literal[
     "budget",
     "loop",
     "suspended",
+    "unknown_outcome",
 ]
 
 

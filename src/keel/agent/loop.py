@@ -43,7 +43,7 @@ from keel.agent.events import (
 )
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
-from keel.agent.tool_runner import ToolRunner
+from keel.agent.tool_runner import Choice, ToolRunner
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
@@ -141,6 +141,7 @@ _TERMINAL: dict[TurnStop, TerminalReason] = {
     "budget": "budget",
     "loop": "loop",
     "suspended": "suspended",
+    "unknown_outcome": "unknown_outcome",
 }
 
 
@@ -310,6 +311,7 @@ class Agent:
         self.conversation = Conversation(list(state.messages))
         self.spend = Spend(state.usage, state.cost)
         self._pending = state.pending
+        self._runner.restore(state)  # calls of unknown outcome wait for a decision
         self._restored_turns = state.turns_since_prompt
         self.total_turns = state.turns
         self.last_prompt = state.last_prompt

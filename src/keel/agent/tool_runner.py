@@ -1,6 +1,13 @@
 """Running one round of tool calls: check each call, authorise them one by one in order, run
 consecutive read-only calls concurrently and everything else alone, and hand back one result per
 call. Every result passes through the one truncation function and is recorded the moment it exists.
+
+With a session, the runner also journals what a resume needs to be safe: each process group a
+tool starts (`process` records, so a resume can kill what a killed run left running), and, for a
+call that is not safe to repeat (keel.tools.effects), a durable `tool_started` record before it
+runs. On resume such a call, started but never answered, is not run again blindly: the user is
+asked (through the gate's asker), or, with nobody to ask, the round stops with
+`unknown_outcome` until the call is resolved (`rerun` or `skip`).
 """
 
 from __future__ import annotations
@@ -9,19 +16,35 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from keel.agent.events import Event, ToolFinished, ToolStarted
+from keel.errors import UserError
 from keel.frozen import frozen
 from keel.hooks.runner import HookResult, HookRunner, hook_input, tool_input
 from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
-from keel.permissions.gate import AllowAll, Deny, Gate
+from keel.permissions.gate import AllowAll, Deny, Gate, PermissionRequest
 from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput, current_call_id
 from keel.tools.builtin.raw import save_raw
+from keel.tools.effects import call_summary, repeat_risk
 from keel.tools.registry import Registry
 from keel.tools.truncate import MAX_OUTPUT_BYTES, truncate
 
+if TYPE_CHECKING:
+    from keel.session.fold import SessionState
+    from keel.session.records import ToolStartedRecord
+    from keel.session.store import SessionLog
+
 Record = Callable[[ToolResult, float], None]
+Choice: TypeAlias = Literal["rerun", "skip"]
+
+#: The result a skipped call of unknown outcome gets (the model must not assume either way).
+SKIPPED_UNKNOWN = (
+    "OUTCOME UNKNOWN: keel stopped while this call was running, so it is not known whether it "
+    "took effect; the user chose not to run it again. Check its effect (for example the remote "
+    "state) before relying on it or repeating it."
+)
 
 
 @frozen
@@ -80,6 +103,38 @@ class ToolRunner:
         self.hooks: HookRunner | None = None
         #: Set when a hook asked to stop (`continue: false`): the turn ends after this round.
         self.halt_reason: str | None = None
+        #: Where process groups and starts of unrepeatable calls are journaled (None: nowhere).
+        self.session: SessionLog | None = None
+        #: Calls of a restored batch that started, were not safe to repeat, and never reported
+        #: back; and what the user chose for them (`resolve`).
+        self.unknown: dict[str, ToolStartedRecord] = {}
+        self.choices: dict[str, Choice] = {}
+        #: Set when a round stopped on a call of unknown outcome nobody could decide about.
+        self.stopped_unknown: list[ToolStartedRecord] = []
+        ctx.on_process = self._process_started
+
+    def restore(self, state: SessionState) -> None:
+        """Take over a folded session's calls of unknown outcome."""
+        self.unknown = {r.tool_use_id: r for r in state.unknown_outcome}
+
+    def resolve(self, call_id: str, choice: Choice) -> None:
+        """Decide for a call of unknown outcome: run it again, or answer it as not re-run."""
+        if call_id not in self.unknown:
+            known = ", ".join(self.unknown) or "none"
+            raise UserError(
+                f"{call_id} is not a call whose outcome is unknown (those are: {known})",
+                hint="the stop message of the run names the call ids",
+            )
+        self.choices[call_id] = choice
+
+    def _process_started(self, pgid: int) -> None:
+        if self.session is None:
+            return
+        from keel.session.resume import boot_id, start_time
+
+        started = start_time(pgid)
+        if started is not None:  # gone already: nothing is left to stop
+            self.session.process(current_call_id.get(), pgid, started, boot_id())
 
     async def run(
         self,
@@ -100,8 +155,15 @@ class ToolRunner:
             results[call.id] = result
             emit(ToolFinished(call, result, seconds, display))
 
+        if (choices := await self._decide_unknown(calls)) is None:
+            for started in self.stopped_unknown:  # the round stops here, and says how to go on
+                emit(Notice(self._unknown_message(started), "warning"))
+            return
         ready: list[_Ready] = []
         for original in calls:  # phase 1: check and authorise, one by one, in order
+            if choices.get(original.id) == "skip":
+                done(original, tool_result(original.id, SKIPPED_UNKNOWN, is_error=True), 0.0, None)
+                continue
             checked = check_call(original, self.registry)
             if isinstance(checked, ToolResult):
                 done(original, checked, 0.0, None)
@@ -143,9 +205,12 @@ class ToolRunner:
         done: Callable[[ToolUse, ToolResult, float, str | None], None],
     ) -> None:
         call, tool = item.call, item.tool
+        assert call.input is not None
+        if self.session is not None and (risk := repeat_risk(tool, self.ctx, call.input)):
+            # Durable before the call starts: a crash from here on leaves its outcome unknown.
+            self.session.tool_started(call.id, call.name, risk, call_summary(call.name, call.input))
         emit(ToolStarted(call))
         start = time.monotonic()
-        assert call.input is not None
         token = current_call_id.set(call.id)
         try:
             output = await tool.run(self.ctx, call.input)
@@ -162,6 +227,51 @@ class ToolRunner:
             current_call_id.reset(token)
         result = await self._post_tool_hook(call, finish(call, output, self.ctx.raw_dir), emit)
         done(call, result, time.monotonic() - start, output.display)
+
+    # -- calls of unknown outcome ----------------------------------------------------------------
+
+    async def _decide_unknown(self, calls: tuple[ToolUse, ...]) -> dict[str, Choice] | None:
+        """What to do with each call of `calls` whose outcome is unknown: the user's choice
+        (`resolve`), else asked through the gate's asker (allow: run it again; deny: skip).
+        None when one is undecided and there is nobody to ask (`stopped_unknown` says which)."""
+        pending = [self.unknown[c.id] for c in calls if c.id in self.unknown]
+        if not pending:
+            return {}
+        asker = getattr(self.gate, "asker", None)
+        by_id = {c.id: c for c in calls}
+        choices: dict[str, Choice] = {}
+        undecided = []
+        for record in pending:
+            choice = self.choices.get(record.tool_use_id)
+            if choice is None and asker is not None:
+                reply = await asker(
+                    PermissionRequest(
+                        by_id[record.tool_use_id],
+                        f"run again a call whose outcome is unknown (keel stopped while it ran; "
+                        f"{record.reason}): {record.summary}",
+                        "",
+                    )
+                )
+                choice = "rerun" if reply.allow else "skip"
+            if choice is None:
+                undecided.append(record)
+            else:
+                choices[record.tool_use_id] = choice
+        if undecided:
+            self.stopped_unknown = undecided
+            return None
+        for call_id in choices:
+            self.unknown.pop(call_id, None)
+        return choices
+
+    def _unknown_message(self, record: ToolStartedRecord) -> str:
+        sid = self.ctx.session_id
+        return (
+            f"outcome unknown: call {record.tool_use_id} ({record.tool}: {record.summary}) was "
+            f"running when keel stopped and is not safe to repeat ({record.reason}). Run it "
+            f"again: keel resume {sid} --rerun {record.tool_use_id}; or go on without it: "
+            f"keel resume {sid} --skip {record.tool_use_id}"
+        )
 
     # -- hooks ---------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ EXIT_CODES: dict[TurnStop, int] = {
     "blocked": cli.EXIT_BLOCKED,
     "hook_stopped": cli.EXIT_BLOCKED,
     "suspended": cli.EXIT_SUSPENDED,
+    "unknown_outcome": cli.EXIT_UNKNOWN_OUTCOME,
     "interrupted": cli.EXIT_INTERRUPTED,
 }
 
@@ -487,7 +488,7 @@ async def open_session(
     gate checked). The caller closes the journal (the agent's `aclose` does)."""
     from keel.session.fold import FoldError, fold
     from keel.session.journal import Journal
-    from keel.session.resume import check_resume
+    from keel.session.resume import check_resume, reap
     from keel.session.store import SessionLog
 
     journal, loaded = Journal.open(path)  # locks: one writer per session
@@ -525,17 +526,45 @@ async def open_session(
         for change in check_resume(state, agent.fingerprint(), force=args.force):
             printer(Notice(f"resuming despite a changed configuration: {change}", "warning"))
         agent.restore(state)
+        resolve_unknown(agent, state, args)
         agent.session = SessionLog(journal, meta.id)
+        # Every check passed: only now is anything written (the torn tail cut, kept beside).
+        saved = journal.repair()
     except BaseException:
         journal.close()
         if agent is not None:
             await agent.aclose()
         raise
-    if loaded.repaired_bytes:
+    if saved is not None:
         printer(
-            Notice(f"cut {loaded.repaired_bytes} bytes of a torn last record (a crash mid-write)")
+            Notice(
+                f"cut {loaded.repaired_bytes} bytes of a torn last record (a crash mid-write); "
+                f"they are kept in {saved}"
+            )
+        )
+    for reaped in reap(state.processes):  # before anything runs again
+        printer(
+            Notice(
+                f"stopped what the killed run left running for call {reaped.tool_use_id}: "
+                f"process group {reaped.pgid} (pids {', '.join(map(str, reaped.pids))})",
+                "warning",
+            )
         )
     return agent, state, journal, ref
+
+
+def resolve_unknown(agent: Agent, state: SessionState, args: argparse.Namespace) -> None:
+    """Apply `keel resume --rerun/--skip CALL_ID` to the calls of unknown outcome."""
+    unknown = [r.tool_use_id for r in state.unknown_outcome]
+    for flag in ("rerun", "skip"):
+        for call_id in getattr(args, flag, None) or ():
+            if call_id not in unknown:
+                raise UserError(
+                    f"--{flag} {call_id}: not a call of session {state.meta.id} whose outcome is "
+                    f"unknown (those are: {', '.join(unknown) or 'none'})",
+                    hint="the message of the run that stopped names the call ids",
+                )
+            agent.resolve_unknown(call_id, "rerun" if flag == "rerun" else "skip")
 
 
 def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ EXIT_LIMIT = 3  # budget, max_turns, loop guard
 EXIT_INCOMPLETE = 4  # max_tokens, refusal
 EXIT_BLOCKED = 5  # a hook blocked or stopped the run
 EXIT_SUSPENDED = 6
+EXIT_UNKNOWN_OUTCOME = 7  # a call not safe to repeat was cut off: resume with --rerun or --skip
 EXIT_INTERRUPTED = 130
 
 
@@ -174,6 +175,20 @@ def resume_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("session", metavar="ID", help="session id or a unique prefix")
     p.add_argument("prompt_words", nargs="*", metavar="PROMPT", help="a prompt to run afterwards")
+    p.add_argument(
+        "--rerun",
+        action="append",
+        default=[],
+        metavar="CALL_ID",
+        help="run again a call whose outcome is unknown (keel stopped while it ran)",
+    )
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="CALL_ID",
+        help="do not run it again: the model is told its outcome is unknown",
+    )
     _run_options(p)
     return p
 

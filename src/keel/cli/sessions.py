@@ -29,9 +29,11 @@ from keel.session.records import (
     DecisionRecord,
     Meta,
     NoteRecord,
+    ProcessRecord,
     Record,
     TerminalRecord,
     ToolResultRecord,
+    ToolStartedRecord,
     UndoRecord,
     UserRecord,
 )
@@ -192,8 +194,6 @@ def describe(record: Record) -> list[str]:
             return [
                 f"{head} {mark} {result.tool_use_id} ({seconds:.2f}s){extra}: {_clip(result.text, 300)}"
             ]
-        case NoteRecord(text):
-            return [f"{head} note: {_clip(text)}"]
         case CompactionRecord(summary, trigger):
             return [f"{head} compaction ({trigger}): {_clip(summary, 300)}"]
         case DecisionRecord(tool_use_id, tool, outcome, source, reason):
@@ -207,6 +207,16 @@ def describe(record: Record) -> list[str]:
         case TerminalRecord(reason, message, turns, cost):
             detail = f": {message}" if message else ""
             return [f"{head} ── {reason}{detail} ({turns} turns, ${cost:.4f} in all)"]
+        case NoteRecord() | ToolStartedRecord() | ProcessRecord():
+            return [f"{head} {_brief(p)}"]
+
+
+def _brief(p: NoteRecord | ToolStartedRecord | ProcessRecord) -> str:
+    if isinstance(p, NoteRecord):
+        return f"note: {_clip(p.text)}"
+    if isinstance(p, ProcessRecord):
+        return f"process group {p.pgid} for {p.tool_use_id}"
+    return f"started {p.tool} {p.tool_use_id} (not safe to repeat: {p.reason})"
 
 
 #: Directories kept beside a session file, named after it.
@@ -292,15 +302,16 @@ def fork_session(path: Path, at: int | None) -> tuple[Path, str]:
         at_prompt = target.payload.message.text
         kept = [r for r in records[1:] if r.seq < at]
     else:
-        last = records[-1].payload
-        if not isinstance(last, TerminalRecord) or last.reason not in (
-            "completed",
-            "refusal",
-            "max_tokens",
-        ):
+        from keel.session.fold import FoldError, fold
+
+        try:  # the fold counts a run killed after its final answer as ended
+            last = fold(records).terminal
+        except FoldError as exc:
+            raise UserError(f"{path}: {exc}", hint="the file was left untouched") from exc
+        if last is None or last.reason not in ("completed", "refusal", "max_tokens"):
             raise UserError(
                 f"session {meta.id} did not end at a prompt boundary (it is "
-                f"{'running or crashed' if not isinstance(last, TerminalRecord) else last.reason})",
+                f"{'running or crashed' if last is None else last.reason})",
                 hint="fork it at a prompt with --at SEQ (`keel sessions show` lists them), or resume it first",
             )
         kept = records[1:]

@@ -100,6 +100,8 @@ class RemoteTool:
     title: str = ""
     read_only_hint: bool | None = None
     open_world_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
 
 
 @frozen
@@ -656,6 +658,8 @@ def _remote(tool: ToolDefinition) -> RemoteTool:
         title=tool.title or (annotations.title if annotations and annotations.title else "") or "",
         read_only_hint=annotations.read_only_hint if annotations else None,
         open_world_hint=annotations.open_world_hint if annotations else None,
+        destructive_hint=annotations.destructive_hint if annotations else None,
+        idempotent_hint=annotations.idempotent_hint if annotations else None,
     )
 
 

@@ -5,7 +5,9 @@
 its arguments are checked against the server's `inputSchema` before the permission prompt, and
 its result becomes keel blocks (text, images within limits, notes for what the model cannot
 take). It counts as read-only only when the server says `readOnlyHint: true` and
-`openWorldHint: false` (the spec's default for `openWorldHint` is true).
+`openWorldHint: false` (the spec's default for `openWorldHint` is true). It is not safe to
+repeat after a crash (keel.tools.effects) when the server says `destructiveHint: true` or
+`idempotentHint: false` of a tool that is not read-only.
 
 This module must never talk to a session itself (only through `McpManager.call`), never import
 the `mcp` SDK or `jsonschema` at module level (both load lazily, when a result or an argument
@@ -87,6 +89,8 @@ class McpTool:
     server: str
     remote_name: str
     manager: McpManager = field(repr=False)
+    #: False: a call cut off by a crash is not run again blindly (keel.tools.effects).
+    repeat_safe: bool = True
     _validator: Validator | None = field(default=None, repr=False)
     _schema_checked: bool = field(default=False, repr=False)
 
@@ -102,7 +106,10 @@ class McpTool:
         if len(description) > MAX_DESCRIPTION:
             description = description[: MAX_DESCRIPTION - 1] + "…"
         read_only = remote.read_only_hint is True and remote.open_world_hint is False
-        return cls(name, description, schema, read_only, server, remote.name, manager)
+        repeat_safe = remote.read_only_hint is True or not (
+            remote.destructive_hint is True or remote.idempotent_hint is False
+        )
+        return cls(name, description, schema, read_only, server, remote.name, manager, repeat_safe)
 
     def validate(self, args: Any) -> str | None:
         """None if `args` fits the tool's `inputSchema`, else one line per problem."""

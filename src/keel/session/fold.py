@@ -6,6 +6,12 @@ the batch becomes one user message (results in call order) when every call is an
 the next assistant record arrives. A batch still unanswered at the end is `pending`: resume runs
 only its unanswered calls. A user record merges into a trailing user message, as the live loop
 does, so roles keep alternating.
+
+A run killed after journaling its final answer (an assistant message that calls no tool) but
+before its terminal record ended its turn all the same: the fold supplies the terminal record the
+run would have written (`recovered`), so the session reads as completed, not crashed. `started`
+holds the calls that are not safe to repeat (a `tool_started` record) and have no result yet;
+`processes` the process groups recorded since the last terminal record (a dead run's, on resume).
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from keel.session.records import (
     DecisionRecord,
     Meta,
     NoteRecord,
+    ProcessRecord,
     Record,
+    TerminalReason,
     TerminalRecord,
     ToolResultRecord,
+    ToolStartedRecord,
     UndoRecord,
     UserRecord,
 )
@@ -65,6 +74,20 @@ class SessionState:
     #: Notes of `/undo`s after the last prompt: the model has not been told yet. A front end
     #: resuming the session queues them again (`Agent.add_note`).
     undo_notes: list[str] = field(default_factory=list)
+    #: Calls not safe to repeat that started (a `tool_started` record) and have no result.
+    started: dict[str, ToolStartedRecord] = field(default_factory=dict)
+    #: Process groups tool calls started since the last terminal record.
+    processes: list[ProcessRecord] = field(default_factory=list)
+    #: The terminal record was supplied by the fold: the run was killed after its final answer.
+    recovered: bool = False
+
+    @property
+    def unknown_outcome(self) -> list[ToolStartedRecord]:
+        """Unanswered calls of the pending batch whose outcome is unknown: they started, were not
+        safe to repeat, and never reported back."""
+        if self.pending is None:
+            return []
+        return [self.started[c.id] for c in self.pending.unanswered if c.id in self.started]
 
     @property
     def messages(self) -> list[Message]:
@@ -111,6 +134,11 @@ class _Folder:
                 self.state.last_context = 0
             case TerminalRecord():
                 self.state.terminal = p
+                self.state.processes.clear()  # a run that ended cleanly stopped its processes
+            case ToolStartedRecord():
+                self.state.started[p.tool_use_id] = p
+            case ProcessRecord():
+                self.state.processes.append(p)
             case UndoRecord():
                 if p.note:  # the conversation is untouched; the note rides the next prompt
                     self.state.undo_notes.append(p.note)
@@ -144,6 +172,7 @@ class _Folder:
                 f"tool_result at seq {seq} answers no open tool call ({result.tool_use_id})"
             )
         batch.results[result.tool_use_id] = result
+        self.state.started.pop(result.tool_use_id, None)
         if not batch.unanswered:
             self._close(fill_missing=False)
 
@@ -164,6 +193,7 @@ class _Folder:
             results.append(result)
         self.state.conversation.append(Message("user", tuple(results)))
         self.state.pending = self.batch = None
+        self.state.started.clear()
 
 
 def fold(records: list[Record]) -> SessionState:
@@ -178,7 +208,40 @@ def fold(records: list[Record]) -> SessionState:
     # stopped without one: it crashed, or is running now.
     if state.terminal is not None and _activity_after_terminal(records):
         state.terminal = None
+    if state.terminal is None and (reason := _final_answer(records)) is not None:
+        state.terminal = TerminalRecord(
+            reason,
+            "recovered: the run was killed after its final answer",
+            state.turns,
+            round(state.cost, 8),
+            state.last_prompt[:200],
+        )
+        state.recovered = True
     return state
+
+
+#: How a final answer's stop reason ends the turn (the loop's own mapping, for a terminal
+#: record the run did not live to write); any other ends it `completed`, except `pause_turn`
+#: (the provider paused: the turn was not over).
+_FINAL: dict[str, TerminalReason | None] = {
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+    "pause_turn": None,
+}
+
+
+def _final_answer(records: list[Record]) -> TerminalReason | None:
+    """The terminal reason a run would have written when its last activity is a final answer
+    (an assistant message calling no tool); None when the run stopped anywhere else."""
+    for record in reversed(records):
+        p = record.payload
+        if isinstance(p, AssistantRecord):
+            if p.message.tool_uses:
+                return None
+            return _FINAL.get(p.stop_reason, "completed")
+        if isinstance(p, ToolResultRecord | UserRecord | CompactionRecord | TerminalRecord):
+            return None
+    return None
 
 
 def _activity_after_terminal(records: list[Record]) -> bool:

@@ -178,6 +178,8 @@ def summarize(path: Path) -> SessionSummary:
             with contextlib.suppress(UserError, ValueError):
                 state = fold(read_records(path).records)
                 turns, cost, last_prompt = state.turns, state.cost, state.last_prompt
+                if state.recovered and state.terminal is not None and status == "crashed":
+                    status = state.terminal.reason  # killed after its final answer: it ended
     first_line = last_prompt.strip().splitlines()[0][:80] if last_prompt.strip() else ""
     return SessionSummary(
         meta.id,

@@ -1,10 +1,13 @@
 """The journal: one append-only JSON-lines file per session, one writer at a time.
 
 Contract (DESIGN.md invariant 4): `append(..., durable=True)` returns only after the line is
-written and fsynced; the directory is fsynced when the file is created; on open, a torn last line
-is cut off *before* anything is appended (appending after a fragment would glue two records into
-one corrupt line); a corrupt line in the middle is reported with its line number and nothing is
-overwritten. A second writer gets an error naming the holder's pid.
+written and fsynced; the directory is fsynced when the file is created. Only an unterminated last
+line (bytes after the last newline: a write the crash cut short) counts as torn: `open` finds it,
+and it is cut off before the first append, its bytes saved beside the file
+(`<id>.jsonl.torn-<time>`), so appending never glues a record onto a fragment and no byte is lost.
+Any complete line that cannot be read (a newer format, an unknown record type, garbage), last or
+not, raises `CorruptSession` with its line number, and nothing is written. A second writer gets
+an error naming the holder's pid.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import TYPE_CHECKING
 
 from keel.errors import RunError, UserError
 from keel.frozen import frozen
-from keel.session.records import Payload, Record, RecordError, decode, encode, now
+from keel.session.records import (
+    NewerFormat,
+    Payload,
+    Record,
+    RecordError,
+    decode,
+    encode,
+    now,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,13 +43,16 @@ class SessionLocked(UserError):
 
 
 class CorruptSession(UserError):
-    """A record in the middle of a session file cannot be read."""
+    """A complete line of a session file cannot be read; the file is left as it is."""
 
-    def __init__(self, path: Path, line: int, why: str) -> None:
-        super().__init__(
-            f"{path}: line {line} is not a valid record ({why})",
-            hint="the file was left untouched; inspect it, or fork from an earlier record",
+    def __init__(self, path: Path, line: int, why: str, *, newer: bool = False) -> None:
+        hint = (
+            "upgrade keel to read this session; the file was left untouched"
+            if newer
+            else "the file was left untouched; inspect it (keel sessions show ID --json), or "
+            "fork from an earlier prompt (keel fork ID --at SEQ)"
         )
+        super().__init__(f"{path}: line {line} is not a valid record ({why})", hint=hint)
         self.path = path
         self.line = line
 
@@ -50,7 +64,8 @@ class JournalWriteError(RunError):
 @frozen
 class Loaded:
     records: list[Record]
-    #: Bytes cut off the end because the last line was torn (0 if none).
+    #: Bytes of an unterminated last line (a torn write; 0 if none). A reader leaves them; the
+    #: writer cuts them off, saved beside the file, before its first append.
     repaired_bytes: int = 0
 
 
@@ -78,8 +93,9 @@ def _fsync_dir(path: Path) -> None:
 
 
 def read_records(path: Path, *, allow_torn_tail: bool = True) -> Loaded:
-    """Every record in `path`. A torn or unparsable last line is dropped (reported in
-    `repaired_bytes`, the file untouched); any other bad line raises `CorruptSession`."""
+    """Every record in `path`. An unterminated last line (a torn write) is left out (reported in
+    `repaired_bytes`, the file untouched) unless `allow_torn_tail` is false; any complete line
+    that cannot be read raises `CorruptSession`."""
     data = path.read_bytes()
     return _parse(path, data, allow_torn_tail)
 
@@ -88,24 +104,29 @@ def _parse(path: Path, data: bytes, allow_torn_tail: bool) -> Loaded:
     records: list[Record] = []
     lines = data.split(b"\n")
     tail = lines.pop()  # bytes after the last newline: empty unless the last line is torn
-    torn = len(tail)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise CorruptSession(path, number, "empty line")
         try:
             record = decode(line)
         except RecordError as exc:
-            if number == len(lines) and not tail and allow_torn_tail:
-                torn = len(line) + 1  # an unparsable final line is a torn write, not corruption
-                break
-            raise CorruptSession(path, number, str(exc)) from exc
+            # A complete line is never a torn write: cutting it would lose a record (a newer
+            # keel's, say). Only the unterminated tail may go.
+            raise CorruptSession(
+                path, number, str(exc), newer=isinstance(exc, NewerFormat)
+            ) from exc
         expected = records[-1].seq + 1 if records else 1
         if record.seq != expected:
             raise CorruptSession(path, number, f"seq {record.seq}, expected {expected}")
         records.append(record)
-    if torn and not allow_torn_tail:
+    if tail and not allow_torn_tail:
         raise CorruptSession(path, len(lines) + 1, "torn last line")
-    return Loaded(records, torn)
+    return Loaded(records, len(tail))
+
+
+def torn_path(path: Path, stamp: str) -> Path:
+    """Where the bytes of a torn last line cut off `path` are kept."""
+    return path.with_name(f"{path.name}.torn-{stamp}")
 
 
 class Journal:
@@ -119,6 +140,8 @@ class Journal:
         self._synced_seq = last_seq
         self._background: Future[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
+        #: A torn last line found by `open`: (its offset, its bytes), cut by `repair`.
+        self._torn: tuple[int, bytes] | None = None
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -175,24 +198,54 @@ class Journal:
 
     @classmethod
     def open(cls, path: Path) -> tuple[Journal, Loaded]:
-        """Lock `path`, cut a torn tail off, and return the journal and the records."""
+        """Lock `path` and return the journal and the records. Nothing is written here: a torn
+        tail is cut by `repair` (or the first append), once the caller's checks have passed."""
         if not path.exists():
             raise UserError(f"no session file at {path}")
         lock_fd = cls._lock(path)
+        fd = -1
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
             data = b""
             while chunk := os.read(fd, 1 << 20):
                 data += chunk
             loaded = _parse(path, data, allow_torn_tail=True)
-            if loaded.repaired_bytes:
-                os.ftruncate(fd, len(data) - loaded.repaired_bytes)
-                os.fsync(fd)
         except BaseException:
+            if fd >= 0:
+                os.close(fd)
             os.close(lock_fd)
             raise
         last = loaded.records[-1].seq if loaded.records else 0
-        return cls(path, fd, lock_fd, last), loaded
+        journal = cls(path, fd, lock_fd, last)
+        if loaded.repaired_bytes:
+            cut = len(data) - loaded.repaired_bytes
+            journal._torn = (cut, data[cut:])
+        return journal, loaded
+
+    def repair(self) -> Path | None:
+        """Cut the torn last line `open` found, after saving its bytes beside the file (0600,
+        fsynced before the cut). Returns where they went; None when there was nothing to cut."""
+        if self._torn is None:
+            return None
+        cut, fragment = self._torn
+        saved = torn_path(self.path, now().replace(":", "").replace("-", ""))
+        try:
+            fd = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            try:
+                os.write(fd, fragment)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(self.path.parent)
+            os.ftruncate(self._fd, cut)
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise JournalWriteError(
+                f"cannot cut the torn last line of {self.path}: {exc.strerror or exc}",
+                hint="free disk space or fix permissions; the file was not changed",
+            ) from exc
+        self._torn = None
+        return saved
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -200,6 +253,8 @@ class Journal:
         """Write one record. With `durable`, also fsync it (and every earlier record) before
         returning. Without, the line is written (a killed process cannot lose it) and made durable
         by the next `sync`, `sync_in_background` or durable append."""
+        if self._torn is not None:
+            self.repair()  # never glue a record onto a fragment
         record = Record(self.last_seq + 1, now(), payload)
         line = encode(record)
         try:

@@ -25,8 +25,11 @@ from keel.llm.messages import (
     message_to_json,
 )
 
-#: Current record format. Bump it and add `MIGRATIONS[old]` when a record's shape changes.
-FORMAT = 1
+#: Current record format. Bump it and add `MIGRATIONS[old]` when a record's shape changes or a
+#: record type is added (an older keel then stops at such a line with "newer format", instead of
+#: taking it for corruption). Each line carries the lowest format that can read it, so a session
+#: that uses none of the newer types stays readable by an older keel.
+FORMAT = 2
 
 TerminalReason: TypeAlias = Literal[
     "completed",
@@ -40,6 +43,7 @@ TerminalReason: TypeAlias = Literal[
     "blocked",
     "refusal",
     "max_tokens",
+    "unknown_outcome",
 ]
 UserSource: TypeAlias = Literal["prompt", "note", "task_notification", "hook_feedback", "command"]
 
@@ -184,6 +188,35 @@ class TerminalRecord:
     type: Literal["terminal"] = "terminal"
 
 
+@frozen
+class ToolStartedRecord:
+    """A call that is not safe to repeat (a push, a deploy, a payment) is about to run. Durable
+    before the call starts: a resume that finds it without a result knows the outcome is unknown
+    and does not run the call again without asking (format 2)."""
+
+    tool_use_id: str
+    tool: str
+    #: Why the call is not safe to repeat (the tool's declaration, or the matching pattern).
+    reason: str = ""
+    #: What it runs, for the question a resume asks (a command line, a tool's arguments).
+    summary: str = ""
+    type: Literal["tool_started"] = "tool_started"
+
+
+@frozen
+class ProcessRecord:
+    """A tool call started a process group. A resume kills the groups a dead run left behind,
+    recognised by the leader's start time (so a recycled pid is never touched) (format 2)."""
+
+    tool_use_id: str
+    pgid: int
+    #: Field 22 of /proc/<pgid>/stat: the leader's start, in clock ticks since boot.
+    start_time: int
+    #: /proc/sys/kernel/random/boot_id: start times count from this boot only.
+    boot_id: str = ""
+    type: Literal["process"] = "process"
+
+
 Payload: TypeAlias = (
     Meta
     | UserRecord
@@ -194,6 +227,8 @@ Payload: TypeAlias = (
     | DecisionRecord
     | UndoRecord
     | TerminalRecord
+    | ToolStartedRecord
+    | ProcessRecord
 )
 
 
@@ -202,6 +237,8 @@ class Record:
     seq: int
     ts: str
     payload: Payload
+    #: In memory every record is of the current format (older ones are migrated when read);
+    #: `encode` writes the lowest format that reads it.
     v: int = FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -274,11 +311,43 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "cost": p.cost,
                 "prompt": p.prompt,
             }
+        case ToolStartedRecord():
+            return {
+                "tool_use_id": p.tool_use_id,
+                "tool": p.tool,
+                "reason": p.reason,
+                "summary": p.summary,
+            }
+        case ProcessRecord():
+            return {
+                "tool_use_id": p.tool_use_id,
+                "pgid": p.pgid,
+                "start_time": p.start_time,
+                "boot_id": p.boot_id,
+            }
+
+
+#: Record types newer than format 1, and the format that introduced them.
+_TYPE_FORMAT = {"tool_started": 2, "process": 2}
+#: Terminal reasons newer than format 1 (an older keel does not know them).
+_REASON_FORMAT = {"unknown_outcome": 2}
+
+
+def line_format(payload: Payload) -> int:
+    """The lowest format that can read a record of this payload."""
+    if isinstance(payload, TerminalRecord):
+        return _REASON_FORMAT.get(payload.reason, 1)
+    return _TYPE_FORMAT.get(payload.type, 1)
 
 
 def encode(record: Record) -> bytes:
-    """One line of the session file, newline included."""
-    head = {"v": record.v, "seq": record.seq, "type": record.payload.type, "ts": record.ts}
+    """One line of the session file, newline included. `v` is the lowest format that reads it."""
+    head = {
+        "v": line_format(record.payload),
+        "seq": record.seq,
+        "type": record.payload.type,
+        "ts": record.ts,
+    }
     body = {**head, **_payload_json(record.payload), **record.extra}
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
@@ -301,11 +370,30 @@ def _migrate_0_to_1(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-MIGRATIONS = {0: _migrate_0_to_1}
+def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 added record types (`tool_started`, `process`) and the terminal reason
+    `unknown_outcome`; format-1 records are unchanged."""
+    return {**d, "v": 2}
+
+
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
 
 
 class RecordError(ValueError):
     """A line that is not a valid record."""
+
+
+class NewerFormat(RecordError):
+    """A record of a format this keel does not read (a newer keel wrote it)."""
+
+    def __init__(self, version: int) -> None:
+        from keel import __version__
+
+        super().__init__(
+            f"record format {version} is newer than this keel reads "
+            f"(keel {__version__} reads formats up to {FORMAT}); a newer keel wrote it"
+        )
+        self.version = version
 
 
 def _payload(kind: str, d: dict[str, Any]) -> Payload:
@@ -360,6 +448,15 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             tuple(d.get("failed", ())),
             d.get("note", ""),
         )
+    if kind == "tool_started":
+        return ToolStartedRecord(
+            d["tool_use_id"], d["tool"], d.get("reason", ""), d.get("summary", "")
+        )
+    if kind == "process":
+        pgid, start = d["pgid"], d["start_time"]
+        if not isinstance(pgid, int) or not isinstance(start, int) or pgid <= 1:
+            raise RecordError("process record needs an integer pgid (> 1) and start_time")
+        return ProcessRecord(d["tool_use_id"], pgid, start, d.get("boot_id", ""))
     if kind == "terminal":
         return TerminalRecord(
             d["reason"],
@@ -382,6 +479,8 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason"},
     "undo": {"unit", "label", "restored", "removed", "failed", "note"},
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
+    "tool_started": {"tool_use_id", "tool", "reason", "summary"},
+    "process": {"tool_use_id", "pgid", "start_time", "boot_id"},
 }
 _ALLOWED = {kind: frozenset(fields | _ENVELOPE) for kind, fields in _KNOWN_FIELDS.items()}
 
@@ -414,8 +513,11 @@ def decode(line: bytes | str) -> Record:
     if not isinstance(d, dict):
         raise RecordError("not a JSON object")
     version = d.get("v", 0)
-    if not isinstance(version, int) or version > FORMAT:
-        raise RecordError(f"record format {version!r} is newer than this keel reads ({FORMAT})")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise RecordError(f"record format {version!r} is not a format number")
+    if version > FORMAT:
+        raise NewerFormat(version)
+    written = version
     while version < FORMAT:
         d = MIGRATIONS[version](d)
         version = d["v"]
@@ -423,6 +525,13 @@ def decode(line: bytes | str) -> Record:
     seq = d.get("seq")
     if not isinstance(kind, str) or not isinstance(seq, int):
         raise RecordError("record lacks type or seq")
+    if kind not in _ALLOWED:
+        from keel import __version__
+
+        raise RecordError(
+            f"unknown record type {kind!r} in a format-{written} record (keel {__version__} "
+            f"reads formats up to {FORMAT}; a newer keel may have written it)"
+        )
     try:
         payload = _payload(kind, d)
     except (KeyError, TypeError, ValueError) as exc:

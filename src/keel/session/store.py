@@ -26,9 +26,11 @@ from keel.session.records import (
     Fingerprint,
     Meta,
     NoteRecord,
+    ProcessRecord,
     TerminalReason,
     TerminalRecord,
     ToolResultRecord,
+    ToolStartedRecord,
     UndoRecord,
     UserRecord,
     UserSource,
@@ -118,6 +120,16 @@ class SessionLog:
         # overlaps what comes next. `barrier` makes it durable before any other tool runs.
         self.journal.append(ToolResultRecord(result, seconds), durable=False)
         self.journal.sync_in_background()
+
+    def tool_started(self, tool_use_id: str, tool: str, reason: str, summary: str) -> None:
+        """A call that is not safe to repeat is about to run: durable (fsync) before it starts,
+        so a resume knows its outcome is unknown rather than running it again blindly."""
+        self.journal.append(ToolStartedRecord(tool_use_id, tool, reason, summary))
+
+    def process(self, tool_use_id: str, pgid: int, start_time: int, boot_id: str) -> None:
+        """A tool call started a process group. Written at once, not fsynced: a killed keel
+        cannot lose a written line, and a machine that went down took the process with it."""
+        self.journal.append(ProcessRecord(tool_use_id, pgid, start_time, boot_id), durable=False)
 
     def barrier(self) -> None:
         """Everything recorded so far is durable when this returns (called before a tool runs)."""

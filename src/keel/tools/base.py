@@ -30,6 +30,7 @@ from typing import (
 from keel.frozen import frozen
 from keel.llm.messages import Image, Text
 from keel.llm.request import ToolSpec
+from keel.tools.effects import DEFAULT_UNSAFE_TO_REPEAT
 
 if TYPE_CHECKING:
     from keel.checkpoints import Checkpoints
@@ -73,6 +74,13 @@ class ToolContext:
     checkpoints: Checkpoints | None = None
     #: Background shells and subagents (None: `run_in_background` is refused).
     background: BackgroundTasks | None = None
+    #: Commands not safe to run twice (settings `unsafe_to_repeat`; keel.tools.effects).
+    unsafe_to_repeat: tuple[str, ...] = DEFAULT_UNSAFE_TO_REPEAT
+    #: Told the pid of each process group leader a tool starts, right after it starts (the tool
+    #: runner journals it, so a resume can stop what a killed run left running).
+    on_process: Callable[[int], None] | None = None
+    #: Directories besides the root that writes may go to (`permissions.additionalDirectories`).
+    extra_roots: tuple[Path, ...] = ()
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""
@@ -94,6 +102,10 @@ class ToolOutput:
 
 @runtime_checkable
 class Tool(Protocol):
+    """Optional attributes the runner also reads: `repeat_safe: bool` (False: a call must not
+    run twice blindly after a crash) and `repeat_risk(ctx, args) -> str | None` (the same, per
+    call); see keel.tools.effects."""
+
     name: str
     description: str
     input_schema: dict[str, Any]
@@ -121,6 +133,10 @@ class FunctionTool:
     read_only: bool
     func: ToolFunc
     _params: dict[str, _Param]
+    #: False: calls are not safe to repeat (a deploy, a payment); keel.tools.effects.
+    repeat_safe: bool = True
+    #: Per call: why this one is not safe to repeat, or None.
+    repeat_risk: Callable[[ToolContext, dict[str, Any]], str | None] | None = None
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         out = await self.func(ctx, **args)
@@ -154,26 +170,43 @@ class _Param:
     check: Callable[[Any], str | None]
 
 
+RepeatRisk = Callable[[ToolContext, dict[str, Any]], str | None]
+
+
 @overload
 def tool(func: ToolFunc, /) -> FunctionTool: ...
 
 
 @overload
 def tool(
-    *, name: str | None = None, read_only: bool = False
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+    repeat_safe: bool = True,
+    repeat_risk: RepeatRisk | None = None,
 ) -> Callable[[ToolFunc], FunctionTool]: ...
 
 
 def tool(
-    func: ToolFunc | None = None, /, *, name: str | None = None, read_only: bool = False
+    func: ToolFunc | None = None,
+    /,
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+    repeat_safe: bool = True,
+    repeat_risk: RepeatRisk | None = None,
 ) -> FunctionTool | Callable[[ToolFunc], FunctionTool]:
     """Decorator: `@tool` or `@tool(name="x", read_only=True)` on `async def f(ctx, a: str, …)`.
+    `repeat_safe=False` (or a `repeat_risk` check per call) marks calls that must not run twice
+    blindly after a crash (keel.tools.effects).
 
     The docstring's first paragraph is the description; an `Args:` section gives parameter
     descriptions (`name: text`, continuation lines indented)."""
 
     def wrap(f: ToolFunc) -> FunctionTool:
-        return _build(f, name or f.__name__, read_only)
+        built = _build(f, name or f.__name__, read_only)
+        built.repeat_safe, built.repeat_risk = repeat_safe, repeat_risk
+        return built
 
     return wrap(func) if func is not None else wrap
 
