@@ -81,6 +81,9 @@ def test_a_300_turn_session_survives_kills_overflows_and_compactions(
             "anthropic/claude-test",
             "--max-turns",
             "1000",
+            # 300 turns of a full window pass keel -p's default 200,000-token budget.
+            "--max-tokens-budget",
+            "0",
             "--max-retries",
             "0",
             "-q",
