@@ -7,7 +7,8 @@ Provider stream deltas pass through unchanged.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+import asyncio
+from typing import Any, Literal, TypeAlias
 
 from keel.frozen import frozen
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
@@ -59,6 +60,30 @@ class AssistantMessage:
 @frozen
 class ToolStarted:
     call: ToolUse
+
+
+@frozen
+class ToolProgress:
+    """A running tool reported progress (an MCP server's notification): the card shows the
+    latest `message` (or `progress`/`total`). Not journaled; the model never sees it."""
+
+    call_id: str
+    progress: float
+    total: float | None = None
+    message: str = ""
+
+
+@frozen
+class QuestionRequest:
+    """A question for the user that needs a reply (an MCP server's elicitation): `schema` is
+    a flat JSON schema of the fields to fill in. A front end sets `reply` to the values (the
+    user accepted), None (declined), or a string saying why it cannot ask (refused). A front
+    end that does not show questions must reply with a string, never leave it waiting."""
+
+    source: str
+    message: str
+    schema: dict[str, Any]
+    reply: asyncio.Future[dict[str, Any] | str | None]
 
 
 @frozen
@@ -136,6 +161,8 @@ Event: TypeAlias = (
     | Notice
     | AssistantMessage
     | ToolStarted
+    | ToolProgress
+    | QuestionRequest
     | ToolFinished
     | UsageUpdated
     | ContextCompacted
@@ -150,11 +177,13 @@ __all__ = [
     "ContextCompacted",
     "Event",
     "Notice",
+    "QuestionRequest",
     "RequestStarted",
     "SubagentEvent",
     "TextDelta",
     "ThinkingDelta",
     "ToolFinished",
+    "ToolProgress",
     "ToolStarted",
     "ToolUseDelta",
     "ToolUseStart",

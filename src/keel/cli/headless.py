@@ -385,14 +385,17 @@ async def connect_mcp(agent: Agent, settings: Settings, printer: Printer) -> Non
     """Start the project's MCP servers (the shared ones only once approved), wait for them to
     connect, and offer their tools. The agent stops the servers when it closes."""
     root = agent.ctx.root
-    if not settings.mcp_servers and not (root / ".mcp.json").exists():
+    home = Path.home()
+    if not settings.mcp_servers and not any(
+        p.exists() for p in (root / ".mcp.json", home / ".claude.json")
+    ):
         return
     from keel.config.settings import user_config_dir
     from keel.hooks.config import approved_pins
     from keel.mcp.config import load_servers
     from keel.session.store import keel_home, project_key
 
-    servers, warnings = load_servers(root, settings.mcp_servers, agent.ctx.env)
+    servers, warnings = load_servers(root, settings.mcp_servers, agent.ctx.env, home=home)
     for warning in warnings:
         printer(Notice(warning, "warning"))
     if not servers:
@@ -431,6 +434,9 @@ async def connect_mcp(agent: Agent, settings: Settings, printer: Printer) -> Non
                 "warning",
             )
         )
+    from keel.cli.mcp_wiring import wire
+
+    wire(agent, manager, sampling=settings.mcp_sampling)
     agent.add_tools(manager.tools())
 
 

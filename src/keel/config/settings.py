@@ -60,6 +60,7 @@ KNOWN_KEYS = frozenset(
         # Read by keel.hooks.config and keel.mcp.config, which own their formats.
         "hooks",
         "mcp_servers",
+        "mcp_sampling",
         "$schema",
     }
 )
@@ -131,6 +132,8 @@ class Settings:
     files: list[Path] = field(default_factory=list)
     #: Each settings file's `mcp_servers` value as written, with its path (keel.mcp parses them).
     mcp_servers: list[tuple[Path, object]] = field(default_factory=list)
+    #: MCP servers' sampling requests: ask (interactive only), allow (also headless), deny.
+    mcp_sampling: str = "ask"
     #: Untrusted project files with entries that need approval (approved or not).
     pending: list[PendingFile] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -285,6 +288,13 @@ class _Merge:
                 s.auto_compact = value
             else:
                 self.w.append(f"{where} must be true or false; ignored")
+        elif key == "mcp_sampling":
+            if value not in ("ask", "allow", "deny"):
+                self.w.append(f"{where} must be ask, allow or deny; ignored")
+            elif self.untrusted and value == "allow":
+                self.w.append(f"{where} ignored: only your own settings may allow sampling")
+            else:
+                s.mcp_sampling = value
 
     def budget(self, value: Any, where: str) -> None:
         s = self.settings

@@ -19,6 +19,16 @@ group with the project root as cwd (or the entry's `cwd` below it), the environm
 gives plus the entry's `env`, and stderr appended to `<log_dir>/mcp-<name>.log` (0600), and
 stops it the way the spec says (close stdin, wait, SIGTERM the group, SIGKILL).
 
+A stdio server gets the variables its entry declares plus a safe base (`SAFE_ENV`: PATH, HOME,
+locale…; never keel's API keys) unless its entry says `inherit_env: true`; with `sandbox: true`
+it runs under keel's bubblewrap sandbox (keel.permissions.sandbox), and refuses to start when
+the sandbox cannot run. A server that drops after it connected is restarted (stdio) or
+reconnected (http, sse) `max_restarts` times with a doubling delay; its tools keep their names.
+The manager also answers the server's own requests: `roots/list` (the project root),
+`sampling/createMessage` (through `sampler`) and `elicitation/create` (through `elicitor`),
+refusing each one that has no handler; it reads prompts and resources for the front ends,
+forwards progress of tool calls, and notices `list_changed` notifications (`on_notice`).
+
 This module must never import `mcp`, `anyio` or `httpx2` at module level (keel's startup stays
 cheap: importing the SDK costs over a second, and it happens in a worker thread, only once a
 server is started), and never touch a session outside its owner task.
@@ -30,11 +40,13 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -48,11 +60,21 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
     from mcp import ClientSession, MCPError
     from mcp.client._transport import TransportStreams
+    from mcp.client.session import ClientRequestContext, IncomingMessage
     from mcp.shared.message import SessionMessage
-    from mcp_types import CallToolResult
+    from mcp_types import (
+        CallToolResult,
+        CreateMessageRequestParams,
+        CreateMessageResult,
+        ElicitRequestParams,
+        ElicitResult,
+        ErrorData,
+        ListRootsResult,
+    )
     from mcp_types import Tool as ToolDefinition
 
     from keel.mcp.tools import McpTool
+    from keel.permissions.sandbox import Sandbox
 
 State: TypeAlias = Literal["connecting", "connected", "failed", "needs approval", "disabled"]
 
@@ -64,6 +86,38 @@ CLOSE_TIMEOUT = 8.0
 STOP_GRACE = 2.0
 #: Pages of `tools/list` read at most (a server that paginates forever cannot hang a connect).
 MAX_TOOL_PAGES = 100
+#: Times a server that dropped after connecting is restarted (stdio) or reconnected (http).
+MAX_RESTARTS = 3
+#: Seconds before the first restart; each next one waits twice as long.
+RESTART_DELAY = 0.5
+
+#: What a stdio server gets of keel's environment unless its entry says `inherit_env: true`
+#: (fnmatch patterns, case-insensitive): what a program needs to run, never a credential.
+SAFE_ENV: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "LC_*",
+    "TMPDIR", "TMP", "TEMP", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+    "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "NO_COLOR", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    # Windows: what a process needs to start at all.
+    "SYSTEMROOT", "SYSTEMDRIVE", "COMSPEC", "PATHEXT", "WINDIR", "APPDATA", "LOCALAPPDATA",
+    "USERPROFILE", "PROGRAMFILES", "PROGRAMDATA",
+)  # fmt: skip
+#: A value that carries a password in a URL (a proxy's `http://user:secret@host`) is left out.
+_URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@:]*:[^/\s@]+@")
+
+
+def server_env(config: ServerConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a stdio server starts with: the safe base of `env` (all of it with
+    `inherit_env`), then the variables its entry declares (those win)."""
+    if config.inherit_env:
+        base = dict(env)
+    else:
+        base = {
+            k: v
+            for k, v in env.items()
+            if any(fnmatchcase(k.upper(), p) for p in SAFE_ENV) and not _URL_WITH_PASSWORD.search(v)
+        }
+    return {**base, **dict(config.env)}
 
 
 class McpCallError(Exception):
@@ -105,6 +159,79 @@ class RemoteTool:
 
 
 @frozen
+class PromptArgument:
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+@frozen
+class RemotePrompt:
+    """A prompt as a server listed it."""
+
+    name: str
+    description: str = ""
+    arguments: tuple[PromptArgument, ...] = ()
+
+
+@frozen
+class RemoteResource:
+    """A resource as a server listed it."""
+
+    server: str
+    uri: str
+    name: str = ""
+    description: str = ""
+    mime_type: str = ""
+
+
+@frozen
+class ResourceContent:
+    """One part of a read resource: its text, or (binary) its size only."""
+
+    uri: str
+    mime_type: str = ""
+    text: str | None = None
+    #: Bytes of a binary part (its data is not passed on).
+    size: int = 0
+
+
+@frozen
+class SamplingAsk:
+    """A server's `sampling/createMessage`, without SDK types: text messages only."""
+
+    server: str
+    messages: tuple[tuple[str, str], ...]
+    system: str
+    max_tokens: int
+
+
+@frozen
+class SamplingAnswer:
+    text: str
+    model: str
+    stop_reason: str = "endTurn"
+
+
+@frozen
+class ElicitAsk:
+    """A server's `elicitation/create` (form mode): a message and the fields' JSON schema."""
+
+    server: str
+    message: str
+    schema: dict[str, Any]
+
+
+#: Answers a sampling request, or returns why it was refused.
+Sampler: TypeAlias = Callable[[SamplingAsk], Awaitable[SamplingAnswer | str]]
+#: The user's answer to an elicitation: the values (accept), None (decline), or why it was
+#: refused (no one to ask).
+Elicitor: TypeAlias = Callable[[ElicitAsk], Awaitable[dict[str, Any] | str | None]]
+#: Progress of a running tool call: (progress, total, message).
+ProgressSink: TypeAlias = Callable[[float, float | None, str | None], None]
+
+
+@frozen
 class ServerStatus:
     """A snapshot of one server, for `keel mcp list`, notices and tests."""
 
@@ -116,6 +243,11 @@ class ServerStatus:
     #: The stdio server's process id while it runs (and after, for diagnostics).
     pid: int | None = None
     log_file: Path | None = None
+    prompts: tuple[RemotePrompt, ...] = ()
+    #: Whether the server offers resources.
+    resources: bool = False
+    #: Times it was restarted (or reconnected) after it dropped.
+    restarts: int = 0
 
     @property
     def name(self) -> str:
@@ -127,9 +259,12 @@ class _Call:
     tool: str
     args: dict[str, Any]
     timeout: float
-    future: asyncio.Future[CallToolResult]
+    future: asyncio.Future[Any]
     #: The anyio scope the call runs in, once it started (the caller cancels it on interrupt).
     scope: anyio.CancelScope | None = None
+    #: Anything but a tool call: run with the session (prompts, resources, a tools refresh).
+    op: Callable[[ClientSession], Awaitable[Any]] | None = None
+    on_progress: ProgressSink | None = None
 
 
 @dataclass(eq=False)
@@ -158,10 +293,23 @@ class _Server:
     log_offset: int = 0
     #: The last HTTP error status an http/sse server answered with.
     http_error: str = ""
+    prompts: tuple[RemotePrompt, ...] = ()
+    resources: bool = False
+    #: Connected at least once (only such a server is restarted when it drops).
+    was_connected: bool = False
+    restarts: int = 0
 
     def snapshot(self) -> ServerStatus:
         return ServerStatus(
-            self.config, self.state, self.detail, self.tools, self.pid, self.log_file
+            self.config,
+            self.state,
+            self.detail,
+            self.tools,
+            self.pid,
+            self.log_file,
+            self.prompts,
+            self.resources,
+            self.restarts,
         )
 
     def last_stderr_line(self) -> str:
@@ -217,11 +365,21 @@ class McpManager:
         log_dir: Path,
         approved: Collection[str] = (),
         connect_timeout: float = CONNECT_TIMEOUT,
+        max_restarts: int = MAX_RESTARTS,
     ) -> None:
         self.root = root
         self.env = dict(env)
         self.log_dir = log_dir
         self.connect_timeout = connect_timeout
+        self.max_restarts = max_restarts
+        #: Told what the user should know (a changed tool list, a restart): (text, level).
+        self.on_notice: Callable[[str, str], None] | None = None
+        #: Answers servers' sampling requests (None: refused).
+        self.sampler: Sampler | None = None
+        #: Asks the user a server's elicitation (None: refused).
+        self.elicitor: Elicitor | None = None
+        #: Told the progress of tool calls: (keel call id, progress, total, message).
+        self.on_tool_progress: Callable[[str, float, float | None, str | None], None] | None = None
         self._approved = frozenset(approved)
         self._servers: dict[str, _Server] = {}
         self._sdk: asyncio.Future[None] | None = None
@@ -330,10 +488,83 @@ class McpManager:
         tool: str,
         args: dict[str, Any],
         timeout: float | None = None,  # noqa: ASYNC109
+        *,
+        on_progress: ProgressSink | None = None,
     ) -> CallToolResult:
         """Run `tool` on `server` and return the SDK's raw result. `timeout` defaults to the
-        server's configured per-call timeout. Raises a `McpCallError` subclass when there is
-        no result (its message is meant for the model)."""
+        server's configured per-call timeout; `on_progress` hears the server's progress
+        notifications. Raises a `McpCallError` subclass when there is no result (its message
+        is meant for the model)."""
+        result: CallToolResult = await self._submit(
+            server, tool, args, timeout, on_progress=on_progress
+        )
+        return result
+
+    async def get_prompt(self, server: str, name: str, args: dict[str, str]) -> list[str]:
+        """The text of each message of prompt `name` with `args` (images and other content
+        as a one-line note)."""
+
+        async def op(session: ClientSession) -> list[str]:
+            got = await session.get_prompt(name, args)
+            return [_content_text(m.content) for m in got.messages]
+
+        texts: list[str] = await self._submit(server, f"prompt {name}", {}, None, op=op)
+        return texts
+
+    async def list_resources(self, server: str) -> list[RemoteResource]:
+        """Every resource `server` lists (up to `MAX_TOOL_PAGES` pages)."""
+
+        async def op(session: ClientSession) -> list[RemoteResource]:
+            from mcp_types import PaginatedRequestParams
+
+            found: list[RemoteResource] = []
+            cursor: str | None = None
+            for _ in range(MAX_TOOL_PAGES):
+                params = PaginatedRequestParams(cursor=cursor) if cursor else None
+                page = await session.list_resources(params=params)
+                found += [
+                    RemoteResource(
+                        server, str(r.uri), r.name, r.description or "", r.mime_type or ""
+                    )
+                    for r in page.resources
+                ]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            return found
+
+        resources: list[RemoteResource] = await self._submit(
+            server, "resources/list", {}, None, op=op
+        )
+        return resources
+
+    async def read_resource(self, server: str, uri: str) -> list[ResourceContent]:
+        async def op(session: ClientSession) -> list[ResourceContent]:
+            from mcp_types import TextResourceContents
+
+            got = await session.read_resource(uri)
+            return [
+                ResourceContent(str(c.uri), c.mime_type or "", c.text)
+                if isinstance(c, TextResourceContents)
+                else ResourceContent(str(c.uri), c.mime_type or "", None, _b64_size(c.blob))
+                for c in got.contents
+            ]
+
+        contents: list[ResourceContent] = await self._submit(
+            server, f"resource {uri}", {}, None, op=op
+        )
+        return contents
+
+    async def _submit(
+        self,
+        server: str,
+        tool: str,
+        args: dict[str, Any],
+        timeout: float | None,  # noqa: ASYNC109
+        *,
+        op: Callable[[ClientSession], Awaitable[Any]] | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> Any:
         s = self._servers.get(server)
         if s is None:
             raise McpServerUnavailable(server, f'there is no mcp server named "{server}"')
@@ -342,7 +573,10 @@ class McpManager:
         if s.state != "connected":
             raise McpServerUnavailable(server, _unavailable(s))
         limit = s.config.timeout if timeout is None else timeout
-        call = _Call(tool, args, limit, asyncio.get_running_loop().create_future())
+        call = _Call(
+            tool, args, limit, asyncio.get_running_loop().create_future(), op=op,
+            on_progress=on_progress,
+        )  # fmt: skip
         s.pending.add(call)
         s.queue.put_nowait(call)
         try:
@@ -373,11 +607,42 @@ class McpManager:
             self._finish(s)
             return
         try:
-            await self._connect_and_serve(s)
-        except Exception as exc:  # the server failed; the reason becomes its state
-            s.state, s.detail = "failed", self._reason(s, exc)
+            while True:
+                try:
+                    await self._connect_and_serve(s)
+                except Exception as exc:  # the server failed; the reason becomes its state
+                    s.state, s.detail = "failed", self._reason(s, exc)
+                if not await self._restart(s):
+                    break
         finally:
             self._finish(s)
+
+    async def _restart(self, s: _Server) -> bool:
+        """After a server dropped: fail its calls in flight, wait (doubling each time) and say
+        whether to connect again. Only a server that once connected is restarted, at most
+        `max_restarts` times; one that fails at startup is not."""
+        if self._closed or s.stopping or not s.was_connected or s.restarts >= self.max_restarts:
+            return False
+        s.restarts += 1
+        why = s.detail
+        attempt = f"attempt {s.restarts} of {self.max_restarts}"
+        for call in list(s.pending):
+            _fail(call, McpServerLost(s.config.name, _lost_message(s, restarting=attempt)))
+        s.state = "connecting"
+        s.detail = f"restarting ({attempt}) after: {why}"
+        self._notice(f'MCP server "{s.config.name}" dropped ({why}); restarting it ({attempt})')
+        await asyncio.sleep(RESTART_DELAY * 2 ** (s.restarts - 1))
+        if self._stopped(s):
+            return False
+        s.lost, s.http_error, s.returncode, s.killed, s.closing = "", "", None, False, False
+        return True
+
+    def _stopped(self, s: _Server) -> bool:
+        return self._closed or s.stopping
+
+    def _notice(self, text: str, level: str = "warning") -> None:
+        if self.on_notice is not None:
+            self.on_notice(text, level)
 
     async def _load_sdk(self) -> None:
         # The SDK takes over a second to import; a worker thread keeps the event loop (and the
@@ -402,13 +667,25 @@ class McpManager:
                 streams = await stack.enter_async_context(self._transport(s))
                 session = await stack.enter_async_context(
                     ClientSession(
-                        *streams, client_info=Implementation(name="keel", version=__version__)
+                        *streams,
+                        client_info=Implementation(name="keel", version=__version__),
+                        **self._callbacks(s),
                     )
                 )
-                await session.initialize()
+                init = await session.initialize()
+                before = s.tools if s.was_connected else None
                 s.tools = await _list_tools(session)
+                caps = init.capabilities
+                s.prompts = await _list_prompts(session) if caps.prompts else ()
+                s.resources = caps.resources is not None and await _has_resources(session)
                 life.deadline = math.inf
                 s.state, s.detail = "connected", _count(len(s.tools))
+                if s.restarts:
+                    s.detail += f" (restarted {s.restarts}x)"
+                    self._notice(f'MCP server "{s.config.name}" is connected again', "info")
+                if before is not None:
+                    self._tools_changed(s, before)
+                s.was_connected = True
                 s.settled.set()
                 await self._serve(s, session)
         if s.stopping:
@@ -435,6 +712,122 @@ class McpManager:
                 call = await s.queue.get()
                 tg.start_soon(self._handle, s, session, call)
 
+    # -- what the server asks of keel, and what it tells --------------------------------------
+
+    def _callbacks(self, s: _Server) -> dict[str, Any]:
+        """The ClientSession callbacks for server `s`: roots, sampling, elicitation (each
+        capability is advertised only when keel can answer it) and notifications."""
+
+        async def roots(context: ClientRequestContext) -> ListRootsResult:
+            from mcp_types import ListRootsResult, Root
+
+            root = Root.model_validate(
+                {"uri": self.root.resolve().as_uri(), "name": self.root.name}
+            )
+            return ListRootsResult(roots=[root])
+
+        async def sample(
+            context: ClientRequestContext, params: CreateMessageRequestParams
+        ) -> CreateMessageResult | ErrorData:
+            return await self._sample(s, params)
+
+        async def elicit(
+            context: ClientRequestContext, params: ElicitRequestParams
+        ) -> ElicitResult | ErrorData:
+            return await self._elicit(s, params)
+
+        async def notified(message: IncomingMessage) -> None:
+            self._notified(s, message)
+
+        return {
+            "list_roots_callback": roots,
+            "sampling_callback": sample,
+            "elicitation_callback": elicit,
+            "message_handler": notified,
+        }
+
+    async def _sample(
+        self, s: _Server, params: CreateMessageRequestParams
+    ) -> CreateMessageResult | ErrorData:
+        from mcp_types import INVALID_REQUEST, CreateMessageResult, ErrorData, TextContent
+
+        name = s.config.name
+        if self.sampler is None:
+            return ErrorData(
+                code=INVALID_REQUEST, message=f"keel does not answer sampling requests of {name}"
+            )
+        messages = tuple((m.role, _content_text(m.content_as_list)) for m in params.messages)
+        ask = SamplingAsk(name, messages, params.system_prompt or "", params.max_tokens)
+        answer = await self.sampler(ask)
+        if isinstance(answer, str):
+            return ErrorData(code=INVALID_REQUEST, message=answer)
+        return CreateMessageResult(
+            role="assistant",
+            content=TextContent(text=answer.text),
+            model=answer.model,
+            stop_reason=answer.stop_reason,
+        )
+
+    async def _elicit(self, s: _Server, params: ElicitRequestParams) -> ElicitResult | ErrorData:
+        from mcp_types import INVALID_REQUEST, ElicitRequestFormParams, ElicitResult, ErrorData
+
+        name = s.config.name
+        if not isinstance(params, ElicitRequestFormParams):
+            return ErrorData(
+                code=INVALID_REQUEST, message="keel answers form elicitations only (not url)"
+            )
+        if self.elicitor is None:
+            return ErrorData(
+                code=INVALID_REQUEST, message=f"keel does not answer elicitations of {name}"
+            )
+        schema = params.requested_schema
+        answer = await self.elicitor(
+            ElicitAsk(name, params.message, schema if isinstance(schema, dict) else dict(schema))
+        )
+        if isinstance(answer, str):
+            return ErrorData(code=INVALID_REQUEST, message=answer)
+        if answer is None:
+            return ElicitResult(action="decline")
+        return ElicitResult(action="accept", content=answer)
+
+    def _notified(self, s: _Server, message: IncomingMessage) -> None:
+        from mcp_types import PromptListChangedNotification, ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification | PromptListChangedNotification):
+            # Listing needs a request, which must not wait inside the session's receive loop.
+            refresh = _Call("tools/list", {}, self.connect_timeout, _detached_future())
+            refresh.op = lambda session: self._refresh_lists(s, session)
+            s.queue.put_nowait(refresh)
+
+    async def _refresh_lists(self, s: _Server, session: ClientSession) -> None:
+        before = s.tools
+        s.tools = await _list_tools(session)
+        caps = session.server_capabilities
+        if caps is not None and caps.prompts:
+            s.prompts = await _list_prompts(session)
+        s.detail = _count(len(s.tools))
+        self._tools_changed(s, before)
+
+    def _tools_changed(self, s: _Server, before: tuple[RemoteTool, ...]) -> None:
+        """Tell the user when a server's tool list changed. The tools a context offers stay
+        as they were (the prompt prefix is byte-stable): the new list joins at the next
+        fresh context."""
+        old, new = {t.name: t for t in before}, {t.name: t for t in s.tools}
+        if old == new:
+            return
+        parts = []
+        if added := sorted(set(new) - set(old)):
+            parts.append("added " + ", ".join(added))
+        if removed := sorted(set(old) - set(new)):
+            parts.append("removed " + ", ".join(removed))
+        if changed := sorted(n for n in set(old) & set(new) if old[n] != new[n]):
+            parts.append("changed " + ", ".join(changed))
+        self._notice(
+            f'MCP server "{s.config.name}" changed its tools ({"; ".join(parts)}); the new list '
+            "is offered from the next fresh context (/clear)",
+            "info",
+        )
+
     async def _handle(self, s: _Server, session: ClientSession, call: _Call) -> None:
         import anyio
         from mcp import MCPError
@@ -446,7 +839,12 @@ class McpManager:
             call.scope = scope
             scope.deadline = anyio.current_time() + call.timeout
             try:
-                result = await session.call_tool(call.tool, call.args)
+                if call.op is not None:
+                    result = await call.op(session)
+                else:
+                    result = await session.call_tool(
+                        call.tool, call.args, progress_callback=_progress(call.on_progress)
+                    )
             except MCPError as exc:
                 if exc.code == CONNECTION_CLOSED:
                     self._lose(s, "the connection closed")  # the owner fails the call
@@ -507,8 +905,26 @@ class McpManager:
     async def _transport(self, s: _Server) -> AsyncIterator[TransportStreams]:
         config = s.config
         if config.transport == "stdio":
-            async with _stdio_transport(s, self._cwd(config), self.env, self.log_dir) as streams:
-                yield streams
+            cwd = self._cwd(config)
+            argv = [config.command, *config.args]
+            env = server_env(config, self.env)
+            sandbox = await self._sandbox(config) if config.sandbox else None
+            try:
+                if sandbox is not None:
+                    from keel.permissions.sandbox import SandboxError
+
+                    try:
+                        argv = sandbox.argv(argv, cwd)
+                    except SandboxError as exc:
+                        raise _SpawnError(f"cannot sandbox it: {exc}") from None
+                    # The sandbox filters the base; what the entry declares is passed as is.
+                    env = {**sandbox.env(env), **dict(config.env)}
+                async with _stdio_transport(s, cwd, env, self.log_dir, argv) as streams:
+                    yield streams
+            finally:
+                if sandbox is not None:
+                    sandbox.release()
+                    sandbox.cleanup()
         elif config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
 
@@ -529,6 +945,16 @@ class McpManager:
                 config.url, headers=dict(config.headers), timeout=30.0, httpx_client_factory=factory
             ) as streams:
                 yield streams
+
+    async def _sandbox(self, config: ServerConfig) -> Sandbox:
+        """The sandbox a `sandbox: true` server runs in; the server does not start (fail
+        closed) when bubblewrap cannot run here."""
+        from keel.permissions.sandbox import Sandbox, probe
+
+        works = await asyncio.to_thread(probe)
+        if not works.ok:
+            raise _SpawnError(f"sandbox: true, but the sandbox cannot run here: {works.detail}")
+        return Sandbox(self.root, network=config.sandbox_network)
 
     def _cwd(self, config: ServerConfig) -> Path:
         if not config.cwd:
@@ -587,21 +1013,20 @@ def _unavailable(s: _Server) -> str:
     return f'mcp server "{name}" is not running ({s.state})'
 
 
-def _lost_message(s: _Server) -> str:
+def _lost_message(s: _Server, *, restarting: str = "") -> str:
     name = s.config.name
+    after = (
+        f"keel is restarting it ({restarting}): try again in a moment"
+        if restarting
+        else "its tools are unavailable until keel restarts"
+    )
     if s.config.transport == "stdio" and s.exit_description():
         how = "exited" if s.returncode == 0 else "crashed"
         what = s.exit_description()
         line = s.last_stderr_line()
         detail = f"{what}; last stderr line: {line}" if line else what
-        return (
-            f'mcp server "{name}" {how} during the call ({detail}); '
-            "its tools are unavailable until keel restarts"
-        )
-    return (
-        f'mcp server "{name}" disconnected during the call ({s.lost or s.detail}); '
-        "its tools are unavailable until keel restarts"
-    )
+        return f'mcp server "{name}" {how} during the call ({detail}); {after}'
+    return f'mcp server "{name}" disconnected during the call ({s.lost or s.detail}); {after}'
 
 
 def _timeout_message(server: str, tool: str, limit: float) -> str:
@@ -649,6 +1074,78 @@ async def _list_tools(session: ClientSession) -> tuple[RemoteTool, ...]:
     return tuple(_remote(t) for t in tools)
 
 
+async def _list_prompts(session: ClientSession) -> tuple[RemotePrompt, ...]:
+    from mcp_types import PaginatedRequestParams
+
+    prompts: list[RemotePrompt] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        params = PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_prompts(params=params)
+        prompts += [
+            RemotePrompt(
+                p.name,
+                p.description or "",
+                tuple(
+                    PromptArgument(a.name, a.description or "", bool(a.required))
+                    for a in p.arguments or ()
+                ),
+            )
+            for p in page.prompts
+        ]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tuple(prompts)
+
+
+async def _has_resources(session: ClientSession) -> bool:
+    from mcp import MCPError
+
+    try:
+        return bool((await session.list_resources()).resources)
+    except MCPError:
+        return False
+
+
+def _content_text(content: Any) -> str:
+    """Text of one content block or a list of them; anything else as a one-line note."""
+    from mcp_types import EmbeddedResource, TextContent, TextResourceContents
+
+    items = content if isinstance(content, list) else [content]
+    parts: list[str] = []
+    for item in items:
+        if isinstance(item, TextContent):
+            parts.append(item.text)
+        elif isinstance(item, EmbeddedResource) and isinstance(item.resource, TextResourceContents):
+            parts.append(item.resource.text)
+        else:
+            parts.append(f"[{getattr(item, 'type', type(item).__name__)} content omitted]")
+    return "\n".join(parts)
+
+
+def _b64_size(data: str) -> int:
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def _progress(sink: ProgressSink | None) -> Any:
+    """The SDK's progress callback for `sink` (None: no progress token is sent)."""
+    if sink is None:
+        return None
+
+    async def callback(progress: float, total: float | None, message: str | None) -> None:
+        sink(progress, total, message)
+
+    return callback
+
+
+def _detached_future() -> asyncio.Future[Any]:
+    """A future nobody awaits (an internal refresh): its failure is retrieved, not warned of."""
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
+
+
 def _remote(tool: ToolDefinition) -> RemoteTool:
     annotations = tool.annotations
     return RemoteTool(
@@ -672,7 +1169,7 @@ class _SpawnError(Exception):
 
 @contextlib.asynccontextmanager
 async def _stdio_transport(
-    s: _Server, cwd: Path, env: Mapping[str, str], log_dir: Path
+    s: _Server, cwd: Path, env: Mapping[str, str], log_dir: Path, argv: list[str]
 ) -> AsyncIterator[TransportStreams]:
     import anyio
     from mcp.shared.message import SessionMessage
@@ -684,8 +1181,8 @@ async def _stdio_transport(
     try:
         try:
             process = await anyio.open_process(
-                [config.command, *config.args],
-                env={**env, **dict(config.env)},
+                argv,
+                env=dict(env),
                 cwd=cwd,
                 stderr=log,
                 start_new_session=True,
@@ -895,14 +1392,27 @@ def describe(manager: McpManager) -> list[str]:
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "MAX_RESTARTS",
+    "SAFE_ENV",
+    "ElicitAsk",
+    "Elicitor",
     "McpCallError",
     "McpCallTimeout",
     "McpManager",
     "McpRemoteError",
     "McpServerLost",
     "McpServerUnavailable",
+    "ProgressSink",
+    "PromptArgument",
+    "RemotePrompt",
+    "RemoteResource",
     "RemoteTool",
+    "ResourceContent",
+    "Sampler",
+    "SamplingAnswer",
+    "SamplingAsk",
     "ServerStatus",
     "State",
     "describe",
+    "server_env",
 ]

@@ -2,9 +2,10 @@
 
 This module owns the shape of a server entry (the Claude Code format: `command`/`args`/`env`/`cwd`
 for stdio servers, `type`/`url`/`headers` for `http` (streamable HTTP) and `sse` servers, plus
-`disabled` and keel's per-call `timeout`), `${VAR}` / `${VAR:-default}` expansion, where each
-server comes from (`user`, `project-shared`, `project-local`) and the hash that pins a project
-server's approval. Loading never raises for a bad entry: it warns naming the file and the server,
+`disabled` and keel's per-call `timeout`; for stdio servers keel's `inherit_env` and `sandbox`),
+`${VAR}` / `${VAR:-default}` expansion, where each server comes from (`user`, `project-shared`,
+`project-local`; Claude Code's `~/.claude.json` gives user and local servers) and the hash that
+pins a project server's approval. Loading never raises for a bad entry: it warns naming the file and the server,
 and loads the rest. It must never import the `mcp` package or start anything; it only reads
 files.
 """
@@ -36,7 +37,7 @@ _TRANSPORTS: dict[str, Transport] = {
     "sse": "sse",
 }
 _COMMON_KEYS = frozenset({"type", "disabled", "timeout"})
-_STDIO_KEYS = frozenset({"command", "args", "env", "cwd"})
+_STDIO_KEYS = frozenset({"command", "args", "env", "cwd", "inherit_env", "sandbox"})
 _HTTP_KEYS = frozenset({"url", "headers"})
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -61,6 +62,12 @@ class ServerConfig:
     url: str = ""
     headers: tuple[tuple[str, str], ...] = ()
     disabled: bool = False
+    #: stdio: pass keel's whole environment (API keys included) instead of the safe base.
+    inherit_env: bool = False
+    #: stdio: run the server inside keel's sandbox (bubblewrap), with network when
+    #: `sandbox_network` (`"sandbox": {"network": true}`).
+    sandbox: bool = False
+    sandbox_network: bool = False
     #: Seconds one tool call may take.
     timeout: float = DEFAULT_CALL_TIMEOUT
     error: str = ""
@@ -106,26 +113,43 @@ def load_servers(
     project_root: Path,
     settings_servers: Iterable[tuple[Path, object]],
     env: Mapping[str, str],
+    *,
+    home: Path | None = None,
 ) -> tuple[list[ServerConfig], list[str]]:
     """Every configured server (sorted by name) and the warnings about entries skipped.
 
     `settings_servers` holds, for each settings file that has one, its path and the value of its
-    `mcp_servers` key; the source of each server follows from the path (`source_of`). When two
-    files define the same name, the more personal one wins: user settings < `.mcp.json` <
-    `.keel/settings.json` < `.keel/settings.local.json`."""
+    `mcp_servers` key; the source of each server follows from the path (`source_of`). With
+    `home`, Claude Code's `~/.claude.json` is read too: its top-level `mcpServers` are user
+    servers, its `projects.<project root>.mcpServers` local ones (both the user's own: they need
+    no approval). When two files define the same name, the more personal one wins:
+    `~/.claude.json` user < user settings < `.mcp.json` < `.keel/settings.json` <
+    `~/.claude.json` local < `.keel/settings.local.json`."""
     warnings: list[str] = []
     ranked: list[tuple[int, int, ServerConfig]] = []
     sections: list[tuple[int, Path, Source, object]] = []
+    claude_json = home / ".claude.json" if home is not None else None
+    claude_user, claude_local = (
+        _read_claude_json(claude_json, project_root, warnings) if claude_json else (None, None)
+    )
+    if claude_json is not None and claude_user is not None:
+        sections.append((0, claude_json, "user", claude_user))
     mcp_json = _read_mcp_json(mcp_json_path(project_root), warnings)
     if mcp_json is not None:
         sections.append((1, mcp_json_path(project_root), "project-shared", mcp_json))
+    if claude_json is not None and claude_local is not None:
+        sections.append((3, claude_json, "project-local", claude_local))
     rank_of: dict[Source, int] = {"user": 0, "project-shared": 2, "project-local": 3}
     for path, value in settings_servers:
         source = source_of(path, project_root)
         sections.append((rank_of[source], path, source, value))
     order = 0
     for rank, path, source, value in sections:
-        where = f"{path}: mcpServers" if path.name == ".mcp.json" else f"{path}: mcp_servers"
+        where = f"{path}: mcp_servers"
+        if path.name == ".mcp.json" or (path == claude_json and source == "user"):
+            where = f"{path}: mcpServers"
+        elif path == claude_json:
+            where = f"{path}: projects.{project_root}.mcpServers"
         if not isinstance(value, dict):
             warnings.append(f"{where} must be an object keyed by server name; ignored")
             continue
@@ -141,6 +165,24 @@ def load_servers(
     for _, _, server in sorted(ranked, key=lambda r: (r[0], r[1])):
         chosen[server.name] = server
     return sorted(chosen.values(), key=lambda s: s.name), warnings
+
+
+def _read_claude_json(
+    path: Path, project_root: Path, warnings: list[str]
+) -> tuple[object | None, object | None]:
+    """Claude Code's `~/.claude.json`: (its user `mcpServers`, this project's local ones)."""
+    data = read_json_object(path, warnings, skipped="no MCP servers loaded from it")
+    if not data:
+        return None, None
+    projects = data.get("projects")
+    local: object | None = None
+    if isinstance(projects, dict):
+        for key in dict.fromkeys((str(project_root), str(project_root.resolve()))):
+            entry = projects.get(key)
+            if isinstance(entry, dict) and entry.get("mcpServers"):
+                local = entry["mcpServers"]
+                break
+    return data.get("mcpServers") or None, local
 
 
 def _read_mcp_json(path: Path, warnings: list[str]) -> object | None:
@@ -184,7 +226,11 @@ def parse_server(
         "canonical": canonical,
     }
     if transport == "stdio":
+        sandbox = entry.get("sandbox", False)
         server = ServerConfig(
+            inherit_env=bool(entry.get("inherit_env", False)),
+            sandbox=sandbox is True or isinstance(sandbox, dict),
+            sandbox_network=isinstance(sandbox, dict) and sandbox.get("network") is True,
             command=expand(entry["command"], "command"),
             args=tuple(expand(a, f"args[{i}]") for i, a in enumerate(entry.get("args", []))),
             env=tuple((k, expand(v, f"env.{k}")) for k, v in entry.get("env", {}).items()),
@@ -237,21 +283,34 @@ def _shape_problem(entry: dict[str, Any]) -> str | None:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         return f'"timeout" must be a positive number of seconds, got {timeout!r}'
     if transport == "stdio":
-        command = entry.get("command")
-        if not isinstance(command, str) or not command.strip():
-            return '"command" must be a non-empty string'
-        if "args" in entry and not _is_strings(entry["args"]):
-            return '"args" must be a list of strings'
-        if "env" in entry and not _is_string_map(entry["env"]):
-            return '"env" must be an object whose values are strings'
-        if "cwd" in entry and not isinstance(entry["cwd"], str):
-            return '"cwd" must be a string'
-        return None
+        return _stdio_problem(entry)
     url = entry.get("url")
     if not isinstance(url, str) or not url.strip():
         return '"url" must be a non-empty string'
     if "headers" in entry and not _is_string_map(entry["headers"]):
         return '"headers" must be an object whose values are strings'
+    return None
+
+
+def _stdio_problem(entry: dict[str, Any]) -> str | None:
+    command = entry.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return '"command" must be a non-empty string'
+    if "args" in entry and not _is_strings(entry["args"]):
+        return '"args" must be a list of strings'
+    if "env" in entry and not _is_string_map(entry["env"]):
+        return '"env" must be an object whose values are strings'
+    if "cwd" in entry and not isinstance(entry["cwd"], str):
+        return '"cwd" must be a string'
+    if "inherit_env" in entry and not isinstance(entry["inherit_env"], bool):
+        return '"inherit_env" must be true or false'
+    sandbox = entry.get("sandbox", False)
+    if not isinstance(sandbox, bool) and not (
+        isinstance(sandbox, dict)
+        and set(sandbox) <= {"network"}
+        and isinstance(sandbox.get("network", False), bool)
+    ):
+        return '"sandbox" must be true, false or {"network": true|false}'
     return None
 
 

@@ -7,7 +7,10 @@ its result becomes keel blocks (text, images within limits, notes for what the m
 take). It counts as read-only only when the server says `readOnlyHint: true` and
 `openWorldHint: false` (the spec's default for `openWorldHint` is true). It is not safe to
 repeat after a crash (keel.tools.effects) when the server says `destructiveHint: true` or
-`idempotentHint: false` of a tool that is not read-only.
+`idempotentHint: false` of a tool that is not read-only. The server's progress notifications
+for a call go to `McpManager.on_tool_progress` with the keel call's id (the tool card shows the
+latest). When a connected server offers resources, two read-only tools list and read them
+(`list_mcp_resources`, `read_mcp_resource`).
 
 This module must never talk to a session itself (only through `McpManager.call`), never import
 the `mcp` SDK or `jsonschema` at module level (both load lazily, when a result or an argument
@@ -25,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from keel.llm.messages import Image, Text
-from keel.mcp.client import McpCallError, McpManager, RemoteTool
-from keel.tools.base import ToolContext, ToolError, ToolOutput
+from keel.mcp.client import McpCallError, McpManager, ProgressSink, RemoteTool
+from keel.tools.base import ToolContext, ToolError, ToolOutput, current_call_id
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -145,10 +148,122 @@ class McpTool:
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         try:
-            result = await self.manager.call(self.server, self.remote_name, args)
+            result = await self.manager.call(
+                self.server, self.remote_name, args, on_progress=self._progress_sink()
+            )
         except McpCallError as exc:
             raise ToolError(str(exc)) from None
         return to_output(result)
+
+    def _progress_sink(self) -> ProgressSink | None:
+        report = self.manager.on_tool_progress
+        call_id = current_call_id.get()
+        if report is None or not call_id:
+            return None
+
+        def sink(progress: float, total: float | None, message: str | None) -> None:
+            report(call_id, progress, total, message)
+
+        return sink
+
+
+LIST_RESOURCES = "list_mcp_resources"
+READ_RESOURCE = "read_mcp_resource"
+
+
+@dataclass(eq=False)
+class ListResourcesTool:
+    """`list_mcp_resources`: the resources of the connected servers that offer them."""
+
+    manager: McpManager = field(repr=False)
+    name: str = LIST_RESOURCES
+    description: str = (
+        "List the resources MCP servers offer (files, notes, records), one per line as "
+        "`server uri (name, type): description`. Read one with read_mcp_resource."
+    )
+    input_schema: dict[str, Any] = field(
+        default_factory=lambda: {
+            "type": "object",
+            "properties": {
+                "server": {"type": "string", "description": "Only this server's resources."}
+            },
+            "additionalProperties": False,
+        }
+    )
+    read_only: bool = True
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        wanted = args.get("server")
+        servers = resource_servers(self.manager)
+        if wanted is not None and wanted not in servers:
+            raise ToolError(
+                f'no connected MCP server "{wanted}" offers resources '
+                f"(servers with resources: {', '.join(servers) or 'none'})"
+            )
+        lines: list[str] = []
+        for server in [wanted] if wanted else servers:
+            try:
+                found = await self.manager.list_resources(server)
+            except McpCallError as exc:
+                lines.append(f"{server}: {exc}")
+                continue
+            for r in found:
+                what = ", ".join(x for x in (r.name, r.mime_type) if x)
+                line = f"{server} {r.uri}" + (f" ({what})" if what else "")
+                lines.append(line + (f": {r.description}" if r.description else ""))
+        return ToolOutput("\n".join(lines) or "no resources")
+
+
+@dataclass(eq=False)
+class ReadResourceTool:
+    """`read_mcp_resource`: one resource's text (binary parts as a one-line note)."""
+
+    manager: McpManager = field(repr=False)
+    name: str = READ_RESOURCE
+    description: str = (
+        "Read a resource of an MCP server by its URI (list them with list_mcp_resources)."
+    )
+    input_schema: dict[str, Any] = field(
+        default_factory=lambda: {
+            "type": "object",
+            "properties": {
+                "server": {"type": "string", "description": "The MCP server's name."},
+                "uri": {"type": "string", "description": "The resource's URI."},
+            },
+            "required": ["server", "uri"],
+            "additionalProperties": False,
+        }
+    )
+    read_only: bool = True
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+        server, uri = str(args.get("server", "")), str(args.get("uri", ""))
+        if server not in resource_servers(self.manager):
+            raise ToolError(
+                f'no connected MCP server "{server}" offers resources; '
+                "list them with list_mcp_resources"
+            )
+        try:
+            return ToolOutput(await resource_text(self.manager, server, uri))
+        except McpCallError as exc:
+            raise ToolError(f"{exc} (list the URIs with list_mcp_resources)") from None
+
+
+def resource_servers(manager: McpManager) -> list[str]:
+    """Connected servers that offer resources, sorted."""
+    return [s.name for s in manager.status() if s.state == "connected" and s.resources]
+
+
+async def resource_text(manager: McpManager, server: str, uri: str) -> str:
+    """A resource as text for the model: each text part, a note for each binary one."""
+    parts = []
+    for c in await manager.read_resource(server, uri):
+        if c.text is not None:
+            parts.append(c.text)
+        else:
+            kind = c.mime_type or "binary"
+            parts.append(f"[{kind} resource {c.uri} ({_size(c.size)}) omitted: binary]")
+    return "\n".join(parts)
 
 
 def _problem(error: ValidationError) -> str:
@@ -173,6 +288,13 @@ def build_tools(manager: McpManager) -> list[McpTool]:
             taken.add(name)
             tools.append(McpTool.create(manager, status.name, remote, name))
     return sorted(tools, key=lambda t: t.name)
+
+
+def build_resource_tools(manager: McpManager) -> list[ListResourcesTool | ReadResourceTool]:
+    """`list_mcp_resources` and `read_mcp_resource` when a connected server has resources."""
+    if not resource_servers(manager):
+        return []
+    return [ListResourcesTool(manager), ReadResourceTool(manager)]
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -250,4 +372,17 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
-__all__ = ["McpTool", "build_tools", "sanitise", "to_output", "tool_name"]
+__all__ = [
+    "LIST_RESOURCES",
+    "READ_RESOURCE",
+    "ListResourcesTool",
+    "McpTool",
+    "ReadResourceTool",
+    "build_resource_tools",
+    "build_tools",
+    "resource_servers",
+    "resource_text",
+    "sanitise",
+    "to_output",
+    "tool_name",
+]
