@@ -127,6 +127,18 @@ ATTACKS: list[tuple[str, str, dict[str, str]]] = [
     ('trap "$(echo rm) x" EXIT', "the command string is not literal (trap $(echo rm)' x')", {}),
     ("strace -o /dev/null rm x", "strace runs a program that keel does not follow", {}),
     ("mapfile -C 'rm x #' -c 1 a <<< y", "mapfile -C runs a command for each line", {}),
+    ("compgen -C 'rm x' z", "compgen -C/-F runs a command or a function", {}),
+    (
+        "x=$(printf 'a[\\x24(rm x)]'); echo $((x))",
+        "bash evaluates a variable that may hold a command (arithmetic on variables ($((x))))",
+        {},
+    ),
+    ("v=PATH=.; ln -s /bin/rm ls; export $v; ls x", "cannot tell what export sets ($v)", {}),
+    (
+        "shopt -s expand_aliases; a=r=rm; alias $a\nr x",
+        "defines an alias (alias $a)",
+        {},
+    ),
 ]
 IDS = [repr(c)[:50] for c, _, _ in ATTACKS]
 

@@ -846,7 +846,8 @@ class _Parser:
         if any(_SUBSCRIPT_CODE.search(w.text) for w in args):
             self._variable_code("array subscript in a variable name can run a command")
         if program in _VARIABLE_READERS:
-            self._check_lookup_variables(program, args)
+            names = args[1:2] if program == "getopts" else _skip_option_arguments(args)
+            self._check_lookup_variables(program, names)
         if program in ("mapfile", "readarray") and any(
             "C" in _short_options(w.value) for w in args
         ):
@@ -857,11 +858,15 @@ class _Parser:
         for word in names:
             if word.value in _LOOKUP_ENV:
                 self._opaque(f"{program} sets {word.value}, which decides which program runs")
+            elif word.value is None:  # `read $v` with v=PATH
+                self._opaque(f"cannot tell which variable {program} sets ({_clip(word.text)})")
 
     def _check_declaration(self, program: str, args: tuple[_Word, ...]) -> None:
         """`export NAME=…`, `declare -i …`: assignments like any other, arithmetic for `-i`."""
         self._check_variable_names(program, args)
         for word in args:
+            if word.value is None and not _ASSIGNMENT.match(word.lead):  # `export $x`
+                self._opaque(f"cannot tell what {program} sets ({_clip(word.text)})")
             value = word.value if word.value is not None else word.text
             if program != "export" and value.startswith("-") and "n" in value:
                 self._opaque(f"declares a name reference ({program} {value})")  # `-n p=PATH`
@@ -883,10 +888,14 @@ class _Parser:
         self._check_arith(f"let {expression}", expression)
 
     def _check_hash(self, program: str, args: tuple[_Word, ...]) -> None:
-        """`hash -p /bin/rm ls` and `enable -f lib.so NAME` change what a command name runs."""
-        flag = "p" if program == "hash" else "f"
-        if any(flag in _short_options(w.value) for w in args):
-            self._opaque(f"{program} -{flag} changes which program a name runs")
+        """`hash -p /bin/rm ls` and `enable -f lib.so NAME` change what a command name runs;
+        `compgen -C CMD` runs one."""
+        options = set().union(*(_short_options(w.value) for w in args))
+        flag, effect = _NAME_CHANGERS[program]
+        if options & set(flag):
+            self._opaque(f"{program} -{'/-'.join(flag)} {effect}")
+        elif any(w.value is None for w in args):
+            self._opaque(f"cannot tell what {program} does ({_clip(_shown(args))})")
 
     def _check_assignment(self, raw: str) -> None:
         match = _ASSIGNMENT.match(raw)
@@ -1055,7 +1064,7 @@ class _Parser:
             if word.value is None and "=" in word.text:
                 self._reason(f"command string is not literal ({_clip(f'alias {word.text}')})")
             name, eq, body = (word.value or "").partition("=")
-            if eq or (word.value is None and "=" in word.text):
+            if eq or word.value is None:
                 self._opaque(f"defines an alias ({_clip(f'alias {word.text}')})")
             if eq and body:
                 self._parse_text(body, f"alias {name}")
@@ -1694,6 +1703,7 @@ _ARGUMENT_CHECKS: dict[str, Callable[[_Parser, str, tuple[_Word, ...]], None]] =
     "let": _Parser._check_let,
     "hash": _Parser._check_hash,
     "enable": _Parser._check_hash,
+    "compgen": _Parser._check_hash,
 }
 # -- what deny rules cannot see through (`opaque_reasons`)
 
@@ -1727,6 +1737,28 @@ _FIND_ARGUMENT_OPTIONS = frozenset(
     | {"-used", "-context", "-printf", "-regextype"}
     | {"-e", "--extension", "-t", "--type", "--max-depth", "-E", "--exclude", "-S"}
 )
+
+
+# Builtins whose option makes a name run something else, or runs a command.
+_NAME_CHANGERS = {
+    "hash": ("p", "changes which program a name runs"),
+    "enable": ("f", "changes which program a name runs"),
+    "compgen": ("CF", "runs a command or a function"),
+}
+
+
+def _skip_option_arguments(args: tuple[_Word, ...]) -> tuple[_Word, ...]:
+    """The words of `read`/`mapfile` that are not options or their values: variable names."""
+    names: list[_Word] = []
+    skip = False
+    for word in args:
+        if skip:
+            skip = False
+        elif word.value is not None and word.value.startswith("-") and len(word.value) > 1:
+            skip = word.value[-1] in "dinNptuOsCc"  # the option's value follows
+        else:
+            names.append(word)
+    return tuple(names)
 
 
 def _xargs_replace_string(options: tuple[_Word, ...]) -> str | None:
