@@ -119,7 +119,7 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
                         {
                             "matcher": "bash",
                             "hooks": [
-                                {"type": "prompt", "prompt": "x"},
+                                {"type": "agent", "prompt": "x"},
                                 {"type": "command"},
                                 {"type": "command", "command": "true", "timeout": -1},
                             ],
@@ -132,9 +132,12 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
     )
     config = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
     assert config.warnings == [
-        f"{path}: unknown hook event 'BeforeEverything' skipped (events: SessionStart, UserPromptSubmit, "
-        "PreToolUse, PostToolUse, Stop, SubagentStop, PreCompact, Notification, SessionEnd)",
-        f"{path}: hooks.PreToolUse[0].hooks[0]: hook type 'prompt' is not supported (only \"command\"); skipped",
+        f"{path}: unknown hook event 'BeforeEverything' skipped: not a Claude Code event (keel "
+        "runs: SessionStart, UserPromptSubmit, PreToolUse, PermissionRequest, PostToolUse, "
+        "PostToolUseFailure, Notification, SubagentStart, SubagentStop, Stop, PreCompact, "
+        "SessionEnd)",
+        f"{path}: hooks.PreToolUse[0].hooks[0]: hook type 'agent' is a Claude Code hook type keel "
+        "does not run (keel runs: command, http, prompt); skipped",
         f"{path}: hooks.PreToolUse[0].hooks[1] needs a command; skipped",
         f"{path}: hooks.PreToolUse[0].hooks[2]: timeout must be 1-86400 seconds; using 60",
     ]
@@ -193,7 +196,7 @@ async def test_pre_tool_use_payload_environment_and_deny_by_exit_2(
         "cwd": str(project),
         "hook_event_name": "PreToolUse",
         "permission_mode": "default",
-        "tool_name": "bash",
+        "tool_name": "Bash",
         "tool_input": {"command": "rm -rf build"},
         "tool_use_id": "t1",
     }
@@ -207,7 +210,7 @@ async def test_pre_tool_use_json_allow_ask_and_rewrite(project: Path) -> None:
         "#!" + sys.executable + "\nimport json, sys\n"
         "p = json.load(sys.stdin)\n"
         "out = {'hookSpecificOutput': {'permissionDecision': 'allow', 'permissionDecisionReason': 'trusted'}}\n"
-        "if p['tool_name'] == 'bash':\n"
+        "if p['tool_name'] == 'Bash':\n"
         "    out['hookSpecificOutput']['updatedInput'] = {'command': 'echo rewritten'}\n"
         "print(json.dumps(out))\n",
     )
@@ -268,7 +271,7 @@ async def test_hooks_written_for_claude_code_see_its_tool_names_and_fields(
         ],
     )
     await agent.run("go")
-    assert log.read_text(encoding="utf-8") == "multi_edit util.py\n"
+    assert log.read_text(encoding="utf-8") == f"MultiEdit {project / 'util.py'}\n"
     assert agent.messages[4].tool_results[0] == tool_result(
         "t1", "Edited other.py: 1 edit, 1 replacement."
     )
@@ -296,7 +299,9 @@ async def test_post_tool_use_feedback_context_and_halt(project: Path) -> None:
         "post.py",
         "#!" + sys.executable + "\nimport json, sys\n"
         "p = json.load(sys.stdin)\n"
-        "assert p['tool_response'] == {'output': '     1\\tX = 1', 'is_error': False}\n"
+        "assert p['tool_response'] == {'type': 'text', 'file': {'filePath': "
+        + repr(str(project / "util.py"))
+        + ", 'content': 'X = 1\\n', 'numLines': 1, 'startLine': 1, 'totalLines': 1}}, p\n"
         "print(json.dumps({'decision': 'block', 'reason': 'lint failed: E501',"
         " 'continue': False, 'stopReason': 'fix lint first',"
         " 'hookSpecificOutput': {'additionalContext': 'ruff is the linter'}}))\n",
@@ -410,7 +415,7 @@ async def test_pre_compact_and_session_end(project: Path, tmp_path: Path) -> Non
     await agent.run("go")
     await agent.compact()
     await agent.aclose()
-    assert log.read_text(encoding="utf-8").splitlines() == ["PreCompact manual", "SessionEnd exit"]
+    assert log.read_text(encoding="utf-8").splitlines() == ["PreCompact manual", "SessionEnd other"]
 
 
 async def test_notification_fires_before_the_user_is_asked(project: Path, tmp_path: Path) -> None:
@@ -469,9 +474,13 @@ async def test_a_hanging_hook_is_killed_garbage_is_ignored_and_failures_are_show
     assert time.monotonic() - start < 30  # not the hook's 60 s
     assert result.stop_reason == "end_turn"
     assert agent.messages[2].tool_results[0] == tool_result("t1", "README.md")  # the call still ran
+    went_ahead = " (it could not block; the action went ahead)"
     assert notices(events) == [
-        f"PreToolUse hook `{hang}` timed out after 1 s and was killed",
-        f"PreToolUse hook `{broken}` exited with 1: config missing",
+        f"PreToolUse hook `{hang}` timed out after 1 s and was killed{went_ahead}",
+        f"PreToolUse hook `{garbage}` printed output that is not valid JSON ({{not json at all "
+        + "x" * 63
+        + f"…); a decision in it was not applied{went_ahead}",
+        f"PreToolUse hook `{broken}` exited with 1: config missing{went_ahead}",
     ]
 
 

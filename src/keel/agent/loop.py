@@ -242,6 +242,8 @@ class Agent:
         self.session_start_source: str | None = "startup"
         #: A subagent, or a turn keel started itself: no SessionStart / UserPromptSubmit hooks.
         self.is_subagent = False
+        #: A subagent's type (its SubagentStart / SubagentStop hooks see it as `agent_type`).
+        self.agent_type = ""
         self.self_started = False
         self.pre_compact.append(self._pre_compact_hook)
         #: What a prompt `/name args…` can expand to (None: prompts are sent as typed).
@@ -437,7 +439,10 @@ class Agent:
     async def aclose(self, reason: str = "exit") -> None:
         await self.background.aclose()
         if self.hooks is not None and self.hooks.has("SessionEnd") and not self.is_subagent:
-            await self.hooks.run("SessionEnd", {"reason": reason}, match=reason)
+            from keel.hooks.claude import session_end_reason
+
+            why = session_end_reason(reason)
+            await self.hooks.run("SessionEnd", {"reason": why}, match=why)
         for close in self.on_close:
             await close()
         self.on_close.clear()
@@ -481,11 +486,17 @@ class Agent:
         self._state = _TurnState(turns=0 if prompt is not None else self._restored_turns)
         if self.session is not None:
             self.ctx.raw_dir = self.session.path.with_name(self.session.path.stem + ".raw")
-        if self.hooks is not None:
+        if self.hooks is not None and not self.is_subagent:  # a subagent shares them
             self.hooks.base.update(
                 session_id=self.session_id,
                 transcript_path=str(self.session.path) if self.session is not None else "",
             )
+            if self.hooks.ask_model is None:
+                from keel.hooks.model import model_call
+
+                self.hooks.ask_model = model_call(
+                    self.provider, session_model=self.model, default=self.hooks.model
+                )
         self._runner.hooks = self.hooks
         self._runner.session = self.session
         self._restored_turns = 0
@@ -610,7 +621,9 @@ class Agent:
             return None
         if self.session_start_source is not None:
             source, self.session_start_source = self.session_start_source, None
-            started = await hooks.run("SessionStart", {"source": source}, match=source)
+            started = await hooks.run(
+                "SessionStart", {"source": source, "model": self.model}, match=source
+            )
             self._hook_report(started, emit)
             self._notes += [
                 f'<hook-context source="SessionStart">\n{c}\n</hook-context>'
@@ -643,7 +656,19 @@ class Agent:
         ):
             return reason
         state = self._state
-        result = await self.hooks.run(event, {"stop_hook_active": state.stop_continuations > 0})
+        last = self.messages[-1] if self.messages else None
+        fields: dict[str, object] = {
+            "stop_hook_active": state.stop_continuations > 0,
+            "last_assistant_message": last.text if last and last.role == "assistant" else "",
+        }
+        if self.is_subagent:
+            fields = {
+                "agent_id": self.session_id,
+                "agent_type": self.agent_type,
+                "agent_transcript_path": str(self.session.path) if self.session else "",
+                **fields,
+            }
+        result = await self.hooks.run(event, fields, match=self.agent_type)
         self._hook_report(result, emit)
         if result.halt:
             emit(Notice(f"stopped by a {event} hook: {result.stop_reason}", "warning"))
@@ -761,6 +786,7 @@ class Agent:
         self._context_mark, self._last_context = 0, 0
         self._compaction_failed = False
         self._just_compacted = True
+        self.session_start_source = "compact"  # Claude Code: SessionStart(compact) next
         self.ctx.read_ranges.clear()  # the model no longer has what it read
         self.spend.add(done.usage, cost)
         emit(ContextCompacted(trigger, before, new.tokens_after))

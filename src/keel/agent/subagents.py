@@ -383,6 +383,7 @@ class Subagents:
                 )
 
             try:
+                prompt = await self._subagent_start(child, kind, prompt)
                 result = await child.run(prompt, forward)
             finally:
                 await _close_child(child, self.parent)
@@ -394,6 +395,23 @@ class Subagents:
                 except KeelError as exc:
                     text += f"\n\n[worktree] {exc.one_line()} (worktree {worktree.path})"
             return text, failed
+
+    async def _subagent_start(self, child: Agent, kind: AgentType, prompt: str) -> str:
+        """SubagentStart hooks (matcher: the agent type); their additionalContext goes to the
+        child ahead of its prompt."""
+        hooks = self.parent.hooks
+        if hooks is None or not hooks.has("SubagentStart"):
+            return prompt
+        fields = {"agent_id": child.session_id, "agent_type": kind.name}
+        started = await hooks.run("SubagentStart", fields, match=kind.name)
+        for message in started.messages:
+            self.parent.forward(Notice(message, "info"))
+        for error in started.errors:
+            self.parent.forward(Notice(error, "warning"))
+        notes = [
+            f'<hook-context source="SubagentStart">\n{c}\n</hook-context>' for c in started.context
+        ]
+        return "\n\n".join([*notes, prompt])
 
     def _child(self, kind: AgentType, worktree: Worktree | None) -> Agent:
         from keel.agent.loop import Agent
@@ -433,6 +451,7 @@ class Subagents:
         child.spend = Spend(parent=parent.spend)  # its cost counts in the parent's spend too
         child.enclosing_budgets = [(parent.limits, parent.spend), *parent.enclosing_budgets]
         child.is_subagent = True
+        child.agent_type = kind.name
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
         child.ctx.background = None

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from keel.agent.events import Event, ToolFinished, ToolStarted
 from keel.errors import UserError
 from keel.frozen import frozen
-from keel.hooks.runner import HookResult, HookRunner, hook_input, tool_input
+from keel.hooks import claude
+from keel.hooks.runner import HookResult, HookRunner
 from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate, PermissionRequest
@@ -225,7 +226,9 @@ class ToolRunner:
             )
         finally:
             current_call_id.reset(token)
-        result = await self._post_tool_hook(call, finish(call, output, self.ctx.raw_dir), emit)
+        result = await self._post_tool_hook(
+            call, finish(call, output, self.ctx.raw_dir), emit, time.monotonic() - start
+        )
         done(call, result, time.monotonic() - start, output.display)
 
     # -- calls of unknown outcome ----------------------------------------------------------------
@@ -286,43 +289,55 @@ class ToolRunner:
     async def _pre_tool_hook(
         self, call: ToolUse, emit: Callable[[Event], None]
     ) -> tuple[ToolUse, HookResult | None]:
+        """PreToolUse with Claude Code's payload (keel.hooks.claude); its `updatedInput` comes
+        back in keel's argument names."""
         if self.hooks is None or not self.hooks.has("PreToolUse"):
             return call, None
-        sent = hook_input(call.name, call.input or {})
+        original = call.input or {}
+        sent = claude.tool_input(call.name, original, self.ctx.cwd)
         result = await self.hooks.run(
             "PreToolUse",
-            {"tool_name": call.name, "tool_input": sent, "tool_use_id": call.id},
+            {"tool_name": claude.tool_name(call.name), "tool_input": sent, "tool_use_id": call.id},
             match=call.name,
         )
         self._report(result, emit)
         if result.updated_input is not None:
-            updated = tool_input(call.name, sent, result.updated_input)
+            updated = claude.updated_input(
+                call.name, result.updated_input, sent=sent, original=original
+            )
             call = ToolUse(call.id, call.name, updated, "", call.signature)
         return call, result
 
     async def _post_tool_hook(
-        self, call: ToolUse, result: ToolResult, emit: Callable[[Event], None]
+        self, call: ToolUse, result: ToolResult, emit: Callable[[Event], None], seconds: float
     ) -> ToolResult:
-        if self.hooks is None or not self.hooks.has("PostToolUse"):
+        """PostToolUse with Claude Code's `tool_response`, or PostToolUseFailure (`error`,
+        `is_interrupt`) for a failed call; bash that exits non-zero fails, as in Claude Code."""
+        args = call.input or {}
+        code = claude.bash_exit_code(result.text) if call.name == "bash" else None
+        failed = result.is_error or (code is not None and code != 0)
+        event = "PostToolUseFailure" if failed else "PostToolUse"
+        if self.hooks is None or not self.hooks.has(event):
             return result
-        hook = await self.hooks.run(
-            "PostToolUse",
-            {
-                "tool_name": call.name,
-                "tool_input": hook_input(call.name, call.input or {}),
-                "tool_use_id": call.id,
-                "tool_response": {"output": result.text, "is_error": result.is_error},
-            },
-            match=call.name,
-        )
+        fields: dict[str, object] = {
+            "tool_name": claude.tool_name(call.name),
+            "tool_input": claude.tool_input(call.name, args, self.ctx.cwd),
+            "tool_use_id": call.id,
+        }
+        if failed:
+            error = f"Exit code {code}\n{result.text}" if code else result.text
+            fields.update(error=error, is_interrupt=False)
+        else:
+            fields["tool_response"] = claude.tool_response(
+                call.name, args, result.text, self.ctx.cwd, duration_ms=int(seconds * 1000)
+            )
+        hook = await self.hooks.run(event, fields, match=call.name)
         self._report(hook, emit)
         extra: list[Text] = []
         if hook.block and hook.reason:
-            extra.append(
-                Text(f'<hook-feedback source="PostToolUse">\n{hook.reason}\n</hook-feedback>')
-            )
+            extra.append(Text(f'<hook-feedback source="{event}">\n{hook.reason}\n</hook-feedback>'))
         extra += [
-            Text(f'<hook-context source="PostToolUse">\n{c}\n</hook-context>') for c in hook.context
+            Text(f'<hook-context source="{event}">\n{c}\n</hook-context>') for c in hook.context
         ]
         if not extra:
             return result

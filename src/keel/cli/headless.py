@@ -36,7 +36,7 @@ from keel.errors import UserError
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
 from keel.llm.provider import RetryPolicy, make_provider, model_info
-from keel.permissions.gate import PermissionGate, parse_mode
+from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest, parse_mode
 
 if TYPE_CHECKING:
     from keel.hooks.runner import HookRunner
@@ -348,7 +348,46 @@ def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner
             task.add_done_callback(running.discard)
 
         gate.notify = fire
+    if runner.has("PermissionRequest"):
+        gate.permission_hook = permission_hook(runner, cwd, printer)
     return runner
+
+
+def permission_hook(runner: HookRunner, cwd: Path, printer: Printer) -> PermissionHook:
+    """PermissionRequest hooks, asked whenever the user would be: their `decision.behavior`
+    answers for the user. An allow that rewrites the input (`updatedInput`) is not applied:
+    the question goes to the user (headless: refused), never the original call allowed."""
+    from keel.hooks import claude
+    from keel.permissions.gate import PermissionReply
+
+    async def decide(request: PermissionRequest) -> PermissionReply | None:
+        call = request.call
+        fields = {
+            "tool_name": claude.tool_name(call.name),
+            "tool_input": claude.tool_input(call.name, call.input or {}, cwd),
+            "permission_suggestions": [],
+        }
+        result = await runner.run("PermissionRequest", fields, match=call.name)
+        for message in result.messages:
+            printer(Notice(message, "info"))
+        for error in result.errors:
+            printer(Notice(error, "warning"))
+        if result.request_decision == "deny":
+            return PermissionReply(allow=False, reason=result.request_message)
+        if result.request_decision == "allow" and result.request_updated_input is not None:
+            printer(
+                Notice(
+                    "a PermissionRequest hook allowed with an updatedInput keel does not apply "
+                    "there; asking instead",
+                    "warning",
+                )
+            )
+            return None
+        if result.request_decision == "allow":
+            return PermissionReply(allow=True)
+        return None
+
+    return decide
 
 
 def add_extensions(agent: Agent, printer: Printer) -> None:

@@ -3,6 +3,12 @@ which of them may run.
 
 `{"hooks": {Event: [{"matcher": regex, "hooks": [{"type": "command", "command": …, "timeout": s}]}]}}`
 
+Handler types: `command` (run with bash), `http` (the payload POSTed as JSON to `url`, with
+`headers` whose `$VAR`s are filled only from `allowedEnvVars`) and `prompt` (a model answers
+`{"ok": …, "reason": …}`; `model` picks it, else the `hooks_model` setting, else the session's).
+Claude Code's other types (`agent`, `mcp_tool`) and events keel does not run are reported with
+the file, never skipped silently (keel.hooks.claude lists Claude Code's events).
+
 Sources: keel's user settings, `.keel/settings.json` (shared), `.keel/settings.local.json`
 (personal), and Claude Code's `~/.claude/settings.json`, `.claude/settings.json` (shared) and
 `.claude/settings.local.json` (personal). Hooks from shared files run only once approved: the
@@ -14,6 +20,7 @@ its file and skipped; the rest load.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -30,20 +37,15 @@ from keel.config.trust import (
     read_approvals,
 )
 from keel.frozen import frozen
+from keel.hooks.claude import CLAUDE_EVENTS, EVENTS, UNSUPPORTED_EVENTS
 
-EVENTS = (
-    "SessionStart",
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "Stop",
-    "SubagentStop",
-    "PreCompact",
-    "Notification",
-    "SessionEnd",
-)
 DEFAULT_TIMEOUT = 60.0
+#: Claude Code's default for a prompt hook.
+PROMPT_TIMEOUT = 30.0
 MAX_TIMEOUT = 86_400.0
+#: Handler types keel runs; Claude Code's others are reported.
+KINDS = ("command", "http", "prompt")
+CLAUDE_ONLY_KINDS = ("agent", "mcp_tool")
 
 Source = Literal["personal", "shared"]
 
@@ -56,6 +58,25 @@ class HookCommand:
     timeout: float
     source: Source
     file: str
+    #: `command` (the command line is `command`), `http` (`command` is the URL) or `prompt`
+    #: (`command` is the prompt).
+    kind: str = "command"
+    #: http: request headers (after `$VAR` interpolation from `allowed_env`).
+    headers: tuple[tuple[str, str], ...] = ()
+    allowed_env: tuple[str, ...] = ()
+    #: prompt: the model that decides ("" = the `hooks_model` setting, else the session's).
+    model: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.command if self.kind == "command" else f"{self.kind}: {self.command}"
+
+    def pin(self) -> tuple[Any, ...]:
+        """What an approval covers: everything that decides what the hook does."""
+        base = (self.event, self.matcher, self.command, self.timeout)
+        if self.kind == "command":
+            return base  # as before: existing approvals stay valid
+        return (*base, self.kind, list(self.headers), list(self.allowed_env), self.model)
 
     def matches(self, value: str) -> bool:
         """Claude Code's matcher: case-insensitive and anchored; empty or `*` matches all; an
@@ -72,15 +93,15 @@ class HookCommand:
 class HookConfig:
     hooks: list[HookCommand] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Claude Code events keel does not run, as (file, event, number of hooks).
+    unsupported: list[tuple[str, str, int]] = field(default_factory=list)
 
     def for_event(self, event: str) -> list[HookCommand]:
         return [h for h in self.hooks if h.event == event]
 
     def shared_hash(self) -> str:
         """The approval pin of the shared hooks (empty when there are none)."""
-        shared = [
-            (h.event, h.matcher, h.command, h.timeout) for h in self.hooks if h.source == "shared"
-        ]
+        shared = [h.pin() for h in self.hooks if h.source == "shared"]
         if not shared:
             return ""
         return hashlib.sha256(json.dumps(sorted(shared)).encode()).hexdigest()[:16]
@@ -108,8 +129,20 @@ def _entries(data: Any, path: Path, source: Source, config: HookConfig) -> None:
         w.append(f"{path}: hooks must be an object keyed by event; skipped")
         return
     for event, groups in data.items():
+        if event in UNSUPPORTED_EVENTS:
+            count = _count(groups)
+            config.unsupported.append((str(path), event, count))
+            w.append(
+                f"{path}: hooks.{event}: {event} is a Claude Code hook event keel does not "
+                f"support; its {count} hook(s) will not run"
+            )
+            continue
         if event not in EVENTS:
-            w.append(f"{path}: unknown hook event {event!r} skipped (events: {', '.join(EVENTS)})")
+            close = difflib.get_close_matches(str(event), CLAUDE_EVENTS, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"keel runs: {', '.join(EVENTS)}"
+            w.append(
+                f"{path}: unknown hook event {event!r} skipped: not a Claude Code event ({hint})"
+            )
             continue
         if not isinstance(groups, list):
             w.append(f"{path}: hooks.{event} must be a list; skipped")
@@ -124,6 +157,14 @@ def _entries(data: Any, path: Path, source: Source, config: HookConfig) -> None:
                 _hook(hook, f"{where}.hooks[{j}]", event, matcher, path, source, config)
 
 
+def _count(groups: Any) -> int:
+    if not isinstance(groups, list):
+        return 0
+    return sum(
+        len(g["hooks"]) for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list)
+    )
+
+
 def _hook(
     hook: Any, where: str, event: str, matcher: str, path: Path, source: Source, config: HookConfig
 ) -> None:
@@ -132,22 +173,55 @@ def _hook(
         w.append(f"{where} must be an object; skipped")
         return
     kind = hook.get("type", "command")
-    if kind != "command":
-        w.append(f'{where}: hook type {kind!r} is not supported (only "command"); skipped')
+    if kind in CLAUDE_ONLY_KINDS:
+        w.append(
+            f"{where}: hook type {kind!r} is a Claude Code hook type keel does not run "
+            f"(keel runs: {', '.join(KINDS)}); skipped"
+        )
         return
-    command = hook.get("command")
-    if not isinstance(command, str) or not command.strip():
-        w.append(f"{where} needs a command; skipped")
+    if kind not in KINDS:
+        w.append(f"{where}: hook type {kind!r} is not supported ({', '.join(KINDS)}); skipped")
         return
-    timeout = hook.get("timeout", DEFAULT_TIMEOUT)
+    key = {"command": "command", "http": "url", "prompt": "prompt"}[kind]
+    value = hook.get(key)
+    if not isinstance(value, str) or not value.strip():
+        w.append(f"{where} needs a {key}; skipped")
+        return
+    if kind == "http" and not re.match(r"https?://", value):
+        w.append(f"{where}: url must start with http:// or https://; skipped")
+        return
+    default = PROMPT_TIMEOUT if kind == "prompt" else DEFAULT_TIMEOUT
+    timeout = hook.get("timeout", default)
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
         or not 0 < timeout <= MAX_TIMEOUT
     ):
-        w.append(f"{where}: timeout must be 1-86400 seconds; using {DEFAULT_TIMEOUT:g}")
-        timeout = DEFAULT_TIMEOUT
-    config.hooks.append(HookCommand(event, matcher, command, float(timeout), source, str(path)))
+        w.append(f"{where}: timeout must be 1-86400 seconds; using {default:g}")
+        timeout = default
+    headers: list[tuple[str, str]] = []
+    raw_headers = hook.get("headers", {})
+    if kind == "http" and isinstance(raw_headers, dict):
+        headers = [(str(k), str(v)) for k, v in raw_headers.items()]
+    elif kind == "http":
+        w.append(f"{where}: headers must be an object; sent without headers")
+    allowed = hook.get("allowedEnvVars", [])
+    allowed_env = tuple(str(v) for v in allowed) if isinstance(allowed, list) else ()
+    model = hook.get("model", "")
+    config.hooks.append(
+        HookCommand(
+            event,
+            matcher,
+            value,
+            float(timeout),
+            source,
+            str(path),
+            kind=kind,
+            headers=tuple(headers),
+            allowed_env=allowed_env,
+            model=model if isinstance(model, str) else "",
+        )
+    )
 
 
 def load_hooks(project: Path, *, keel_user_dir: Path, home: Path | None = None) -> HookConfig:
@@ -162,7 +236,9 @@ def load_hooks(project: Path, *, keel_user_dir: Path, home: Path | None = None) 
 
 
 __all__ = [
+    "CLAUDE_EVENTS",
     "EVENTS",
+    "UNSUPPORTED_EVENTS",
     "HookCommand",
     "HookConfig",
     "approvals_file",

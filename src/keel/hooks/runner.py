@@ -1,28 +1,51 @@
-"""Running hooks: every matching command for an event, in parallel, each with `bash -c` under
-`keel.proc`'s supervisor, the event as JSON on stdin, and a wall-clock timeout from its start
-after which its whole tree (detached children included) is killed and its pipes let go.
+"""Running hooks: every matching hook for an event, in parallel, the event as Claude Code's JSON
+(keel.hooks.claude), each with a wall-clock deadline from its start. A `command` hook runs with
+`bash -c` under `keel.proc`'s supervisor, the payload on stdin; at its deadline its whole tree
+(detached children included) is killed and its pipes let go. An `http` hook POSTs the payload
+and reads the response body as the hook's output (non-2xx: a non-blocking error). A `prompt`
+hook asks a model, which answers `{"ok": …, "reason": …}` (ok false acts like exit 2).
 The outcomes combine into one `HookResult`: deny > ask > allow; any block blocks (reasons joined);
 any halt halts; contexts and messages concatenate; the last `updatedInput` wins.
 
 Exit 0 may print JSON (`continue`, `stopReason`, `systemMessage`, `decision`/`reason`,
 `hookSpecificOutput.{permissionDecision, permissionDecisionReason, updatedInput,
 additionalContext}`) or plain text (context for SessionStart and UserPromptSubmit). Exit 2 blocks
-with stderr as the reason. Any other exit is a non-blocking error the user sees. This module runs
-commands and interprets their answers; the loop decides what an answer does.
+with stderr as the reason. Any other exit is a non-blocking error the user sees, and so is a
+timeout, as in Claude Code; for the events that can block (PreToolUse, PermissionRequest) such a
+failure, and output that looks like JSON but does not parse, is a warning naming the hook: a
+guard that failed never passes silently. This module runs hooks and interprets their answers;
+the loop decides what an answer does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from keel.frozen import frozen
+from keel.hooks.claude import matcher_names, permission_mode
 from keel.hooks.config import HookCommand
 from keel.proc import run_tree
+
+#: Events whose matcher is a tool name (either spelling matches).
+TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
+#: Events whose hooks can stop something from happening: their failures are warnings.
+GUARD_EVENTS = frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit", "Stop"})
+
+#: Asks a model one question: (prompt, model or "") → its answer text.
+ModelCall = Callable[[str, str], Awaitable[str]]
+
+PROMPT_SYSTEM = (
+    "You are a hook that checks one event of a coding agent. Read the event (JSON) and the "
+    'instructions, then answer with only a JSON object: {"ok": true} to let it proceed, or '
+    '{"ok": false, "reason": "why"} to block it.'
+)
 
 #: Hook output beyond this is cut (a hook that floods must not flood the model).
 MAX_OUTPUT = 64 * 1024
@@ -43,37 +66,8 @@ class HookRun:
     stdout: str
     stderr: str
     timed_out: bool = False
-
-
-#: Claude Code's names for keel's tools where they differ by more than case, so that matchers
-#: written for Claude Code (`Edit|MultiEdit|Write`, `WebFetch`) match keel's tools too.
-CLAUDE_TOOL_NAMES = {
-    "multi_edit": "MultiEdit",
-    "web_fetch": "WebFetch",
-    "todo_write": "TodoWrite",
-    "exit_plan_mode": "ExitPlanMode",
-}
-#: keel's file tools take `path`; Claude Code's take `file_path`. Hooks see both.
-FILE_TOOLS = frozenset({"read", "write", "edit", "multi_edit"})
-
-
-def hook_input(tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    """A tool's input as hooks see it: a file tool's `path` also as Claude Code's `file_path`."""
-    if tool in FILE_TOOLS and "path" in args and "file_path" not in args:
-        return {**args, "file_path": args["path"]}
-    return args
-
-
-def tool_input(tool: str, sent: dict[str, Any], updated: dict[str, Any]) -> dict[str, Any]:
-    """A hook's `updatedInput` as the tool's input: `file_path` back to `path` (whichever of the
-    two the hook changed wins)."""
-    if tool not in FILE_TOOLS or "file_path" not in updated:
-        return updated
-    args = dict(updated)
-    file_path = args.pop("file_path")
-    if file_path != sent.get("file_path") or "path" not in args:
-        args["path"] = file_path
-    return args
+    #: Set when the hook could not give an answer (an http error, a model that failed).
+    error: str = ""
 
 
 @dataclass
@@ -87,6 +81,10 @@ class HookResult:
     permission: Permission | None = None
     permission_reason: str = ""
     updated_input: dict[str, Any] | None = None
+    #: PermissionRequest: the hook answered for the user (`hookSpecificOutput.decision`).
+    request_decision: Literal["allow", "deny"] | None = None
+    request_message: str = ""
+    request_updated_input: dict[str, Any] | None = None
     context: list[str] = field(default_factory=list)
     #: Shown to the user: what hooks said (systemMessage) and what went wrong with them.
     messages: list[str] = field(default_factory=list)
@@ -114,7 +112,9 @@ class _Bounded:
             self.data += data[: MAX_OUTPUT - len(self.data)]
 
 
-async def _run_one(hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[str, str]) -> HookRun:
+async def _run_command(
+    hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[str, str]
+) -> HookRun:
     """Run one hook command. Its deadline is `hook.timeout` of wall clock from the spawn: then
     its whole tree is killed (detached children included) and its pipes are let go, whoever
     still holds them; children it leaves behind when it exits get `DRAIN_GRACE` seconds."""
@@ -142,24 +142,104 @@ async def _run_one(hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[st
     )
 
 
+def _interpolate(value: str, allowed: tuple[str, ...], env: Mapping[str, str]) -> str:
+    """Claude Code's header interpolation: `$VAR` / `${VAR}` from the environment, only for the
+    names in `allowedEnvVars` (others become empty)."""
+
+    def fill(found: re.Match[str]) -> str:
+        name = found.group(1) or found.group(2)
+        return env.get(name, "") if name in allowed else ""
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", fill, value)
+
+
+async def _run_http(hook: HookCommand, payload: bytes, env: Mapping[str, str]) -> HookRun:
+    """POST the payload to the hook's URL within its deadline; a 2xx body is its output."""
+    import httpx
+
+    headers = {k: _interpolate(v, hook.allowed_env, env) for k, v in hook.headers}
+    headers.setdefault("Content-Type", "application/json")
+    try:
+        async with asyncio.timeout(hook.timeout):
+            async with httpx.AsyncClient(timeout=hook.timeout) as client:
+                response = await client.post(hook.command, content=payload, headers=headers)
+                body = response.content[:MAX_OUTPUT].decode("utf-8", "replace")
+    except TimeoutError:
+        return HookRun(hook, None, "", "", timed_out=True)
+    except httpx.HTTPError as exc:
+        return HookRun(hook, None, "", "", error=f"request failed: {type(exc).__name__}: {exc}")
+    if not 200 <= response.status_code < 300:
+        return HookRun(hook, None, "", "", error=f"HTTP {response.status_code}: {_short(body)}")
+    return HookRun(hook, 0, body, "")
+
+
+def _verdict(text: str) -> dict[str, Any] | None:
+    """The first JSON object in a model's answer (it may wrap it in prose or a code fence)."""
+    start = text.find("{")
+    while start != -1:
+        try:
+            data, _ = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        return data if isinstance(data, dict) else None
+    return None
+
+
+async def _run_prompt(hook: HookCommand, payload: bytes, ask: ModelCall | None) -> HookRun:
+    """Ask a model; `{"ok": false, "reason": …}` acts like exit 2 with the reason."""
+    if ask is None:
+        return HookRun(hook, None, "", "", error="no model is available for prompt hooks")
+    arguments = payload.decode()
+    if "$ARGUMENTS" in hook.command:
+        question = hook.command.replace("$ARGUMENTS", arguments)
+    else:
+        question = f"{hook.command}\n\nThe event:\n{arguments}"
+    try:
+        async with asyncio.timeout(hook.timeout):
+            answer = await ask(question, hook.model)
+    except TimeoutError:
+        return HookRun(hook, None, "", "", timed_out=True)
+    except Exception as exc:  # a provider failure is this hook's failure, shown to the user
+        return HookRun(hook, None, "", "", error=f"the model failed: {type(exc).__name__}: {exc}")
+    verdict = _verdict(answer)
+    if verdict is None or not isinstance(verdict.get("ok"), bool):
+        return HookRun(
+            hook, None, "", "", error=f'the model did not answer {{"ok": …}}: {_short(answer)}'
+        )
+    reason = str(verdict.get("reason") or "")
+    if verdict["ok"]:
+        return HookRun(hook, 0, "", "")
+    return HookRun(hook, 2, "", reason or "blocked by a prompt hook")
+
+
 def _apply(result: HookResult, run: HookRun, event: str) -> None:
     hook = run.hook
-    label = f"{event} hook `{_short(hook.command, 200)}`"
+    label = f"{event} hook `{_short(hook.label, 200)}`"
+    unguarded = " (it could not block; the action went ahead)" if event in GUARD_EVENTS else ""
     if run.timed_out:
-        result.errors.append(f"{label} timed out after {hook.timeout:g} s and was killed")
+        result.errors.append(
+            f"{label} timed out after {hook.timeout:g} s and was killed{unguarded}"
+        )
+        return
+    if run.error:
+        result.errors.append(f"{label} failed: {run.error}{unguarded}")
         return
     if run.exit_code is None:
-        result.errors.append(f"{label} failed: {_short(run.stderr)}")
+        result.errors.append(f"{label} failed: {_short(run.stderr)}{unguarded}")
         return
     if run.exit_code == 2:
+        reason = run.stderr.strip()
         result.block = True
-        result.reasons.append(run.stderr.strip() or f"blocked by {label}")
+        result.reasons.append(reason or f"blocked by {label}")
         if event == "PreToolUse":
-            _permission(result, "deny", run.stderr.strip())
+            _permission(result, "deny", reason)
+        elif event == "PermissionRequest":
+            _request(result, "deny", reason or f"denied by {label}")
         return
     if run.exit_code != 0:
         detail = _short(run.stderr or run.stdout) or "no output"
-        result.errors.append(f"{label} exited with {run.exit_code}: {detail}")
+        result.errors.append(f"{label} exited with {run.exit_code}: {detail}{unguarded}")
         return
     text = run.stdout.strip()
     if not text:
@@ -171,8 +251,20 @@ def _apply(result: HookResult, run: HookRun, event: str) -> None:
     if not isinstance(data, dict):
         if event in ("SessionStart", "UserPromptSubmit"):
             result.context.append(text)
+        elif event in GUARD_EVENTS and text.startswith("{"):
+            result.errors.append(
+                f"{label} printed output that is not valid JSON ({_short(text, 80)}); a "
+                f"decision in it was not applied{unguarded}"
+            )
         return
     _apply_json(result, data, event)
+
+
+def _request(result: HookResult, behavior: Literal["allow", "deny"], message: str) -> None:
+    """A PermissionRequest answer: deny wins over allow."""
+    if result.request_decision != "deny":
+        result.request_decision = behavior
+        result.request_message = message
 
 
 def _permission(result: HookResult, decision: Permission, reason: str) -> None:
@@ -200,6 +292,12 @@ def _apply_json(result: HookResult, data: dict[str, Any], event: str) -> None:
     elif decision == "approve" and event == "PreToolUse":  # Claude Code's legacy spelling
         _permission(result, "allow", str(data.get("reason") or ""))
     specific = data.get("hookSpecificOutput")
+    if isinstance(specific, dict) and event == "PermissionRequest":
+        answer = specific.get("decision")
+        if isinstance(answer, dict) and answer.get("behavior") in ("allow", "deny"):
+            _request(result, answer["behavior"], str(answer.get("message") or ""))
+            if answer["behavior"] == "allow" and isinstance(answer.get("updatedInput"), dict):
+                result.request_updated_input = answer["updatedInput"]
     if isinstance(specific, dict):
         choice = specific.get("permissionDecision")
         if choice in _RANK and event == "PreToolUse":
@@ -213,31 +311,40 @@ def _apply_json(result: HookResult, data: dict[str, Any], event: str) -> None:
 @dataclass
 class HookRunner:
     """Runs the hooks of one session. `base` is the part of every payload that does not change
-    (session id, transcript path, cwd); `mode` is read at each run."""
+    (session id, transcript path); `mode` is read at each run; `ask_model` answers prompt
+    hooks."""
 
     hooks: list[HookCommand]
     cwd: Path
     project_dir: Path
     env: Mapping[str, str]
     base: dict[str, Any] = field(default_factory=dict)
-    mode: Any = None  # a callable returning the permission mode, set by the agent
+    mode: Any = None  # a callable returning keel's permission mode, set by the agent
+    ask_model: ModelCall | None = None
+    #: The model prompt hooks use when they name none (the `hooks_model` setting; "" = the
+    #: session's model).
+    model: str = ""
 
     def has(self, event: str) -> bool:
         return any(h.event == event for h in self.hooks)
 
     async def run(self, event: str, fields: dict[str, Any], *, match: str = "") -> HookResult:
         """Run the hooks of `event` whose matcher matches `match` (for tool events, keel's tool
-        name or Claude Code's name for the same tool)."""
-        names = (match, CLAUDE_TOOL_NAMES.get(match, match))
+        name: matchers match it or Claude Code's name for it). `fields` are the event's own
+        fields, already in Claude Code's shape."""
+        names = matcher_names(match) if event in TOOL_EVENTS else (match,)
         matching = [h for h in self.hooks if h.event == event and any(h.matches(n) for n in names)]
         result = HookResult()
         if not matching:
             return result
+        mode = self.mode() if callable(self.mode) else "default"
         payload = {
+            "session_id": "",
+            "transcript_path": "",
             **self.base,
             "cwd": str(self.cwd),
+            "permission_mode": permission_mode(str(mode)),
             "hook_event_name": event,
-            "permission_mode": self.mode() if callable(self.mode) else "default",
             **fields,
         }
         data = json.dumps(payload, default=str).encode()
@@ -246,8 +353,15 @@ class HookRunner:
             "CLAUDE_PROJECT_DIR": str(self.project_dir),
             "KEEL_PROJECT_DIR": str(self.project_dir),
         }
-        runs = await asyncio.gather(*(_run_one(h, data, self.cwd, env) for h in matching))
+        runs = await asyncio.gather(*(self._one(h, data, env) for h in matching))
         for run in runs:
             result.runs.append(run)
             _apply(result, run, event)
         return result
+
+    async def _one(self, hook: HookCommand, data: bytes, env: Mapping[str, str]) -> HookRun:
+        if hook.kind == "http":
+            return await _run_http(hook, data, {**os.environ, **env})
+        if hook.kind == "prompt":
+            return await _run_prompt(hook, data, self.ask_model)
+        return await _run_command(hook, data, self.cwd, env)

@@ -97,6 +97,9 @@ class PermissionReply:
 
 
 Asker: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply]]
+#: PermissionRequest hooks: asked first, whenever the user would be; a reply answers for the
+#: user, None leaves the question to the user (or, headless, to the headless refusal).
+PermissionHook: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply | None]]
 
 
 def parse_mode(value: str) -> Mode:
@@ -126,6 +129,7 @@ class PermissionGate:
     #: Told (message) each time the user is about to be asked (Notification hooks); it must not
     #: block: the question does not wait for it.
     notify: Callable[[str], None] | None = None
+    permission_hook: PermissionHook | None = None
     headless_hint: str = (
         "permission needed, but keel is running non-interactively; allow it with "
         "--allowed-tools or --mode"
@@ -282,6 +286,16 @@ class PermissionGate:
         return f"use {tool}"
 
     async def _ask(self, call: ToolUse, reason: str, *, plan: str = "") -> Decision:
+        if self.permission_hook is not None:
+            request = PermissionRequest(call, reason, suggest(call.name, call.input or {}), plan)
+            answer = await self.permission_hook(request)
+            if answer is not None and not answer.allow:
+                why = f": {answer.reason}" if answer.reason else ""
+                return Deny(f"denied by a PermissionRequest hook{why}", "hook")
+            if answer is not None:
+                if call.name == "exit_plan_mode" and self.mode == "plan":
+                    self.mode = "default"
+                return Allow("hook:PermissionRequest", notable=True)
         if self.asker is None:
             what = "approve a plan" if call.name == "exit_plan_mode" else reason
             return Deny(f"{self.headless_hint} (needed to {what})", "headless")
@@ -328,6 +342,7 @@ __all__ = [
     "Gate",
     "Mode",
     "PermissionGate",
+    "PermissionHook",
     "PermissionReply",
     "PermissionRequest",
     "parse_mode",

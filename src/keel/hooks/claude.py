@@ -1,0 +1,395 @@
+"""Claude Code's hook payloads: the one table that turns keel's tool calls, results, modes and
+reasons into what Claude Code sends its hooks, and a hook's `updatedInput` back into keel's
+arguments. docs/extensions.md shows the same table.
+
+Tool names come from keel.tools.names (the one name table); this module owns the fields:
+`tool_input` in Claude Code's field names (paths absolute, Bash `timeout` in milliseconds),
+`tool_response` in the shape Claude Code records for each tool, `permission_mode` in Claude
+Code's values, and the list of Claude Code's hook events with the ones keel runs. Tools keel has
+and Claude Code lacks keep keel's names and arguments (`raw_output`, `task_wait`…), and their
+response is Claude Code's shape for an MCP tool: a list of content blocks.
+
+Pure functions over plain data: it runs nothing and imports nothing above keel.tools.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from keel.frozen import frozen
+from keel.tools.names import to_claude
+
+#: Every hook event Claude Code documents (its hooks reference, 2026), in its order.
+CLAUDE_EVENTS: Final[tuple[str, ...]] = (
+    "SessionStart",
+    "Setup",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PermissionDenied",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "SubagentStart",
+    "SubagentStop",
+    "TaskCreated",
+    "TaskCompleted",
+    "Stop",
+    "StopFailure",
+    "TeammateIdle",
+    "InstructionsLoaded",
+    "ConfigChange",
+    "CwdChanged",
+    "FileChanged",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "PreCompact",
+    "PostCompact",
+    "Elicitation",
+    "ElicitationResult",
+    "SessionEnd",
+)
+
+#: The events keel runs, with Claude Code's semantics.
+EVENTS: Final[tuple[str, ...]] = (
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PermissionRequest",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "SubagentStart",
+    "SubagentStop",
+    "Stop",
+    "PreCompact",
+    "SessionEnd",
+)
+
+#: Claude Code's events keel does not run (their hooks are named at startup, never dropped
+#: silently).
+UNSUPPORTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in CLAUDE_EVENTS if e not in EVENTS)
+
+#: keel's permission modes in Claude Code's spelling.
+PERMISSION_MODES: Final[dict[str, str]] = {
+    "default": "default",
+    "accept-edits": "acceptEdits",
+    "bypass": "bypassPermissions",
+    "plan": "plan",
+}
+
+#: Why a session ended, in Claude Code's values (`clear`, `logout`, `prompt_input_exit`,
+#: `bypass_permissions_disabled`, `other`). keel's own `exit` (a headless run or a library
+#: caller closing the agent) is Claude Code's `other`.
+SESSION_END_REASONS: Final[frozenset[str]] = frozenset(
+    {"clear", "logout", "prompt_input_exit", "bypass_permissions_disabled", "other"}
+)
+
+
+@frozen
+class ToolFields:
+    """One tool's arguments: keel's name → Claude Code's name, and which of them are paths."""
+
+    fields: tuple[tuple[str, str], ...]
+    paths: frozenset[str] = frozenset()
+
+
+#: keel's tool → its arguments in Claude Code's names. Arguments not listed keep keel's name.
+#: Special cases handled in code: Bash `timeout` (keel: seconds, Claude Code: milliseconds) and
+#: `sandbox` (Claude Code: `dangerouslyDisableSandbox`, the opposite); Grep `files_only`
+#: (Claude Code: `output_mode`, with `-n` for line numbers in content mode); TodoWrite
+#: `active_form` (Claude Code: `activeForm`).
+TOOL_FIELDS: Final[dict[str, ToolFields]] = {
+    "bash": ToolFields(
+        (
+            ("command", "command"),
+            ("timeout", "timeout"),
+            ("description", "description"),
+            ("run_in_background", "run_in_background"),
+        )
+    ),
+    "read": ToolFields(
+        (("path", "file_path"), ("offset", "offset"), ("limit", "limit")), frozenset({"file_path"})
+    ),
+    "write": ToolFields((("path", "file_path"), ("content", "content")), frozenset({"file_path"})),
+    "edit": ToolFields(
+        (
+            ("path", "file_path"),
+            ("old_string", "old_string"),
+            ("new_string", "new_string"),
+            ("replace_all", "replace_all"),
+        ),
+        frozenset({"file_path"}),
+    ),
+    "multi_edit": ToolFields((("path", "file_path"), ("edits", "edits")), frozenset({"file_path"})),
+    "glob": ToolFields((("pattern", "pattern"), ("path", "path")), frozenset({"path"})),
+    "grep": ToolFields(
+        (("pattern", "pattern"), ("path", "path"), ("glob", "glob"), ("ignore_case", "-i")),
+        frozenset({"path"}),
+    ),
+    "ls": ToolFields((("path", "path"),), frozenset({"path"})),
+    "web_fetch": ToolFields((("url", "url"),)),
+    "web_search": ToolFields((("query", "query"),)),
+    "todo_write": ToolFields((("todos", "todos"),)),
+    "task": ToolFields(
+        (
+            ("description", "description"),
+            ("prompt", "prompt"),
+            ("subagent_type", "subagent_type"),
+            ("run_in_background", "run_in_background"),
+        )
+    ),
+    "bash_output": ToolFields((("id", "bash_id"),)),
+    "bash_kill": ToolFields((("id", "shell_id"),)),
+    "exit_plan_mode": ToolFields((("plan", "plan"),)),
+    "skill": ToolFields((("name", "skill"), ("arguments", "args"))),
+}
+
+
+def tool_name(tool: str) -> str:
+    """The name a hook sees: Claude Code's for the tools both have, keel's otherwise."""
+    return to_claude(tool)
+
+
+def permission_mode(mode: str) -> str:
+    return PERMISSION_MODES.get(mode, mode)
+
+
+def session_end_reason(reason: str) -> str:
+    return reason if reason in SESSION_END_REASONS else "other"
+
+
+def _absolute(value: Any, cwd: Path) -> Any:
+    if not isinstance(value, str) or not value:
+        return value
+    path = Path(value).expanduser()
+    return str(path if path.is_absolute() else cwd / path)
+
+
+def tool_input(tool: str, args: dict[str, Any], cwd: Path) -> dict[str, Any]:
+    """keel's arguments of `tool` as Claude Code's `tool_input` (paths absolute)."""
+    spec = TOOL_FIELDS.get(tool)
+    if spec is None:
+        return dict(args)
+    names = dict(spec.fields)
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        claude = names.get(key, key)
+        out[claude] = _absolute(value, cwd) if claude in spec.paths else value
+    if tool == "bash":
+        if isinstance(out.get("timeout"), int | float) and not isinstance(out["timeout"], bool):
+            out["timeout"] = int(out["timeout"] * 1000)
+        if "sandbox" in out:
+            out["dangerouslyDisableSandbox"] = out.pop("sandbox") is False
+    elif tool == "grep":
+        files_only = out.pop("files_only", False)
+        out["output_mode"] = "files_with_matches" if files_only else "content"
+        if not files_only:
+            out["-n"] = True
+    elif tool == "todo_write" and isinstance(out.get("todos"), list):
+        out["todos"] = [_todo_to_claude(t) for t in out["todos"]]
+    return out
+
+
+def _todo_to_claude(todo: Any) -> Any:
+    if not isinstance(todo, dict) or "active_form" not in todo:
+        return todo
+    return {("activeForm" if k == "active_form" else k): v for k, v in todo.items()}
+
+
+def updated_input(
+    tool: str, updated: dict[str, Any], *, sent: dict[str, Any], original: dict[str, Any]
+) -> dict[str, Any]:
+    """A hook's `updatedInput` (Claude Code's fields; it replaces the whole input, as in Claude
+    Code) as keel's arguments. A path the hook left as it was sent keeps keel's original
+    spelling; a Bash timeout in milliseconds becomes seconds (rounded up)."""
+    spec = TOOL_FIELDS.get(tool)
+    if spec is None:
+        return dict(updated)
+    back = {claude: keel for keel, claude in spec.fields}
+    out: dict[str, Any] = {}
+    for key, value in updated.items():
+        name = back.get(key, key)
+        if key in spec.paths and value == sent.get(key) and name in original:
+            value = original[name]
+        out[name] = value
+    if tool == "bash":
+        timeout = out.get("timeout")
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            out["timeout"] = max(1, math.ceil(timeout / 1000))
+        if "dangerouslyDisableSandbox" in out:
+            out["sandbox"] = out.pop("dangerouslyDisableSandbox") is not True
+    elif tool == "grep":
+        mode = out.pop("output_mode", None)
+        out.pop("-n", None)
+        if mode is not None:
+            out["files_only"] = mode == "files_with_matches"
+    return out
+
+
+def matcher_names(tool: str) -> tuple[str, ...]:
+    """The names a matcher is tried against: keel's and Claude Code's (either spelling
+    matches)."""
+    claude = to_claude(tool)
+    return (tool,) if claude == tool else (tool, claude)
+
+
+# -- tool_response ------------------------------------------------------------------------------
+
+_NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
+_EXIT = re.compile(r"\n?\[exit code (-?\d+|None)\]$")
+_READ_NOTE = re.compile(r"\n\n\[(?:size|line) limit: showed lines (\d+)-(\d+) of (\d+);[^\]]*\]$")
+
+
+def bash_exit_code(text: str) -> int | None:
+    """The exit code keel's bash result ends with (None: none shown, or timed out)."""
+    found = _EXIT.search(text)
+    if found is None or found.group(1) == "None":
+        return None
+    return int(found.group(1))
+
+
+def tool_response(
+    tool: str, args: dict[str, Any], text: str, cwd: Path, *, duration_ms: int = 0
+) -> Any:
+    """A successful result of `tool` in the shape Claude Code gives PostToolUse hooks, built
+    from keel's result text and the call's arguments."""
+    path = _absolute(args.get("path", "."), cwd)
+    if tool == "bash":
+        if args.get("run_in_background"):
+            found = re.match(r"started (\S+) in the background", text)
+            return {
+                "stdout": "",
+                "stderr": "",
+                "interrupted": False,
+                "isImage": False,
+                "backgroundTaskId": found.group(1) if found else "",
+            }
+        stdout = _EXIT.sub("", text)
+        return {"stdout": stdout, "stderr": "", "interrupted": False, "isImage": False}
+    if tool == "read":
+        return _read_response(path, text)
+    if tool == "write":
+        created = text.startswith("Created ")
+        return {
+            "type": "create" if created else "update",
+            "filePath": path,
+            "content": args.get("content", ""),
+            "structuredPatch": [],
+            "originalFile": None,
+            "success": True,
+        }
+    if tool == "edit":
+        return {
+            "filePath": path,
+            "oldString": args.get("old_string", ""),
+            "newString": args.get("new_string", ""),
+            "originalFile": None,
+            "structuredPatch": [],
+            "userModified": False,
+            "replaceAll": bool(args.get("replace_all", False)),
+            "success": True,
+        }
+    if tool == "multi_edit":
+        return {
+            "filePath": path,
+            "edits": args.get("edits", []),
+            "originalFileContents": None,
+            "structuredPatch": [],
+            "userModified": False,
+            "success": True,
+        }
+    if tool in ("glob", "grep"):
+        lines = [] if text.startswith("No matches") else text.splitlines()
+        truncated = bool(lines) and lines[-1].startswith("[stopped at ")
+        lines = lines[:-1] if truncated else lines
+        if tool == "glob":
+            names = [_absolute(n, cwd) for n in lines]
+            return {
+                "filenames": names,
+                "durationMs": duration_ms,
+                "numFiles": len(names),
+                "truncated": truncated,
+            }
+        if args.get("files_only"):
+            names = [_absolute(n, cwd) for n in lines]
+            return {"mode": "files_with_matches", "filenames": names, "numFiles": len(names)}
+        return {
+            "mode": "content",
+            "numFiles": len({line.split(":", 1)[0] for line in lines}),
+            "filenames": [],
+            "content": "\n".join(lines),
+            "numLines": len(lines),
+        }
+    if tool == "web_fetch":
+        return {
+            "bytes": len(text.encode()),
+            "code": 200,
+            "codeText": "OK",
+            "result": text,
+            "durationMs": duration_ms,
+            "url": args.get("url", ""),
+        }
+    if tool == "todo_write":
+        todos = args.get("todos", [])
+        new = [_todo_to_claude(t) for t in todos] if isinstance(todos, list) else []
+        return {"oldTodos": [], "newTodos": new}
+    if tool == "task":
+        return {
+            "status": "completed",
+            "prompt": args.get("prompt", ""),
+            "content": [{"type": "text", "text": text}],
+            "totalDurationMs": duration_ms,
+        }
+    if tool == "exit_plan_mode":
+        return {"plan": args.get("plan", ""), "isAgent": False}
+    return [{"type": "text", "text": text}]
+
+
+def _read_response(path: Any, text: str) -> dict[str, Any]:
+    if text.startswith("Image "):
+        return {"type": "image", "file": {"filePath": path}}
+    body, start, total = text, 1, None
+    note = _READ_NOTE.search(text)
+    if note is not None:
+        body, total = text[: note.start()], int(note.group(3))
+    lines: list[str] = []
+    for i, line in enumerate(body.split("\n")):
+        found = _NUMBERED.match(line)
+        if found is None:  # not numbered lines (an empty file, an unchanged re-read)
+            lines = []
+            break
+        if i == 0:
+            start = int(found.group(1))
+        lines.append(found.group(2))
+    content = "\n".join(lines) + ("\n" if lines else "")
+    return {
+        "type": "text",
+        "file": {
+            "filePath": path,
+            "content": content,
+            "numLines": len(lines),
+            "startLine": start,
+            "totalLines": total if total is not None else start - 1 + len(lines),
+        },
+    }
+
+
+__all__ = [
+    "CLAUDE_EVENTS",
+    "EVENTS",
+    "PERMISSION_MODES",
+    "TOOL_FIELDS",
+    "UNSUPPORTED_EVENTS",
+    "bash_exit_code",
+    "matcher_names",
+    "permission_mode",
+    "session_end_reason",
+    "tool_input",
+    "tool_name",
+    "tool_response",
+    "updated_input",
+]
