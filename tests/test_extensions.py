@@ -114,7 +114,12 @@ def test_claude_code_project_runs_unchanged_once_approved(
     listing = keel("mcp", "list", cwd=claude_project)
     assert listing.stdout.splitlines()[0].split()[:3] == ["tools", "connected", "(stdio,"]
     skills = keel("skills", cwd=claude_project)
+    release = claude_project / ".claude/commands/release.md"
     assert skills.stdout.splitlines() == [
+        # A project's command may not pre-approve tools; keel says so (its echo is safe anyway).
+        f"warning: {release}:4: `allowed-tools` of a project's command is not honoured (a file "
+        "that came with the repository may not widen permissions); /release asks as usual. Put "
+        "it in ~/.claude/commands to pre-approve",
         f"skill release-notes  (/release-notes, model)  "
         f"{claude_project / '.claude/skills/release-notes/SKILL.md'}",
         f"command /release VERSION  {claude_project / '.claude/commands/release.md'}",

@@ -392,14 +392,18 @@ def test_commands_are_found_namespaced_and_overridden(
             path=p,
             description="Commit the staged changes",
             argument_hint="[message]",
-            allowed_tools=("Bash(git add:*)", "Bash(git commit:*)"),
+            # A project's command may not pre-approve tools (it came with the repository).
+            allowed_tools=(),
             model="claude-haiku-4-5",
         ),
-        Command(name="frontend:component", body="Make a component $1.", path=h),
+        Command(name="frontend:component", body="Make a component $1.", path=h, user_level=True),
     ]
-    assert commands.shadowed == (Command(name="commit", body="Commit.", path=u),)
+    assert commands.shadowed == (Command(name="commit", body="Commit.", path=u, user_level=True),)
     assert commands.root == repo
     assert commands.warnings == [
+        f"{p}:4: `allowed-tools` of a project's command is not honoured (a file that came with "
+        "the repository may not widen permissions); /commit asks as usual. Put it in "
+        "~/.claude/commands to pre-approve",
         f"{broken}:3: the frontmatter is not valid YAML: mapping values are not allowed here; "
         "skipped",
         f"{spaced}: a command name cannot contain spaces; skipped",

@@ -255,6 +255,9 @@ class Agent:
         self.on_background_event: Emit | None = None
         #: Called by `aclose` (MCP servers to stop, for example).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
+        #: Called once when the current turn ends, however it ends (a custom command's model or
+        #: tool limits for its turn are undone here).
+        self.after_turn: list[Callable[[], None]] = []
 
     @classmethod
     def from_model(
@@ -518,6 +521,9 @@ class Agent:
         finished = TurnFinished(stop, s.last_text, s.usage, s.cost, s.turns, self.session_id, error)
         emit(finished)
         return RunResult.from_event(finished)
+        finally:
+            while self.after_turn:
+                self.after_turn.pop()()
 
     async def _begin(self, prompt: str, emit: Emit) -> TurnStop | None:
         _ = self.system  # fix the prefix for this context on its first prompt
@@ -582,9 +588,9 @@ class Agent:
             return prompt
         expansion = self.skills.expand(prompt) if self.skills is not None else None
         if expansion is None and self.commands is not None:
-            expansion = await self.commands.expand(
-                prompt, allow_shell=self._shell_allowed, sandbox=self.ctx.sandbox
-            )
+            from keel.agent.command_turn import expand_command  # its frontmatter, for this turn
+
+            expansion = await expand_command(self, prompt, emit, allow_shell=self._shell_allowed)
         if expansion is None:
             return prompt
         for line in expansion.refused:

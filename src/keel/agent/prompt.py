@@ -207,21 +207,31 @@ def imports(text: str, source: Path, *, home: Path) -> list[tuple[str, Path]]:
 def import_mentions(text: str) -> list[str]:
     """The `@path` words of Markdown `text` outside code spans and fenced code blocks, in order."""
     found: list[str] = []
+    for match in _IMPORT.finditer(without_code(text)):
+        written = match.group(1).rstrip(_TRAILING)
+        if written and written not in found:
+            found.append(written)
+    return found
+
+
+def without_code(text: str) -> str:
+    """Markdown `text` with fenced code blocks dropped and code spans blanked, line by line (an
+    `@path` in code is not an import or a mention, as in Claude Code)."""
+    kept: list[str] = []
     fence: str | None = None
     for line in text.splitlines():
         m = _FENCE.match(line)
         if fence is not None:
             if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
                 fence = None
+            kept.append("")
             continue
         if m:
             fence = m.group(1)
+            kept.append("")
             continue
-        for match in _IMPORT.finditer(_CODE_SPAN.sub(" ", line)):
-            written = match.group(1).rstrip(_TRAILING)
-            if written and written not in found:
-                found.append(written)
-    return found
+        kept.append(_CODE_SPAN.sub(" ", line))
+    return "\n".join(kept)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -8,9 +8,18 @@ output. Files are looked for, lowest precedence first, in `~/.claude/commands`,
 `<keel user config dir>/commands`, then `.claude/commands` and `.keel/commands` in each directory
 from the project root down to cwd; a later file replaces an earlier one of the same name.
 
-It must never run a `` !`cmd` `` that the caller's `allow_shell` did not approve, never treat text
-that came from the user's arguments or from a command's output as a substitution, and never write
-a file. `@path` references are left for the UI.
+Frontmatter, as Claude Code reads it: `description`, `argument-hint`; `model` (the command's turn
+uses that model: `Expansion.model`, applied by `keel.agent.command_turn`); `disallowed-tools`
+(rules denied for the command's turn; the tool list itself stays as it is, for the prompt cache);
+`allowed-tools` (rules allowed without asking for the command's turn, honoured only for the user's
+own commands: a project's command file came with the repository and may only tighten, so there
+it is ignored with a warning); `hooks` (not supported: a warning names the file). `@path` in the
+body attaches that file like a prompt's `@path` (`keel.agent.mentions`), a project's command only
+files inside the project, and each only if `allow_read` agrees.
+
+It must never run a `` !`cmd` `` that the caller's `allow_shell` did not approve, never attach a
+file `allow_read` refused, never treat text that came from the user's arguments or from a
+command's output as a substitution or an `@path`, and never write a file.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from keel.agent.prompt import git_root
+from keel.agent.mentions import Attachment, attachment_blocks, mentions, read_mention
+from keel.agent.prompt import git_root, without_code
+from keel.errors import UserError
 from keel.frozen import frozen
 from keel.skills.skills import (
     Document,
@@ -67,6 +78,8 @@ BUILTIN_COMMANDS = (
 
 #: Whether a command line would run without asking (the caller asks its permission gate).
 AllowShell: TypeAlias = Callable[[str], bool | Awaitable[bool]]
+#: Whether a file may be attached for a command's `@path` (the caller asks its permission gate).
+AllowRead: TypeAlias = Callable[[Path], bool | Awaitable[bool]]
 
 
 @frozen
@@ -78,10 +91,15 @@ class Command:
     path: Path
     description: str = ""
     argument_hint: str = ""
-    #: Kept for later: the tool rules Claude Code pre-approves while the command runs.
+    #: Rules allowed without asking during the command's turn (the user's own commands only:
+    #: a project's `allowed-tools` is dropped with a warning when it is loaded).
     allowed_tools: tuple[str, ...] = ()
-    #: Kept for later: the model Claude Code switches to for the command.
+    #: The model the command's turn uses (None: the session's).
     model: str | None = None
+    #: Rules denied during the command's turn (Claude Code's `disallowed-tools`).
+    disallowed_tools: tuple[str, ...] = ()
+    #: From the user's own folders (`~/.claude/commands`, keel's user config), not the project's.
+    user_level: bool = False
 
 
 class CommandSet:
@@ -92,18 +110,26 @@ class CommandSet:
         commands: Iterable[Command] = (),
         *,
         root: Path,
+        cwd: Path | None = None,
         warnings: Iterable[str] = (),
         shadowed: Iterable[Command] = (),
     ) -> None:
         self.commands: dict[str, Command] = {c.name: c for c in commands}
         #: Where `` !`cmd` `` substitutions run: the project root.
         self.root = root
+        #: What a body's `@path` is relative to (the working directory, as for a prompt).
+        self.cwd = cwd or root
         self.warnings: list[str] = list(warnings)
         #: Commands replaced by a later file of the same name.
         self.shadowed: tuple[Command, ...] = tuple(shadowed)
 
     def get(self, name: str) -> Command | None:
         return self.commands.get(name)
+
+    def find(self, text: str) -> Command | None:
+        """The command a prompt `/name args…` names, else None."""
+        parsed = parse_slash(text)
+        return self.commands.get(parsed[0]) if parsed is not None else None
 
     def all(self) -> list[Command]:
         return sorted(self.commands.values(), key=lambda c: c.name)
@@ -115,13 +141,15 @@ class CommandSet:
         allow_shell: AllowShell,
         timeout: float = SHELL_TIMEOUT,  # noqa: ASYNC109 - a limit per substitution, not a deadline
         sandbox: Sandbox | None = None,
+        allow_read: AllowRead | None = None,
     ) -> Expansion | None:
         """The expansion of a prompt `/name args…` naming a command, else None.
 
         Each `` !`cmd` `` of the file (after argument substitution inside it) is run with
         `bash -c` in the project root (inside `sandbox` when given: pass it when `allow_shell`
         counts on the sandbox) if `allow_shell(cmd)` is true; otherwise it becomes
-        `[not run: !`cmd` needs permission]`."""
+        `[not run: !`cmd` needs permission]`. Each `@path` of the file (not of the arguments)
+        naming a file is attached after the text if it may be: see `_attachments`."""
         parsed = parse_slash(text)
         if parsed is None or (command := self.commands.get(parsed[0])) is None:
             return None
@@ -146,9 +174,46 @@ class CommandSet:
             position = m.end()
         parts.append(substitute(body[position:], arguments, words))
         expanded = append_arguments(body, "".join(parts), arguments)
+        attached, not_attached = await self._attachments(command, allow_read)
+        if attached:
+            expanded += "\n\n" + attachment_blocks(attached)
         return Expansion(
-            "command", name, arguments, expanded, command.path, tuple(refused), tuple(timed_out)
+            "command",
+            name,
+            arguments,
+            expanded,
+            command.path,
+            tuple(refused),
+            tuple(timed_out),
+            model=command.model,
+            attached=tuple(a.path for a in attached),
+            not_attached=tuple(not_attached),
         )
+
+    async def _attachments(
+        self, command: Command, allow_read: AllowRead | None
+    ) -> tuple[list[Attachment], list[str]]:
+        """The files the body's `@path` mentions attach (outside code spans and fences, without
+        `$` placeholders), and a reason for each one not attached. A project's command attaches
+        only files inside the project (symlinks resolved): a repository's file must not send the
+        user's other files to the model."""
+        attached: list[Attachment] = []
+        refused: list[str] = []
+        for written in mentions(without_code(command.body)):
+            if "$" in written or (found := read_mention(written, self.cwd)) is None:
+                continue
+            inside = found.resolved == self.root.resolve() or self.root.resolve() in (
+                found.resolved.parents
+            )
+            if not command.user_level and not inside:
+                refused.append(
+                    f"@{written}: outside the project; a project's command may not attach it"
+                )
+            elif allow_read is not None and not await _allowed(allow_read, found.resolved):
+                refused.append(f"@{written}: reading it is not allowed")
+            else:
+                attached.append(found)
+        return attached, refused
 
     async def _run(self, line: str, time_limit: float, sandbox: Sandbox | None) -> tuple[str, bool]:
         """(what replaces the substitution, whether the command finished in time)."""
@@ -170,8 +235,8 @@ class CommandSet:
         return output + (f"\n[exit code {code}]" if code else ""), True
 
 
-async def _allowed(allow_shell: AllowShell, line: str) -> bool:
-    answer = allow_shell(line)
+async def _allowed(allow: AllowShell | AllowRead, value: str | Path) -> bool:
+    answer = allow(value)  # type: ignore[arg-type]
     if inspect.isawaitable(answer):
         answer = await answer
     return answer is True
@@ -190,9 +255,12 @@ def load_commands(
     found: dict[str, Command] = {}
     shadowed: list[Command] = []
     warnings: list[str] = []
+    user_roots = {(home / ".claude" / "commands").absolute()}
+    if user_dir is not None:
+        user_roots.add((user_dir / "commands").absolute())
     for root in search_dirs(cwd, user_dir=user_dir, home=home, kind="commands"):
         for path, name in markdown_files(root, warnings, max_depth=MAX_DEPTH):
-            command = _read_command(path, name, warnings)
+            command = _read_command(path, name, warnings, user_level=root in user_roots)
             if command is None:
                 continue
             if name in found:
@@ -208,30 +276,82 @@ def load_commands(
             warnings.append(f"{path}: command /{name} is hidden by the skill in {skill.path}")
     cwd = cwd.absolute()
     return CommandSet(
-        found.values(), root=git_root(cwd) or cwd, warnings=warnings, shadowed=shadowed
+        found.values(), root=git_root(cwd) or cwd, cwd=cwd, warnings=warnings, shadowed=shadowed
     )
 
 
-def _read_command(path: Path, name: str, warnings: list[str]) -> Command | None:
+def _read_command(
+    path: Path, name: str, warnings: list[str], *, user_level: bool
+) -> Command | None:
     if re.search(r"\s", name):
         warnings.append(f"{path}: a command name cannot contain spaces; skipped")
         return None
     try:
         doc = read_document(read_text(path))
         warnings += lenient_warnings(path, doc)
-        return _command(path, name, doc)
+        return _command(path, name, doc, warnings, user_level=user_level)
     except Unusable as exc:
         warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
         return None
 
 
-def _command(path: Path, name: str, doc: Document) -> Command:
+def _command(
+    path: Path, name: str, doc: Document, warnings: list[str], *, user_level: bool
+) -> Command:
+    if "hooks" in doc.meta:
+        warnings.append(
+            f"{where(path, doc.key_lines.get('hooks'))}: `hooks` in a command's frontmatter is "
+            f"not supported by keel; /{name} runs without them"
+        )
+    # A deny rule keel cannot read makes the command unusable: running it without the limit
+    # would allow what the file meant to stop.
+    denied = tools_field(doc, "disallowed-tools")
+    _check_rules(doc, "disallowed-tools", denied, fatal=True)
+    allowed = tools_field(doc)
+    if allowed and not user_level:
+        warnings.append(
+            f"{where(path, doc.key_lines.get('allowed-tools'))}: `allowed-tools` of a project's "
+            f"command is not honoured (a file that came with the repository may not widen "
+            f"permissions); /{name} asks as usual. Put it in ~/.claude/commands to pre-approve"
+        )
+        allowed = ()
+    allowed = tuple(
+        r for r in allowed if _check_rules(doc, "allowed-tools", (r,), warnings=warnings, path=path)
+    )
     return Command(
         name=name,
         body=doc.body,
         path=path,
         description=(text_field(doc, "description") or "").strip(),
         argument_hint=hint_field(doc),
-        allowed_tools=tools_field(doc),
-        model=text_field(doc, "model"),
+        allowed_tools=allowed,
+        model=(text_field(doc, "model") or "").strip() or None,
+        disallowed_tools=denied,
+        user_level=user_level,
     )
+
+
+def _check_rules(
+    doc: Document,
+    key: str,
+    rules: Iterable[str],
+    *,
+    fatal: bool = False,
+    warnings: list[str] | None = None,
+    path: Path | None = None,
+) -> bool:
+    """Whether every rule parses as a permission rule. One that does not raises `Unusable` when
+    `fatal`, else is reported in `warnings` (it is then dropped)."""
+    from keel.permissions.rules import parse_rule
+
+    for rule in rules:
+        try:
+            parse_rule(rule, "deny" if fatal else "allow")
+        except UserError:
+            message = f"`{key}` has {rule!r}, which is not a permission rule"
+            if fatal:
+                raise Unusable(message, doc.key_lines.get(key)) from None
+            if warnings is not None and path is not None:
+                warnings.append(f"{where(path, doc.key_lines.get(key))}: {message}; dropped")
+            return False
+    return True

@@ -342,6 +342,12 @@ class Expansion:
     refused: tuple[str, ...] = ()
     #: `` !`cmd` `` substitutions stopped at the time limit (commands only).
     timed_out: tuple[str, ...] = ()
+    #: The model the turn uses (commands with `model:`; None: the session's).
+    model: str | None = None
+    #: The `@path`s of the file whose contents were attached (commands only).
+    attached: tuple[str, ...] = ()
+    #: `@path`s of the file not attached, each with why (commands only).
+    not_attached: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

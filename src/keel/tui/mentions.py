@@ -1,5 +1,5 @@
 """`@path` mentions in a prompt: completing them while the user types, and attaching the files
-they name when the prompt is sent.
+they name when the prompt is sent (`keel.agent.mentions`, shared with custom commands).
 
 A mention is `@` at the start of the prompt or after whitespace, then a path (`@"a b.txt"` for a
 path with spaces). On send, each mention of a readable file inside the project attaches the file
@@ -10,87 +10,22 @@ attaches its listing. The prompt text itself is kept as typed. Nothing here writ
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from keel.frozen import frozen
+from keel.agent.mentions import (  # one implementation, shared with custom commands
+    MAX_BYTES,
+    MAX_LINES,
+    MAX_LISTING,
+    SKIP_DIRS,
+    Attachment,
+    attach,
+    mentions,
+)
 
-MAX_BYTES = 100_000
-MAX_LINES = 2000
-MAX_LISTING = 200
 #: Files offered for completion at most (a huge tree is cut, not walked to the end).
 MAX_FILES = 20_000
-_SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".tox"}
-
-_MENTION = re.compile(r'(?:(?<=\s)|^)@(?:"([^"\n]+)"|([^\s"]+))')
-_TRAILING = ".,;:!?)]}'"
-
-
-@frozen
-class Attachment:
-    #: As written in the prompt (relative to cwd).
-    path: str
-    resolved: Path
-    text: str
-    #: Whole file attached (so the model has read it all).
-    complete: bool
-
-
-def mentions(text: str) -> list[str]:
-    """The paths mentioned in `text`, in order, without duplicates."""
-    found: list[str] = []
-    for match in _MENTION.finditer(text):
-        path = match.group(1) or match.group(2).rstrip(_TRAILING)
-        if path and path not in found:
-            found.append(path)
-    return found
-
-
-def attach(text: str, cwd: Path) -> tuple[str, list[Attachment]]:
-    """The prompt to send for `text`: the text as typed, then one block per mentioned file or
-    folder that exists. Mentions of missing paths stay plain text."""
-    attachments = [a for p in mentions(text) if (a := _read(p, cwd)) is not None]
-    if not attachments:
-        return text, []
-    blocks = [f'<attached-file path="{a.path}">\n{a.text}\n</attached-file>' for a in attachments]
-    return text + "\n\n" + "\n\n".join(blocks), attachments
-
-
-def _read(path: str, cwd: Path) -> Attachment | None:
-    target = (cwd / Path(path).expanduser()).resolve()
-    if target.is_dir():
-        entries = sorted(
-            p.name + ("/" if p.is_dir() else "")
-            for p in target.iterdir()
-            if p.name not in _SKIP_DIRS
-        )
-        listing = "\n".join(entries[:MAX_LISTING])
-        if len(entries) > MAX_LISTING:
-            listing += f"\n… {len(entries) - MAX_LISTING} more entries"
-        return Attachment(path, target, listing or "(empty folder)", True)
-    try:
-        data = target.read_bytes()
-    except OSError:
-        return None
-    if b"\0" in data[:8000]:
-        return Attachment(path, target, "(a binary file; not attached)", False)
-    text = data.decode("utf-8", errors="replace")
-    lines = text.splitlines()
-    complete = len(data) <= MAX_BYTES and len(lines) <= MAX_LINES
-    if not complete:
-        kept: list[str] = []
-        size = 0
-        for line in lines[:MAX_LINES]:
-            size += len(line) + 1
-            if size > MAX_BYTES:
-                break
-            kept.append(line)
-        text = "\n".join(kept) + (
-            f"\n… cut after {len(kept)} of {len(lines)} lines; read the rest with the read tool"
-        )
-    return Attachment(path, target, text.rstrip("\n"), complete)
 
 
 # -- completion --------------------------------------------------------------------------------
@@ -113,7 +48,7 @@ def project_files(root: Path) -> list[str]:
         pass
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
         rel = Path(dirpath).relative_to(root)
         files += [str(rel / f) if str(rel) != "." else f for f in sorted(filenames)]
         if len(files) >= MAX_FILES:
@@ -167,6 +102,9 @@ def mention_text(path: str) -> str:
 
 
 __all__ = [
+    "MAX_BYTES",
+    "MAX_LINES",
+    "MAX_LISTING",
     "Attachment",
     "attach",
     "complete",

@@ -1,0 +1,108 @@
+"""`@path` mentions in a prompt, and attaching the files they name: shared by the front ends
+(what the user types) and custom commands (`@file` in a command's body), so both attach alike.
+
+A mention is `@` at the start of the text or after whitespace, then a path (`@"a b.txt"` for a
+path with spaces). Each mention of a readable file attaches the file (up to `MAX_LINES` lines /
+`MAX_BYTES`) after the text in an `<attached-file>` block; a folder attaches its listing. The text
+itself is kept as written. Nothing here writes a file or decides what may be read: callers that
+attach on behalf of a file (not the user) filter the paths first.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from keel.frozen import frozen
+
+MAX_BYTES = 100_000
+MAX_LINES = 2000
+MAX_LISTING = 200
+#: Folders a listing leaves out (and completion does not walk).
+SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".tox"}
+
+_MENTION = re.compile(r'(?:(?<=\s)|^)@(?:"([^"\n]+)"|([^\s"]+))')
+_TRAILING = ".,;:!?)]}'"
+
+
+@frozen
+class Attachment:
+    #: As written in the prompt (relative to cwd).
+    path: str
+    resolved: Path
+    text: str
+    #: Whole file attached (so the model has read it all).
+    complete: bool
+
+
+def mentions(text: str) -> list[str]:
+    """The paths mentioned in `text`, in order, without duplicates."""
+    found: list[str] = []
+    for match in _MENTION.finditer(text):
+        path = match.group(1) or match.group(2).rstrip(_TRAILING)
+        if path and path not in found:
+            found.append(path)
+    return found
+
+
+def attach(text: str, cwd: Path) -> tuple[str, list[Attachment]]:
+    """The prompt to send for `text`: the text as typed, then one block per mentioned file or
+    folder that exists. Mentions of missing paths stay plain text."""
+    attachments = [a for p in mentions(text) if (a := read_mention(p, cwd)) is not None]
+    if not attachments:
+        return text, []
+    return text + "\n\n" + attachment_blocks(attachments), attachments
+
+
+def read_mention(path: str, cwd: Path) -> Attachment | None:
+    target = (cwd / Path(path).expanduser()).resolve()
+    if target.is_dir():
+        entries = sorted(
+            p.name + ("/" if p.is_dir() else "")
+            for p in target.iterdir()
+            if p.name not in SKIP_DIRS
+        )
+        listing = "\n".join(entries[:MAX_LISTING])
+        if len(entries) > MAX_LISTING:
+            listing += f"\n… {len(entries) - MAX_LISTING} more entries"
+        return Attachment(path, target, listing or "(empty folder)", True)
+    try:
+        data = target.read_bytes()
+    except OSError:
+        return None
+    if b"\0" in data[:8000]:
+        return Attachment(path, target, "(a binary file; not attached)", False)
+    text = data.decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    complete = len(data) <= MAX_BYTES and len(lines) <= MAX_LINES
+    if not complete:
+        kept: list[str] = []
+        size = 0
+        for line in lines[:MAX_LINES]:
+            size += len(line) + 1
+            if size > MAX_BYTES:
+                break
+            kept.append(line)
+        text = "\n".join(kept) + (
+            f"\n… cut after {len(kept)} of {len(lines)} lines; read the rest with the read tool"
+        )
+    return Attachment(path, target, text.rstrip("\n"), complete)
+
+
+def attachment_blocks(attachments: list[Attachment]) -> str:
+    return "\n\n".join(
+        f'<attached-file path="{a.path}">\n{a.text}\n</attached-file>' for a in attachments
+    )
+
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_LINES",
+    "MAX_LISTING",
+    "SKIP_DIRS",
+    "Attachment",
+    "attach",
+    "attachment_blocks",
+    "mentions",
+    "read_mention",
+]
