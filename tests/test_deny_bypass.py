@@ -134,6 +134,7 @@ ATTACKS: list[tuple[str, str, dict[str, str]]] = [
         {},
     ),
     ("v=PATH=.; ln -s /bin/rm ls; export $v; ls x", "cannot tell what export sets ($v)", {}),
+    ("env 'BASH_FUNC_ls%%=() { rm \"$@\"; }' bash -c 'ls x'", "env sets BASH_FUNC_ls%%", {}),
     (
         "shopt -s expand_aliases; a=r=rm; alias $a\nr x",
         "defines an alias (alias $a)",

@@ -962,8 +962,6 @@ class _Parser:
         while index < len(args):
             word = args[index]
             value = word.value
-            if word.splits:  # `timeout $t rm x`: one word may become several
-                self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
             if value is None:
                 if spec.operands:  # an option, or the operand? (`timeout "$o" 5 rm x`)
                     self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
@@ -980,6 +978,8 @@ class _Parser:
                 index += 1
                 continue
             if not value.startswith("-"):
+                if spec.assignments and "=" in value:  # env takes any NAME=VALUE
+                    self._opaque(f"{program} sets {_clip(value.partition('=')[0])}")
                 break
             if _short_options(value) & set(spec.no_command):
                 return None
@@ -987,11 +987,9 @@ class _Parser:
             if arity is None:
                 self._reason(f"cannot tell what {program} runs (unknown option {value})")
                 self._opaque(f"cannot tell what {program} runs (unknown option {value})")
-            elif arity and index + 1 < len(args) and args[index + 1].splits:
-                self._opaque(f"cannot tell what {program} runs ({_clip(args[index + 1].text)})")
             index += 1 + (arity or 0)
-        for word in args[index : index + spec.operands]:
-            if word.splits:
+        for word in args[: index + spec.operands + 1]:
+            if word.splits:  # `timeout $t rm x`, `nice -n $n …`: one word may become several
                 self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
         return index + spec.operands
 
@@ -1049,6 +1047,8 @@ class _Parser:
             value = word.value or ""
             if word.splits:
                 self._opaque(f"cannot tell what {program} runs ({_clip(word.text)})")
+            if value in ("-s", "--shell") or value.startswith("--shell="):
+                self._opaque(f"{program} {value} picks the program that runs")
             if value in ("-c", "--command") and index + 1 < len(args):
                 commands += 1
                 self._parse_string(args[index + 1], f"{program} -c")
@@ -1718,7 +1718,7 @@ _LAUNCHERS = frozenset(
 # Programs that write the files named in their arguments (a script run later in the line).
 _WRITERS = frozenset(
     {"cp", "mv", "ln", "install", "tee", "touch", "chmod", "dd", "truncate", "rsync", "sed"}
-    | {"curl", "wget", "mkfifo"}
+    | {"curl", "wget", "mkfifo", "sponge", "scp"}
 )
 # Builtins that fill variables with text keel cannot see.
 _VARIABLE_READERS = frozenset({"read", "mapfile", "readarray", "getopts"})
