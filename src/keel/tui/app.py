@@ -29,9 +29,11 @@ from keel.agent.events import (
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
+    QuestionRequest,
     RequestStarted,
     SubagentEvent,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     TurnFinished,
     TurnStarted,
@@ -43,10 +45,17 @@ from keel.llm.messages import Text, Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui import commands as cmds
 from keel.tui.control import LOCAL_SETTINGS, Controller, finished_text
-from keel.tui.format import key_argument
+from keel.tui.format import key_argument, progress_text
 from keel.tui.history import History, history_path
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
-from keel.tui.screens import PermissionScreen, PickerScreen, PlanScreen, QuitScreen, _Question
+from keel.tui.screens import (
+    PermissionScreen,
+    PickerScreen,
+    PlanScreen,
+    QuestionScreen,
+    QuitScreen,
+    _Question,
+)
 from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
 from keel.tui.widgets import (
     Activity,
@@ -158,6 +167,8 @@ class KeelApp(App[int]):
         self._idle.set()
         self._attached = False
         self._cards: dict[str, ToolCard] = {}
+        #: Questions of MCP servers being shown (each waits for its form).
+        self._questions: set[asyncio.Future[None]] = set()
         self._reply: Reply | None = None
         self._thinking: ThinkingBlock | None = None
         self._last_escape = 0.0
@@ -235,6 +246,15 @@ class KeelApp(App[int]):
             self.controller.interrupt()
             await asyncio.sleep(0)
         return reply
+
+    async def _answer(self, question: QuestionRequest) -> None:
+        """A server's question (MCP elicitation) as a form; Esc declines."""
+        try:
+            answer = await self._modal(QuestionScreen(question))
+        finally:
+            self._questions = {t for t in self._questions if not t.done()}
+        if not question.reply.done():
+            question.reply.set_result(answer)
 
     async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
         picked: str | None = await self._modal(PickerScreen(title, choices))
@@ -343,6 +363,11 @@ class KeelApp(App[int]):
                 card = await self._card(call.id, call.name)
                 card.set_call(call)
                 card.start()
+            case ToolProgress(call_id, progress, total, message):
+                if (shown := self._cards.get(call_id)) is not None:
+                    shown.set_progress(progress_text(progress, total, message))
+            case QuestionRequest() as question:
+                self._questions.add(asyncio.ensure_future(self._answer(question)))
             case ToolFinished(call, result, seconds, display):
                 card = await self._card(call.id, call.name)
                 card.set_call(call)

@@ -116,6 +116,14 @@ def _edit_lines(args: dict[str, Any]) -> list[str]:
     return [*(f"-{line}" for line in old), *(f"+{line}" for line in new)]
 
 
+def progress_text(progress: float, total: float | None, message: str) -> str:
+    """A tool's progress for its card: the message, else `3/10` (or `3`)."""
+    if message:
+        return message
+    count = f"{progress:g}/{total:g}" if total else f"{progress:g}"
+    return count
+
+
 def typed_prompt(stored: str) -> str:
     """A stored user message as the user typed it: without the notes keel prepended and the
     files it attached."""
@@ -145,6 +153,7 @@ __all__ = [
     "duration",
     "key_argument",
     "one_line",
+    "progress_text",
     "tokens",
     "typed_prompt",
 ]

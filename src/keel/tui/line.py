@@ -22,6 +22,7 @@ from rich.text import Text
 from keel.agent.events import (
     AssistantMessage,
     BackgroundFinished,
+    QuestionRequest,
     SubagentEvent,
     ToolFinished,
     ToolStarted,
@@ -151,7 +152,14 @@ class LineFrontEnd:
             Output: self._output,
             SubagentEvent: self._subagent,
             BackgroundFinished: self._background,
+            QuestionRequest: self._question,
         }
+
+    def _question(self, event: QuestionRequest) -> None:
+        # The line UI shows no forms: the server hears why, nothing waits.
+        self.console.print(Text(f"⚠ MCP server {event.source} asked: {event.message}", "yellow"))
+        if not event.reply.done():
+            event.reply.set_result("keel's line UI cannot show a form; use the full UI to answer")
 
     def _subagent(self, event: SubagentEvent) -> None:
         inner = event.event

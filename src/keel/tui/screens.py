@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
 
+from keel.agent.events import QuestionRequest
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui.format import call_preview, key_argument
 from keel.tui.view import Choice
@@ -262,4 +263,112 @@ class QuitScreen(ModalScreen[bool]):
         self.dismiss(value)
 
 
-__all__ = ["INTERRUPT", "PermissionScreen", "PickerScreen", "PlanScreen", "QuitScreen"]
+class QuestionScreen(ModalScreen["dict[str, Any] | None"]):
+    """An MCP server's question (elicitation): one input per field of its schema. Enter on the
+    last field sends the answers (converted to the field's type); Esc declines."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "decline", "decline", show=False)]
+    DEFAULT_CSS = """
+    QuestionScreen { align: center bottom; background: $background 40%; }
+    QuestionScreen > #card {
+        width: 100%; height: auto; max-height: 90%; border: round $accent;
+        padding: 0 1; background: $surface;
+    }
+    QuestionScreen #title { text-style: bold; }
+    QuestionScreen #hint, QuestionScreen #error { color: $text-muted; }
+    """
+
+    def __init__(self, question: QuestionRequest) -> None:
+        super().__init__()
+        self.question = question
+        properties = question.schema.get("properties")
+        self.fields: dict[str, dict[str, Any]] = (
+            {k: v if isinstance(v, dict) else {} for k, v in properties.items()}
+            if isinstance(properties, dict)
+            else {}
+        )
+        required = question.schema.get("required")
+        self.required = set(required) if isinstance(required, list) else set()
+        self.inputs = {
+            name: Input(placeholder=field_hint(name, spec, name in self.required), id=f"f-{i}")
+            for i, (name, spec) in enumerate(self.fields.items())
+        }
+        self.error = Static("", id="error")
+
+    def compose(self) -> Any:
+        with Vertical(id="card"):
+            yield Static(Text(f"MCP server {self.question.source} asks"), id="title")
+            yield Static(Text(self.question.message))
+            yield from self.inputs.values()
+            yield self.error
+            yield Static(Text("Enter: next field / send · Esc declines"), id="hint")
+
+    def on_mount(self) -> None:
+        first = next(iter(self.inputs.values()), None)
+        if first is not None:
+            first.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        inputs = list(self.inputs.values())
+        index = inputs.index(event.input) if event.input in inputs else len(inputs) - 1
+        if index + 1 < len(inputs):
+            inputs[index + 1].focus()
+            return
+        answers, problem = form_values(self.fields, self.required, {
+            name: box.value for name, box in self.inputs.items()
+        })  # fmt: skip
+        if problem:
+            self.error.update(Text(problem, style="red"))
+            return
+        self.dismiss(answers)
+
+    def action_decline(self) -> None:
+        self.dismiss(None)
+
+
+def field_hint(name: str, spec: dict[str, Any], required: bool) -> str:
+    kind = spec.get("type", "string")
+    choices = spec.get("enum")
+    what = f"one of {', '.join(map(str, choices))}" if isinstance(choices, list) else str(kind)
+    title = spec.get("title") or spec.get("description") or name
+    return f"{title} ({what}{', required' if required else ''})"
+
+
+def form_values(
+    fields: dict[str, dict[str, Any]], required: set[str], typed: dict[str, str]
+) -> tuple[dict[str, Any], str]:
+    """The typed answers converted to each field's JSON type, or a problem to show."""
+    values: dict[str, Any] = {}
+    for name, spec in fields.items():
+        raw = typed.get(name, "").strip()
+        if not raw:
+            if name in required:
+                return {}, f"{name} is required"
+            continue
+        kind = spec.get("type", "string")
+        try:
+            if kind == "integer":
+                values[name] = int(raw)
+            elif kind == "number":
+                values[name] = float(raw)
+            elif kind == "boolean":
+                if raw.lower() not in ("true", "false", "yes", "no", "y", "n"):
+                    return {}, f"{name}: answer yes or no"
+                values[name] = raw.lower() in ("true", "yes", "y")
+            else:
+                values[name] = raw
+        except ValueError:
+            return {}, f"{name} must be {'an' if kind == 'integer' else 'a'} {kind}"
+    return values, ""
+
+
+__all__ = [
+    "INTERRUPT",
+    "PermissionScreen",
+    "PickerScreen",
+    "PlanScreen",
+    "QuestionScreen",
+    "QuitScreen",
+    "form_values",
+]

@@ -126,6 +126,8 @@ class ToolCard(Vertical):
         self.state = "pending"  # pending | running | done | error
         self.seconds: float | None = None
         self.summary = ""
+        #: The latest progress a running tool reported (an MCP server's notification).
+        self.progress = ""
         self.header = Static(classes="tool-header")
         self.output: Collapsible | None = None
         self.started: float | None = None
@@ -146,6 +148,10 @@ class ToolCard(Vertical):
     def tick(self) -> None:
         if self.state == "running":
             self._render_header()
+
+    def set_progress(self, text: str) -> None:
+        self.progress = one_line(text, 100)
+        self._render_header()
 
     def finish(self, text: str, is_error: bool, seconds: float, display: str | None) -> None:
         self.state = "error" if is_error else "done"
@@ -189,6 +195,9 @@ class ToolCard(Vertical):
         if self.summary:
             line.append("\n  └ ", style="dim")
             line.append(self.summary, style="red" if self.state == "error" else "dim")
+        elif self.state == "running" and self.progress:
+            line.append("\n  └ ", style="dim")
+            line.append(self.progress, style="cyan")
         self.header.update(line)
 
 
