@@ -86,6 +86,7 @@ ATTACKS: list[tuple[str, str, dict[str, str]]] = [
     ("echo 'rm x' > s.sh; sh s.sh", "runs the script s.sh, a file the line writes", {}),
     ("echo 'rm x' > s && chmod +x s && ./s", "runs ./s, a file the line writes", {}),
     ("cp /bin/rm r; ./r x", "runs ./r, a file the line writes", {}),
+    ('d=.; cp /bin/rm "$d/r"; "$d/r" x', "runs $d/r, a file the line writes", {}),
     ("ln -s /bin/rm r && ./r x", "runs ./r, a file the line writes", {}),
     ("v='rm x'; bash -c \"$v\"", "the command string is not literal (bash -c $v)", {}),
     ("bash -c '$0 x' rm", "the program name is not literal ($0)", {}),
@@ -152,6 +153,7 @@ PLAIN = [
     "/bin/rm x",
     "$'\\x72m' x",
     "/???/rm x",
+    'd=/bin; "$d/rm" x',
     "command rm x",
     "env rm x",
     "nice -n 5 rm x",
@@ -181,6 +183,7 @@ UNAFFECTED = [
     'find "./$d" -name "$n"',
     "printf '%s\\n' a b | xargs -0 wc -l",
     "timeout 5 make test",
+    '"$HOME/.local/bin/tool" --help',
     "make test > log.txt 2>&1",
     "x=$(git rev-parse HEAD); echo $x",
 ]

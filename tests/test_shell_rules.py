@@ -879,6 +879,9 @@ OPAQUE = [
     ("ln -s /bin/rm ~/.local/bin/zap; zap x", ("runs zap, a file the line writes",)),
     ("dd if=/bin/rm of=r; ./r x", ("runs ./r, a file the line writes",)),
     ('cp /bin/rm "$d"; ./tool x', ("runs ./tool, a file the line writes",)),
+    ("$D/tool x", (f"{NOT_LITERAL} ($D/tool)",)),
+    ('"$D/"* x', (f"{NOT_LITERAL} ($D/*)",)),
+    ('"$D/$n" x', (f"{NOT_LITERAL} ($D/$n)",)),
     (
         "x='a[$(rm y)]'; echo $((x))",
         ("bash evaluates a variable that may hold a command (arithmetic on variables ($((x))))",),
@@ -961,6 +964,8 @@ NOT_OPAQUE = [
     "declare -i n=1",
     "command -v $x",
     "PATH_SUFFIX=1 make",
+    '"$HOME/.local/bin/tool" --help',
+    '"$VIRTUAL_ENV"/bin/pytest -q',
 ]
 
 

@@ -64,6 +64,8 @@ Opaque to deny rules (`opaque_reasons`, `unreadable_arguments`)
     - a program name that is not literal: `$x`, `${x}`, `$a$b`, `$(…)`, backquotes, `rm${IFS}x`,
       `"$@"`, a glob (`/???/r[m]`), a placeholder that `find -exec`, `fd -x` or `xargs -I`
       fill in (`{}`), also behind wrappers (`env $x`, `command $x`, `exec $x`, `xargs $x`);
+      a quoted directory before a literal file name is known (`"$HOME/bin/tool"`: deny rules
+      compare programs by file name), an unquoted one is not (`$D/tool` may split);
     - a word before a wrapper's program that is not literal (`timeout $t rm x`, `timeout "$o" 5
       rm x`), or that may split (`nice -n $n …`); an unknown wrapper option (`env -S`);
       `find`/`fd` words that could be actions (`find . $o`);
@@ -199,9 +201,9 @@ def opaque_reasons(command: str) -> tuple[str, ...]:
             f"bash evaluates a variable that may hold a command ({out.variable_code[0]})"
         )
     for cmd in out.commands:
-        program = cmd.words[0].value
-        if program is None or cmd.known == 0:
+        if cmd.known == 0:
             continue
+        program = cmd.words[0].value or cmd.words[0].text
         if program in out.functions:
             reasons.append(f"calls {_clip(program)}, a function the line defines")
         elif posixpath.basename(program) in out.written or (out.writes_unknown and "/" in program):
@@ -221,7 +223,7 @@ def unreadable_arguments(pattern: str, command: str) -> str | None:
     for cmd in _parse(command).commands:
         if cmd.known == 0 or (cmd.known == len(cmd.words) and not cmd.tail):
             continue
-        values = [w.value or "" for w in cmd.words[: cmd.known]]
+        values = [w.text if w.value is None else w.value for w in cmd.words[: cmd.known]]
         texts = [w.text for w in cmd.words[: cmd.known]]
         views = {" ".join(values), " ".join(texts)}
         views.add(" ".join([posixpath.basename(values[0]), *values[1:]]))
@@ -264,6 +266,7 @@ class _Word:
     plain: bool  # no expansion, no unquoted glob or brace pattern: the shell keeps it as is
     splits: bool = False  # an expansion may become several words (unquoted, or `"$@"`)
     lead: str = ""  # the literal text before its first expansion
+    base: str = ""  # a literal last path component after expansions (`"$HOME/bin/tool"`)
 
 
 @frozen
@@ -482,7 +485,18 @@ class _WordBuf:
             if tail is not None and re.match(r"\w", piece):  # `"$x"y` is `${x}y`, not `$xy`
                 rendered[-1] = f"{rendered[-1][: tail.start()]}${{{tail.group(1)}}}"
             rendered.append(piece)
-        return _Word("".join(rendered) or "''", raw, value, plain, self.splits, lead)
+        base = self._literal_base() if has_expansion else ""
+        return _Word("".join(rendered) or "''", raw, value, plain, self.splits, lead, base)
+
+    def _literal_base(self) -> str:
+        """`tool` for `"$HOME/bin/tool"`: the file name after the last `/`, when nothing after
+        the last expansion is a glob, a brace or another expansion."""
+        trail = list(itertools.takewhile(lambda p: p[0] != self._EXPANSION, reversed(self.parts)))
+        unquoted = "".join(t for kind, t in trail if kind == self._UNQUOTED)
+        if _GLOB.search(unquoted) or _BRACE.search(unquoted) or "{" in unquoted:
+            return ""
+        text = "".join(t for _, t in reversed(trail))
+        return text.rpartition("/")[2] if "/" in text else ""
 
 
 class _Parser:
@@ -802,9 +816,12 @@ class _Parser:
                 unwrap(self, program, words[1:], tail)
 
     def _known_words(self, words: tuple[_Word, ...]) -> int:
-        """How many leading words are literal: no expansion, glob or placeholder."""
+        """How many leading words are literal: no expansion, glob or placeholder. A program
+        whose directory is an expansion but whose file name is literal counts as known
+        (`"$HOME/bin/tool"`): deny rules compare programs by file name."""
         for index, word in enumerate(words):
-            if not word.plain or self._placeholder_owner(word):
+            named = index == 0 and bool(word.base) and not word.splits
+            if (not word.plain and not named) or self._placeholder_owner(word):
                 return index
         return len(words)
 
