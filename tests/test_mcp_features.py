@@ -599,3 +599,104 @@ async def test_the_reference_server_everything(tmp_path: Path) -> None:
         # 7. roots: the server asks for them after it connected
         roots = await call_text(m, "every", "get-roots-list")
         assert tmp_path.resolve().as_uri() in roots
+
+
+# -- end to end: keel -p with a user server from ~/.claude.json -------------------------------
+
+
+def test_keel_p_runs_a_claude_json_server_without_keys_and_expands_its_prompt(
+    project: Path, tmp_path: Path
+) -> None:
+    """Through `keel -p` as a user runs it: the server comes from Claude Code's ~/.claude.json
+    (user scope: no approval), sees none of the keys in keel's environment, and its prompt
+    expands as a slash command."""
+    import subprocess
+
+    home = Path(os.environ["HOME"])
+    write_json(
+        home / ".claude.json",
+        {"mcpServers": {"feat": {"command": PY, "args": [FEATURES], "env": {"DECLARED": "1"}}}},
+    )
+    script = write_json(
+        tmp_path / "s.json",
+        {
+            "model": "test",
+            "turns": [
+                {"tool_calls": [{"name": "mcp__feat__environment", "input": {}}]},
+                {"text": "checked"},
+            ],
+        },
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "keel", "-p", "/mcp__feat__review main.py",
+         "--model", f"scripted:{script}", "--output-format", "stream-json"],
+        cwd=project, capture_output=True, text=True, timeout=90,
+        env={**os.environ, **SECRETS},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    finished = [e for e in lines if e.get("type") == "tool_finished"]
+    assert [(e["name"], e["is_error"]) for e in finished] == [("mcp__feat__environment", False)]
+    seen = json.loads(finished[0]["output"])
+    assert not set(SECRETS) & set(seen)
+    assert seen["DECLARED"] == "1"
+    result = lines[-1]
+    assert (result["type"], result["result"]) == ("result", "checked")
+    session = Path(result["session_path"]).read_text(encoding="utf-8")
+    records = [json.loads(x) for x in session.splitlines()]
+    users = [r for r in records if r["type"] == "user"]
+    assert json.dumps(users[0]).count("Review main.py looking for bugs.") == 1
+
+
+@pytest.mark.asyncio
+async def test_an_http_server_that_went_away_is_reconnected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import subprocess
+    from time import sleep as time_sleep
+
+    from tests.helpers import free_port
+
+    monkeypatch.setattr(mcp_client, "RESTART_DELAY", 0.2)
+    port = free_port()
+
+    def serve() -> subprocess.Popen[bytes]:
+        with (tmp_path / "http.log").open("ab") as log:
+            process = subprocess.Popen([PY, FEATURES, "http", str(port)], stdout=log, stderr=log)
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                    return process
+            except OSError:
+                time_sleep(0.05)
+        process.kill()
+        raise AssertionError("the http test server did not start")
+
+    first = serve()
+    servers = configs(
+        tmp_path, {"web": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}}, {}
+    )
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        async with McpManager(servers, root=tmp_path, env={}, log_dir=tmp_path / "l") as m:
+            assert await m.wait_ready(30)
+            assert await call_text(m, "web", "pid") == str(first.pid)
+            first.kill()
+            first.wait()
+            second = serve()
+            # The first call after the drop fails (the session is gone) and starts the
+            # reconnect; the tool's name keeps working once it is back.
+            with pytest.raises(McpServerLost):
+                await m.call("web", "pid", {})
+            for _ in range(200):
+                if m.server("web").state == "connected":
+                    break
+                await asyncio.sleep(0.05)
+            assert (m.server("web").state, m.server("web").restarts) == ("connected", 1)
+            assert await call_text(m, "web", "pid") == str(second.pid)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()

@@ -32,7 +32,7 @@ def mcp(argv: list[str]) -> int:
     cwd = Path.cwd()
     root = git_root(cwd) or cwd
     settings = load_settings(cwd)
-    servers, warnings = load_servers(root, settings.mcp_servers, os.environ)
+    servers, warnings = load_servers(root, settings.mcp_servers, os.environ, home=Path.home())
     for warning in [*settings.warnings, *warnings]:
         print(f"warning: {warning}")
     if not servers:

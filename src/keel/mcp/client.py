@@ -849,6 +849,11 @@ class McpManager:
                 if exc.code == CONNECTION_CLOSED:
                     self._lose(s, "the connection closed")  # the owner fails the call
                     return
+                if s.config.transport == "http" and s.http_error.startswith("HTTP 404"):
+                    # The spec: a 404 to a request with a session id means the session is gone
+                    # (the server restarted); the client starts a new one.
+                    self._lose(s, "the server no longer knows the session (HTTP 404)")
+                    return
                 _fail(call, McpRemoteError(s.config.name, _remote_message(s, call, exc)))
                 return
             except Exception as exc:
