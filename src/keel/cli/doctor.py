@@ -68,8 +68,26 @@ def doctor(argv: list[str]) -> int:
         for rule, source in rules:
             print(f"  {effect} {rule}  ({source})")
     _trust(settings)
+    _hooks(cwd)
     _instructions(cwd)
     return 0 if ok else 1
+
+
+def _hooks(cwd: Path) -> None:
+    """How many hooks apply, and every Claude Code hook event or type keel does not run."""
+    from keel.agent.prompt import git_root
+    from keel.config.settings import user_config_dir
+    from keel.hooks.config import load_hooks
+
+    config = load_hooks(git_root(cwd) or cwd, keel_user_dir=user_config_dir())
+    print(f"hooks: {len(config.hooks)} configured (`keel hooks list` shows them)")
+    for file, event, count in config.unsupported:
+        print(
+            f"  not supported: {event} ({count} hook(s) in {file}): a Claude Code event keel does not run"
+        )
+    for warning in config.warnings:
+        if "does not support" not in warning:
+            print(f"  warning: {warning}")
 
 
 def _trust(settings: Settings) -> None:

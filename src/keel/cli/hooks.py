@@ -31,13 +31,17 @@ def hooks(argv: list[str]) -> int:
         return 0
     for warning in config.warnings:
         print(f"warning: {warning}")
+    for file, event, count in config.unsupported:
+        print(
+            f"not supported: {event} ({count} hook(s) in {file}): a Claude Code event keel does not run"
+        )
     if not config.hooks:
         print("no hooks configured")
         return 0
     for h in config.hooks:
         state = "runs" if h.source == "personal" or approved else "needs approval"
         matcher = f" [{h.matcher}]" if h.matcher else ""
-        print(f"{h.event}{matcher}: {h.command}  ({h.file}, {state}, timeout {h.timeout:g} s)")
+        print(f"{h.event}{matcher}: {h.label}  ({h.file}, {state}, timeout {h.timeout:g} s)")
     if pin and not approved:
         print("\nshared project hooks need approval: review them, then run `keel hooks approve`")
     return 0

@@ -1,0 +1,689 @@
+"""Claude Code–format guard hooks, written for these tests the way published guards are (Python,
+Node and shell with jq): they check `tool_name` and `tool_input` themselves, so they only work
+if keel sends exactly what Claude Code sends. Each runs end to end through `keel -p` with a
+scripted model, and the tests assert the tool result the model got and that the side effect did
+not happen. Plus the payload table itself, every event keel runs, http and prompt hooks, and
+hooks that fail loudly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.hooks import claude
+from keel.hooks.config import HookCommand
+from keel.hooks.runner import HookRunner
+from tests.test_cli import keel, write_script
+
+PY_GUARD = """#!{python}
+# bash guard in the style of published PreToolUse validators: checks tool_name itself
+import json, re, sys
+data = json.load(sys.stdin)
+if data.get("tool_name") != "Bash":
+    sys.exit(0)
+command = data.get("tool_input", {{}}).get("command", "")
+if re.search(r"\\brm\\s+-[a-zA-Z]*r[a-zA-Z]*f|\\brm\\s+-[a-zA-Z]*f[a-zA-Z]*r", command):
+    print("Blocked: rm -rf is not allowed", file=sys.stderr)
+    sys.exit(2)
+if re.match(r"^grep\\b", command):
+    print("Use 'rg' (ripgrep) instead of 'grep' for better performance", file=sys.stderr)
+    sys.exit(2)
+sys.exit(0)
+"""
+
+NODE_GUARD = """#!/usr/bin/env node
+// protects .env files from Read/Edit/Write, answering with JSON as Claude Code documents
+const path = require("path");
+let raw = "";
+process.stdin.on("data", (c) => (raw += c));
+process.stdin.on("end", () => {
+  const data = JSON.parse(raw);
+  const tools = ["Read", "Edit", "MultiEdit", "Write"];
+  if (!tools.includes(data.tool_name)) process.exit(0);
+  const file = (data.tool_input && data.tool_input.file_path) || "";
+  if (!path.isAbsolute(file)) process.exit(0);
+  if (path.basename(file).startsWith(".env")) {
+    console.log(JSON.stringify({
+      hookSpecificOutput: {
+        hookEventName: "PreToolUse",
+        permissionDecision: "deny",
+        permissionDecisionReason: "Access to " + path.basename(file) + " is blocked",
+      },
+    }));
+  }
+  process.exit(0);
+});
+"""
+
+SHELL_GUARD = """#!/bin/bash
+# git guard with jq, as shell hooks are usually written
+input=$(cat)
+tool=$(echo "$input" | jq -r '.tool_name')
+cmd=$(echo "$input" | jq -r '.tool_input.command // empty')
+if [ "$tool" = "Bash" ] && echo "$cmd" | grep -qE 'git +reset +--hard'; then
+  echo "git reset --hard destroys uncommitted work; blocked" >&2
+  exit 2
+fi
+exit 0
+"""
+
+
+def guard(directory: Path, name: str, body: str) -> Path:
+    path = directory / name
+    path.write_text(body, encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def settings(path: Path, hooks: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"hooks": hooks}), encoding="utf-8")
+
+
+def entry(command: str, matcher: str = "*", **extra: Any) -> list[dict[str, Any]]:
+    return [{"matcher": matcher, "hooks": [{"type": "command", "command": command, **extra}]}]
+
+
+def run(project: Path, tmp_path: Path, *calls: dict[str, Any]) -> tuple[list[str], str]:
+    """`keel -p` with a model that makes `calls` one by one: the tool results it got, and the
+    notices and stderr."""
+    turns: list[dict[str, object]] = [{"tool_calls": [c]} for c in calls]
+    turns.append({"text": "done"})
+    script = write_script(tmp_path / "script.json", turns)
+    out = keel(
+        "-p", "go", "--model", f"scripted:{script}", "--output-format", "stream-json", cwd=project
+    )
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    notices = [e["text"] for e in events if e["type"] == "notice"]
+    results = [e["output"] for e in events if e["type"] == "tool_finished"]
+    return results, "\n".join([*notices, out.stderr])
+
+
+@pytest.fixture
+def home(isolated_env: Path) -> Path:
+    return Path(os.environ["HOME"])
+
+
+# -- the guards, end to end ------------------------------------------------------------------
+
+
+def test_python_guard_blocks_rm_rf_and_steers_grep_to_rg(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    hook = guard(tmp_path, "bash_guard.py", PY_GUARD.format(python=sys.executable))
+    settings(home / ".claude" / "settings.json", {"PreToolUse": entry(str(hook))})
+    (project / "build").mkdir()
+    (project / "build" / "out.o").write_text("x", encoding="utf-8")
+    results, _ = run(
+        project,
+        tmp_path,
+        {"name": "bash", "input": {"command": "rm -rf build"}},
+        {"name": "bash", "input": {"command": "grep -r X ."}},
+        {"name": "bash", "input": {"command": "echo fine"}},
+    )
+    assert results == [
+        "denied by a PreToolUse hook: Blocked: rm -rf is not allowed",
+        "denied by a PreToolUse hook: Use 'rg' (ripgrep) instead of 'grep' for better performance",
+        "fine\n[exit code 0]",
+    ]
+    assert (project / "build" / "out.o").exists()
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_guard_keeps_env_files_from_read_edit_and_write(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    hook = guard(tmp_path, "protect_env.js", NODE_GUARD)
+    settings(
+        home / ".claude" / "settings.json",
+        {"PreToolUse": entry(f"node {hook}", "Read|Edit|MultiEdit|Write")},
+    )
+    secret = "API_KEY=sk-live-123\n"
+    (project / ".env").write_text(secret, encoding="utf-8")
+    results, _ = run(
+        project,
+        tmp_path,
+        {"name": "read", "input": {"path": ".env"}},
+        {"name": "read", "input": {"path": "./.env"}},
+        {"name": "edit", "input": {"path": ".env", "old_string": "123", "new_string": "0"}},
+        {"name": "write", "input": {"path": ".env.local", "content": "A=1"}},
+        {"name": "read", "input": {"path": "util.py"}},
+    )
+    assert results == [
+        "denied by a PreToolUse hook: Access to .env is blocked",
+        "denied by a PreToolUse hook: Access to .env is blocked",
+        "denied by a PreToolUse hook: Access to .env is blocked",
+        "denied by a PreToolUse hook: Access to .env.local is blocked",
+        "     1\tX = 1",
+    ]
+    assert (project / ".env").read_text(encoding="utf-8") == secret
+    assert not (project / ".env.local").exists()
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_once_approved(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "add", "."], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], cwd=project, check=True)
+    (project / ".claude" / "hooks").mkdir(parents=True)
+    hook = guard(project / ".claude" / "hooks", "git_guard.sh", SHELL_GUARD)
+    command = '"$CLAUDE_PROJECT_DIR"/.claude/hooks/git_guard.sh'
+    settings(project / ".claude" / "settings.json", {"PreToolUse": entry(command, "Bash")})
+    assert hook.exists()
+    (project / "util.py").write_text("X = 2  # uncommitted work\n", encoding="utf-8")
+    call = {"name": "bash", "input": {"command": "git reset --hard", "sandbox": False}}
+    # Not approved yet: it does not run, and keel says so (the call itself needs permission).
+    _, stderr = run(project, tmp_path, call)
+    assert "1 project hook(s) are not approved and will not run" in stderr
+    approved = keel("hooks", "approve", cwd=project)
+    assert approved.returncode == 0, approved.stderr
+    results, _ = run(project, tmp_path, call)
+    assert results == [
+        "denied by a PreToolUse hook: git reset --hard destroys uncommitted work; blocked"
+    ]
+    assert (project / "util.py").read_text(encoding="utf-8") == "X = 2  # uncommitted work\n"
+
+
+def test_updated_input_comes_back_in_keel_fields_with_the_timeout_in_seconds(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    """A hook caps Bash's timeout at 1000 ms the way it would in Claude Code: keel kills the
+    command after 1 s (not 1000 s)."""
+    cap = guard(
+        tmp_path,
+        "cap.py",
+        f"#!{sys.executable}\nimport json, sys\n"
+        "d = json.load(sys.stdin)\n"
+        "inp = dict(d['tool_input'], timeout=1000)\n"
+        "print(json.dumps({'hookSpecificOutput': {'hookEventName': 'PreToolUse',"
+        " 'permissionDecision': 'allow', 'updatedInput': inp}}))\n",
+    )
+    settings(home / ".claude" / "settings.json", {"PreToolUse": entry(str(cap), "Bash")})
+    start = time.monotonic()
+    results, _ = run(
+        project, tmp_path, {"name": "bash", "input": {"command": "sleep 20", "timeout": 600}}
+    )
+    assert time.monotonic() - start < 15
+    assert results == ["[timed out after 1 s; process group killed]"]
+
+
+def test_permission_request_hooks_answer_for_the_user(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    """keel -p cannot ask: a PermissionRequest hook allows one write and denies another."""
+    decide = guard(
+        tmp_path,
+        "decide.py",
+        f"#!{sys.executable}\nimport json, sys\n"
+        "d = json.load(sys.stdin)\n"
+        "assert d['hook_event_name'] == 'PermissionRequest' and d['tool_name'] == 'Write', d\n"
+        "ok = d['tool_input']['file_path'].endswith('ok.txt')\n"
+        "behavior = {'behavior': 'allow'} if ok else {'behavior': 'deny', 'message': 'not there'}\n"
+        "print(json.dumps({'hookSpecificOutput': {'hookEventName': 'PermissionRequest',"
+        " 'decision': behavior}}))\n",
+    )
+    settings(home / ".claude" / "settings.json", {"PermissionRequest": entry(str(decide))})
+    results, _ = run(
+        project,
+        tmp_path,
+        {"name": "write", "input": {"path": "ok.txt", "content": "yes"}},
+        {"name": "write", "input": {"path": "no.txt", "content": "no"}},
+    )
+    assert results == [
+        "Created ok.txt (1 lines).",
+        "denied by a PermissionRequest hook: not there",
+    ]
+    assert (project / "ok.txt").read_text(encoding="utf-8") == "yes"
+    assert not (project / "no.txt").exists()
+
+
+def test_post_tool_use_failure_gets_the_error(project: Path, home: Path, tmp_path: Path) -> None:
+    log = tmp_path / "failure.json"
+    settings(
+        home / ".claude" / "settings.json",
+        {"PostToolUseFailure": entry(f"cat > {log}", "Bash"), "PostToolUse": entry("exit 0")},
+    )
+    run(project, tmp_path, {"name": "bash", "input": {"command": "echo oops >&2; exit 3"}})
+    payload = json.loads(log.read_text(encoding="utf-8"))
+    assert payload["hook_event_name"] == "PostToolUseFailure"
+    assert payload["tool_name"] == "Bash"
+    assert payload["tool_input"] == {"command": "echo oops >&2; exit 3"}
+    assert payload["error"] == "Exit code 3\noops\n[exit code 3]"
+    assert payload["is_interrupt"] is False
+    assert "tool_response" not in payload
+
+
+def test_unsupported_and_misspelled_events_are_named_at_startup(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    path = home / ".claude" / "settings.json"
+    settings(path, {"TeammateIdle": entry("true"), "PreTooluse": entry("true")})
+    _, stderr = run(project, tmp_path)
+    assert (
+        f"{path}: hooks.TeammateIdle: TeammateIdle is a Claude Code hook event keel does not "
+        "support; its 1 hook(s) will not run"
+    ) in stderr
+    assert (
+        f"{path}: unknown hook event 'PreTooluse' skipped: not a Claude Code event (did you "
+        "mean 'PreToolUse'?)"
+    ) in stderr
+    listed = keel("hooks", "list", cwd=project)
+    unsupported = (
+        f"not supported: TeammateIdle (1 hook(s) in {path}): a Claude Code event keel does not run"
+    )
+    assert unsupported in listed.stdout.splitlines()
+    doctor = keel("doctor", cwd=project)
+    assert f"  {unsupported}" in doctor.stdout.splitlines()
+
+
+# -- the payload table -------------------------------------------------------------------------
+
+
+def test_tool_input_in_claude_codes_fields(tmp_path: Path) -> None:
+    cwd = tmp_path
+    cases: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        (
+            "bash",
+            {"command": "ls", "timeout": 30, "description": "list", "run_in_background": False},
+            {"command": "ls", "timeout": 30000, "description": "list", "run_in_background": False},
+        ),
+        (
+            "bash",
+            {"command": "ls", "sandbox": False},
+            {"command": "ls", "dangerouslyDisableSandbox": True},
+        ),
+        (
+            "read",
+            {"path": "a.py", "offset": 3, "limit": 5},
+            {"file_path": f"{cwd}/a.py", "offset": 3, "limit": 5},
+        ),
+        ("write", {"path": "/x/b.py", "content": "c"}, {"file_path": "/x/b.py", "content": "c"}),
+        (
+            "edit",
+            {"path": "a.py", "old_string": "a", "new_string": "b", "replace_all": True},
+            {"file_path": f"{cwd}/a.py", "old_string": "a", "new_string": "b", "replace_all": True},
+        ),
+        (
+            "multi_edit",
+            {"path": "a.py", "edits": [{"old_string": "a", "new_string": "b"}]},
+            {"file_path": f"{cwd}/a.py", "edits": [{"old_string": "a", "new_string": "b"}]},
+        ),
+        (
+            "glob",
+            {"pattern": "**/*.py", "path": "src"},
+            {"pattern": "**/*.py", "path": f"{cwd}/src"},
+        ),
+        (
+            "grep",
+            {"pattern": "X", "path": ".", "glob": "*.py", "ignore_case": True},
+            {
+                "pattern": "X",
+                "path": str(cwd),
+                "glob": "*.py",
+                "-i": True,
+                "output_mode": "content",
+                "-n": True,
+            },
+        ),
+        (
+            "grep",
+            {"pattern": "X", "files_only": True},
+            {"pattern": "X", "output_mode": "files_with_matches"},
+        ),
+        (
+            "web_fetch",
+            {"url": "https://e.x/", "max_length": 5},
+            {"url": "https://e.x/", "max_length": 5},
+        ),
+        (
+            "todo_write",
+            {"todos": [{"content": "a", "status": "pending", "active_form": "Doing a"}]},
+            {"todos": [{"content": "a", "status": "pending", "activeForm": "Doing a"}]},
+        ),
+        (
+            "task",
+            {"description": "d", "prompt": "p", "subagent_type": "explore"},
+            {"description": "d", "prompt": "p", "subagent_type": "explore"},
+        ),
+        ("bash_output", {"id": "b1"}, {"bash_id": "b1"}),
+        ("raw_output", {"tool_use_id": "t"}, {"tool_use_id": "t"}),
+    ]
+    for tool, args, expected in cases:
+        assert claude.tool_input(tool, args, cwd) == expected, tool
+    assert [claude.tool_name(t) for t in ("bash", "read", "multi_edit", "task", "raw_output")] == [
+        "Bash",
+        "Read",
+        "MultiEdit",
+        "Task",
+        "raw_output",
+    ]
+    assert [claude.permission_mode(m) for m in ("default", "accept-edits", "bypass", "plan")] == [
+        "default",
+        "acceptEdits",
+        "bypassPermissions",
+        "plan",
+    ]
+
+
+def test_updated_input_maps_back(tmp_path: Path) -> None:
+    original = {"path": "a.py", "content": "x"}
+    sent = claude.tool_input("write", original, tmp_path)
+    same = claude.updated_input("write", {**sent, "content": "y"}, sent=sent, original=original)
+    assert same == {"path": "a.py", "content": "y"}  # the path as keel had it
+    moved = claude.updated_input(
+        "write", {**sent, "file_path": "/elsewhere/b.py"}, sent=sent, original=original
+    )
+    assert moved == {"path": "/elsewhere/b.py", "content": "x"}
+    bash = claude.updated_input(
+        "bash",
+        {"command": "ls", "timeout": 1500, "dangerouslyDisableSandbox": False},
+        sent={},
+        original={},
+    )
+    assert bash == {"command": "ls", "timeout": 2, "sandbox": True}
+    grep = claude.updated_input(
+        "grep",
+        {"pattern": "X", "output_mode": "files_with_matches", "-i": True},
+        sent={},
+        original={},
+    )
+    assert grep == {"pattern": "X", "files_only": True, "ignore_case": True}
+
+
+def test_tool_response_in_claude_codes_shapes(tmp_path: Path) -> None:
+    cwd = tmp_path
+    assert claude.tool_response("bash", {"command": "ls"}, "a\nb\n[exit code 0]", cwd) == {
+        "stdout": "a\nb",
+        "stderr": "",
+        "interrupted": False,
+        "isImage": False,
+    }
+    read = "     3\tc\n     4\td\n\n[line limit: showed lines 3-4 of 9; continue with offset=5]"
+    assert claude.tool_response("read", {"path": "f"}, read, cwd) == {
+        "type": "text",
+        "file": {
+            "filePath": f"{cwd}/f",
+            "content": "c\nd\n",
+            "numLines": 2,
+            "startLine": 3,
+            "totalLines": 9,
+        },
+    }
+    assert claude.tool_response(
+        "write", {"path": "f", "content": "x"}, "Created f (1 lines).", cwd
+    ) == {
+        "type": "create",
+        "filePath": f"{cwd}/f",
+        "content": "x",
+        "structuredPatch": [],
+        "originalFile": None,
+        "success": True,
+    }
+    edit = {"path": "f", "old_string": "a", "new_string": "b"}
+    assert claude.tool_response("edit", edit, "Edited f: 1 replacement.", cwd) == {
+        "filePath": f"{cwd}/f",
+        "oldString": "a",
+        "newString": "b",
+        "originalFile": None,
+        "structuredPatch": [],
+        "userModified": False,
+        "replaceAll": False,
+        "success": True,
+    }
+    assert claude.tool_response("glob", {"pattern": "*"}, "a.py\nb.py", cwd, duration_ms=7) == {
+        "filenames": [f"{cwd}/a.py", f"{cwd}/b.py"],
+        "durationMs": 7,
+        "numFiles": 2,
+        "truncated": False,
+    }
+    assert claude.tool_response("grep", {"pattern": "X", "files_only": True}, "a.py", cwd) == {
+        "mode": "files_with_matches",
+        "filenames": [f"{cwd}/a.py"],
+        "numFiles": 1,
+    }
+    assert claude.tool_response("grep", {"pattern": "X"}, "a.py:1:X = 1\nb.py:2:X", cwd) == {
+        "mode": "content",
+        "numFiles": 2,
+        "filenames": [],
+        "content": "a.py:1:X = 1\nb.py:2:X",
+        "numLines": 2,
+    }
+    assert claude.tool_response("raw_output", {}, "text", cwd) == [{"type": "text", "text": "text"}]
+
+
+def test_every_claude_code_event_is_run_or_reported() -> None:
+    assert set(claude.EVENTS) | set(claude.UNSUPPORTED_EVENTS) == set(claude.CLAUDE_EVENTS)
+    assert not set(claude.EVENTS) & set(claude.UNSUPPORTED_EVENTS)
+    for needed in (
+        "PermissionRequest",
+        "PostToolUseFailure",
+        "SubagentStart",
+        "SubagentStop",
+        "Notification",
+        "PreCompact",
+        "SessionStart",
+        "SessionEnd",
+        "Stop",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+    ):
+        assert needed in claude.EVENTS
+
+
+# -- http and prompt hooks -----------------------------------------------------------------------
+
+
+class _Server:
+    def __init__(self, status: int, body: bytes, delay: float = 0.0) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                outer.received.append(json.loads(self.rfile.read(length)))
+                outer.headers.append(dict(self.headers))
+                time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server_factory() -> Iterator[Any]:
+    servers: list[_Server] = []
+
+    def make(status: int, body: bytes, delay: float = 0.0) -> _Server:
+        servers.append(_Server(status, body, delay))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def http_hook(url: str, timeout: float = 10, **extra: Any) -> HookCommand:
+    return HookCommand("PreToolUse", "Bash", url, timeout, "personal", "test", kind="http", **extra)
+
+
+def bash_fields() -> dict[str, Any]:
+    return {"tool_name": "Bash", "tool_input": {"command": "rm -rf /"}, "tool_use_id": "t1"}
+
+
+async def test_http_hook_posts_the_payload_and_its_answer_blocks(
+    tmp_path: Path, server_factory: Any
+) -> None:
+    deny = {"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": "no"}}
+    server = server_factory(200, json.dumps(deny).encode())
+    hook = http_hook(
+        server.url,
+        headers=(("Authorization", "Bearer $HOOK_TOKEN/${OTHER}"),),
+        allowed_env=("HOOK_TOKEN",),
+    )
+    runner = HookRunner([hook], tmp_path, tmp_path, {"HOOK_TOKEN": "s3", "OTHER": "leak"})
+    result = await runner.run("PreToolUse", bash_fields(), match="bash")
+    assert (result.permission, result.permission_reason, result.errors) == ("deny", "no", [])
+    assert server.received == [
+        {
+            "session_id": "",
+            "transcript_path": "",
+            "cwd": str(tmp_path),
+            "permission_mode": "default",
+            "hook_event_name": "PreToolUse",
+            **bash_fields(),
+        }
+    ]
+    assert server.headers[0]["Authorization"] == "Bearer s3/"  # only allowed variables
+
+
+async def test_http_hook_errors_and_deadline_are_loud(tmp_path: Path, server_factory: Any) -> None:
+    failing = server_factory(500, b"boom")
+    slow = server_factory(200, b"{}", delay=5)
+    runner = HookRunner(
+        [http_hook(failing.url), http_hook(slow.url, timeout=1)], tmp_path, tmp_path, {}
+    )
+    start = time.monotonic()
+    result = await runner.run("PreToolUse", bash_fields(), match="bash")
+    assert time.monotonic() - start < 3
+    assert result.permission is None
+    went_ahead = " (it could not block; the action went ahead)"
+    assert result.errors == [
+        f"PreToolUse hook `http: {failing.url}` failed: HTTP 500: boom{went_ahead}",
+        f"PreToolUse hook `http: {slow.url}` timed out after 1 s and was killed{went_ahead}",
+    ]
+
+
+async def test_prompt_hook_asks_a_model_and_ok_false_blocks(tmp_path: Path) -> None:
+    asked: list[tuple[str, str]] = []
+
+    async def model(question: str, name: str) -> str:
+        asked.append((question, name))
+        if '"rm -rf /"' in question:
+            return 'Looks dangerous.\n{"ok": false, "reason": "deletes everything"}'
+        return '{"ok": true}'
+
+    hook = HookCommand(
+        "PreToolUse",
+        "",
+        "Is this safe? $ARGUMENTS",
+        5,
+        "personal",
+        "t",
+        kind="prompt",
+        model="haiku",
+    )
+    runner = HookRunner([hook], tmp_path, tmp_path, {}, ask_model=model)
+    blocked = await runner.run("PreToolUse", bash_fields(), match="bash")
+    assert (blocked.block, blocked.permission, blocked.reason) == (
+        True,
+        "deny",
+        "deletes everything",
+    )
+    assert asked[0][0].startswith('Is this safe? {"session_id": ""')
+    assert asked[0][1] == "haiku"
+    fields = {**bash_fields(), "tool_input": {"command": "ls"}}
+    allowed = await runner.run("PreToolUse", fields, match="bash")
+    assert (allowed.block, allowed.permission, allowed.errors) == (False, None, [])
+
+
+async def test_prompt_hook_deadline_and_bad_answers_are_loud(tmp_path: Path) -> None:
+    async def slow(question: str, name: str) -> str:
+        await asyncio.sleep(10)
+        return "{}"
+
+    async def chatty(question: str, name: str) -> str:
+        return "I think it is fine"
+
+    hook = HookCommand("PreToolUse", "", "Safe?", 1, "personal", "t", kind="prompt")
+    start = time.monotonic()
+    result = await HookRunner([hook], tmp_path, tmp_path, {}, ask_model=slow).run(
+        "PreToolUse", bash_fields(), match="bash"
+    )
+    assert time.monotonic() - start < 3
+    went_ahead = " (it could not block; the action went ahead)"
+    assert result.errors == [
+        f"PreToolUse hook `prompt: Safe?` timed out after 1 s and was killed{went_ahead}"
+    ]
+    result = await HookRunner([hook], tmp_path, tmp_path, {}, ask_model=chatty).run(
+        "PreToolUse", bash_fields(), match="bash"
+    )
+    assert result.errors == [
+        f'PreToolUse hook `prompt: Safe?` failed: the model did not answer {{"ok": …}}: I think it is fine{went_ahead}'
+    ]
+
+
+def test_prompt_hook_end_to_end_against_a_loopback_model_server(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    """The hook's own model answers on the session's provider (here a loopback Anthropic
+    server): its request is a small one with no tools; ok false blocks the call."""
+    from keel.llm.messages import Message, Text, ToolUse
+    from keel.llm.script import Reply
+    from keel.testing.anthropic_server import AnthropicServer
+
+    prompt_hook = {"type": "prompt", "prompt": "Block rm. $ARGUMENTS", "model": "claude-haiku-4-5"}
+    settings(
+        home / ".claude" / "settings.json",
+        {"PreToolUse": [{"matcher": "Bash", "hooks": [prompt_hook]}]},
+    )
+    (project / "build").mkdir()
+    with AnthropicServer(api_key="sk-ant-test") as server:
+        server.add(
+            Reply(Message("assistant", (ToolUse("toolu_1", "bash", {"command": "rm -rf build"}),))),
+            Reply(Message("assistant", (Text('{"ok": false, "reason": "rm is blocked"}'),))),
+            Reply(Message("assistant", (Text("done"),))),
+        )
+        out = keel(
+            "-p",
+            "go",
+            "--model",
+            "anthropic/claude-sonnet-4-5",
+            cwd=project,
+            env={"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": server.url},
+        )
+        bodies = [r.json for r in server.model_requests]
+    assert out.returncode == 0, out.stderr
+    assert (project / "build").is_dir()
+    hook_request = bodies[1]
+    assert hook_request["model"] == "claude-haiku-4-5"
+    assert "tools" not in hook_request
+    question = hook_request["messages"][0]["content"][0]["text"]
+    assert question.startswith('Block rm. {"session_id": "')
+    assert '"tool_name": "Bash", "tool_input": {"command": "rm -rf build"}' in question
+    result = bodies[2]["messages"][-1]["content"][0]
+    assert result["tool_use_id"] == "toolu_1"
+    assert result["is_error"] is True
+    assert result["content"] == [
+        {"type": "text", "text": "denied by a PreToolUse hook: rm is blocked"}
+    ]
