@@ -158,6 +158,20 @@ async def test_headers_then_nothing_ends_at_the_deadline_not_at_the_stall_timeou
     assert len(anthropic.model_requests) == 1
 
 
+async def test_without_a_socket_to_reach_each_read_has_the_deadline(
+    anthropic: AnthropicServer, closing: list[HTTPProvider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A transport that does not expose its socket: the fallback, a timeout on every read.
+    import keel.llm.http
+
+    monkeypatch.setattr(keel.llm.http, "_socket_of", lambda response: None)
+    anthropic.add(Fault("stall", after_events=2, seconds=5))
+    closing.append(p := client(anthropic.url))
+    events, error, seconds = await run_until_error(p)
+    assert (events, type(error), error.message) == ([], CallTimeout, TIMED_OUT)
+    assert 0.9 <= seconds < 2.0, seconds
+
+
 async def test_nothing_at_all_is_retried_once_then_fails(
     silent: Silent, closing: list[HTTPProvider]
 ) -> None:

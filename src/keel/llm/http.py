@@ -22,6 +22,7 @@ import errno
 import functools
 import json
 import os
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -165,6 +166,16 @@ def proxies_configured() -> bool:
 def _describe_transport_error(exc: Exception) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
+
+
+def _socket_of(response: httpx.Response) -> Any:
+    """The socket under `response` (httpcore's network stream exposes it), or None."""
+    stream = response.extensions.get("network_stream")
+    get = getattr(stream, "get_extra_info", None)
+    if get is None:
+        return None
+    sock = get("socket")
+    return sock if hasattr(sock, "shutdown") else None
 
 
 def _refused(exc: BaseException) -> bool:
@@ -344,23 +355,51 @@ class HTTPProvider(ABC):
     async def _guarded(
         self, response: httpx.Response, deadline: float
     ) -> AsyncGenerator[bytes, None]:
-        """The body's bytes, each read bounded by the call's deadline (`deadline` is loop time):
-        a read that would end past it is cancelled there, bytes or no bytes."""
+        """The body's bytes, bounded by the call's deadline (`deadline` is loop time), bytes or
+        no bytes. One timer per call shuts the connection's socket down at the deadline, so a
+        read waiting past it fails at once (a timeout context per read would cost a few
+        microseconds on every chunk); without a socket to reach, each read gets a timeout."""
+        import httpx
+
         loop = asyncio.get_running_loop()
+        timed_out = CallTimeout(self.settings.call_timeout, provider=self.name)
         # An async generator (typed as an iterator): closed here, not by the garbage collector.
         body = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
-        async with contextlib.aclosing(body):
-            while True:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await anext(body)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError as exc:
-                    raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
-                if loop.time() > deadline:  # a read that did not wait is not cancelled
-                    raise CallTimeout(self.settings.call_timeout, provider=self.name)
-                yield chunk
+        sock = _socket_of(response)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = loop.call_at(deadline, expire)
+        try:
+            async with contextlib.aclosing(body):
+                while True:
+                    try:
+                        if sock is None:
+                            async with asyncio.timeout_at(deadline):
+                                chunk = await anext(body)
+                        else:
+                            chunk = await anext(body)
+                    except StopAsyncIteration:
+                        if expired:
+                            raise timed_out from None
+                        return
+                    except TimeoutError as exc:
+                        raise timed_out from exc
+                    except httpx.TransportError as exc:
+                        if expired:  # the read the timer cut short
+                            raise timed_out from exc
+                        raise
+                    if expired or loop.time() > deadline:
+                        raise timed_out
+                    yield chunk
+        finally:
+            timer.cancel()
 
     def _stamped(self, done: Done, request: Request) -> Done:
         """`done` with its message naming this provider and the model that answered. Stamped here,
