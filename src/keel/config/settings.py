@@ -57,6 +57,8 @@ KNOWN_KEYS = frozenset(
         "sandbox",
         "auto_compact",
         "fallbacks",
+        # Claude Code's status line command (Settings.status_line; run by keel.tui.statusline).
+        "statusLine",
         # Read by keel.hooks.config and keel.mcp.config, which own their formats.
         "hooks",
         "mcp_servers",
@@ -106,6 +108,16 @@ class PendingFile:
     approved: bool
 
 
+@frozen
+class StatusLineConfig:
+    """Claude Code's `statusLine` setting: `{"type": "command", "command": …, "padding": 0}`."""
+
+    command: str
+    padding: int
+    #: The settings file it came from.
+    source: Path
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -136,6 +148,8 @@ class Settings:
     mcp_sampling: str = "ask"
     #: Untrusted project files with entries that need approval (approved or not).
     pending: list[PendingFile] = field(default_factory=list)
+    #: The status line command (the last file that sets one wins; a project's once approved).
+    status_line: StatusLineConfig | None = None
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -253,6 +267,8 @@ class _Merge:
                 self.sandbox(value, where)
             elif key == "mcp_servers":
                 self.settings.mcp_servers.append((self.path, value))
+            elif key == "statusLine":
+                self.status_line(value)
             elif key in ("hooks", "$schema"):
                 pass
             else:
@@ -471,6 +487,30 @@ class _Merge:
             )
         if "permissions" in data:
             self.permissions(data["permissions"], f"{self.path}: permissions")
+        if "statusLine" in data:
+            self.status_line(data["statusLine"])
+
+    def status_line(self, value: Any) -> None:
+        """`statusLine`; `{}` is what is left of a project's entry that waits for approval."""
+        where = f"{self.path}: statusLine"
+        if value == {}:
+            return
+        if not isinstance(value, dict):
+            self.w.append(f"{where} must be an object with type and command; ignored")
+            return
+        if value.get("type", "command") != "command":
+            kind = value.get("type")
+            self.w.append(f"{where}: type {kind!r} is not supported (only command); ignored")
+            return
+        command, padding = value.get("command"), value.get("padding", 0)
+        if not isinstance(command, str) or not command.strip():
+            self.w.append(f"{where}.command must be a non-empty string; ignored")
+        elif isinstance(padding, bool) or not isinstance(padding, int) or not 0 <= padding <= 20:
+            self.w.append(f"{where}.padding must be a whole number from 0 to 20; ignored")
+        else:
+            self.settings.status_line = StatusLineConfig(command, padding, self.path)
+            for key in sorted(set(value) - {"type", "command", "padding"}):
+                self.w.append(f"{where}: unknown key {key!r} skipped")
 
     def sandbox(self, value: Any, where: str) -> None:
         s, w = self.settings, self.w

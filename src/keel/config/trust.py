@@ -169,11 +169,18 @@ def _models(models: dict[str, Any], gated: list[Gated]) -> dict[str, Any]:
     return kept
 
 
+def _status_line(status_line: dict[str, Any], gated: list[Gated]) -> dict[str, Any]:
+    why = "runs this command each time the status line refreshes"
+    gated.append(Gated("statusLine", status_line, why))
+    return {}
+
+
 _SECTIONS: dict[str, Callable[[dict[str, Any], list[Gated]], dict[str, Any]]] = {
     "providers": _providers,
     "permissions": _permissions,
     "sandbox": _sandbox,
     "models": _models,
+    "statusLine": _status_line,
 }
 
 

@@ -15,7 +15,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import App
@@ -66,12 +66,16 @@ from keel.tui.widgets import (
     Reply,
     ShellOutput,
     StatusBar,
+    StatusLineBar,
     ThinkingBlock,
     TodoPanel,
     ToolCard,
     UserPrompt,
     Welcome,
 )
+
+if TYPE_CHECKING:
+    from keel.tui.statusline import StatusLine
 
 #: Esc twice within this many seconds offers to quit.
 DOUBLE_ESCAPE = 1.0
@@ -119,6 +123,7 @@ Screen { layout: vertical; }
 #prompt { height: auto; min-height: 3; max-height: 12; margin: 0 1; border: round $accent; }
 #prompt:focus { border: round $accent-lighten-1; }
 #status { height: 1; padding: 0 2; color: $text-muted; }
+#statusline { height: 1; padding: 0 2; display: none; }
 """
 
 
@@ -176,6 +181,8 @@ class KeelApp(App[int]):
         self._files: list[str] = []
         self._files_at = 0.0
         self._listing: asyncio.Task[list[str]] | None = None
+        #: Claude Code's `statusLine` command, when settings configure one (started on mount).
+        self.status_line: StatusLine | None = None
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -187,11 +194,13 @@ class KeelApp(App[int]):
         self.completions = Completions()
         self.prompt = PromptInput(self.history.entries)
         self.status_bar = StatusBar()
+        self.status_line_bar = StatusLineBar()
         yield self.transcript
         yield self.todos
         yield self.activity
         yield self.completions
         yield self.prompt
+        yield self.status_line_bar
         yield self.status_bar
 
     def on_mount(self) -> None:
@@ -200,6 +209,7 @@ class KeelApp(App[int]):
         self.run_worker(self._render_loop(), name="render", group="render")
         self.set_interval(0.1, self._tick)
         self._attached = True
+        self._start_status_line()
         self.controller.attach(self)
         self.prompt.focus()
         self.controller.begin(self.initial_prompt)
@@ -229,6 +239,31 @@ class KeelApp(App[int]):
             total=status.tokens,
         )
         self.activity.set_running(status.since)
+        if self.status_line is not None:
+            self.status_line.request()
+
+    def _start_status_line(self) -> None:
+        config = self.controller.factory.settings.status_line
+        if config is None:
+            return
+        import os
+        import time
+
+        from keel.tui.statusline import StatusLine, payload
+
+        started = time.monotonic()
+        controller = self.controller
+        self.status_line = StatusLine(
+            config,
+            lambda: payload(controller.agent, context=controller.context, started=started),
+            lambda line: self.status_line_bar.set_line(line, config.padding),
+            cwd=str(controller.agent.cwd),
+            env=dict(os.environ),
+        )
+
+    async def on_unmount(self) -> None:
+        if self.status_line is not None:
+            await self.status_line.aclose()
 
     def set_input(self, text: str) -> None:
         self.prompt.load_text(text)

@@ -335,6 +335,20 @@ class StatusBar(Static):
         self.update(text)
 
 
+class StatusLineBar(Static):
+    """The first line a `statusLine` command printed (ANSI colours kept), above the status bar;
+    hidden unless one is configured."""
+
+    def __init__(self) -> None:
+        super().__init__(id="statusline")
+        self.line = ""
+
+    def set_line(self, line: str, padding: int = 0) -> None:
+        self.line = line
+        self.display = True
+        self.update(Text(" " * padding) + Text.from_ansi(line))
+
+
 class Completions(OptionList):
     """Suggestions for the `@path` or `/command` being typed."""
 
