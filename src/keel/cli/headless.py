@@ -399,6 +399,10 @@ def add_extensions(agent: Agent, printer: Printer) -> None:
     skills, commands = load_extensions(agent.cwd, user_dir=user_config_dir(), home=Path.home())
     for warning in [*skills.warnings, *commands.warnings]:
         printer(Notice(warning, "warning"))
+    from keel.agent.prompt import load_instructions  # imports of instruction files not followed
+
+    for warning in load_instructions(agent.cwd, user_dir=user_config_dir()).warnings:
+        printer(Notice(warning, "warning"))
     agent.skills, agent.commands = skills, commands
     if skills.model_invocable():
         agent.add_tools([skill_tool(skills)])
