@@ -18,6 +18,7 @@ from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS, Limits
 from keel.agent.loop import Agent
 from keel.agent.subagents import enable_subagents, load_agent_types
 from keel.errors import UserError
+from keel.llm.events import Notice
 from keel.llm.messages import Message, Text, ToolResult, Usage
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import Reply, reply
@@ -345,6 +346,27 @@ async def test_a_library_run_with_a_session_can_be_undone(project: Path, tmp_pat
     path = agent.session.path
     await agent.aclose()
     assert kinds(path)[-1] == "undo"
+
+
+async def test_a_store_that_cannot_open_warns_and_the_run_goes_on(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.checkpoints import Checkpoints
+
+    def broken(path: Path) -> Checkpoints:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Checkpoints, "for_session", broken)
+    agent = new_agent(project, [reply("Fine.")], tmp_path / "s")
+    events: list[Event] = []
+    result = await agent.run("hi", events.append)
+    await agent.aclose()
+    assert (result.stop_reason, agent.ctx.checkpoints) == ("end_turn", None)
+    warnings = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        "/undo is off for this prompt: cannot open checkpoints: [Errno 13] Permission denied"
+    )
 
 
 def test_keel_undo_puts_back_what_keel_p_changed(

@@ -308,6 +308,10 @@ class Agent:
             max_turns=self.limits.max_turns,
             max_tokens=self.limits.max_tokens,
             max_usd=self.limits.max_usd,
+            # Thinking follows effort in keel (no effort: no thinking), recorded apart as fisk-ai
+            # does so that a diff names both.
+            thinking="off" if self.effort is None else "on",
+            effort=self.effort,
         )
 
     def restore(self, state: SessionState) -> None:
@@ -427,8 +431,9 @@ class Agent:
         return self._task is not None and not self._task.done()
 
     def request_suspend(self) -> None:
-        """Stop at the next safe point: the model reply or tool in flight finishes and is
-        journaled, nothing new starts, and the run ends with `suspended` (resumable)."""
+        """Stop at the loop boundary: the model reply in flight and every tool call of its batch
+        finish and are journaled, no new model call starts, and the run ends with `suspended`
+        (resumable: `resume` continues with the next model call)."""
         if self._task is not None and not self._task.done():
             self._suspend_requested = True
 
@@ -529,7 +534,7 @@ class Agent:
         _ = self.system  # fix the prefix for this context on its first prompt
         if (stop := await self._prompt_hooks(prompt, emit)) is not None:
             return stop
-        self._begin_unit(prompt)
+        self._begin_unit(prompt, emit)
         await self._maybe_compact(emit, mid_turn=False)
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
@@ -546,7 +551,7 @@ class Agent:
         self.last_prompt = prompt
         return None
 
-    def _begin_unit(self, prompt: str) -> None:
+    def _begin_unit(self, prompt: str, emit: Emit) -> None:
         """Start the prompt's `/undo` unit, for every front end. The store is opened beside the
         session file the first time; without a session file only a store the caller set counts.
         Subagents begin none: their edits belong to the prompt that started them."""
@@ -559,7 +564,16 @@ class Agent:
                 return
             from keel.checkpoints import Checkpoints
 
-            store = self.ctx.checkpoints = Checkpoints.for_session(self.session.path)
+            try:
+                store = Checkpoints.for_session(self.session.path)
+            except OSError as exc:  # an unreadable store must not stop the run
+                emit(
+                    Notice(
+                        f"/undo is off for this prompt: cannot open checkpoints: {exc}", "warning"
+                    )
+                )
+                return
+            self.ctx.checkpoints = store
         store.begin_unit(prompt if label is None else label)
 
     def undo(self) -> UndoSummary:
@@ -966,9 +980,8 @@ class Agent:
         results = dict(answered or {})
         todo = tuple(c for c in calls if c.id not in results)
         try:
-            await self._runner.run(
-                todo, emit, results, self._record_result, self._barrier, self._stop_tools
-            )
+            # No stop callback: a suspend waits for the whole batch (the loop boundary).
+            await self._runner.run(todo, emit, results, self._record_result, self._barrier)
         except asyncio.CancelledError:
             # Every tool_use gets its tool_result, even when the round was interrupted.
             for call in calls:
