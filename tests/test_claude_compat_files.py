@@ -666,3 +666,40 @@ def test_keel_p_names_an_import_it_does_not_follow(
         "~/.claude/CLAUDE.md"
     ) in out.stderr.splitlines()
     assert "PRIVATE" not in system_text(server.model_requests[0].json or {})
+
+
+def test_keel_p_runs_an_agent_from_a_subfolder_with_claude_code_tool_names(
+    server: AnthropicServer, project: Path, isolated_env: Path
+) -> None:
+    from keel.testing.routing import routed_responder
+
+    (project / ".git").mkdir()
+    definition = write(
+        project / ".claude" / "agents" / "review" / "security.md",
+        "---\nname: security-reviewer\ndescription: Reviews code for security issues\n"
+        "tools: Read, Grep, WebSearch\n---\nYou review code for security problems.\n",
+    )
+    task = {
+        "description": "review",
+        "prompt": "CHILD: review app.py",
+        "subagent_type": "security-reviewer",
+    }
+    server.responder = routed_responder(
+        {
+            "PARENT": [reply("", ("task", task)), reply("No issues.")],
+            "CHILD": [reply("app.py prints a greeting; nothing unsafe.")],
+        }
+    )
+    out = keel("-p", "PARENT: review", "--model", MODEL, cwd=project, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    parent = server.model_requests[0].json or {}
+    task_tool = next(t for t in parent["tools"] if t["name"] == "task")
+    assert "security-reviewer (Reviews code for security issues)" in task_tool["description"]
+    child = next(
+        r.json or {} for r in server.model_requests if "CHILD" in user_texts(r.json or {})[0]
+    )
+    assert [t["name"] for t in child["tools"]] == ["grep", "read"]
+    assert (
+        f"keel: warning: {definition}:4: tool 'WebSearch' is a Claude Code tool keel does not "
+        "have; dropped from the agent"
+    ) in out.stderr.splitlines()
