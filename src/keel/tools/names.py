@@ -35,12 +35,17 @@ CLAUDE_TO_KEEL: Final[dict[str, str]] = {
     **{claude: keel for keel, claude in KEEL_TO_CLAUDE.items()},
     "KillBash": "bash_kill",
     "Agent": "task",
+    "TaskStop": "task_stop",  # stops a background task, as keel's task_stop does
 }
 
 #: Claude Code tools keel does not have (a rule or list naming one is reported, never dropped
 #: silently).
 CLAUDE_ONLY: Final[frozenset[str]] = frozenset(
     {"NotebookEdit", "NotebookRead", "SlashCommand", "AskUserQuestion", "ListMcpResourcesTool"}
+    # The rest of Claude Code's tools reference (code.claude.com/docs/en/tools-reference).
+    | {"CronCreate", "CronDelete", "CronList", "EnterPlanMode", "EnterWorktree", "ExitWorktree"}
+    | {"LSP", "Monitor", "PowerShell", "ReadMcpResourceTool", "SendMessage", "TodoRead"}
+    | {"TaskCreate", "TaskGet", "TaskList", "TaskUpdate", "TaskOutput"}
 )
 
 
