@@ -9,10 +9,13 @@ back, cut like any tool output. It journals to its own session file beside the p
 (`<parent id>.agents/<child id>.jsonl`, `meta.parent` and `meta.agent` set).
 
 Agent types: the built-ins `general` (every tool) and `explore` (read-only tools), plus
-definitions in Claude Code's format (`.claude/agents/*.md`, `.keel/agents/*.md`,
-`~/.claude/agents`, `~/.config/keel/agents`): frontmatter `name`, `description`, `tools`
-(omitted: all), `model` (`inherit`, `provider/model`, or `sonnet`/`opus`/`haiku` on Anthropic),
-`max_turns`; the body is the child's prompt.
+definitions in Claude Code's format (`.claude/agents/**/*.md`, subfolders included,
+`.keel/agents/`, `~/.claude/agents`, `~/.config/keel/agents`): frontmatter `name`,
+`description`, `tools` (omitted: all; Claude Code's names or keel's, through `keel.tools.names`;
+a name keel has no tool for is dropped with a warning, and a definition left with no tool is not
+registered), `disallowedTools`, `model` (`inherit`, `provider/model`, or `sonnet`/`opus`/`haiku`
+on Anthropic), `max_turns` (or `maxTurns`); the body is the child's prompt. Claude Code keys keel
+does not honour (`hooks`, `mcpServers`, `permissionMode`, …) are named in a warning.
 
 Several `task` calls in one round run concurrently (the tool is read-only: it never asks; the
 child's own calls go through the gate), at most `MAX_CONCURRENT` at once. With
