@@ -112,9 +112,9 @@ def test_mcp_json_broken_entries_are_reported_and_the_rest_load(tmp_path: Path) 
         "(a remote one); skipped",
         f'{mcp_json}: mcp server \'badtype\': "type" must be "stdio", "http" (or '
         '"streamable-http") or "sse", got \'websocket\'; skipped',
-        f"{mcp_json}: mcp server 'extra': key(s) oauth ignored for a stdio server (OAuth "
-        "sign-in is not supported yet) (known: args, command, cwd, disabled, env, inherit_env, "
-        "sandbox, timeout, type)",
+        f"{mcp_json}: mcp server 'extra': key(s) oauth ignored for a stdio server (keel signs "
+        "in with OAuth by itself; a pre-registered client is not supported) (known: args, "
+        "command, cwd, disabled, env, inherit_env, sandbox, timeout, type)",
     ]
     good = servers[1]
     assert good == ServerConfig(

@@ -19,12 +19,14 @@ from keel.session.store import keel_home
 if TYPE_CHECKING:
     from keel.mcp.config import ServerConfig
 
-MCP_USAGE = "usage: keel mcp [list | approve [NAME ...]]"
+MCP_USAGE = "usage: keel mcp [list | approve [NAME ...] | login NAME]"
 
 
 def mcp(argv: list[str]) -> int:
     action, names = (argv[0], argv[1:]) if argv else ("list", [])
-    if action not in ("list", "approve") or (action == "list" and names):
+    if action not in ("list", "approve", "login") or (
+        (action == "list" and names) or (action == "login" and len(names) != 1)
+    ):
         print(MCP_USAGE, file=sys.stderr)
         return 2
     from keel.mcp.config import load_servers
@@ -56,7 +58,50 @@ def mcp(argv: list[str]) -> int:
         if not waiting:
             print("this project has no shared MCP servers to approve")
         return 0
-    return asyncio.run(_list(servers, root, approved_pins(user_dir, project_key(root), "mcp")))
+    approved = approved_pins(user_dir, project_key(root), "mcp")
+    if action == "login":
+        chosen = [s for s in servers if s.name == names[0]]
+        if not chosen or chosen[0].transport != "http":
+            remote = ", ".join(s.name for s in servers if s.transport == "http") or "none"
+            print(
+                f"keel: error: no http MCP server named {names[0]} (hint: http servers here: "
+                f"{remote})",
+                file=sys.stderr,
+            )
+            return 2
+        return asyncio.run(_login(chosen[0], root, approved))
+    return asyncio.run(_list(servers, root, approved))
+
+
+async def _login(server: ServerConfig, root: Path, approved: set[str]) -> int:
+    """Sign in to one http server with OAuth (the URL printed, the browser opened); its tokens
+    are kept for the runs that follow."""
+    from keel.cli.mcp_wiring import sign_in_opener
+    from keel.llm.events import Notice
+    from keel.mcp.client import CONNECT_TIMEOUT, McpManager
+    from keel.mcp.oauth import SIGN_IN_TIMEOUT
+
+    def show(event: object) -> None:
+        if isinstance(event, Notice):
+            print(event.text, flush=True)
+
+    manager = McpManager(
+        [server],
+        root=root,
+        env=os.environ,
+        log_dir=keel_home() / "mcp-logs" / project_key(root),
+        approved=approved,
+        auth_dir=keel_home() / "mcp-auth",
+    )
+    manager.open_url = sign_in_opener(show)
+    async with manager:
+        await manager.wait_ready(SIGN_IN_TIMEOUT + CONNECT_TIMEOUT)
+        status = manager.server(server.name)
+    if status.state != "connected":
+        print(f"keel: error: {server.name}: {status.state}: {status.detail}", file=sys.stderr)
+        return 1
+    print(f"signed in to {server.name} ({status.detail}); keel keeps the token for later runs")
+    return 0
 
 
 async def _list(servers: list[ServerConfig], root: Path, approved: set[str]) -> int:
@@ -70,6 +115,7 @@ async def _list(servers: list[ServerConfig], root: Path, approved: set[str]) -> 
         env=os.environ,
         log_dir=keel_home() / "mcp-logs" / project_key(root),
         approved=approved,
+        auth_dir=keel_home() / "mcp-auth",
     )
     async with manager:
         await manager.wait_ready(MCP_WAIT)

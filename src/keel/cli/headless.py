@@ -424,9 +424,12 @@ def add_subagents(agent: Agent, printer: Printer) -> None:
 MCP_WAIT = 30.0
 
 
-async def connect_mcp(agent: Agent, settings: Settings, printer: Printer) -> None:
+async def connect_mcp(
+    agent: Agent, settings: Settings, printer: Printer, *, interactive: bool = False
+) -> None:
     """Start the project's MCP servers (the shared ones only once approved), wait for them to
-    connect, and offer their tools. The agent stops the servers when it closes."""
+    connect, and offer their tools. The agent stops the servers when it closes. `interactive`:
+    someone can sign in to a server that asks for OAuth (the URL is shown as a notice)."""
     root = agent.ctx.root
     home = Path.home()
     if not settings.mcp_servers and not any(
@@ -451,8 +454,13 @@ async def connect_mcp(agent: Agent, settings: Settings, printer: Printer) -> Non
         env=agent.ctx.env,
         log_dir=keel_home() / "mcp-logs" / project_key(root),
         approved=approved_pins(user_config_dir(), project_key(root), "mcp"),
+        auth_dir=keel_home() / "mcp-auth",
     )
     agent.on_close.append(manager.aclose)
+    if interactive:
+        from keel.cli.mcp_wiring import sign_in_opener
+
+        manager.open_url = sign_in_opener(printer)
     manager.start()
     await manager.wait_ready(MCP_WAIT)
     waiting = []

@@ -1,5 +1,6 @@
 """What ties a session's MCP servers to its agent, for every front end: their notices and tool
-progress become the agent's events, their prompts and resources its `/mcp__…` commands,
+progress become the agent's events (and an OAuth sign-in URL a notice), their prompts and
+resources its `/mcp__…` commands,
 `@server:uri` mentions and two read-only tools, and their requests of keel (sampling and
 elicitation) are answered here.
 
@@ -19,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from keel.agent.events import QuestionRequest, ToolProgress
+from keel.agent.events import Event, QuestionRequest, ToolProgress
 from keel.llm.events import Notice
 
 if TYPE_CHECKING:
@@ -54,6 +56,20 @@ def wire(agent: Agent, manager: McpManager, *, sampling: str = "ask") -> None:
 
     manager.sampler = sample
     manager.elicitor = elicit
+
+
+def sign_in_opener(printer: Callable[[Event], None]) -> Callable[[str, str], Awaitable[None]]:
+    """How an interactive session shows an MCP server's OAuth sign-in: a notice with the URL,
+    and the browser opened on it when there is one."""
+
+    async def open_url(server: str, url: str) -> None:
+        printer(Notice(f"MCP server {server} needs you to sign in: open {url}", "warning"))
+        import webbrowser
+
+        with contextlib.suppress(webbrowser.Error, OSError):  # no browser: the notice does
+            await asyncio.to_thread(webbrowser.open, url)
+
+    return open_url
 
 
 async def _sample(agent: Agent, ask: SamplingAsk, policy: str) -> SamplingAnswer | str:
@@ -134,4 +150,4 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
         return f"nobody answered within {QUESTION_TIMEOUT:g} s"
 
 
-__all__ = ["QUESTION_TIMEOUT", "wire"]
+__all__ = ["QUESTION_TIMEOUT", "sign_in_opener", "wire"]

@@ -366,12 +366,17 @@ class McpManager:
         approved: Collection[str] = (),
         connect_timeout: float = CONNECT_TIMEOUT,
         max_restarts: int = MAX_RESTARTS,
+        auth_dir: Path | None = None,
     ) -> None:
         self.root = root
         self.env = dict(env)
         self.log_dir = log_dir
         self.connect_timeout = connect_timeout
         self.max_restarts = max_restarts
+        #: Where OAuth tokens of http servers are kept (None: no OAuth sign-in).
+        self.auth_dir = auth_dir
+        #: Shows the user an OAuth sign-in URL (server, url); None refuses sign-ins (headless).
+        self.open_url: Callable[[str, str], Awaitable[None]] | None = None
         #: Told what the user should know (a changed tool list, a restart): (text, level).
         self.on_notice: Callable[[str, str], None] | None = None
         #: Answers servers' sampling requests (None: refused).
@@ -933,7 +938,7 @@ class McpManager:
         elif config.transport == "http":
             from mcp.client.streamable_http import streamable_http_client
 
-            client = _http_client(s, dict(config.headers))
+            client = _http_client(s, dict(config.headers), auth=self._oauth(s))
             async with client, streamable_http_client(config.url, http_client=client) as streams:
                 yield streams
         else:
@@ -961,6 +966,24 @@ class McpManager:
             raise _SpawnError(f"sandbox: true, but the sandbox cannot run here: {works.detail}")
         return Sandbox(self.root, network=config.sandbox_network)
 
+    def _oauth(self, s: _Server) -> httpx2.Auth | None:
+        """OAuth for an http server, unless OAuth is off or its entry sends its own
+        Authorization header."""
+        config = s.config
+        if self.auth_dir is None or any(k.lower() == "authorization" for k, _ in config.headers):
+            return None
+        from keel.mcp.oauth import SIGN_IN_TIMEOUT, oauth_provider
+
+        def lift_deadline() -> None:  # the user signs in at their own pace
+            import anyio
+
+            if s.life is not None:
+                s.life.deadline = anyio.current_time() + SIGN_IN_TIMEOUT + self.connect_timeout
+
+        return oauth_provider(
+            config.name, config.url, self.auth_dir, open_url=self.open_url, on_wait=lift_deadline
+        )
+
     def _cwd(self, config: ServerConfig) -> Path:
         if not config.cwd:
             return self.root
@@ -971,10 +994,14 @@ class McpManager:
 
     def _reason(self, s: _Server, exc: BaseException) -> str:
         """One line: why the server failed while connecting or serving."""
+        from keel.mcp.oauth import SignInRefused
+
         leaves = _leaves(exc)
         for leaf in leaves:
-            if isinstance(leaf, _SpawnError):
+            if isinstance(leaf, _SpawnError | SignInRefused):
                 return str(leaf)
+            if type(leaf).__name__.startswith("OAuth"):  # the SDK's OAuthFlowError family
+                return f"OAuth sign-in failed: {leaf}"
         if s.config.transport == "stdio" and s.exit_description():
             return s.exit_reason()
         telling = _most_telling(leaves)

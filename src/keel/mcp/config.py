@@ -320,7 +320,11 @@ def _unknown_key_warnings(name: str, entry: dict[str, Any], origin: str) -> list
     unknown = sorted(set(entry) - known)
     if not unknown:
         return []
-    note = " (OAuth sign-in is not supported yet)" if "oauth" in unknown else ""
+    note = (
+        " (keel signs in with OAuth by itself; a pre-registered client is not supported)"
+        if "oauth" in unknown
+        else ""
+    )
     return [
         f"{origin}: mcp server {name!r}: key(s) {', '.join(unknown)} ignored for a "
         f"{transport} server{note} (known: {', '.join(sorted(known))})"

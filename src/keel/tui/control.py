@@ -154,7 +154,7 @@ class AgentFactory:
         )
         try:
             self._override(agent, ref)
-            await connect_mcp(agent, self.settings, printer)
+            await connect_mcp(agent, self.settings, printer, interactive=True)
         except BaseException:
             await agent.aclose()
             raise
