@@ -703,3 +703,17 @@ def test_keel_p_runs_an_agent_from_a_subfolder_with_claude_code_tool_names(
         f"keel: warning: {definition}:4: tool 'WebSearch' is a Claude Code tool keel does not "
         "have; dropped from the agent"
     ) in out.stderr.splitlines()
+
+
+def test_a_project_memory_file_linking_out_of_the_project_is_not_read(tmp_path: Path) -> None:
+    """The attack: a repository commits `CLAUDE.local.md` as a symlink to the user's key."""
+    key = write(tmp_path / "home" / ".ssh" / "id_ed25519", "PRIVATE KEY")
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    write(root / "CLAUDE.md", "PROJECT")
+    (root / "CLAUDE.local.md").symlink_to(key)
+    loaded = load_instructions(root, user_dir=None)
+    assert [f.path for f in loaded.files] == [root / "CLAUDE.md"]
+    assert loaded.warnings == (
+        f"{root / 'CLAUDE.local.md'}: not included: it is a link to {key}, outside the project",
+    )

@@ -13,8 +13,9 @@ code spans and fenced code blocks, naming a file relative to the importing file 
 absolute) brings that file in, right after the file that imports it (`<instructions
 source="…" imported-from="…">`), the `@path` itself staying in the text. Imports nest at most
 `MAX_IMPORT_DEPTH` hops; a cycle or a second import of the same file is not followed again. A
-file of the project may import only files inside the project: a repository must not send the
-user's other files (keys, notes) to the model; the user's own files may import anything. What is
+file of the project may import only files inside the project (and must itself be one: a link out
+of it is not read): a repository must not send the user's other files (keys, notes) to the
+model; the user's own files may import anything. What is
 not followed is reported in `Instructions.warnings` (shown by `/context` and `keel doctor`),
 never silently."""
 
@@ -186,6 +187,12 @@ def load_instructions(
             add(target, path, depth + 1, own, (*chain, key))
 
     for path, own in _top_level(cwd, user_dir=user_dir, home=home):
+        if not own and not _inside(path.resolve(), project):
+            # A committed symlink (`CLAUDE.md -> ~/.ssh/id_rsa`) must not bring in what it names.
+            warnings.append(
+                f"{path}: not included: it is a link to {path.resolve()}, outside the project"
+            )
+            continue
         add(path, None, 0, own, ())
     return Instructions(tuple(files), tuple(warnings))
 
