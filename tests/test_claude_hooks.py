@@ -646,13 +646,16 @@ async def test_prompt_hook_deadline_and_bad_answers_are_loud(tmp_path: Path) -> 
 def test_prompt_hook_end_to_end_against_a_loopback_model_server(
     project: Path, home: Path, tmp_path: Path
 ) -> None:
-    """The hook's own model answers on the session's provider (here a loopback Anthropic
+    """The `hooks_model` setting answers on the session's provider (here a loopback Anthropic
     server): its request is a small one with no tools; ok false blocks the call."""
     from keel.llm.messages import Message, Text, ToolUse
     from keel.llm.script import Reply
     from keel.testing.anthropic_server import AnthropicServer
 
-    prompt_hook = {"type": "prompt", "prompt": "Block rm. $ARGUMENTS", "model": "claude-haiku-4-5"}
+    prompt_hook = {"type": "prompt", "prompt": "Block rm. $ARGUMENTS"}
+    keel_settings = Path(os.environ["KEEL_CONFIG_DIR"]) / "settings.json"
+    keel_settings.parent.mkdir(parents=True, exist_ok=True)
+    keel_settings.write_text(json.dumps({"hooks_model": "claude-haiku-4-5"}), encoding="utf-8")
     settings(
         home / ".claude" / "settings.json",
         {"PreToolUse": [{"matcher": "Bash", "hooks": [prompt_hook]}]},
@@ -687,3 +690,158 @@ def test_prompt_hook_end_to_end_against_a_loopback_model_server(
     assert result["content"] == [
         {"type": "text", "text": "denied by a PreToolUse hook: rm is blocked"}
     ]
+
+
+# -- the other events, with Claude Code's fields ----------------------------------------------------
+
+
+def recorder(tmp_path: Path, log: Path) -> str:
+    """A hook that appends its payload to `log`, one JSON per line."""
+    path = guard(
+        tmp_path,
+        "record.py",
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(json.load(sys.stdin)) + '\\n')\n",
+    )
+    return str(path)
+
+
+def loaded(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+async def test_subagent_start_and_stop_carry_the_agent_and_start_adds_context(
+    project: Path, tmp_path: Path
+) -> None:
+    from keel.agent.loop import Agent
+    from keel.agent.subagents import enable_subagents, load_agent_types
+    from keel.hooks.config import HookConfig
+    from keel.llm.script import reply
+    from keel.session.store import SessionLog
+    from keel.testing.routing import RoutedProvider
+    from keel.tools.builtin import builtin_tools
+
+    log = tmp_path / "events.jsonl"
+    record = recorder(tmp_path, log)
+    context = guard(
+        tmp_path,
+        "context.sh",
+        "#!/bin/bash\ncat > /dev/null\n"
+        'echo \'{"hookSpecificOutput": {"hookEventName": "SubagentStart", '
+        '"additionalContext": "the repo uses tabs"}}\'\n',
+    )
+    hooks = [
+        HookCommand("SubagentStart", "explore", record, 10, "personal", "t"),
+        HookCommand("SubagentStart", "Explore|explore", str(context), 10, "personal", "t"),
+        HookCommand("SubagentStop", "", record, 10, "personal", "t"),
+        HookCommand("Stop", "", record, 10, "personal", "t"),
+    ]
+    assert HookConfig(hooks).hooks == hooks
+    provider = RoutedProvider(
+        {
+            "PARENT": [
+                reply(
+                    "",
+                    (
+                        "task",
+                        {"description": "d", "prompt": "CHILD: look", "subagent_type": "explore"},
+                    ),
+                ),
+                reply("parent done"),
+            ],
+            "CHILD": [reply("child report")],
+        }
+    )
+    agent = Agent(
+        provider=provider, model="scripted", tools=builtin_tools(), cwd=project, system="s"
+    )
+    agent.session = SessionLog.create(cwd=project, model="scripted", directory=tmp_path / "s")
+    enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))
+    agent.hooks = HookRunner(hooks, project, project, dict(os.environ))
+    try:
+        await agent.run("PARENT: go")
+    finally:
+        await agent.aclose()
+    start, stop, parent_stop = loaded(log)
+    child_id = start["agent_id"]
+    assert start == {
+        "session_id": agent.session_id,
+        "transcript_path": str(agent.session.path),
+        "cwd": str(project),
+        "permission_mode": "default",
+        "hook_event_name": "SubagentStart",
+        "agent_id": child_id,
+        "agent_type": "explore",
+    }
+    assert child_id != agent.session_id
+    assert stop["hook_event_name"] == "SubagentStop"
+    assert stop["session_id"] == agent.session_id  # the parent's, not the child's
+    assert (stop["agent_id"], stop["agent_type"]) == (child_id, "explore")
+    assert stop["agent_transcript_path"].endswith(f"{child_id}.jsonl")
+    assert (stop["stop_hook_active"], stop["last_assistant_message"]) == (False, "child report")
+    assert parent_stop["hook_event_name"] == "Stop"
+    assert parent_stop["last_assistant_message"] == "parent done"
+    child_first = provider.of("CHILD")[0].messages[0].text
+    assert child_first.startswith(
+        '<hook-context source="SubagentStart">\nthe repo uses tabs\n</hook-context>'
+    )
+
+
+async def test_session_start_sources_pre_compact_and_session_end_reasons(
+    project: Path, tmp_path: Path
+) -> None:
+    from keel.agent.loop import Agent
+    from keel.llm.providers.scripted import ScriptedProvider
+    from keel.llm.script import reply
+    from keel.tools.builtin import builtin_tools
+
+    log = tmp_path / "events.jsonl"
+    record = recorder(tmp_path, log)
+    hooks = [
+        HookCommand(event, "", record, 10, "personal", "t")
+        for event in ("SessionStart", "PreCompact", "SessionEnd")
+    ]
+    provider = ScriptedProvider([reply("a"), reply("<summary>s</summary>"), reply("b")])
+    agent = Agent(
+        provider=provider, model="scripted", tools=builtin_tools(), cwd=project, system="s"
+    )
+    agent.hooks = HookRunner(hooks, project, project, dict(os.environ))
+    await agent.run("one")
+    await agent.compact("keep the API notes")
+    await agent.run("two")
+    await agent.aclose("prompt_input_exit")
+    got = [
+        {
+            k: v
+            for k, v in e.items()
+            if k
+            in ("hook_event_name", "source", "model", "trigger", "custom_instructions", "reason")
+        }
+        for e in loaded(log)
+    ]
+    assert got == [
+        {"hook_event_name": "SessionStart", "source": "startup", "model": "scripted"},
+        {
+            "hook_event_name": "PreCompact",
+            "trigger": "manual",
+            "custom_instructions": "keep the API notes",
+        },
+        {"hook_event_name": "SessionStart", "source": "compact", "model": "scripted"},
+        {"hook_event_name": "SessionEnd", "reason": "prompt_input_exit"},
+    ]
+
+
+def test_pick_model_for_prompt_hooks() -> None:
+    from keel.hooks.model import pick_model
+
+    assert pick_model("", provider="anthropic", session_model="s") == "s"
+    assert (
+        pick_model("claude-haiku-4-5", provider="anthropic", session_model="s")
+        == "claude-haiku-4-5"
+    )
+    assert (
+        pick_model("anthropic/claude-haiku-4-5", provider="anthropic", session_model="s")
+        == "claude-haiku-4-5"
+    )
+    assert pick_model("openai/gpt-5-mini", provider="anthropic", session_model="s") == "s"
+    assert pick_model("haiku", provider="openai", session_model="s") == "s"

@@ -683,7 +683,7 @@ class Agent:
         }
         if self.is_subagent:
             fields = {
-                "agent_id": self.session_id,
+                "agent_id": self.session.id if self.session else self.session_id,
                 "agent_type": self.agent_type,
                 "agent_transcript_path": str(self.session.path) if self.session else "",
                 **fields,

@@ -405,7 +405,8 @@ class Subagents:
         hooks = self.parent.hooks
         if hooks is None or not hooks.has("SubagentStart"):
             return prompt
-        fields = {"agent_id": child.session_id, "agent_type": kind.name}
+        agent_id = child.session.id if child.session is not None else child.session_id
+        fields = {"agent_id": agent_id, "agent_type": kind.name}
         started = await hooks.run("SubagentStart", fields, match=kind.name)
         for message in started.messages:
             self.parent.forward(Notice(message, "info"))

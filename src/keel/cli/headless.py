@@ -238,6 +238,8 @@ def build_agent(
     agent.ctx.sandbox = sandbox
     agent.auto_compact = settings.auto_compact
     agent.hooks = build_hooks(cwd, gate, printer)
+    if agent.hooks is not None:
+        agent.hooks.model = settings.hooks_model  # prompt hooks that name no model
     add_extensions(agent, printer)
     add_subagents(agent, printer)
     if not info.known and ref.provider != "scripted":

@@ -63,6 +63,8 @@ KNOWN_KEYS = frozenset(
         "hooks",
         "mcp_servers",
         "mcp_sampling",
+        # The model prompt hooks use when they name none (keel.hooks.model).
+        "hooks_model",
         "$schema",
     }
 )
@@ -146,6 +148,8 @@ class Settings:
     mcp_servers: list[tuple[Path, object]] = field(default_factory=list)
     #: MCP servers' sampling requests: ask (interactive only), allow (also headless), deny.
     mcp_sampling: str = "ask"
+    #: The model `prompt` hooks ask when they name none ("" = the session's model).
+    hooks_model: str = ""
     #: Untrusted project files with entries that need approval (approved or not).
     pending: list[PendingFile] = field(default_factory=list)
     #: The status line command (the last file that sets one wins; a project's once approved).
@@ -283,7 +287,14 @@ class _Merge:
 
     def scalar(self, key: str, value: Any, where: str) -> None:
         s = self.settings
-        if key == "model":
+        if key == "hooks_model":
+            if isinstance(value, str) and value.strip():
+                s.hooks_model = value.strip()
+            else:
+                self.w.append(
+                    f"{where} must be a non-empty model name like claude-haiku-4-5; ignored"
+                )
+        elif key == "model":
             if isinstance(value, str) and value.strip():
                 s.model = value.strip()
             else:
