@@ -845,3 +845,29 @@ def test_pick_model_for_prompt_hooks() -> None:
     )
     assert pick_model("openai/gpt-5-mini", provider="anthropic", session_model="s") == "s"
     assert pick_model("haiku", provider="openai", session_model="s") == "s"
+
+
+def test_project_http_and_prompt_hooks_wait_for_approval_pinned_to_what_they_do(
+    project: Path,
+) -> None:
+    from keel.hooks.config import load_hooks
+
+    def project_hooks(url: str, header: str) -> Any:
+        hook = {"type": "http", "url": url, "headers": {"X-Key": header}}
+        prompt = {"type": "prompt", "prompt": "Is it safe? $ARGUMENTS"}
+        settings(
+            project / ".claude" / "settings.json",
+            {"PreToolUse": [{"matcher": "Bash", "hooks": [hook, prompt]}]},
+        )
+        return load_hooks(project, keel_user_dir=project / "u", home=project / "h")
+
+    first = project_hooks("http://127.0.0.1:9/a", "1")
+    assert [(h.kind, h.command, h.source) for h in first.hooks] == [
+        ("http", "http://127.0.0.1:9/a", "shared"),
+        ("prompt", "Is it safe? $ARGUMENTS", "shared"),
+    ]
+    assert first.runnable(set()) == []
+    pin = first.shared_hash()
+    assert [h.kind for h in first.runnable({pin})] == ["http", "prompt"]
+    assert project_hooks("http://127.0.0.1:9/b", "1").shared_hash() != pin  # another URL
+    assert project_hooks("http://127.0.0.1:9/a", "2").shared_hash() != pin  # other headers
