@@ -373,6 +373,10 @@ def test_tool_input_in_claude_codes_fields(tmp_path: Path) -> None:
         "Task",
         "raw_output",
     ]
+    assert claude.matcher_names("task") == ("task", "Task", "Agent")
+    assert claude.matcher_names("bash_kill") == ("bash_kill", "KillShell", "KillBash")
+    assert claude.matcher_names("raw_output") == ("raw_output",)
+    assert claude.matcher_names("mcp__gh__create") == ("mcp__gh__create",)
     assert [claude.permission_mode(m) for m in ("default", "accept-edits", "bypass", "plan")] == [
         "default",
         "acceptEdits",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from keel.frozen import frozen
-from keel.tools.names import to_claude
+from keel.tools.names import CLAUDE_TO_KEEL, to_claude
 
 #: Every hook event Claude Code documents (its hooks reference, 2026), in its order.
 CLAUDE_EVENTS: Final[tuple[str, ...]] = (
@@ -231,10 +231,10 @@ def updated_input(
 
 
 def matcher_names(tool: str) -> tuple[str, ...]:
-    """The names a matcher is tried against: keel's and Claude Code's (either spelling
-    matches)."""
-    claude = to_claude(tool)
-    return (tool,) if claude == tool else (tool, claude)
+    """The names a matcher is tried against: keel's and Claude Code's, old spellings included
+    (`Task` and `Agent`, `KillShell` and `KillBash`)."""
+    aliases = [name for name, keel in CLAUDE_TO_KEEL.items() if keel == tool]
+    return tuple(dict.fromkeys([tool, to_claude(tool), *aliases]))
 
 
 # -- tool_response ------------------------------------------------------------------------------
