@@ -313,7 +313,8 @@ def test_skills_named_as_claude_code_accepts_them(tmp_path: Path) -> None:
     folder = write(skills_dir / "My Helper" / "SKILL.md", "---\ndescription: Helps\n---\nHelp.\n")
     unicode = write(
         skills_dir / "naming" / "SKILL.md",
-        "---\nname: 函数命名规范\ndescription: Naming rules\n---\nName things well.\n",
+        "---\nname: 函数命名规范\ndescription: Naming rules\nmodel: haiku\nhooks:\n  Stop: []\n"
+        "---\nName things well.\n",
     )
     skills = load_skills(root, user_dir=None, home=tmp_path / "home")
     assert {n: s.path for n, s in skills.skills.items()} == {
@@ -326,6 +327,8 @@ def test_skills_named_as_claude_code_accepts_them(tmp_path: Path) -> None:
         "characters); it is offered as /my-helper",
         f"{spaced}:2: skill name 'Code Review' cannot be typed as a command (spaces, `/`, or "
         "over 64 characters); it is offered as /code-review",
+        f"{unicode}:4: `model` in a skill is not supported by keel; 函数命名规范 runs without it",
+        f"{unicode}:5: `hooks` in a skill is not supported by keel; 函数命名规范 runs without it",
     ]
     assert skills.index_section().splitlines()[2:5] == [
         "- code-review: Reviews a diff",

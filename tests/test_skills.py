@@ -191,6 +191,8 @@ def test_values_claude_code_accepts_but_yaml_rejects_are_read_as_text(
     assert skills.warnings == [
         f"{path}:2: `description` is not valid YAML; read as plain text (quote the value)",
         f"{path}:3: `argument-hint` is not valid YAML; read as plain text (quote the value)",
+        f"{path}:4: `allowed-tools` of a skill is not honoured by keel: the tools review needs "
+        "ask as usual",
     ]
 
 

@@ -31,6 +31,8 @@ from keel.tools.base import FunctionTool, ToolContext, ToolError, tool
 #: characters without whitespace or `/`. (The Agent Skills spec asks for a-z, 0-9 and `-`;
 #: Claude Code loads other names too, so keel does.)
 SKILL_NAME = re.compile(r"[^\s/]{1,64}")
+#: Claude Code skill frontmatter keel does not honour: each is named in a warning.
+UNSUPPORTED_SKILL_KEYS = ("model", "hooks", "context", "agent")
 #: A description longer than this is clipped in the index (it is sent with every request).
 MAX_INDEX_DESCRIPTION = 250
 
@@ -366,7 +368,8 @@ class Skill:
     disable_model_invocation: bool = False
     #: False: not offered as `/name`.
     user_invocable: bool = True
-    #: Kept for later: the tool rules Claude Code pre-approves while the skill runs.
+    #: The tool rules Claude Code pre-approves while the skill runs (not honoured by keel: a
+    #: warning says so when the skill is loaded).
     allowed_tools: tuple[str, ...] = ()
     argument_hint: str = ""
 
@@ -533,6 +536,18 @@ def _skill(path: Path, doc: Document, warnings: list[str]) -> Skill:
             "no description in the frontmatter (it tells the model when to use the skill)",
             doc.key_lines.get("description"),
         )
+    allowed = tools_field(doc)
+    if allowed:
+        warnings.append(
+            f"{where(path, doc.key_lines.get('allowed-tools'))}: `allowed-tools` of a skill is "
+            f"not honoured by keel: the tools {name} needs ask as usual"
+        )
+    for key in UNSUPPORTED_SKILL_KEYS:
+        if key in doc.meta:
+            warnings.append(
+                f"{where(path, doc.key_lines.get(key))}: `{key}` in a skill is not supported by "
+                f"keel; {name} runs without it"
+            )
     return Skill(
         name=name,
         description=description,
@@ -540,7 +555,7 @@ def _skill(path: Path, doc: Document, warnings: list[str]) -> Skill:
         path=path,
         disable_model_invocation=flag_field(doc, "disable-model-invocation", False),
         user_invocable=flag_field(doc, "user-invocable", True),
-        allowed_tools=tools_field(doc),
+        allowed_tools=allowed,
         argument_hint=hint_field(doc),
     )
 
