@@ -183,6 +183,14 @@ async def test_a_sandboxed_server_writes_only_in_the_project(tmp_path: Path) -> 
         assert not outside.exists()
         # The same server unsandboxed does write there: the test can fail.
         assert await call_text(m, "free", "write", path=str(outside), text="x") == "written"
+        inner = int(await call_text(m, "boxed", "pid"))
+        boxed_pid = m.server("boxed").pid
+    # The server runs in its own pid namespace (it does not see its host pid), and nothing of
+    # it outlives the manager: bwrap is gone, and with it (--die-with-parent) the server.
+    assert boxed_pid is not None
+    assert inner != boxed_pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(boxed_pid, 0)
 
 
 @pytest.mark.asyncio
@@ -700,3 +708,22 @@ async def test_an_http_server_that_went_away_is_reconnected(
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_mcp_sampling_allow_only_from_the_users_own_settings(tmp_path: Path) -> None:
+    """The attack: a repository's settings turn on unattended sampling, so any server it
+    brings can spend the user's model in headless runs."""
+    from keel.config.settings import load_settings, user_config_dir
+
+    project = tmp_path / "repo"
+    write_json(project / ".keel" / "settings.json", {"mcp_sampling": "allow"})
+    shared = load_settings(project)
+    assert shared.mcp_sampling == "ask"
+    assert [w for w in shared.warnings if "mcp_sampling" in w] == [
+        f"{project / '.keel' / 'settings.json'}: mcp_sampling ignored: only your own settings "
+        "may allow sampling"
+    ]
+    write_json(user_config_dir() / "settings.json", {"mcp_sampling": "allow"})
+    assert load_settings(project).mcp_sampling == "allow"
+    write_json(project / ".keel" / "settings.json", {"mcp_sampling": "deny"})
+    assert load_settings(project).mcp_sampling == "deny"  # a project may tighten it
