@@ -875,3 +875,23 @@ def test_project_http_and_prompt_hooks_wait_for_approval_pinned_to_what_they_do(
     assert [h.kind for h in first.runnable({pin})] == ["http", "prompt"]
     assert project_hooks("http://127.0.0.1:9/b", "1").shared_hash() != pin  # another URL
     assert project_hooks("http://127.0.0.1:9/a", "2").shared_hash() != pin  # other headers
+
+
+def test_claude_code_hook_options_keel_does_not_honour_are_named(project: Path) -> None:
+    from keel.hooks.config import load_hooks
+
+    path = project / ".claude" / "settings.local.json"
+    hook = {
+        "type": "command",
+        "command": "true",
+        "async": True,
+        "if": "Bash(git *)",
+        "statusMessage": "x",
+    }
+    settings(path, {"PostToolUse": [{"matcher": "Bash", "hooks": [hook]}]})
+    config = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
+    assert config.warnings == [
+        f"{path}: hooks.PostToolUse[0].hooks[0]: async, if not supported by keel; the hook runs "
+        "on every match and keel waits for it"
+    ]
+    assert [h.command for h in config.hooks] == ["true"]

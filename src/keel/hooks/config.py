@@ -46,6 +46,9 @@ MAX_TIMEOUT = 86_400.0
 #: Handler types keel runs; Claude Code's others are reported.
 KINDS = ("command", "http", "prompt")
 CLAUDE_ONLY_KINDS = ("agent", "mcp_tool")
+#: Claude Code hook options keel does not honour (named in a warning; `statusMessage` is only
+#: cosmetic and accepted quietly).
+IGNORED_KEYS = ("async", "asyncRewake", "once", "if", "shell")
 
 Source = Literal["personal", "shared"]
 
@@ -190,6 +193,12 @@ def _hook(
     if kind == "http" and not re.match(r"https?://", value):
         w.append(f"{where}: url must start with http:// or https://; skipped")
         return
+    ignored = sorted(k for k in IGNORED_KEYS if k in hook)
+    if ignored:
+        w.append(
+            f"{where}: {', '.join(ignored)} not supported by keel; the hook runs on every match "
+            "and keel waits for it"
+        )
     default = PROMPT_TIMEOUT if kind == "prompt" else DEFAULT_TIMEOUT
     timeout = hook.get("timeout", default)
     if (
