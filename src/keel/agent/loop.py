@@ -521,14 +521,14 @@ class Agent:
             stop = "interrupted"
         except KeelError as exc:
             stop, error = "error", exc.one_line()
+        finally:
+            while self.after_turn:
+                self.after_turn.pop()()
         self._terminal(_TERMINAL[stop], error or "")
         s = self._state
         finished = TurnFinished(stop, s.last_text, s.usage, s.cost, s.turns, self.session_id, error)
         emit(finished)
         return RunResult.from_event(finished)
-        finally:
-            while self.after_turn:
-                self.after_turn.pop()()
 
     async def _begin(self, prompt: str, emit: Emit) -> TurnStop | None:
         _ = self.system  # fix the prefix for this context on its first prompt
