@@ -895,3 +895,29 @@ def test_claude_code_hook_options_keel_does_not_honour_are_named(project: Path) 
         "on every match and keel waits for it"
     ]
     assert [h.command for h in config.hooks] == ["true"]
+
+
+def test_a_guard_that_crashes_or_hangs_is_loud_end_to_end(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    """As in Claude Code, a PreToolUse hook that crashes or times out does not block; keel says
+    so on stderr, naming the hook, every time."""
+    crash = guard(
+        tmp_path,
+        "crash.py",
+        f"#!{sys.executable}\nimport json, sys\nraise SystemExit(json.load(sys.stdin)['nope'])\n",
+    )
+    hang = guard(tmp_path, "hang.sh", "#!/bin/bash\n(sleep 60; echo late) &\nsleep 60\n")
+    settings(
+        home / ".claude" / "settings.json",
+        {"PreToolUse": entry(str(crash), "Bash") + entry(str(hang), "Bash", timeout=1)},
+    )
+    start = time.monotonic()
+    results, stderr = run(project, tmp_path, {"name": "bash", "input": {"command": "echo ran"}})
+    assert time.monotonic() - start < 20
+    assert results == ["ran\n[exit code 0]"]
+    went_ahead = "(it could not block; the action went ahead)"
+    (crashed,) = [line for line in stderr.splitlines() if f"hook `{crash}`" in line]
+    assert f"PreToolUse hook `{crash}` exited with 1: Traceback" in crashed
+    assert crashed.endswith(went_ahead)
+    assert f"PreToolUse hook `{hang}` timed out after 1 s and was killed {went_ahead}" in stderr
