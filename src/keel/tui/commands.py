@@ -169,11 +169,10 @@ def context_text(agent: Agent, context: int) -> str:
     )
     auto = "on" if agent.auto_compact else "off (auto_compact: false)"
     lines += ["", f"Automatic compaction at {round(THRESHOLD * 100)}%: {auto}. `/compact` now."]
-    return "\n".join(lines)
     lines += _instruction_lines(agent)
+    return "\n".join(lines)
 
 
-def permissions_text(agent: Agent, saved_to: str) -> str:
 def _instruction_lines(agent: Agent) -> list[str]:
     """The instruction files in this context's system prompt (read from the prompt itself, so
     it is what the model has), their `@path` imports indented, and what was not followed."""
@@ -194,6 +193,7 @@ def _instruction_lines(agent: Agent) -> list[str]:
     return lines
 
 
+def permissions_text(agent: Agent, saved_to: str) -> str:
     gate = agent.gate
     if not isinstance(gate, PermissionGate):
         return "This agent has no permission gate: every tool call runs."
