@@ -96,14 +96,23 @@ def entry(command: str, matcher: str = "*", **extra: Any) -> list[dict[str, Any]
     return [{"matcher": matcher, "hooks": [{"type": "command", "command": command, **extra}]}]
 
 
-def run(project: Path, tmp_path: Path, *calls: dict[str, Any]) -> tuple[list[str], str]:
+def run(
+    project: Path, tmp_path: Path, *calls: dict[str, Any], args: tuple[str, ...] = ()
+) -> tuple[list[str], str]:
     """`keel -p` with a model that makes `calls` one by one: the tool results it got, and the
     notices and stderr."""
     turns: list[dict[str, object]] = [{"tool_calls": [c]} for c in calls]
     turns.append({"text": "done"})
     script = write_script(tmp_path / "script.json", turns)
     out = keel(
-        "-p", "go", "--model", f"scripted:{script}", "--output-format", "stream-json", cwd=project
+        "-p",
+        "go",
+        "--model",
+        f"scripted:{script}",
+        "--output-format",
+        "stream-json",
+        *args,
+        cwd=project,
     )
     assert out.returncode == 0, out.stderr
     events = [json.loads(line) for line in out.stdout.splitlines()]
@@ -187,13 +196,18 @@ def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_once_approved(
     settings(project / ".claude" / "settings.json", {"PreToolUse": entry(command, "Bash")})
     assert hook.exists()
     (project / "util.py").write_text("X = 2  # uncommitted work\n", encoding="utf-8")
-    call = {"name": "bash", "input": {"command": "git reset --hard", "sandbox": False}}
-    # Not approved yet: it does not run, and keel says so (the call itself needs permission).
-    _, stderr = run(project, tmp_path, call)
+    call = {"name": "bash", "input": {"command": "git reset --hard"}}
+    allowed = ("--allowed-tools", "Bash(git *)")  # the user allows git: only the guard stands
+    # Not approved yet: it does not run, and keel says so.
+    results, stderr = run(project, tmp_path, call, args=allowed)
     assert "1 project hook(s) are not approved and will not run" in stderr
+    (reset,) = results
+    assert reset.startswith("HEAD is now at ")
+    assert (project / "util.py").read_text(encoding="utf-8") == "X = 1\n"  # the work is gone
+    (project / "util.py").write_text("X = 2  # uncommitted work\n", encoding="utf-8")
     approved = keel("hooks", "approve", cwd=project)
     assert approved.returncode == 0, approved.stderr
-    results, _ = run(project, tmp_path, call)
+    results, _ = run(project, tmp_path, call, args=allowed)
     assert results == [
         "denied by a PreToolUse hook: git reset --hard destroys uncommitted work; blocked"
     ]
