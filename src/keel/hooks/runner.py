@@ -161,9 +161,16 @@ async def _run_http(hook: HookCommand, payload: bytes, env: Mapping[str, str]) -
     headers.setdefault("Content-Type", "application/json")
     try:
         async with asyncio.timeout(hook.timeout):
-            async with httpx.AsyncClient(timeout=hook.timeout) as client:
-                response = await client.post(hook.command, content=payload, headers=headers)
-                body = response.content[:MAX_OUTPUT].decode("utf-8", "replace")
+            async with (
+                httpx.AsyncClient(timeout=hook.timeout) as client,
+                client.stream("POST", hook.command, content=payload, headers=headers) as response,
+            ):
+                kept = _Bounded()  # a flood is cut, not held in memory
+                async for chunk in response.aiter_bytes():
+                    kept.feed(chunk)
+                    if len(kept.data) >= MAX_OUTPUT:
+                        break
+                body = kept.data.decode("utf-8", "replace")
     except TimeoutError:
         return HookRun(hook, None, "", "", timed_out=True)
     except httpx.HTTPError as exc:
