@@ -1019,3 +1019,34 @@ UNREADABLE = [
 @pytest.mark.parametrize(("pattern", "command", "found"), UNREADABLE)
 def test_unreadable_arguments(pattern: str, command: str, found: str | None) -> None:
     assert unreadable_arguments(pattern, command) == found
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "hash -p /bin/rm ls; ls x",
+        "mapfile -C 'rm x' -c 1 arr < f",
+        "compgen -C 'rm x' y",
+        "read PATH; ls",
+        "for PATH in .; do ls; done",
+        "declare -n p=PATH; p=.; ls",
+        "export $v; ls",
+        "alias $a; ls",
+    ],
+)
+def test_allow_rules_do_not_pass_lines_that_change_what_a_name_runs(line: str) -> None:
+    """Found while making deny rules fail closed: these ran unasked with allow rules for each
+    program; they now need approval like any line whose programs cannot be known."""
+    patterns = [
+        "hash *",
+        "ls *",
+        "ls",
+        "mapfile *",
+        "compgen *",
+        "read *",
+        "declare *",
+        "export *",
+        "alias *",
+    ]
+    assert not shell.rule_allows(patterns, line)
+    assert not shell.is_read_only(line)

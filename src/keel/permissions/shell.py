@@ -170,6 +170,8 @@ def rule_allows(patterns: Iterable[str], command: str) -> bool:
     out = _parse(command)
     if out.error is not None or out.reasons or not out.commands:
         return False
+    if opaque_reasons(command):
+        return False  # what runs is not what the rule read (`hash -p`, `mapfile -C`, `read PATH`)
     regexes = [_pattern_regex(p) for p in patterns]
     return all(any(re.fullmatch(r, c.text, re.DOTALL) for r in regexes) for c in out.commands)
 
@@ -237,7 +239,7 @@ def is_read_only(command: str) -> bool:
     out = _parse(command)
     if out.error is not None or out.reasons or not out.commands:
         return False
-    if out.compound or out.assignments or out.ops - {"|", "|&"}:
+    if out.compound or out.assignments or out.ops - {"|", "|&"} or opaque_reasons(command):
         return False
     return all(not c.nested and _is_read_only_command(c) for c in out.commands)
 
