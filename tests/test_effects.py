@@ -394,3 +394,43 @@ def test_fold_knows_which_unanswered_calls_have_an_unknown_outcome() -> None:
     assert state.unknown_outcome == [ToolStartedRecord("b", "bash", "r", "y")]
     assert state.pending is not None
     assert [c.id for c in state.pending.unanswered] == ["b"]
+
+
+def test_settings_add_commands_not_safe_to_repeat(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    """`unsafe_to_repeat` in the user's and the project's settings adds patterns (never removes
+    the defaults); a wrongly typed value is reported and skipped."""
+    user_dir = isolated_env / "config"
+    user_dir.mkdir(parents=True, exist_ok=True)
+    (user_dir / "settings.json").write_text('{"unsafe_to_repeat": ["./deploy.sh *"]}', "utf-8")
+    (project / ".keel").mkdir()
+    (project / ".keel" / "settings.json").write_text(
+        '{"unsafe_to_repeat": ["make release *"]}', "utf-8"
+    )
+    (project / ".keel" / "settings.local.json").write_text(
+        '{"unsafe_to_repeat": "git push *"}', "utf-8"
+    )
+    commands = ["./deploy.sh prod", "make release v2", "git push", "echo fine"]
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "bash", "input": {"command": c}} for c in commands]},
+            {"text": "Done."},
+        ],
+    )
+    out = keel(
+        "-p", "go", "--model", f"scripted:{script}", *MODE, cwd=project, env=UNSANDBOXED
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"{project / '.keel' / 'settings.local.json'}: unsafe_to_repeat must be a list of "
+        "strings; ignored"
+    ) in out.stderr
+    (path,) = session_files(isolated_env)
+    started = [
+        r.payload.summary
+        for r in read_records(path).records
+        if isinstance(r.payload, ToolStartedRecord)
+    ]
+    assert started == ["./deploy.sh prod", "make release v2", "git push"]

@@ -313,11 +313,9 @@ def test_a_resume_kills_what_the_killed_run_left_before_running_it_again(
         r.payload for r in read_records(path).records if isinstance(r.payload, ProcessRecord)
     ]
     assert (process.tool_use_id, process.boot_id) == ("toolu_scripted_000001", boot_id())
-    # --force with the sandbox: a killed sandboxed run leaves the sandbox's placeholders for
-    # missing protected paths (.mcp.json…) in the project, which changes the system prompt's
-    # fingerprint (reported to the sandbox's owner; not what this test is about).
-    force = ("--force",) if sandboxed else ()
-    out = crash_keel("resume", path.stem, *mode, *force, cwd=project, env=env)
+    # With the sandbox this also proves the placeholders of missing protected paths a killed
+    # run left are gone before the resume reads the project (else its fingerprint changes).
+    out = crash_keel("resume", path.stem, *mode, cwd=project, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "Done.\n"
     marks = (project / "marks").read_text(encoding="utf-8").splitlines()
@@ -463,3 +461,37 @@ def test_old_process_records_from_a_clean_run_are_not_reaped() -> None:
     ]
     state = fold([Record(i, "t", p) for i, p in enumerate(payloads, start=1)])  # type: ignore[arg-type]
     assert state.processes == [ProcessRecord("b", 4343, 2, "b")]
+
+
+def test_a_resume_also_kills_what_a_subagent_of_the_dead_run_left(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    """A subagent runs in its parent's process and journals to its own file (`<id>.agents/`):
+    its commands die with nothing else to stop them either."""
+    from keel.session.store import SessionLog
+
+    path = completed_session(project, tmp_path, isolated_env)
+    proc = spawn_group("sleep 30")
+    try:
+        started = start_time(proc.pid)
+        assert started is not None
+        child = SessionLog.create(
+            cwd=project,
+            model="scripted:x",
+            directory=path.with_name(f"{path.stem}.agents"),
+            parent=path.stem,
+            agent="general",
+        )
+        child.process("toolu_child", proc.pid, started, boot_id())
+        child.close()
+        out = keel("resume", path.stem, cwd=project)
+        assert out.returncode == 2  # the parent itself has nothing left to do
+        assert (
+            "keel: warning: stopped what the killed run left running for call toolu_child: "
+            f"process group {proc.pid} (pids {proc.pid})\n"
+        ) in out.stderr
+        proc.wait(5)
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()

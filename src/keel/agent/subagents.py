@@ -459,6 +459,7 @@ class Subagents:
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
         child.ctx.background = None
+        child.ctx.unsafe_to_repeat = parent.ctx.unsafe_to_repeat
         if cwd == parent.cwd:
             # The parent's sandbox, and its checkpoint store: the child's edits belong to the
             # parent's turn, and one /undo reverts both. A worktree child changes nothing here.

@@ -236,6 +236,8 @@ def build_agent(
         gate=gate,
     )
     agent.ctx.sandbox = sandbox
+    # Commands not safe to repeat after a crash: the defaults and what settings add.
+    agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
     agent.auto_compact = settings.auto_compact
     agent.hooks = build_hooks(cwd, gate, printer)
     if agent.hooks is not None:
@@ -547,7 +549,7 @@ async def open_session(
     gate checked). The caller closes the journal (the agent's `aclose` does)."""
     from keel.session.fold import FoldError, fold
     from keel.session.journal import Journal
-    from keel.session.resume import check_resume, reap
+    from keel.session.resume import check_resume, left_running, reap
     from keel.session.store import SessionLog
 
     journal, loaded = Journal.open(path)  # locks: one writer per session
@@ -601,7 +603,7 @@ async def open_session(
                 f"they are kept in {saved}"
             )
         )
-    for reaped in reap(state.processes):  # before anything runs again
+    for reaped in reap(left_running(path, state.processes)):  # before anything runs again
         printer(
             Notice(
                 f"stopped what the killed run left running for call {reaped.tool_use_id}: "

@@ -63,6 +63,7 @@ KNOWN_KEYS = frozenset(
         "hooks",
         "mcp_servers",
         "mcp_sampling",
+        "unsafe_to_repeat",
         # The model prompt hooks use when they name none (keel.hooks.model).
         "hooks_model",
         "$schema",
@@ -150,6 +151,9 @@ class Settings:
     mcp_sampling: str = "ask"
     #: The model `prompt` hooks ask when they name none ("" = the session's model).
     hooks_model: str = ""
+    #: Bash command patterns (`git push *`) not safe to run twice after a crash, beyond
+    #: keel.tools.effects' defaults. Every file only adds to them.
+    unsafe_to_repeat: list[str] = field(default_factory=list)
     #: Untrusted project files with entries that need approval (approved or not).
     pending: list[PendingFile] = field(default_factory=list)
     #: The status line command (the last file that sets one wins; a project's once approved).
@@ -271,6 +275,8 @@ class _Merge:
                 self.sandbox(value, where)
             elif key == "mcp_servers":
                 self.settings.mcp_servers.append((self.path, value))
+            elif key == "unsafe_to_repeat":
+                self.unsafe_to_repeat(value, where)
             elif key == "statusLine":
                 self.status_line(value)
             elif key in ("hooks", "$schema"):
@@ -322,6 +328,14 @@ class _Merge:
                 self.w.append(f"{where} ignored: only your own settings may allow sampling")
             else:
                 s.mcp_sampling = value
+
+    def unsafe_to_repeat(self, value: Any, where: str) -> None:
+        """More patterns of commands not safe to repeat; any file may add, none may remove."""
+        for pattern in _strings(value, where, self.w):
+            if not pattern.strip():
+                self.w.append(f"{where}: an empty pattern skipped")
+            elif pattern.strip() not in self.settings.unsafe_to_repeat:
+                self.settings.unsafe_to_repeat.append(pattern.strip())
 
     def budget(self, value: Any, where: str) -> None:
         s = self.settings

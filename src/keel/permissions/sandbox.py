@@ -376,7 +376,15 @@ class Placeholders:
         if not self._held:
             return
         os.close(self._held.pop())
-        fd = os.open(self.record, os.O_RDWR | os.O_CLOEXEC)
+        self.sweep()
+
+    def sweep(self) -> None:
+        """Remove the recorded placeholders still empty, unless a command holds them: run after
+        each command, and when a sandbox is made (a keel killed mid-command left its own)."""
+        try:
+            fd = os.open(self.record, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -448,6 +456,12 @@ class Sandbox:
     #: Home directories hidden inside (None: `DEFAULT_HIDDEN` under the home directory).
     hidden: tuple[Path, ...] | None = None
     _placeholders: Placeholders | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A keel killed while a command ran left that command's placeholders (an empty `.git`
+        # would make the project look like a repository): gone before anything reads the tree.
+        with contextlib.suppress(SandboxError, OSError):
+            Placeholders(self.policy().root).sweep()
 
     def policy(self) -> SandboxPolicy:
         return project_policy(

@@ -17,6 +17,7 @@ import functools
 import os
 import signal
 import time
+from pathlib import Path
 
 from keel.errors import UserError
 from keel.frozen import frozen
@@ -213,3 +214,21 @@ def reap(processes: list[ProcessRecord], *, wait: float = REAP_WAIT) -> list[Rea
         for key, tool_use_id in wanted.items()
         if victims.get(key)
     ]
+
+
+def left_running(path: Path, processes: list[ProcessRecord]) -> list[ProcessRecord]:
+    """What a dead run may have left running: `processes` (the session's own, since its last
+    terminal record) and those its subagents' sessions recorded since theirs (a subagent runs in
+    the parent's process, so it died with it). A subagent's file that is locked (written by a
+    live process) or unreadable is passed over."""
+    from keel.session.fold import FoldError, fold
+    from keel.session.index import child_sessions, is_locked
+    from keel.session.journal import read_records
+
+    out = list(processes)
+    for child in child_sessions(path):
+        if is_locked(child):
+            continue
+        with contextlib.suppress(UserError, FoldError, OSError):
+            out += fold(read_records(child).records).processes
+    return out
