@@ -9,12 +9,14 @@ every capability dropped and no nested user namespaces, so nothing can mount, un
 (as root too); its own pid namespace and session; no network unless allowed; killed with keel.
 
 The protected set (`PROTECTED`: `.keel`, `.claude`, `.git` apart from what `git add`/`commit`
-need, `.mcp.json`, `.vscode`, `.idea`, `.envrc`, shell rc files) is re-bound read-only whether or
-not each path exists: a missing one is held by an empty placeholder created on the host for the
-command and removed afterwards when still empty. A mount point cannot be renamed or removed
-(EBUSY), so nothing can be moved away and replaced. The environment is filtered by an allow list
-with deny patterns on top. A probe runs `echo ok` in it once per process: if bubblewrap is
-missing or cannot start here, keel says so once and bash falls back to asking.
+need, `.mcp.json`, `.vscode`, `.idea`, `.envrc`, shell rc files; plus a `core.hooksPath` inside
+the project) is re-bound read-only whether or not each path exists: a missing one is held by an
+empty placeholder created on the host for the command and removed afterwards when still empty.
+A mount point cannot be renamed or removed (EBUSY), and the directories between the root and a
+protected path are bound onto themselves, so nothing can be moved away and replaced. Listening
+host unix sockets elsewhere get /dev/null bound over them. The environment is filtered by an
+allow list with deny patterns on top. A probe runs `echo ok` in it once per process: if
+bubblewrap is missing or cannot start here, keel says so once and bash falls back to asking.
 
 This module must never widen what a command may do beyond the policy, and never leave a
 placeholder behind that it did not record.
@@ -89,7 +91,7 @@ _FILE_PLACEHOLDERS: dict[str, bytes] = {".git/commondir": b".\n", ".git/config.w
 _PRIVATE_DIRS = ("/tmp", "/run", "/var/run")
 
 
-class SandboxError(Exception):
+class SandboxError(RuntimeError):
     """The sandbox cannot run this command safely; the message says why, for the model."""
 
 
@@ -461,7 +463,7 @@ class Sandbox:
         # A keel killed while a command ran left that command's placeholders (an empty `.git`
         # would make the project look like a repository): gone before anything reads the tree.
         with contextlib.suppress(SandboxError, OSError):
-            Placeholders(self.policy().root).sweep()
+            Placeholders(self.root.resolve()).sweep()
 
     def policy(self) -> SandboxPolicy:
         return project_policy(
