@@ -34,6 +34,7 @@ _ENDINGS = {
     "hook_stopped": "stopped by a hook",
     "max_tokens": "the reply hit the output token limit",
     "refusal": "the model declined",
+    "unknown_outcome": "stopped: a call that is not safe to repeat has an unknown outcome",
 }
 
 
