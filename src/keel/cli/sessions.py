@@ -130,7 +130,10 @@ def _show(argv: list[str]) -> int:
         for line in describe(record):
             print(line)
     if loaded.repaired_bytes:
-        print(f"(a torn last record of {loaded.repaired_bytes} bytes follows; resume cuts it off)")
+        print(
+            f"(a torn last record of {loaded.repaired_bytes} bytes follows; a resume keeps it "
+            "beside the file and cuts it off)"
+        )
     _show_children(path, "")
     return 0
 
