@@ -314,7 +314,7 @@ def _between(root: Path, path: Path) -> list[Path]:
 
 def _lock_dir() -> Path:
     """A directory only this user can write, for the placeholder records."""
-    path = Path(tempfile.gettempdir()) / f"keel-sandbox-{os.getuid()}"
+    path = Path(tempfile.gettempdir()) / f"keel-placeholders-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700)
     info = path.lstat()
