@@ -284,3 +284,42 @@ def test_additional_directories(project: Path, tmp_path: Path, isolated_env: Pat
     assert out.returncode == 0, out.stderr
     assert results_by_tool(isolated_env)["write"] == f"Created {extra / 'n.md'} (1 lines)."
     assert (extra / "n.md").read_text(encoding="utf-8") == "x\n"
+
+
+def test_a_read_deny_rule_keeps_an_import_out_of_the_prompt(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    """A project CLAUDE.md that imports `@.env` does not bring the secret into the system prompt
+    when a deny rule forbids reading it (the attack: the rule guards the read tool, the import
+    would go around it)."""
+    from keel.agent.loop import Agent
+    from keel.llm.providers.scripted import ScriptedProvider
+
+    (project / ".env").write_text("SECRET=hunter2\n", encoding="utf-8")
+    (project / "CLAUDE.md").write_text("Project notes.\n\n@.env\n", encoding="utf-8")
+    shared = claude_settings(project / ".claude", {"permissions": {"deny": ["Read(./.env)"]}})
+    rules, _ = settings_rules([("Read(./.env)", str(shared))], "deny")
+    agent = Agent(
+        provider=ScriptedProvider([]),
+        model="scripted",
+        cwd=project,
+        gate=PermissionGate("default", project, project, rules),
+    )
+    assert "Project notes." in agent.system
+    assert "hunter2" not in agent.system
+    # Without the rule, the import is followed (Claude Code's behaviour).
+    open_agent = Agent(
+        provider=ScriptedProvider([]),
+        model="scripted",
+        cwd=project,
+        gate=PermissionGate("default", project, project, []),
+    )
+    assert "SECRET=hunter2" in open_agent.system
+    # Through keel -p the refusal is named on stderr.
+    script = write_script(tmp_path / "s.json", [{"text": "ok"}])
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"{project / 'CLAUDE.md'}: import @.env not followed: denied by rule read(./.env) "
+        f"({shared})" in out.stderr
+    )

@@ -289,8 +289,16 @@ class Agent:
                 today=self._today,
                 user_dir=user_config_dir(self.ctx.env),
                 extra_sections=self.extra_sections,
+                refuse=self.import_refusal,
             )
         return self._system
+
+    def import_refusal(self, path: Path) -> str | None:
+        """Why an instruction file may not import `path`: a deny rule for reading it."""
+        if not isinstance(self.gate, PermissionGate):
+            return None
+        rule = self.gate.deny_rule("read", {"path": str(path)})
+        return None if rule is None else f"denied by rule {rule} ({rule.source or 'settings'})"
 
     @property
     def messages(self) -> list[Message]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
 
@@ -141,9 +141,15 @@ def _top_level(cwd: Path, *, user_dir: Path | None, home: Path | None) -> list[t
 
 
 def load_instructions(
-    cwd: Path, *, user_dir: Path | None, home: Path | None = None
+    cwd: Path,
+    *,
+    user_dir: Path | None,
+    home: Path | None = None,
+    refuse: Callable[[Path], str | None] | None = None,
 ) -> Instructions:
-    """Every instruction file for `cwd` with its imports, in the order they are sent."""
+    """Every instruction file for `cwd` with its imports, in the order they are sent. `refuse`
+    says why a project file may not import a path (the permission gate's deny rules for `read`:
+    `Read(./.env)` keeps `@.env` out of the prompt too), or None."""
     project = (git_root(cwd) or cwd).resolve()
     home = home if home is not None else Path.home()
     files: list[InstructionFile] = []
@@ -183,6 +189,10 @@ def load_instructions(
                     f"{path}: import @{written} not followed: a project file may import only "
                     f"files inside the project ({project}); import it from ~/.claude/CLAUDE.md"
                 )
+                continue
+            why = refuse(target.resolve()) if refuse is not None and not own else None
+            if why is not None:
+                warnings.append(f"{path}: import @{written} not followed: {why}")
                 continue
             add(target, path, depth + 1, own, (*chain, key))
 
@@ -260,10 +270,12 @@ def build_system_prompt(
     user_dir: Path | None = None,
     home: Path | None = None,
     base: str = BASE_PROMPT,
+    refuse: Callable[[Path], str | None] | None = None,
 ) -> str:
     """The system prompt: `base` (who the agent is and how it works), the environment, the
-    instruction files with their imports, then `extra_sections`."""
+    instruction files with their imports (`refuse`: see `load_instructions`), then
+    `extra_sections`."""
     parts = [base, env_block(cwd, today=today)]
-    parts += load_instructions(cwd, user_dir=user_dir, home=home).sections()
+    parts += load_instructions(cwd, user_dir=user_dir, home=home, refuse=refuse).sections()
     parts += [s for s in extra_sections if s]
     return "\n\n".join(parts)

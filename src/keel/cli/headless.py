@@ -238,6 +238,7 @@ def build_agent(
     agent.ctx.sandbox = sandbox
     # Commands not safe to repeat after a crash: the defaults and what settings add.
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
+    agent.ctx.extra_roots = gate.extra_roots
     agent.auto_compact = settings.auto_compact
     agent.hooks = build_hooks(cwd, gate, printer)
     if agent.hooks is not None:
@@ -286,16 +287,24 @@ def build_gate(
     """The permission gate for a headless run (nobody to ask: what would ask is denied) and the
     bash sandbox, if it works here."""
     from keel.agent.prompt import git_root
-    from keel.permissions.rules import parse_rule
+    from keel.permissions.rules import parse_rule, settings_rules
 
-    rules = [parse_rule(text, "deny", source) for text, source in settings.deny]
-    rules += [parse_rule(text, "allow", source) for text, source in settings.allow]
+    rules = []
+    for parsed, warnings in (
+        settings_rules(settings.deny, "deny"),
+        settings_rules(settings.ask, "ask"),
+        settings_rules(settings.allow, "allow"),
+    ):
+        rules += parsed
+        for warning in warnings:
+            printer(Notice(warning, "warning"))
     rules += [
         parse_rule(t, "deny", "--disallowed-tools") for t in split_rules(args.disallowed_tools)
     ]
     rules += [parse_rule(t, "allow", "--allowed-tools") for t in split_rules(args.allowed_tools)]
     mode = parse_mode(args.mode or settings.default_mode or "default")
     root = git_root(cwd) or cwd
+    extra = tuple(path for path, _ in settings.additional_dirs)
     sandbox = None
     if settings.sandbox:
         from keel.permissions.sandbox import Sandbox, probe
@@ -303,11 +312,13 @@ def build_gate(
         result = probe()
         if result.ok:
             sandbox = Sandbox(root, network=settings.sandbox_network)
+            if extra:
+                sandbox.extra_writable = (*sandbox.extra_writable, *extra)
         else:
             printer(
                 Notice(f"no sandbox: {result.detail}; commands will need permission", "warning")
             )
-    gate = PermissionGate(mode, root, cwd, rules, sandboxed=sandbox is not None)
+    gate = PermissionGate(mode, root, cwd, rules, sandboxed=sandbox is not None, extra_roots=extra)
     return gate, sandbox
 
 
@@ -315,9 +326,9 @@ def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner
     """The hooks that may run here: personal ones, and the project's shared ones once approved
     (`keel hooks approve`); says what it skipped and what awaits approval."""
     from keel.config.settings import user_config_dir
+    from keel.config.trust import project_key
     from keel.hooks.config import approved_pins, load_hooks
     from keel.hooks.runner import HookRunner
-    from keel.session.store import project_key
 
     user_dir = user_config_dir()
     config = load_hooks(gate.root, keel_user_dir=user_dir)
@@ -405,7 +416,8 @@ def add_extensions(agent: Agent, printer: Printer) -> None:
         printer(Notice(warning, "warning"))
     from keel.agent.prompt import load_instructions  # imports of instruction files not followed
 
-    for warning in load_instructions(agent.cwd, user_dir=user_config_dir()).warnings:
+    loaded = load_instructions(agent.cwd, user_dir=user_config_dir(), refuse=agent.import_refusal)
+    for warning in loaded.warnings:
         printer(Notice(warning, "warning"))
     agent.skills, agent.commands = skills, commands
     if skills.model_invocable():
@@ -441,9 +453,10 @@ async def connect_mcp(
     ):
         return
     from keel.config.settings import user_config_dir
+    from keel.config.trust import project_key
     from keel.hooks.config import approved_pins
     from keel.mcp.config import load_servers
-    from keel.session.store import keel_home, project_key
+    from keel.session.store import keel_home
 
     servers, warnings = load_servers(root, settings.mcp_servers, agent.ctx.env, home=home)
     for warning in warnings:

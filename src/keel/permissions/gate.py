@@ -219,6 +219,10 @@ class PermissionGate:
         raw = str(args.get(WRITE_TOOLS[tool], ""))
         return refuse_write(raw, self.cwd, self.root, self.extra_roots)
 
+    def deny_rule(self, tool: str, args: dict[str, Any]) -> Rule | None:
+        """The deny rule that forbids this call, if any (nothing is recorded or asked)."""
+        return self._first("deny", tool, args)
+
     def _denied_by(self, tool: str, args: dict[str, Any]) -> Rule | None:
         return self._first("deny", tool, args)
 

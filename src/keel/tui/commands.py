@@ -44,6 +44,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("skills", "", "skills and custom commands", while_busy=True),
         Builtin("hooks", "[approve]", "hooks that run here; approve the project's"),
         Builtin("mcp", "[approve [name]]", "MCP servers and their tools; approve the project's"),
+        Builtin("trust", "[approve|revoke]", "what the project's files ask for; approve it"),
         Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
         Builtin("doctor", "", "check keys, settings, ripgrep and the sandbox", while_busy=True),
         Builtin("exit", "", "quit keel", while_busy=True),
@@ -188,7 +189,9 @@ def _instruction_lines(agent: Agent) -> list[str]:
     lines += [
         f"{'  - ' if via else '- '}`{path}`{' (import)' if via else ''}" for path, via in tags
     ]
-    loaded = load_instructions(agent.cwd, user_dir=user_config_dir(agent.ctx.env))
+    loaded = load_instructions(
+        agent.cwd, user_dir=user_config_dir(agent.ctx.env), refuse=agent.import_refusal
+    )
     lines += [f"- warning: {w}" for w in loaded.warnings]
     return lines
 
