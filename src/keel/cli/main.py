@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -295,6 +295,12 @@ def _skills(argv: list[str]) -> int:
     return skills(argv)
 
 
+def _trust(argv: list[str]) -> int:
+    from keel.cli.trust import trust
+
+    return trust(argv)
+
+
 def _models(argv: list[str]) -> int:
     from keel.cli.models import models
 
@@ -317,6 +323,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
     "hooks": _hooks,
     "mcp": _mcp,
+    "trust": _trust,
     "skills": _skills,
     "models": _models,
     "worktrees": _worktrees,

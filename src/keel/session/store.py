@@ -7,7 +7,6 @@ Layout: `<KEEL_HOME or the user data dir>/sessions/<project>-<hash8>/<id>.jsonl`
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import secrets
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from keel.config.trust import project_key as project_key  # re-exported: sessions are kept by project
 from keel.errors import UserError
 from keel.llm.messages import Message, ToolResult, Usage
 from keel.session.journal import Journal
@@ -49,12 +49,6 @@ def keel_home(env: Mapping[str, str] | None = None) -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("keel", appauthor=False))
-
-
-def project_key(cwd: Path) -> str:
-    resolved = str(cwd.resolve())
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(resolved).name) or "root"
-    return f"{name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
 
 
 def sessions_dir(cwd: Path, env: Mapping[str, str] | None = None) -> Path:

@@ -643,6 +643,15 @@ class Controller:
             raise UserError(f"/mcp {args}: unknown", hint="/mcp or /mcp approve [NAME]")
         self.show(Output(_mcp_text(self.agent), title="mcp"))
 
+    async def _cmd_trust(self, args: str) -> None:
+        words = args.split()
+        if words and words[0] not in ("list", "approve", "revoke"):
+            raise UserError(f"/trust {args}: unknown", hint="/trust, /trust approve, /trust revoke")
+        out = await self._keel("trust", *(words or ["list"]))
+        if words and words[0] != "list":
+            out += "\nThe change applies from the next fresh context (/clear)."
+        self.show(Output(out, "text", title="trust"))
+
     async def _keel(self, *argv: str) -> str:
         """The output of a `keel` subcommand run in this project (doctor, hooks, mcp approve)."""
         proc = await asyncio.create_subprocess_exec(

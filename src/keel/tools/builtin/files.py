@@ -56,7 +56,7 @@ def confine(ctx: ToolContext, raw: str) -> Path:
     """The absolute path `raw` names, refused unless it lies inside the project root after
     resolving symlinks and outside the protected locations: the tools hold the boundary
     themselves, whatever the permission gate decided."""
-    refusal = refuse_write(raw, ctx.cwd, ctx.root)
+    refusal = refuse_write(raw, ctx.cwd, ctx.root, ctx.extra_roots)
     if refusal is not None:
         raise ToolError(refusal)
     return ctx.resolve(raw).resolve()
