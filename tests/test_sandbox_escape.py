@@ -513,7 +513,8 @@ def test_placeholders_a_killed_keel_left_are_removed_by_the_next_command(place: 
     place.chown()
     killed = (
         "import os, sys; from pathlib import Path; from keel.permissions.sandbox import Sandbox; "
-        "Sandbox(Path(sys.argv[1])).argv(['true'], Path(sys.argv[1])); os._exit(9)"
+        "root = Path(sys.argv[1]); "
+        "Sandbox(root, tmpdir=root.parent / 'home').argv(['true'], root); os._exit(9)"
     )
     subprocess.run(
         [*place.prefix(), place.python, "-c", killed, str(place.root)],
