@@ -86,11 +86,12 @@ def test_demo_runs_offline_and_journals(project: Path, isolated_env: Path) -> No
         "assistant",
         "tool_result",
         "assistant",
+        "process",  # the bash command's process group, for a resume after a crash
         "tool_result",
         "assistant",
         "terminal",
     ]
-    bash_result = records[5].payload.result.text  # type: ignore[union-attr]
+    bash_result = records[6].payload.result.text  # type: ignore[union-attr]
     assert bash_result == " 1 ./util.py\n 5 ./app.py\n 6 total\n[exit code 0]"
 
 
