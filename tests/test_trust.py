@@ -394,3 +394,42 @@ def test_broken_settings_never_crash_a_run(project: Path) -> None:
     doctor = keel("doctor", cwd=project)
     assert "Traceback" not in doctor.stderr
     assert "max_turns must be at least 1" in doctor.stdout
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_sandbox_environment_settings(project: Path, isolated_env: Path) -> None:
+    """Your `sandbox.env_passthrough` lets a named secret in; `env_deny` keeps more out; a
+    project's passthrough waits for approval (it would hand your tokens to its commands)."""
+    from keel.permissions.sandbox import probe
+
+    if not probe().ok:
+        pytest.skip(f"no working sandbox: {probe().detail}")
+    script = project.parent / "s.json"
+    command = 'echo "${GITHUB_TOKEN:-none} ${EDITOR:-none} ${NPM_TOKEN:-none}" > seen.txt'
+    script.write_text(
+        json.dumps(
+            {
+                "model": "t",
+                "turns": [
+                    {"tool_calls": [{"name": "bash", "input": {"command": command}}]},
+                    {"text": "ok"},
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    env = {"GITHUB_TOKEN": "gh-secret", "EDITOR": "vim", "NPM_TOKEN": "npm-secret"}
+    hostile(project, {"sandbox": {"env_passthrough": ["NPM_TOKEN"]}})
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (project / "seen.txt").read_text(encoding="utf-8") == "none vim none\n"
+    assert "sandbox.env_passthrough" in out.stderr
+    user = isolated_env / "config" / "settings.json"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text(
+        json.dumps({"sandbox": {"env_passthrough": ["GITHUB_TOKEN"], "env_deny": ["EDIT*"]}}),
+        encoding="utf-8",
+    )
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (project / "seen.txt").read_text(encoding="utf-8") == "gh-secret none none\n"

@@ -307,11 +307,16 @@ def build_gate(
     extra = tuple(path for path, _ in settings.additional_dirs)
     sandbox = None
     if settings.sandbox:
-        from keel.permissions.sandbox import Sandbox, probe
+        from keel.permissions.sandbox import DEFAULT_ENV_DENY, Sandbox, probe
 
         result = probe()
         if result.ok:
-            sandbox = Sandbox(root, network=settings.sandbox_network)
+            sandbox = Sandbox(
+                root,
+                network=settings.sandbox_network,
+                env_deny=(*DEFAULT_ENV_DENY, *settings.sandbox_env_deny),
+                env_passthrough=settings.sandbox_env_passthrough,
+            )
             if extra:
                 sandbox.extra_writable = (*sandbox.extra_writable, *extra)
         else:

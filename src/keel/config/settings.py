@@ -82,7 +82,7 @@ CLAUDE_MODES = {
 #: Keys of Claude Code's settings files that keel reads elsewhere (hooks, the status line) or
 #: here (permissions); every other key is named in a warning.
 CLAUDE_KEYS = frozenset({"permissions", "hooks", "statusLine", "$schema"})
-SANDBOX_KEYS = frozenset({"enabled", "network"})
+SANDBOX_KEYS = frozenset({"enabled", "network", "env_passthrough", "env_deny"})
 PROVIDER_KEYS = frozenset(
     {"base_url", "api_key_env", "stall_timeout", "call_timeout", "wire", "num_ctx"}
 )
@@ -144,6 +144,10 @@ class Settings:
     auto_compact: bool = True
     sandbox: bool = True
     sandbox_network: bool = False
+    #: Variables sandboxed commands get by name, secrets included (yours only).
+    sandbox_env_passthrough: tuple[str, ...] = ()
+    #: More patterns of variables sandboxed commands never see.
+    sandbox_env_deny: tuple[str, ...] = ()
     files: list[Path] = field(default_factory=list)
     #: Each settings file's `mcp_servers` value as written, with its path (keel.mcp parses them).
     mcp_servers: list[tuple[Path, object]] = field(default_factory=list)
@@ -544,7 +548,14 @@ class _Merge:
             return
         for k, v in value.items():
             if k not in SANDBOX_KEYS:
-                w.append(f"{where}: unknown key {k!r} skipped (known: enabled, network)")
+                known = ", ".join(sorted(SANDBOX_KEYS))
+                w.append(f"{where}: unknown key {k!r} skipped (known: {known})")
+            elif k in ("env_passthrough", "env_deny"):
+                names = tuple(_strings(v, f"{where}.{k}", w))
+                if k == "env_deny":
+                    s.sandbox_env_deny += names
+                else:
+                    s.sandbox_env_passthrough += names
             elif not isinstance(v, bool):
                 w.append(f"{where}.{k} must be true or false; ignored")
             elif k == "enabled":

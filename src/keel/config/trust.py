@@ -154,6 +154,9 @@ def _sandbox(sandbox: dict[str, Any], gated: list[Gated]) -> dict[str, Any]:
     if rest.get("network") is True:
         why = "lets sandboxed commands reach the network"
         gated.append(Gated("sandbox.network", rest.pop("network"), why))
+    if "env_passthrough" in rest:
+        why = "passes these environment variables (secrets too) to sandboxed commands"
+        gated.append(Gated("sandbox.env_passthrough", rest.pop("env_passthrough"), why))
     return rest
 
 

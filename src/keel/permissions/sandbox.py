@@ -455,6 +455,8 @@ class Sandbox:
     tmpdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="keel-sandbox-")))
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
     env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
+    #: Variables passed in by name whatever the patterns say (`sandbox.env_passthrough`).
+    env_passthrough: tuple[str, ...] = ()
     #: Home directories hidden inside (None: `DEFAULT_HIDDEN` under the home directory).
     hidden: tuple[Path, ...] | None = None
     _placeholders: Placeholders | None = field(default=None, init=False, repr=False)
@@ -510,6 +512,7 @@ class Sandbox:
         private temp dir."""
         tmp = str(self.tmpdir)
         out = filter_env(env, allow=self.env_allow, deny=self.env_deny)
+        out.update((name, env[name]) for name in self.env_passthrough if name in env)
         return {**out, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, "KEEL_SANDBOX": "1"}
 
     def cleanup(self) -> None:
