@@ -433,3 +433,31 @@ def test_sandbox_environment_settings(project: Path, isolated_env: Path) -> None
     out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project, env=env)
     assert out.returncode == 0, out.stderr
     assert (project / "seen.txt").read_text(encoding="utf-8") == "gh-secret none none\n"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_a_command_line_the_sandbox_refuses_is_reported_not_crashed(
+    project: Path, isolated_env: Path
+) -> None:
+    """A slash command's !`cmd` that the sandbox refuses (a protected path is a symlink, which it
+    cannot hold in place) becomes a note in the prompt; the run goes on."""
+    from keel.permissions.sandbox import probe
+    from keel.session.journal import read_records
+    from keel.session.records import UserRecord
+
+    if not probe().ok:
+        pytest.skip(f"no working sandbox: {probe().detail}")
+    (project / ".vscode").symlink_to(project.parent)
+    commands = isolated_env / "user-home" / ".claude" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "hi.md").write_text("Say hi. !`echo hello`\n", encoding="utf-8")
+    script = project.parent / "s.json"
+    script.write_text(json.dumps({"model": "t", "turns": [{"text": "ok"}]}), encoding="utf-8")
+    out = keel("-p", "/hi", "--model", f"scripted:{script}", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    [path] = sorted(isolated_env.glob("sessions/*/*.jsonl"))
+    users = [r.payload for r in read_records(path).records if isinstance(r.payload, UserRecord)]
+    text = users[0].message.blocks[0].text  # type: ignore[union-attr]
+    assert text.startswith("Say hi. [not run: !`echo hello`: ")
+    assert ".vscode" in text

@@ -217,6 +217,7 @@ class CommandSet:
 
     async def _run(self, line: str, time_limit: float, sandbox: Sandbox | None) -> tuple[str, bool]:
         """(what replaces the substitution, whether the command finished in time)."""
+        from keel.tools.base import ToolError
         from keel.tools.builtin.shell import run_command  # lazily: it loads every built-in tool
 
         try:
@@ -225,6 +226,8 @@ class CommandSet:
             )
         except OSError as exc:
             return f"[not run: !`{line}` could not start ({exc.strerror})]", True
+        except ToolError as exc:  # the sandbox refused it (a protected path is a symlink…)
+            return f"[not run: !`{line}`: {exc}]", True
         if timed_out:
             return f"[timed out: !`{line}` did not finish in {time_limit:g} s]", False
         output = output.rstrip("\n")
