@@ -358,9 +358,11 @@ def test_other_builtin_tools_stay_repeatable(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("hints", "safe"),
     [
-        ({}, True),
+        ({}, False),  # the spec's default: not idempotent, so asked about after a crash
+        ({"destructive_hint": False}, False),  # harmless, but a second call may still add twice
         ({"destructive_hint": True}, False),
         ({"idempotent_hint": False}, False),
+        ({"destructive_hint": True, "idempotent_hint": True}, True),  # deleting twice is fine
         ({"destructive_hint": False, "idempotent_hint": True}, True),
         ({"read_only_hint": True, "destructive_hint": True}, True),  # read-only wins
     ],

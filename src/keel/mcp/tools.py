@@ -6,8 +6,9 @@ its arguments are checked against the server's `inputSchema` before the permissi
 its result becomes keel blocks (text, images within limits, notes for what the model cannot
 take). It counts as read-only only when the server says `readOnlyHint: true` and
 `openWorldHint: false` (the spec's default for `openWorldHint` is true). It is not safe to
-repeat after a crash (keel.tools.effects) when the server says `destructiveHint: true` or
-`idempotentHint: false` of a tool that is not read-only. The server's progress notifications
+repeat after a crash (keel.tools.effects) unless the server says `readOnlyHint: true` or
+`idempotentHint: true` (the spec's default for `idempotentHint` is false: an unannotated tool
+is asked about after a crash, never run again blindly). The server's progress notifications
 for a call go to `McpManager.on_tool_progress` with the keel call's id (the tool card shows the
 latest). When a connected server offers resources, two read-only tools list and read them
 (`list_mcp_resources`, `read_mcp_resource`).
@@ -109,9 +110,9 @@ class McpTool:
         if len(description) > MAX_DESCRIPTION:
             description = description[: MAX_DESCRIPTION - 1] + "…"
         read_only = remote.read_only_hint is True and remote.open_world_hint is False
-        repeat_safe = remote.read_only_hint is True or not (
-            remote.destructive_hint is True or remote.idempotent_hint is False
-        )
+        # The spec's defaults: a tool is not idempotent unless it says so. Failing closed, an
+        # unannotated call cut off by a crash is asked about rather than run again blindly.
+        repeat_safe = remote.read_only_hint is True or remote.idempotent_hint is True
         return cls(name, description, schema, read_only, server, remote.name, manager, repeat_safe)
 
     def validate(self, args: Any) -> str | None:
