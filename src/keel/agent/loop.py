@@ -219,6 +219,7 @@ class Agent:
         self._runner = ToolRunner(self.registry, self.ctx, self.gate)
         self._task: asyncio.Task[Any] | None = None
         self._interrupt_requested = False
+        self._interrupt_detail = ""
         self._suspend_requested = False
         self._state = _TurnState()
         #: A tool batch left half-answered (by a suspend, or found in a resumed session).
@@ -392,6 +393,7 @@ class Agent:
         self._task = asyncio.current_task()
         self._emit = emit
         self._interrupt_requested = False
+        self._interrupt_detail = ""
         self._suspend_requested = False
         try:
             return await self._drive(prompt, emit)
@@ -445,11 +447,13 @@ class Agent:
         if self._task is not None and not self._task.done():
             self._suspend_requested = True
 
-    def interrupt(self) -> None:
+    def interrupt(self, detail: str = "") -> None:
         """Cancel the running prompt: partial text is kept with a mark, tool calls that have not
-        finished get `interrupted by user` results, and the prompt ends with `interrupted`."""
+        finished get `interrupted by user` results, and the prompt ends with `interrupted`.
+        `detail` (who stopped it, e.g. "output closed") goes into the terminal record."""
         if self._task is not None and not self._task.done():
             self._interrupt_requested = True
+            self._interrupt_detail = detail
             self._task.cancel()
 
     async def aclose(self, reason: str = "exit") -> None:
@@ -532,7 +536,8 @@ class Agent:
         finally:
             while self.after_turn:
                 self.after_turn.pop()()
-        self._terminal(_TERMINAL[stop], error or "")
+        detail = self._interrupt_detail if stop == "interrupted" else ""
+        self._terminal(_TERMINAL[stop], error or detail)
         s = self._state
         finished = TurnFinished(stop, s.last_text, s.usage, s.cost, s.turns, self.session_id, error)
         emit(finished)
