@@ -581,3 +581,134 @@ async def test_a_subagents_tool_calls_show_under_the_task(project: Path) -> None
         cards = [(c.tool_name, c.state) for c in app.query(ToolCard)]
         assert cards == [("task", "done")]
         assert [r.text for r in app.query(ReplyWidget)][-1] == "The helper found X = 1."
+
+
+# -- the first hour's paper cuts (issue 14) ----------------------------------------------------
+
+
+async def test_quit_quits_and_an_unknown_command_suggests_the_closest(project: Path) -> None:
+    command = project / ".claude" / "commands" / "greet.md"
+    command.parent.mkdir(parents=True)
+    command.write_text("---\ndescription: say hello\n---\nSay hello.\n")
+    controller = await make_controller(project, scripted())
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        for typo in ("/quti", "/hlep", "/gret", "/nonsense"):
+            await send(pilot, app, typo)
+            await settle(pilot, app)
+        errors = [(o.kind, o.text) for o in app.query(CommandOutput)]
+        hint = (
+            " (hint: /help lists commands; to send a line starting with /, start it with a space)"
+        )
+        assert errors == [
+            ("error", "unknown command /quti: did you mean /quit?" + hint),
+            ("error", "unknown command /hlep: did you mean /help?" + hint),
+            ("error", "unknown command /gret: did you mean /greet?" + hint),  # a custom command
+            ("error", "unknown command /nonsense" + hint),  # nothing close: no guess
+        ]
+        assert not quitting(controller)
+        await send(pilot, app, "/quit")
+        await pilot.pause()
+        assert quitting(controller)
+    assert app.return_value == 0
+    assert "- `/quit`: quit keel (the same as /exit)" in help_text_of(controller)
+
+
+def quitting(controller: Controller) -> bool:
+    return controller.exited
+
+
+def help_text_of(controller: Controller) -> str:
+    from keel.tui.commands import help_text
+
+    return help_text(controller.agent)
+
+
+def at_bottom(app: KeelApp) -> bool:
+    transcript = app.transcript
+    return transcript.max_scroll_y > 0 and transcript.scroll_y >= transcript.max_scroll_y - 1
+
+
+async def test_after_help_and_ctrl_o_the_transcript_still_follows_new_output(
+    project: Path,
+) -> None:
+    # The bug: Ctrl+O toggles every fold, and Textual scrolls each toggled fold into view; with
+    # /help's long box below them that scrolled the transcript up, which stopped it following.
+    long_answer = "\n\n".join(f"Paragraph {i} of the answer." for i in range(40))
+    provider = HangingProvider(
+        reply("", ("read", {"path": "app.py"}), thinking="Look at app.py first."),
+        reply("Read it."),
+        Hang(long_answer),
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "read app.py")
+        await settle(pilot, app)
+        assert len(app.transcript.query(Collapsible)) == 2  # the thinking and the output
+        await send(pilot, app, "/help")
+        await settle(pilot, app)
+        await pilot.pause(0.3)
+        assert at_bottom(app)
+        await pilot.press("ctrl+o")
+        await pilot.pause(0.3)
+        assert not any(f.collapsed for f in app.transcript.query(Collapsible))
+        assert at_bottom(app), (app.transcript.scroll_y, app.transcript.max_scroll_y)
+        await send(pilot, app, "tell me everything")
+        await asyncio.wait_for(provider.streaming.wait(), 5)
+        await pilot.pause(0.5)
+        assert [r.text for r in app.query(ReplyWidget)][-1] == long_answer
+        assert app.transcript.following
+        assert at_bottom(app), (app.transcript.scroll_y, app.transcript.max_scroll_y)
+        await pilot.press("escape")
+        await settle(pilot, app)
+
+
+async def test_mode_changes_before_a_prompt_are_one_note_with_the_final_mode(
+    project: Path,
+) -> None:
+    provider = scripted(reply("One."), reply("Two."), reply("Three."))
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(6):  # twice round default → accept-edits → plan: back to default
+            await pilot.press("shift+tab")
+        await pilot.pause()
+        assert controller.status().mode == "default"
+        await send(pilot, app, "first")
+        await settle(pilot, app)
+        for _ in range(4):  # accept-edits, plan, default, accept-edits
+            await pilot.press("shift+tab")
+        await pilot.pause()
+        await send(pilot, app, "second")
+        await settle(pilot, app)
+        await send(pilot, app, "third")  # nothing changed since: no note
+        await settle(pilot, app)
+    assert [sent_text(r) for r in provider.requests] == [
+        "first",
+        "<system-note>\nThe permission mode is now accept-edits.\n</system-note>\n\nsecond",
+        "third",
+    ]
+
+
+async def test_an_interrupted_tool_card_shows_how_long_it_ran(project: Path) -> None:
+    provider = scripted(reply("Waiting.", ("bash", {"command": "sleep 30", "description": "w"})))
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "wait a while")
+        for _ in range(100):
+            card = app.query(ToolCard)
+            if card and card.first().state == "running":
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(1.2)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        shown = app.query_one(ToolCard)
+        assert shown.state == "error"
+        assert shown.seconds is not None
+        assert 1.0 <= shown.seconds < 5
+        header = str(shown.header.render())
+        assert header.splitlines()[0].startswith("✗ bash  sleep 30  1.")
+        assert "0.0s" not in header

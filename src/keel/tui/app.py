@@ -61,6 +61,7 @@ from keel.tui.widgets import (
     Activity,
     CommandOutput,
     Completions,
+    Fold,
     NoticeLine,
     PromptInput,
     Reply,
@@ -602,7 +603,10 @@ class KeelApp(App[int]):
     def action_toggle_details(self) -> None:
         self._expanded = not self._expanded
         for collapsible in self.transcript.query(Collapsible):
-            collapsible.collapsed = not self._expanded
+            if isinstance(collapsible, Fold):
+                collapsible.fold(not self._expanded)  # a transcript that follows goes on
+            else:
+                collapsible.collapsed = not self._expanded
 
     def action_scroll_transcript(self, direction: int) -> None:
         if direction < 0:

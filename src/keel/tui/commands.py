@@ -6,7 +6,9 @@ prompt or changes anything.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from keel.agent.compaction import THRESHOLD, estimate_tokens
@@ -48,6 +50,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
         Builtin("doctor", "", "check keys, settings, ripgrep and the sandbox", while_busy=True),
         Builtin("exit", "", "quit keel", while_busy=True),
+        Builtin("quit", "", "quit keel (the same as /exit)", while_busy=True),
     )
 }
 
@@ -71,6 +74,13 @@ def parse_command(line: str) -> tuple[str, str] | None:
     prompt, not a command)."""
     m = _NAME.fullmatch(line.strip())
     return (m.group(1), (m.group(2) or "").strip()) if m else None
+
+
+def closest(name: str, names: Iterable[str]) -> str | None:
+    """The known command name most like `name` (a typo's likely meaning), or None when none is
+    close enough to suggest."""
+    found = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 def extension_names(agent: Agent) -> dict[str, str]:
@@ -242,6 +252,7 @@ __all__ = [
     "BUILTINS",
     "KEYS",
     "Builtin",
+    "closest",
     "context_text",
     "cost_text",
     "extension_names",

@@ -486,9 +486,12 @@ class Controller:
             if name in cmds.BUILTINS:
                 await self._command(name, args)
                 return
-            if name not in cmds.extension_names(self.agent):
+            extensions = cmds.extension_names(self.agent)
+            if name not in extensions:
+                close = cmds.closest(name, [*cmds.BUILTINS, *extensions])
+                guess = f": did you mean /{close}?" if close else ""
                 raise UserError(
-                    f"unknown command /{name}",
+                    f"unknown command /{name}{guess}",
                     hint="/help lists commands; to send a line starting with /, start it with a space",
                 )
         await self.run_prompt(text.strip("\n").rstrip())
@@ -602,6 +605,8 @@ class Controller:
     async def _cmd_exit(self, args: str) -> None:
         self.exited = True
         self._ui.exit()
+
+    _cmd_quit = _cmd_exit
 
     async def _cmd_cost(self, args: str) -> None:
         self.show(Output(cmds.cost_text(self.agent, self.context), title="cost"))

@@ -94,7 +94,32 @@ class Reply(Markdown):
         await self.append(text)
 
 
-class ThinkingBlock(Collapsible):
+class Fold(Collapsible):
+    """A fold that keel itself opens or closes (Ctrl+O, a thinking block that finished) without
+    scrolling to it. Textual scrolls a toggled `Collapsible` into view; toggled by keel, that
+    moved the transcript off its end (to the last fold above a long `/help`), and a transcript
+    off its end stops following new output. A click on the title still scrolls, as usual."""
+
+    def __init__(self, *children: Any, **kwargs: Any) -> None:
+        super().__init__(*children, **kwargs)
+        self._quiet = 0
+
+    def fold(self, collapsed: bool) -> None:
+        """Open (False) or close (True) without scrolling the transcript."""
+        if self.collapsed == collapsed:
+            return
+        if self.is_mounted:  # only a mounted fold schedules the scroll to skip
+            self._quiet += 1
+        self.collapsed = collapsed
+
+    def scroll_visible(self, *args: Any, **kwargs: Any) -> None:
+        if self._quiet:
+            self._quiet -= 1
+            return
+        super().scroll_visible(*args, **kwargs)
+
+
+class ThinkingBlock(Fold):
     """The model's thinking: dimmed, open while it streams, folded once the reply goes on."""
 
     def __init__(self, text: str = "", *, streaming: bool = True) -> None:
@@ -111,7 +136,7 @@ class ThinkingBlock(Collapsible):
     def finish(self) -> None:
         seconds = time.monotonic() - self.started
         self.title = f"Thought for {duration(seconds)}"
-        self.collapsed = True
+        self.fold(True)
 
 
 class ToolCard(Vertical):
@@ -129,7 +154,7 @@ class ToolCard(Vertical):
         #: The latest progress a running tool reported (an MCP server's notification).
         self.progress = ""
         self.header = Static(classes="tool-header")
-        self.output: Collapsible | None = None
+        self.output: Fold | None = None
         self.started: float | None = None
         self._render_header()
 
@@ -154,6 +179,9 @@ class ToolCard(Vertical):
         self._render_header()
 
     def finish(self, text: str, is_error: bool, seconds: float, display: str | None) -> None:
+        if seconds <= 0 and self.started is not None:
+            # A call cut off (Esc) is reported without a duration: it ran from its start to now.
+            seconds = time.monotonic() - self.started
         self.state = "error" if is_error else "done"
         self.seconds = seconds
         first = text.strip().splitlines()[0] if text.strip() else ""
@@ -170,9 +198,7 @@ class ToolCard(Vertical):
             title, collapsed = f"output ({lines} line{'s' if lines != 1 else ''})", True
         if lines <= 1 and not display:
             return  # the summary already shows it all
-        self.output = Collapsible(
-            Static(body, classes="tool-output"), title=title, collapsed=collapsed
-        )
+        self.output = Fold(Static(body, classes="tool-output"), title=title, collapsed=collapsed)
         self.mount(self.output)
 
     def _render_header(self) -> None:
@@ -493,6 +519,7 @@ __all__ = [
     "Activity",
     "CommandOutput",
     "Completions",
+    "Fold",
     "NoticeLine",
     "PromptInput",
     "Reply",
