@@ -212,6 +212,9 @@ class Agent:
         self._system: str | None = None
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
+        #: The permission mode the model last heard of, and whether the user changed it since.
+        self._mode_heard: Mode | None = None
+        self._mode_changed = False
         self._unit_label: str | None = None
         self.gate: Gate = gate or AllowAll()
         if isinstance(self.gate, PermissionGate) and self.gate.record is None:
@@ -352,12 +355,23 @@ class Agent:
 
     def set_mode(self, mode: Mode) -> None:
         """Change the permission mode; the model learns of it with the next prompt (the prompt
-        prefix is not touched)."""
+        prefix is not touched), in one note that carries the mode it is then in: changes in
+        between are not notes of their own, and a mode back where it was is no note at all."""
         if not isinstance(self.gate, PermissionGate):
             raise UserError("this agent has no permission gate to change the mode of")
-        if mode != self.gate.mode:
-            self.gate.mode = mode
-            self._notes.append(f"The permission mode is now {mode}.")
+        if self._mode_heard is None:
+            self._mode_heard = self.gate.mode
+        self.gate.mode = mode
+        self._mode_changed = True
+
+    def _mode_note(self) -> None:
+        """Queue the note of the user's mode changes since the last prompt, if they add up to a
+        change (a plan approval the model asked for needs none: it knows)."""
+        if not isinstance(self.gate, PermissionGate):
+            return
+        if self._mode_changed and self.gate.mode != self._mode_heard:
+            self._notes.append(f"The permission mode is now {self.gate.mode}.")
+        self._mode_heard, self._mode_changed = self.gate.mode, False
 
     def add_tools(self, tools: Iterable[Tool]) -> None:
         """Offer more tools (skills, MCP servers' tools). The tool definitions open every request,
@@ -549,6 +563,7 @@ class Agent:
             return stop
         self._begin_unit(prompt, emit)
         await self._maybe_compact(emit, mid_turn=False)
+        self._mode_note()
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
         text = await self._expand(prompt, emit)
