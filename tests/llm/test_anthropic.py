@@ -666,7 +666,8 @@ async def test_decode_ignores_what_the_neutral_model_cannot_hold() -> None:
         START,
         sse("ping", {"type": "ping"}),
         block_start(
-            0, {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
+            0,
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "code_execution", "input": {}},
         ),
         block_delta(0, {"type": "input_json_delta", "partial_json": '{"query": "x"}'}),
         sse("content_block_stop", {"type": "content_block_stop", "index": 0}),

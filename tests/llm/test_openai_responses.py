@@ -654,9 +654,9 @@ async def test_summary_parts_unknown_events_and_the_final_item(canned: Canned) -
         ev(
             "response.output_item.added",
             output_index=1,
-            item={"id": "ws_1", "type": "web_search_call"},
+            item={"id": "fs_1", "type": "file_search_call"},
         ),
-        completed(reasoning, {"id": "ws_1", "type": "web_search_call"}),
+        completed(reasoning, {"id": "fs_1", "type": "file_search_call"}),
     )
     assert error is None
     assert seen == [

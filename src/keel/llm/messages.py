@@ -3,7 +3,8 @@
 This module owns messages, content blocks, usage and their versioned JSON form (the journal stores
 exactly this form). It must never import a provider, an HTTP library or anything above `keel.llm`.
 Provider-specific data lives in named fields (a thinking block's `signature`, a tool call's
-`signature`), never smuggled into ids or text, so every adapter can replay what it produced.
+`signature`, a search result's `encrypted_content`), never smuggled into ids or text, so every
+adapter can replay what it produced.
 """
 
 from __future__ import annotations
@@ -16,15 +17,71 @@ from keel.errors import UserError
 from keel.frozen import frozen
 
 #: Version of the serialised message form. Bump it and add a migration in `_MIGRATIONS` when the
-#: shape changes; `message_from_json` reads every older version.
-MESSAGE_FORMAT = 1
+#: shape changes; `message_from_json` reads every older version. A message is written with the
+#: lowest version that holds it (`_version`), so a session without web searches stays readable
+#: by a keel that predates them. 2: `web_search` blocks and citations on text.
+MESSAGE_FORMAT = 2
 
 Role: TypeAlias = Literal["user", "assistant"]
 
 
 @frozen
+class Citation:
+    """A source a provider's answer cites (a web search result). `source` names the provider
+    family that produced it; adapters replay only their own.
+
+    `encrypted_index` is Anthropic's opaque pointer into its search results (it goes back byte for
+    byte); `start`/`end` locate the cited span in the text block (OpenAI's `start_index` and
+    `end_index`, Gemini's segment), -1 when the provider gave none.
+    """
+
+    url: str
+    title: str = ""
+    cited_text: str = ""
+    encrypted_index: str = ""
+    start: int = -1
+    end: int = -1
+    source: str = ""
+
+
+@frozen
 class Text:
     text: str
+    citations: tuple[Citation, ...] = ()
+
+
+@frozen
+class SearchResult:
+    """One page a web search found. `encrypted_content` is Anthropic's opaque copy of the page,
+    which must go back byte for byte for the model to cite it later."""
+
+    url: str
+    title: str = ""
+    page_age: str = ""
+    encrypted_content: str = ""
+
+
+@frozen
+class WebSearch:
+    """A web search the provider ran on its side (keel executes nothing): the call and its results
+    in one block. Anthropic's `server_tool_use` + `web_search_tool_result`, OpenAI's
+    `web_search_call`, Gemini's grounding queries.
+
+    `status` is `completed`, `failed` (`error` holds the provider's code) or `in_progress` (the
+    reply stopped before the results came). `action` is `search`, or OpenAI's `open_page` and
+    `find_in_page` (with `url` and `pattern`). `source` names the provider family that ran it;
+    only that family's adapter sends it back.
+    """
+
+    id: str
+    query: str = ""
+    results: tuple[SearchResult, ...] = ()
+    status: str = "completed"
+    error: str = ""
+    source: str = ""
+    action: str = "search"
+    url: str = ""
+    pattern: str = ""
 
 
 @frozen
@@ -72,7 +129,7 @@ class ToolResult:
         return "\n".join(b.text for b in self.content if isinstance(b, Text))
 
 
-Block: TypeAlias = Text | Thinking | ToolUse | ToolResult | Image
+Block: TypeAlias = Text | Thinking | ToolUse | ToolResult | Image | WebSearch
 
 
 @frozen
@@ -95,6 +152,23 @@ class Message:
     @property
     def tool_results(self) -> list[ToolResult]:
         return [b for b in self.blocks if isinstance(b, ToolResult)]
+
+    @property
+    def web_searches(self) -> list[WebSearch]:
+        return [b for b in self.blocks if isinstance(b, WebSearch)]
+
+    @property
+    def citations(self) -> list[Citation]:
+        """Every source the text cites, first citation of each URL only, in order."""
+        seen: set[str] = set()
+        out: list[Citation] = []
+        for block in self.blocks:
+            if isinstance(block, Text):
+                for citation in block.citations:
+                    if citation.url not in seen:
+                        seen.add(citation.url)
+                        out.append(citation)
+        return out
 
 
 def user(*parts: str | Block) -> Message:
@@ -130,6 +204,8 @@ class Usage:
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    #: Searches the provider ran server-side (billed per search, not per token).
+    web_searches: int = 0
 
     @property
     def total(self) -> int:
@@ -146,15 +222,19 @@ class Usage:
             self.output + other.output,
             self.cache_read + other.cache_read,
             self.cache_write + other.cache_write,
+            self.web_searches + other.web_searches,
         )
 
     def to_json(self) -> dict[str, int]:
-        return {
+        out = {
             "input": self.input,
             "output": self.output,
             "cache_read": self.cache_read,
             "cache_write": self.cache_write,
         }
+        if self.web_searches:
+            out["web_searches"] = self.web_searches
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Usage:
@@ -163,6 +243,7 @@ class Usage:
             int(data.get("output", 0)),
             int(data.get("cache_read", 0)),
             int(data.get("cache_write", 0)),
+            int(data.get("web_searches", 0)),
         )
 
 
@@ -198,8 +279,10 @@ class Conversation:
 
 def block_to_json(block: Block) -> dict[str, Any]:
     match block:
-        case Text(text):
-            return {"type": "text", "text": text}
+        case Text():
+            return _text_json(block)
+        case WebSearch():
+            return _web_search_json(block)
         case Thinking(text, signature, redacted, source, item_id):
             out: dict[str, Any] = {"type": "thinking", "text": text}
             if signature:
@@ -232,8 +315,97 @@ def block_to_json(block: Block) -> dict[str, Any]:
     raise TypeError(f"not a content block: {block!r}")
 
 
+def _text_json(block: Text) -> dict[str, Any]:
+    if not block.citations:
+        return {"type": "text", "text": block.text}
+    return {
+        "type": "text",
+        "text": block.text,
+        "citations": [_citation(c) for c in block.citations],
+    }
+
+
+def _citation(c: Citation) -> dict[str, Any]:
+    out: dict[str, Any] = {"url": c.url}
+    for key, value in (
+        ("title", c.title),
+        ("cited_text", c.cited_text),
+        ("encrypted_index", c.encrypted_index),
+        ("source", c.source),
+    ):
+        if value:
+            out[key] = value
+    if c.start >= 0:
+        out["start"] = c.start
+    if c.end >= 0:
+        out["end"] = c.end
+    return out
+
+
+def _web_search_json(b: WebSearch) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "web_search", "id": b.id}
+    if b.query:
+        out["query"] = b.query
+    results = []
+    for r in b.results:
+        item: dict[str, Any] = {"url": r.url}
+        for key, value in (
+            ("title", r.title),
+            ("page_age", r.page_age),
+            ("encrypted_content", r.encrypted_content),
+        ):
+            if value:
+                item[key] = value
+        results.append(item)
+    out["results"] = results
+    out["status"] = b.status
+    for key, value in (
+        ("error", b.error),
+        ("source", b.source),
+        ("url", b.url),
+        ("pattern", b.pattern),
+    ):
+        if value:
+            out[key] = value
+    if b.action != "search":
+        out["action"] = b.action
+    return out
+
+
 def _text(d: dict[str, Any]) -> Block:
-    return Text(d["text"])
+    citations = tuple(
+        Citation(
+            c["url"],
+            c.get("title", ""),
+            c.get("cited_text", ""),
+            c.get("encrypted_index", ""),
+            int(c.get("start", -1)),
+            int(c.get("end", -1)),
+            c.get("source", ""),
+        )
+        for c in d.get("citations", ())
+    )
+    return Text(d["text"], citations)
+
+
+def _web_search(d: dict[str, Any]) -> Block:
+    results = tuple(
+        SearchResult(
+            r["url"], r.get("title", ""), r.get("page_age", ""), r.get("encrypted_content", "")
+        )
+        for r in d.get("results", ())
+    )
+    return WebSearch(
+        d["id"],
+        d.get("query", ""),
+        results,
+        d.get("status", "completed"),
+        d.get("error", ""),
+        d.get("source", ""),
+        d.get("action", "search"),
+        d.get("url", ""),
+        d.get("pattern", ""),
+    )
 
 
 def _thinking(d: dict[str, Any]) -> Block:
@@ -272,6 +444,7 @@ _BLOCK_READERS = {
     "tool_use": _tool_use,
     "tool_result": _tool_result,
     "image": _image,
+    "web_search": _web_search,
 }
 
 
@@ -282,9 +455,17 @@ def block_from_json(data: dict[str, Any]) -> Block:
     return reader(data)
 
 
+def _version(message: Message) -> int:
+    """The lowest format that holds `message`: 2 only for web searches and citations."""
+    for block in message.blocks:
+        if isinstance(block, WebSearch) or (isinstance(block, Text) and block.citations):
+            return 2
+    return 1
+
+
 def message_to_json(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "v": MESSAGE_FORMAT,
+        "v": _version(message),
         "role": message.role,
         "content": [block_to_json(b) for b in message.blocks],
     }
@@ -303,7 +484,12 @@ def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-_MIGRATIONS = {0: _migrate_0_to_1}
+def _migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 only added block types and fields: every format 1 message is a format 2 one."""
+    return {**data, "v": 2}
+
+
+_MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
 
 
 def message_from_json(data: dict[str, Any]) -> Message:

@@ -21,11 +21,29 @@ class ToolSpec:
 
 
 @frozen
+class WebSearchOptions:
+    """The provider's own server-side web search, offered with the tools (Anthropic's
+    `web_search` tool, OpenAI's `web_search`, Gemini's `google_search` grounding). keel runs
+    nothing: the provider searches and the reply carries `WebSearch` blocks and citations.
+    Fixed per context, like the tools, since it is part of the prompt prefix.
+
+    `max_uses` caps searches per request (Anthropic only; None: the provider's default).
+    `allowed_domains` / `blocked_domains` narrow the results where the provider can (Anthropic
+    takes one or the other, OpenAI only allowed ones, Gemini only blocked ones)."""
+
+    max_uses: int | None = None
+    allowed_domains: tuple[str, ...] = ()
+    blocked_domains: tuple[str, ...] = ()
+
+
+@frozen
 class Request:
     model: str
     system: str
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
+    #: The provider's server-side search, when the model's profile has one and it is on.
+    web_search: WebSearchOptions | None = None
     max_tokens: int = 16_000
     effort: Effort | None = None
     temperature: float | None = None

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from keel.llm.messages import Message, Text, Thinking, ToolUse, Usage
+from keel.llm.messages import Citation, Message, Text, Thinking, ToolUse, Usage, WebSearch
 from keel.testing.script import Fault, Reply, Step
 from keel.testing.server import (
     RecordedRequest,
@@ -168,8 +168,9 @@ class AnthropicServer(ScriptedHTTPServer):
         yield sse("message_start", {"type": "message_start", "message": skeleton})
         yield sse("ping", {"type": "ping"})
         blocks = _blocks(step)
-        for index, block in enumerate(blocks):
-            cut = step.truncate_tool_json and index == len(blocks) - 1
+        wire = _wire_blocks(blocks)
+        for index, block in enumerate(wire):
+            cut = step.truncate_tool_json and index == len(wire) - 1
             start, deltas = _streamed_block(block, truncated=cut)
             yield sse(
                 "content_block_start",
@@ -193,7 +194,7 @@ class AnthropicServer(ScriptedHTTPServer):
 
     def render_json(self, step: Reply, request: RecordedRequest) -> Any:
         blocks = _blocks(step)
-        content = [_whole_block(block) for block in blocks]
+        content = [_whole_block(block) for block in _wire_blocks(blocks)]
         if step.truncate_tool_json and blocks and isinstance(blocks[-1], ToolUse):
             content[-1]["input"] = {}  # the API sends a cut-off call's input as far as it parsed
         return self._message(step, request, content=content, stop_reason=step.final_stop_reason)
@@ -230,12 +231,18 @@ class AnthropicServer(ScriptedHTTPServer):
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "input_tokens": usage.input,
         "cache_creation_input_tokens": usage.cache_write,
         "cache_read_input_tokens": usage.cache_read,
         "output_tokens": usage.output,
     }
+    if usage.web_searches:
+        out["server_tool_use"] = {
+            "web_search_requests": usage.web_searches,
+            "web_fetch_requests": 0,
+        }
+    return out
 
 
 def _model_info(model: tuple[str, str, int, int]) -> dict[str, Any]:
@@ -251,12 +258,54 @@ def _model_info(model: tuple[str, str, int, int]) -> dict[str, Any]:
     }
 
 
-def _blocks(step: Reply) -> list[Text | Thinking | ToolUse]:
+_Blk = Text | Thinking | ToolUse | WebSearch
+#: A web search as the API sends it: the call, then (unless cut short) its result block.
+_WireBlock = Text | Thinking | ToolUse | tuple[str, WebSearch]
+
+
+def _wire_blocks(blocks: list[_Blk]) -> list[_WireBlock]:
+    out: list[_WireBlock] = []
+    for block in blocks:
+        if isinstance(block, WebSearch):
+            out.append(("server_tool_use", block))
+            if block.status != "in_progress":
+                out.append(("web_search_tool_result", block))
+        else:
+            out.append(block)
+    return out
+
+
+def _search_content(block: WebSearch) -> Any:
+    if block.status == "failed":
+        return {"type": "web_search_tool_result_error", "error_code": block.error}
+    return [
+        {
+            "type": "web_search_result",
+            "title": r.title,
+            "url": r.url,
+            "encrypted_content": r.encrypted_content,
+            "page_age": r.page_age or None,
+        }
+        for r in block.results
+    ]
+
+
+def _citation(c: Citation) -> dict[str, Any]:
+    return {
+        "type": "web_search_result_location",
+        "cited_text": c.cited_text,
+        "url": c.url,
+        "title": c.title,
+        "encrypted_index": c.encrypted_index,
+    }
+
+
+def _blocks(step: Reply) -> list[_Blk]:
     """The reply's blocks as the API would send them: a reply cut off mid tool call (the last
     one, which `truncate_tool_json` cuts) ends with it."""
-    blocks: list[Text | Thinking | ToolUse] = []
+    blocks: list[_Blk] = []
     for block in step.message.blocks:
-        if not isinstance(block, Text | Thinking | ToolUse):
+        if not isinstance(block, Text | Thinking | ToolUse | WebSearch):
             raise ValueError(f"an assistant reply cannot hold {type(block).__name__} blocks")
         blocks.append(block)
     if step.truncate_tool_json:
@@ -272,10 +321,30 @@ def _tool_json(block: ToolUse) -> str:
 
 
 def _streamed_block(
-    block: Text | Thinking | ToolUse, *, truncated: bool
+    block: _WireBlock, *, truncated: bool
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`content_block_start`'s block and the deltas that fill it in."""
     match block:
+        case ("server_tool_use", WebSearch() as search):
+            raw = json.dumps({"query": search.query})
+            deltas = [{"type": "input_json_delta", "partial_json": f} for f in ["", *pieces(raw)]]
+            start: dict[str, Any] = {
+                "type": "server_tool_use",
+                "id": search.id,
+                "name": "web_search",
+                "input": {},
+            }
+            return start, deltas
+        case (_, WebSearch() as search):
+            # The result arrives whole in its start event, with no deltas.
+            return _whole_block(block), []
+        case Text(text, citations) if citations:
+            # A cited passage: its citations first, then its text.
+            deltas: list[dict[str, Any]] = [
+                {"type": "citations_delta", "citation": _citation(c)} for c in citations
+            ]
+            deltas += [{"type": "text_delta", "text": p} for p in pieces(text)]
+            return {"type": "text", "text": "", "citations": []}, deltas
         case Text(text):
             deltas = [{"type": "text_delta", "text": p} for p in pieces(text)]
             return {"type": "text", "text": ""}, deltas
@@ -295,8 +364,23 @@ def _streamed_block(
             return {"type": "tool_use", "id": id_, "name": name, "input": {}}, deltas
 
 
-def _whole_block(block: Text | Thinking | ToolUse) -> dict[str, Any]:
+def _whole_block(block: _WireBlock) -> dict[str, Any]:
     match block:
+        case ("server_tool_use", WebSearch() as search):
+            return {
+                "type": "server_tool_use",
+                "id": search.id,
+                "name": "web_search",
+                "input": {"query": search.query},
+            }
+        case (_, WebSearch() as search):
+            return {
+                "type": "web_search_tool_result",
+                "tool_use_id": search.id,
+                "content": _search_content(search),
+            }
+        case Text(text, citations) if citations:
+            return {"type": "text", "text": text, "citations": [_citation(c) for c in citations]}
         case Text(text):
             return {"type": "text", "text": text}
         case Thinking(signature=signature, redacted=True):
@@ -317,7 +401,12 @@ _BLOCK_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     "redacted_thinking": ("data",),
     "tool_use": ("id", "name", "input"),
     "tool_result": ("tool_use_id",),
+    "server_tool_use": ("id", "name", "input"),
+    "web_search_tool_result": ("tool_use_id", "content"),
+    "web_search_result": ("url", "title", "encrypted_content"),
 }
+#: Server tools a request may declare (they have a type and a name, no input_schema).
+_SERVER_TOOLS: Final = frozenset({"web_search_20250305"})
 
 
 def request_problem(request: RecordedRequest) -> str:
@@ -364,6 +453,12 @@ def _content_problem(body: Mapping[str, Any]) -> str:
     if isinstance(system, list):
         blocks += [("system", b) for b in system]
     for i, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict) and tool.get("type") in _SERVER_TOOLS:
+            if tool.get("name") != "web_search":
+                return f"tools.{i}.name: Input should be 'web_search'"
+            if "allowed_domains" in tool and "blocked_domains" in tool:
+                return f"tools.{i}: cannot use both allowed_domains and blocked_domains"
+            continue
         if not isinstance(tool, dict) or "name" not in tool or "input_schema" not in tool:
             return f"tools.{i}: name and input_schema are required"
     for i, message in enumerate(messages):

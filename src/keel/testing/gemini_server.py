@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from keel.llm.messages import Message, Text, Thinking, ToolUse, Usage
+from keel.llm.messages import Message, Text, Thinking, ToolUse, Usage, WebSearch
 from keel.testing.script import Fault, Reply, Step
 from keel.testing.server import (
     RecordedRequest,
@@ -188,6 +188,9 @@ class GeminiServer(ScriptedHTTPServer):
         finish = self.finish_reason or _FINISH[step.final_stop_reason]
         final: dict[str, Any] = {"content": {"role": "model", "parts": []}, "index": 0}
         final["finishReason"] = finish
+        grounding = grounding_metadata(step.message)
+        if grounding:
+            final["groundingMetadata"] = grounding
         chunks.append(
             {
                 "candidates": [final],
@@ -323,6 +326,31 @@ class GeminiServer(ScriptedHTTPServer):
                     "`thought_signature`."
                 )
         return ""
+
+
+def grounding_metadata(message: Message) -> dict[str, Any]:
+    """A scripted reply's `WebSearch` blocks and citations as Search grounding reports them:
+    the queries, one web chunk per result, and one support per citation pointing at its chunk."""
+    searches = [b for b in message.blocks if isinstance(b, WebSearch)]
+    if not searches:
+        return {}
+    results = [r for search in searches for r in search.results]
+    chunks = [{"web": {"uri": r.url, "title": r.title, "domain": r.title.lower()}} for r in results]
+    urls = [r.url for r in results]
+    supports = []
+    for block in message.blocks:
+        if isinstance(block, Text):
+            for c in block.citations:
+                segment = {"startIndex": c.start, "endIndex": c.end, "text": c.cited_text}
+                supports.append({"segment": segment, "groundingChunkIndices": [urls.index(c.url)]})
+    queries = [q for search in searches for q in search.query.split("; ") if q]
+    html = '<style>.container{}</style><div class="container">search</div>'
+    return {
+        "searchEntryPoint": {"renderedContent": html},
+        "groundingChunks": chunks,
+        "groundingSupports": supports,
+        "webSearchQueries": queries,
+    }
 
 
 def _merged(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
-from keel.llm.messages import Message, Text, Thinking, ToolUse, Usage
+from keel.llm.messages import Citation, Message, Text, Thinking, ToolUse, Usage, WebSearch
 from keel.testing.script import Reply, Step
 from keel.testing.server import RecordedRequest, Responder, ResponseWriter, ScriptedHTTPServer
 
@@ -143,9 +143,24 @@ class _ResponseRender:
             if isinstance(block, Thinking):
                 self.items.append(self._reasoning(server, block))
             elif isinstance(block, Text):
-                self.items.append(self._message(server, block.text))
+                self.items.append(self._message(server, block.text, block.citations))
             elif isinstance(block, ToolUse):
                 self.items.append(self._call(server, block, arguments[index], index))
+            elif isinstance(block, WebSearch):
+                self.items.append(self._search(block))
+
+    def _search(self, block: WebSearch) -> dict[str, Any]:
+        """A `web_search_call` item; its sources only when the request asked for them."""
+        action: dict[str, Any]
+        if block.action == "search":
+            action = {"type": "search", "query": block.query}
+            if "web_search_call.action.sources" in (self.body.get("include") or []):
+                action["sources"] = [{"type": "url", "url": r.url} for r in block.results]
+        elif block.action == "find_in_page":
+            action = {"type": "find_in_page", "url": block.url, "pattern": block.pattern}
+        else:
+            action = {"type": block.action, "url": block.url}
+        return {"id": block.id, "type": "web_search_call", "status": block.status, "action": action}
 
     def _reasoning(self, server: OpenAIResponsesServer, block: Thinking) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -157,11 +172,23 @@ class _ResponseRender:
             item["encrypted_content"] = block.signature
         return item
 
-    def _message(self, server: OpenAIResponsesServer, text: str) -> dict[str, Any]:
+    def _message(
+        self, server: OpenAIResponsesServer, text: str, citations: tuple[Citation, ...] = ()
+    ) -> dict[str, Any]:
+        annotations = [
+            {
+                "type": "url_citation",
+                "start_index": c.start,
+                "end_index": c.end,
+                "title": c.title,
+                "url": c.url,
+            }
+            for c in citations
+        ]
         part: dict[str, Any] = (
             {"type": "refusal", "refusal": text}
             if self.refusal
-            else {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+            else {"type": "output_text", "annotations": annotations, "logprobs": [], "text": text}
         )
         return {
             "id": server.next_id("msg_"),
@@ -230,6 +257,8 @@ class _ResponseRender:
                 yield from self._reasoning_events(index, item)
             elif item["type"] == "message":
                 yield from self._message_events(index, item)
+            elif item["type"] == "web_search_call":
+                yield from self._search_events(index, item)
             else:
                 yield from self._call_events(index, item)
         kind = "response.incomplete" if self.truncated else "response.completed"
@@ -284,6 +313,13 @@ class _ResponseRender:
                     "logprobs": [],
                     "obfuscation": "",
                 }
+            for number, annotation in enumerate(part["annotations"]):
+                yield {
+                    "type": "response.output_text.annotation.added",
+                    **at,
+                    "annotation_index": number,
+                    "annotation": annotation,
+                }
             yield {
                 "type": "response.output_text.done",
                 **at,
@@ -291,6 +327,26 @@ class _ResponseRender:
                 "logprobs": [],
             }
         yield {"type": "response.content_part.done", **at, "part": part}
+        yield {"type": "response.output_item.done", "output_index": index, "item": item}
+
+    @staticmethod
+    def _search_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        at = {"item_id": item["id"], "output_index": index}
+        yield {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {
+                "id": item["id"],
+                "type": "web_search_call",
+                "status": "in_progress",
+                "action": {"type": "search"},
+            },
+        }
+        yield {"type": "response.web_search_call.in_progress", **at}
+        yield {"type": "response.web_search_call.searching", **at}
+        if item["status"] != "completed":
+            return  # cut short: the item never finishes
+        yield {"type": "response.web_search_call.completed", **at}
         yield {"type": "response.output_item.done", "output_index": index, "item": item}
 
     @staticmethod

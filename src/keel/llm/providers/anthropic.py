@@ -8,6 +8,11 @@ It must never retry (that is `RetryingProvider`'s job), never import the `anthro
 re-encode the whole history per request: the transcript is append-only and messages are frozen,
 so each message's wire bytes are cached by identity and a body is assembled from cached pieces.
 That is also what keeps the prompt prefix byte-stable, which is what makes the prompt cache hit.
+
+Web search is Anthropic's server tool (`web_search_20250305`): the API runs it, and the reply's
+`server_tool_use` and `web_search_tool_result` blocks become one neutral `WebSearch` (results with
+their `encrypted_content`), its `web_search_result_location` citations `Citation`s on the text.
+Both go back in later requests exactly as they came, which the API needs to let the model cite.
 """
 
 from __future__ import annotations
@@ -33,18 +38,24 @@ from keel.llm.events import (
 from keel.llm.http import HTTPProvider, HTTPSettings, error_message, iter_sse
 from keel.llm.messages import (
     Block,
+    Citation,
     Image,
     Message,
+    SearchResult,
     StopReason,
     Text,
     Thinking,
     ToolResult,
     ToolUse,
     Usage,
+    WebSearch,
 )
-from keel.llm.request import Effort, Request, ToolSpec
+from keel.llm.request import Effort, Request, ToolSpec, WebSearchOptions
 
 API_VERSION: Final = "2023-06-01"
+#: The server tool's version and name; keel asks for no other server tool.
+WEB_SEARCH_TOOL: Final = "web_search_20250305"
+WEB_SEARCH_NAME: Final = "web_search"
 
 #: Thinking budget per effort level. The budget is capped so that at least
 #: `_MIN_ANSWER_TOKENS` of `max_tokens` stay for the answer; below the API's minimum budget
@@ -163,6 +174,7 @@ class AnthropicProvider(HTTPProvider):
             request.top_p,
             request.metadata.get("user_id", ""),
             request.system,
+            request.web_search,
         )
         cached = self._head
         if cached is not None and cached[0] == key and cached[1] == request.tools:
@@ -236,7 +248,12 @@ def encode_message(message: Message, *, keep_thinking: bool = True) -> bytes:
     blocks = message.blocks
     if not keep_thinking:
         blocks = tuple(b for b in blocks if not isinstance(b, Thinking))
-    content = [wire for wire in map(_block_wire, blocks) if wire is not None]
+    content: list[dict[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, WebSearch):
+            content += _search_wire(block)
+        elif (wire := _block_wire(block)) is not None:
+            content.append(wire)
     if not content:
         # The API rejects empty content. An assistant turn made only of another provider's
         # reasoning (dropped here) still has to hold its place so roles keep alternating.
@@ -247,9 +264,16 @@ def encode_message(message: Message, *, keep_thinking: bool = True) -> bytes:
 def _block_wire(block: Block) -> dict[str, Any] | None:
     """A content block's wire form, or None for what Anthropic must not see."""
     match block:
-        case Text(text):
+        case Text(text, citations):
             # The API rejects empty text blocks; an empty one carries nothing anyway.
-            return {"type": "text", "text": text} if text else None
+            if not text:
+                return None
+            cited = [_citation_wire(c) for c in citations if c.source == "anthropic"]
+            if cited:
+                return {"type": "text", "text": text, "citations": cited}
+            return {"type": "text", "text": text}
+        case WebSearch():
+            return None  # two wire blocks: encode_message calls _search_wire
         case Thinking(text=text, signature=signature, redacted=redacted, source=source):
             # Only Anthropic can verify its own signatures; others' reasoning is dropped.
             if source != "anthropic" or not signature:
@@ -281,6 +305,60 @@ def _block_wire(block: Block) -> dict[str, Any] | None:
             }
         case _:
             assert_never(block)
+
+
+def _citation_wire(c: Citation) -> dict[str, Any]:
+    return {
+        "type": "web_search_result_location",
+        "url": c.url,
+        "title": c.title or None,
+        "encrypted_index": c.encrypted_index,
+        "cited_text": c.cited_text,
+    }
+
+
+def _search_wire(block: WebSearch) -> list[dict[str, Any]]:
+    """A search's `server_tool_use` and, unless the reply stopped before it, its
+    `web_search_tool_result`, as the API sent them. Another provider's search cannot be replayed
+    (its answer's text still is)."""
+    if block.source != "anthropic":
+        return []
+    use = {
+        "type": "server_tool_use",
+        "id": block.id,
+        "name": WEB_SEARCH_NAME,
+        "input": {"query": block.query},
+    }
+    if block.status == "in_progress":
+        return [use]
+    content: object
+    if block.status == "failed":
+        content = {"type": "web_search_tool_result_error", "error_code": block.error}
+    else:
+        content = [
+            {
+                "type": "web_search_result",
+                "url": r.url,
+                "title": r.title,
+                "encrypted_content": r.encrypted_content,
+                "page_age": r.page_age or None,
+            }
+            for r in block.results
+        ]
+    return [use, {"type": "web_search_tool_result", "tool_use_id": block.id, "content": content}]
+
+
+def web_search_tool(options: WebSearchOptions) -> dict[str, Any]:
+    """The server tool's declaration. The API takes allowed or blocked domains, not both: with
+    both set, allowed ones win (the narrower request)."""
+    tool: dict[str, Any] = {"type": WEB_SEARCH_TOOL, "name": WEB_SEARCH_NAME}
+    if options.max_uses is not None:
+        tool["max_uses"] = options.max_uses
+    if options.allowed_domains:
+        tool["allowed_domains"] = list(options.allowed_domains)
+    elif options.blocked_domains:
+        tool["blocked_domains"] = list(options.blocked_domains)
+    return tool
 
 
 _SNAPSHOT: Final = re.compile(r"-(?:\d{8}|latest)$")
@@ -358,11 +436,14 @@ def encode_head(request: Request) -> bytes:
         body["metadata"] = {"user_id": user_id}  # the only metadata the API accepts
     if request.system:
         body["system"] = [{"type": "text", "text": request.system, "cache_control": _EPHEMERAL}]
-    if request.tools:
-        tools: list[dict[str, Any]] = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in request.tools
-        ]
+    tools: list[dict[str, Any]] = [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in request.tools
+    ]
+    # A tool of keel's own by that name (an MCP server's) would clash with the server tool.
+    if request.web_search is not None and all(t.name != WEB_SEARCH_NAME for t in request.tools):
+        tools.append(web_search_tool(request.web_search))
+    if tools:
         tools[-1]["cache_control"] = _EPHEMERAL
         body["tools"] = tools
     return _dumps(body)[:-1] + b',"messages":['
@@ -423,18 +504,37 @@ class _WireCache:
 class _Part:
     """One content block being assembled from `content_block_*` events."""
 
-    kind: Literal["text", "thinking", "redacted_thinking", "tool_use"]
+    kind: Literal[
+        "text", "thinking", "redacted_thinking", "tool_use", "server_tool_use", "search_result"
+    ]
     chunks: list[str] = field(default_factory=list)
     signature: str = ""
     id: str = ""
     name: str = ""
     start_input: object = None
     json_deltas: bool = False
+    citations: list[Citation] = field(default_factory=list)
+    #: A search result block: its results, or its error code.
+    results: tuple[SearchResult, ...] = ()
+    error: str = ""
 
     def block(self) -> Block:
         match self.kind:
             case "text":
-                return Text("".join(self.chunks))
+                return Text("".join(self.chunks), tuple(self.citations))
+            case "server_tool_use":
+                call = self._tool_use()
+                query = (call.input or {}).get("query", "")
+                return WebSearch(self.id, str(query), status="in_progress", source="anthropic")
+            case "search_result":
+                failed = bool(self.error)
+                return WebSearch(
+                    self.id,
+                    results=self.results,
+                    status="failed" if failed else "completed",
+                    error=self.error,
+                    source="anthropic",
+                )
             case "thinking":
                 return Thinking("".join(self.chunks), self.signature, source="anthropic")
             case "redacted_thinking":
@@ -477,6 +577,7 @@ class _Assembly:
         self.output_tokens = 0
         self.cache_read = 0
         self.cache_write = 0
+        self.web_searches = 0
         self.stop_reason: str | None = None
         self.done = False
 
@@ -518,6 +619,9 @@ class _Assembly:
             self.cache_read = value
         if (value := usage.get("cache_creation_input_tokens")) is not None:
             self.cache_write = value
+        server = usage.get("server_tool_use")
+        if isinstance(server, dict) and (value := server.get("web_search_requests")) is not None:
+            self.web_searches = value
 
     def _start(self, data: Mapping[str, Any]) -> tuple[StreamEvent, ...]:
         block = data.get("content_block") or {}
@@ -525,8 +629,17 @@ class _Assembly:
         index = data.get("index", len(self.parts))
         if kind == "text":
             text = block.get("text", "")
-            self.parts[index] = _Part("text", [text])
+            self.parts[index] = part = _Part("text", [text])
+            for citation in block.get("citations") or ():
+                self._cite(part, citation)
             return (TextDelta(text),) if text else _NO_EVENTS
+        if kind == "server_tool_use" and block.get("name") == WEB_SEARCH_NAME:
+            part = _Part("server_tool_use", id=block.get("id", ""), name=WEB_SEARCH_NAME)
+            part.start_input = block.get("input")
+            self.parts[index] = part
+            return _NO_EVENTS
+        if kind == "web_search_tool_result":
+            return self._search_result(index, block)
         if kind == "thinking":
             self.parts[index] = _Part(
                 "thinking", [block.get("thinking", "")], signature=block.get("signature", "")
@@ -564,6 +677,8 @@ class _Assembly:
             fragment = delta.get("partial_json", "")
             part.json_deltas = True
             part.chunks.append(fragment)
+            if part.kind == "server_tool_use":
+                return _NO_EVENTS  # the provider runs it: no call for the loop to show
             return (ToolUseDelta(part.id, fragment),) if fragment else _NO_EVENTS
         if kind == "thinking_delta":
             text = delta.get("thinking", "")
@@ -571,17 +686,63 @@ class _Assembly:
             return (ThinkingDelta(text),) if text else _NO_EVENTS
         if kind == "signature_delta":
             part.signature = delta.get("signature", "")
-        # citations_delta and newer delta types: nothing the neutral model keeps.
+        elif kind == "citations_delta":
+            self._cite(part, delta.get("citation"))
+        # Newer delta types: nothing the neutral model keeps.
         return _NO_EVENTS
+
+    @staticmethod
+    def _cite(part: _Part, citation: object) -> None:
+        """Keeps a web search citation; other kinds (documents keel never sends) are dropped."""
+        if isinstance(citation, dict) and citation.get("type") == "web_search_result_location":
+            part.citations.append(
+                Citation(
+                    str(citation.get("url", "")),
+                    str(citation.get("title") or ""),
+                    str(citation.get("cited_text", "")),
+                    str(citation.get("encrypted_index", "")),
+                    source="anthropic",
+                )
+            )
+
+    def _search_result(self, index: int, block: Mapping[str, Any]) -> tuple[StreamEvent, ...]:
+        part = _Part("search_result", id=str(block.get("tool_use_id", "")))
+        content = block.get("content")
+        if isinstance(content, list):
+            part.results = tuple(
+                SearchResult(
+                    str(r.get("url", "")),
+                    str(r.get("title") or ""),
+                    str(r.get("page_age") or ""),
+                    str(r.get("encrypted_content", "")),
+                )
+                for r in content
+                if isinstance(r, dict)
+            )
+        else:
+            error = content if isinstance(content, dict) else {}
+            part.error = str(error.get("error_code") or "unavailable")
+        self.parts[index] = part
+        query = ""
+        for other in self.parts.values():
+            if other.kind == "server_tool_use" and other.id == part.id:
+                query = str((other._tool_use().input or {}).get("query", ""))
+        return (search_notice(query, len(part.results), part.error),)
 
     def _finish(self) -> tuple[StreamEvent, ...]:
         message = Message(
             "assistant",
-            tuple(self.parts[i].block() for i in sorted(self.parts)),
+            _merge_searches([self.parts[i].block() for i in sorted(self.parts)]),
             provider=self.provider.name,
             model=self.model,
         )
-        usage = Usage(self.input_tokens, self.output_tokens, self.cache_read, self.cache_write)
+        usage = Usage(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read,
+            self.cache_write,
+            self.web_searches,
+        )
         stop = _STOP_REASONS.get(self.stop_reason or "")
         if stop is not None:
             return (Done(message, usage, stop),)
@@ -591,6 +752,31 @@ class _Assembly:
             "warning",
         )
         return (notice, Done(message, usage, "end_turn"))
+
+
+def search_notice(query: str, results: int, error: str = "") -> Notice:
+    """What the user sees when the provider has searched the web."""
+    what = f"web search {query!r}" if query else "web search"
+    if error:
+        return Notice(f"{what} failed ({error})", "warning")
+    return Notice(f"{what}: {results} result{'s' if results != 1 else ''}", "info")
+
+
+def _merge_searches(blocks: list[Block]) -> tuple[Block, ...]:
+    """A search result joins the call it answers into one `WebSearch`, where the call stood."""
+    out: list[Block] = []
+    calls: dict[str, int] = {}
+    for block in blocks:
+        if isinstance(block, WebSearch) and block.status == "in_progress":
+            calls[block.id] = len(out)
+        elif isinstance(block, WebSearch) and block.id in calls:
+            at = calls.pop(block.id)
+            call = out[at]
+            assert isinstance(call, WebSearch)
+            out[at] = replace(block, query=call.query)
+            continue
+        out.append(block)
+    return tuple(out)
 
 
 def _error_type(body: bytes) -> str:

@@ -15,6 +15,11 @@ byte. Thought text without a signature is a summary for display and is not repla
 another provider made carries no signature, which Gemini 3 refuses in the current turn, so the
 first call of such a turn gets the validator-skip value Google documents for foreign history.
 
+Web search is Google Search grounding (`{"google_search": {}}` beside the function declarations;
+Gemini 3 takes both together): the candidate's `groundingMetadata` becomes one neutral `WebSearch`
+(the queries, the web chunks as results) ahead of the text, and its `groundingSupports`
+`Citation`s on the text. Gemini wants none of it back: grounding is not replayed.
+
 It must never import the `google-genai` SDK, retry (`RetryingProvider` does) or let a wire dict
 leave this module.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncGenerator, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from keel.llm.errors import APIError, ContextOverflow
@@ -39,14 +45,17 @@ from keel.llm.events import (
 from keel.llm.http import HTTPProvider, HTTPSettings, error_message, iter_sse
 from keel.llm.messages import (
     Block,
+    Citation,
     Image,
     Message,
+    SearchResult,
     StopReason,
     Text,
     Thinking,
     ToolResult,
     ToolUse,
     Usage,
+    WebSearch,
     new_call_id,
 )
 from keel.llm.providers.openai_responses import (
@@ -59,7 +68,7 @@ from keel.llm.providers.openai_responses import (
     stream_cut,
 )
 from keel.llm.providers.wire import CallNames, call_json
-from keel.llm.request import Effort, Request, ToolSpec
+from keel.llm.request import Effort, Request, ToolSpec, WebSearchOptions
 
 #: `Thinking.source` of what this adapter decoded; only that is replayed.
 SOURCE: Final = "gemini"
@@ -265,6 +274,8 @@ class _GeminiAssembly:
         self.blocked = ""
         self.usage = Usage()
         self.ignored: set[str] = set()
+        self.grounding: JSONObject = {}
+        self.response_id = ""
 
     def feed(self, chunk: JSONObject) -> list[StreamEvent]:
         error = chunk.get("error")
@@ -278,8 +289,12 @@ class _GeminiAssembly:
             self.blocked = str(feedback["blockReason"])
         events: list[StreamEvent] = []
         candidates = chunk.get("candidates") or []
+        self.response_id = str(chunk.get("responseId") or self.response_id)
         if candidates:
             candidate = candidates[0]
+            grounding = candidate.get("groundingMetadata")
+            if isinstance(grounding, dict) and grounding:
+                self.grounding = grounding
             for part in (candidate.get("content") or {}).get("parts") or []:
                 events.extend(self._part(part))
             if candidate.get("finishReason"):
@@ -338,10 +353,20 @@ class _GeminiAssembly:
 
     def done(self) -> list[StreamEvent]:
         self._close_run()
-        message = Message("assistant", tuple(self.blocks), provider=SOURCE, model=self.model)
+        events: list[StreamEvent] = []
+        blocks = self.blocks
+        usage = self.usage
+        if self.grounding:
+            search, blocks = _grounded(self.grounding, blocks, self.response_id)
+            usage = replace(usage, web_searches=len(self.grounding.get("webSearchQueries") or ()))
+            what = f"web search {search.query!r}" if search.query else "web search"
+            count = len(search.results)
+            events.append(Notice(f"{what}: {count} source{'s' if count != 1 else ''}"))
+        message = Message("assistant", tuple(blocks), provider=SOURCE, model=self.model)
         stop, notice = self._stop_reason()
-        events: list[StreamEvent] = [notice] if notice is not None else []
-        events.append(Done(message, self.usage, stop))
+        if notice is not None:
+            events.append(notice)
+        events.append(Done(message, usage, stop))
         return events
 
     def _stop_reason(self) -> tuple[StopReason, Notice | None]:
@@ -360,6 +385,56 @@ class _GeminiAssembly:
         return ("tool_use" if calls else "end_turn"), notice
 
 
+def _grounded(
+    grounding: JSONObject, blocks: list[Block], response_id: str
+) -> tuple[WebSearch, list[Block]]:
+    """A reply's grounding as a `WebSearch` put first, and its supports as citations on the last
+    text block (keel joins a reply's text parts into one)."""
+    queries = [str(q) for q in grounding.get("webSearchQueries") or ()]
+    chunks: list[SearchResult] = []
+    for chunk in grounding.get("groundingChunks") or ():
+        web = chunk.get("web") if isinstance(chunk, dict) else None
+        if isinstance(web, dict):
+            chunks.append(SearchResult(str(web.get("uri") or ""), str(web.get("title") or "")))
+        else:
+            chunks.append(SearchResult(""))  # a map or retrieval chunk: holds the index
+    citations: list[Citation] = []
+    for support in grounding.get("groundingSupports") or ():
+        segment = support.get("segment") or {}
+        for index in support.get("groundingChunkIndices") or ():
+            if not (0 <= index < len(chunks)) or not chunks[index].url:
+                continue
+            citations.append(
+                Citation(
+                    chunks[index].url,
+                    chunks[index].title,
+                    str(segment.get("text") or ""),
+                    start=int(segment.get("startIndex", 0)),
+                    end=int(segment.get("endIndex", -1)),
+                    source=SOURCE,
+                )
+            )
+    search = WebSearch(
+        response_id,
+        "; ".join(queries),
+        tuple(c for c in chunks if c.url),
+        source=SOURCE,
+    )
+    out: list[Block] = [search, *blocks]
+    if citations:
+        last = max((i for i, b in enumerate(out) if isinstance(b, Text)), default=None)
+        if last is not None:
+            text = out[last]
+            assert isinstance(text, Text)
+            out[last] = Text(text.text, (*text.citations, *citations))
+    return search, out
+
+
+def web_search_tool(options: WebSearchOptions) -> JSONObject:
+    """The grounding tool's declaration (the Gemini API takes no domain filters for it)."""
+    return {"google_search": {}}
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -373,8 +448,8 @@ class GeminiProvider(HTTPProvider):
         super().__init__(base_url=base_url, api_key=api_key, settings=settings)
         self._names = CallNames()
         self._encoded = EncodedMessages(self._encode)
-        # (system, tools) -> the body's bytes up to and including `"contents":[`.
-        self._prefix_key: tuple[str, tuple[ToolSpec, ...]] | None = None
+        # (system, tools, search) -> the body's bytes up to and including `"contents":[`.
+        self._prefix_key: tuple[str, tuple[ToolSpec, ...], WebSearchOptions | None] | None = None
         self._prefix = b""
 
     def endpoint(self, request: Request) -> str:
@@ -392,13 +467,18 @@ class GeminiProvider(HTTPProvider):
         return assemble(self._body_prefix(request), self._encoded(request.messages), tail)
 
     def _body_prefix(self, request: Request) -> bytes:
-        key = (request.system, request.tools)
+        key = (request.system, request.tools, request.web_search)
         if key != self._prefix_key:
             head: JSONObject = {}
             if request.system:
                 head["systemInstruction"] = {"parts": [{"text": request.system}]}
+            tools: list[JSONObject] = []
             if request.tools:
-                head["tools"] = [{"functionDeclarations": [_tool(t) for t in request.tools]}]
+                tools.append({"functionDeclarations": [_tool(t) for t in request.tools]})
+            if request.web_search is not None:
+                tools.append(web_search_tool(request.web_search))
+            if tools:
+                head["tools"] = tools
             self._prefix = (dumps(head)[:-1] + b"," if head else b"{") + b'"contents":['
             self._prefix_key = key
         return self._prefix

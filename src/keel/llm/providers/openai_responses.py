@@ -6,6 +6,11 @@ encoding of the history whose per-message bytes are computed once, and the decod
 stream into display deltas and one `Done`. It also owns `EncodedMessages`, the per-message encoding
 cache the Chat Completions adapter shares.
 
+Web search is the Responses API's `web_search` tool: the API runs it, a `web_search_call` output
+item becomes a neutral `WebSearch` (its `action`, with the sources keel asks for through
+`include`), and `url_citation` annotations become `Citation`s on the text; both are replayed as
+they came in the stateless history.
+
 It must never import the `openai` SDK, hold conversation state other than that cache, retry (the
 `RetryingProvider` above it does) or let a wire dict leave this module: everything it returns is a
 neutral message, event or error.
@@ -16,12 +21,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
 from keel.llm.errors import APIError, ContextOverflow
 from keel.llm.events import (
     Done,
+    Notice,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -31,16 +37,19 @@ from keel.llm.events import (
 from keel.llm.http import HTTPProvider, HTTPSettings, SSEEvent, error_message, iter_sse
 from keel.llm.messages import (
     Block,
+    Citation,
     Image,
     Message,
+    SearchResult,
     StopReason,
     Text,
     Thinking,
     ToolResult,
     ToolUse,
     Usage,
+    WebSearch,
 )
-from keel.llm.request import Request, ToolSpec
+from keel.llm.request import Request, ToolSpec, WebSearchOptions
 
 #: `Thinking.source` of reasoning this adapter produced; only that is replayed.
 SOURCE = "openai"
@@ -227,13 +236,53 @@ def _input_image(image: Image) -> JSONObject:
     return {"type": "input_image", "image_url": data_url(image), "detail": "auto"}
 
 
+def _output_text(block: Text) -> JSONObject:
+    part: JSONObject = {"type": "output_text", "text": block.text}
+    cited = [c for c in block.citations if c.source == SOURCE]
+    if cited:
+        part["annotations"] = [
+            {
+                "type": "url_citation",
+                "start_index": c.start,
+                "end_index": c.end,
+                "url": c.url,
+                "title": c.title,
+            }
+            for c in cited
+        ]
+    return part
+
+
+def _search_action(block: WebSearch) -> JSONObject:
+    if block.action == "open_page":
+        return {"type": "open_page", "url": block.url}
+    if block.action == "find_in_page":
+        return {"type": "find_in_page", "url": block.url, "pattern": block.pattern}
+    action: JSONObject = {"type": "search", "query": block.query}
+    if block.results:
+        action["sources"] = [{"type": "url", "url": r.url} for r in block.results]
+    return action
+
+
 def _assistant_items(message: Message) -> list[JSONObject]:
     items: list[JSONObject] = []
     for block in message.blocks:
         if isinstance(block, Text):
             if block.text:
-                content = [{"type": "output_text", "text": block.text}]
+                content = [_output_text(block)]
                 items.append({"type": "message", "role": "assistant", "content": content})
+        elif isinstance(block, WebSearch):
+            # Only a search this API ran can go back; another provider's is left out (the
+            # answer built on it is still there as text).
+            if block.source == SOURCE:
+                items.append(
+                    {
+                        "type": "web_search_call",
+                        "id": block.id,
+                        "status": block.status,
+                        "action": _search_action(block),
+                    }
+                )
         elif isinstance(block, ToolUse):
             items.append(
                 {
@@ -299,12 +348,24 @@ def _tool(spec: ToolSpec) -> JSONObject:
     }
 
 
+def web_search_tool(options: WebSearchOptions) -> JSONObject:
+    """The built-in tool's declaration. Only allowed domains can be set (the API has no blocked
+    list; keel says so in docs/tools.md)."""
+    tool: JSONObject = {"type": "web_search"}
+    if options.allowed_domains:
+        tool["filters"] = {"allowed_domains": list(options.allowed_domains)}
+    return tool
+
+
 def _options(request: Request) -> JSONObject:
     """Everything after `input`: per-request settings that do not belong to the cached prefix."""
+    include = ["reasoning.encrypted_content"]
+    if request.web_search is not None:
+        include.append("web_search_call.action.sources")  # the pages a search found
     options: JSONObject = {
         "store": False,
         "stream": True,
-        "include": ["reasoning.encrypted_content"],
+        "include": include,
         "max_output_tokens": request.max_tokens,
     }
     if request.cache_key:
@@ -326,10 +387,60 @@ def _options(request: Request) -> JSONObject:
 class _MessageOut:
     parts: list[str] = field(default_factory=list)
     final: str | None = None
+    citations: tuple[Citation, ...] = ()
 
     def block(self) -> Block | None:
         text = "".join(self.parts) if self.final is None else self.final
-        return Text(text) if text else None
+        return Text(text, self.citations) if text else None
+
+
+@dataclass
+class _SearchOut:
+    item_id: str
+    search: WebSearch | None = None
+
+    def block(self) -> Block:
+        return self.search or WebSearch(self.item_id, status="in_progress", source=SOURCE)
+
+
+def _search(item: JSONObject) -> WebSearch:
+    action = item.get("action") or {}
+    kind = str(action.get("type") or "search")
+    query = str(action.get("query") or "")
+    if not query and isinstance(action.get("queries"), list):
+        query = "; ".join(str(q) for q in action["queries"])
+    sources = action.get("sources") or []
+    status = str(item.get("status") or "completed")
+    return WebSearch(
+        str(item.get("id") or ""),
+        query,
+        tuple(SearchResult(str(s.get("url") or "")) for s in sources if isinstance(s, dict)),
+        status=status,
+        error="search failed" if status == "failed" else "",
+        source=SOURCE,
+        action=kind,
+        url=str(action.get("url") or ""),
+        pattern=str(action.get("pattern") or ""),
+    )
+
+
+def _citations(item: JSONObject) -> tuple[Citation, ...]:
+    """The `url_citation` annotations of an output message's text (other kinds point at files
+    keel never sends)."""
+    out: list[Citation] = []
+    for part in item.get("content") or []:
+        for note in part.get("annotations") or []:
+            if isinstance(note, dict) and note.get("type") == "url_citation":
+                out.append(
+                    Citation(
+                        str(note.get("url") or ""),
+                        str(note.get("title") or ""),
+                        start=int(note.get("start_index", -1)),
+                        end=int(note.get("end_index", -1)),
+                        source=SOURCE,
+                    )
+                )
+    return tuple(out)
 
 
 @dataclass
@@ -362,7 +473,7 @@ class _ReasoningOut:
         return Thinking(text, self.encrypted, source=SOURCE, item_id=self.item_id)
 
 
-_Output: TypeAlias = _MessageOut | _CallOut | _ReasoningOut
+_Output: TypeAlias = _MessageOut | _CallOut | _ReasoningOut | _SearchOut
 
 
 def _usage(raw: object) -> Usage:
@@ -426,10 +537,24 @@ class _ResponseAssembly:
             )
         if kind == "reasoning":
             return _ReasoningOut(str(item.get("id") or ""))
-        return None  # built-in tool calls and other items keel does not request
+        if kind == "web_search_call":
+            return _SearchOut(str(item.get("id") or ""))
+        return None  # other built-in tools' items, which keel does not request
 
     def _item_done(self, data: JSONObject) -> StreamEvent | None:
-        self._apply_final(int(data.get("output_index", len(self.outputs))), data.get("item") or {})
+        index = int(data.get("output_index", len(self.outputs)))
+        item = data.get("item") or {}
+        self._apply_final(index, item)
+        out = self.outputs.get(index)
+        if isinstance(out, _SearchOut) and out.search is not None:
+            search = out.search
+            if search.status == "failed":
+                return Notice(f"web search {search.query!r} failed", "warning")
+            if search.action != "search":
+                return Notice(f"web search: {search.action.replace('_', ' ')} {search.url}")
+            what = f"web search {search.query!r}" if search.query else "web search"
+            count = len(search.results)
+            return Notice(f"{what}: {count} source{'s' if count != 1 else ''}")
         return None
 
     def _apply_final(self, index: int, item: JSONObject) -> None:
@@ -445,7 +570,11 @@ class _ResponseAssembly:
         if isinstance(out, _MessageOut):
             if "content" in item:
                 out.final, refused = _message_text(item)
+                out.citations = _citations(item)
                 self.refused = self.refused or refused
+        elif isinstance(out, _SearchOut):
+            if item.get("type") == "web_search_call":
+                out.search = _search(item)
         elif isinstance(out, _CallOut):
             if isinstance(item.get("arguments"), str):
                 out.final = item["arguments"]
@@ -559,7 +688,12 @@ class _ResponseAssembly:
             provider=SOURCE,
             model=self.model,
         )
-        return Done(message, self.usage, self.stop_reason())
+        # The API bills each search call; its usage does not count them.
+        searches = sum(
+            1 for b in message.web_searches if b.action == "search" and b.status == "completed"
+        )
+        usage = replace(self.usage, web_searches=searches) if searches else self.usage
+        return Done(message, usage, self.stop_reason())
 
 
 _Handler: TypeAlias = Callable[[_ResponseAssembly, JSONObject], StreamEvent | None]
@@ -620,8 +754,10 @@ class OpenAIResponsesProvider(HTTPProvider):
     def __init__(self, *, base_url: str, api_key: str, settings: HTTPSettings) -> None:
         super().__init__(base_url=base_url, api_key=api_key, settings=settings)
         self._encoded = EncodedMessages(encode_items)
-        # (model, system, tools) -> the body's bytes up to and including `"input":[`.
-        self._prefix_key: tuple[str, str, tuple[ToolSpec, ...]] | None = None
+        # (model, system, tools, search) -> the body's bytes up to and including `"input":[`.
+        self._prefix_key: tuple[str, str, tuple[ToolSpec, ...], WebSearchOptions | None] | None = (
+            None
+        )
         self._prefix = b""
 
     def endpoint(self, request: Request) -> str:
@@ -637,13 +773,16 @@ class OpenAIResponsesProvider(HTTPProvider):
         return assemble(self._body_prefix(request), self._encoded(request.messages), tail)
 
     def _body_prefix(self, request: Request) -> bytes:
-        key = (request.model, request.system, request.tools)
+        key = (request.model, request.system, request.tools, request.web_search)
         if key != self._prefix_key:
             head: JSONObject = {"model": request.model}
             if request.system:
                 head["instructions"] = request.system
-            if request.tools:
-                head["tools"] = [_tool(t) for t in request.tools]
+            tools = [_tool(t) for t in request.tools]
+            if request.web_search is not None:
+                tools.append(web_search_tool(request.web_search))
+            if tools:
+                head["tools"] = tools
             self._prefix = dumps(head)[:-1] + b',"input":['
             self._prefix_key = key
         return self._prefix
