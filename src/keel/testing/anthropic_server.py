@@ -340,11 +340,9 @@ def _streamed_block(
             return _whole_block(block), []
         case Text(text, citations) if citations:
             # A cited passage: its citations first, then its text.
-            deltas: list[dict[str, Any]] = [
-                {"type": "citations_delta", "citation": _citation(c)} for c in citations
-            ]
-            deltas += [{"type": "text_delta", "text": p} for p in pieces(text)]
-            return {"type": "text", "text": "", "citations": []}, deltas
+            cites = [{"type": "citations_delta", "citation": _citation(c)} for c in citations]
+            texts = [{"type": "text_delta", "text": p} for p in pieces(text)]
+            return {"type": "text", "text": "", "citations": []}, [*cites, *texts]
         case Text(text):
             deltas = [{"type": "text_delta", "text": p} for p in pieces(text)]
             return {"type": "text", "text": ""}, deltas
