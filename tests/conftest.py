@@ -1,11 +1,69 @@
 """Shared fixtures. Every test runs with its own KEEL_HOME and config dir, and with no provider
-credentials from the developer's environment, so nothing leaks in or out."""
+credentials from the developer's environment, so nothing leaks in or out.
+
+Also the `needs` marker: a test that uses a system program declares it,
+`@pytest.mark.needs("rg")` (or several: `needs("node", "npm")`), and is skipped with the reason
+and the package to install when the program is not on PATH. `needs("sandbox")` asks for a
+bubblewrap sandbox that really starts here (keel's own probe), not just a `bwrap` binary. The
+suite must pass on a machine that has none of them (`.ci/without-tools` checks it in CI)."""
 
 from __future__ import annotations
 
+import functools
+import shutil
 from pathlib import Path
 
 import pytest
+
+#: The programs a test may declare with `needs`, each with the names to look for on PATH and the
+#: Debian/Ubuntu package that provides it.
+PROGRAMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "bwrap": (("bwrap",), "bubblewrap"),
+    "rg": (("rg",), "ripgrep"),
+    "tmux": (("tmux",), "tmux"),
+    "git": (("git",), "git"),
+    "node": (("node",), "nodejs"),
+    "npm": (("npm",), "npm"),
+    "jq": (("jq",), "jq"),
+    "setpriv": (("setpriv",), "util-linux"),
+    "script": (("script",), "bsdutils"),
+    "strace": (("strace",), "strace"),
+    "openssl": (("openssl",), "openssl"),
+    "chromium": (("chromium", "chromium-browser", "google-chrome"), "chromium"),
+}
+SANDBOX = "sandbox"
+
+
+@functools.cache
+def missing(need: str) -> str | None:
+    """Why `need` is not available here (the skip reason), or None when it is."""
+    if need == SANDBOX:
+        from keel.permissions.sandbox import probe
+
+        result = probe()
+        return None if result.ok else f"needs a working sandbox: {result.detail}"
+    names, package = PROGRAMS[need]
+    if any(shutil.which(name) for name in names):
+        return None
+    return f"needs {need}: not on PATH (install {package})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in item.iter_markers("needs"):
+            if not marker.args or marker.kwargs:
+                raise pytest.UsageError(f"{item.nodeid}: needs() takes program names only")
+            for need in marker.args:
+                if need != SANDBOX and need not in PROGRAMS:
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: needs({need!r}) is not a known program "
+                        f"(add it to PROGRAMS in tests/conftest.py)"
+                    )
+                reason = missing(need)
+                if reason is not None:
+                    item.add_marker(pytest.mark.skip(reason=reason))
+                    break
+
 
 CREDENTIALS = (
     "ANTHROPIC_API_KEY",

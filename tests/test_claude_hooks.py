@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -151,7 +150,7 @@ def test_python_guard_blocks_rm_rf_and_steers_grep_to_rg(
     assert (project / "build" / "out.o").exists()
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.needs("node")
 def test_node_guard_keeps_env_files_from_read_edit_and_write(
     project: Path, home: Path, tmp_path: Path
 ) -> None:
@@ -182,7 +181,7 @@ def test_node_guard_keeps_env_files_from_read_edit_and_write(
     assert not (project / ".env.local").exists()
 
 
-@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+@pytest.mark.needs("jq")
 def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_once_approved(
     project: Path, home: Path, tmp_path: Path
 ) -> None:

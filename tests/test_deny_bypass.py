@@ -17,12 +17,11 @@ import pytest
 
 from keel.permissions.gate import Allow, Deny, Mode, PermissionGate
 from keel.permissions.rules import parse_rule
-from keel.permissions.sandbox import probe
 from keel.session.journal import read_records
 from keel.session.records import AssistantRecord, ToolResultRecord
 from tests.test_cli import keel, session_files, write_script
 
-needs_bwrap = pytest.mark.skipif(not probe().ok, reason=f"no working bubblewrap: {probe().detail}")
+needs_bwrap = pytest.mark.needs("sandbox")
 
 RULE = "deny rule bash(rm *) (test)"
 HINT = (

@@ -140,19 +140,11 @@ def test_server_env_filters_by_name_and_by_url_password(tmp_path: Path) -> None:
 # -- 2. the sandbox -------------------------------------------------------------------------
 
 
-def sandbox_works() -> bool:
-    from keel.permissions.sandbox import probe
-
-    return probe().ok
-
-
 @pytest.mark.asyncio
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+@pytest.mark.needs("sandbox")
 async def test_a_sandboxed_server_writes_only_in_the_project(tmp_path: Path) -> None:
     """The attack: a server writes outside the project (or into .mcp.json to widen its own
     entry). Unsandboxed it can; with `sandbox: true` it cannot."""
-    if not sandbox_works():
-        pytest.skip("bubblewrap cannot start here")
     root = tmp_path / "proj"
     (root / ".git").mkdir(parents=True)
     write_json(root / ".mcp.json", {"mcpServers": {}})

@@ -37,7 +37,7 @@ from keel.tools.base import ToolContext
 from keel.tools.builtin import bash, builtin_tools
 from tests.test_cli import keel, session_files, write_script
 
-needs_bwrap = pytest.mark.skipif(not probe().ok, reason=f"no working bubblewrap: {probe().detail}")
+needs_bwrap = pytest.mark.needs("sandbox")
 
 
 def call(name: str, **args: Any) -> ToolUse:

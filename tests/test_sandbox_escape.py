@@ -24,7 +24,7 @@ import pytest
 
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+pytestmark = pytest.mark.needs("sandbox")
 
 #: Runs one command through the real bash tool in a sandbox, as the agent does; prints JSON.
 DRIVER = textwrap.dedent(
@@ -567,7 +567,7 @@ async def test_a_background_command_is_sandboxed_the_same_way(tmp_path: Path) ->
     box.cleanup()
 
 
-@pytest.mark.skipif(shutil.which("script") is None, reason="script (util-linux) not installed")
+@pytest.mark.needs("script")
 def test_the_terminal_keel_runs_in_is_out_of_reach(place: Place) -> None:
     """No controlling terminal inside, so nothing can be typed into the user's (TIOCSTI)."""
     probe = "{ exec 3<>/dev/tty; } 2>/dev/null && echo tty-REACHED || echo tty-refused"

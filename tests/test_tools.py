@@ -6,7 +6,6 @@ import asyncio
 import base64
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Literal
@@ -427,11 +426,9 @@ async def test_bash_rejects_bad_arguments(ctx: ToolContext) -> None:
 # -- grep / glob (ripgrep and the pure-Python fallback) ----------------------------------------
 
 
-@pytest.fixture(params=["ripgrep", "python"])
+@pytest.fixture(params=[pytest.param("ripgrep", marks=pytest.mark.needs("rg")), "python"])
 def search_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "ripgrep":
-        if shutil.which("rg") is None:
-            pytest.skip("ripgrep is not installed")
         monkeypatch.delenv("KEEL_NO_RIPGREP", raising=False)
     else:
         monkeypatch.setenv("KEEL_NO_RIPGREP", "1")

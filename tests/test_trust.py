@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from keel.llm.provider import make_provider
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
 
-needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+needs_git = pytest.mark.needs("git")
 
 
 def keel(
@@ -396,14 +395,10 @@ def test_broken_settings_never_crash_a_run(project: Path) -> None:
     assert "max_turns must be at least 1" in doctor.stdout
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.needs("sandbox")
 def test_sandbox_environment_settings(project: Path, isolated_env: Path) -> None:
     """Your `sandbox.env_passthrough` lets a named secret in; `env_deny` keeps more out; a
     project's passthrough waits for approval (it would hand your tokens to its commands)."""
-    from keel.permissions.sandbox import probe
-
-    if not probe().ok:
-        pytest.skip(f"no working sandbox: {probe().detail}")
     script = project.parent / "s.json"
     command = 'echo "${GITHUB_TOKEN:-none} ${EDITOR:-none} ${NPM_TOKEN:-none}" > seen.txt'
     script.write_text(
@@ -435,18 +430,15 @@ def test_sandbox_environment_settings(project: Path, isolated_env: Path) -> None
     assert (project / "seen.txt").read_text(encoding="utf-8") == "gh-secret none none\n"
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.needs("sandbox")
 def test_a_command_line_the_sandbox_refuses_is_reported_not_crashed(
     project: Path, isolated_env: Path
 ) -> None:
     """A slash command's !`cmd` that the sandbox refuses (a protected path is a symlink, which it
     cannot hold in place) becomes a note in the prompt; the run goes on."""
-    from keel.permissions.sandbox import probe
     from keel.session.journal import read_records
     from keel.session.records import UserRecord
 
-    if not probe().ok:
-        pytest.skip(f"no working sandbox: {probe().detail}")
     (project / ".vscode").symlink_to(project.parent)
     commands = isolated_env / "user-home" / ".claude" / "commands"
     commands.mkdir(parents=True)

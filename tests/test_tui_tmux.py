@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from keel.session.records import UndoRecord
 from keel.testing import reply
 from keel.testing.anthropic_server import AnthropicServer
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 
 KEY = "sk-ant-test"
 

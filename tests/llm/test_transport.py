@@ -3,7 +3,6 @@ throwaway certificate, trusted via SSL_CERT_FILE), and proxies taken from the en
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from keel.llm.request import Request
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+pytestmark = pytest.mark.needs("openssl")
 
 
 @pytest.fixture
