@@ -24,6 +24,7 @@ EXIT_INCOMPLETE = 4  # max_tokens, refusal
 EXIT_BLOCKED = 5  # a hook blocked or stopped the run
 EXIT_SUSPENDED = 6
 EXIT_UNKNOWN_OUTCOME = 7  # a call not safe to repeat was cut off: resume with --rerun or --skip
+EXIT_NOT_WRITTEN = 8  # keel init: a change was proposed and not written (declined, or no --yes)
 EXIT_INTERRUPTED = 130
 
 
@@ -125,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
-        epilog="Subcommands: keel resume ID, keel suspend ID, keel fork ID, keel sessions "
+        epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
         "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
@@ -307,6 +308,12 @@ def _models(argv: list[str]) -> int:
     return models(argv)
 
 
+def _init(argv: list[str]) -> int:
+    from keel.cli.init import init
+
+    return init(argv)
+
+
 def _undo(argv: list[str]) -> int:
     from keel.cli.undo import undo
 
@@ -321,6 +328,7 @@ def _worktrees(argv: list[str]) -> int:
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
+    "init": _init,
     "hooks": _hooks,
     "mcp": _mcp,
     "trust": _trust,

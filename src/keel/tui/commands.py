@@ -36,6 +36,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("help", "", "commands, keys and skills", while_busy=True),
         Builtin("clear", "", "start a fresh conversation (a new session)"),
         Builtin("compact", "[instructions]", "summarize the conversation now"),
+        Builtin("init", "[AGENTS.md|CLAUDE.md]", "study the project and write its AGENTS.md"),
         Builtin("model", "[provider/model]", "switch the model (a picker without an argument)"),
         Builtin("mode", "[mode]", "permission mode: default, accept-edits, plan, bypass"),
         Builtin("undo", "", "put back the files the last prompt changed"),

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -38,6 +39,7 @@ from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
 
 if TYPE_CHECKING:
     from keel.agent.loop import Agent
+    from keel.cli.init import Approval, Proposal
     from keel.config.settings import Settings
     from keel.llm.provider import Provider
     from keel.session.records import Record
@@ -275,6 +277,8 @@ class Controller:
         self._tasks: set[asyncio.Task[None]] = set()
         #: How the last prompt ended.
         self._last_stop = ""
+        #: An agent of its own that runs for a command (/init), to interrupt with the prompt.
+        self._side: Agent | None = None
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -451,6 +455,8 @@ class Controller:
             self.queue.clear()
         if self._shell is not None and not self._shell.done():
             self._shell.cancel()
+        if self._side is not None:
+            self._side.interrupt()
         self.agent.interrupt()
         return True
 
@@ -809,6 +815,68 @@ class Controller:
                 "files back)"
             )
         )
+
+    async def _cmd_init(self, args: str) -> None:
+        """`/init [AGENTS.md|CLAUDE.md]`: a read-only agent of its own (keel.cli.init) studies
+        the project and proposes the file; the diff is shown and written only on a yes. The write
+        is a unit of this session's /undo; the model hears of it with the next prompt."""
+        from keel.cli.init import init_project, summary
+
+        assert self.undo is not None
+        self._ensure_session()
+        self.undo.begin("/init")  # opens the store beside this session's file
+        self.show(Notice("/init: the model studies the project with reading tools only"))
+        self._since = time.monotonic()
+        self._ui.refresh_status()
+        try:
+            outcome = await init_project(
+                self.ref,
+                cwd=self.agent.cwd,
+                settings=self.factory.settings,
+                args=self.factory.args,
+                printer=_Forward(self._init_event),
+                approve=self._approve_init,
+                file=args or None,
+                provider=self.factory.provider(self.ref),
+                keep_session=self.factory.keep_sessions,
+                checkpoints=self.undo.store,
+                on_agent=self._set_side,
+            )
+        finally:
+            self._since = None
+            self._ui.refresh_status()
+        line = summary(outcome)
+        if outcome.written:
+            self.agent.add_note(
+                f"/init {line} at the project root (the user approved the diff); it is part of "
+                "the system prompt from the next fresh context"
+            )
+            line += " (it is read from the next fresh context: /clear; /undo puts it back)"
+        text = f"{line} · {fmt_cost(outcome.result.cost)}"
+        self.show(Output(text, "error" if outcome.failed else "text", title="init"))
+
+    def _set_side(self, agent: Agent | None) -> None:
+        self._side = agent
+
+    def _init_event(self, event: Event) -> None:
+        # The init agent's own context is not this session's: its usage must not move the meter.
+        if not isinstance(event, UsageUpdated):
+            self.show(event)
+
+    async def _approve_init(self, proposal: Proposal) -> Approval:
+        from keel.cli.init import Approval
+
+        fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", proposal.diff)), default=0))
+        shown = f"The proposed {proposal.name}, as a diff:\n\n{fence}diff\n{proposal.diff}{fence}"
+        self.show(Output(shown, title="init"))
+        picked = await self._ui.pick(
+            f"Write {proposal.name}?",
+            [
+                Choice("yes", f"Yes, write {proposal.name}"),
+                Choice("no", "No, leave it as it is"),
+            ],
+        )
+        return Approval(picked == "yes", "" if picked else "no answer")
 
     async def _cmd_undo(self, args: str) -> None:
         assert self.undo is not None
