@@ -4,7 +4,8 @@
 Output streams into that budget: ripgrep's lines are taken as they arrive and ripgrep is killed
 once the result is full; the fallback reads files line by line in bounded slices; `glob` keeps
 only the names it can show. Neither opens anything but regular files and directories (a FIFO
-would block ripgrep forever), and a cancellation stops ripgrep or the walk at once."""
+would block ripgrep forever), and a cancellation stops ripgrep or the walk at once. The fallback
+grep runs in a worker process, since a regular expression that backtracks holds the GIL."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import bisect
 import contextlib
 import fnmatch
 import inspect
+import json
 import os
 import re
 import shutil
 import signal
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
@@ -88,9 +91,16 @@ async def _rg(args: list[str], cwd: Path, take: Take) -> bool:
     killed too."""
     rg = ripgrep()
     assert rg is not None
+    return await _stream([rg, *args], cwd, take, "ripgrep", ok=(0, 1))  # 1: no matches
+
+
+async def _stream(
+    argv: list[str], cwd: Path, take: Take, what: str, ok: tuple[int, ...] = (0,)
+) -> bool:
+    """Run `argv`, handing `take` each line of its output, killing it once `take` says False
+    (or on cancellation). An exit code outside `ok` is an error naming `what`."""
     proc = await asyncio.create_subprocess_exec(
-        rg,
-        *args,
+        *argv,
         cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -126,8 +136,8 @@ async def _rg(args: list[str], cwd: Path, take: Take) -> bool:
         errors.cancel()
         return False
     err = await errors
-    if proc.returncode not in (0, 1):  # 1 means "no matches"
-        raise ToolError(f"ripgrep failed: {err.decode(errors='replace').strip()}")
+    if proc.returncode not in ok:
+        raise ToolError(f"{what} failed: {err.decode(errors='replace').strip()}")
     return True
 
 
@@ -284,6 +294,24 @@ def _python_grep(
                     yield f"{shown}:{number}:{line[:500]}"
 
 
+_WORKER = (
+    "import sys; from keel.tools.builtin.search import fallback_main; fallback_main(sys.argv[1])"
+)
+
+
+def fallback_main(spec: str) -> None:
+    """The pure-Python grep as a worker process: one JSON string per result line on stdout."""
+    pattern, ignore_case, top, cwd, file_glob, files_only = json.loads(spec)
+    regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    out = sys.stdout
+    try:
+        for line in _python_grep(regex, Path(top), Path(cwd), file_glob, files_only):
+            out.write(json.dumps(line) + "\n")
+        out.flush()
+    except BrokenPipeError:  # keel has all it needs and stopped reading
+        os._exit(0)
+
+
 def _relative(path: Path, cwd: Path) -> str:
     try:
         return path.relative_to(cwd).as_posix()
@@ -361,20 +389,14 @@ async def grep(
         await _grep_rg(found, ctx.cwd, top, pattern, glob, ignore_case, files_only)
     else:
         try:
-            regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+            re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise ToolError(f"invalid regular expression: {exc}") from exc
-        stop = threading.Event()
-
-        def walk() -> None:
-            for line in _python_grep(regex, top, ctx.cwd, glob, files_only):
-                if stop.is_set() or not found.take(line):
-                    return
-
-        try:
-            await in_worker(walk, name="keel grep")
-        finally:
-            stop.set()
+        # In a process of its own: a regular expression can backtrack for hours inside one
+        # call that holds the GIL; only a process can be stopped then.
+        spec = json.dumps([pattern, ignore_case, str(top), str(ctx.cwd), glob, files_only])
+        worker = [sys.executable, "-c", _WORKER, spec]
+        await _stream(worker, ctx.cwd, lambda line: found.take(json.loads(line)), "grep")
     if not found.lines:
         return ToolOutput(f"No matches for {pattern!r}.")
     return ToolOutput(found.text())
