@@ -430,3 +430,47 @@ def test_keel_reading_a_fifo_then_busy_ends_on_signals_without_a_traceback(
         (path,) = session_files(isolated_env)
         text = path.read_text(encoding="utf-8")
         assert "pipe is a named pipe (FIFO)" in text
+
+
+@needs_proc
+@pytest.mark.parametrize(
+    ("signals", "extra"),
+    [([signal.SIGTERM], ["--no-session"]), ([signal.SIGTERM, signal.SIGTERM], [])],
+    ids=["sigterm", "sigterm-twice"],
+)
+def test_keel_in_a_hanging_hook_ends_on_signals_without_a_traceback(
+    project: Path,
+    tmp_path: Path,
+    isolated_env: Path,
+    signals: list[signal.Signals],
+    extra: list[str],
+) -> None:
+    """A UserPromptSubmit hook that ignores SIGTERM, leaves a `setsid` child holding its stdout
+    and sleeps: the signals end keel at once, and the hook's child dies with it."""
+    command = (
+        f"setsid sh -c 'echo $$ > {tmp_path}/child; exec sleep 301.8' & "
+        f"trap '' TERM; touch {tmp_path}/started; sleep 300"
+    )
+    config = isolated_env / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    hooks = {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": command}]}]}
+    (config / "settings.json").write_text(json.dumps({"hooks": hooks}), encoding="utf-8")
+    script = write_script(tmp_path / "s.json", [{"text": "never reached"}])
+    proc = start(project, script, "--output-format", "json", *extra)
+    try:
+        (child,) = pids_in(tmp_path, "child")
+        assert (tmp_path / "started").exists()
+        began = time.monotonic()
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.3)
+        stdout, stderr = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert time.monotonic() - began < 6
+    assert "Traceback" not in stderr
+    assert proc.returncode == 130, stderr
+    assert json.loads(stdout)["stop_reason"] == "interrupted"
+    assert gone_soon(lambda: not alive(child)), "the hook's child outlived keel"
