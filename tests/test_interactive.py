@@ -86,9 +86,11 @@ def test_line_mode_edit_approve_undo_and_the_model_is_told(project: Path, tmp_pa
     assert "Put back the files changed by “write the notes”." in rest
     assert " • removed notes.md (the prompt created it)" in rest
     assert "› ok?" in rest
-    assert rest[-2] == "Understood, the file is gone."
+    assert rest[-3] == "Understood, the file is gone."
     assert not (project / "notes.md").exists()
     session = latest_session(project)
+    # After the footer, how to come back to this session.
+    assert rest[-1] == f"To resume this session: keel --continue (or keel --resume {session.stem})"
     undos = [r.payload for r in read_records(session).records if isinstance(r.payload, UndoRecord)]
     assert [(u.label, u.removed) for u in undos] == [
         ("write the notes", (str(project / "notes.md"),))

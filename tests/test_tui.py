@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import time
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 from textual.widgets import Collapsible, Markdown
 
 from keel.agent.events import TurnFinished
@@ -712,3 +715,145 @@ async def test_an_interrupted_tool_card_shows_how_long_it_ran(project: Path) -> 
         header = str(shown.header.render())
         assert header.splitlines()[0].startswith("✗ bash  sleep 30  1.")
         assert "0.0s" not in header
+
+
+async def test_models_without_a_key_are_greyed_and_refused_in_the_picker(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from textual.widgets import OptionList
+
+    from keel.tui.screens import PickerScreen
+
+    for var in ("OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    controller = await make_controller(project, scripted())
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "/model")
+        for _ in range(100):
+            if on_screen(app, PickerScreen):
+                break
+            await pilot.pause(0.05)
+        screen = app.screen
+        assert isinstance(screen, PickerScreen)
+        shown = {c.value: (c.detail, c.muted) for c in screen.choices}
+        assert shown["openai/gpt-5"][0].endswith("  (no key: set OPENAI_API_KEY)")
+        assert shown["openai/gpt-5"][1]
+        assert shown["gemini/gemini-2.5-pro"][0].endswith("  (no key: set GEMINI_API_KEY)")
+        assert shown["anthropic/claude-haiku-4-5"] == (
+            "200k window, $1 / $5 per M tokens",
+            False,
+        )
+        options = screen.query_one("#choices", OptionList)
+        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+        gpt5 = options.get_option_at_index(ids.index("openai/gpt-5")).prompt
+        haiku = options.get_option_at_index(ids.index("anthropic/claude-haiku-4-5")).prompt
+        assert isinstance(gpt5, Text)
+        assert isinstance(haiku, Text)
+        assert (str(gpt5.style), str(haiku.style)) == ("dim", "")  # greyed out
+        await pilot.press(*"openai/gpt-5 ")  # the filter: the catalog's gpt-5 comes first
+        await pilot.pause()
+        assert options.get_option_at_index(options.highlighted or 0).id == "openai/gpt-5"
+        await pilot.press("enter")
+        await settle(pilot, app)
+        error = app.query(CommandOutput).last()
+        assert (error.kind, error.text) == (
+            "error",
+            "openai/gpt-5 needs an API key: OPENAI_API_KEY is not set (still on "
+            "anthropic/claude-sonnet-4-5) (hint: export OPENAI_API_KEY=… before starting keel, "
+            "or pick a model whose key is set)",
+        )
+        assert controller.status().model == "anthropic/claude-sonnet-4-5"
+        await send(pilot, app, "/model anthropic/claude-haiku-4-5")  # a key is set: it switches
+        await settle(pilot, app)
+        assert controller.status().model == "anthropic/claude-haiku-4-5"
+
+
+def _scripted_model(tmp_path: Path) -> str:
+    script = tmp_path / "script.yaml"
+    script.write_text("model: demo\nturns:\n  - text: 'The answer is **42**.'\n", encoding="utf-8")
+    return f"scripted:{script}"
+
+
+def test_the_line_mode_says_how_to_resume_on_exit_once_something_happened(
+    project: Path, tmp_path: Path
+) -> None:
+    from keel.session.index import latest_session, session_files
+    from tests.test_cli import keel
+
+    model = _scripted_model(tmp_path)
+    out = keel("--no-tui", "--model", model, cwd=project, stdin="what is the answer?\n/quit\n")
+    assert out.returncode == 0, out.stderr
+    session = latest_session(project)
+    assert out.stdout.splitlines()[-1] == (
+        f"To resume this session: keel --continue (or keel --resume {session.stem})"
+    )
+    # Opened and quit at once: no session file, nothing to resume, no hint.
+    idle = tmp_path / "idle"
+    idle.mkdir()
+    quiet = keel("--no-tui", "--model", model, cwd=idle, stdin="/exit\n")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "keel --continue" not in quiet.stdout
+    assert "keel --resume" not in quiet.stdout
+    assert session_files(idle) == []
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_terminal_ui_says_how_to_resume_after_it_exits(project: Path, tmp_path: Path) -> None:
+    import os
+
+    from keel.session.index import latest_session
+    from tests.test_tui_tmux import Terminal, keel_argv
+
+    terminal = Terminal(f"keel-hint-{os.getpid()}-{time.monotonic_ns()}", project)
+    env = {k: os.environ[k] for k in ("KEEL_HOME", "KEEL_CONFIG_DIR", "HOME", "PATH")}
+    try:
+        terminal.start(
+            keel_argv("--model", _scripted_model(tmp_path)), {**env, "TERM": "xterm-256color"}
+        )
+        terminal.wait_for("/help for commands")
+        terminal.type("what is the answer?")
+        terminal.keys("Enter")
+        terminal.wait_for("The answer is 42.")
+        terminal.type("/quit")
+        terminal.keys("Enter")
+        deadline = time.monotonic() + 10
+        while not terminal.exited() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert terminal.exited()
+        session = latest_session(project)
+        hint = f"To resume this session: keel --continue (or keel --resume {session.stem})"
+        # With the scrollback: tmux's "Pane is dead" line can scroll the last line off the top.
+        shown = terminal.tmux("capture-pane", "-p", "-S", "-100", "-t", "keel").stdout
+        lines = [line.rstrip() for line in shown.splitlines() if line.strip()]
+        assert lines[0] == hint, shown  # on the terminal's own screen, after the app left it
+        assert all(line.startswith("Pane is dead") for line in lines[1:]), shown
+        assert "The answer is 42." not in shown
+    finally:
+        terminal.tmux("kill-server")
+
+
+async def test_the_line_mode_shows_how_long_an_interrupted_call_ran(project: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from keel.agent.events import ToolFinished, ToolStarted
+    from keel.llm.messages import ToolUse, tool_result
+    from keel.tui.line import LineFrontEnd, LineReader
+
+    controller = await make_controller(project, scripted())
+    out = io.StringIO()
+    console = Console(file=out, width=100, highlight=False, soft_wrap=True)
+    reader = LineReader(io.StringIO(""), asyncio.get_running_loop())
+    ui = LineFrontEnd(controller, console, reader, echo=False)
+    call = ToolUse("call-1", "bash", {"command": "sleep 30"})
+    ui.show(ToolStarted(call))
+    await asyncio.sleep(1.1)
+    # What the loop reports for a call Esc cut off: no duration of its own.
+    ui.show(ToolFinished(call, tool_result("call-1", "interrupted by user", is_error=True), 0.0))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "⏺ bash sleep 30"
+    assert lines[1].startswith("  └ ✗ 1.")
+    assert lines[1].endswith("s  interrupted by user")
+    await controller.close()

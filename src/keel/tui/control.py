@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -277,6 +277,8 @@ class Controller:
         self._tasks: set[asyncio.Task[None]] = set()
         #: How the last prompt ended.
         self._last_stop = ""
+        #: The session file the last prompt (or /compact) was written to: the exit's resume hint.
+        self.worked_in: Path | None = None
         #: An agent of its own that runs for a command (/init), to interrupt with the prompt.
         self._side: Agent | None = None
 
@@ -554,17 +556,40 @@ class Controller:
         """Sessions are written from the first prompt on (opening keel and quitting leaves no
         empty session behind)."""
         agent = self.agent
-        if agent.session is not None or not self.factory.keep_sessions:
-            return
-        from keel.session.store import SessionLog
+        if agent.session is None and self.factory.keep_sessions:
+            from keel.session.store import SessionLog
 
-        agent.session = SessionLog.create(
-            cwd=agent.cwd,
-            model=str(self.ref),
-            fingerprint=agent.fingerprint(),
-            session_id=agent.session_id,
-        )
-        self._ui.refresh_status()
+            agent.session = SessionLog.create(
+                cwd=agent.cwd,
+                model=str(self.ref),
+                fingerprint=agent.fingerprint(),
+                session_id=agent.session_id,
+            )
+            self._ui.refresh_status()
+        if agent.session is not None:
+            self.worked_in = agent.session.path  # something is written to it now
+
+    def resume_hint(self) -> str | None:
+        """The line printed after keel exits: how to go on with the session worked in last (None
+        when nothing was written to a session file)."""
+        path = self.worked_in
+        if path is None or not path.is_file():
+            return None
+        from keel.session.index import latest_session
+
+        again = f"keel --resume {path.stem}"
+        try:
+            latest = latest_session(self.factory.cwd) == path
+        except (UserError, OSError):
+            latest = False
+        if not latest:
+            return f"To resume this session: {again}"
+        where = ""
+        if self.factory.cwd != Path.cwd():
+            import shlex
+
+            where = f" --cwd {shlex.quote(str(self.factory.cwd))}"
+        return f"To resume this session: keel --continue{where} (or {again})"
 
     async def run_shell(self, command: str) -> None:
         """`!cmd`: the user's own command, run directly (not through the permission gate: the
@@ -720,6 +745,11 @@ class Controller:
         if not spec:
             return
         ref = parse_model(spec)
+        if ref != self.ref and (var := missing_key(ref.provider, self.factory.settings)):
+            raise UserError(
+                f"{ref} needs an API key: {var} is not set (still on {self.ref})",
+                hint=f"export {var}=… before starting keel, or pick a model whose key is set",
+            )
         agent = self.agent
         provider = self.factory.provider(ref)  # raises for a missing key: the old one stays
         old = agent.provider
@@ -922,9 +952,26 @@ def _rel(path: Path, cwd: Path) -> str:
         return str(path)
 
 
+def missing_key(provider: str, settings: Settings, env: Mapping[str, str] | None = None) -> str:
+    """The environment variable to set for `provider`'s models when it needs a key and none is
+    set ("" when it has one, needs none, or is not a provider keel knows)."""
+    from keel.llm.provider import env_key, preset_for
+
+    try:
+        preset = preset_for(provider, settings)
+    except UserError:
+        return ""
+    conf = settings.providers.get(provider)
+    names = (conf.api_key_env,) if conf is not None and conf.api_key_env else preset.key_envs
+    if not preset.key_required or not names or env_key(names, os.environ if env is None else env):
+        return ""
+    return names[0]
+
+
 async def _model_choices(controller: Controller) -> list[Choice]:
     """The model now, the settings' default, the models of a local Ollama server (if one
-    answers at once), then the catalog (window and prices)."""
+    answers at once), then the catalog (window and prices). A model whose provider has no key
+    is greyed out and says which variable to set."""
     from keel.llm.catalog import BY_PROVIDER
     from keel.llm.providers.ollama import fetch_local_models, server_url
 
@@ -932,8 +979,18 @@ async def _model_choices(controller: Controller) -> list[Choice]:
     choices = [Choice(current, current, "(now)")]
     settings = controller.factory.settings
     default = settings.model
+    keyless: dict[str, str] = {}
+
+    def no_key(spec: str) -> str:
+        provider = spec.partition("/")[0]
+        if provider not in keyless:
+            keyless[provider] = missing_key(provider, settings)
+        return keyless[provider]
+
     if default and default != current:
-        choices.append(Choice(default, default, "the default in settings"))
+        var = no_key(default)
+        note = f"  (no key: set {var})" if var else ""
+        choices.append(Choice(default, default, "the default in settings" + note, bool(var)))
     base = server_url(settings.provider("ollama").base_url, os.environ)
     for local in await fetch_local_models(base):
         spec = f"ollama/{local.name}"
@@ -952,7 +1009,9 @@ async def _model_choices(controller: Controller) -> list[Choice]:
         detail = f"{info.window // 1000}k window"
         if info.priced:
             detail += f", ${info.input_price:g} / ${info.output_price:g} per M tokens"
-        choices.append(Choice(spec, spec, detail))
+        if var := no_key(spec):
+            detail += f"  (no key: set {var})"
+        choices.append(Choice(spec, spec, detail, bool(var)))
     return choices
 
 
@@ -997,5 +1056,6 @@ __all__ = [
     "FrontEnd",
     "Status",
     "finished_text",
+    "missing_key",
     "save_local_rule",
 ]

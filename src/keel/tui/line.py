@@ -123,7 +123,8 @@ class LineFrontEnd:
         self.exited = False
         self._mid_line = False  # streamed text left the cursor inside a line
         self._streaming: str = ""  # "text" or "thinking" while deltas arrive
-        self._started: set[str] = set()
+        #: When each running call started (monotonic): a cut-off call reports no duration.
+        self._started: dict[str, float] = {}
 
     # -- FrontEnd ------------------------------------------------------------------------------
 
@@ -186,15 +187,18 @@ class LineFrontEnd:
                 self.console.print(Markdown(block.text))
 
     def _tool_started(self, event: ToolStarted) -> None:
-        self._started.add(event.call.id)
+        self._started[event.call.id] = time.monotonic()
         self._tool_line(event.call.name, key_argument(event.call))
 
     def _tool_finished(self, event: ToolFinished) -> None:
         call, result = event.call, event.result
-        if call.id not in self._started:
+        started = self._started.pop(call.id, None)
+        if started is None:
             self._tool_line(call.name, key_argument(call))
-        self._started.discard(call.id)
-        self._tool_result(call.name, result.text, result.is_error, event.seconds, event.display)
+        seconds = event.seconds
+        if seconds <= 0 and started is not None:
+            seconds = time.monotonic() - started  # interrupted: it ran until now
+        self._tool_result(call.name, result.text, result.is_error, seconds, event.display)
 
     def _notice(self, event: Notice) -> None:
         warning = event.level == "warning"

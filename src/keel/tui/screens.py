@@ -204,7 +204,7 @@ class PickerScreen(ModalScreen[str | None]):
         for choice in self.choices:
             if needle and needle.lower() not in f"{choice.label} {choice.detail}".lower():
                 continue
-            label = Text(choice.label)
+            label = Text(choice.label, style="dim" if choice.muted else "")
             if choice.detail:
                 label.append(f"  {choice.detail}", style="dim")
             out.append(Option(label, id=choice.value))

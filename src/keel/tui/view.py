@@ -46,6 +46,8 @@ class Choice:
     value: str
     label: str
     detail: str = ""
+    #: Shown greyed out (a model whose provider has no key): it can be picked, and is refused.
+    muted: bool = False
 
 
 ViewEvent: TypeAlias = Event | PromptSubmitted | ShellRan | Output
