@@ -720,7 +720,7 @@ def report(outcome: InitOutcome) -> int:
         line += f" (`keel undo {outcome.session_id}` puts it back)"
     elif outcome.proposal is not None and outcome.not_written.startswith("nobody"):
         line += " (hint: `keel init --yes` writes without asking; or `git apply` the diff above)"
-    elif outcome.proposal is None:
+    elif outcome.proposal is None and outcome.result.stop_reason == "end_turn":
         line += " (hint: run keel init again, or try a more capable model)"
     print(f"keel: {'error: ' if outcome.failed else ''}{line}", file=sys.stderr, flush=True)
     if outcome.written or outcome.unchanged:
