@@ -15,7 +15,7 @@ import pytest
 from keel.session.journal import read_records
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "examples" / "demo.yaml"
+DEMO = REPO / "src" / "keel" / "demo" / "demo.yaml"  # examples/demo.yaml links to it
 
 
 def keel(
@@ -74,9 +74,11 @@ def test_demo_runs_offline_and_journals(project: Path, isolated_env: Path) -> No
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Done. The glob above lists the Python files")
-    assert out.stderr.splitlines()[:2] == [
+    calls = [line for line in out.stderr.splitlines() if line.startswith("⏺ ")]
+    assert calls == [
         "⏺ glob **/*.py",
-        "⏺ bash find . -name '*.py' -not -path './.*' -print0 | xargs -0 -r wc -l | sort -n | tail -n 25",
+        "⏺ bash grep -c '' -r --include='*.py' --exclude-dir='.?*' --exclude-dir=node_modules . "
+        "| head -n 25",
     ]
     (path,) = session_files(isolated_env)
     records = read_records(path).records
@@ -92,7 +94,11 @@ def test_demo_runs_offline_and_journals(project: Path, isolated_env: Path) -> No
         "terminal",
     ]
     bash_result = records[6].payload.result.text  # type: ignore[union-attr]
-    assert bash_result == " 1 ./util.py\n 5 ./app.py\n 6 total\n[exit code 0]"
+    counted, exit_line = bash_result.rsplit("\n", 1)  # grep -r lists in directory order
+    assert (sorted(counted.splitlines()), exit_line) == (
+        ["./app.py:5", "./util.py:1"],
+        "[exit code 0]",
+    )
 
 
 def test_json_output_is_one_object(project: Path, tmp_path: Path) -> None:
@@ -202,13 +208,13 @@ def test_prompt_from_stdin_and_from_both(project: Path, tmp_path: Path) -> None:
             ["-p", "hi", "--model", "anthropic/claude-sonnet-4-5"],
             {},
             "keel: error: ANTHROPIC_API_KEY is not set; anthropic needs an API key (hint: export "
-            "ANTHROPIC_API_KEY=… , or try keel offline with --model scripted:examples/demo.yaml)",
+            "ANTHROPIC_API_KEY=… , or try keel offline with --model scripted:demo)",
         ),
         (
             ["-p", "hi", "--model", "openai/gpt-5"],
             {},
             "keel: error: OPENAI_API_KEY is not set; openai needs an API key (hint: export "
-            "OPENAI_API_KEY=… , or try keel offline with --model scripted:examples/demo.yaml)",
+            "OPENAI_API_KEY=… , or try keel offline with --model scripted:demo)",
         ),
         (
             ["-p", "hi"],
@@ -216,7 +222,7 @@ def test_prompt_from_stdin_and_from_both(project: Path, tmp_path: Path) -> None:
             "keel: error: no model chosen and no API key found (hint: set ANTHROPIC_API_KEY, "
             "OPENAI_API_KEY or GEMINI_API_KEY, pass --model provider/model, or try keel offline "
             "with --model "
-            "scripted:examples/demo.yaml)",
+            "scripted:demo)",
         ),
         (
             ["-p", "hi", "--model", "llama"],
@@ -236,7 +242,7 @@ def test_prompt_from_stdin_and_from_both(project: Path, tmp_path: Path) -> None:
             ["-p", "hi", "--model", "scripted:/nonexistent.yaml"],
             {},
             "keel: error: cannot read script /nonexistent.yaml: No such file or directory (hint: "
-            "--model scripted:examples/demo.yaml)",
+            "--model scripted:demo plays keel's packaged demo (demo, demo-subagents))",
         ),
         (
             ["-p", "hi", "--max-turns", "0", "--model", f"scripted:{DEMO}"],

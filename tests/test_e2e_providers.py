@@ -65,7 +65,12 @@ def chat() -> Iterator[OpenAIChatServer]:
 def check_task_ran(server: ScriptedHTTPServer, out: subprocess.CompletedProcess[str]) -> list[Any]:
     assert out.returncode == 0, out.stderr
     assert out.stdout == "app.py has 5 lines and util.py has 1: 6 in all.\n"
-    assert out.stderr.endswith("⏺ glob **/*.py\n⏺ bash wc -l app.py util.py\n")
+    lines = out.stderr.splitlines()[-4:]  # each call, then its result
+    assert [lines[0], lines[2]] == ["⏺ glob **/*.py", "⏺ bash wc -l app.py util.py"]
+    assert lines[1].startswith("  └ ✓ ")
+    assert lines[1].endswith("s  app.py (+1 more line)")
+    assert lines[3].startswith("  └ ✓ ")
+    assert lines[3].endswith("s  5 app.py (+3 more lines)")
     assert not server.script
     assert not server.errors
     return [r.json for r in server.model_requests]

@@ -148,7 +148,7 @@ def test_model_addressing(spec: str, expected: ModelRef) -> None:
         # Whether `acme` exists is make_provider's question (settings may define it).
         ("Acme Corp/x", "'Acme Corp' in model 'Acme Corp/x' is not a provider name"),
         ("anthropic/", "names no model"),
-        ("scripted:", "scripted: needs a file"),
+        ("scripted:", "scripted: needs a script"),
     ],
 )
 def test_bad_model_specs(spec: str, message: str) -> None:

@@ -160,10 +160,11 @@ def test_keel_p_has_a_token_budget_by_default(
     assert out.returncode == 3, out.stderr
     assert json.loads(out.stdout)["stop_reason"] == "budget"
     # All four tiers count: 151,000 + 50,000 = 201,000.
-    assert out.stderr == (
-        "⏺ bash echo one >> log\n"
-        "keel: warning: not run: budget reached: 201,000 tokens of 200,000 tokens\n"
-    )
+    lines = out.stderr.splitlines()
+    assert lines[0] == "⏺ bash echo one >> log"
+    assert lines[1].startswith("  └ ✓ ")
+    assert lines[1].endswith("s  [exit code 0]")
+    assert lines[2:] == ["keel: warning: not run: budget reached: 201,000 tokens of 200,000 tokens"]
     assert (project / "log").read_text(encoding="utf-8") == "one\n"  # the second call did not run
     (path,) = session_files(isolated_env)
     meta = read_records(path).records[0].payload

@@ -175,7 +175,7 @@ def test_hosted_preset_without_its_key_is_one_line(name: str) -> None:
         make_provider(parse_model(f"{name}/m"), env={})
     assert info.value.one_line() == (
         f"{key_var} is not set; {name} needs an API key (hint: export {key_var}=… , or try keel "
-        "offline with --model scripted:examples/demo.yaml)"
+        "offline with --model scripted:demo)"
     )
 
 
@@ -310,7 +310,7 @@ def test_custom_provider_mistakes_are_one_line(project: Path) -> None:
         make_provider(parse_model("elsewhere/m"), settings=settings, env={})
     assert missing.value.one_line() == (
         "GW_KEY is not set; gateway needs an API key (hint: export GW_KEY=… , or try keel "
-        "offline with --model scripted:examples/demo.yaml)"
+        "offline with --model scripted:demo)"
     )
     assert unknown.value.one_line().startswith(
         "unknown provider 'elsewhere' in model 'elsewhere/m' (hint: known providers: anthropic, "

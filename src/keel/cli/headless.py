@@ -13,8 +13,10 @@ import json
 import os
 import select
 import signal
+import stat
 import sys
 import time
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -35,8 +37,10 @@ from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
+from keel.llm.messages import ToolUse
 from keel.llm.provider import RetryPolicy, make_provider, model_info
 from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest, parse_mode
+from keel.tui.format import duration, key_argument, one_line
 
 if TYPE_CHECKING:
     from keel.hooks.runner import HookRunner
@@ -104,18 +108,28 @@ def choose_model(flag: str | None, settings: Settings) -> ModelRef:
         "no model chosen and no API key found",
         hint="set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY, pass --model "
         "provider/model, "
-        "or try keel offline with --model scripted:examples/demo.yaml",
+        "or try keel offline with --model scripted:demo",
     )
 
 
 class Printer:
-    """Renders events for one output format."""
+    """Renders events for one output format. Text mode: the answer on stdout; on stderr one line
+    per tool call and one for its result (the line mode's format), notices, and why a run stopped.
+    `quiet` leaves the answer, warnings and errors.
+
+    A write that finds its reader gone (a closed pipe: `keel -p … | head`) does not raise: the
+    printer goes silent, points the stream at /dev/null and calls `on_closed`, which stops the
+    run (it is then marked `interrupted`, "output closed")."""
 
     def __init__(self, fmt: str, *, quiet: bool, out: TextIO, err: TextIO) -> None:
         self.fmt = fmt
         self.quiet = quiet
         self.out = out
         self.err = err
+        #: The reader of stdout or stderr went away; nothing more is written.
+        self.closed = False
+        self.on_closed: Callable[[], None] | None = None
+        self._last_call = ""  # the call whose line was printed last (a result follows it)
 
     def __call__(self, event: Event) -> None:
         if self.fmt == "stream-json":
@@ -124,30 +138,55 @@ class Printer:
                 self._line(line)
             return
         match event:
-            case Notice(text, level):
+            case Notice(text, level) if level == "warning" or not self.quiet:
                 prefix = "warning: " if level == "warning" else ""
-                print(f"keel: {prefix}{text}", file=self.err, flush=True)
+                self.say(f"keel: {prefix}{text}")
             case ToolStarted(call) if not self.quiet:
-                print(f"⏺ {call.name}{_key_arg(call.input)}", file=self.err, flush=True)
+                self._call_line(call)
+            case ToolFinished(call, result, seconds, _display) if not self.quiet:
+                if self._last_call != call.id:  # other lines came between: name it again
+                    self._call_line(call)
+                mark = "✗" if result.is_error else "✓"
+                self.say(f"  └ {mark} {duration(seconds)}  {_summary(result.text)}".rstrip())
+                self._last_call = ""
             case SubagentEvent(_, agent, _, ToolStarted(call)) if not self.quiet:
-                started = f"  ⏺ [{agent}] {call.name}{_key_arg(call.input)}"
-                print(started, file=self.err, flush=True)
+                self.say(f"  ↳ [{agent}] {call.name} {key_argument(call, 100)}".rstrip())
             case SubagentEvent(_, agent, _, Notice(text, "warning")):
-                print(f"keel: warning: [{agent}] {text}", file=self.err, flush=True)
+                self.say(f"keel: warning: [{agent}] {text}")
             case BackgroundFinished(task_id, kind, status, description) if not self.quiet:
-                ended = f"keel: {task_id} ({kind}) {status}: {description}"
-                print(ended, file=self.err, flush=True)
-            case ToolFinished(call, result, _seconds, _display) if (
-                not self.quiet and result.is_error
-            ):
-                first = (result.text.strip().splitlines() or [""])[0][:200]
-                print(f"  ✗ {call.name}: {first}", file=self.err, flush=True)
+                self.say(f"keel: {task_id} ({kind}) {status}: {description}")
             case _:
                 pass
 
+    def _call_line(self, call: ToolUse) -> None:
+        self.say(f"⏺ {call.name} {key_argument(call, 100)}".rstrip())
+        self._last_call = call.id
+
+    def say(self, text: str) -> None:
+        self._last_call = ""
+        self._write(self.err, text + "\n")
+
     def _line(self, obj: dict[str, Any]) -> None:
-        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self.out.flush()
+        self._write(self.out, json.dumps(obj, ensure_ascii=False) + "\n")
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError:
+            self.output_closed(stream)
+
+    def output_closed(self, stream: TextIO | None = None) -> None:
+        """The reader of `stream` (None: unknown, as for a SIGPIPE from outside) is gone."""
+        if stream is not None:
+            _to_devnull(stream)
+        if self.closed:
+            return
+        self.closed = True
+        if self.on_closed is not None:
+            self.on_closed()
 
     def finish(self, finished: RunResult, *, model: str, seconds: float, path: str | None) -> None:
         result = result_json(
@@ -157,11 +196,70 @@ class Printer:
             self._line(result)
             return
         if finished.text:
-            print(finished.text, file=self.out, flush=True)
+            self._write(self.out, finished.text + "\n")
         if finished.stop_reason == "error":
-            print(f"keel: error: {finished.error}", file=self.err, flush=True)
+            self.say(f"keel: error: {finished.error}")
         elif finished.stop_reason != "end_turn":
-            print(f"keel: stopped: {finished.stop_reason}", file=self.err, flush=True)
+            self.say(f"keel: stopped: {finished.stop_reason}")
+
+
+def _summary(output: str) -> str:
+    """A tool's output in one line: its first line, and how many more there are."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    more = (
+        f" (+{len(lines) - 1} more line{'s' if len(lines) > 2 else ''})" if len(lines) > 1 else ""
+    )
+    return one_line(lines[0], 100) + more
+
+
+def _to_devnull(stream: TextIO) -> None:
+    """Point a stream whose reader left at /dev/null, so that nothing written later (the
+    interpreter's flush at exit included) fails on it."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return  # not a real file (a test's StringIO)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+def watch_output(loop: asyncio.AbstractEventLoop, printer: Printer) -> Callable[[], None]:
+    """Notice at once when the reader of a piped stdout or stderr goes away, though nothing is
+    being written (text mode writes the answer only at the end): Linux reports an error on the
+    write end of a pipe whose readers have all closed it. Returns the function that stops
+    watching."""
+    watched: list[int] = []
+    for stream in (printer.out, printer.err):
+        try:
+            fd = stream.fileno()
+            fifo = stat.S_ISFIFO(os.fstat(fd).st_mode)
+        except (OSError, ValueError):
+            continue
+        if not fifo or fd in watched:
+            continue
+
+        def gone(fd: int = fd, stream: TextIO = stream) -> None:
+            loop.remove_reader(fd)
+            watched.remove(fd)
+            printer.output_closed(stream)
+
+        try:
+            loop.add_reader(fd, gone)
+        except (OSError, ValueError, NotImplementedError):
+            continue
+        watched.append(fd)
+
+    def stop() -> None:
+        for fd in list(watched):
+            loop.remove_reader(fd)
+        watched.clear()
+
+    return stop
 
 
 def _first(*values: Any) -> Any:
@@ -173,16 +271,6 @@ def token_budget(*values: int | None) -> int | None:
     """The first token budget given (flag, setting, default); 0 means none."""
     first = _first(*values)
     return None if first == 0 else first
-
-
-def _key_arg(args: dict[str, Any] | None) -> str:
-    if not args:
-        return ""
-    for key in ("command", "path", "pattern", "url"):
-        if isinstance(args.get(key), str):
-            value = args[key].replace("\n", " ")
-            return f" {value[:100]}{'…' if len(value) > 100 else ''}"
-    return ""
 
 
 def _cwd(args: argparse.Namespace) -> Path:
@@ -714,25 +802,44 @@ def _together(before: RunResult | None, after: RunResult) -> RunResult:
     )
 
 
-async def _run(
-    agent: Agent, steps: list[str | None], printer: Printer, model: str, *, wait: bool = True
-) -> int:
-    """Run each step (a prompt, or None to resume) until one does not end normally; then, with
-    `wait`, wait for background tasks and let the model see their results. The first
-    SIGINT/SIGTERM suspends at the next safe point (or, while waiting, stops the background
-    tasks); a second aborts at once."""
-    loop = asyncio.get_running_loop()
-    signals = 0
-    stopping = False
+class _Stopper:
+    """What stops a headless run from outside: SIGINT/SIGTERM (the first suspends at the next
+    safe point, or, while waiting for background tasks, stops them; a second aborts at once),
+    and the reader of its output going away (a closed pipe, or SIGPIPE: interrupted at once,
+    recorded as "output closed")."""
 
-    def on_signal() -> None:
-        nonlocal signals, stopping
-        signals += 1
+    def __init__(self, agent: Agent, printer: Printer) -> None:
+        self.agent = agent
+        self.printer = printer
+        self.signals = 0
+        #: Waiting for background tasks should end.
+        self.stopping = False
+        self._loop = asyncio.get_running_loop()
+        self._unwatch: Callable[[], None] = lambda: None
+
+    def __enter__(self) -> _Stopper:
+        self.printer.on_closed = self.output_closed
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._loop.add_signal_handler(sig, self.on_signal)
+        self._loop.add_signal_handler(signal.SIGPIPE, self.printer.output_closed)
+        self._unwatch = watch_output(self._loop, self.printer)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._unwatch()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            self._loop.remove_signal_handler(sig)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # Python's own: a closed pipe raises
+        self.printer.on_closed = None
+
+    def on_signal(self) -> None:
+        agent, printer = self.agent, self.printer
+        self.signals += 1
         if not agent.busy:  # waiting for background tasks
-            stopping = True
+            self.stopping = True
             printer(Notice("stopping the background tasks", "warning"))
             agent.background.stop_all()
-        elif signals == 1 and agent.session is not None:
+        elif self.signals == 1 and agent.session is not None:
             printer(
                 Notice("suspending at the next safe point (signal again to abort now)", "warning")
             )
@@ -740,34 +847,48 @@ async def _run(
         else:
             agent.interrupt()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
+    def output_closed(self) -> None:
+        self.stopping = True
+        if self.agent.busy:
+            self.agent.interrupt("output closed")
+        else:
+            self.agent.background.stop_all()
+
+
+async def _run(
+    agent: Agent, steps: list[str | None], printer: Printer, model: str, *, wait: bool = True
+) -> int:
+    """Run each step (a prompt, or None to resume) until one does not end normally; then, with
+    `wait`, wait for background tasks and let the model see their results (`_Stopper` says how
+    signals and a closed output stop it)."""
     start = time.monotonic()
     try:
-        result = None
-        for step in steps:
-            ran = await (agent.resume(printer) if step is None else agent.run(step, printer))
-            result = _together(result, ran)
-            if result.stop_reason != "end_turn":
-                break
-        else:
-            while wait and not stopping and agent.background.pending:
-                await agent.background.wait()
-                delivered = None if stopping else await agent.run_notifications(printer)
-                if delivered is None:
-                    break
-                result = _together(result, delivered)
+        with _Stopper(agent, printer) as stopper:
+            result = None
+            for step in steps:
+                ran = await (agent.resume(printer) if step is None else agent.run(step, printer))
+                result = _together(result, ran)
                 if result.stop_reason != "end_turn":
                     break
-        assert result is not None  # steps is never empty
-        if running := agent.background.running():
-            printer(Notice(f"stopping {len(running)} background task(s) still running", "info"))
+            else:
+                while wait and not stopper.stopping and agent.background.pending:
+                    await agent.background.wait()
+                    delivered = None if stopper.stopping else await agent.run_notifications(printer)
+                    if delivered is None:
+                        break
+                    result = _together(result, delivered)
+                    if result.stop_reason != "end_turn":
+                        break
+            assert result is not None  # steps is never empty
+            if running := agent.background.running():
+                printer(Notice(f"stopping {len(running)} background task(s) still running", "info"))
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         path = str(agent.session.path) if agent.session else None
         await agent.aclose()
-    printer.finish(result, model=model, seconds=time.monotonic() - start, path=path)
+    if not printer.closed:
+        printer.finish(result, model=model, seconds=time.monotonic() - start, path=path)
+    if printer.closed:  # the reader left before or while the answer was printed
+        return cli.EXIT_OUTPUT_CLOSED
     if result.stop_reason == "suspended":
-        print(f"keel: suspended; resume with: keel resume {result.session_id}", file=sys.stderr)
+        printer.say(f"keel: suspended; resume with: keel resume {result.session_id}")
     return EXIT_CODES[result.stop_reason]

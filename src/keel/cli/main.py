@@ -26,6 +26,7 @@ EXIT_SUSPENDED = 6
 EXIT_UNKNOWN_OUTCOME = 7  # a call not safe to repeat was cut off: resume with --rerun or --skip
 EXIT_NOT_WRITTEN = 8  # keel init: a change was proposed and not written (declined, or no --yes)
 EXIT_INTERRUPTED = 130
+EXIT_OUTPUT_CLOSED = 141  # the reader of stdout went away (`keel -p … | head`), as for SIGPIPE
 
 
 class ArgumentError(Exception):
@@ -207,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `keel sessions list | head`: the reader has what it wanted
+        _quiet_stdout()
+        return EXIT_OUTPUT_CLOSED
     except Exception as exc:
         from keel.errors import KeelError, UserError
 
@@ -222,6 +226,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"internal error: {type(exc).__name__}: {exc}", "run with --debug for the traceback"
             )
         return EXIT_ERROR
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass  # no real stdout: nothing will be flushed to it
 
 
 def _error(message: str, hint: str = "") -> None:

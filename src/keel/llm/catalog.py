@@ -204,7 +204,8 @@ class ModelRef:
 
 def parse_model(spec: str) -> ModelRef:
     """`anthropic/claude-sonnet-4-5` → ModelRef; a bare `claude-*`, `gpt-*`, `o3` or `gemini-*`
-    routes by prefix; `scripted:PATH` plays a script file. Whether the provider exists is
+    routes by prefix; `scripted:NAME` plays a script packaged with keel (`scripted:demo`) and
+    `scripted:PATH` a script file. Whether the provider exists is
     `make_provider`'s question: only it sees the custom providers settings define."""
     spec = spec.strip()
     if not spec:
@@ -214,7 +215,9 @@ def parse_model(spec: str) -> ModelRef:
     if spec.startswith("scripted:"):
         path = spec.removeprefix("scripted:")
         if not path:
-            raise UserError("scripted: needs a file", hint="--model scripted:examples/demo.yaml")
+            raise UserError(
+                "scripted: needs a script", hint="--model scripted:demo, or scripted:PATH"
+            )
         return ModelRef("scripted", path)
     if "/" in spec:
         provider, model = spec.split("/", 1)

@@ -348,7 +348,7 @@ def sampling_for(ref: ModelRef, settings: ProviderSettings | None) -> Sampling:
 def _missing_key(ref: ModelRef, names: tuple[str, ...]) -> UserError:
     return UserError(
         f"{names[0]} is not set; {ref.provider} needs an API key",
-        hint=f"export {names[0]}=… , or try keel offline with --model scripted:examples/demo.yaml",
+        hint=f"export {names[0]}=… , or try keel offline with --model scripted:demo",
     )
 
 

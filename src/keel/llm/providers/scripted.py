@@ -1,9 +1,14 @@
 """`ScriptedProvider`: plays a scripted conversation through the real loop, with no network.
 
 Used by tests (`keel.testing`) and by `--model scripted:PATH`, which reads a YAML or JSON script so
-a newcomer can watch keel work on a machine with no API key. It fails loudly when the run diverges
+a newcomer can watch keel work on a machine with no API key. `scripted:NAME` plays one of the
+scripts packaged with keel (`src/keel/demo/NAME.yaml`: `demo`, `demo-subagents`), from any
+directory; anything else after `scripted:` is a file path. It fails loudly when the run diverges
 from its script: a request past the end, a scripted call to a tool the run did not offer, or an
 `expect` that does not hold.
+
+A script file may also give subagents their own conversations (`agents:`, keyed by text that only
+the prompt of that `task` call holds), since a child's requests go to its parent's provider.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,8 @@ from keel.llm.request import Request
 from keel.llm.script import Fault, Reply, ScriptDivergence, Step, next_tool_id
 
 CHUNK = 24  # characters per streamed delta, so front ends see real streaming
+#: Where the scripts packaged with keel live (package data: `scripted:NAME` plays NAME.yaml).
+PACKAGED_DIR = Path(__file__).resolve().parents[2] / "demo"
 
 
 def _chunks(text: str) -> list[str]:
@@ -42,8 +49,12 @@ class ScriptedProvider:
         delay: float = 0.0,
         check_tools: bool = True,
         by_history: bool = False,
+        agents: Mapping[str, ScriptedProvider] | None = None,
     ) -> None:
         self.steps: deque[Step] = deque(steps)
+        #: Subagents' conversations: a request whose first user message holds a key is answered
+        #: by that key's provider; the others by this script.
+        self.agents = dict(agents or {})
         self.check_tools = check_tools
         #: Pick the step by the number of assistant messages already in the conversation instead
         #: of by request count, so a resumed session (a new process) continues the script where
@@ -66,6 +77,10 @@ class ScriptedProvider:
             )
 
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        if (agent := self._agent_for(request)) is not None:
+            async for event in agent.stream(request):
+                yield event
+            return
         self.requests.append(request)
         number = len(self.requests)
         if self.by_history:
@@ -94,6 +109,19 @@ class ScriptedProvider:
         self._check(step, request, number)
         async for event in self._play(step, request):
             yield event
+
+    def _agent_for(self, request: Request) -> ScriptedProvider | None:
+        if not self.agents:
+            return None
+        first = next((m.text for m in request.messages if m.role == "user"), "")
+        keys = [key for key in self.agents if key in first]
+        if len(keys) > 1:
+            raise ScriptDivergence(
+                f"several agent scripts ({', '.join(keys)}) match a conversation starting "
+                f"{first[:120]!r}",
+                hint="key each agent script by text that only its task prompt holds",
+            )
+        return self.agents[keys[0]] if keys else None
 
     def _check(self, step: Reply, request: Request, number: int) -> None:
         offered = {t.name for t in request.tools}
@@ -215,11 +243,17 @@ def _reply_from(entry: dict[str, Any], where: str) -> Reply:
 
 def load_script(path: Path) -> tuple[str, list[Step]]:
     """Parse a script file into (model name, steps). Errors name the file and the turn."""
+    model, steps, _agents = _load(path)
+    return model, steps
+
+
+def _load(path: Path) -> tuple[str, list[Step], dict[str, list[Step]]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UserError(
-            f"cannot read script {path}: {exc.strerror}", hint="--model scripted:examples/demo.yaml"
+            f"cannot read script {path}: {exc.strerror}",
+            hint=f"--model scripted:demo plays keel's packaged demo ({_packaged_names()})",
         ) from exc
     if path.suffix == ".json":
         try:
@@ -235,11 +269,25 @@ def load_script(path: Path) -> tuple[str, list[Step]]:
             raise UserError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
         raise UserError(
-            f"{path}: a script is a mapping with a `turns` list", hint="see examples/demo.yaml"
+            f"{path}: a script is a mapping with a `turns` list",
+            hint=f"see {PACKAGED_DIR / 'demo.yaml'}",
         )
+    agents = data.get("agents") or {}
+    if not isinstance(agents, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, list) for k, v in agents.items()
+    ):
+        raise UserError(
+            f"{path}: `agents` maps text that a subagent's task prompt holds to its `turns` list"
+        )
+    steps = _steps(data["turns"], f"{path} turn")
+    by_agent = {key: _steps(turns, f"{path} agent {key!r} turn") for key, turns in agents.items()}
+    return str(data.get("model", path.stem)), steps, by_agent
+
+
+def _steps(turns: list[Any], where_prefix: str) -> list[Step]:
     steps: list[Step] = []
-    for i, entry in enumerate(data["turns"], start=1):
-        where = f"{path} turn {i}"
+    for i, entry in enumerate(turns, start=1):
+        where = f"{where_prefix} {i}"
         if not isinstance(entry, dict):
             raise UserError(f"{where}: each turn is a mapping")
         if "fault" in entry:
@@ -254,9 +302,25 @@ def load_script(path: Path) -> tuple[str, list[Step]]:
             )
         else:
             steps.append(_reply_from(entry, where))
-    return str(data.get("model", path.stem)), steps
+    return steps
+
+
+def _packaged_names() -> str:
+    return ", ".join(sorted(p.stem for p in PACKAGED_DIR.glob("*.yaml")))
+
+
+def script_path(spec: str) -> Path:
+    """The file `scripted:SPEC` plays: a packaged script's name (`demo`), else a path."""
+    if spec and "/" not in spec and "." not in spec:
+        packaged = PACKAGED_DIR / f"{spec}.yaml"
+        if packaged.is_file():
+            return packaged
+    return Path(spec).expanduser()
 
 
 def load_script_provider(spec: str) -> ScriptedProvider:
-    model, steps = load_script(Path(spec).expanduser())
-    return ScriptedProvider(steps, model=model, by_history=True)
+    model, steps, agents = _load(script_path(spec))
+    children = {
+        key: ScriptedProvider(turns, model=model, by_history=True) for key, turns in agents.items()
+    }
+    return ScriptedProvider(steps, model=model, by_history=True, agents=children)
