@@ -14,12 +14,16 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.cli import main as cli
 from keel.config.settings import Settings, load_settings, user_config_dir
 from keel.errors import UserError
 from keel.llm.catalog import ModelRef
 from keel.llm.events import Notice
+
+if TYPE_CHECKING:
+    from keel.tui.control import Controller
 
 FIRST_RUN = """\
 keel needs a model to talk to, and found no API key and no local server.
@@ -134,10 +138,22 @@ async def _session(
             await app.run_async()
         finally:
             await controller.close()
+        _print_resume_hint(controller)
         return cli.EXIT_OK
     from keel.tui.line import run_line
 
-    return await run_line(controller, prompt=prompt)
+    code = await run_line(controller, prompt=prompt)
+    _print_resume_hint(controller)
+    return code
+
+
+def _print_resume_hint(controller: Controller) -> None:
+    """After the session closed (its file unlocked): how to go on with it, when one was
+    written to."""
+    hint = controller.resume_hint()
+    if hint:
+        sys.stdout.write(hint + "\n")
+        sys.stdout.flush()
 
 
 __all__ = [
