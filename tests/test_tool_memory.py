@@ -114,3 +114,67 @@ def test_bash_flood_of_200_mb_keeps_a_bounded_head_and_tail(tmp_path: Path) -> N
     assert "bytes truncated] ..." in content
     assert len(content) < 200_000
     assert result["grew_kb"] < BOUND_KB, result["grew_kb"]
+
+
+MCP_DRIVER = """
+import json, resource, sys
+from mcp_types import CallToolResult, TextContent
+from keel.agent.tool_runner import finish
+from keel.llm.messages import ToolUse
+from keel.mcp.tools import to_output
+
+huge = "x" * (200 * 1024 * 1024)
+result = CallToolResult(content=[TextContent(type="text", text=huge), TextContent(type="text", text=huge)])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+output = to_output(result)
+shown = finish(ToolUse("call-1", "mcp__s__t", {}), output)
+print(json.dumps({
+    "grew_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before,
+    "kept": [len(b.text) for b in output.blocks()],
+    "shown": [len(b.text.encode()) for b in shown.content],
+}))
+"""
+
+
+def test_mcp_result_text_is_cut_as_it_is_converted() -> None:
+    """Two 200 MB texts in one result: at most `MAX_RESULT_CHARS` survive the conversion, and
+    what the model sees is the runner's 30 kB."""
+    pytest.importorskip("mcp_types")
+    from keel.mcp.tools import MAX_RESULT_CHARS
+
+    out = subprocess.run(
+        [sys.executable, "-c", MCP_DRIVER], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    marker = f"\n... [{200 * 1024 * 1024 - MAX_RESULT_CHARS} characters cut] ...\n"
+    omitted = f"[{200 * 1024 * 1024} characters omitted: the result is over {MAX_RESULT_CHARS}]"
+    assert result["kept"] == [MAX_RESULT_CHARS + len(marker), len(omitted)]
+    assert result["shown"][0] < 31_000
+    assert result["grew_kb"] < BOUND_KB, result["grew_kb"]
+
+
+SERVER = str(Path(__file__).parent / "mcp_servers" / "tools_server.py")
+
+
+async def test_an_mcp_answer_over_the_message_limit_fails_the_call_and_keeps_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stdio server's answer longer than `MAX_MESSAGE_BYTES` is dropped as it arrives (never
+    held whole); the call fails with a message saying so, and the server stays usable."""
+    pytest.importorskip("mcp")
+    from keel.mcp import McpCallError, McpManager, load_servers
+    from keel.mcp import client as mcp_client
+
+    monkeypatch.setattr(mcp_client, "MAX_MESSAGE_BYTES", 1024 * 1024)
+    settings = tmp_path / "settings.json"
+    servers, _ = load_servers(
+        tmp_path, [(settings, {"main": {"command": sys.executable, "args": [SERVER]}})], os.environ
+    )
+    async with McpManager(servers, root=tmp_path, env=os.environ, log_dir=tmp_path / "l") as m:
+        assert await m.wait_ready(30)
+        with pytest.raises(McpCallError) as info:
+            await m.call("main", "echo", {"text": "x" * 1000, "times": 3000})
+        assert "over keel's limit of 1048576 bytes, and was dropped" in str(info.value)
+        small = await m.call("main", "echo", {"text": "still here"})
+        assert [c.text for c in small.content] == ["still here"]  # type: ignore[union-attr]

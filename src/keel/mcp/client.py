@@ -1259,6 +1259,59 @@ def _open_log(s: _Server, log_dir: Path) -> IO[str]:
     return log
 
 
+#: Largest JSON-RPC message read from a stdio server: a longer line is dropped as it arrives and
+#: its request answered with an error, so one huge result cannot take keel's memory.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+
+class _MessageSplitter:
+    """A stdio server's output as lines, none held past `MAX_MESSAGE_BYTES`: a longer one is
+    dropped while it arrives (its first 4 kB kept, to find its id) and stands in as the error
+    response to that request (the SDK writes `id` before `result`)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.pending = 0
+        self.dropped = 0
+        self.head = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        lines = []
+        while (end := chunk.find(b"\n")) >= 0:
+            if self.dropped:
+                lines.append(_too_large(self.head, self.dropped + end))
+            else:
+                self.parts.append(chunk[:end])
+                lines.append(b"".join(self.parts))
+            self.parts, self.pending, self.dropped, self.head = [], 0, 0, b""
+            chunk = chunk[end + 1 :]
+        if self.dropped:
+            self.dropped += len(chunk)
+            return lines
+        self.parts.append(chunk)
+        self.pending += len(chunk)
+        if self.pending > MAX_MESSAGE_BYTES:
+            self.head = b"".join(self.parts[:64])[:4096]
+            self.dropped, self.parts, self.pending = self.pending, [], 0
+        return lines
+
+
+def _too_large(head: bytes, size: int) -> bytes:
+    """The error response that replaces a message of `size` bytes starting with `head` (empty
+    when no request id can be found in it: the session then never sees it)."""
+    import json
+
+    found = re.search(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")', head)
+    if found is None:
+        return b""
+    message = (
+        f"the server's answer was {size} bytes, over keel's limit of {MAX_MESSAGE_BYTES} "
+        "bytes, and was dropped; ask the tool for less (a narrower query, a page)"
+    )
+    error = {"code": -32603, "message": message}
+    return json.dumps({"jsonrpc": "2.0", "id": json.loads(found.group(1)), "error": error}).encode()
+
+
 async def _read_stdout(
     s: _Server, process: Process, sink: MemoryObjectSendStream[SessionMessage | Exception]
 ) -> None:
@@ -1269,13 +1322,11 @@ async def _read_stdout(
     from mcp.shared.message import SessionMessage
 
     assert process.stdout is not None
-    parts: list[bytes] = []
+    splitter = _MessageSplitter()
     try:
         async with sink:
             async for chunk in process.stdout:
-                while (end := chunk.find(b"\n")) >= 0:
-                    parts.append(chunk[:end])
-                    line, parts, chunk = b"".join(parts), [], chunk[end + 1 :]
+                for line in splitter.feed(chunk):
                     if not line.strip():
                         continue
                     item: SessionMessage | Exception
@@ -1286,7 +1337,6 @@ async def _read_stdout(
                     except ValueError as exc:
                         item = exc
                     await sink.send(item)
-                parts.append(chunk)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
         pass  # our own shutdown closed a stream under the read
     if not s.stopping and not s.closing and not s.lost:

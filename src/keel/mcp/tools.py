@@ -15,7 +15,9 @@ latest). When a connected server offers resources, two read-only tools list and 
 
 This module must never talk to a session itself (only through `McpManager.call`), never import
 the `mcp` SDK or `jsonschema` at module level (both load lazily, when a result or an argument
-check needs them), and never truncate output (keel's tool runner truncates every result).
+check needs them). Output is left for keel's tool runner to truncate, except that one result
+keeps at most `MAX_RESULT_CHARS` characters of text (its head and tail), cut as it is converted,
+so a huge result is not copied on whole.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ MAX_IMAGES = 4
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 #: Schema problems reported for one call at most.
 MAX_PROBLEMS = 10
+#: Characters of text one result keeps: far more than the model is shown (the runner cuts it to
+#: about 30 kB and keeps this much for `raw_output`), far less than a server can send.
+MAX_RESULT_CHARS = 1_000_000
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -316,9 +321,10 @@ def to_output(result: CallToolResult) -> ToolOutput:
 
     blocks: list[Text | Image] = []
     images = 0
+    budget = _TextBudget()
     for item in result.content:
         if isinstance(item, TextContent):
-            blocks.append(Text(item.text))
+            blocks.append(Text(budget.cut(item.text)))
         elif isinstance(item, ImageContent):
             block = _image(item.mime_type, item.data, images)
             images += isinstance(block, Image)
@@ -331,7 +337,7 @@ def to_output(result: CallToolResult) -> ToolOutput:
         elif isinstance(item, EmbeddedResource):
             resource = item.resource
             if isinstance(resource, TextResourceContents):
-                blocks.append(Text(resource.text))
+                blocks.append(Text(budget.cut(resource.text)))
             elif isinstance(resource, BlobResourceContents):
                 size = _size(_decoded_bytes(resource.blob))
                 kind = resource.mime_type or "binary"
@@ -339,8 +345,28 @@ def to_output(result: CallToolResult) -> ToolOutput:
         elif isinstance(item, ResourceLink):
             blocks.append(Text(f"[resource {item.name}: {item.uri}]"))
     if not result.content and result.structured_content is not None:
-        blocks.append(Text(json.dumps(result.structured_content, ensure_ascii=False)))
+        blocks.append(Text(budget.cut(json.dumps(result.structured_content, ensure_ascii=False))))
     return ToolOutput(tuple(blocks), is_error=result.is_error)
+
+
+class _TextBudget:
+    """What is left of `MAX_RESULT_CHARS` for the texts of one result."""
+
+    def __init__(self) -> None:
+        self.left = MAX_RESULT_CHARS
+
+    def cut(self, text: str) -> str:
+        """`text` whole if it fits, else its head (two thirds) and tail within what is left."""
+        if len(text) <= self.left:
+            self.left -= len(text)
+            return text
+        keep, self.left = self.left, 0
+        if keep == 0:
+            return f"[{len(text)} characters omitted: the result is over {MAX_RESULT_CHARS}]"
+        head = keep * 2 // 3
+        tail = keep - head
+        cut = len(text) - keep
+        return f"{text[:head]}\n... [{cut} characters cut] ...\n{text[len(text) - tail :]}"
 
 
 def _image(media_type: str, data: str, sent: int) -> Text | Image:
