@@ -107,17 +107,18 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
 
 
-def with_marker(marker: str) -> list[int]:
-    """Live processes whose command line contains `marker`."""
+def with_marker(command: str) -> list[int]:
+    """Live processes whose command line is exactly `command` (words split on spaces)."""
+    wanted = b"".join(word.encode() + b"\0" for word in command.split(" "))
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if marker.encode() in cmdline and alive(int(entry.name)):
+        if cmdline == wanted and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -474,3 +475,59 @@ def test_keel_in_a_hanging_hook_ends_on_signals_without_a_traceback(
     assert proc.returncode == 130, stderr
     assert json.loads(stdout)["stop_reason"] == "interrupted"
     assert gone_soon(lambda: not alive(child)), "the hook's child outlived keel"
+
+
+@needs_proc
+def test_a_background_bash_stopped_takes_its_detached_children_with_it(project: Path) -> None:
+    from keel.tools.background import BackgroundTasks
+    from keel.tools.builtin.tasks import bash_kill
+
+    marker = f"30{os.getpid() % 1000}.04"
+    tasks = BackgroundTasks()
+    ctx = ToolContext(cwd=project, root=project, env=dict(os.environ), background=tasks)
+
+    async def start_and_stop() -> str:
+        command = f"setsid sleep {marker} & nohup sleep {marker} >/dev/null 2>&1 & sleep {marker}"
+        await call(bash, ctx, command=command, run_in_background=True, sandbox=False)
+        for _ in range(200):
+            if len(with_marker(f"sleep {marker}")) == 3:
+                break
+            await asyncio.sleep(0.01)
+        out = await call(bash_kill, ctx, id="bg-1")
+        await tasks.aclose()
+        return str(out.content)
+
+    answer, took = bounded(start_and_stop, 20)
+    assert answer == "bg-1: stopped"
+    assert took < 5
+    assert gone_soon(lambda: not with_marker(f"sleep {marker}")), with_marker(f"sleep {marker}")
+
+
+KEEL_DIES = """
+import asyncio, os, sys
+from keel.proc import run_tree
+
+class Out:
+    def feed(self, data): pass
+
+async def main():
+    marker = sys.argv[1]
+    await run_tree(["bash", "-c", f"setsid sleep {marker} & nohup sleep {marker} & sleep {marker}"],
+                   cwd=".", env=os.environ, stdout=Out())
+
+asyncio.run(main())
+"""
+
+
+@needs_proc
+def test_commands_of_a_keel_killed_with_sigkill_do_not_outlive_it(tmp_path: Path) -> None:
+    """keel dies without any cleanup: the supervisor sees its control socket close (and gets
+    its parent-death signal) and kills the command's whole tree."""
+    marker = f"30{os.getpid() % 1000}.05"
+    keel = subprocess.Popen([sys.executable, "-c", KEEL_DIES, marker], cwd=tmp_path)
+    try:
+        assert gone_soon(lambda: len(with_marker(f"sleep {marker}")) == 3, 10)
+    finally:
+        keel.kill()
+        keel.wait()
+    assert gone_soon(lambda: not with_marker(f"sleep {marker}"), 5), with_marker(f"sleep {marker}")
