@@ -550,3 +550,81 @@ def test_help_lists_init() -> None:
 
     assert BUILTINS["init"].arguments == "[AGENTS.md|CLAUDE.md]"
     assert not BUILTINS["init"].while_busy
+
+
+OUTSIDE_READS = [
+    ("read", {"path": "{secret}"}),
+    ("read", {"path": "../secret.txt"}),
+    ("read", {"path": "notes-link"}),
+    ("grep", {"pattern": "key", "path": "{outside}"}),
+    ("glob", {"pattern": "*.txt", "path": ".."}),
+    ("ls", {"path": "~"}),
+    ("bash", {"command": "cat {secret}"}),
+    ("bash", {"command": "cat ../secret.txt"}),
+    ("bash", {"command": "cat ~/secret.txt"}),
+    ("bash", {"command": "cat $HOME/secret.txt"}),
+    ("bash", {"command": "head -n 5 notes-link"}),
+    ("bash", {"command": "cat notes-li*"}),
+    ("bash", {"command": "ls .."}),
+    ("bash", {"command": "wc -c --files0-from={secret}"}),
+]
+
+
+def test_an_init_run_reads_nothing_outside_the_project(
+    repo: Path, anthropic: AnthropicServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack: a README tells the model to put the user's credentials into AGENTS.md
+    ("for the deploy docs"); what the model reads goes into the proposal, and with --yes into a
+    file the project may commit. An init run reads only inside the project."""
+    home = Path(os.environ["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("aws_secret_access_key=TOPSECRET\n", encoding="utf-8")
+    (home / "secret.txt").write_text("TOPSECRET at home\n", encoding="utf-8")
+    (repo / "notes-link").symlink_to(secret)
+    outside = str(tmp_path)
+    calls = [
+        (name, {k: v.format(secret=secret, outside=outside) for k, v in args.items()})
+        for name, args in OUTSIDE_READS
+    ]
+    anthropic.add(
+        reply("", *calls, ("read", {"path": "README.md"}), ("bash", {"command": "cat Makefile"})),
+        reply("", (PROPOSE_TOOL, {"content": NEW})),
+        reply("Done."),
+    )
+    out = run_keel(repo, anthropic, "--yes")
+    assert out.returncode == 0, out.stderr
+    bodies = [r.body.decode() for r in anthropic.model_requests]
+    assert not any("TOPSECRET" in body for body in bodies)
+    answered = results(anthropic.model_requests[1].json)
+    assert [error for error, _text in answered] == [True] * len(calls) + [False, False]
+    for (_error, text), (name, args) in zip(answered, calls, strict=False):
+        assert "keel init reads only inside the project" in text, (name, args, text)
+    assert answered[-2] == (False, "     1\t# demo\n     2\t\n     3\tRun `make test`.")
+    assert answered[-1][1].startswith("test:\n\tpytest -q")
+
+
+LOOKING_AROUND = [
+    "git log --oneline -20",
+    "ls -la src tests",
+    "cat pyproject.toml | head -5",
+    "git diff --stat",
+    "wc -l src/*.py",
+    "head -n 20 README.md",
+    "git log -p HEAD~3 -- src/",
+    "git status --short",
+    "cat ./Makefile",
+]
+
+
+@pytest.mark.parametrize("command", LOOKING_AROUND)
+async def test_commands_that_look_inside_the_project_run(repo: Path, command: str) -> None:
+    from keel.cli.init import InitGate
+    from keel.llm.messages import ToolUse
+    from keel.permissions.gate import Allow
+
+    gate = InitGate(
+        "default", repo, repo, state=InitState(target=repo / "AGENTS.md", root=repo, before=None)
+    )
+    decision = await gate.authorize(ToolUse("t1", "bash", {"command": command}), read_only=False)
+    assert decision == Allow("read-only")

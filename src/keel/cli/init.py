@@ -103,8 +103,8 @@ files (CLAUDE.local.md and files outside the project are personal).
 Never invent a command or a fact: what the files do not show, leave out.
 
 Your tools only read: read, grep, glob, ls, and bash for commands that only look (ls, cat, head, \
-git log, git status, git ls-files…). Anything that would change a file is refused, and you do \
-not need to run the build or the tests.
+git log, git status, git diff…), all inside the project: anything that would change a file, \
+and any read outside the project, is refused. You do not need to run the build or the tests.
 {existing}
 When you are done, call {tool} with the whole new content of {name} (the complete file, not a \
 patch). keel shows the user a diff against the current file and writes it only if they approve. \
@@ -275,12 +275,64 @@ class InitGate(PermissionGate):
             if not shell.is_read_only(command):
                 return Deny(
                     f"refused: this command is not on the read-only safe list, and {_READ_ONLY_HINT} "
-                    "(ls, cat, head, wc, git log, git status, git ls-files…); read files with "
+                    "(ls, cat, head, wc, git log, git status, git diff…); read files with "
                     "read, find them with glob and grep",
                     "mode:init",
                 )
+        if (outside := self._outside(call.name, args)) is not None:
+            return Deny(
+                f"refused: {outside}; keel init reads only inside the project ({self.root}): what "
+                "it reads goes into a file the project shares",
+                "mode:init",
+            )
         # The reading tools: the user's deny and ask rules and hooks, then allowed as read-only.
         return await super()._decide(call, True, hook)
+
+    def _outside(self, tool: str, args: dict[str, Any]) -> str | None:
+        """Why a reading call would look outside the project, or None. Paths are resolved
+        (symlinks too); a bash word that is a path, holds one after `=` or after an option
+        letter, or is a glob is checked; `~`, `$` or a backquote in a word cannot be told
+        before the shell runs, so it is refused."""
+        paths: list[str] = []
+        if tool in ("read", "ls", "grep", "glob"):
+            paths.append(str(args.get("path") or "."))
+        if tool == "glob":
+            paths.append(str(args.get("pattern", "")))
+        if tool == "grep" and args.get("glob"):
+            paths.append(str(args["glob"]))
+        if tool == "bash":
+            words = _command_words(str(args.get("command", "")))
+            if words is None:
+                return "keel cannot split this command into words"
+            paths += words
+        for raw in paths:
+            if (why := self._outside_path(raw, glob_ok=tool != "read")) is not None:
+                return why
+        return None
+
+    def _outside_path(self, raw: str, *, glob_ok: bool) -> str | None:
+        import glob as globbing
+
+        from keel.permissions.boundary import resolve_in
+
+        if raw.startswith("~") or "$" in raw or "`" in raw:
+            return f"`{raw}` names a path that cannot be known before the shell runs"
+        candidates = [raw]
+        if glob_ok and any(ch in raw for ch in "*?["):
+            base = raw if Path(raw).is_absolute() else str(self.cwd / raw)
+            candidates = [
+                raw.split("*")[0].split("?")[0].split("[")[0] or ".",
+                *globbing.glob(base),
+            ]
+        root = self.root.resolve()
+        for candidate in candidates:
+            try:
+                resolved = resolve_in(candidate, self.cwd).resolve()
+            except (OSError, RuntimeError):
+                return f"`{raw}` cannot be resolved"
+            if resolved != root and not resolved.is_relative_to(root):
+                return f"`{raw}` is outside the project"
+        return None
 
     async def _proposal(self, content: str) -> Decision:
         state = self.state
@@ -333,6 +385,35 @@ class InitGate(PermissionGate):
                 "user",
             )
         return Allow("user:once", notable=True)
+
+
+def _command_words(command: str) -> list[str] | None:
+    """The words of a command line that may name paths (programs left out): each word, what
+    follows `=` in it, and an option's attached value (`-f/etc/x`). None if it cannot be split."""
+    import shlex
+
+    import keel.permissions.shell as shell
+
+    words: list[str] = []
+    for part in shell.analyze(command).commands:
+        lexer = shlex.shlex(part, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            tokens = list(lexer)
+        except ValueError:
+            return None
+        for word in tokens[1:]:
+            if word in ("<", ">", "<<", ">>", "|", "&", ";", "&&", "||", "(", ")"):
+                continue
+            if word.startswith("-") and "=" not in word:
+                cut = min((i for i in (word.find("/"), word.find("~")) if i > 0), default=-1)
+                if cut < 0 and not word.endswith(".."):
+                    continue
+                word = word[cut:] if cut > 0 else word.lstrip("-")
+            words.append(word)
+            if "=" in word:
+                words.append(word.split("=", 1)[1])
+    return words
 
 
 def proposal_tool(state: InitState) -> FunctionTool:
