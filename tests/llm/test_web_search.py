@@ -12,7 +12,11 @@ round trip: the next request sends the search back as the API requires (Anthropi
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -27,6 +31,7 @@ from keel.llm.messages import (
     Message,
     SearchResult,
     Text,
+    ToolUse,
     Usage,
     WebSearch,
     message_from_json,
@@ -817,3 +822,149 @@ async def test_gemini_sdk_declares_and_reads_grounding_as_keel_does(
         for i in s.grounding_chunk_indices or ()
     ]
     assert supports == [(c.url, c.cited_text, c.start, c.end) for c in text.citations]
+
+
+# -- end to end: keel -p ---------------------------------------------------------------------------
+
+
+def run_keel(
+    args: list[str], project: Path, server: AnthropicServer
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url}
+    return subprocess.run(
+        [sys.executable, "-m", "keel", "-p", "What is keel?", *args],
+        cwd=project,
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+
+def search_then_glob() -> list[Reply]:
+    """A search, a cited sentence and a tool call; then the answer."""
+    first = Message(
+        "assistant",
+        (
+            A_SEARCH,
+            Text("keel is a coding agent", (A_CITE,)),
+            ToolUse("toolu_1", "glob", {"pattern": "*.py"}),
+        ),
+    )
+    return [
+        Reply(first, usage=Usage(input=50, output=30, web_searches=1)),
+        Reply(
+            Message(
+                "assistant",
+                (Text("keel is a coding agent; this project has two files.", (A_CITE,)),),
+            )
+        ),
+    ]
+
+
+def test_keel_p_offers_search_shows_it_and_sends_it_back(project: Path, isolated_env: Path) -> None:
+    with AnthropicServer(api_key=KEY) as server:
+        server.add(*search_then_glob())
+        out = run_keel(
+            ["--model", "anthropic/claude-sonnet-4-5", "--output-format", "text"], project, server
+        )
+        bodies = [r.json for r in server.model_requests]
+        assert server.errors == []
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (
+        "keel is a coding agent; this project has two files.\n"
+        "\n"
+        "Sources:\n"
+        "  [1] keel docs — https://keel.example/docs\n"
+    )
+    assert "keel: web search 'keel coding agent': 2 results" in out.stderr.splitlines()
+    first, second = bodies
+    assert first["tools"][-1] == {
+        "type": "web_search_20250305",
+        "name": "web_search",
+        "cache_control": {"type": "ephemeral"},
+    }
+    assert [t["name"] for t in first["tools"]][-2:] == ["write", "web_search"]
+    assert second["tools"] == first["tools"]  # fixed for the context: the prefix stays stable
+    sent_back = second["messages"][1]
+    assert sent_back["role"] == "assistant"
+    assert sent_back["content"] == [
+        A_WIRE_CONTENT[1],
+        A_WIRE_CONTENT[2],
+        A_WIRE_CONTENT[3],
+        {"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "*.py"}},
+    ]
+    # The journal keeps the search whole (format 2), so a resume sends the same bytes again.
+    [session] = list((isolated_env).rglob("*.jsonl"))
+    # Split on newlines only: the search's opaque content holds a U+2028, which is no line end
+    # to the journal (str.splitlines would cut there).
+    lines = session.read_bytes().split(b"\n")
+    records = [json.loads(line) for line in lines if line]
+    assistants = [r for r in records if r["type"] == "assistant"]
+    stored = message_from_json(assistants[0]["message"])
+    assert assistants[0]["message"]["v"] == 2
+    assert stored.blocks[0] == A_SEARCH
+    assert assistants[0]["usage"]["web_searches"] == 1
+    # $10 per 1,000 searches on top of the tokens.
+    assert assistants[0]["cost"] == pytest.approx((50 * 3.0 + 30 * 15.0) / 1e6 + 0.01)
+
+
+@pytest.mark.parametrize(
+    ("args", "settings", "notice"),
+    [
+        (["--disallowed-tools", "WebSearch"], None, None),
+        (["--disallowed-tools", "web_search"], None, None),
+        ([], {"web_search": False}, None),
+        (
+            [],
+            {"permissions": {"ask": ["WebSearch"]}},
+            "keel: warning: web search is off: the ask rule web_search (",
+        ),
+    ],
+)
+def test_a_deny_rule_an_ask_rule_or_the_setting_takes_search_away(
+    project: Path,
+    isolated_env: Path,
+    args: list[str],
+    settings: dict[str, Any] | None,
+    notice: str | None,
+) -> None:
+    if settings is not None:
+        config = isolated_env / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    with AnthropicServer(api_key=KEY) as server:
+        server.add(Reply(Message("assistant", (Text("No search."),))))
+        out = run_keel(["--model", "anthropic/claude-sonnet-4-5", *args], project, server)
+        [sent] = [r.json for r in server.model_requests]
+    assert out.returncode == 0, out.stderr
+    assert [t.get("type") for t in sent["tools"] if "type" in t] == []
+    warned = [line for line in out.stderr.splitlines() if "web search is off" in line]
+    if notice is None:
+        assert warned == []
+    else:
+        assert len(warned) == 1
+        assert warned[0].startswith(notice)
+
+
+def test_domain_rules_become_blocked_domains(project: Path, isolated_env: Path) -> None:
+    config = isolated_env / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "permissions": {"deny": ["WebSearch(domain:spam.example)"]},
+        "web_search": {"max_uses": 4, "blocked_domains": ["ads.example"]},
+    }
+    (config / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    with AnthropicServer(api_key=KEY) as server:
+        server.add(Reply(Message("assistant", (Text("ok"),))))
+        out = run_keel(["--model", "anthropic/claude-sonnet-4-5"], project, server)
+        [sent] = [r.json for r in server.model_requests]
+    assert out.returncode == 0, out.stderr
+    assert sent["tools"][-1] == {
+        "type": "web_search_20250305",
+        "name": "web_search",
+        "max_uses": 4,
+        "blocked_domains": ["ads.example", "spam.example"],
+        "cache_control": {"type": "ephemeral"},
+    }

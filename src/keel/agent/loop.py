@@ -53,7 +53,7 @@ from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider, model_info
-from keel.llm.request import Effort, Request
+from keel.llm.request import Effort, Request, WebSearchOptions
 from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
@@ -232,6 +232,9 @@ class Agent:
         self.last_prompt = ""
         #: Compact automatically above 80% of the window (`auto_compact` setting).
         self.auto_compact = True
+        #: The provider's own web search, offered with the tools (None: not offered). Part of the
+        #: prompt prefix like the tools: set it before the first prompt.
+        self.web_search: WebSearchOptions | None = None
         #: Someone is watching: the loop guard warns instead of stopping.
         self.interactive = False
         #: PreCompact hooks: called with (trigger, instructions) before a compaction.
@@ -809,6 +812,7 @@ class Agent:
             system=self.system,
             messages=compaction_messages(self.messages, instructions),
             tools=self._tool_specs,
+            web_search=self.web_search,
             max_tokens=summary_cap(self.info.window, self.info.request_max_tokens),
             cache_key=self.session_id,
         )
@@ -902,6 +906,7 @@ class Agent:
             system=self.system,
             messages=tuple(self.conversation.messages),
             tools=self._tool_specs,
+            web_search=self.web_search,
             max_tokens=self.info.request_max_tokens,
             effort=self.effort,
             cache_key=self.session_id,

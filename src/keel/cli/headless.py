@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from keel.agent.events import (
+    AssistantMessage,
     BackgroundFinished,
     Event,
     SubagentEvent,
     ToolFinished,
     ToolStarted,
+    TurnStarted,
     TurnStop,
 )
 from keel.agent.limits import DEFAULT_MAX_TURNS, DEFAULT_UNATTENDED_TOKENS, Limits
@@ -37,7 +39,7 @@ from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
-from keel.llm.messages import ToolUse
+from keel.llm.messages import Citation, ToolUse
 from keel.llm.provider import RetryPolicy, make_provider, model_info
 from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest, parse_mode
 from keel.tui.format import duration, key_argument, one_line
@@ -130,6 +132,8 @@ class Printer:
         self.closed = False
         self.on_closed: Callable[[], None] | None = None
         self._last_call = ""  # the call whose line was printed last (a result follows it)
+        #: What this prompt's answers cite (web search), listed under the answer.
+        self._citations: list[Citation] = []
 
     def __call__(self, event: Event) -> None:
         if self.fmt == "stream-json":
@@ -138,6 +142,10 @@ class Printer:
                 self._line(line)
             return
         match event:
+            case TurnStarted():
+                self._citations = []
+            case AssistantMessage(message):
+                self._citations += message.citations
             case Notice(text, level) if level == "warning" or not self.quiet:
                 prefix = "warning: " if level == "warning" else ""
                 self.say(f"keel: {prefix}{text}")
@@ -197,6 +205,11 @@ class Printer:
             return
         if finished.text:
             self._write(self.out, finished.text + "\n")
+        from keel.tools.builtin.web_search import sources
+
+        if cited := sources(self._citations):
+            # Part of the answer (also with --quiet): a cited claim without its source misleads.
+            self._write(self.out, "\n" + cited + "\n")
         if finished.stop_reason == "error":
             self.say(f"keel: error: {finished.error}")
         elif finished.stop_reason != "end_turn":
@@ -328,6 +341,11 @@ def build_agent(
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
     agent.ctx.extra_roots = gate.extra_roots
     agent.auto_compact = settings.auto_compact
+    from keel.tools.builtin.web_search import web_search_options
+
+    agent.web_search, why_not = web_search_options(ref, info, settings, gate)
+    if why_not:
+        printer(Notice(why_not, "warning"))
     agent.hooks = build_hooks(cwd, gate, printer)
     if agent.hooks is not None:
         agent.hooks.model = settings.hooks_model  # prompt hooks that name no model

@@ -56,6 +56,7 @@ KNOWN_KEYS = frozenset(
         "permissions",
         "sandbox",
         "auto_compact",
+        "web_search",
         "fallbacks",
         # Claude Code's status line command (Settings.status_line; run by keel.tui.statusline).
         "statusLine",
@@ -142,6 +143,12 @@ class Settings:
     additional_dirs: list[tuple[Path, str]] = field(default_factory=list)
     default_mode: str | None = None
     auto_compact: bool = True
+    #: The provider's own web search (`web_search`: true/false, or an object with `enabled`,
+    #: `max_uses`, `allowed_domains`, `blocked_domains`); on where the provider has one.
+    web_search: bool = True
+    web_search_max_uses: int | None = None
+    web_search_allowed_domains: tuple[str, ...] = ()
+    web_search_blocked_domains: tuple[str, ...] = ()
     sandbox: bool = True
     sandbox_network: bool = False
     #: Variables sandboxed commands get by name, secrets included (yours only).
@@ -277,6 +284,8 @@ class _Merge:
                 self.permissions(value, where)
             elif key == "sandbox":
                 self.sandbox(value, where)
+            elif key == "web_search":
+                self._web_search(value, where)
             elif key == "mcp_servers":
                 self.settings.mcp_servers.append((self.path, value))
             elif key == "unsafe_to_repeat":
@@ -287,6 +296,37 @@ class _Merge:
                 pass
             else:
                 self.scalar(key, value, where)
+
+    def _web_search(self, value: Any, where: str) -> None:
+        """`web_search`: a project file may turn it off, lower `max_uses` and block domains,
+        never turn it back on or widen `allowed_domains` (only your own settings may)."""
+        s = self.settings
+        conf = {"enabled": value} if isinstance(value, bool) else value
+        if not isinstance(conf, dict):
+            self.w.append(f"{where} must be true, false or an object; ignored")
+            return
+        for k, v in conf.items():
+            at = f"{where}.{k}"
+            if k == "enabled":
+                if not isinstance(v, bool):
+                    self.w.append(f"{at} must be true or false; ignored")
+                elif v and not s.web_search and self.untrusted:
+                    self.w.append(f"{at} ignored: only your own settings may turn web search on")
+                else:
+                    s.web_search = v
+            elif k == "max_uses":
+                n = _number(v, at, self.w, int, low=1, high=1_000, low_open=False)
+                if n is not None and self._lower_only(s.web_search_max_uses, n, at, 1_000):
+                    s.web_search_max_uses = n
+            elif k == "blocked_domains":
+                s.web_search_blocked_domains += tuple(_strings(v, at, self.w))
+            elif k == "allowed_domains":
+                if self.untrusted and s.web_search_allowed_domains:
+                    self.w.append(f"{at} ignored: your own settings already narrow the domains")
+                else:
+                    s.web_search_allowed_domains = tuple(_strings(v, at, self.w))
+            else:
+                self.w.append(f"{at}: unknown key skipped")
 
     def _lower_only(self, old: float | None, new: float, where: str, ceiling: float) -> bool:
         """Whether an untrusted file's limit `new` may replace `old` (it may only lower it)."""

@@ -30,6 +30,10 @@ class ModelInfo:
     cache_read_price: float | None = None
     cache_write_price: float | None = None
     known: bool = True
+    #: The provider can run web searches for this model beside keel's own tools
+    #: (`keel.llm.request.WebSearchOptions`), at this many USD per search.
+    web_search: bool = False
+    web_search_price: float = 0.0
 
     @property
     def priced(self) -> bool:
@@ -48,7 +52,7 @@ class ModelInfo:
             + usage.output * self.output_price
             + usage.cache_read * (self.cache_read_price or 0.0)
             + usage.cache_write * (self.cache_write_price or 0.0)
-        ) / 1_000_000
+        ) / 1_000_000 + usage.web_searches * self.web_search_price
 
 
 def _claude(window: int, out: int, inp: float, outp: float) -> ModelInfo:
@@ -146,6 +150,27 @@ BY_PROVIDER: dict[str, dict[str, ModelInfo]] = {
         "moonshotai/Kimi-K2-Instruct-0905": _flat(262_144, 32_768, 1.0, 3.0),
     },
 }
+
+#: USD per server-side web search, by model. Anthropic: $10 per 1,000 searches for every model.
+#: OpenAI: $10 per 1,000 calls for reasoning models, $25 for gpt-4o and gpt-4.1 (not -nano, and
+#: not o1 or o3-mini, which have no web search). Gemini: Gemini 3 only (2.x cannot ground with
+#: Search and call functions in one request), $14 per 1,000 search queries.
+_WEB_SEARCH_PRICES: dict[str, dict[str, float]] = {
+    "anthropic": dict.fromkeys(BY_PROVIDER["anthropic"], 0.01),
+    "openai": {
+        **dict.fromkeys(
+            ("gpt-5.5", "gpt-5.1", "gpt-5", "gpt-5-codex", "gpt-5-mini", "gpt-5-nano"), 0.01
+        ),
+        **dict.fromkeys(("o3", "o4-mini"), 0.01),
+        **dict.fromkeys(("gpt-4.1", "gpt-4.1-mini", "gpt-4o", "gpt-4o-mini"), 0.025),
+    },
+    "gemini": dict.fromkeys(("gemini-3-pro-preview", "gemini-3-flash-preview"), 0.014),
+}
+for _provider, _prices in _WEB_SEARCH_PRICES.items():
+    for _model, _price in _prices.items():
+        BY_PROVIDER[_provider][_model] = replace(
+            BY_PROVIDER[_provider][_model], web_search=True, web_search_price=_price
+        )
 
 #: Every known model by its id (and, for ids with an organisation, by the part after it too).
 CATALOG: dict[str, ModelInfo] = {

@@ -22,7 +22,9 @@ WIRES: Final[tuple[str, ...]] = get_args(Wire)
 class Preset:
     """How to reach one provider. `key_required` providers refuse to start without a key; a
     `local` one runs on the user's machine (its models cost nothing, and it may be slow to
-    start, so it gets the long stall timeout)."""
+    start, so it gets the long stall timeout). A `web_search` provider runs web searches on its
+    side for the models whose catalog entry says so (a custom provider or a reseller may not:
+    they offer none)."""
 
     name: str
     wire: Wire
@@ -31,6 +33,7 @@ class Preset:
     key_envs: tuple[str, ...] = ()
     key_required: bool = True
     local: bool = False
+    web_search: bool = False
 
 
 def _hosted(name: str, base_url: str, key_env: str) -> Preset:
@@ -52,6 +55,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "https://api.anthropic.com",
             ("ANTHROPIC_BASE_URL",),
             ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+            web_search=True,
         ),
         Preset(
             "openai",
@@ -59,6 +63,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "https://api.openai.com/v1",
             ("OPENAI_BASE_URL",),
             ("OPENAI_API_KEY",),
+            web_search=True,
         ),
         Preset(
             "gemini",
@@ -66,6 +71,7 @@ PRESETS: Final[dict[str, Preset]] = {
             "https://generativelanguage.googleapis.com",
             ("GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL"),
             ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+            web_search=True,
         ),
         # No default URL: it is whatever server the user runs.
         _local(
