@@ -266,6 +266,7 @@ def test_permission_request_hooks_answer_for_the_user(
     assert not (project / "no.txt").exists()
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_post_tool_use_failure_gets_the_error(project: Path, home: Path, tmp_path: Path) -> None:
     log = tmp_path / "failure.json"
     settings(

@@ -362,6 +362,7 @@ def wait_for(path: Path) -> None:
     raise AssertionError(f"{path} never appeared")
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_first_signal_suspends_after_the_tool_batch_in_flight(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
@@ -396,6 +397,7 @@ def test_first_signal_suspends_after_the_tool_batch_in_flight(
     assert read_records(path).records[-1].payload.reason == "suspended"  # type: ignore[union-attr]
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_second_signal_aborts_and_records_interrupted(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:

@@ -85,6 +85,7 @@ def user_text(message: dict[str, Any]) -> str:
     return "".join(b["text"] for b in message["content"] if b["type"] == "text")
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_claude_code_project_runs_unchanged_once_approved(
     claude_project: Path, anthropic: AnthropicServer
 ) -> None:

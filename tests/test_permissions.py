@@ -413,8 +413,20 @@ def results_by_tool(home: Path) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("mode", "edit_result", "bash_result", "app"),
     [
-        ("default", f"{HEADLESS} (needed to change app.py)", "hello\n[exit code 0]", "hello"),
-        ("accept-edits", "Edited app.py: 1 replacement.", "bye\n[exit code 0]", "bye"),
+        pytest.param(
+            "default",
+            f"{HEADLESS} (needed to change app.py)",
+            "hello\n[exit code 0]",
+            "hello",
+            marks=needs_bwrap,  # bash runs unasked only in the sandbox
+        ),
+        pytest.param(
+            "accept-edits",
+            "Edited app.py: 1 replacement.",
+            "bye\n[exit code 0]",
+            "bye",
+            marks=needs_bwrap,
+        ),
         (
             "plan",
             "edit is not available in plan mode: only reading tools run until the plan is approved "

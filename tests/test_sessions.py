@@ -171,6 +171,7 @@ def run_until_suspended(project: Path, script: Path) -> str:
     return str(json.loads(stdout)["session_id"])
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_suspend_then_resume_runs_each_tool_exactly_once(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
@@ -216,6 +217,7 @@ def test_suspend_then_resume_runs_each_tool_exactly_once(
     assert len(session_files(isolated_env)) == 1
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_resume_refuses_a_changed_model_unless_forced(project: Path, tmp_path: Path) -> None:
     script = two_step_script(tmp_path)
     sid = run_until_suspended(project, script)
@@ -235,6 +237,7 @@ def test_resume_refuses_a_changed_model_unless_forced(project: Path, tmp_path: P
     assert out.stdout == "other model\n"
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_resume_of_a_running_session_is_refused(project: Path, tmp_path: Path) -> None:
     script = write_script(
         tmp_path / "s.json",
@@ -383,6 +386,7 @@ def test_fork_and_rewind(project: Path, tmp_path: Path, isolated_env: Path) -> N
     assert whole.returncode == 0, whole.stderr
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_resume_after_a_torn_write(project: Path, tmp_path: Path, isolated_env: Path) -> None:
     script = write_script(
         tmp_path / "s.json",

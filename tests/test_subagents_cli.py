@@ -225,6 +225,7 @@ def test_sigkill_during_a_subagent_then_resume_reruns_it(
     assert "  completed, 2 turns, " in shown
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_headless_waits_for_background_work_unless_no_wait(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
