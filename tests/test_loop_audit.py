@@ -143,6 +143,7 @@ async def test_a_suspend_during_the_model_reply_still_runs_its_tools(
 # -- 2. a default token budget for unattended runs ------------------------------------------------
 
 
+@pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
 def test_keel_p_has_a_token_budget_by_default(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
