@@ -628,3 +628,28 @@ async def test_commands_that_look_inside_the_project_run(repo: Path, command: st
     )
     decision = await gate.authorize(ToolUse("t1", "bash", {"command": command}), read_only=False)
     assert decision == Allow("read-only")
+
+
+@pytest.mark.parametrize("engine", ["rg", "fallback"])
+async def test_grep_and_glob_do_not_follow_a_link_out_of_the_project(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """The attack: `notes.txt -> ~/secret` committed in a repository; an init run's grep would
+    read the user's file through it. ripgrep does not follow links; keel's fallback (used
+    where ripgrep is not installed) must not either."""
+    import keel.tools.builtin.search as search
+    from keel.tools.base import ToolContext
+    from keel.tools.builtin import glob, grep
+
+    if engine == "rg" and search.ripgrep() is None:
+        pytest.skip("needs rg: not on PATH (install ripgrep)")
+    if engine == "fallback":
+        monkeypatch.setattr(search, "ripgrep", lambda: None)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET\n", encoding="utf-8")
+    (repo / "notes.txt").symlink_to(secret)
+    ctx = ToolContext(cwd=repo, root=repo)
+    found = await grep.run(ctx, {"pattern": "TOPSECRET"})
+    assert found.content == "No matches for 'TOPSECRET'."
+    listed = await glob.run(ctx, {"pattern": "**/*.txt"})
+    assert "notes.txt" not in str(listed.content)

@@ -221,7 +221,9 @@ def load_ignore_rules(directory: Path) -> list[IgnoreRule]:
 
 
 def walk_files(top: Path) -> Iterator[Path]:
-    """Every file under `top` not ignored by a `.gitignore` on the way down (nor inside .git)."""
+    """Every file under `top` not ignored by a `.gitignore` on the way down (nor inside .git).
+    Symbolic links are not followed, files or folders, as ripgrep does not follow them: a link
+    committed in a repository must not bring a file from outside it into a search."""
     stack: list[tuple[Path, list[IgnoreRule]]] = [(top, load_ignore_rules(top))]
     while stack:
         directory, rules = stack.pop()
@@ -239,7 +241,7 @@ def walk_files(top: Path) -> Iterator[Path]:
                 continue
             if is_dir:
                 subdirs.append(path)
-            elif entry.is_file():
+            elif entry.is_file(follow_symlinks=False):  # as rg: links are not followed
                 yield path
         for sub in reversed(subdirs):
             stack.append((sub, rules + load_ignore_rules(sub)))
