@@ -30,6 +30,7 @@ from keel.checkpoints import store as store_module
 from keel.llm.messages import Message, Text, ToolUse, Usage
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import Reply, reply
+from keel.permissions import AllowAll
 from keel.session.fold import fold
 from keel.session.journal import read_records
 from keel.session.records import UndoRecord
@@ -606,6 +607,7 @@ async def test_agent_edits_undo_note_reaches_the_model_and_the_session_folds(
         system="test",
         tools=builtin_tools(),
         session=session,
+        gate=AllowAll(),
     )
     agent.ctx.checkpoints = store  # what a front end does once per session
     unit = store.begin_unit("set X to 2")
@@ -688,7 +690,12 @@ async def test_a_subagents_edits_belong_to_the_parents_unit(project: Path) -> No
         ]
     )
     agent = Agent(
-        provider=provider, model="scripted", cwd=project, system="test", tools=builtin_tools()
+        provider=provider,
+        model="scripted",
+        cwd=project,
+        system="test",
+        tools=builtin_tools(),
+        gate=AllowAll(),
     )
     enable_subagents(agent)
     store = Checkpoints.temporary()

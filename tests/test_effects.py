@@ -24,6 +24,7 @@ from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import Reply
 from keel.mcp.client import RemoteTool
 from keel.mcp.tools import McpTool
+from keel.permissions import AllowAll
 from keel.permissions.gate import PermissionGate, PermissionReply, PermissionRequest
 from keel.session.fold import fold
 from keel.session.journal import Journal, read_records
@@ -282,6 +283,7 @@ async def test_an_unrepeatable_call_is_journaled_as_started_before_it_runs(tmp_p
         system="s",
         tools=[pay, look],
         session=log,
+        gate=AllowAll(),
     )
     assert (await agent.run("go")).stop_reason == "end_turn"
     await agent.aclose()

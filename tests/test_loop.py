@@ -29,6 +29,7 @@ from keel.llm.messages import Message, Text, ToolResult, ToolUse, Usage, tool_re
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.request import Request
 from keel.llm.script import Fault, Reply, reply
+from keel.permissions import AllowAll
 from keel.session.journal import read_records
 from keel.session.records import TerminalRecord, ToolResultRecord
 from keel.session.store import SessionLog
@@ -40,6 +41,7 @@ SYSTEM = "test system prompt"
 
 def make_agent(provider: Any, project: Path, **kw: Any) -> Agent:
     kw.setdefault("tools", builtin_tools())
+    kw.setdefault("gate", AllowAll())  # these tests are about the loop, not permissions
     return Agent(provider=provider, model="scripted", cwd=project, system=SYSTEM, **kw)
 
 

@@ -22,6 +22,7 @@ from keel.llm.events import Notice
 from keel.llm.messages import Message, Text, ToolResult, Usage
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import Reply, reply
+from keel.permissions import AllowAll
 from keel.session.fold import fold
 from keel.session.journal import Journal, read_records
 from keel.session.records import Fingerprint, TerminalRecord
@@ -38,6 +39,7 @@ def bash(command: str) -> tuple[str, dict[str, Any]]:
 
 
 def new_agent(project: Path, steps: list[Any], sessions: Path, **kw: Any) -> Agent:
+    kw.setdefault("gate", AllowAll())
     agent = Agent(
         provider=ScriptedProvider(steps),
         model="scripted",
@@ -105,7 +107,12 @@ async def test_a_suspend_during_the_first_of_three_tools_waits_for_the_batch(
     assert state.pending is None
     provider = ScriptedProvider([reply("All three done.")])
     again = Agent(
-        provider=provider, model="scripted", tools=builtin_tools(), cwd=project, system="s"
+        provider=provider,
+        model="scripted",
+        tools=builtin_tools(),
+        cwd=project,
+        system="s",
+        gate=AllowAll(),
     )
     again.restore(state)
     again.session = SessionLog(journal, state.meta.id)
@@ -200,7 +207,12 @@ async def test_a_subagent_has_a_token_budget_of_its_own(project: Path) -> None:
     )
     # An interactive parent: no token budget of its own.
     agent = Agent(
-        provider=provider, model="scripted", tools=builtin_tools(), cwd=project, system="p"
+        provider=provider,
+        model="scripted",
+        tools=builtin_tools(),
+        cwd=project,
+        system="p",
+        gate=AllowAll(),
     )
     assert agent.limits.max_tokens is None
     enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))

@@ -27,6 +27,7 @@ from keel.mcp import client as mcp_client
 from keel.mcp.client import SAFE_ENV, McpServerLost, server_env
 from keel.mcp.config import ServerConfig
 from keel.mcp.tools import build_resource_tools
+from keel.permissions import AllowAll
 from keel.permissions.gate import PermissionGate, PermissionReply, PermissionRequest
 from keel.testing import ScriptedProvider, reply
 from keel.tools.base import ToolContext, ToolOutput, current_call_id
@@ -294,6 +295,7 @@ async def test_progress_reaches_the_tool_card_as_events(manager: McpManager, pro
         model="scripted",
         tools=manager.tools(),
         cwd=project,
+        gate=AllowAll(),  # about progress events, not permissions
     )
     wire(agent, manager)
     events: list[Event] = []

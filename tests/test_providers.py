@@ -38,6 +38,7 @@ from keel.llm.messages import (
 from keel.llm.presets import PRESETS
 from keel.llm.provider import Provider, RetryPolicy, make_provider, model_info
 from keel.llm.request import Request, Sampling, ToolSpec
+from keel.permissions import AllowAll
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.gemini_server import SKIP_SIGNATURE, GeminiServer
 from keel.testing.ollama_server import OllamaServer
@@ -566,6 +567,7 @@ async def test_a_fallbacks_tokens_are_priced_as_its_own(
         tools=[],
         cwd=project,
         system="You are keel.",
+        gate=AllowAll(),
     )
     openai.add(Reply(assistant("From gpt-5."), usage=Usage(input=1_000, output=100)))
     try:
@@ -1015,6 +1017,7 @@ async def test_the_coding_task_on_every_provider(name: str, project: Path) -> No
             cwd=project,
             system="You are keel.",
             env={**os.environ, **env},
+            gate=AllowAll(),
         )
         try:
             result = await agent.run(TASK)
@@ -1192,7 +1195,11 @@ def test_local_models_cost_nothing_but_user_prices_win() -> None:
 async def test_agent_from_model_on_a_local_server(project: Path) -> None:
     with OllamaServer([Reply(assistant("Hi."), usage=Usage(input=5_000, output=300))]) as server:
         agent = Agent.from_model(
-            "ollama/qwen3:8b", env={"OLLAMA_HOST": server.url}, tools=[], cwd=project
+            "ollama/qwen3:8b",
+            env={"OLLAMA_HOST": server.url},
+            tools=[],
+            cwd=project,
+            gate=AllowAll(),
         )
         try:
             result = await agent.run("hi")

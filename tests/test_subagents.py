@@ -28,6 +28,7 @@ from keel.checkpoints import Checkpoints
 from keel.llm.catalog import ModelInfo
 from keel.llm.messages import Text, ToolResult, Usage
 from keel.llm.script import Fault, Reply, reply
+from keel.permissions import AllowAll
 from keel.session.journal import Journal
 from keel.session.records import Meta, TerminalRecord
 from keel.session.store import SessionLog
@@ -68,6 +69,7 @@ def make_agent(
         system="parent system",
         limits=limits,
         info=info,
+        gate=AllowAll(),
     )
     if session:
         agent.session = SessionLog.create(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -66,6 +67,7 @@ from keel.tools.registry import Registry
 if TYPE_CHECKING:
     from keel.checkpoints import UndoSummary
     from keel.mcp.prompts import McpPrompts
+    from keel.permissions.sandbox import Sandbox
     from keel.skills import CommandSet, SkillSet
 
 INTERRUPTED_MARK = "[interrupted by user]"
@@ -216,9 +218,18 @@ class Agent:
         self._mode_heard: Mode | None = None
         self._mode_changed = False
         self._unit_label: str | None = None
-        self.gate: Gate = gate or AllowAll()
-        if isinstance(self.gate, PermissionGate) and self.gate.record is None:
-            self.gate.record = self._record_decision
+        if gate is None:
+            # Safe by default, as `keel -p` is: the settings' rules for this cwd, the sandbox
+            # when it works here, nobody to ask. Only an explicit allow-all gate runs all.
+            from keel.permissions.setup import Permissions
+
+            gate = Permissions.from_settings(self.cwd, env=self.ctx.env)
+        self.gate: Gate = gate
+        if isinstance(self.gate, PermissionGate):
+            if self.gate.record is None:
+                self.gate.record = self._record_decision
+            if self.gate.sandbox is not None and self.ctx.sandbox is None:
+                self.ctx.sandbox = self._own_sandbox(self.gate)
         self._runner = ToolRunner(self.registry, self.ctx, self.gate)
         self._task: asyncio.Task[Any] | None = None
         self._interrupt_requested = False
@@ -265,6 +276,15 @@ class Agent:
         #: Called once when the current turn ends, however it ends (a custom command's model or
         #: tool limits for its turn are undone here).
         self.after_turn: list[Callable[[], None]] = []
+
+    @staticmethod
+    def _own_sandbox(gate: PermissionGate) -> Sandbox | None:
+        """The gate's sandbox, for the gate's project: a gate copied for another root (a
+        worktree subagent's) gets one of its own, so bash the gate allows as sandboxed is."""
+        sandbox = gate.sandbox
+        if sandbox is not None and sandbox.root.resolve() != gate.root.resolve():
+            sandbox = gate.sandbox = dataclasses.replace(sandbox, root=gate.root)
+        return sandbox
 
     @classmethod
     def from_model(
@@ -538,6 +558,10 @@ class Agent:
         self._runner.session = self.session
         self._restored_turns = 0
         emit(TurnStarted(prompt or "", self.session_id, resumed=prompt is None))
+        if isinstance(self.gate, PermissionGate):
+            # What building the gate had to say (the sandbox status): once, at the first prompt.
+            while self.gate.notices:
+                emit(self.gate.notices.pop(0))
         error: str | None = None
         try:
             stop = await self._turn(prompt, emit)

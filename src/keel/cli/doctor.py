@@ -54,7 +54,10 @@ def doctor(argv: list[str]) -> int:
             print("  without it, every bash command asks for permission (headless runs deny them)")
             ok = False
     else:
-        print("sandbox: turned off in settings (sandbox.enabled = false)")
+        print(
+            "sandbox: turned off in settings (sandbox.enabled: false); every bash command asks "
+            "for permission (headless runs deny them)"
+        )
     print(
         f"permission mode: {settings.default_mode or 'default'}; "
         f"{len(settings.allow)} allow, {len(settings.ask)} ask and {len(settings.deny)} deny "

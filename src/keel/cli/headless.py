@@ -41,7 +41,7 @@ from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
 from keel.llm.messages import Citation, ToolUse
 from keel.llm.provider import RetryPolicy, make_provider, model_info
-from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest, parse_mode
+from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest
 from keel.tui.format import duration, key_argument, one_line
 
 if TYPE_CHECKING:
@@ -336,7 +336,7 @@ def build_agent(
         session_id=session_id,
         gate=gate,
     )
-    agent.ctx.sandbox = sandbox
+    agent.ctx.sandbox = sandbox  # the gate's (the Agent takes it from there too)
     # Commands not safe to repeat after a crash: the defaults and what settings add.
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
     agent.ctx.extra_roots = gate.extra_roots
@@ -390,47 +390,18 @@ def split_rules(values: list[str]) -> list[str]:
 def build_gate(
     cwd: Path, settings: Settings, args: argparse.Namespace, printer: Printer
 ) -> tuple[PermissionGate, Sandbox | None]:
-    """The permission gate for a headless run (nobody to ask: what would ask is denied) and the
-    bash sandbox, if it works here."""
-    from keel.agent.prompt import git_root
-    from keel.permissions.rules import parse_rule, settings_rules
+    """The permission gate for a run from the command line (headless: nobody to ask, what would
+    ask is denied) and the bash sandbox, if it works here: `build_permissions` with the flags'
+    mode and rules; what it has to say (the sandbox status) is printed at start."""
+    from keel.permissions.rules import parse_rule
+    from keel.permissions.setup import build_permissions
 
-    rules = []
-    for parsed, warnings in (
-        settings_rules(settings.deny, "deny"),
-        settings_rules(settings.ask, "ask"),
-        settings_rules(settings.allow, "allow"),
-    ):
-        rules += parsed
-        for warning in warnings:
-            printer(Notice(warning, "warning"))
-    rules += [
+    flags = [
         parse_rule(t, "deny", "--disallowed-tools") for t in split_rules(args.disallowed_tools)
     ]
-    rules += [parse_rule(t, "allow", "--allowed-tools") for t in split_rules(args.allowed_tools)]
-    mode = parse_mode(args.mode or settings.default_mode or "default")
-    root = git_root(cwd) or cwd
-    extra = tuple(path for path, _ in settings.additional_dirs)
-    sandbox = None
-    if settings.sandbox:
-        from keel.permissions.sandbox import DEFAULT_ENV_DENY, Sandbox, probe
-
-        result = probe()
-        if result.ok:
-            sandbox = Sandbox(
-                root,
-                network=settings.sandbox_network,
-                env_deny=(*DEFAULT_ENV_DENY, *settings.sandbox_env_deny),
-                env_passthrough=settings.sandbox_env_passthrough,
-            )
-            if extra:
-                sandbox.extra_writable = (*sandbox.extra_writable, *extra)
-        else:
-            printer(
-                Notice(f"no sandbox: {result.detail}; commands will need permission", "warning")
-            )
-    gate = PermissionGate(mode, root, cwd, rules, sandboxed=sandbox is not None, extra_roots=extra)
-    return gate, sandbox
+    flags += [parse_rule(t, "allow", "--allowed-tools") for t in split_rules(args.allowed_tools)]
+    gate = build_permissions(cwd, settings, mode=args.mode, extra_rules=flags, notice=printer)
+    return gate, gate.sandbox
 
 
 def build_hooks(cwd: Path, gate: PermissionGate, printer: Printer) -> HookRunner | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import keel.permissions.shell as shell
 from keel.errors import UserError
@@ -33,6 +33,10 @@ from keel.frozen import frozen
 from keel.llm.messages import ToolUse
 from keel.permissions.boundary import PROTECTED, protected_path, refuse_write
 from keel.permissions.rules import FILE_TOOLS, Rule, matches, suggest
+
+if TYPE_CHECKING:
+    from keel.llm.events import Notice
+    from keel.permissions.sandbox import Sandbox
 
 Mode: TypeAlias = Literal["default", "accept-edits", "plan", "bypass"]
 MODES: tuple[Mode, ...] = ("default", "accept-edits", "plan", "bypass")
@@ -67,7 +71,9 @@ class Gate(Protocol):
 
 
 class AllowAll:
-    """Every call runs (library use and trusted scripts)."""
+    """Every call runs, unasked, and bash runs without a sandbox: only for trusted scripts, and
+    only when chosen explicitly (`Permissions.allow_all()`); a library `Agent` without a gate is
+    gated like `keel -p`."""
 
     async def authorize(
         self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
@@ -117,6 +123,11 @@ class PermissionGate:
     rules: list[Rule] = field(default_factory=list)
     #: bash runs in a working sandbox (probed); sandboxed commands need no prompt.
     sandboxed: bool = False
+    #: The sandbox bash runs in (an `Agent` given this gate uses it); set with `sandboxed`.
+    sandbox: Sandbox | None = None
+    #: What building this gate had to say (rule warnings, the sandbox status) that nobody has
+    #: been shown yet: an `Agent` emits them as `Notice` events at its first prompt.
+    notices: list[Notice] = field(default_factory=list)
     asker: Asker | None = None
     #: Called for every notable decision: (call, outcome, source, reason).
     record: Callable[[ToolUse, str, str, str], None] | None = None

@@ -1,6 +1,9 @@
-"""The bash sandbox: bubblewrap on Linux. It owns the sandbox policy (`SandboxPolicy`: what is
-writable, what is protected, network, which environment variables get in), the bubblewrap argv
-generated from it, and the placeholders that hold protected paths which do not exist yet.
+"""The bash sandbox: bubblewrap on Linux, Seatbelt (`sandbox-exec`) on macOS, none elsewhere (bash
+then asks). It owns the sandbox policy (`SandboxPolicy`: what is writable, what is protected,
+network, which environment variables get in), the two things generated from that one policy (the
+bubblewrap argv, `bwrap_argv`, and the Seatbelt profile, `seatbelt_profile`, so they cannot
+drift), and the placeholders that hold protected paths which do not exist yet (bubblewrap only:
+a Seatbelt rule names a path whether or not it exists).
 
 Inside: `/` read-only; the project (git root), a private temp dir (`$TMPDIR`) and existing build
 caches read-write; `/tmp`, `/run` and `/dev` private (so no host unix socket is reachable: docker,
@@ -18,6 +21,14 @@ host unix sockets elsewhere get /dev/null bound over them. The environment is fi
 allow list with deny patterns on top. A probe runs `echo ok` in it once per process: if
 bubblewrap is missing or cannot start here, keel says so once and bash falls back to asking.
 
+On macOS the same policy becomes a Seatbelt profile (`(deny default)`, reads allowed but for the
+hidden directories, writes only to the project, `$TMPDIR` and caches, protected paths and the
+directories on the way to them denied after those allows, no network unless allowed and never
+host unix sockets) run as `/usr/bin/sandbox-exec -p PROFILE`. It cannot run on the Linux machines
+keel is tested on: the profile text is checked against the policy by golden tests
+(tests/test_seatbelt.py), and the probe runs the real profile once, so a profile macOS rejects
+means "no sandbox" (bash asks), never an unsandboxed command.
+
 This module must never widen what a command may do beyond the policy, and never leave a
 placeholder behind that it did not record.
 """
@@ -34,6 +45,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -312,6 +324,140 @@ def _between(root: Path, path: Path) -> list[Path]:
     return [p for p in path.parents if p != root and p.is_relative_to(root)]
 
 
+#: Where macOS keeps `sandbox-exec` (an absolute path: never looked up on PATH).
+SANDBOX_EXEC = "/usr/bin/sandbox-exec"
+
+#: The fixed part of every Seatbelt profile: deny everything, then what any program needs to run
+#: (processes, signals and process info within the sandbox, sysctl reads, semaphores, ptys, the
+#: few system services that user lookups, temp dirs and logging go through). No service that
+#: starts programs outside the sandbox (LaunchServices, Apple events) is reachable.
+_SEATBELT_BASE = """(version 1)
+(deny default)
+(allow process-exec)
+(allow process-fork)
+(allow signal (target same-sandbox))
+(allow process-info* (target same-sandbox))
+(allow sysctl-read)
+(allow user-preference-read)
+(allow ipc-posix-sem)
+(allow pseudo-tty)
+; host_processor_info(), for programs that count CPUs (Node's os.cpus())
+(allow mach-host*)
+(allow iokit-open (iokit-registry-entry-class "RootDomainUserClient"))
+(allow mach-lookup
+  (global-name "com.apple.system.opendirectoryd.libinfo")
+  (global-name "com.apple.system.opendirectoryd.membership")
+  (global-name "com.apple.bsd.dirhelper")
+  (global-name "com.apple.system.notification_center")
+  (global-name "com.apple.system.logger")
+  (global-name "com.apple.logd")
+  (global-name "com.apple.PowerManagement.control"))
+(allow file-ioctl (literal "/dev/ptmx") (literal "/dev/tty") (regex #"^/dev/ttys[0-9]+$"))
+"""
+
+#: Devices a command may write, as in bubblewrap's private /dev.
+_SEATBELT_DEVICES = (
+    '(literal "/dev/null")',
+    '(literal "/dev/zero")',
+    '(literal "/dev/tty")',
+    '(literal "/dev/ptmx")',
+    '(literal "/dev/dtracehelper")',
+    '(regex #"^/dev/ttys[0-9]+$")',
+    '(regex #"^/dev/fd/[0-9]+$")',
+)
+
+#: With network allowed: IP sockets, and the services name resolution and TLS checks use. Unix
+#: sockets stay unreachable (bubblewrap's private /tmp and /run and masked sockets) apart from
+#: the resolver's.
+_SEATBELT_NETWORK = """(allow network-outbound (remote ip "*:*"))
+(allow network-outbound (literal "/private/var/run/mDNSResponder"))
+(allow network-inbound (local ip "*:*"))
+(allow network-bind (local ip "*:*"))
+(allow system-socket)
+(allow mach-lookup
+  (global-name "com.apple.SystemConfiguration.DNSConfiguration")
+  (global-name "com.apple.SystemConfiguration.configd")
+  (global-name "com.apple.trustd.agent")
+  (global-name "com.apple.ocspd")
+  (global-name "com.apple.networkd"))
+"""
+
+
+def _sbpl(path: Path) -> str:
+    """`path` as an SBPL string literal; a path with control characters is refused."""
+    text = str(path)
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        raise SandboxError(f"{text!r} holds a control character; keel cannot sandbox it")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _real(path: Path) -> Path:
+    """What Seatbelt sees: the path with symbolic links resolved (`/tmp` is `/private/tmp` and
+    `/var` is `/private/var` on macOS), whether or not it exists."""
+    return Path(os.path.realpath(path))
+
+
+def seatbelt_profile(policy: SandboxPolicy) -> str:
+    """The Seatbelt (SBPL) profile for `policy`: the same policy as `bwrap_argv`'s. Later rules
+    win in SBPL, so each deny comes after the allows it narrows."""
+    root = _real(policy.root)
+    _check_root(root)
+    for path in policy.protected:
+        if path.is_symlink():  # Seatbelt matches the link's target, not the link: refused
+            raise SandboxError(
+                f"{path} is a symbolic link; keel protects it and cannot hold a link in place "
+                "(replace it with the real file or directory)"
+            )
+    writable = [_real(p) for p in (policy.root, *policy.writable)]
+    # The root and the directories on the way to a protected path cannot be renamed or removed
+    # (bubblewrap binds them onto themselves): their own node is denied, their content is not.
+    pinned = dict.fromkeys([root])
+    pinned.update(dict.fromkeys(_real(a) for p in policy.protected for a in _between(root, p)))
+    pinned.update(dict.fromkeys(_real(p) for p in policy.writable_inside_protected))
+    inside = set(policy.writable_inside_protected)
+    protected = [_real(p) for p in policy.protected if p not in inside]
+    hidden = [_real(p) for p in policy.hidden]
+    lines = [
+        "; keel's sandbox profile, generated from its SandboxPolicy (keel.permissions.sandbox)",
+        _SEATBELT_BASE.rstrip("\n"),
+        "; reading: everything but the hidden directories (below)",
+        "(allow file-read*)",
+        "; writing: the project, the private temp dir and the build caches",
+        "(allow file-write*",
+        *(f"  {d}" for d in _SEATBELT_DEVICES),
+        *(f"  (subpath {_sbpl(p)})" for p in writable),
+        ")",
+        "; pinned: cannot be renamed or removed, so nothing protected is moved away",
+        "(deny file-write*",
+        *(f"  (literal {_sbpl(p)})" for p in pinned),
+        ")",
+    ]
+    if hidden:
+        lines += [
+            "; hidden: keys and sockets in the home directory",
+            "(deny file-read* file-write*",
+            *(f"  (subpath {_sbpl(p)})" for p in hidden),
+            ")",
+        ]
+    if protected:
+        lines += [
+            "; protected: read-only whether or not they exist",
+            "(deny file-write*",
+            *(f"  (subpath {_sbpl(p)})" for p in protected),
+            ")",
+        ]
+    if policy.network:
+        lines += ["; network: allowed (sandbox.network)", _SEATBELT_NETWORK.rstrip("\n")]
+    else:
+        lines += ["; network: none (nothing above allows network*)"]
+    return "\n".join(lines) + "\n"
+
+
+def seatbelt_argv(policy: SandboxPolicy, command: list[str]) -> list[str]:
+    """`command` under Seatbelt as `policy` says (the caller runs it in the working directory)."""
+    return [SANDBOX_EXEC, "-p", seatbelt_profile(policy), *command]
+
+
 def _lock_dir() -> Path:
     """A directory only this user can write, for the placeholder records."""
     path = Path(tempfile.gettempdir()) / f"keel-placeholders-{os.getuid()}"
@@ -478,8 +624,10 @@ class Sandbox:
         )
 
     def argv(self, command: list[str], cwd: Path) -> list[str]:
-        """`command` wrapped in bubblewrap. Placeholders are made for missing protected paths:
-        call `release()` when the command has ended (or use `running()`)."""
+        """`command` wrapped in bubblewrap (Seatbelt on macOS). Placeholders are made for missing
+        protected paths: call `release()` when the command has ended (or use `running()`)."""
+        if sys.platform == "darwin":
+            return seatbelt_argv(self.policy(), command)  # no placeholders: rules name paths
         bwrap = bwrap_path()
         if bwrap is None:
             raise SandboxError("bubblewrap is not available")
@@ -546,15 +694,31 @@ def _run_probe(bwrap: str, userns: bool) -> subprocess.CompletedProcess[str] | s
             return f"bubblewrap failed to start: {exc}"
 
 
+#: How to get bubblewrap, for the one line that says it is missing (and `keel doctor`).
+BWRAP_INSTALL = (
+    "install it with `sudo apt install bubblewrap` (Debian, Ubuntu), `sudo dnf install "
+    "bubblewrap` (Fedora) or `sudo pacman -S bubblewrap` (Arch)"
+)
+
+
 @functools.cache
 def probe() -> Probe:
-    """Whether a sandboxed command really runs here (once per process): with a user namespace,
-    else with capabilities dropped only."""
+    """Whether a sandboxed command really runs here (once per process): on Linux under
+    bubblewrap with a user namespace, else with capabilities dropped only; on macOS under the
+    Seatbelt profile keel generates; elsewhere there is no sandbox."""
+    if os.environ.get("KEEL_NO_SANDBOX"):
+        return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX)")
+    if sys.platform == "darwin":
+        return _probe_seatbelt()
+    if not sys.platform.startswith("linux"):
+        return Probe(
+            False,
+            f"keel has no sandbox on this system ({sys.platform}); it sandboxes bash with "
+            "bubblewrap on Linux and Seatbelt on macOS",
+        )
     bwrap = bwrap_path()
     if bwrap is None:
-        if os.environ.get("KEEL_NO_SANDBOX"):
-            return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX)")
-        return Probe(False, "bubblewrap (bwrap) is not installed; install the `bubblewrap` package")
+        return Probe(False, f"bubblewrap (bwrap) is not installed; {BWRAP_INSTALL}")
     detail = ""
     for userns in (True, False):
         out = _run_probe(bwrap, userns)
@@ -569,6 +733,31 @@ def probe() -> Probe:
         f"bubblewrap cannot start here: {detail} (user namespaces may be disabled; "
         "in Docker run with --security-opt seccomp=unconfined)",
     )
+
+
+def _probe_seatbelt() -> Probe:
+    """Run `echo ok` under the profile keel generates (for a scratch project), so a profile this
+    macOS rejects means no sandbox (bash asks), never an unsandboxed command."""
+    if not os.access(SANDBOX_EXEC, os.X_OK):
+        return Probe(False, f"{SANDBOX_EXEC} is missing; macOS ships it, so this system is unusual")
+    with tempfile.TemporaryDirectory(prefix="keel-probe-") as tmp:
+        root = Path(tmp).resolve()
+        policy = SandboxPolicy(root=root, protected=(root / ".keel",), hidden=())
+        try:
+            out = subprocess.run(
+                seatbelt_argv(policy, ["/bin/sh", "-c", "echo ok"]),
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+                cwd=tmp,
+            )
+        except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
+            return Probe(False, f"sandbox-exec failed to start: {exc}")
+    if out.returncode == 0 and out.stdout.strip() == "ok":
+        return Probe(True, f"Seatbelt works ({SANDBOX_EXEC})")
+    detail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    return Probe(False, f"sandbox-exec refused keel's profile: {detail}")
 
 
 def _userns_works() -> bool:
