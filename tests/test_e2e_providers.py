@@ -17,7 +17,7 @@ from keel.llm.script import Fault, reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.openai_server import OpenAIChatServer, OpenAIResponsesServer
 from keel.testing.server import ScriptedHTTPServer
-from tests.helpers import free_port
+from tests.helpers import free_port, unsandboxed_line_dropped
 
 TASK = "list the Python files here and count their lines"
 
@@ -107,7 +107,9 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
         "todo_write",
         "web_fetch",
         "write",
+        "web_search",  # Anthropic's server tool, after keel's own (tests/llm/test_web_search.py)
     ]
+    assert first["tools"][-1]["type"] == "web_search_20250305"
     assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
     assert first["system"][0]["text"].startswith("You are keel, a coding agent.")
     assert first["messages"] == [
@@ -144,7 +146,10 @@ def test_openai_responses_multi_tool_task(responses: OpenAIResponsesServer, proj
     assert result["cost_usd"] == pytest.approx(3 * (100 * 1.25 + 20 * 10) / 1e6)
     bodies = [r.json for r in responses.model_requests]
     assert [b["store"] for b in bodies] == [False, False, False]
-    assert all(b["include"] == ["reasoning.encrypted_content"] for b in bodies)
+    # gpt-5 searches the web on OpenAI's side: the sources of its searches are asked for too.
+    include = ["reasoning.encrypted_content", "web_search_call.action.sources"]
+    assert all(b["include"] == include for b in bodies)
+    assert all(b["tools"][-1] == {"type": "web_search"} for b in bodies)
     assert len({b["prompt_cache_key"] for b in bodies}) == 1
     assert bodies[0]["prompt_cache_key"] == result["session_id"]
     outputs = [i for i in bodies[2]["input"] if i["type"] == "function_call_output"]
@@ -168,7 +173,7 @@ def test_openai_compatible_multi_tool_task(chat: OpenAIChatServer, project: Path
     assert bodies[0]["messages"][0]["role"] == "system"
     assert "authorization" not in chat.model_requests[0].headers
     # A model the catalog does not know is noted once, not refused.
-    assert out.stderr.splitlines()[0] == (
+    assert unsandboxed_line_dropped(out.stderr).splitlines()[0] == (
         "keel: qwen2.5-coder is not in keel's catalog; assuming a 128k window and no prices"
     )
     tool_messages = [m for m in bodies[2]["messages"] if m["role"] == "tool"]
@@ -185,7 +190,7 @@ def test_wrong_key_is_one_line(anthropic: AnthropicServer, project: Path) -> Non
         {"ANTHROPIC_API_KEY": "sk-wrong", "ANTHROPIC_BASE_URL": anthropic.url},
     )
     assert out.returncode == 1
-    lines = out.stderr.splitlines()
+    lines = unsandboxed_line_dropped(out.stderr).splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("keel: error: anthropic returned 401: ")
     assert lines[0].endswith("(hint: check ANTHROPIC_API_KEY)")
@@ -200,11 +205,10 @@ def test_unreachable_server_is_one_line(project: Path) -> None:
         {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"},
     )
     assert out.returncode == 1
-    assert out.stderr.startswith(
-        f"keel: error: cannot reach openai at http://127.0.0.1:{port}/v1: "
-    )
-    assert out.stderr.endswith("(hint: check the server is running and the base URL is right)\n")
-    assert out.stderr.count("\n") == 1
+    stderr = unsandboxed_line_dropped(out.stderr)
+    assert stderr.startswith(f"keel: error: cannot reach openai at http://127.0.0.1:{port}/v1: ")
+    assert stderr.endswith("(hint: check the server is running and the base URL is right)\n")
+    assert stderr.count("\n") == 1
 
 
 def test_unknown_model_from_the_server_is_one_line(
@@ -217,7 +221,7 @@ def test_unknown_model_from_the_server_is_one_line(
         {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": anthropic.url},
     )
     assert out.returncode == 1
-    assert out.stderr.splitlines() == [
+    assert unsandboxed_line_dropped(out.stderr).splitlines() == [
         "keel: claude-nope is not in keel's catalog; assuming a 128k window and no prices",
         "keel: error: anthropic returned 404: model: claude-nope (hint: check the model name and the base URL)",
     ]
@@ -232,7 +236,7 @@ def test_rate_limit_is_retried_with_a_notice(anthropic: AnthropicServer, project
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == "fine\n"
-    assert out.stderr == (
+    assert unsandboxed_line_dropped(out.stderr) == (
         "keel: warning: anthropic returned 429: slow down; retrying in 0.0 s (attempt 2 of 4)\n"
     )
 
@@ -247,8 +251,9 @@ def test_context_overflow_is_an_error_with_a_hint(
         {"OPENAI_API_KEY": "sk-openai-test", "OPENAI_BASE_URL": responses.url + "/v1"},
     )
     assert out.returncode == 1
-    assert out.stderr.startswith("keel: error: ")
-    assert out.stderr.startswith(
+    stderr = unsandboxed_line_dropped(out.stderr)
+    assert stderr.startswith("keel: error: ")
+    assert stderr.startswith(
         "keel: error: the prompt alone does not fit the model's context window: "
     )
-    assert out.stderr.endswith("(hint: shorten the prompt, or use a model with a larger window)\n")
+    assert stderr.endswith("(hint: shorten the prompt, or use a model with a larger window)\n")
