@@ -1,14 +1,14 @@
 """The supervisor every hook and tool command runs under: a tiny process between keel and the
 command that makes the command's whole tree killable, whoever holds its pipes.
 
-It runs as `python -I -S _reaper.py CTL_FD KEEL_PID TERM_GRACE DRAIN_GRACE -- ARGV...` (started
-by `keel.proc`, never imported: it uses the standard library only, so it starts in ~15 ms) and:
+It runs as `python -I -S _reaper.py CTL_FD STATUS_FD KEEL_PID TERM_GRACE DRAIN_GRACE -- ARGV...`
+(started by `keel.proc`, never imported; it imports only C modules, so it starts in ~15 ms) and:
 
 - marks itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every descendant that loses its
   parent (`sleep 300 &`, `(cmd &)`, `setsid cmd &`, `nohup cmd &`, a double fork) is re-parented
   to it rather than to init: its descendants are exactly the command's tree;
 - starts ARGV in a process group of its own and closes its own copies of stdin/stdout/stderr;
-- when ARGV exits, reports `x <status>` on CTL_FD, waits at most DRAIN_GRACE seconds for the
+- when ARGV exits, reports `x <status>` on STATUS_FD, waits at most DRAIN_GRACE seconds for the
   descendants it left behind, then kills them;
 - on `k` from keel on CTL_FD, on EOF there (keel died), on SIGTERM (also its parent-death signal),
   kills the whole tree: SIGTERM, TERM_GRACE seconds, then SIGKILL to every descendant found in
@@ -21,13 +21,16 @@ daemon it talks to: systemd-run, at, an already running tmux or docker server).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
-import socket
 import sys
 import time
+
+TYPE_CHECKING = False  # not typing's: importing typing costs start-up time
+if TYPE_CHECKING:
+    import signal
+else:  # `signal` wraps this in enums, which cost a few ms of start-up per command
+    import _signal as signal
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -73,8 +76,9 @@ def descendants(root: int) -> list[int]:
 
 
 class Supervisor:
-    def __init__(self, ctl: socket.socket, term_grace: float, drain_grace: float) -> None:
-        self.ctl = ctl
+    def __init__(self, ctl: int, status: int, term_grace: float, drain_grace: float) -> None:
+        self.ctl = ctl  # keel writes `k` here; end of file means keel is gone
+        self.status_fd = status
         self.term_grace = term_grace
         self.drain_grace = drain_grace
         self.me = os.getpid()
@@ -93,15 +97,17 @@ class Supervisor:
                 return True
             if pid == self.child and self.status is None:
                 self.status = status
-                with contextlib.suppress(OSError):
-                    self.ctl.sendall(b"x %d\n" % status)
+                try:
+                    os.write(self.status_fd, b"x %d\n" % status)
+                except OSError:  # keel is gone
+                    pass
 
     def signal_tree(self, sig: int) -> None:
-        with contextlib.suppress(OSError):
-            os.killpg(self.child, sig)
-        for pid in descendants(self.me):
-            with contextlib.suppress(OSError):
+        for pid in (-self.child, *descendants(self.me)):  # the command's group, then each one
+            try:
                 os.kill(pid, sig)
+            except OSError:  # gone already
+                pass
 
     def wait_gone(self, seconds: float) -> bool:
         """Reap until no child is left (True) or `seconds` pass (False)."""
@@ -124,7 +130,7 @@ class Supervisor:
 
     def on_ctl(self) -> None:
         try:
-            data = self.ctl.recv(64)
+            data = os.read(self.ctl, 64)
         except OSError:
             data = b""
         if not data or b"k" in data:  # EOF: keel is gone
@@ -171,11 +177,13 @@ class Supervisor:
                 self.kill_tree(0)
                 break
             timeout = None if drain_end is None else max(0.0, drain_end - time.monotonic())
-            ready, _, _ = select.select([self.ctl.fileno(), wake_r], [], [], timeout)
+            ready, _, _ = select.select([self.ctl, wake_r], [], [], timeout)
             if wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
+                try:
                     os.read(wake_r, 512)
-            if self.ctl.fileno() in ready:
+                except BlockingIOError:
+                    pass
+            if self.ctl in ready:
                 self.on_ctl()
         self.reap()
         self.exit_like_child()
@@ -186,25 +194,29 @@ class Supervisor:
             os._exit(137)
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            with contextlib.suppress(OSError, ValueError):
+            try:
                 import resource
 
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
                 signal.signal(sig, signal.SIG_DFL)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
                 os.kill(self.me, sig)
+            except (OSError, ValueError):  # a signal that cannot be re-raised: say it in the code
+                pass
             os._exit(128 + sig)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
 def main(args: list[str]) -> None:
-    ctl_fd, keel_pid, term_grace, drain_grace, sep, *argv = args
+    ctl, status, keel_pid, term_grace, drain_grace, sep, *argv = args
     if sep != "--" or not argv:
         os.write(2, b"keel: _reaper: bad arguments\n")
         sys.exit(126)
-    ctl = socket.socket(fileno=int(ctl_fd))
-    ctl.set_inheritable(False)
-    Supervisor(ctl, float(term_grace), float(drain_grace)).run(argv, int(keel_pid))
+    for fd in (int(ctl), int(status)):
+        os.set_inheritable(fd, False)  # the command must not hold them
+    Supervisor(int(ctl), int(status), float(term_grace), float(drain_grace)).run(
+        argv, int(keel_pid)
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ import contextlib
 import functools
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -116,7 +115,8 @@ async def run_tree(
     group id (the supervisor's pid) as soon as it exists."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
     pipes = _Pipes(stderr is not None, stdin is not None)
-    supervisor = [sys.executable, "-I", "-S", _REAPER, str(pipes.theirs.fileno()), str(os.getpid())]
+    supervisor = [sys.executable, "-I", "-S", _REAPER, str(pipes.ctl_r), str(pipes.status_w)]
+    supervisor.append(str(os.getpid()))
     try:
         proc = await _spawn(
             [*supervisor, str(term_grace), str(drain_grace), "--", *argv],
@@ -125,7 +125,7 @@ async def run_tree(
             stdin=pipes.in_r if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=pipes.out_w,
             stderr=pipes.err_w if stderr is not None else pipes.out_w,
-            pass_fds=(pipes.theirs.fileno(),),
+            pass_fds=(pipes.ctl_r, pipes.status_w),
         )
     except BaseException:
         pipes.close()
@@ -142,12 +142,12 @@ async def run_tree(
             await asyncio.wait_for(asyncio.shield(proc.wait()), remaining)
         except TimeoutError:
             timed_out = not pipes.exited.done()
-            await _stop(proc, pipes.ctl)
+            await _stop(proc, pipes)
         # The tree is gone, so the pipes close at once, unless something escaped it.
         await asyncio.wait(pipes.closed, timeout=PIPE_GRACE)
     except asyncio.CancelledError:
         with contextlib.suppress(BaseException):
-            await asyncio.shield(_stop(proc, pipes.ctl))
+            await asyncio.shield(_stop(proc, pipes))
         raise
     finally:
         pipes.close()
@@ -159,34 +159,36 @@ async def run_tree(
 
 
 class _Pipes:
-    """The command's pipes and the supervisor's control socket, from creation to close."""
+    """The command's pipes and the supervisor's two (control: keel writes `k` to have the tree
+    killed, and closes it when it dies; status: the supervisor reports the command's exit)."""
 
     def __init__(self, with_stderr: bool, with_stdin: bool) -> None:
-        self.ours, self.theirs = socket.socketpair()
+        self.ctl_r, self.ctl_w = os.pipe()
+        self.status_r, self.status_w = os.pipe()
         self.out_r, self.out_w = os.pipe()
         self.err_r, self.err_w = os.pipe() if with_stderr else (-1, -1)
         self.in_r, self.in_w = os.pipe() if with_stdin else (-1, -1)
         #: Our ends not yet handed to a transport.
-        self.fds = {fd for fd in (self.out_r, self.err_r, self.in_w) if fd >= 0}
+        self.fds = {fd for fd in (self.status_r, self.out_r, self.err_r, self.in_w) if fd >= 0}
         self.transports: list[asyncio.BaseTransport] = []
-        self.ctl: asyncio.Transport | None = None
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = loop.create_future()
         self.closed: list[asyncio.Future[None]] = [loop.create_future()]
 
     def spawned(self) -> None:
         """Close the child's ends (it has its copies, or it never started)."""
-        self.theirs.close()
-        for fd in (self.out_w, self.err_w, self.in_r):
+        for fd in (self.ctl_r, self.status_w, self.out_w, self.err_w, self.in_r):
             if fd >= 0:
                 os.close(fd)
 
     async def connect(self, stdout: Sink, stderr: Sink | None, stdin: bytes | None) -> None:
         loop = asyncio.get_running_loop()
-        self.ctl, _ = await loop.connect_accepted_socket(
-            functools.partial(_Control, self.exited, self.closed[0]), self.ours
+        self.fds.discard(self.status_r)
+        status, _ = await loop.connect_read_pipe(
+            functools.partial(_Control, self.exited, self.closed[0]),
+            os.fdopen(self.status_r, "rb", buffering=0),
         )
-        self.transports.append(self.ctl)
+        self.transports.append(status)
         for fd, sink in ((self.out_r, stdout), (self.err_r, stderr)):
             if fd < 0 or sink is None:
                 continue
@@ -206,15 +208,25 @@ class _Pipes:
             writer.write(stdin)
             writer.close()  # once the buffer is flushed; a command that never reads is fine
 
+    def request_kill(self) -> bool:
+        """Ask the supervisor to kill the tree; False if the control pipe is gone."""
+        if self.ctl_w < 0:
+            return False
+        try:
+            os.write(self.ctl_w, b"k")
+        except OSError:  # the supervisor is gone (EPIPE)
+            return False
+        return True
+
     def close(self) -> None:
         for transport in self.transports:
             transport.close()
-        for fd in self.fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        for fd in (*self.fds, self.ctl_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self.fds.clear()
-        if self.ctl is None:
-            self.ours.close()
+        self.ctl_w = -1
 
 
 async def _spawn(argv: list[str], **kwargs: object) -> asyncio.subprocess.Process:
@@ -233,14 +245,12 @@ async def _spawn(argv: list[str], **kwargs: object) -> asyncio.subprocess.Proces
         raise
 
 
-async def _stop(proc: asyncio.subprocess.Process, ctl: asyncio.Transport | None) -> None:
+async def _stop(proc: asyncio.subprocess.Process, pipes: _Pipes) -> None:
     """Ask the supervisor to kill the tree; if it has not exited after `SUPERVISOR_WAIT` s,
     kill its whole process group (descendants that left the group may then survive)."""
     if proc.returncode is not None:
         return
-    if ctl is not None and not ctl.is_closing():
-        ctl.write(b"k")
-    else:
+    if not pipes.request_kill():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(proc.pid, signal.SIGTERM)
     try:
