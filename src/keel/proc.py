@@ -113,6 +113,8 @@ async def run_tree(
     written to the command (closed after it) or /dev/null. When the command exits, children it
     left behind get `drain_grace` seconds before they are killed. `on_start` gets the process
     group id (the supervisor's pid) as soon as it exists."""
+    if not sys.executable:
+        raise OSError("no Python interpreter to run keel's process supervisor with")
     deadline = None if time_limit is None else time.monotonic() + time_limit
     pipes = _Pipes(stderr is not None, stdin is not None)
     supervisor = [sys.executable, "-I", "-S", _REAPER, str(pipes.ctl_r), str(pipes.status_w)]
@@ -132,10 +134,10 @@ async def run_tree(
         raise
     finally:
         pipes.spawned()
-    if on_start is not None:
-        on_start(proc.pid)
     timed_out = False
     try:  # from here on, every way out stops the whole tree
+        if on_start is not None:
+            on_start(proc.pid)
         await pipes.connect(stdout, stderr, stdin)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
@@ -145,7 +147,7 @@ async def run_tree(
             await _stop(proc, pipes)
         # The tree is gone, so the pipes close at once, unless something escaped it.
         await asyncio.wait(pipes.closed, timeout=PIPE_GRACE)
-    except asyncio.CancelledError:
+    except BaseException:  # cancelled (or a sink failed): the tree goes first
         with contextlib.suppress(BaseException):
             await asyncio.shield(_stop(proc, pipes))
         raise
@@ -220,7 +222,11 @@ class _Pipes:
 
     def close(self) -> None:
         for transport in self.transports:
-            transport.close()
+            if isinstance(transport, asyncio.WriteTransport):
+                if transport.get_write_buffer_size():  # (a finished one cannot be aborted)
+                    transport.abort()  # what the command did not read is dropped
+            else:
+                transport.close()
         for fd in (*self.fds, self.ctl_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
