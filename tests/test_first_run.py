@@ -309,3 +309,26 @@ def test_printer_write_to_a_closed_pipe(tmp_path: Path) -> None:
         printer(Notice("two", "info"))
         assert (printer.closed, told) == (True, ["closed"])
         os.write(write_end, b"more")  # would raise BrokenPipeError without the /dev/null
+
+
+def test_a_reader_gone_before_the_run_starts(project: Path, isolated_env: Path) -> None:
+    """stderr's reader is gone from the start (and a notice may fail on it while the run is set
+    up): nothing runs to completion, and keel ends with 141 without a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "keel", "-p", DEMO_PROMPT, "--model", "scripted:demo"],
+            cwd=project,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=write_end,
+            env={**os.environ, "KEEL_NO_SANDBOX": "1"},  # a notice at set-up
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert (out.returncode, out.stdout) == (141, b"")
+    for path in session_files(isolated_env):
+        end = read_records(path).records[-1].payload
+        assert not (isinstance(end, TerminalRecord) and end.reason == "completed")

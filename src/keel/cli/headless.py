@@ -186,6 +186,9 @@ class Printer:
         except BrokenPipeError:
             self.output_closed(stream)
 
+    def reader_gone(self) -> bool:
+        return self.closed
+
     def output_closed(self, stream: TextIO | None = None) -> None:
         """The reader of `stream` (None: unknown, as for a SIGPIPE from outside) is gone."""
         if stream is not None:
@@ -851,6 +854,9 @@ async def _run(
     `wait`, wait for background tasks and let the model see their results (`_Stopper` says how
     signals and a closed output stop it)."""
     start = time.monotonic()
+    if printer.reader_gone():  # it left while the run was being set up: run nothing
+        await agent.aclose()
+        return cli.EXIT_OUTPUT_CLOSED
     try:
         with _Stopper(agent, printer) as stopper:
             result = None
@@ -874,9 +880,9 @@ async def _run(
     finally:
         path = str(agent.session.path) if agent.session else None
         await agent.aclose()
-    if not printer.closed:
+    if not printer.reader_gone():
         printer.finish(result, model=model, seconds=time.monotonic() - start, path=path)
-    if printer.closed:  # the reader left before or while the answer was printed
+    if printer.reader_gone():  # it left before or while the answer was printed
         return cli.EXIT_OUTPUT_CLOSED
     if result.stop_reason == "suspended":
         printer.say(f"keel: suspended; resume with: keel resume {result.session_id}")
