@@ -311,3 +311,43 @@ def test_platforms_without_a_sandbox_say_so(monkeypatch: pytest.MonkeyPatch) -> 
         "keel has no sandbox on this system (win32); it sandboxes bash with bubblewrap on Linux "
         "and Seatbelt on macOS",
     )
+
+
+@pytest.mark.needs("sandbox", "git")
+async def test_a_worktree_subagent_runs_bash_in_a_sandbox_of_its_own(tmp_path: Path) -> None:
+    """The gate a worktree subagent gets is copied for the worktree (another root) and still
+    says "sandboxed"; its bash must then run in a sandbox of that worktree, not unsandboxed:
+    before, the copy carried no sandbox and a `touch` outside ran unasked."""
+    from keel.agent.subagents import enable_subagents, load_agent_types
+    from keel.testing.routing import RoutedProvider
+    from tests.test_subagents import git, task
+
+    project, _ = _dirs(tmp_path)
+    (project / "a.py").write_text("x = 1\n", encoding="utf-8")
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "init")
+    elsewhere = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="keel-attack-"))
+    target = elsewhere / "pwned"
+    provider = RoutedProvider(
+        {
+            "PARENT": [reply("", task("CHILD: go", isolation="worktree")), reply("ok")],
+            "CHILD": [
+                reply("", ("bash", {"command": f"touch {target}; touch inside.txt; ls"})),
+                reply("done"),
+            ],
+        }
+    )
+    agent = Agent(provider=provider, model="scripted", tools=builtin_tools(), cwd=project)
+    enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))
+    try:
+        await _run(agent, "PARENT")
+        assert not target.exists()
+    finally:
+        shutil.rmtree(elsewhere)
+    bash_results = [
+        m.tool_results[0].text for m in provider.of("CHILD")[-1].messages if m.tool_results
+    ]
+    assert bash_results == [
+        f"touch: cannot touch '{target}': Read-only file system\na.py\ninside.txt\n[exit code 0]"
+    ]

@@ -707,7 +707,7 @@ def probe() -> Probe:
     bubblewrap with a user namespace, else with capabilities dropped only; on macOS under the
     Seatbelt profile keel generates; elsewhere there is no sandbox."""
     if os.environ.get("KEEL_NO_SANDBOX"):
-        return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX)")
+        return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX is set; unset it to turn it on)")
     if sys.platform == "darwin":
         return _probe_seatbelt()
     if not sys.platform.startswith("linux"):
