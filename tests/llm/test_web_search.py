@@ -968,3 +968,28 @@ def test_domain_rules_become_blocked_domains(project: Path, isolated_env: Path) 
         "blocked_domains": ["ads.example", "spam.example"],
         "cache_control": {"type": "ephemeral"},
     }
+
+
+# -- the terminal UI -------------------------------------------------------------------------------
+
+
+async def test_tui_shows_the_search_and_the_sources_under_the_answer(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.testing import ScriptedProvider
+    from keel.tui.app import KeelApp
+    from keel.tui.widgets import NoticeLine
+    from tests.tui_helpers import MODEL, make_controller
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    answer = Message("assistant", (A_SEARCH, Text("keel is a coding agent", (A_CITE,))))
+    provider = ScriptedProvider([Reply(answer)], model=MODEL.model)
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=(100, 36)) as pilot:
+        app.prompt.load_text("What is keel?")
+        await pilot.press("enter")
+        await app.idle()
+        await pilot.pause()
+        notices = [str(n.render()) for n in app.query(NoticeLine)]
+    assert "· Sources:\n  [1] keel docs — https://keel.example/docs" in notices

@@ -461,6 +461,12 @@ class KeelApp(App[int]):
         for call in calls:
             (await self._card(call.id, call.name)).set_call(call)
         self._close_segments()
+        from keel.tools.builtin.web_search import sources
+
+        # The provider's web search: the pages the answer cites, under it.
+        cited = sources([c for b in blocks if isinstance(b, Text) for c in b.citations])
+        if cited:
+            await self._add(NoticeLine(cited, "info"))
 
     def _tick(self) -> None:
         self.transcript.follow()

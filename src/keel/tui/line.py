@@ -178,13 +178,16 @@ class LineFrontEnd:
     def _assistant(self, event: AssistantMessage) -> None:
         shown = bool(self._streaming)
         self._streaming = ""
-        if shown:
-            return
-        for block in event.message.blocks:  # replayed from a session file: nothing streamed
-            if isinstance(block, Thinking) and block.text:
-                self.console.print(Text(f"✻ {block.text}", style="dim italic"))
-            elif isinstance(block, TextBlock) and block.text:
-                self.console.print(Markdown(block.text))
+        if not shown:
+            for block in event.message.blocks:  # replayed from a session file: nothing streamed
+                if isinstance(block, Thinking) and block.text:
+                    self.console.print(Text(f"✻ {block.text}", style="dim italic"))
+                elif isinstance(block, TextBlock) and block.text:
+                    self.console.print(Markdown(block.text))
+        from keel.tools.builtin.web_search import sources
+
+        if cited := sources(event.message.citations):  # the provider's web search
+            self.console.print(Text(cited, style="dim"))
 
     def _tool_started(self, event: ToolStarted) -> None:
         self._started[event.call.id] = time.monotonic()
