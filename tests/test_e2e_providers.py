@@ -106,10 +106,10 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
         "task_wait",
         "todo_write",
         "web_fetch",
+        "web_search",  # Anthropic's server tool (tests/llm/test_web_search.py)
         "write",
-        "web_search",  # Anthropic's server tool, after keel's own (tests/llm/test_web_search.py)
     ]
-    assert first["tools"][-1]["type"] == "web_search_20250305"
+    assert first["tools"][-2]["type"] == "web_search_20250305"
     assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
     assert first["system"][0]["text"].startswith("You are keel, a coding agent.")
     assert first["messages"] == [

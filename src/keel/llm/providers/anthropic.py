@@ -440,9 +440,11 @@ def encode_head(request: Request) -> bytes:
         {"name": t.name, "description": t.description, "input_schema": t.input_schema}
         for t in request.tools
     ]
-    # A tool of keel's own by that name (an MCP server's) would clash with the server tool.
+    # A tool of keel's own by that name (an MCP server's) would clash with the server tool. It
+    # goes where its name sorts, as keel's tools are sorted.
     if request.web_search is not None and all(t.name != WEB_SEARCH_NAME for t in request.tools):
-        tools.append(web_search_tool(request.web_search))
+        at = sum(1 for t in request.tools if t.name < WEB_SEARCH_NAME)
+        tools.insert(at, web_search_tool(request.web_search))
     if tools:
         tools[-1]["cache_control"] = _EPHEMERAL
         body["tools"] = tools
