@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Any
 
@@ -42,3 +43,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
     return port
+
+
+#: The line keel prints at start when bash has no sandbox here (headless `keel: warning: …`, line
+#: mode `⚠ …`); see keel.permissions.setup.unsandboxed_line.
+_UNSANDBOXED = re.compile(r"^(keel: warning: |⚠ )no sandbox: ")
+
+
+def unsandboxed_line_dropped(text: str) -> str:
+    """`text` without keel's "no sandbox" line, for a test about other output that must read the
+    same on a machine with bubblewrap and on one without (the line itself is tested in
+    test_library_safety)."""
+    return "".join(line for line in text.splitlines(keepends=True) if not _UNSANDBOXED.match(line))

@@ -22,6 +22,7 @@ from keel.agent.prompt import (
 from keel.agent.subagents import load_agent_types
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
+from tests.helpers import unsandboxed_line_dropped
 from tests.test_cli import keel
 
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -406,7 +407,8 @@ def test_keel_p_runs_a_claude_code_command_with_its_frontmatter(
     [(result, is_error)] = tool_results(second)
     assert is_error
     assert result.startswith(f"denied by rule bash ({command} (/review))")
-    notes = [line for line in out.stderr.splitlines() if line.startswith("keel: ")]
+    stderr = unsandboxed_line_dropped(out.stderr)
+    notes = [line for line in stderr.splitlines() if line.startswith("keel: ")]
     assert notes == [
         f"keel: warning: {command}:6: `hooks` in a command's frontmatter is not supported by "
         "keel; /review runs without them",

@@ -17,7 +17,7 @@ from keel.llm.script import Fault, reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.openai_server import OpenAIChatServer, OpenAIResponsesServer
 from keel.testing.server import ScriptedHTTPServer
-from tests.helpers import free_port
+from tests.helpers import free_port, unsandboxed_line_dropped
 
 TASK = "list the Python files here and count their lines"
 
@@ -173,7 +173,7 @@ def test_openai_compatible_multi_tool_task(chat: OpenAIChatServer, project: Path
     assert bodies[0]["messages"][0]["role"] == "system"
     assert "authorization" not in chat.model_requests[0].headers
     # A model the catalog does not know is noted once, not refused.
-    assert out.stderr.splitlines()[0] == (
+    assert unsandboxed_line_dropped(out.stderr).splitlines()[0] == (
         "keel: qwen2.5-coder is not in keel's catalog; assuming a 128k window and no prices"
     )
     tool_messages = [m for m in bodies[2]["messages"] if m["role"] == "tool"]
@@ -190,7 +190,7 @@ def test_wrong_key_is_one_line(anthropic: AnthropicServer, project: Path) -> Non
         {"ANTHROPIC_API_KEY": "sk-wrong", "ANTHROPIC_BASE_URL": anthropic.url},
     )
     assert out.returncode == 1
-    lines = out.stderr.splitlines()
+    lines = unsandboxed_line_dropped(out.stderr).splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("keel: error: anthropic returned 401: ")
     assert lines[0].endswith("(hint: check ANTHROPIC_API_KEY)")
@@ -205,11 +205,10 @@ def test_unreachable_server_is_one_line(project: Path) -> None:
         {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"},
     )
     assert out.returncode == 1
-    assert out.stderr.startswith(
-        f"keel: error: cannot reach openai at http://127.0.0.1:{port}/v1: "
-    )
-    assert out.stderr.endswith("(hint: check the server is running and the base URL is right)\n")
-    assert out.stderr.count("\n") == 1
+    stderr = unsandboxed_line_dropped(out.stderr)
+    assert stderr.startswith(f"keel: error: cannot reach openai at http://127.0.0.1:{port}/v1: ")
+    assert stderr.endswith("(hint: check the server is running and the base URL is right)\n")
+    assert stderr.count("\n") == 1
 
 
 def test_unknown_model_from_the_server_is_one_line(
@@ -222,7 +221,7 @@ def test_unknown_model_from_the_server_is_one_line(
         {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": anthropic.url},
     )
     assert out.returncode == 1
-    assert out.stderr.splitlines() == [
+    assert unsandboxed_line_dropped(out.stderr).splitlines() == [
         "keel: claude-nope is not in keel's catalog; assuming a 128k window and no prices",
         "keel: error: anthropic returned 404: model: claude-nope (hint: check the model name and the base URL)",
     ]
@@ -237,7 +236,7 @@ def test_rate_limit_is_retried_with_a_notice(anthropic: AnthropicServer, project
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == "fine\n"
-    assert out.stderr == (
+    assert unsandboxed_line_dropped(out.stderr) == (
         "keel: warning: anthropic returned 429: slow down; retrying in 0.0 s (attempt 2 of 4)\n"
     )
 
@@ -252,8 +251,9 @@ def test_context_overflow_is_an_error_with_a_hint(
         {"OPENAI_API_KEY": "sk-openai-test", "OPENAI_BASE_URL": responses.url + "/v1"},
     )
     assert out.returncode == 1
-    assert out.stderr.startswith("keel: error: ")
-    assert out.stderr.startswith(
+    stderr = unsandboxed_line_dropped(out.stderr)
+    assert stderr.startswith("keel: error: ")
+    assert stderr.startswith(
         "keel: error: the prompt alone does not fit the model's context window: "
     )
-    assert out.stderr.endswith("(hint: shorten the prompt, or use a model with a larger window)\n")
+    assert stderr.endswith("(hint: shorten the prompt, or use a model with a larger window)\n")

@@ -27,6 +27,7 @@ from keel.testing.ollama_server import OllamaServer
 from keel.tui.control import save_local_rule
 from keel.tui.line import parse_answer
 from keel.tui.view import Output, PromptSubmitted
+from tests.helpers import unsandboxed_line_dropped
 from tests.test_cli import keel
 from tests.tui_helpers import MODEL, Recorder, make_controller
 
@@ -66,7 +67,7 @@ def test_line_mode_edit_approve_undo_and_the_model_is_told(project: Path, tmp_pa
     )
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
-    lines = [line.rstrip() for line in out.stdout.splitlines()]
+    lines = [line.rstrip() for line in unsandboxed_line_dropped(out.stdout).splitlines()]
     expected = [
         "› write the notes",
         "✻ I should write the notes file.",
@@ -131,7 +132,7 @@ def test_bang_command_runs_and_its_output_goes_with_the_next_prompt(
         stdin="!ls\nwhat do you see?\n",
     )
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = unsandboxed_line_dropped(out.stdout).splitlines()
     assert lines[:5] == ["$ ls", "    README.md", "    app.py", "    util.py", lines[4]]
     assert lines[4].startswith("[exit 0, ")
     sent = prompts_sent(latest_session(project))
@@ -583,7 +584,7 @@ def test_a_prompt_on_the_command_line_is_the_first_prompt(project: Path, tmp_pat
     model = script(tmp_path, "model: demo\nturns:\n  - text: Hello back.\n")
     out = keel("--model", model, "hello", "there", cwd=project, stdin="/exit\n")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = unsandboxed_line_dropped(out.stdout).splitlines()
     assert lines[:2] == ["› hello there", "Hello back."]
     assert prompts_sent(latest_session(project)) == ["hello there"]
 
