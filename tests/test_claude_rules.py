@@ -323,3 +323,43 @@ def test_a_read_deny_rule_keeps_an_import_out_of_the_prompt(
         f"{project / 'CLAUDE.md'}: import @.env not followed: denied by rule read(./.env) "
         f"({shared})" in out.stderr
     )
+
+
+async def test_reading_outside_the_project_asks(project: Path, tmp_path: Path) -> None:
+    """As in Claude Code: a README that tells the model to read `~/.ssh/id_rsa` does not get it
+    read unasked. Inside the project (and the additional directories) reads run at once."""
+    secret_dir = tmp_path / "home" / ".ssh"
+    secret_dir.mkdir(parents=True)
+    secret = secret_dir / "id_rsa"
+    secret.write_text("KEY\n", encoding="utf-8")
+    g = _gate(project, [])
+    for tool in ("read", "grep", "glob", "ls"):
+        decision = await g.authorize(call(tool, path=str(secret)), read_only=True)
+        assert decision == Deny(
+            f"{HEADLESS} (needed to read {secret}, outside the project)", "headless"
+        )
+    relative = await g.authorize(call("read", path="../home/.ssh/id_rsa"), read_only=True)
+    assert isinstance(relative, Deny)
+    assert await g.authorize(call("read", path="app.py"), read_only=True) == Allow("read-only")
+    assert await g.authorize(call("grep", pattern="x"), read_only=True) == Allow("read-only")
+    # An allow rule for the directory, the additional directories and bypass let it through.
+    ruled = _gate(project, [(f"Read(/{secret_dir}/**)", "allow")])
+    assert isinstance(await ruled.authorize(call("read", path=str(secret)), read_only=True), Allow)
+    extra = PermissionGate("default", project, project, [], extra_roots=(secret_dir,))
+    assert await extra.authorize(call("read", path=str(secret)), read_only=True) == Allow(
+        "read-only"
+    )
+    bypass = _gate(project, [], "bypass")
+    assert isinstance(await bypass.authorize(call("read", path=str(secret)), read_only=True), Allow)
+    # "Always allow" offers the file's directory, not every read.
+    asked: list[Any] = []
+
+    async def asker(request: Any) -> Any:
+        from keel.permissions.gate import PermissionReply
+
+        asked.append(request)
+        return PermissionReply(allow=True)
+
+    interactive = _gate(project, [], asker=asker)
+    await interactive.authorize(call("read", path=str(secret)), read_only=True)
+    assert asked[0].suggestion == f"read(/{secret_dir}/**)"

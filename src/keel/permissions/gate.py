@@ -9,7 +9,8 @@ Decision order (first that applies wins; docs/permissions.md):
 4. A PreToolUse hook said allow: allow; said ask: ask.
 5. `bypass` mode: allow.
 6. `exit_plan_mode`: ask (the question is the plan approval).
-7. A read-only tool: allow.
+7. A read-only tool: allow (a file tool reading outside the project and the additional
+   directories asks, unless an allow rule covers it).
 8. `plan` mode: deny (web_fetch asks).
 9. Allow rules cover the call (for bash: every command of the line): allow.
 10. bash in the sandbox (unless the call asked for `sandbox: false`): allow.
@@ -31,8 +32,8 @@ import keel.permissions.shell as shell
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import ToolUse
-from keel.permissions.boundary import PROTECTED, protected_path, refuse_write
-from keel.permissions.rules import FILE_TOOLS, Rule, matches, suggest
+from keel.permissions.boundary import PROTECTED, outside_project, protected_path, refuse_write
+from keel.permissions.rules import FILE_TOOLS, READ_FAMILY, Rule, matches, suggest
 
 if TYPE_CHECKING:
     from keel.llm.events import Notice
@@ -182,7 +183,7 @@ class PermissionGate:
                 return Deny("the plan is empty; write out the steps you will take", "validation")
             return await self._ask(call, "approve the plan", plan=plan)
         if read_only:
-            return Allow("read-only")
+            return await self._read_only(call, tool, args)
         if self.mode == "plan":
             if tool == "web_fetch":
                 return await self._ask(call, "fetch a web page in plan mode")
@@ -223,6 +224,24 @@ class PermissionGate:
         if tool in WRITE_TOOLS and self.mode == "accept-edits":
             return Allow("mode:accept-edits", notable=True)
         return None
+
+    async def _read_only(self, call: ToolUse, tool: str, args: dict[str, Any]) -> Decision:
+        if (outside := self._reads_outside(tool, args)) is not None:
+            return await self._ask(call, outside)
+        return Allow("read-only")
+
+    def _reads_outside(self, tool: str, args: dict[str, Any]) -> str | None:
+        """Why a reading file tool asks: its path lies outside the project and the additional
+        directories (as in Claude Code; a README cannot make the model read `~/.ssh` unasked),
+        unless an allow rule covers it. None when it may read at once."""
+        if tool not in READ_FAMILY:
+            return None
+        raw = str(args.get(FILE_TOOLS[tool]) or ".")
+        if outside_project(raw, self.cwd, self.root, self.extra_roots) is None:
+            return None
+        if self._allowed_by(tool, args) is not None:
+            return None
+        return f"read {raw}, outside the project"
 
     def _boundary(self, tool: str, args: dict[str, Any]) -> str | None:
         if tool not in WRITE_TOOLS:
@@ -302,7 +321,7 @@ class PermissionGate:
 
     async def _ask(self, call: ToolUse, reason: str, *, plan: str = "") -> Decision:
         if self.permission_hook is not None:
-            request = PermissionRequest(call, reason, suggest(call.name, call.input or {}), plan)
+            request = PermissionRequest(call, reason, suggest(call.name, call.input or {}, self.cwd), plan)
             answer = await self.permission_hook(request)
             if answer is not None and not answer.allow:
                 why = f": {answer.reason}" if answer.reason else ""
@@ -317,7 +336,7 @@ class PermissionGate:
         if self.notify is not None:
             self.notify(f"keel needs your permission to {reason}")
         reply = await self.asker(
-            PermissionRequest(call, reason, suggest(call.name, call.input or {}), plan)
+            PermissionRequest(call, reason, suggest(call.name, call.input or {}, self.cwd), plan)
         )
         if not reply.allow:
             why = f": {reply.reason}" if reply.reason else ""
@@ -325,7 +344,7 @@ class PermissionGate:
         if reply.scope in ("session", "always"):
             from keel.permissions.rules import parse_rule
 
-            rule = parse_rule(suggest(call.name, call.input or {}), "allow", "session")
+            rule = parse_rule(suggest(call.name, call.input or {}, self.cwd), "allow", "session")
             self.session_rules.append(rule)
             if reply.scope == "always" and self.save_rule is not None:
                 self.save_rule(str(rule))

@@ -200,12 +200,17 @@ def matches(rule: Rule, tool: str, args: dict[str, Any], root: Path, cwd: Path) 
     return rule.pattern == "*"
 
 
-def suggest(tool: str, args: dict[str, Any]) -> str:
+def suggest(tool: str, args: dict[str, Any], cwd: Path | None = None) -> str:
     """The rule an "always allow" answer saves: `bash(git commit*)`, `web_fetch(domain:x.org)`,
-    or the bare tool name."""
+    `read(//home/me/notes/**)` for a read outside the project (the file's directory, not every
+    read), or the bare tool name."""
     if tool == "bash":
         return shell.suggest_rule(str(args.get("command", "")))
     if tool == "web_fetch":
         host = urlsplit(str(args.get("url", ""))).hostname
         return f"web_fetch(domain:{host})" if host else "web_fetch"
+    if tool in READ_FAMILY and cwd is not None:
+        target = (cwd / Path(str(args.get(FILE_TOOLS[tool]) or ".")).expanduser()).resolve()
+        folder = target if target.is_dir() else target.parent
+        return f"{tool}(//{folder.as_posix().lstrip('/')}/**)"
     return tool
