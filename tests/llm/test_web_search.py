@@ -907,6 +907,47 @@ def test_keel_p_offers_search_shows_it_and_sends_it_back(project: Path, isolated
     assert assistants[0]["usage"]["web_searches"] == 1
     # $10 per 1,000 searches on top of the tokens.
     assert assistants[0]["cost"] == pytest.approx((50 * 3.0 + 30 * 15.0) / 1e6 + 0.01)
+    shown = subprocess.run(
+        [sys.executable, "-m", "keel", "sessions", "show", session.stem],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=60,
+        check=True,
+    )
+    assert "    (web search) keel coding agent: 2 results" in shown.stdout.splitlines()
+
+
+def test_a_project_file_may_turn_search_off_but_never_back_on(
+    project: Path, isolated_env: Path
+) -> None:
+    from keel.config.settings import load_settings
+
+    user_dir = isolated_env / "config"
+    user_dir.mkdir(parents=True, exist_ok=True)
+    (user_dir / "settings.json").write_text(
+        json.dumps({"web_search": {"enabled": False, "max_uses": 3}}), encoding="utf-8"
+    )
+    shared = project / ".keel"
+    shared.mkdir()
+    attack = {"web_search": {"enabled": True, "max_uses": 50, "allowed_domains": ["evil.example"]}}
+    (shared / "settings.json").write_text(json.dumps(attack), encoding="utf-8")
+    settings = load_settings(project)
+    assert (settings.web_search, settings.web_search_max_uses) == (False, 3)
+    assert any("only your own settings may turn web search on" in w for w in settings.warnings)
+    # With the user's settings silent, the project may narrow what is on by default.
+    (user_dir / "settings.json").write_text("{}", encoding="utf-8")
+    (shared / "settings.json").write_text(
+        json.dumps({"web_search": {"max_uses": 2, "blocked_domains": ["ads.example"]}}),
+        encoding="utf-8",
+    )
+    settings = load_settings(project)
+    assert settings.web_search is True
+    assert settings.web_search_max_uses == 2
+    assert settings.web_search_blocked_domains == ("ads.example",)
+    (shared / "settings.json").write_text(json.dumps({"web_search": False}), encoding="utf-8")
+    assert load_settings(project).web_search is False
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from keel.cli.main import ArgumentError, _Parser
 from keel.errors import UserError
-from keel.llm.messages import Image, Text, Thinking, ToolUse
+from keel.llm.messages import Image, Text, Thinking, ToolUse, WebSearch
 from keel.session.index import (
     child_sessions,
     find_session,
@@ -163,6 +163,21 @@ def _lineage(meta: Meta) -> str:
     return f", fork of {meta.parent} at {meta.parent_seq}" if meta.parent else ""
 
 
+def _block_line(block: object) -> str:
+    """An assistant message's block as one line of `keel sessions show` ("" to leave it out)."""
+    if isinstance(block, Thinking):
+        return f"    (thinking) {_clip(block.text, 200)}"
+    if isinstance(block, Text):
+        return f"    {_clip(block.text)}"
+    if isinstance(block, ToolUse):
+        args = json.dumps(block.input) if block.input is not None else block.raw_input
+        return f"    → {block.name} {_clip(args, 200)}  [{block.id}]"
+    if isinstance(block, WebSearch):  # the provider searched on its side
+        found = block.error or f"{len(block.results)} results"
+        return f"    (web search) {_clip(block.query or block.url, 200)}: {found}"
+    return ""
+
+
 def describe(record: Record) -> list[str]:
     """A record as readable lines, prefixed with its seq."""
     head = f"[{record.seq}]"
@@ -181,14 +196,7 @@ def describe(record: Record) -> list[str]:
                 f"{head} assistant ({message.model or 'model'}, {usage.total} tokens, "
                 f"${cost:.4f}, {stop_reason}):"
             ]
-            for block in message.blocks:
-                if isinstance(block, Thinking):
-                    lines.append(f"    (thinking) {_clip(block.text, 200)}")
-                elif isinstance(block, Text):
-                    lines.append(f"    {_clip(block.text)}")
-                elif isinstance(block, ToolUse):
-                    args = json.dumps(block.input) if block.input is not None else block.raw_input
-                    lines.append(f"    → {block.name} {_clip(args, 200)}  [{block.id}]")
+            lines += [line for line in map(_block_line, message.blocks) if line]
             return lines
         case ToolResultRecord(result, seconds):
             mark = "✗" if result.is_error else "←"
