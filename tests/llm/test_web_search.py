@@ -1032,3 +1032,55 @@ async def test_tui_shows_the_search_and_the_sources_under_the_answer(
         await pilot.pause()
         notices = [str(n.render()) for n in app.query(NoticeLine)]
     assert "· Sources:\n  [1] keel docs — https://keel.example/docs" in notices
+
+
+# -- subagents ---------------------------------------------------------------------------------
+
+
+async def test_a_subagent_on_the_parents_model_searches_as_the_parent_does(project: Path) -> None:
+    from keel.agent.loop import Agent
+    from keel.agent.subagents import enable_subagents, load_agent_types
+    from keel.llm.script import reply
+    from keel.permissions import AllowAll
+    from keel.testing.routing import RoutedProvider
+    from keel.tools.builtin import builtin_tools
+
+    def task(prompt: str, kind: str) -> tuple[str, dict[str, Any]]:
+        return ("task", {"description": "job", "prompt": prompt, "subagent_type": kind})
+
+    parent_prompt = "PARENT: what is keel?"
+    provider = RoutedProvider(
+        {
+            parent_prompt: [
+                reply("", task("EXPLORE: look it up", "explore"), task("READER: read", "reader")),
+                reply("Done."),
+            ],
+            "EXPLORE": [reply("keel is a coding agent.")],
+            "READER": [reply("Read.")],
+        }
+    )
+    agent = Agent(
+        provider=provider,
+        model="scripted",
+        tools=builtin_tools(),
+        cwd=project,
+        system="parent",
+        gate=AllowAll(),
+    )
+    agent.web_search = WebSearchOptions(max_uses=2)
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "reader.md").write_text(
+        "---\nname: reader\ndescription: Reads files.\ntools: Read, Grep\n---\nRead.\n",
+        encoding="utf-8",
+    )
+    enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))
+    try:
+        result = await agent.run(parent_prompt)
+    finally:
+        await agent.aclose()
+    assert result.text == "Done."
+    assert [r.web_search for r in provider.of(parent_prompt)] == [WebSearchOptions(max_uses=2)] * 2
+    # explore lists web_search among its tools; reader's `tools:` does not name it.
+    assert [r.web_search for r in provider.of("EXPLORE")] == [WebSearchOptions(max_uses=2)]
+    assert [r.web_search for r in provider.of("READER")] == [None]

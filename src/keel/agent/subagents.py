@@ -66,7 +66,7 @@ PARENT_ONLY = frozenset(
     {"task", "task_wait", "task_stop", "bash_output", "bash_kill", "todo_write", "exit_plan_mode"}
 )
 #: The read-only tools the `explore` type gets.
-EXPLORE_TOOLS = ("glob", "grep", "ls", "raw_output", "read", "web_fetch")
+EXPLORE_TOOLS = ("glob", "grep", "ls", "raw_output", "read", "web_fetch", "web_search")
 #: Claude Code's names for the same agent types.
 TYPE_ALIASES = {"general-purpose": "general", "Explore": "explore"}
 #: Claude model aliases a definition may name, as catalog ids (used on Anthropic only).
@@ -458,6 +458,9 @@ class Subagents:
         child.agent_type = kind.name
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
+        if kind.model is None and kind.allows("web_search"):
+            # The parent's provider and model, so the same server-side search (or none).
+            child.web_search = parent.web_search
         child.ctx.background = None
         child.ctx.unsafe_to_repeat = parent.ctx.unsafe_to_repeat
         if cwd == parent.cwd:
