@@ -480,6 +480,30 @@ async def test_glob_lists_files_respecting_gitignore(search_mode: str, tree: Pat
     assert out.content == "No files match '*.rs'."
 
 
+async def test_hidden_files_and_folders_are_skipped_as_ripgrep_skips_them(
+    search_mode: str, tree: Path
+) -> None:
+    """ripgrep leaves out dot-files and dot-folders (a .venv, an .env with a token); the Python
+    fallback, used where ripgrep is not installed, must list and search the same files. A
+    dot-folder given as the path is searched, as ripgrep searches a path it is given."""
+    (tree / ".venv" / "lib").mkdir(parents=True)
+    (tree / ".venv" / "lib" / "big.py").write_text("def vendored():\n", encoding="utf-8")
+    (tree / ".venv" / "lib" / ".hidden.py").write_text("def deeper():\n", encoding="utf-8")
+    (tree / ".env").write_text("def TOKEN=secret\n", encoding="utf-8")
+    (tree / "src" / ".cache.py").write_text("def cached():\n", encoding="utf-8")
+    ctx = ToolContext(cwd=tree, root=tree)
+    out = await run(glob, ctx, pattern="*.py")
+    assert out.content == "app.py\nsrc/pkg/mod.py\nutil.py"
+    out = await run(grep, ctx, pattern=r"^def ")
+    assert sorted(str(out.content).splitlines()) == [
+        "app.py:1:def main():",
+        "keep.log:1:def kept",
+        "src/pkg/mod.py:3:def helper():",
+    ]
+    out = await run(grep, ctx, pattern="def", path=".venv")
+    assert out.content == ".venv/lib/big.py:1:def vendored():"
+
+
 async def test_search_output_stops_at_500_lines(search_mode: str, project: Path) -> None:
     (project / "many.txt").write_text("hit\n" * 800, encoding="utf-8")
     ctx = ToolContext(cwd=project, root=project)

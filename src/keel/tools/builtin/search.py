@@ -223,7 +223,8 @@ def load_ignore_rules(directory: Path) -> list[IgnoreRule]:
 def walk_files(top: Path) -> Iterator[Path]:
     """Every file under `top` not ignored by a `.gitignore` on the way down (nor inside .git).
     Symbolic links are not followed, files or folders, as ripgrep does not follow them: a link
-    committed in a repository must not bring a file from outside it into a search."""
+    committed in a repository must not bring a file from outside it into a search. Hidden files
+    and folders below `top` (a `.venv`, an `.env`) are left out, as ripgrep leaves them out."""
     stack: list[tuple[Path, list[IgnoreRule]]] = [(top, load_ignore_rules(top))]
     while stack:
         directory, rules = stack.pop()
@@ -233,7 +234,7 @@ def walk_files(top: Path) -> Iterator[Path]:
             continue
         subdirs = []
         for entry in entries:
-            if entry.name in ALWAYS_SKIPPED:
+            if entry.name.startswith("."):  # ALWAYS_SKIPPED among them
                 continue
             path = Path(entry.path)
             is_dir = entry.is_dir(follow_symlinks=False)
