@@ -32,6 +32,7 @@ from keel.session.journal import read_records
 from keel.session.records import DecisionRecord
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.server import RecordedRequest
+from tests.helpers import unsandboxed_line_dropped
 
 NEW = "# AGENTS.md\n\n## Commands\n\n- `make test` runs the tests (`pytest -q`).\n"
 OLD = (
@@ -79,12 +80,13 @@ def studies_then_proposes(content: str) -> list[dict[str, Any]]:
 def keel_init(
     project: Path, *args: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, str, str]:
-    """`keel init ARGS` in `project`, in this process, with no terminal on stdin."""
+    """`keel init ARGS` in `project`, in this process, with no terminal on stdin (stderr without
+    the "no sandbox" line a machine without bubblewrap adds)."""
     monkeypatch.chdir(project)
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     code = main(["init", "-q", *args])
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, unsandboxed_line_dropped(err)
 
 
 def session_of(err: str) -> str:
@@ -439,6 +441,7 @@ def test_on_a_terminal_the_diff_is_shown_and_the_answer_decides(
         out, err = proc.communicate(timeout=60)
     finally:
         os.close(leader)
+    err = unsandboxed_line_dropped(err)
     assert out == unified_diff(None, NEW, "AGENTS.md")  # shown once, before the question
     assert err.startswith("Write AGENTS.md? [y/N] keel: ")
     if written:
