@@ -30,6 +30,7 @@ from keel.session.resume import check_resume
 from keel.session.store import SessionLog
 from keel.testing.routing import RoutedProvider
 from keel.tools.builtin import builtin_tools
+from tests.helpers import unsandboxed_line_dropped
 from tests.test_cli import keel, session_files, write_script
 from tests.test_hooks import agent_with, hook, script, write_hooks
 
@@ -277,7 +278,7 @@ def test_resume_with_another_effort_is_refused_unless_forced(
     sid = path.stem
     out = keel("resume", sid, "--model", model, "--effort", "low", cwd=project)
     assert out.returncode == 2
-    assert out.stderr == (
+    assert unsandboxed_line_dropped(out.stderr) == (
         f"keel: error: session {sid} was made with a different configuration: effort: high -> "
         "low (hint: resume with the same model and settings, or pass --force to accept the "
         "change)\n"
@@ -285,7 +286,7 @@ def test_resume_with_another_effort_is_refused_unless_forced(
     force = ("--effort", "low", "--max-turns", "2", "--force")
     out = keel("resume", sid, "--model", model, *force, cwd=project)
     assert out.returncode == 0, out.stderr
-    assert out.stderr.splitlines() == [
+    assert unsandboxed_line_dropped(out.stderr).splitlines() == [
         "keel: warning: resuming despite a changed configuration: max_turns: 1 -> 2",
         "keel: warning: resuming despite a changed configuration: effort: high -> low",
     ]
