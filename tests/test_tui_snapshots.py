@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from keel.permissions import setup
+from keel.permissions.sandbox import Probe
 from keel.testing import ScriptedProvider, reply
 from keel.tui import widgets
 from keel.tui.app import KeelApp
@@ -38,6 +40,9 @@ def _frozen(monkeypatch: pytest.MonkeyPatch, project: Path) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setattr(widgets, "duration", lambda _seconds: "1.2s")
     monkeypatch.setattr(widgets, "SPINNER", "⠿")
+    # And the sandbox status: these screens run no bash, and a machine without bubblewrap would
+    # add its "no sandbox" line to them (that line is tested in test_library_safety).
+    monkeypatch.setattr(setup, "probe", lambda: Probe(True, "frozen for the snapshots"))
 
 
 def text_grid(svg: str, size: tuple[int, int] = SIZE) -> str:
