@@ -268,6 +268,7 @@ def crash_suite(tmp_path: Path, scenarios: int, seed: int, *, unsandboxed: bool 
     return total_kills
 
 
+@pytest.mark.needs("sandbox")
 def test_crash_sample(tmp_path: Path) -> None:
     crash_suite(tmp_path, CRASH_FAST, seed=20261130)
 
@@ -289,7 +290,11 @@ def test_crash_full_unsandboxed(tmp_path: Path) -> None:
     crash_suite(tmp_path, CRASH_FULL_UNSANDBOXED, seed=seed, unsandboxed=True)
 
 
-@pytest.mark.parametrize("unsandboxed", [False, True], ids=["sandboxed", "unsandboxed"])
+@pytest.mark.parametrize(
+    "unsandboxed",
+    [pytest.param(False, marks=pytest.mark.needs("sandbox")), True],
+    ids=["sandboxed", "unsandboxed"],
+)
 def test_a_kill_while_each_command_runs_never_overlaps_its_re_run(
     tmp_path: Path, unsandboxed: bool
 ) -> None:
@@ -313,6 +318,7 @@ def test_a_kill_while_each_command_runs_never_overlaps_its_re_run(
         assert overlaps(marks) == [], marks
 
 
+@pytest.mark.needs("sandbox")
 @pytest.mark.parametrize("phase", [0, 1])
 def test_a_kill_between_the_final_answer_and_its_terminal_record(
     tmp_path: Path, phase: int
@@ -352,6 +358,7 @@ def test_a_kill_between_the_final_answer_and_its_terminal_record(
         check_invariants(world)
 
 
+@pytest.mark.needs("sandbox")
 def test_every_kill_point_of_phase_one_in_order(tmp_path: Path) -> None:
     """Not random: each journal write of the first prompt, before and after, once."""
     points = [p for p in kill_points(tmp_path)["0"] if p.startswith("append")]
