@@ -214,6 +214,7 @@ def test_fold_takes_a_final_answer_without_terminal_record_as_completed() -> Non
     ) == ("completed", False)
 
 
+@pytest.mark.needs("sandbox")  # its bash runs unasked only in the sandbox
 def test_a_kill_after_the_final_answer_resumes_as_completed(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
