@@ -306,6 +306,7 @@ async def test_units_survive_reopening_the_store(plain: Path, store: Checkpoints
 # -- bash ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs("git")
 async def test_bash_changes_in_a_git_repo_are_captured_and_undone(
     repo: Path, store: Checkpoints
 ) -> None:
@@ -342,6 +343,7 @@ async def test_bash_changes_in_a_git_repo_are_captured_and_undone(
     assert git(repo, "status", "--porcelain") == status
 
 
+@pytest.mark.needs("git")
 async def test_file_edits_and_bash_in_one_unit_undo_to_before_both(
     repo: Path, store: Checkpoints
 ) -> None:
@@ -364,6 +366,7 @@ async def test_file_edits_and_bash_in_one_unit_undo_to_before_both(
     assert tree(repo) == before
 
 
+@pytest.mark.needs("git")
 async def test_overlapping_commands_and_an_edit_share_the_unit(
     repo: Path, store: Checkpoints
 ) -> None:
@@ -398,6 +401,7 @@ async def test_bash_outside_a_git_repo_is_not_captured(plain: Path, store: Check
     assert not store.directory.exists()  # nothing was written
 
 
+@pytest.mark.needs("git")
 async def test_bash_capture_is_skipped_above_2000_dirty_files_with_a_note(
     repo: Path, store: Checkpoints
 ) -> None:
@@ -428,6 +432,7 @@ async def test_bash_capture_is_skipped_above_2000_dirty_files_with_a_note(
     assert store.units() == []
 
 
+@pytest.mark.needs("git")
 async def test_bash_capture_is_skipped_above_the_byte_bound(
     repo: Path, store: Checkpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -443,6 +448,7 @@ async def test_bash_capture_is_skipped_above_the_byte_bound(
     assert info.files == ()
 
 
+@pytest.mark.needs("git")
 async def test_a_dirty_file_above_the_per_file_bound_is_reported_not_restored(
     repo: Path, store: Checkpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -470,6 +476,7 @@ async def test_a_dirty_file_above_the_per_file_bound_is_reported_not_restored(
 # -- storage ------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs("git")
 async def test_snapshots_are_0600_in_0700_directories(repo: Path, store: Checkpoints) -> None:
     ctx = context(repo, store)
     store.begin_unit("perms")

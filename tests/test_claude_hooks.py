@@ -181,7 +181,7 @@ def test_node_guard_keeps_env_files_from_read_edit_and_write(
     assert not (project / ".env.local").exists()
 
 
-@pytest.mark.needs("jq")
+@pytest.mark.needs("jq", "git")
 def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_once_approved(
     project: Path, home: Path, tmp_path: Path
 ) -> None:

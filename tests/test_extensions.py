@@ -86,6 +86,7 @@ def user_text(message: dict[str, Any]) -> str:
 
 
 @pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
+@pytest.mark.needs("git")
 def test_claude_code_project_runs_unchanged_once_approved(
     claude_project: Path, anthropic: AnthropicServer
 ) -> None:
@@ -188,6 +189,7 @@ def test_claude_code_project_runs_unchanged_once_approved(
     assert [t["name"] for t in anthropic.model_requests[-1].json["tools"]] == names
 
 
+@pytest.mark.needs("git")
 def test_a_broken_mcp_server_costs_only_its_tools(
     claude_project: Path, anthropic: AnthropicServer
 ) -> None:
@@ -209,6 +211,7 @@ def test_a_broken_mcp_server_costs_only_its_tools(
     assert not any(n.startswith("mcp__broken") for n in names)
 
 
+@pytest.mark.needs("git")
 async def test_command_shell_lines_follow_the_gate(claude_project: Path) -> None:
     from keel.agent.loop import Agent
     from keel.llm.events import Notice

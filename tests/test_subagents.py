@@ -408,6 +408,7 @@ def repo(project: Path) -> Path:
     return project
 
 
+@pytest.mark.needs("git")
 async def test_worktree_isolation_keeps_a_branch_with_the_changes(repo: Path) -> None:
     agent, provider = make_agent(
         repo,

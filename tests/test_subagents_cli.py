@@ -278,6 +278,7 @@ def git(project: Path, *args: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.needs("git")
 def test_worktrees_are_listed_and_removed(
     server: AnthropicServer, project: Path, isolated_env: Path
 ) -> None:
