@@ -151,10 +151,14 @@ async def test_a_sandboxed_server_writes_only_in_the_project(tmp_path: Path) -> 
     write_json(root / ".mcp.json", {"mcpServers": {}})
     outside = tmp_path / "outside.txt"
     env = {**os.environ, **SECRETS}
+    # The server's script sits in the project, as a project's own server would: the checkout
+    # holding keel's tests may be anywhere (a private /tmp hides it inside the sandbox).
+    boxed_script = root / "features_server.py"
+    shutil.copy(FEATURES, boxed_script)
     servers = configs(
         root,
         {
-            "boxed": {"command": PY, "args": [FEATURES], "sandbox": True},
+            "boxed": {"command": PY, "args": [str(boxed_script)], "sandbox": True},
             "free": {"command": PY, "args": [FEATURES]},
         },
         env,

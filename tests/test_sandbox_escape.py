@@ -591,3 +591,33 @@ def test_the_terminal_keel_runs_in_is_out_of_reach(place: Place) -> None:
     )  # fmt: skip
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"output": "tty-refused\n[exit code 0]", "error": None}
+
+
+def test_programs_on_path_under_a_private_dir_still_run(tmp_path: Path) -> None:
+    """A checkout and its virtualenv under /tmp (as a CI machine may have them): the private
+    /tmp hides data, not the programs on PATH nor this Python, which are bound back read-only."""
+    from keel.permissions.sandbox import Sandbox, runtime_in_private_dirs
+
+    tools = Path(tempfile.mkdtemp(prefix="keel-path-", dir="/tmp"))
+    try:
+        (tools / "hello-tool").write_text("#!/bin/sh\necho hello from tmp\n", encoding="utf-8")
+        (tools / "hello-tool").chmod(0o755)
+        (tools / "data.txt").write_text("x\n", encoding="utf-8")
+        root = tmp_path / "p"
+        root.mkdir()
+        old = os.environ["PATH"]
+        os.environ["PATH"] = f"{tools}{os.pathsep}{old}"
+        try:
+            assert tools.resolve() in runtime_in_private_dirs()
+            box = Sandbox(root, tmpdir=tmp_path / "t")
+            (tmp_path / "t").mkdir()
+            argv = box.argv(["sh", "-c", f"hello-tool; echo no > {tools}/data.txt || true"], root)
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            box.release()
+        finally:
+            os.environ["PATH"] = old
+        assert done.stdout == "hello from tmp\n", done.stderr
+        assert "Read-only file system" in done.stderr
+        assert (tools / "data.txt").read_text(encoding="utf-8") == "x\n"
+    finally:
+        shutil.rmtree(tools)

@@ -133,6 +133,9 @@ class SandboxPolicy:
     network: bool = False
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
     env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
+    #: Read-only inside the private directories: the programs a command needs that live there
+    #: (a Python or a virtualenv under /tmp, PATH entries), so a private /tmp hides only data.
+    readable: tuple[Path, ...] = ()
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         return filter_env(env, allow=self.env_allow, deny=self.env_deny)
@@ -181,6 +184,7 @@ def project_policy(
         home = Path.home()
         hidden = tuple(home / name for name in DEFAULT_HIDDEN)
     return SandboxPolicy(
+        readable=runtime_in_private_dirs(),
         hidden_sockets=host_sockets(keep=(root, *hidden)),
         root=root,
         writable=writable,
@@ -191,6 +195,22 @@ def project_policy(
         env_allow=env_allow,
         env_deny=env_deny,
     )
+
+
+def runtime_in_private_dirs() -> tuple[Path, ...]:
+    """The directories of this Python, its environment and `PATH` that lie inside a directory the
+    sandbox makes private (`/tmp`, `/run`): bound back read-only so the commands they hold still
+    run (a checkout and its virtualenv under /tmp, as CI machines have)."""
+    private = tuple(Path(p).resolve() for p in _PRIVATE_DIRS)
+    candidates = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent]
+    candidates += [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    found: dict[Path, None] = {}
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            path = path.resolve()
+            if path.is_dir() and any(path.is_relative_to(p) and path != p for p in private):
+                found[path] = None
+    return tuple(found)
 
 
 def hooks_path(root: Path) -> Path | None:
@@ -266,6 +286,8 @@ def bwrap_argv(
     private = [p for p in _PRIVATE_DIRS if Path(p).is_dir() and not Path(p).is_symlink()]
     for tmpfs in private:
         args += ["--tmpfs", tmpfs]
+    for readable in policy.readable:
+        args += ["--ro-bind", str(readable), str(readable)]
     if policy.network:
         # DNS still works when resolv.conf lives in the now private /run.
         resolv = Path("/etc/resolv.conf").resolve()
