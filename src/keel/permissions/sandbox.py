@@ -284,15 +284,7 @@ def bwrap_argv(
         args.append("--unshare-net")
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     private = [p for p in _PRIVATE_DIRS if Path(p).is_dir() and not Path(p).is_symlink()]
-    for tmpfs in private:
-        args += ["--tmpfs", tmpfs]
-    for readable in policy.readable:
-        args += ["--ro-bind", str(readable), str(readable)]
-    if policy.network:
-        # DNS still works when resolv.conf lives in the now private /run.
-        resolv = Path("/etc/resolv.conf").resolve()
-        if resolv.is_file() and any(resolv.is_relative_to(p) for p in private):
-            args += ["--ro-bind", str(resolv), str(resolv)]
+    args += _private_dirs(policy, private)
     # The directories between the project and a protected path are bound onto themselves:
     # still writable, but a mount point cannot be renamed, so none can be moved away with
     # the protected path in it and replaced (`mv .git .git-old && mkdir .git`).
@@ -313,6 +305,21 @@ def bwrap_argv(
     for tmpfs in private:
         args += ["--remount-ro", tmpfs]
     args += ["--chdir", str(cwd), "--", *command]
+    return args
+
+
+def _private_dirs(policy: SandboxPolicy, private: list[str]) -> list[str]:
+    """A tmpfs over each private directory, with what must stay visible bound back read-only."""
+    args: list[str] = []
+    for tmpfs in private:
+        args += ["--tmpfs", tmpfs]
+    for readable in policy.readable:
+        args += ["--ro-bind", str(readable), str(readable)]
+    if policy.network:
+        # DNS still works when resolv.conf lives in the now private /run.
+        resolv = Path("/etc/resolv.conf").resolve()
+        if resolv.is_file() and any(resolv.is_relative_to(p) for p in private):
+            args += ["--ro-bind", str(resolv), str(resolv)]
     return args
 
 
