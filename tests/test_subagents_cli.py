@@ -104,6 +104,7 @@ def test_concurrent_subagents_from_the_shell(
         "raw_output",
         "read",
         "web_fetch",
+        "web_search",  # the provider's own search, declared as its server tool
     ]
     # Progress on stderr names the subagents' own tool calls.
     assert "grep def main" in out.stderr

@@ -502,7 +502,7 @@ async def test_missing_key_is_one_line_with_a_hint() -> None:
         make_provider(parse_model("gemini/gemini-2.5-flash"), env={})
     assert info.value.one_line() == (
         "GEMINI_API_KEY is not set; gemini needs an API key (hint: export GEMINI_API_KEY=… , "
-        "or try keel offline with --model scripted:examples/demo.yaml)"
+        "or try keel offline with --model scripted:demo)"
     )
 
 
