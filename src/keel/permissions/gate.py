@@ -321,7 +321,9 @@ class PermissionGate:
 
     async def _ask(self, call: ToolUse, reason: str, *, plan: str = "") -> Decision:
         if self.permission_hook is not None:
-            request = PermissionRequest(call, reason, suggest(call.name, call.input or {}, self.cwd), plan)
+            request = PermissionRequest(
+                call, reason, suggest(call.name, call.input or {}, self.cwd), plan
+            )
             answer = await self.permission_hook(request)
             if answer is not None and not answer.allow:
                 why = f": {answer.reason}" if answer.reason else ""

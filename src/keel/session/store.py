@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keel.config.trust import project_key as project_key  # re-exported: sessions are kept by project
+# project_key is re-exported: sessions are kept by project.
+from keel.config.trust import project_key as project_key
 from keel.errors import UserError
 from keel.llm.messages import Message, ToolResult, Usage
 from keel.session.journal import Journal
