@@ -50,6 +50,23 @@ class Sink(Protocol):
     def feed(self, data: bytes) -> None: ...
 
 
+class Head:
+    """A sink that keeps the first `limit` bytes of a stream and drops the rest (a command that
+    floods its output costs `limit` bytes, not what it printed)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        if len(self.data) < self.limit:
+            self.data += data[: self.limit - len(self.data)]
+
+    @property
+    def full(self) -> bool:
+        return len(self.data) >= self.limit
+
+
 @frozen
 class Finished:
     """How a command ended: `returncode` as asyncio reports it (negative: killed by that signal;

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from keel.frozen import frozen
 from keel.hooks.claude import matcher_names, permission_mode
 from keel.hooks.config import HookCommand
-from keel.proc import run_tree
+from keel.proc import Head, run_tree
 
 #: Events whose matcher is a tool name (either spelling matches).
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
@@ -101,24 +101,13 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-class _Bounded:
-    """Keeps the first `MAX_OUTPUT` bytes of a stream."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        if len(self.data) < MAX_OUTPUT:
-            self.data += data[: MAX_OUTPUT - len(self.data)]
-
-
 async def _run_command(
     hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[str, str]
 ) -> HookRun:
     """Run one hook command. Its deadline is `hook.timeout` of wall clock from the spawn: then
     its whole tree is killed (detached children included) and its pipes are let go, whoever
     still holds them; children it leaves behind when it exits get `DRAIN_GRACE` seconds."""
-    out, err = _Bounded(), _Bounded()
+    out, err = Head(MAX_OUTPUT), Head(MAX_OUTPUT)
     try:
         finished = await run_tree(
             ["bash", "-c", hook.command],
@@ -165,10 +154,10 @@ async def _run_http(hook: HookCommand, payload: bytes, env: Mapping[str, str]) -
                 httpx.AsyncClient(timeout=hook.timeout) as client,
                 client.stream("POST", hook.command, content=payload, headers=headers) as response,
             ):
-                kept = _Bounded()  # a flood is cut, not held in memory
+                kept = Head(MAX_OUTPUT)  # a flood is cut, not held in memory
                 async for chunk in response.aiter_bytes():
                     kept.feed(chunk)
-                    if len(kept.data) >= MAX_OUTPUT:
+                    if kept.full:
                         break
                 body = kept.data.decode("utf-8", "replace")
     except TimeoutError:

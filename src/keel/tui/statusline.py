@@ -32,15 +32,6 @@ TIME_LIMIT = 2.0
 MAX_OUTPUT = 64_000
 
 
-class _Collect:
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        if len(self.data) < MAX_OUTPUT:
-            self.data += data[: MAX_OUTPUT - len(self.data)]
-
-
 def payload(agent: Agent, *, context: int, started: float) -> dict[str, Any]:
     """What Claude Code sends a status line command (`context`: the tokens the last request
     held). Fields keel has no count of (lines added and removed, time spent in API calls) are
@@ -83,16 +74,16 @@ async def run_once(
     printed nothing), or None when it ran out of time or could not start (keep the old one)."""
     import json
 
-    from keel.proc import run_tree
+    from keel.proc import Head, run_tree
 
-    out = _Collect()
+    out = Head(MAX_OUTPUT)
     try:
         finished = await run_tree(
             ["bash", "-c", config.command],
             cwd=cwd,
             env=env,
             stdout=out,
-            stderr=_Collect(),
+            stderr=Head(MAX_OUTPUT),
             stdin=json.dumps(data).encode(),
             time_limit=TIME_LIMIT,
             term_grace=0.2,
