@@ -53,7 +53,7 @@ from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_wind
 from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
-from keel.llm.provider import Provider, make_provider, model_info
+from keel.llm.provider import Provider, final_reply, make_provider, model_info
 from keel.llm.request import Effort, Request, WebSearchOptions
 from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate
 from keel.session.fold import PendingBatch, SessionState
@@ -841,12 +841,7 @@ class Agent:
             cache_key=self.session_id,
         )
         emit(Notice(f"compacting the conversation (~{before // 1000}k tokens)…", "info"))
-        done: Done | None = None
-        stream = self.provider.stream(request)
-        async with contextlib.aclosing(stream):
-            async for event in stream:
-                if isinstance(event, Done):
-                    done = event
+        done = await final_reply(self.provider, request)
         if done is None:
             raise LLMError(f"{self.provider.name} ended the summary stream without a reply")
         summary = parse_summary(done.message.text)

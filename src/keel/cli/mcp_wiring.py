@@ -73,8 +73,8 @@ def sign_in_opener(printer: Callable[[Event], None]) -> Callable[[str, str], Awa
 
 
 async def _sample(agent: Agent, ask: SamplingAsk, policy: str) -> SamplingAnswer | str:
-    from keel.llm.events import Done
     from keel.llm.messages import Message, Text
+    from keel.llm.provider import final_reply
     from keel.llm.request import Request
     from keel.mcp.client import SamplingAnswer
 
@@ -92,12 +92,7 @@ async def _sample(agent: Agent, ask: SamplingAsk, policy: str) -> SamplingAnswer
         return "sampling needs a conversation that ends with a user message"
     limit = max(1, min(ask.max_tokens, agent.info.request_max_tokens or ask.max_tokens))
     request = Request(model=agent.model, system=ask.system, messages=messages, max_tokens=limit)
-    done: Done | None = None
-    stream = agent.provider.stream(request)
-    async with contextlib.aclosing(stream):
-        async for event in stream:
-            if isinstance(event, Done):
-                done = event
+    done = await final_reply(agent.provider, request)
     if done is None:
         return f"{agent.provider.name} ended the stream without a reply"
     agent.spend.add(done.usage, agent.info.cost(done.usage))

@@ -7,12 +7,9 @@ warning naming the hook."""
 
 from __future__ import annotations
 
-import contextlib
-
 from keel.hooks.runner import PROMPT_SYSTEM, ModelCall
-from keel.llm.events import Done
 from keel.llm.messages import Message, Text
-from keel.llm.provider import Provider
+from keel.llm.provider import Provider, final_reply
 from keel.llm.request import Request
 
 #: Enough for `{"ok": false, "reason": "…"}` and a little prose around it.
@@ -45,12 +42,7 @@ def model_call(provider: Provider, *, session_model: str, default: str = "") -> 
             messages=(Message("user", (Text(question),)),),
             max_tokens=MAX_ANSWER_TOKENS,
         )
-        done: Done | None = None
-        stream = provider.stream(request)
-        async with contextlib.aclosing(stream):
-            async for event in stream:
-                if isinstance(event, Done):
-                    done = event
+        done = await final_reply(provider, request)
         if done is None:
             raise RuntimeError(f"{provider.name} ended the stream without an answer")
         return done.message.text

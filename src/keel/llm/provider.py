@@ -18,7 +18,7 @@ from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
 from keel.llm.errors import APIError, CallTimeout, ConnectionRefused, StallError
-from keel.llm.events import SHOWN, Notice, StreamEvent
+from keel.llm.events import SHOWN, Done, Notice, StreamEvent
 from keel.llm.request import Request, Sampling
 
 if TYPE_CHECKING:
@@ -118,6 +118,18 @@ class RetryingProvider:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def final_reply(provider: Provider, request: Request) -> Done | None:
+    """Stream `request` to the end and keep only its `Done` (None if the stream ended without
+    one): for calls nobody watches live (a compaction summary, a prompt hook, MCP sampling)."""
+    done: Done | None = None
+    stream = provider.stream(request)
+    async with contextlib.aclosing(stream):
+        async for event in stream:
+            if isinstance(event, Done):
+                done = event
+    return done
 
 
 def env_key(names: tuple[str, ...], env: Mapping[str, str]) -> str:
