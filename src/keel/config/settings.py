@@ -183,14 +183,21 @@ def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "keel"
 
 
-def settings_files(project: Path, env: Mapping[str, str] | None = None) -> list[Path]:
+def settings_files(
+    project: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    user_dir: Path | None = None,
+    home: Path | None = None,
+) -> list[Path]:
     """keel's files and Claude Code's, in the order they are merged (later wins for a single
     value; rules add up): user, shared project, personal project; Claude Code's before keel's
-    at each level."""
-    home = Path(env["HOME"]) if env is not None and env.get("HOME") else Path.home()
+    at each level. Hooks are read from the same files in the same order."""
+    if home is None:
+        home = Path(env["HOME"]) if env is not None and env.get("HOME") else Path.home()
     return [
         home / ".claude" / "settings.json",
-        user_config_dir(env) / "settings.json",
+        (user_dir or user_config_dir(env)) / "settings.json",
         project / ".claude" / "settings.json",
         project / ".keel" / "settings.json",
         project / ".claude" / "settings.local.json",

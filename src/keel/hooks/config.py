@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from keel.config.settings import read_json_object
+from keel.config.settings import read_json_object, settings_files
 from keel.config.trust import (
     approvals_file,
     approve,
@@ -116,14 +116,10 @@ class HookConfig:
 
 
 def hook_files(project: Path, *, keel_user_dir: Path, home: Path) -> list[tuple[Path, Source]]:
-    return [
-        (home / ".claude" / "settings.json", "personal"),
-        (keel_user_dir / "settings.json", "personal"),
-        (project / ".claude" / "settings.json", "shared"),
-        (project / ".keel" / "settings.json", "shared"),
-        (project / ".claude" / "settings.local.json", "personal"),
-        (project / ".keel" / "settings.local.json", "personal"),
-    ]
+    """The settings files (`keel.config.settings.settings_files`, in their order) and whether
+    each is shared: the project's two `settings.json` files, third and fourth, are."""
+    files = settings_files(project, user_dir=keel_user_dir, home=home)
+    return [(path, "shared" if i in (2, 3) else "personal") for i, path in enumerate(files)]
 
 
 def _entries(data: Any, path: Path, source: Source, config: HookConfig) -> None:
