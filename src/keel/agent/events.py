@@ -1,7 +1,8 @@
 """Everything observable about a run, as typed events (DESIGN.md invariant 3).
 
 Front ends (the TUI, the line printer, the JSON streamers) and tracers consume these; none of them
-reaches into the loop. Interactive needs (a permission prompt) are events carrying a reply future.
+reaches into the loop. Interactive needs (a permission question, an MCP server's question) are events with a request id,
+answered through `Agent.answer`.
 Provider stream deltas pass through unchanged.
 """
 
@@ -13,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 from keel.frozen import frozen
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
 from keel.llm.messages import Message, StopReason, ToolResult, ToolUse, Usage
+from keel.llm.request import Request
 
 #: How a turn ended (DESIGN.md "Stop reasons").
 TurnStop: TypeAlias = Literal[
@@ -41,10 +43,49 @@ class TurnStarted:
 
 @frozen
 class RequestStarted:
-    """A model request is about to be sent (turn `turn` of this prompt)."""
+    """A model request is about to be sent (turn `turn` of this prompt). `request` is the
+    request as built (tracers record it; front ends need not look); `purpose` says what it is
+    for: `turn` (the conversation), `compaction` (a summary)."""
 
     turn: int
     model: str
+    request: Request | None = None
+    purpose: str = "turn"
+
+
+@frozen
+class RequestTiming:
+    """How one model request went, measured by the loop (DESIGN.md: traces). Times are
+    milliseconds from `sent_at` (wall clock, seconds since the epoch); a phase that did not
+    happen (no thinking, nothing streamed) is None."""
+
+    sent_at: float
+    #: Sent → the first streamed output of any kind (text, thinking, a tool call).
+    ttft_ms: float | None
+    #: Sent → the first text or tool call (what the user waits through while the model thinks).
+    thinking_ms: float | None
+    #: The first text or tool call → the end of the stream.
+    generating_ms: float | None
+    duration_ms: float
+    #: Output tokens over the streaming time (None when too short to say).
+    output_tokens_per_s: float | None
+    #: Attempts it took (1: no retry) and what the retries, fallbacks or salvage said.
+    attempts: int = 1
+    notices: tuple[str, ...] = ()
+
+
+@frozen
+class RequestFinished:
+    """A model request of any purpose ended with a reply (for a turn, `AssistantMessage`
+    follows with the same message once it is journaled)."""
+
+    purpose: str
+    model: str
+    message: Message
+    usage: Usage
+    stop_reason: StopReason
+    cost: float
+    timing: RequestTiming
 
 
 @frozen
@@ -55,11 +96,14 @@ class AssistantMessage:
     usage: Usage
     stop_reason: StopReason
     cost: float
+    timing: RequestTiming | None = None
 
 
 @frozen
 class ToolStarted:
     call: ToolUse
+    #: Wall clock (seconds since the epoch) the tool started; 0.0 when unknown.
+    started_at: float = 0.0
 
 
 @frozen
@@ -74,6 +118,35 @@ class ToolProgress:
 
 
 @frozen
+class PermissionAsked:
+    """The gate needs the user's answer about one call (or, for `exit_plan_mode`, a plan to
+    approve). A front end shows it and answers with `agent.answer(request_id, PermissionReply)`;
+    until then the call waits. `suggestion` is the rule an "always" answer saves."""
+
+    request_id: str
+    call: ToolUse
+    reason: str
+    suggestion: str
+    plan: str = ""
+    #: The subagent asking ("" for the main agent).
+    agent: str = ""
+
+
+@frozen
+class PermissionAnswered:
+    """A permission question was answered (`by`: user, hook, cancelled, or no-answer when the
+    run stopped first); `waited_ms` is how long it waited."""
+
+    request_id: str
+    call_id: str
+    allow: bool
+    scope: str
+    reason: str
+    by: str
+    waited_ms: float
+
+
+@frozen
 class QuestionRequest:
     """A question for the user that needs a reply (an MCP server's elicitation): `schema` is
     a flat JSON schema of the fields to fill in. A front end sets `reply` to the values (the
@@ -84,6 +157,8 @@ class QuestionRequest:
     message: str
     schema: dict[str, Any]
     reply: asyncio.Future[dict[str, Any] | str | None]
+    #: Answer through `agent.answer(request_id, values | None | reason)` (or set `reply`).
+    request_id: str = ""
 
 
 @frozen
@@ -93,6 +168,8 @@ class ToolFinished:
     seconds: float
     #: For the UI only (a diff, a summary); the model sees `result`.
     display: str | None = None
+    #: Wall clock (seconds since the epoch) the tool started; 0.0 when unknown.
+    started_at: float = 0.0
 
 
 @frozen
@@ -154,6 +231,7 @@ class BackgroundFinished:
 Event: TypeAlias = (
     TurnStarted
     | RequestStarted
+    | RequestFinished
     | TextDelta
     | ThinkingDelta
     | ToolUseStart
@@ -162,6 +240,8 @@ Event: TypeAlias = (
     | AssistantMessage
     | ToolStarted
     | ToolProgress
+    | PermissionAsked
+    | PermissionAnswered
     | QuestionRequest
     | ToolFinished
     | UsageUpdated
@@ -177,8 +257,12 @@ __all__ = [
     "ContextCompacted",
     "Event",
     "Notice",
+    "PermissionAnswered",
+    "PermissionAsked",
     "QuestionRequest",
+    "RequestFinished",
     "RequestStarted",
+    "RequestTiming",
     "SubagentEvent",
     "TextDelta",
     "ThinkingDelta",
