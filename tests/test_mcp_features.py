@@ -20,7 +20,7 @@ import pytest_asyncio
 
 from keel.agent.events import Event, QuestionRequest, ToolFinished, ToolProgress, ToolStarted
 from keel.agent.loop import Agent
-from keel.cli.mcp_wiring import wire
+from keel.app.mcp_wiring import wire
 from keel.llm.messages import Text
 from keel.mcp import McpManager, load_servers
 from keel.mcp import client as mcp_client

@@ -76,7 +76,7 @@ def mcp(argv: list[str]) -> int:
 async def _login(server: ServerConfig, root: Path, approved: set[str]) -> int:
     """Sign in to one http server with OAuth (the URL printed, the browser opened); its tokens
     are kept for the runs that follow."""
-    from keel.cli.mcp_wiring import sign_in_opener
+    from keel.app.mcp_wiring import sign_in_opener
     from keel.llm.events import Notice
     from keel.mcp.client import CONNECT_TIMEOUT, McpManager
     from keel.mcp.oauth import SIGN_IN_TIMEOUT

@@ -34,7 +34,7 @@ from keel.agent.events import (
 from keel.agent.limits import DEFAULT_MAX_TURNS, DEFAULT_UNATTENDED_TOKENS, Limits
 from keel.agent.loop import Agent, RunResult
 from keel.cli import main as cli
-from keel.cli.jsonout import event_json, result_json
+from keel.app.jsonout import event_json, result_json
 from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
 from keel.llm.catalog import ModelRef, parse_model
@@ -560,7 +560,7 @@ async def connect_mcp(
     )
     agent.on_close.append(manager.aclose)
     if interactive:
-        from keel.cli.mcp_wiring import sign_in_opener
+        from keel.app.mcp_wiring import sign_in_opener
 
         manager.open_url = sign_in_opener(printer)
     manager.start()
@@ -587,7 +587,7 @@ async def connect_mcp(
                 "warning",
             )
         )
-    from keel.cli.mcp_wiring import wire
+    from keel.app.mcp_wiring import wire
 
     wire(agent, manager, sampling=settings.mcp_sampling)
     agent.add_tools(manager.tools())
