@@ -421,7 +421,8 @@ async def test_pre_compact_and_session_end(project: Path, tmp_path: Path) -> Non
 async def test_notification_fires_before_the_user_is_asked(project: Path, tmp_path: Path) -> None:
     import io
 
-    from keel.cli.headless import Printer, build_hooks
+    from keel.app.assembly import build_hooks
+    from keel.cli.headless import Printer
     from keel.permissions.gate import PermissionReply, PermissionRequest
 
     log = tmp_path / "notify.json"

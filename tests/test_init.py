@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from keel.cli.init import (
+from keel.app.init import (
     NUDGE,
     PROMPT,
     PROPOSE_TOOL,
@@ -150,7 +150,7 @@ def test_an_existing_agents_md_is_updated_from_what_the_model_was_given(
 
 
 def test_the_prompt_hands_over_the_current_file_and_asks_to_keep_what_holds(repo: Path) -> None:
-    from keel.cli.init import InitState
+    from keel.app.init import InitState
 
     state = InitState(target=repo / "AGENTS.md", root=repo, before=OLD)
     prompt = init_prompt(state)
@@ -204,7 +204,7 @@ def test_a_claude_md_only_project_gets_its_claude_md_updated(
 
 
 def test_the_model_is_told_which_file_and_why_for_claude_md(repo: Path) -> None:
-    from keel.cli.init import InitState, choose_target
+    from keel.app.init import InitState, choose_target
 
     (repo / "CLAUDE.md").write_text("x\n", encoding="utf-8")
     assert choose_target(repo) == repo / "CLAUDE.md"
@@ -622,7 +622,7 @@ LOOKING_AROUND = [
 
 @pytest.mark.parametrize("command", LOOKING_AROUND)
 async def test_commands_that_look_inside_the_project_run(repo: Path, command: str) -> None:
-    from keel.cli.init import InitGate
+    from keel.app.init import InitGate
     from keel.llm.messages import ToolUse
     from keel.permissions.gate import Allow
 

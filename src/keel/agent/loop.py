@@ -35,6 +35,8 @@ from keel.agent.events import (
     BackgroundFinished,
     ContextCompacted,
     Event,
+    PermissionAsked,
+    QuestionRequest,
     RequestStarted,
     ToolFinished,
     TurnFinished,
@@ -44,6 +46,7 @@ from keel.agent.events import (
 )
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
+from keel.agent.questions import QuestionReply, Questions
 from keel.agent.tool_runner import Choice, ToolRunner
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError, RunError, UserError
@@ -55,7 +58,7 @@ from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, final_reply, make_provider, model_info
 from keel.llm.request import Effort, Request, WebSearchOptions
-from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate
+from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate, PermissionReply
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
@@ -207,6 +210,8 @@ class Agent:
             lambda t: self.forward(BackgroundFinished(t.id, t.kind, t.status, t.description))
         )
         self._emit: Emit | None = None  # the running prompt's event sink
+        #: Questions waiting for the user (`answer`); emitted like every other event.
+        self.questions = Questions(self.forward)
         self._system_override = system
         self._today = today
         #: More system-prompt sections (the skills and memory indexes), fixed per context.
@@ -449,6 +454,21 @@ class Agent:
         finally:
             self.self_started = False
 
+    def ask_through_events(self) -> None:
+        """Someone can answer: what the gate would ask is emitted as `PermissionAsked` and waits
+        for `answer` (without this, a question is refused, as in a headless run)."""
+        if isinstance(self.gate, PermissionGate):
+            self.gate.asker = self.questions.ask_permission
+
+    def answer(self, request_id: str, reply: PermissionReply | QuestionReply) -> bool:
+        """Answer a waiting question (`PermissionAsked`: a `PermissionReply`; `QuestionRequest`:
+        the values, None to decline, or a string saying why not). False: nothing waits under
+        that id."""
+        return self.questions.answer(request_id, reply)
+
+    def pending_questions(self) -> list[PermissionAsked | QuestionRequest]:
+        return self.questions.pending()
+
     def forward(self, event: Event) -> None:
         """Pass an event (a subagent's) to whoever watches this agent: the running prompt's
         sink, else `on_background_event`."""
@@ -494,6 +514,7 @@ class Agent:
             self._task.cancel()
 
     async def aclose(self, reason: str = "exit") -> None:
+        self.questions.cancel_all("the session closed")
         await self.background.aclose()
         if self.hooks is not None and self.hooks.has("SessionEnd") and not self.is_subagent:
             from keel.hooks.claude import session_end_reason

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from keel.agent.events import Event, QuestionRequest, ToolProgress
+from keel.agent.events import Event, ToolProgress
 from keel.llm.events import Notice
 
 if TYPE_CHECKING:
@@ -136,13 +136,15 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
             f'MCP server "{ask.server}" asked the user a question (elicitation); refused: '
             "nobody can answer in a headless run"
         )
-    future: asyncio.Future[dict[str, Any] | str | None] = asyncio.get_running_loop().create_future()
-    agent.forward(QuestionRequest(ask.server, ask.message, ask.schema, future))
+    question, future = agent.questions.question(ask.server, ask.message, ask.schema)
+    agent.forward(question)
     try:
         async with asyncio.timeout(QUESTION_TIMEOUT):
             return await future
     except TimeoutError:
         return f"nobody answered within {QUESTION_TIMEOUT:g} s"
+    finally:
+        agent.questions.done(question.request_id)
 
 
 __all__ = ["QUESTION_TIMEOUT", "sign_in_opener", "wire"]

@@ -106,7 +106,7 @@ async def _login(server: ServerConfig, root: Path, approved: set[str]) -> int:
 
 async def _list(servers: list[ServerConfig], root: Path, approved: set[str]) -> int:
     """Start the servers as a run would, and say how each one fared."""
-    from keel.cli.headless import MCP_WAIT
+    from keel.app.assembly import MCP_WAIT
     from keel.mcp.client import McpManager, describe
 
     manager = McpManager(

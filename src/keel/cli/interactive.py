@@ -51,7 +51,7 @@ class FirstRun(Exception):
 def pick_model(args: argparse.Namespace, settings: Settings) -> ModelRef:
     """The model to start with. Raises `FirstRun` when nothing at all is configured, and a
     `UserError` when only a local server is (its model must be named)."""
-    from keel.cli.headless import DEFAULT_MODELS, choose_model
+    from keel.app import DEFAULT_MODELS, choose_model
 
     keys = any(os.environ.get(var) for var, _model in DEFAULT_MODELS)
     if not (args.model or settings.model or keys):

@@ -15,6 +15,7 @@ from pathlib import Path
 from keel.cli.main import ArgumentError, _Parser
 from keel.errors import UserError
 from keel.llm.messages import Image, Text, Thinking, ToolUse, WebSearch
+from keel.session.fork import fork_session
 from keel.session.index import (
     child_sessions,
     find_session,
@@ -31,13 +32,13 @@ from keel.session.records import (
     NoteRecord,
     ProcessRecord,
     Record,
+    ReplyTiming,
     TerminalRecord,
     ToolResultRecord,
     ToolStartedRecord,
     UndoRecord,
     UserRecord,
 )
-from keel.session.store import new_session_id
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -191,10 +192,10 @@ def describe(record: Record) -> list[str]:
         case UserRecord(message, source):
             label = "user" if source == "prompt" else source
             return [f"{head} {label}: {_clip(message.text)}"]
-        case AssistantRecord(message, usage, cost, stop_reason):
+        case AssistantRecord(message, usage, cost, stop_reason, _turn, timing):
             lines = [
                 f"{head} assistant ({message.model or 'model'}, {usage.total} tokens, "
-                f"${cost:.4f}, {stop_reason}):"
+                f"${cost:.4f}, {stop_reason}{_timing_text(timing)}):"
             ]
             lines += [line for line in map(_block_line, message.blocks) if line]
             return lines
@@ -207,9 +208,11 @@ def describe(record: Record) -> list[str]:
             ]
         case CompactionRecord(summary, trigger):
             return [f"{head} compaction ({trigger}): {_clip(summary, 300)}"]
-        case DecisionRecord(tool_use_id, tool, outcome, source, reason):
+        case DecisionRecord(tool_use_id, tool, outcome, source, reason, waited_ms):
+            waited = f" (answered in {waited_ms / 1000:.1f}s)" if waited_ms else ""
             return [
                 f"{head} decision: {tool} {tool_use_id} {outcome} by {source} {reason}".rstrip()
+                + waited
             ]
         case UndoRecord():
             files = len(p.restored) + len(p.removed)
@@ -220,6 +223,23 @@ def describe(record: Record) -> list[str]:
             return [f"{head} ── {reason}{detail} ({turns} turns, ${cost:.4f} in all)"]
         case NoteRecord() | ToolStartedRecord() | ProcessRecord():
             return [f"{head} {_brief(p)}"]
+
+
+def _timing_text(timing: ReplyTiming | None) -> str:
+    """`; ttft 0.42s, thought 1.30s, 54 tok/s` (what was measured of the request), or ""."""
+    if timing is None:
+        return ""
+    parts = []
+    if timing.ttft_ms is not None:
+        parts.append(f"ttft {timing.ttft_ms / 1000:.2f}s")
+    if timing.thinking_ms is not None:
+        parts.append(f"thought {timing.thinking_ms / 1000:.2f}s")
+    if timing.output_tokens_per_s is not None:
+        parts.append(f"{timing.output_tokens_per_s:.0f} tok/s")
+    parts.append(f"took {timing.duration_ms / 1000:.2f}s")
+    if timing.attempts > 1:
+        parts.append(f"{timing.attempts} attempts")
+    return "; " + ", ".join(parts)
 
 
 def _brief(p: NoteRecord | ToolStartedRecord | ProcessRecord) -> str:
@@ -287,61 +307,6 @@ def fork(argv: list[str]) -> int:
         hint += f"\nthe prompt you rewound past: {_clip(at_prompt, 300)}"
     print(hint, file=sys.stderr)
     return 0
-
-
-def fork_session(path: Path, at: int | None) -> tuple[Path, str]:
-    """Create the fork; returns its path and the text of the prompt at `at` (if any)."""
-    records = read_records(path).records
-    meta = records[0].payload
-    if not isinstance(meta, Meta):
-        raise UserError(f"{path}: the first record is not meta")
-    at_prompt = ""
-    if at is not None:
-        target = next((r for r in records if r.seq == at), None)
-        if target is None or not (
-            isinstance(target.payload, UserRecord) and target.payload.source == "prompt"
-        ):
-            prompts = [
-                str(r.seq)
-                for r in records
-                if isinstance(r.payload, UserRecord) and r.payload.source == "prompt"
-            ]
-            raise UserError(
-                f"seq {at} of session {meta.id} is not a prompt; forks start at a prompt boundary",
-                hint=f"prompts are at seq {', '.join(prompts) or '(none)'}",
-            )
-        at_prompt = target.payload.message.text
-        kept = [r for r in records[1:] if r.seq < at]
-    else:
-        from keel.session.fold import FoldError, fold
-
-        try:  # the fold counts a run killed after its final answer as ended
-            last = fold(records).terminal
-        except FoldError as exc:
-            raise UserError(f"{path}: {exc}", hint="the file was left untouched") from exc
-        if last is None or last.reason not in ("completed", "refusal", "max_tokens"):
-            raise UserError(
-                f"session {meta.id} did not end at a prompt boundary (it is "
-                f"{'running or crashed' if last is None else last.reason})",
-                hint="fork it at a prompt with --at SEQ (`keel sessions show` lists them), or resume it first",
-            )
-        kept = records[1:]
-    new_id = new_session_id()
-    parent_seq = kept[-1].seq if kept else 1
-    new_meta = Meta(
-        new_id, meta.cwd, meta.model, meta.fingerprint, meta.id, parent_seq, meta.keel_version
-    )
-    new_path = path.with_name(f"{new_id}.jsonl")
-    journal = Journal.create(new_path, new_meta)
-    try:
-        for record in kept:
-            if isinstance(record.payload, DecisionRecord):
-                continue  # permission outcomes belong to the run that made them
-            journal.append(record.payload, durable=False)
-        journal.sync()
-    finally:
-        journal.close()
-    return new_path, at_prompt
 
 
 # -- keel suspend ------------------------------------------------------------------------------

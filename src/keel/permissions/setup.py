@@ -2,7 +2,7 @@
 extra rules, `additionalDirectories`) and the bash sandbox when it works here, with one line
 saying so when bash will run unsandboxed (why, and how to fix it).
 
-`keel -p`, the terminal UI and line mode (through `keel.cli.headless.build_gate`) and a library
+`keel -p`, the terminal UI and line mode (through `keel.app.assembly.build_gate`) and a library
 `Agent` built without a gate all come through `build_permissions`, so the library is exactly as
 safe by default as `keel -p`. The public spellings are on `Permissions`: `from_settings(cwd)`,
 `ask(asker)` and `allow_all()`, the last being the only way to run everything unasked.

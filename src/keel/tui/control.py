@@ -22,9 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from keel.agent.events import BackgroundFinished, Event, TurnFinished, UsageUpdated
-from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
-from keel.cli.headless import Printer, build_agent, connect_mcp, open_session
+from keel.agent.events import (
+    BackgroundFinished,
+    Event,
+    PermissionAnswered,
+    PermissionAsked,
+    TurnFinished,
+    UsageUpdated,
+)
+from keel.agent.limits import Limits
+from keel.app import Options, fresh_limits, open_agent, resume_agent
 from keel.errors import KeelError, UserError
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
@@ -39,7 +46,7 @@ from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
 
 if TYPE_CHECKING:
     from keel.agent.loop import Agent
-    from keel.cli.init import Approval, Proposal
+    from keel.app.init import Approval, Proposal
     from keel.config.settings import Settings
     from keel.llm.provider import Provider
     from keel.session.records import Record
@@ -122,45 +129,30 @@ class AgentFactory:
         self.cwd = cwd
         self.settings = settings
         self.provider_for = provider_for
+        self.options = Options.from_args(args, cwd=cwd)
         #: Where build notices go (the controller points it at the front end).
         self.notice: Callable[[Event], None] = lambda _e: None
 
     @property
     def keep_sessions(self) -> bool:
-        return not getattr(self.args, "no_session", False)
+        return not self.options.no_session
 
-    def _printer(self) -> _Forward:
-        return _Forward(lambda event: self.notice(event))
+    def _notify(self, event: Event) -> None:
+        self.notice(event)
 
     def limits(self) -> Limits:
-        a, s = self.args, self.settings
-
-        def first(*values: int | float | None) -> int | float | None:
-            return next((v for v in values if v is not None), None)
-
-        return Limits(
-            max_turns=int(first(a.max_turns, s.max_turns, DEFAULT_MAX_TURNS) or DEFAULT_MAX_TURNS),
-            max_tokens=_int(first(a.max_tokens_budget, s.budget_tokens)),
-            max_usd=first(a.max_budget_usd, s.budget_usd),
-        )
+        return fresh_limits(self.options, self.settings)
 
     async def fresh(self, ref: ModelRef) -> Agent:
-        printer = self._printer()
-        agent = build_agent(
-            ref,
-            cwd=self.cwd,
-            limits=self.limits(),
+        """A new agent; its session file is created at the first prompt (`_ensure_session`)."""
+        return await open_agent(
+            self.options,
+            self._notify,
             settings=self.settings,
-            args=self.args,
-            printer=printer,
+            ref=ref,
+            provider=self.provider_for(ref) if self.provider_for is not None else None,
+            session=False,
         )
-        try:
-            self._override(agent, ref)
-            await connect_mcp(agent, self.settings, printer, interactive=True)
-        except BaseException:
-            await agent.aclose()
-            raise
-        return agent
 
     async def open(self, path: Path) -> tuple[Agent, ModelRef, list[Record], bool]:
         """The session in `path`, locked and rebuilt: (agent, model, its records, whether its
@@ -168,15 +160,15 @@ class AgentFactory:
         queued again."""
         from keel.session.journal import read_records
 
-        agent, state, _journal, ref = await open_session(path, self.args, self._printer())
-        self._override(agent, ref)
-        for note in state.undo_notes:
-            agent.add_note(note)
-        return agent, ref, read_records(path).records, state.pending is not None
-
-    def _override(self, agent: Agent, ref: ModelRef) -> None:
-        if self.provider_for is not None:
-            agent.provider = self.provider_for(ref)
+        opened = await resume_agent(
+            path, self.options, self._notify, provider_for=self.provider_for
+        )
+        return (
+            opened.agent,
+            opened.ref,
+            read_records(path).records,
+            opened.state.pending is not None,
+        )
 
     def provider(self, ref: ModelRef) -> Provider:
         if self.provider_for is not None:
@@ -189,22 +181,6 @@ class AgentFactory:
             retry=RetryPolicy(attempts=self.args.max_retries + 1),
             unattended=False,
         )
-
-
-class _Forward(Printer):
-    """`build_agent` and friends report through a headless `Printer`; this one hands what they
-    report to the front end instead of printing it."""
-
-    def __init__(self, forward: Callable[[Event], None]) -> None:
-        super().__init__("text", quiet=True, out=sys.stdout, err=sys.stderr)
-        self.forward = forward
-
-    def __call__(self, event: Event) -> None:
-        self.forward(event)
-
-
-def _int(value: int | float | None) -> int | None:
-    return None if value is None else int(value)
 
 
 def save_local_rule(cwd: Path, rule: str) -> Path:
@@ -275,6 +251,8 @@ class Controller:
         #: The prompt to finish first: a resumed session whose last turn left calls unanswered.
         self._unfinished = False
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Permission questions being asked, by request id.
+        self._asking: dict[str, asyncio.Task[None]] = {}
         #: How the last prompt ended.
         self._last_stop = ""
         #: The session file the last prompt (or /compact) was written to: the exit's resume hint.
@@ -303,6 +281,12 @@ class Controller:
     def show(self, event: ViewEvent) -> None:
         if isinstance(event, UsageUpdated):
             self.context = event.context
+        elif isinstance(event, PermissionAsked):
+            self._asked(event)
+            return
+        elif isinstance(event, PermissionAnswered):
+            self._answered(event)
+            return
         self._ui.show(event)
 
     async def start_fresh(self, ref: ModelRef) -> None:
@@ -330,8 +314,8 @@ class Controller:
         agent.interactive = True
         agent.on_background_event = self._background_event
         gate = agent.gate
+        agent.ask_through_events()  # questions reach `show` as PermissionAsked
         if isinstance(gate, PermissionGate):
-            gate.asker = self._ask
             gate.save_rule = self._save_rule
         self.undo = SessionUndo(agent)
         self._ui.refresh_status()
@@ -363,11 +347,26 @@ class Controller:
             self._since = None
             self._ui.refresh_status()
 
-    async def _ask(self, request: PermissionRequest) -> PermissionReply:
+    def _asked(self, event: PermissionAsked) -> None:
+        """A permission question: the front end asks the user, the answer goes back through
+        the agent. A question the run stops waiting for (Esc) closes with it."""
+        agent = self.agent
+        task = asyncio.create_task(self._ask(agent, event))
+        self._asking[event.request_id] = task
+        task.add_done_callback(lambda _t: self._asking.pop(event.request_id, None))
+
+    async def _ask(self, agent: Agent, event: PermissionAsked) -> None:
+        request = PermissionRequest(event.call, event.reason, event.suggestion, event.plan)
         reply = await self._ui.ask(request)
-        if request.call.name == "exit_plan_mode" and reply.allow:
-            self._ui.refresh_status()  # the gate switches the mode the user picked
-        return reply
+        agent.answer(event.request_id, reply)
+        if event.call.name == "exit_plan_mode" and reply.allow:
+            # The gate switches to the mode the user picked once it has the answer.
+            asyncio.get_running_loop().call_soon(self._ui.refresh_status)
+
+    def _answered(self, event: PermissionAnswered) -> None:
+        task = self._asking.get(event.request_id)
+        if task is not None and event.by != "user":
+            task.cancel()
 
     def _save_rule(self, rule: str) -> None:
         try:
@@ -813,7 +812,7 @@ class Controller:
         await self.resume_unfinished()
 
     async def _cmd_rewind(self, args: str) -> None:
-        from keel.cli.sessions import fork_session
+        from keel.session.fork import fork_session
         from keel.session.journal import read_records
         from keel.session.records import UserRecord
 
@@ -850,7 +849,7 @@ class Controller:
         """`/init [AGENTS.md|CLAUDE.md]`: a read-only agent of its own (keel.cli.init) studies
         the project and proposes the file; the diff is shown and written only on a yes. The write
         is a unit of this session's /undo; the model hears of it with the next prompt."""
-        from keel.cli.init import init_project, summary
+        from keel.app.init import init_project, summary
 
         assert self.undo is not None
         self._ensure_session()
@@ -864,7 +863,7 @@ class Controller:
                 cwd=self.agent.cwd,
                 settings=self.factory.settings,
                 args=self.factory.args,
-                printer=_Forward(self._init_event),
+                printer=self._init_event,
                 approve=self._approve_init,
                 file=args or None,
                 provider=self.factory.provider(self.ref),
@@ -894,7 +893,7 @@ class Controller:
             self.show(event)
 
     async def _approve_init(self, proposal: Proposal) -> Approval:
-        from keel.cli.init import Approval
+        from keel.app.init import Approval
 
         fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", proposal.diff)), default=0))
         shown = f"The proposed {proposal.name}, as a diff:\n\n{fence}diff\n{proposal.diff}{fence}"

@@ -1,0 +1,540 @@
+"""The agent every front end runs, put together from settings and options: the model and its
+provider, the permission gate and sandbox, hooks, skills and commands, subagents, MCP servers,
+and the session (a new one, or one reopened from its journal with the resume checks).
+
+What building has to say (settings warnings, servers that failed, hooks awaiting approval) goes
+to `notice` as `Notice` events; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from keel.agent.events import Event
+from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
+from keel.agent.loop import Agent
+from keel.app.options import Options, first, fresh_limits, token_budget
+from keel.config.settings import EFFORTS, Settings, load_settings
+from keel.errors import UserError
+from keel.llm.catalog import ModelRef, parse_model
+from keel.llm.events import Notice
+from keel.llm.provider import Provider, RetryPolicy, make_provider, model_info
+from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest
+
+if TYPE_CHECKING:
+    from keel.hooks.runner import HookRunner
+    from keel.permissions.sandbox import Sandbox
+    from keel.session.fold import SessionState
+    from keel.session.journal import Journal
+
+#: Where build notices go.
+Notify = Callable[[Event], None]
+
+
+def _drop(_event: Event) -> None:
+    return None
+
+
+def read_settings(cwd: Path, notice: Notify) -> Settings:
+    """The settings for `cwd`; each problem with them is one warning (the entry skipped)."""
+    settings = load_settings(cwd)
+    for warning in settings.warnings:
+        notice(Notice(warning, "warning"))
+    return settings
+
+
+async def open_agent(
+    options: Options,
+    notice: Notify = _drop,
+    *,
+    settings: Settings | None = None,
+    ref: ModelRef | None = None,
+    provider: Provider | None = None,
+    session: bool = True,
+) -> Agent:
+    """A ready agent for a new session: built, its MCP servers connected, its session file
+    created (unless `options.no_session` or `session` is False: a front end that creates it at
+    the first prompt). With `options.interactive` the gate's questions become events."""
+    settings = settings if settings is not None else read_settings(options.cwd, notice)
+    ref = ref or choose_model(options.model, settings)
+    agent = build_agent(
+        ref,
+        cwd=options.cwd,
+        limits=fresh_limits(options, settings),
+        settings=settings,
+        options=options,
+        notice=notice,
+        provider=provider,
+    )
+    try:
+        await connect_mcp(agent, settings, notice, interactive=options.interactive)
+        if session and not options.no_session:
+            from keel.session.store import SessionLog
+
+            agent.session = SessionLog.create(
+                cwd=options.cwd,
+                model=str(ref),
+                fingerprint=agent.fingerprint(),
+                session_id=agent.session_id,
+            )
+        _trace_if_asked(agent, options, settings)
+    except BaseException:
+        await agent.aclose()
+        raise
+    return agent
+
+
+@dataclass
+class Opened:
+    """A session reopened from its journal: the agent that continues it, what the journal
+    held, and the model it runs with."""
+
+    agent: Agent
+    state: SessionState
+    journal: Journal
+    ref: ModelRef
+
+
+async def resume_agent(
+    path: Path,
+    options: Options,
+    notice: Notify = _drop,
+    *,
+    provider_for: Callable[[ModelRef], Provider] | None = None,
+) -> Opened:
+    """The session in `path`, locked (a second opener gets `SessionLocked`) and rebuilt, with an
+    agent that continues it (`agent.resumable`: its last turn left work to finish). Notes of
+    undos the model was not told of yet are queued."""
+    agent, state, journal, ref = await open_session(path, options, notice, provider_for=provider_for)
+    for note in state.undo_notes:
+        agent.add_note(note)
+    return Opened(agent, state, journal, ref)
+
+
+def _trace_if_asked(agent: Agent, options: Options, settings: Settings) -> None:
+    """Attach a tracer when `--debug`, `KEEL_DEBUG=1` or the `debug` setting asks for one."""
+    try:
+        import keel.trace as trace
+    except ImportError:  # the tracer is not part of this build
+        return
+    enabled, attach = getattr(trace, "enabled", None), getattr(trace, "attach", None)
+    if enabled is not None and attach is not None and enabled(settings, os.environ, options.debug):
+        attach(agent)
+
+
+#: Models picked when none is configured, by which key is present.
+DEFAULT_MODELS = (
+    ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
+    ("ANTHROPIC_AUTH_TOKEN", "anthropic/claude-sonnet-4-5"),
+    ("OPENAI_API_KEY", "openai/gpt-5"),
+    ("GEMINI_API_KEY", "gemini/gemini-3-flash-preview"),
+    ("GOOGLE_API_KEY", "gemini/gemini-3-flash-preview"),
+)
+
+
+def choose_model(flag: str | None, settings: Settings) -> ModelRef:
+    if flag:
+        return parse_model(flag)
+    if settings.model:
+        return parse_model(settings.model)
+    for var, model in DEFAULT_MODELS:
+        if os.environ.get(var):
+            return parse_model(model)
+    raise UserError(
+        "no model chosen and no API key found",
+        hint="set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY, pass --model "
+        "provider/model, "
+        "or try keel offline with --model scripted:demo",
+    )
+
+
+def build_agent(
+    ref: ModelRef,
+    *,
+    cwd: Path,
+    limits: Limits,
+    settings: Settings,
+    options: Options,
+    notice: Notify,
+    today: date | None = None,
+    session_id: str | None = None,
+    provider: Provider | None = None,
+) -> Agent:
+    options.check()
+    provider = provider or make_provider(
+        ref,
+        settings=settings,
+        retry=RetryPolicy(attempts=options.max_retries + 1),
+        # The interactive UI (no -p) has someone watching: a longer default call deadline.
+        unattended=not options.interactive,
+    )
+    info = model_info(ref, settings.models)
+    from keel.tools.builtin import builtin_tools
+
+    gate, sandbox = build_gate(cwd, settings, options, notice)
+    agent = Agent(
+        provider=provider,
+        model=ref.model,
+        tools=builtin_tools(),
+        cwd=cwd,
+        limits=limits,
+        info=info,
+        effort=EFFORTS[options.effort] if options.effort else settings.effort,
+        today=today,
+        session_id=session_id,
+        gate=gate,
+    )
+    agent.ctx.sandbox = sandbox  # the gate's (the Agent takes it from there too)
+    # Commands not safe to repeat after a crash: the defaults and what settings add.
+    agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
+    agent.ctx.extra_roots = gate.extra_roots
+    agent.auto_compact = settings.auto_compact
+    from keel.tools.builtin.web_search import web_search_options
+
+    agent.web_search, why_not = web_search_options(ref, info, settings, gate)
+    if why_not:
+        notice(Notice(why_not, "warning"))
+    agent.hooks = build_hooks(cwd, gate, notice)
+    if options.interactive:
+        agent.ask_through_events()
+    if agent.hooks is not None:
+        agent.hooks.model = settings.hooks_model  # prompt hooks that name no model
+    add_extensions(agent, notice)
+    add_subagents(agent, notice)
+    if not info.known and ref.provider != "scripted":
+        notice(
+            Notice(
+                f"{ref.model} is not in keel's catalog; assuming a "
+                f"{info.window // 1000}k window and no prices",
+                "info",
+            )
+        )
+    if limits.max_usd is not None and not info.priced and ref.provider != "scripted":
+        notice(
+            Notice(
+                f"{ref.model} has no prices in the catalog; --max-budget-usd cannot "
+                "be enforced (add prices under `models` in settings)",
+                "warning",
+            )
+        )
+    return agent
+
+
+def split_rules(values: list[str]) -> list[str]:
+    """`--allowed-tools "bash(npm test*),edit"` → the rules, splitting on commas outside
+    parentheses (a bash pattern may contain commas)."""
+    out: list[str] = []
+    for value in values:
+        depth, current = 0, ""
+        for ch in value:
+            if ch == "," and depth == 0:
+                out.append(current)
+                current = ""
+                continue
+            depth += (ch == "(") - (ch == ")")
+            current += ch
+        out.append(current)
+    return [r.strip() for r in out if r.strip()]
+
+
+def build_gate(
+    cwd: Path, settings: Settings, options: Options, notice: Notify
+) -> tuple[PermissionGate, Sandbox | None]:
+    """The permission gate for a run from the command line (headless: nobody to ask, what would
+    ask is denied) and the bash sandbox, if it works here: `build_permissions` with the flags'
+    mode and rules; what it has to say (the sandbox status) is printed at start."""
+    from keel.permissions.rules import parse_rule
+    from keel.permissions.setup import build_permissions
+
+    flags = [
+        parse_rule(t, "deny", "--disallowed-tools") for t in split_rules(options.disallowed_tools)
+    ]
+    flags += [parse_rule(t, "allow", "--allowed-tools") for t in split_rules(options.allowed_tools)]
+    gate = build_permissions(cwd, settings, mode=options.mode, extra_rules=flags, notice=notice)
+    return gate, gate.sandbox
+
+
+def build_hooks(cwd: Path, gate: PermissionGate, notice: Notify) -> HookRunner | None:
+    """The hooks that may run here: personal ones, and the project's shared ones once approved
+    (`keel hooks approve`); says what it skipped and what awaits approval."""
+    from keel.config.settings import user_config_dir
+    from keel.config.trust import project_key
+    from keel.hooks.config import approved_pins, load_hooks
+    from keel.hooks.runner import HookRunner
+
+    user_dir = user_config_dir()
+    config = load_hooks(gate.root, keel_user_dir=user_dir)
+    for warning in config.warnings:
+        notice(Notice(warning, "warning"))
+    pins = approved_pins(user_dir, project_key(gate.root), "hooks")
+    runnable = config.runnable(pins)
+    waiting = len(config.hooks) - len(runnable)
+    if waiting:
+        notice(
+            Notice(
+                f"{waiting} project hook(s) are not approved and will not run; review them "
+                "with `keel hooks list`, then `keel hooks approve`",
+                "warning",
+            )
+        )
+    if not runnable:
+        return None
+    runner = HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
+    if runner.has("Notification"):
+        running: set[asyncio.Task[None]] = set()
+
+        async def notify(message: str) -> None:
+            fields = {"message": message, "notification_type": "permission_prompt"}
+            result = await runner.run("Notification", fields, match="permission_prompt")
+            for error in result.errors:
+                notice(Notice(error, "warning"))
+
+        def fire(message: str) -> None:  # fire and forget: the question does not wait
+            task = asyncio.get_running_loop().create_task(notify(message))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
+        gate.notify = fire
+    if runner.has("PermissionRequest"):
+        gate.permission_hook = permission_hook(runner, cwd, notice)
+    return runner
+
+
+def permission_hook(runner: HookRunner, cwd: Path, notice: Notify) -> PermissionHook:
+    """PermissionRequest hooks, asked whenever the user would be: their `decision.behavior`
+    answers for the user. An allow that rewrites the input (`updatedInput`) is not applied:
+    the question goes to the user (headless: refused), never the original call allowed."""
+    from keel.hooks import claude
+    from keel.permissions.gate import PermissionReply
+
+    async def decide(request: PermissionRequest) -> PermissionReply | None:
+        call = request.call
+        fields = {
+            "tool_name": claude.tool_name(call.name),
+            "tool_input": claude.tool_input(call.name, call.input or {}, cwd),
+            "permission_suggestions": [],
+        }
+        result = await runner.run("PermissionRequest", fields, match=call.name)
+        for message in result.messages:
+            notice(Notice(message, "info"))
+        for error in result.errors:
+            notice(Notice(error, "warning"))
+        if result.request_decision == "deny":
+            return PermissionReply(allow=False, reason=result.request_message)
+        if result.request_decision == "allow" and result.request_updated_input is not None:
+            notice(
+                Notice(
+                    "a PermissionRequest hook allowed with an updatedInput keel does not apply "
+                    "there; asking instead",
+                    "warning",
+                )
+            )
+            return None
+        if result.request_decision == "allow":
+            return PermissionReply(allow=True)
+        return None
+
+    return decide
+
+
+def add_extensions(agent: Agent, notice: Notify) -> None:
+    """Skills (indexed in the system prompt, loaded with the `skill` tool or `/name`) and custom
+    slash commands, from the project's and the user's folders."""
+    from keel.config.settings import user_config_dir
+    from keel.skills import load_extensions, skill_tool
+
+    skills, commands = load_extensions(agent.cwd, user_dir=user_config_dir(), home=Path.home())
+    for warning in [*skills.warnings, *commands.warnings]:
+        notice(Notice(warning, "warning"))
+    from keel.agent.prompt import load_instructions  # imports of instruction files not followed
+
+    loaded = load_instructions(agent.cwd, user_dir=user_config_dir(), refuse=agent.import_refusal)
+    for warning in loaded.warnings:
+        notice(Notice(warning, "warning"))
+    agent.skills, agent.commands = skills, commands
+    if skills.model_invocable():
+        agent.add_tools([skill_tool(skills)])
+        agent.extra_sections.append(skills.index_section())
+
+
+def add_subagents(agent: Agent, notice: Notify) -> None:
+    """The `task` tool, with the built-in agent types and the definitions found here."""
+    from keel.agent.subagents import enable_subagents, load_agent_types
+    from keel.config.settings import user_config_dir
+
+    types = load_agent_types(agent.cwd, user_dir=user_config_dir(), home=Path.home())
+    for warning in types.warnings:
+        notice(Notice(warning, "warning"))
+    enable_subagents(agent, types)
+
+
+#: How long a run waits for MCP servers to connect before its first prompt.
+MCP_WAIT = 30.0
+
+
+async def connect_mcp(
+    agent: Agent, settings: Settings, notice: Notify, *, interactive: bool = False
+) -> None:
+    """Start the project's MCP servers (the shared ones only once approved), wait for them to
+    connect, and offer their tools. The agent stops the servers when it closes. `interactive`:
+    someone can sign in to a server that asks for OAuth (the URL is shown as a notice)."""
+    root = agent.ctx.root
+    home = Path.home()
+    if not settings.mcp_servers and not any(
+        p.exists() for p in (root / ".mcp.json", home / ".claude.json")
+    ):
+        return
+    from keel.config.settings import user_config_dir
+    from keel.config.trust import project_key
+    from keel.hooks.config import approved_pins
+    from keel.mcp.config import load_servers
+    from keel.session.store import keel_home
+
+    servers, warnings = load_servers(root, settings.mcp_servers, agent.ctx.env, home=home)
+    for warning in warnings:
+        notice(Notice(warning, "warning"))
+    if not servers:
+        return
+    from keel.mcp.client import McpManager
+
+    manager = McpManager(
+        servers,
+        root=root,
+        env=agent.ctx.env,
+        log_dir=keel_home() / "mcp-logs" / project_key(root),
+        approved=approved_pins(user_config_dir(), project_key(root), "mcp"),
+        auth_dir=keel_home() / "mcp-auth",
+    )
+    agent.on_close.append(manager.aclose)
+    if interactive:
+        from keel.app.mcp_wiring import sign_in_opener
+
+        manager.open_url = sign_in_opener(notice)
+    manager.start()
+    await manager.wait_ready(MCP_WAIT)
+    waiting = []
+    for server in manager.status():
+        if server.state == "failed":
+            notice(Notice(f"MCP server {server.name} failed: {server.detail}", "warning"))
+        elif server.state == "connecting":
+            notice(
+                Notice(
+                    f"MCP server {server.name} did not connect within {MCP_WAIT:g} s; its tools "
+                    "are not offered in this run",
+                    "warning",
+                )
+            )
+        elif server.state == "needs approval":
+            waiting.append(server.name)
+    if waiting:
+        notice(
+            Notice(
+                f"project MCP server(s) {', '.join(waiting)} are not approved and were not "
+                "started; review them with `keel mcp list`, then `keel mcp approve`",
+                "warning",
+            )
+        )
+    from keel.app.mcp_wiring import wire
+
+    wire(agent, manager, sampling=settings.mcp_sampling)
+    agent.add_tools(manager.tools())
+
+
+async def open_session(
+    path: Path,
+    options: Options,
+    notice: Notify,
+    *,
+    provider_for: Callable[[ModelRef], Provider] | None = None,
+) -> tuple[Agent, SessionState, Journal, ModelRef]:
+    """Lock the session in `path`, rebuild it, and build an agent that continues it (the resume
+    gate checked). The caller closes the journal (the agent's `aclose` does)."""
+    from keel.session.fold import FoldError, fold
+    from keel.session.journal import Journal
+    from keel.session.resume import check_resume, left_running, reap
+    from keel.session.store import SessionLog
+
+    journal, loaded = Journal.open(path)  # locks: one writer per session
+    agent: Agent | None = None
+    try:
+        try:
+            state = fold(loaded.records)
+        except FoldError as exc:
+            raise UserError(f"{path}: {exc}", hint="the file was left untouched") from exc
+        meta = state.meta
+        cwd = Path(meta.cwd)
+        if not cwd.is_dir():
+            raise UserError(f"session {meta.id} worked in {cwd}, which no longer exists")
+        settings = read_settings(cwd, notice)
+        ref = parse_model(options.model or meta.model)
+        stored = meta.fingerprint
+        limits = Limits(
+            max_turns=first(
+                options.max_turns, stored.max_turns if stored else None, DEFAULT_MAX_TURNS
+            ),
+            max_tokens=token_budget(
+                options.max_tokens_budget, stored.max_tokens if stored else None
+            ),
+            max_usd=first(options.max_budget_usd, stored.max_usd if stored else None),
+        )
+        agent = build_agent(
+            ref,
+            cwd=cwd,
+            limits=limits,
+            settings=settings,
+            options=options,
+            notice=notice,
+            today=date.fromisoformat(state.created[:10]) if state.created else None,
+            session_id=meta.id,
+            provider=provider_for(ref) if provider_for is not None else None,
+        )
+        await connect_mcp(agent, settings, notice, interactive=options.interactive)
+        for change in check_resume(state, agent.fingerprint(), force=options.force):
+            notice(Notice(f"resuming despite a changed configuration: {change}", "warning"))
+        agent.restore(state)
+        resolve_unknown(agent, state, options)
+        agent.session = SessionLog(journal, meta.id)
+        _trace_if_asked(agent, options, settings)
+        # Every check passed: only now is anything written (the torn tail cut, kept beside).
+        saved = journal.repair()
+    except BaseException:
+        journal.close()
+        if agent is not None:
+            await agent.aclose()
+        raise
+    if saved is not None:
+        notice(
+            Notice(
+                f"cut {loaded.repaired_bytes} bytes of a torn last record (a crash mid-write); "
+                f"they are kept in {saved}"
+            )
+        )
+    for reaped in reap(left_running(path, state.processes)):  # before anything runs again
+        notice(
+            Notice(
+                f"stopped what the killed run left running for call {reaped.tool_use_id}: "
+                f"process group {reaped.pgid} (pids {', '.join(map(str, reaped.pids))})",
+                "warning",
+            )
+        )
+    return agent, state, journal, ref
+
+
+def resolve_unknown(agent: Agent, state: SessionState, options: Options) -> None:
+    """Apply `keel resume --rerun/--skip CALL_ID` to the calls of unknown outcome."""
+    unknown = [r.tool_use_id for r in state.unknown_outcome]
+    for flag in ("rerun", "skip"):
+        for call_id in getattr(options, flag):
+            if call_id not in unknown:
+                raise UserError(
+                    f"--{flag} {call_id}: not a call of session {state.meta.id} whose outcome is "
+                    f"unknown (those are: {', '.join(unknown) or 'none'})",
+                    hint="the message of the run that stopped names the call ids",
+                )
+            agent.resolve_unknown(call_id, "rerun" if flag == "rerun" else "skip")
