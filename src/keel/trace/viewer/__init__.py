@@ -1,0 +1,289 @@
+"""The trace viewer: one offline page over a session's trace folder (`<id>.trace/`).
+
+This module owns the two ways to look at a trace: `serve`, a local web server that tails the
+trace live (127.0.0.1 only, a random port, a random token in the URL path, the Host header pinned
+against DNS rebinding, nothing cached), and `write_html`, one self-contained static page with the
+records and the HTTP bodies inlined. The page itself (`page.html`, `viewer.css`, `viewer.js`) is
+plain HTML, CSS and JavaScript that makes no external request; it rebuilds every request from the
+delta records itself. Starlette and uvicorn are imported only inside `serve`.
+
+It must never serve a file outside the trace folder, answer a request without the token or with
+a foreign Host header, or put record content into the page other than as escaped JSON.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+import socket
+import webbrowser
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["BODY_NAME", "read_records", "serve", "write_html"]
+
+#: The only names a body file may have (`http/0001-request.json`, `http/0001-response.txt`).
+BODY_NAME = re.compile(r"\A[0-9]{4,12}-(?:request\.json|response\.txt)\Z")
+
+#: What the page may load: only itself (served) or nothing at all (static). Content in records is
+#: never markup, but if it ever were, it could neither run script nor reach the network.
+_CSP_SERVED = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_CSP_STATIC = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "img-src data:; base-uri 'none'; form-action 'none'"
+)
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+class _Tail:
+    """Reads `events.jsonl` incrementally: only the bytes appended since the last read, and only
+    whole lines (a line still being written waits for the next poll)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.records: list[dict[str, Any]] = []
+
+    def refresh(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.records
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return self.records
+        for line in chunk[: end + 1].splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a damaged line: the rest of the trace is still worth seeing
+            if isinstance(record, dict):
+                self.records.append(record)
+        self.offset += end + 1
+        return self.records
+
+    def after(self, seq: int) -> list[dict[str, Any]]:
+        records = self.refresh()
+        return [r for r in records if isinstance(r.get("seq"), int) and r["seq"] > seq]
+
+
+def read_records(directory: Path) -> list[dict[str, Any]]:
+    """Every whole record of `directory/events.jsonl`, in file order (a torn last line is left
+    out)."""
+    return _Tail(directory / "events.jsonl").refresh()
+
+
+def _body_path(directory: Path, name: str) -> Path | None:
+    """The body file `name` inside `directory/http`, or None when the name is not one a body may
+    have or the file is not a regular file inside the folder."""
+    if not BODY_NAME.match(name):
+        return None
+    folder = (directory / "http").resolve()
+    path = (folder / name).resolve()
+    if path.parent != folder or not path.is_file():
+        return None
+    return path
+
+
+def _embed(value: object) -> str:
+    """JSON that is inert inside a `<script>` element: no `<`, `>` or `&` (so no `</script>` and
+    no `<!--`), and no line separators that older parsers took for line ends."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _page(*, head: str, body_end: str, csp: str) -> str:
+    page = _asset("page.html")
+    return (
+        page.replace("<!--CSP-->", csp.replace('"', "&quot;"))
+        .replace("<!--HEAD-->", head)
+        .replace("<!--BODY-END-->", body_end)
+    )
+
+
+def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
+    """Write one self-contained page for the trace in `directory` to `out`: the records and every
+    HTTP body they name inlined (each body cut at `body_cap` bytes, with a mark saying how big it
+    was), no external reference of any kind."""
+    records = read_records(directory)
+    bodies: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.get("kind") != "http" or not isinstance(record.get("data"), dict):
+            continue
+        for key in ("request_file", "response_file"):
+            ref = record["data"].get(key)
+            if not isinstance(ref, str) or not ref.startswith("http/"):
+                continue
+            path = _body_path(directory, ref.removeprefix("http/"))
+            if path is None:
+                continue
+            raw = path.read_bytes()
+            cut = raw[:body_cap]
+            bodies[ref] = {
+                "text": cut.decode("utf-8", errors="replace"),
+                "size": len(raw),
+                "truncated": len(raw) > body_cap,
+            }
+    data = {"records": records, "bodies": bodies, "source": str(directory)}
+    head = f"<style>{_asset('viewer.css')}</style>"
+    script = _asset("viewer.js")
+    if "</script" in script.lower() or "<!--" in script:
+        raise ValueError("viewer.js must not contain '</script' or '<!--'")
+    body_end = (
+        f'<script type="application/json" id="trace-data">{_embed(data)}</script>\n'
+        f"<script>{script}</script>"
+    )
+    out.write_text(_page(head=head, body_end=body_end, csp=_CSP_STATIC), encoding="utf-8")
+
+
+def _app(directory: Path, token: str, port: int) -> ASGIApp:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.routing import Route
+
+    tail = _Tail(directory / "events.jsonl")
+    page = _page(
+        head='<link rel="stylesheet" href="viewer.css">',
+        body_end='<script src="viewer.js"></script>',
+        csp=_CSP_SERVED,
+    )
+
+    async def index(request: Request) -> Response:
+        return Response(page, media_type="text/html; charset=utf-8")
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ("viewer.js", "viewer.css"):
+            return PlainTextResponse("not found", status_code=404)
+        media = "text/css" if name.endswith(".css") else "text/javascript"
+        return Response(_asset(name), media_type=f"{media}; charset=utf-8")
+
+    async def events(request: Request) -> Response:
+        try:
+            after = int(request.query_params.get("after", "0"))
+        except ValueError:
+            return PlainTextResponse("after must be a record number", status_code=400)
+        return JSONResponse({"records": tail.after(after)})
+
+    async def body(request: Request) -> Response:
+        path = _body_path(directory, request.path_params["name"])
+        if path is None:
+            return PlainTextResponse("no such body file", status_code=404)
+        return Response(path.read_bytes(), media_type="text/plain; charset=utf-8")
+
+    prefix = f"/{token}"
+    inner = Starlette(
+        routes=[
+            Route(f"{prefix}/", index),
+            Route(f"{prefix}/events", events),
+            Route(f"{prefix}/{{name:str}}", asset),
+            Route(prefix + "/http/{name:str}", body),
+        ]
+    )
+    return _Guard(inner, token=token, port=port)
+
+
+class _Guard:
+    """Refuses (403) any request whose Host is not this server's own loopback address (a page on
+    another site that rebinds its name to 127.0.0.1 sends its own name) or whose path does not
+    start with the token; marks every response `no-store`."""
+
+    def __init__(self, app: ASGIApp, *, token: str, port: int) -> None:
+        self.app = app
+        self.prefix = f"/{token}/".encode()
+        self.hosts = {f"127.0.0.1:{port}".encode(), f"localhost:{port}".encode()}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self.app(scope, receive, send)
+            return
+        host = dict(scope["headers"]).get(b"host", b"").lower()
+        path: bytes = scope.get("raw_path") or scope["path"].encode()
+        has_token = hmac.compare_digest(path[: len(self.prefix)], self.prefix)
+        if host not in self.hosts or not has_token:
+            reason = b"forbidden: wrong Host header" if host not in self.hosts else b"forbidden"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [
+                        (b"content-type", b"text/plain; charset=utf-8"),
+                        (b"cache-control", b"no-store"),
+                        (b"content-length", str(len(reason)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": reason})
+            return
+
+        async def send_secure(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.lower() not in (b"cache-control",)
+                ]
+                headers += [
+                    (b"cache-control", b"no-store"),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                    (b"content-security-policy", _CSP_SERVED.encode()),
+                ]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_secure)
+
+
+def serve(directory: Path, *, open_browser: bool, port: int = 0) -> None:
+    """Serve the trace in `directory` on 127.0.0.1 until Ctrl-C: print the URL (it carries a
+    random token; a request without it is refused) and open it in a browser when asked."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    bound = int(sock.getsockname()[1])
+    token = secrets.token_urlsafe(24)
+    url = f"http://127.0.0.1:{bound}/{token}/"
+    config = uvicorn.Config(
+        _app(directory, token, bound),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    print(f"trace viewer: {url}  (Ctrl-C stops)", flush=True)
+    if open_browser:
+        webbrowser.open(url)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        return  # uvicorn already stopped cleanly; Ctrl-C is how this ends
+    finally:
+        sock.close()
