@@ -67,6 +67,11 @@ KNOWN_KEYS = frozenset(
         "unsafe_to_repeat",
         # The model prompt hooks use when they name none (keel.hooks.model).
         "hooks_model",
+        # Debug traces (keel.trace): on for every run, and how long traces are kept.
+        "debug",
+        "trace_retention_days",
+        # OpenTelemetry export of traces (keel.trace.otel); your own settings only.
+        "otel",
         "$schema",
     }
 )
@@ -122,6 +127,22 @@ class StatusLineConfig:
     source: Path
 
 
+#: Keys of the `otel` setting.
+OTEL_KEYS = frozenset({"endpoint", "capture_content", "headers"})
+
+
+@frozen
+class OtelSettings:
+    """The `otel` setting: export traces as OpenTelemetry spans and metrics over OTLP/HTTP to
+    `endpoint` (the base URL; `/v1/traces` and `/v1/metrics` are appended), with `headers`
+    (an API key of the collector), prompts and tool inputs and outputs only with
+    `capture_content`."""
+
+    endpoint: str
+    capture_content: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -162,6 +183,12 @@ class Settings:
     mcp_sampling: str = "ask"
     #: The model `prompt` hooks ask when they name none ("" = the session's model).
     hooks_model: str = ""
+    #: Write a debug trace of every run (`debug`; your own settings only).
+    debug: bool = False
+    #: Traces older than this many days are pruned when tracing starts (your own settings only).
+    trace_retention_days: int = 14
+    #: OpenTelemetry export (`otel`; your own settings only). None: off.
+    otel: OtelSettings | None = None
     #: Bash command patterns (`git push *`) not safe to run twice after a crash, beyond
     #: keel.tools.effects' defaults. Every file only adds to them.
     unsafe_to_repeat: list[str] = field(default_factory=list)
@@ -367,11 +394,10 @@ class _Merge:
             n = _number(value, where, self.w, int, low=1, high=100_000, low_open=False)
             if n is not None and self._lower_only(s.max_turns, n, where, SHARED_MAX_TURNS_CEILING):
                 s.max_turns = n
-        elif key == "auto_compact":
-            if isinstance(value, bool):
-                s.auto_compact = value
-            else:
-                self.w.append(f"{where} must be true or false; ignored")
+        elif key in ("auto_compact", "debug", "trace_retention_days"):
+            self._switch(key, value, where)
+        elif key == "otel":
+            self.otel(value, where)
         elif key == "mcp_sampling":
             if value not in ("ask", "allow", "deny"):
                 self.w.append(f"{where} must be ask, allow or deny; ignored")
@@ -379,6 +405,58 @@ class _Merge:
                 self.w.append(f"{where} ignored: only your own settings may allow sampling")
             else:
                 s.mcp_sampling = value
+
+    def _switch(self, key: str, value: Any, where: str) -> None:
+        """`auto_compact`, and the trace settings `debug` and `trace_retention_days`: what is
+        written to your disk and for how long is yours to say; a project file may not (it could
+        record your sessions, or prune them)."""
+        s = self.settings
+        if key != "auto_compact" and self.untrusted:
+            self.w.append(f"{where} ignored: only your own settings may set it")
+        elif key in ("auto_compact", "debug"):
+            if isinstance(value, bool):
+                setattr(s, key, value)
+            else:
+                self.w.append(f"{where} must be true or false; ignored")
+        else:
+            days = _number(value, where, self.w, int, low=1, high=36_500, low_open=False)
+            if days is not None:
+                s.trace_retention_days = days
+
+    def otel(self, value: Any, where: str) -> None:
+        """`otel`: where traces go as OpenTelemetry data. It sends what your sessions do (and,
+        with capture_content, what they say) to a server, so only your own settings may set it;
+        `false` or null turns it off."""
+        if self.untrusted:
+            self.w.append(f"{where} ignored: only your own settings may export telemetry")
+            return
+        if value is False or value is None:
+            self.settings.otel = None
+            return
+        if not isinstance(value, dict):
+            self.w.append(f'{where} must be an object like {{"endpoint": URL}}; ignored')
+            return
+        unknown = set(value) - OTEL_KEYS
+        if unknown:
+            self.w.append(
+                f"{where}: unknown key(s) {', '.join(sorted(unknown))} skipped "
+                f"(known: {', '.join(sorted(OTEL_KEYS))})"
+            )
+        endpoint = value.get("endpoint")
+        if not isinstance(endpoint, str) or not re.match(r"^https?://[^\s/]+", endpoint):
+            self.w.append(f"{where}.endpoint must be an http:// or https:// URL; otel ignored")
+            return
+        capture = value.get("capture_content", False)
+        if not isinstance(capture, bool):
+            self.w.append(f"{where}.capture_content must be true or false; otel ignored")
+            return
+        headers = value.get("headers", {})
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and k.strip() and isinstance(v, str) for k, v in headers.items()
+        ):
+            self.w.append(f"{where}.headers must be an object of strings; otel ignored")
+            return
+        self.settings.otel = OtelSettings(endpoint, capture, tuple(sorted(headers.items())))
 
     def unsafe_to_repeat(self, value: Any, where: str) -> None:
         """More patterns of commands not safe to repeat; any file may add, none may remove."""

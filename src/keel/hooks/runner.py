@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,22 @@ class HookRun:
     stderr: str
     timed_out: bool = False
     #: Set when the hook could not give an answer (an http error, a model that failed).
+    error: str = ""
+
+
+@frozen
+class HookObservation:
+    """One hook run as an observer (a tracer) sees it. `target` is what the matcher was
+    matched against (a tool name, a source); `blocked` / `halted` are this run's own answer."""
+
+    event: str
+    target: str
+    hook: HookCommand
+    started_at: float
+    duration_ms: float
+    exit_code: int | None
+    blocked: bool
+    halted: bool
     error: str = ""
 
 
@@ -320,6 +337,8 @@ class HookRunner:
     #: The model prompt hooks use when they name none (the `hooks_model` setting; "" = the
     #: session's model).
     model: str = ""
+    #: Told about every hook run (a tracer); None costs nothing.
+    observer: Callable[[HookObservation], None] | None = None
 
     def has(self, event: str) -> bool:
         return any(h.event == event for h in self.hooks)
@@ -349,11 +368,43 @@ class HookRunner:
             "CLAUDE_PROJECT_DIR": str(self.project_dir),
             "KEEL_PROJECT_DIR": str(self.project_dir),
         }
-        runs = await asyncio.gather(*(self._one(h, data, env) for h in matching))
+        if self.observer is None:
+            runs = await asyncio.gather(*(self._one(h, data, env) for h in matching))
+        else:
+            runs = await asyncio.gather(
+                *(self._observed(h, data, env, event, match) for h in matching)
+            )
         for run in runs:
             result.runs.append(run)
             _apply(result, run, event)
         return result
+
+    async def _observed(
+        self, hook: HookCommand, data: bytes, env: Mapping[str, str], event: str, target: str
+    ) -> HookRun:
+        """`_one`, timed, with what it answered told to the observer."""
+        started_at, start = time.time(), time.monotonic()
+        run = await self._one(hook, data, env)
+        duration = (time.monotonic() - start) * 1000
+        alone = HookResult()
+        _apply(alone, run, event)
+        blocked = alone.block or alone.permission == "deny" or alone.request_decision == "deny"
+        error = "timed out" if run.timed_out else run.error or "; ".join(alone.errors)
+        if self.observer is not None:
+            self.observer(
+                HookObservation(
+                    event,
+                    target,
+                    hook,
+                    started_at,
+                    round(duration, 3),
+                    run.exit_code,
+                    blocked,
+                    alone.halt,
+                    error,
+                )
+            )
+        return run
 
     async def _one(self, hook: HookCommand, data: bytes, env: Mapping[str, str]) -> HookRun:
         if hook.kind == "http":

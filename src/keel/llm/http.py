@@ -26,7 +26,8 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from keel.frozen import frozen
 from keel.llm.errors import (
@@ -65,6 +66,33 @@ def default_call_timeout(*, local: bool, unattended: bool) -> float:
     if unattended:
         return LOCAL_CALL_TIMEOUT if local else DEFAULT_CALL_TIMEOUT
     return LOCAL_INTERACTIVE_CALL_TIMEOUT if local else INTERACTIVE_CALL_TIMEOUT
+
+
+class HTTPExchange(Protocol):
+    """One request/response as an observer sees it (a tracer): told the response head, each
+    body chunk as it arrives, and the end (with what went wrong, if anything)."""
+
+    def response(
+        self, status: int, headers: Mapping[str, str], sent_headers: Mapping[str, str]
+    ) -> None: ...
+
+    def received(self, chunk: bytes) -> None: ...
+
+    def finished(self, error: str = "") -> None: ...
+
+
+class HTTPObserver(Protocol):
+    """Watches the model calls made in its context: `exchange` is called as each request is
+    sent (None: not this one)."""
+
+    def exchange(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> HTTPExchange | None: ...
+
+
+#: The observer of model calls made in this context (a tracer sets it); unset costs one lookup
+#: per call and nothing per chunk.
+HTTP_OBSERVER: ContextVar[HTTPObserver | None] = ContextVar("keel_http_observer", default=None)
 
 
 @frozen
@@ -198,6 +226,26 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
+async def _observed(
+    chunks: AsyncGenerator[bytes, None], exchange: HTTPExchange
+) -> AsyncGenerator[bytes, None]:
+    """`chunks`, each shown to `exchange` as it passes (only when someone observes)."""
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            exchange.received(chunk)
+            yield chunk
+
+
+def _exchange_error(exc: BaseException | None) -> str:
+    """What an observer is told went wrong ("" for a normal end or a consumer that stopped
+    reading after the reply)."""
+    if exc is None or isinstance(exc, GeneratorExit):
+        return ""
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    return f"{type(exc).__name__}: {exc}"
+
+
 class HTTPProvider(ABC):
     """One attempt at one streamed model call over HTTP. Subclasses speak a wire API."""
 
@@ -288,6 +336,8 @@ class HTTPProvider(ABC):
         headers.update(self.headers())
         deadline = asyncio.get_running_loop().time() + self.settings.call_timeout
         client = self._http()
+        observer = HTTP_OBSERVER.get()
+        exchange: HTTPExchange | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 try:
@@ -295,11 +345,19 @@ class HTTPProvider(ABC):
                         await self.prepare(request)
                         url = self.endpoint(request)
                         body = self.build_body(request)
+                        if observer is not None:
+                            exchange = observer.exchange("POST", url, headers, body)
                         response = await stack.enter_async_context(
                             client.stream("POST", url, content=body, headers=headers)
                         )
+                        if exchange is not None:
+                            exchange.response(
+                                response.status_code, response.headers, response.request.headers
+                            )
                         if response.status_code >= 400:
                             payload = await response.aread()
+                            if exchange is not None:
+                                exchange.received(payload)
                             raise self.error_from_response(
                                 response.status_code, payload, response.headers
                             )
@@ -307,50 +365,70 @@ class HTTPProvider(ABC):
                     raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
                 # Close the decoder chain here, not later from the garbage collector.
                 chunks = self._guarded(response, deadline)
+                if exchange is not None:
+                    chunks = _observed(chunks, exchange)
                 events = self.decode(request, chunks)
                 async with contextlib.aclosing(chunks), contextlib.aclosing(events):
                     async for event in events:
                         yield self._stamped(event, request) if isinstance(event, Done) else event
-        except httpx.ReadTimeout as exc:
-            raise StallError(self.settings.stall_timeout, provider=self.name) from exc
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        except httpx.HTTPError as exc:
+            failure = self._transport_failure(exc)
+            if exchange is not None:
+                exchange.finished(_exchange_error(failure))
+                exchange = None
+            raise failure from exc
+        except BaseException as exc:
+            if exchange is not None:
+                exchange.finished(_exchange_error(exc))
+                exchange = None
+            raise
+        finally:
+            if exchange is not None:  # a normal end (failures were told above)
+                exchange.finished()
+
+    def _transport_failure(self, exc: httpx.HTTPError) -> LLMError:
+        """keel's error for a transport failure of a model call."""
+        import httpx
+
+        if isinstance(exc, httpx.ReadTimeout):
+            return StallError(self.settings.stall_timeout, provider=self.name)
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             if _refused(exc):
-                raise ConnectionRefused(
+                return ConnectionRefused(
                     f"cannot reach {self.name} at {self.base_url}: connection refused (nothing "
                     "is listening there)",
                     status=0,
                     retryable=True,
                     provider=self.name,
                     hint=self.unreachable_hint,
-                ) from exc
-            raise APIError(
+                )
+            return APIError(
                 f"cannot reach {self.name} at {self.base_url}: {_describe_transport_error(exc)}",
                 status=0,
                 retryable=True,
                 provider=self.name,
                 hint=self.unreachable_hint,
-            ) from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise APIError(
+            )
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+            return APIError(
                 f"connection to {self.name} lost: {_describe_transport_error(exc)}",
                 status=0,
                 retryable=True,
                 provider=self.name,
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise APIError(
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return APIError(
                 f"{self.name} request timed out: {_describe_transport_error(exc)}",
                 status=408,
                 retryable=True,
                 provider=self.name,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise APIError(
-                f"{self.name} request failed: {_describe_transport_error(exc)}",
-                status=0,
-                retryable=False,
-                provider=self.name,
-            ) from exc
+            )
+        return APIError(
+            f"{self.name} request failed: {_describe_transport_error(exc)}",
+            status=0,
+            retryable=False,
+            provider=self.name,
+        )
 
     async def _guarded(
         self, response: httpx.Response, deadline: float
@@ -460,7 +538,10 @@ def error_message(body: bytes) -> str:
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT",
+    "HTTP_OBSERVER",
     "LOCAL_STALL_TIMEOUT",
+    "HTTPExchange",
+    "HTTPObserver",
     "HTTPProvider",
     "HTTPSettings",
     "LLMError",
