@@ -6,13 +6,16 @@ object and the stream. Nothing here prints.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from keel.agent.events import (
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
     Event,
+    PermissionAnswered,
+    PermissionAsked,
+    QuestionRequest,
     RequestStarted,
     SubagentEvent,
     ToolFinished,
@@ -70,8 +73,52 @@ def event_json(event: Event) -> dict[str, Any] | None:
                 "status": status,
                 "description": description,
             }
+        case PermissionAsked() | PermissionAnswered() | QuestionRequest():
+            return question_json(event)
         case _:
             return _loop_event_json(event)
+
+
+def question_json(event: PermissionAsked | PermissionAnswered | QuestionRequest) -> dict[str, Any]:
+    """A question for the user (answered on stdin with `--input-format stream-json`, over HTTP
+    by `keel serve`), and how it was answered."""
+    match event:
+        case PermissionAsked(request_id, call, reason, suggestion, plan, agent):
+            line: dict[str, Any] = {
+                "type": "permission_request",
+                "request_id": request_id,
+                "tool_use_id": call.id,
+                "tool": call.name,
+                "input": call.input,
+                "reason": reason,
+                "suggestion": suggestion,
+            }
+            if plan:
+                line["plan"] = plan
+            if agent:
+                line["agent"] = agent
+            return line
+        case PermissionAnswered(request_id, call_id, allow, scope, reason, by, waited_ms):
+            return {
+                "type": "permission_answered",
+                "request_id": request_id,
+                "tool_use_id": call_id,
+                "allow": allow,
+                "scope": scope,
+                "reason": reason,
+                "by": by,
+                "waited_ms": waited_ms,
+            }
+        case QuestionRequest(source, message, schema, _reply, request_id):
+            return {
+                "type": "question",
+                "request_id": request_id,
+                "source": source,
+                "message": message,
+                "schema": schema,
+            }
+        case _:
+            assert_never(event)
 
 
 def _loop_event_json(event: Event) -> dict[str, Any] | None:

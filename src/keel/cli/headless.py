@@ -58,6 +58,7 @@ EXIT_CODES: dict[TurnStop, int] = {
     "interrupted": cli.EXIT_INTERRUPTED,
 }
 
+
 def read_prompt(words: list[str], stdin: TextIO, *, required: bool = True) -> str:
     """The prompt from arguments and/or piped stdin (both: arguments first, then stdin)."""
     prompt = " ".join(words).strip()
@@ -139,6 +140,10 @@ class Printer:
     def say(self, text: str) -> None:
         self._last_call = ""
         self._write(self.err, text + "\n")
+
+    def line(self, obj: dict[str, Any]) -> None:
+        """One JSON object on stdout (stream-json lines of keel's own)."""
+        self._line(obj)
 
     def _line(self, obj: dict[str, Any]) -> None:
         self._write(self.out, json.dumps(obj, ensure_ascii=False) + "\n")
@@ -269,7 +274,17 @@ def run_headless(args: argparse.Namespace) -> int:
 
         path = find_session(args.resume, cwd) if args.resume else latest_session(cwd)
         return run_resume(path, read_prompt(args.prompt_words, sys.stdin, required=False), args)
-    prompt = read_prompt(args.prompt_words, sys.stdin)
+    streaming = getattr(args, "input_format", "text") == "stream-json"
+    if streaming:
+        from keel.cli.streaminput import check_formats
+
+        check_formats(args)
+    # With stream-json input, stdin carries the prompts: the words are only the first one.
+    prompt = (
+        " ".join(args.prompt_words).strip()
+        if streaming
+        else read_prompt(args.prompt_words, sys.stdin)
+    )
     settings = _settings(cwd)
     options = Options.from_args(args, cwd=cwd)
     ref = choose_model(args.model, settings)
@@ -277,6 +292,8 @@ def run_headless(args: argparse.Namespace) -> int:
 
     async def fresh() -> int:
         agent = await open_agent(options, printer, settings=settings, ref=ref)
+        if streaming:
+            return await _drive(agent, printer, str(ref), prompt)
         return await _run(agent, [prompt], printer, str(ref), wait=not args.no_wait)
 
     return asyncio.run(fresh())
@@ -340,6 +357,20 @@ def run_compact(path: Path, instructions: str, args: argparse.Namespace) -> int:
             )
         )
     return cli.EXIT_OK
+
+
+async def _drive(agent: Agent, printer: Printer, model: str, first: str) -> int:
+    """`--input-format stream-json`: prompts and answers from stdin until it ends."""
+    from keel.cli.streaminput import drive
+
+    try:
+        with _Stopper(agent, printer):
+            result = await drive(agent, printer, model, first)
+    finally:
+        await agent.aclose()
+    if printer.reader_gone():
+        return cli.EXIT_OUTPUT_CLOSED
+    return cli.EXIT_OK if result is None else EXIT_CODES[result.stop_reason]
 
 
 def _together(before: RunResult | None, after: RunResult) -> RunResult:

@@ -91,6 +91,8 @@ def use_tui(args: argparse.Namespace) -> bool:
 def run_interactive(args: argparse.Namespace) -> int:
     if args.output_format != "text":
         raise cli.ArgumentError("--output-format needs -p (it shapes a headless run's output)")
+    if args.input_format != "text":
+        raise cli.ArgumentError("--input-format needs -p (it feeds a headless run)")
     cwd = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
     if not cwd.is_dir():
         raise UserError(f"--cwd {args.cwd}: no such directory")

@@ -78,6 +78,14 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         help="text (default), json (one object at the end), stream-json (one event per line)",
     )
     p.add_argument(
+        "--input-format",
+        choices=("text", "stream-json"),
+        default="text",
+        help="with -p: text (the prompt, default) or stream-json (prompts, answers to permission "
+        "questions and interrupts, one JSON object per line on stdin; needs --output-format "
+        "stream-json)",
+    )
+    p.add_argument(
         "--max-turns", type=int, help="model turns per prompt before stopping (default 200)"
     )
     p.add_argument(
