@@ -342,6 +342,12 @@ def _undo(argv: list[str]) -> int:
     return undo(argv)
 
 
+def _serve(argv: list[str]) -> int:
+    from keel.cli.serve import serve
+
+    return serve(argv)
+
+
 def _worktrees(argv: list[str]) -> int:
     from keel.cli.worktrees import worktrees
 
@@ -361,6 +367,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "compact": _compact,
     "suspend": _sessions_command("suspend"),
     "undo": _undo,
+    "serve": _serve,
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),
 }
