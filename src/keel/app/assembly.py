@@ -118,14 +118,12 @@ async def resume_agent(
 
 
 def _trace_if_asked(agent: Agent, options: Options, settings: Settings) -> None:
-    """Attach a tracer when `--debug`, `KEEL_DEBUG=1` or the `debug` setting asks for one."""
-    try:
-        import keel.trace as trace
-    except ImportError:  # the tracer is not part of this build
-        return
-    enabled, attach = getattr(trace, "enabled", None), getattr(trace, "attach", None)
-    if enabled is not None and attach is not None and enabled(settings, os.environ, options.debug):
-        attach(agent)
+    """Attach a tracer when `--debug`, `KEEL_DEBUG=1` or the `debug` setting asks for one (the
+    trace folder is made at the first record, beside the session file once there is one)."""
+    import keel.trace as trace
+
+    if trace.enabled(settings, os.environ, options.debug):
+        trace.attach(agent, retention_days=settings.trace_retention_days)
 
 
 #: Models picked when none is configured, by which key is present.

@@ -310,6 +310,10 @@ class Controller:
     def _use(self, agent: Agent) -> None:
         if self.undo is not None:
             self.undo.close()
+        if self._agent is not None and agent.tracer is None:
+            import keel.trace
+
+            keel.trace.follow(self._agent, agent)  # `/debug on` outlives /clear and /resume
         self._agent = agent
         agent.interactive = True
         agent.on_background_event = self._background_event
