@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel acp, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -348,6 +348,12 @@ def _serve(argv: list[str]) -> int:
     return serve(argv)
 
 
+def _acp(argv: list[str]) -> int:
+    from keel.cli.acp import acp
+
+    return acp(argv)
+
+
 def _worktrees(argv: list[str]) -> int:
     from keel.cli.worktrees import worktrees
 
@@ -370,6 +376,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "serve": _serve,
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),
+    "acp": _acp,
 }
 
 

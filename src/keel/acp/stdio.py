@@ -1,0 +1,73 @@
+"""`keel acp`'s transport: JSON-RPC over this process's stdin and stdout, and only there.
+
+Before anything runs, the protocol takes stdin and stdout for itself (private, non-inheritable
+copies of the descriptors); fd 0 then reads /dev/null and fd 1 writes to stderr. So nothing
+else in the process (a stray print, a hook or tool child that inherits the descriptors) can
+write into the protocol stream or read the client's messages. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import IO, cast
+
+from keel.acp.agent import Defaults, KeelAcpAgent
+
+#: Messages can carry whole files (embedded context); asyncio's default line limit is 64 KiB.
+LINE_LIMIT = 50 * 1024 * 1024
+
+
+def claim_stdio() -> tuple[IO[bytes], IO[bytes]]:
+    """The protocol's input and output, taken from fds 0 and 1; fd 0 becomes /dev/null and fd 1
+    a copy of stderr (and `sys.stdout` writes there)."""
+    sys.stdout.flush()
+    rpc_in = os.dup(0)  # dup'ed descriptors are not inherited by child processes
+    rpc_out = os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return os.fdopen(rpc_in, "rb", buffering=0), os.fdopen(rpc_out, "wb", buffering=0)
+
+
+async def open_streams(
+    rpc_in: IO[bytes], rpc_out: IO[bytes]
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), rpc_in)
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), rpc_out
+    )
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def serve(defaults: Defaults, rpc_in: IO[bytes], rpc_out: IO[bytes]) -> None:
+    """Serve one client until it closes the connection, then end every session."""
+    import acp
+
+    reader, writer = await open_streams(rpc_in, rpc_out)
+    agent = KeelAcpAgent(defaults)
+    try:
+        # The router looks each method up on the agent: those keel leaves out (session/list,
+        # config options, the unstable fork/resume/close) answer "method not found".
+        await acp.run_agent(cast(acp.Agent, agent), writer, reader)
+    finally:
+        await agent.close()
+
+
+def run(defaults: Defaults) -> int:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if defaults.debug else logging.WARNING,
+        format="%(message)s",
+    )
+    rpc_in, rpc_out = claim_stdio()
+    asyncio.run(serve(defaults, rpc_in, rpc_out))
+    return 0
+
+
+__all__ = ["LINE_LIMIT", "claim_stdio", "open_streams", "run", "serve"]

@@ -1,0 +1,60 @@
+"""`keel acp`: serve keel to an editor over the Agent Client Protocol (stdio JSON-RPC).
+
+Parses the command line only; the protocol lives in `keel.acp` (imported here, never by
+`keel --version` or `keel -p`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from keel.cli.main import _Parser
+
+
+def acp_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel acp",
+        description="Run keel as an Agent Client Protocol agent on stdin/stdout, for editors "
+        "such as Zed (docs/acp.md). Every session the editor opens uses these settings; the "
+        "editor picks the permission mode per session.",
+    )
+    p.add_argument("-m", "--model", help="provider/model for new sessions (default: settings)")
+    p.add_argument(
+        "--mode",
+        choices=("default", "accept-edits", "plan", "bypass"),
+        help="permission mode new sessions start in (default: the settings', else default)",
+    )
+    p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")
+    p.add_argument(
+        "--allowed-tools",
+        action="append",
+        default=[],
+        metavar="RULES",
+        help='pre-approve, e.g. "bash(npm test*),edit(src/**)" (repeatable)',
+    )
+    p.add_argument(
+        "--disallowed-tools",
+        action="append",
+        default=[],
+        metavar="RULES",
+        help='deny, e.g. "bash(git push*),web_fetch" (repeatable)',
+    )
+    p.add_argument("--debug", action="store_true", help="log the protocol's work to stderr")
+    return p
+
+
+def acp(argv: list[str]) -> int:
+    args = acp_parser().parse_args(argv)
+    from keel.acp.agent import Defaults
+    from keel.acp.stdio import run
+
+    return run(
+        Defaults(
+            model=args.model,
+            mode=args.mode,
+            effort=args.effort,
+            allowed_tools=list(args.allowed_tools),
+            disallowed_tools=list(args.disallowed_tools),
+            debug=args.debug,
+        )
+    )

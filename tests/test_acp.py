@@ -1,0 +1,754 @@
+"""`keel acp` end to end: a scripted Agent Client Protocol client speaking raw JSON-RPC lines to a
+real `keel acp` process over real pipes, with a loopback Anthropic server as the model.
+
+Raw lines, not the `acp` package's client, so the wire format is checked against the spec's
+shapes independently of the package keel's side is built on. Every line keel writes to stdout
+must be a JSON-RPC 2.0 message (logs go to stderr). Streamed text arrives in chunks of the fake
+server's choosing, so consecutive chunks of one kind are joined before whole sequences are
+compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.llm.script import Reply, reply
+from keel.testing.anthropic_server import AnthropicServer
+
+MODEL = "anthropic/claude-sonnet-4-5"
+TIMEOUT = 30.0
+
+Json = dict[str, Any]
+
+
+@pytest.fixture
+def anthropic() -> Iterator[AnthropicServer]:
+    with AnthropicServer(api_key="sk-ant-test") as server:
+        yield server
+
+
+class Client:
+    """One ACP client connection to a `keel acp` process."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.updates: list[Json] = []
+        #: Requests keel sent us (session/request_permission), in order.
+        self.requests: list[Json] = []
+        self.answer: Callable[[Json], Json | None] = lambda _msg: None
+        self._next = 0
+        self._waiting: dict[int, asyncio.Future[Json]] = {}
+        self._arrived = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            message = json.loads(line)  # every stdout line is JSON-RPC: nothing else gets there
+            assert message["jsonrpc"] == "2.0", message
+            if "method" not in message:
+                self._waiting.pop(message["id"]).set_result(message)
+            elif message["method"] == "session/update":
+                assert "id" not in message
+                self.updates.append(message["params"])
+            else:
+                self.requests.append(message)
+                result = self.answer(message)
+                if result is not None:
+                    await self.respond(message["id"], result)
+            self._arrived.set()
+
+    async def send(self, message: Json) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        await self.proc.stdin.drain()
+
+    async def call(self, method: str, params: Json) -> Json:
+        """Send a request; the whole response message."""
+        rid = self._next
+        self._next += 1
+        future: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = future
+        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return await asyncio.wait_for(future, TIMEOUT)
+
+    def start(self, method: str, params: Json) -> asyncio.Task[Json]:
+        return asyncio.create_task(self.call(method, params))
+
+    async def notify(self, method: str, params: Json) -> None:
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def respond(self, rid: Any, result: Json) -> None:
+        await self.send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    async def until(self, check: Callable[[], bool]) -> None:
+        async def wait() -> None:
+            while not check():
+                self._arrived.clear()
+                await self._arrived.wait()
+
+        await asyncio.wait_for(wait(), TIMEOUT)
+
+    async def initialize(self) -> Json:
+        return await self.call(
+            "initialize",
+            {
+                "protocolVersion": 1,
+                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}},
+                "clientInfo": {"name": "test-client", "version": "1"},
+            },
+        )
+
+    async def new_session(self, cwd: Path) -> str:
+        response = await self.call("session/new", {"cwd": str(cwd), "mcpServers": []})
+        sid: str = response["result"]["sessionId"]
+        return sid
+
+    async def prompt(self, sid: str, text: str) -> Json:
+        return await self.call(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+        )
+
+    async def close(self) -> tuple[int, str]:
+        assert self.proc.stdin is not None
+        assert self.proc.stderr is not None
+        self.proc.stdin.close()
+        await asyncio.wait_for(self._reader, TIMEOUT)
+        stderr = (await self.proc.stderr.read()).decode()
+        return await asyncio.wait_for(self.proc.wait(), TIMEOUT), stderr
+
+
+@pytest.fixture
+async def connect(anthropic: AnthropicServer, project: Path) -> AsyncIterator[Callable[..., Any]]:
+    clients: list[Client] = []
+
+    async def start(*args: str) -> Client:
+        env = {
+            **os.environ,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "ANTHROPIC_BASE_URL": anthropic.url,
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "keel",
+            "acp",
+            "--model",
+            MODEL,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=project,
+            env=env,
+        )
+        client = Client(proc)
+        clients.append(client)
+        return client
+
+    yield start
+    for client in clients:
+        if client.proc.returncode is None:
+            client.proc.kill()
+            await client.proc.wait()
+        client._reader.cancel()
+        await asyncio.gather(client._reader, return_exceptions=True)
+
+
+def joined(updates: list[Json]) -> list[Json]:
+    """The updates with consecutive text chunks of one kind joined into one (the session id
+    checked and dropped)."""
+    out: list[Json] = []
+    for params in updates:
+        update = params["update"]
+        kind = update["sessionUpdate"]
+        if (
+            kind in ("agent_message_chunk", "agent_thought_chunk", "user_message_chunk")
+            and out
+            and out[-1]["sessionUpdate"] == kind
+        ):
+            last = out[-1]["content"]
+            out[-1] = {
+                **out[-1],
+                "content": {**last, "text": last["text"] + update["content"]["text"]},
+            }
+        else:
+            out.append(update)
+    return out
+
+
+def for_session(updates: list[Json], sid: str) -> list[Json]:
+    assert {u["sessionId"] for u in updates} <= {sid}
+    return joined(updates)
+
+
+def call_id(step: Reply, index: int = 0) -> str:
+    return step.message.tool_uses[index].id
+
+
+def text(value: str) -> Json:
+    return {"type": "text", "text": value}
+
+
+def message(value: str) -> Json:
+    return {"sessionUpdate": "agent_message_chunk", "content": text(value)}
+
+
+MODES = {
+    "currentModeId": "default",
+    "availableModes": [
+        {
+            "id": "default",
+            "name": "Default",
+            "description": "Ask before edits and before commands outside the sandbox",
+        },
+        {
+            "id": "accept-edits",
+            "name": "Accept edits",
+            "description": "Edit files in the project without asking",
+        },
+        {
+            "id": "plan",
+            "name": "Plan",
+            "description": "Read and plan only: no edits, no commands that change anything",
+        },
+        {
+            "id": "bypass",
+            "name": "Bypass permissions",
+            "description": "Run every tool without asking (deny rules still apply)",
+        },
+    ],
+}
+
+
+def allow(option: str) -> Callable[[Json], Json]:
+    return lambda _msg: {"outcome": {"outcome": "selected", "optionId": option}}
+
+
+# -- initialize, new session, a streamed prompt with tool calls and a plan -------------------------
+
+
+async def test_initialize_new_session_and_a_prompt_streams_text_tools_and_plan(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    read = reply("Let me look. ", ("read", {"path": "util.py"}))
+    todo = reply(
+        "",
+        (
+            "todo_write",
+            {
+                "todos": [
+                    {"content": "Read util.py", "status": "completed"},
+                    {"content": "Explain it", "status": "in_progress", "active_form": "Explaining"},
+                ]
+            },
+        ),
+    )
+    anthropic.add(reply("Looking", thinking="I should read the file."))
+    client = await connect()
+    init = await client.initialize()
+    assert init == {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": {
+            "protocolVersion": 1,
+            "agentCapabilities": {
+                "loadSession": True,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            },
+            "authMethods": [],
+            "agentInfo": {
+                "name": "keel",
+                "title": "keel",
+                "version": init["result"]["agentInfo"]["version"],
+            },
+        },
+    }
+    created = await client.call("session/new", {"cwd": str(project), "mcpServers": []})
+    sid = created["result"]["sessionId"]
+    assert created == {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": sid, "modes": MODES}}
+
+    first = await client.prompt(sid, "hi")
+    assert first == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+    assert for_session(client.updates, sid) == [
+        {"sessionUpdate": "agent_thought_chunk", "content": text("I should read the file.")},
+        message("Looking"),
+    ]
+
+    client.updates.clear()
+    anthropic.add(read, todo, reply("util.py sets X to 1."))
+    second = await client.prompt(sid, "what is in util.py?")
+    assert second["result"] == {"stopReason": "end_turn"}
+    rid = call_id(read)
+    assert for_session(client.updates, sid) == [
+        message("Let me look. "),
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": rid,
+            "title": "Read util.py",
+            "kind": "read",
+            "status": "pending",
+            "locations": [{"path": str(project / "util.py")}],
+            "rawInput": {"path": "util.py"},
+        },
+        {"sessionUpdate": "tool_call_update", "toolCallId": rid, "status": "in_progress"},
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": rid,
+            "status": "completed",
+            "content": [{"type": "content", "content": text("```\n     1\tX = 1\n```")}],
+        },
+        {
+            "sessionUpdate": "plan",
+            "entries": [
+                {"content": "Read util.py", "priority": "medium", "status": "completed"},
+                {"content": "Explain it", "priority": "medium", "status": "in_progress"},
+            ],
+        },
+        message("util.py sets X to 1."),
+    ]
+    # The model saw the prompt as typed.
+    last = anthropic.model_requests[-1].json["messages"]
+    assert last[2]["content"][0]["text"] == "what is in util.py?"
+    rc, stderr = await client.close()
+    assert rc == 0, stderr
+    assert not anthropic.script
+
+
+# -- permissions ---------------------------------------------------------------------------------
+
+
+def permission_request(sid: str, call: str, project: Path, request_id: int) -> Json:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "session/request_permission",
+        "params": {
+            "sessionId": sid,
+            "toolCall": {
+                "toolCallId": call,
+                "kind": "edit",
+                "status": "pending",
+                "title": "Write new.txt",
+                "content": [
+                    {"type": "diff", "path": str(project / "new.txt"), "newText": "hello\n"}
+                ],
+                "locations": [{"path": str(project / "new.txt")}],
+                "rawInput": {"path": "new.txt", "content": "hello\n"},
+            },
+            "options": [
+                {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+                {
+                    "optionId": "allow_always",
+                    "name": "Always allow write",
+                    "kind": "allow_always",
+                },
+                {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+            ],
+        },
+    }
+
+
+def write_call(sid: str, call: str, project: Path) -> Json:
+    return {
+        "sessionUpdate": "tool_call",
+        "toolCallId": call,
+        "title": "Write new.txt",
+        "kind": "edit",
+        "status": "pending",
+        "content": [{"type": "diff", "path": str(project / "new.txt"), "newText": "hello\n"}],
+        "locations": [{"path": str(project / "new.txt")}],
+        "rawInput": {"path": "new.txt", "content": "hello\n"},
+    }
+
+
+async def test_permission_allowed_once_runs_the_write(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(write, reply("Written."))
+    client = await connect()
+    client.answer = allow("allow_once")
+    await client.initialize()
+    sid = await client.new_session(project)
+    done = await client.prompt(sid, "write new.txt")
+    assert done["result"] == {"stopReason": "end_turn"}
+    wid = call_id(write)
+    assert client.requests == [permission_request(sid, wid, project, 0)]
+    diff = [{"type": "diff", "path": str(project / "new.txt"), "newText": "hello\n"}]
+    assert for_session(client.updates, sid) == [
+        write_call(sid, wid, project),
+        {"sessionUpdate": "tool_call_update", "toolCallId": wid, "status": "in_progress"},
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": wid,
+            "status": "completed",
+            "content": diff,
+        },
+        message("Written."),
+    ]
+    assert (project / "new.txt").read_text(encoding="utf-8") == "hello\n"
+    result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert (result["type"], result["tool_use_id"], result.get("is_error", False)) == (
+        "tool_result",
+        wid,
+        False,
+    )
+    await client.close()
+
+
+async def test_permission_rejected_denies_the_write_and_the_model_is_told(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(write, reply("Understood, not writing."))
+    client = await connect()
+    client.answer = allow("reject_once")
+    await client.initialize()
+    sid = await client.new_session(project)
+    done = await client.prompt(sid, "write new.txt")
+    assert done["result"] == {"stopReason": "end_turn"}
+    wid = call_id(write)
+    assert client.requests == [permission_request(sid, wid, project, 0)]
+    assert for_session(client.updates, sid) == [
+        write_call(sid, wid, project),
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": wid,
+            "status": "failed",
+            "content": [{"type": "content", "content": text("the user denied this")}],
+        },
+        message("Understood, not writing."),
+    ]
+    assert not (project / "new.txt").exists()
+    result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert result["is_error"] is True
+    assert result["content"] == [{"type": "text", "text": "the user denied this"}]
+    await client.close()
+
+
+async def test_an_unknown_option_denies(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """Fail closed: an answer keel did not offer is a no."""
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(write, reply("ok"))
+    client = await connect()
+    client.answer = allow("allow_everything_forever")
+    await client.initialize()
+    sid = await client.new_session(project)
+    assert (await client.prompt(sid, "write"))["result"] == {"stopReason": "end_turn"}
+    assert not (project / "new.txt").exists()
+    result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert result["is_error"] is True
+    assert result["content"] == [
+        {
+            "type": "text",
+            "text": "the user denied this: the editor chose an option keel did not offer "
+            "('allow_everything_forever')",
+        }
+    ]
+    await client.close()
+
+
+# -- cancel --------------------------------------------------------------------------------------
+
+
+async def test_cancel_mid_tool_stops_the_command_and_the_prompt_returns_cancelled(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    sleep = reply("", ("bash", {"command": "sleep 30"}))
+    anthropic.add(sleep)
+    client = await connect("--allowed-tools", "bash(sleep *)")
+    await client.initialize()
+    sid = await client.new_session(project)
+    running = client.start(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "wait"}]}
+    )
+    sid_call = call_id(sleep)
+    started = {"sessionUpdate": "tool_call_update", "toolCallId": sid_call, "status": "in_progress"}
+    await client.until(lambda: started in joined(client.updates))
+    t0 = asyncio.get_running_loop().time()
+    await client.notify("session/cancel", {"sessionId": sid})
+    done = await running
+    assert asyncio.get_running_loop().time() - t0 < 10
+    assert done["result"] == {"stopReason": "cancelled"}
+    updates = for_session(client.updates, sid)
+    assert updates[:2] == [
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": sid_call,
+            "title": "`sleep 30`",
+            "kind": "execute",
+            "status": "pending",
+            "rawInput": {"command": "sleep 30"},
+        },
+        started,
+    ]
+    # No model request after the cancel.
+    assert len(anthropic.model_requests) == 1
+    # The session goes on: a next prompt runs.
+    anthropic.add(reply("Back."))
+    client.updates.clear()
+    assert (await client.prompt(sid, "again"))["result"] == {"stopReason": "end_turn"}
+    assert for_session(client.updates, sid) == [message("Back.")]
+    await client.close()
+
+
+async def test_cancel_while_a_permission_question_waits_denies_it(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """The client answers an open question `cancelled` when it cancels (the spec's rule): the
+    call is denied, nothing is written."""
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(write)
+    client = await connect()
+    await client.initialize()
+    sid = await client.new_session(project)
+    running = client.start(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "write"}]}
+    )
+    await client.until(lambda: bool(client.requests))
+    await client.notify("session/cancel", {"sessionId": sid})
+    await client.respond(client.requests[0]["id"], {"outcome": {"outcome": "cancelled"}})
+    done = await running
+    assert done["result"] == {"stopReason": "cancelled"}
+    assert not (project / "new.txt").exists()
+    await client.close()
+
+
+# -- modes ---------------------------------------------------------------------------------------
+
+
+async def test_set_mode_accept_edits_writes_unasked_and_an_unknown_mode_is_refused(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(write, reply("Done."))
+    client = await connect()
+    await client.initialize()
+    sid = await client.new_session(project)
+    bad = await client.call("session/set_mode", {"sessionId": sid, "modeId": "yolo"})
+    assert bad["error"]["code"] == -32602
+    assert bad["error"]["message"] == (
+        "unknown mode 'yolo' (hint: modes: default, accept-edits, plan, bypass)"
+    )
+    ok = await client.call("session/set_mode", {"sessionId": sid, "modeId": "accept-edits"})
+    assert ok == {"jsonrpc": "2.0", "id": ok["id"], "result": {}}
+    assert (await client.prompt(sid, "write it"))["result"] == {"stopReason": "end_turn"}
+    assert client.requests == []
+    assert (project / "new.txt").read_text(encoding="utf-8") == "hello\n"
+    # The model is told of the mode change with the prompt.
+    first = anthropic.model_requests[0].json["messages"][0]["content"][0]["text"]
+    assert first.startswith("<system-note>\nThe permission mode is now accept-edits.\n")
+    await client.close()
+
+
+async def test_plan_approval_switches_mode_and_tells_the_client(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    plan_text = "1. write new.txt"
+    approve = reply("", ("exit_plan_mode", {"plan": plan_text}))
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(approve, write, reply("Done."))
+    client = await connect("--mode", "plan")
+    client.answer = allow("accept-edits")
+    await client.initialize()
+    created = await client.call("session/new", {"cwd": str(project), "mcpServers": []})
+    sid = created["result"]["sessionId"]
+    assert created["result"]["modes"]["currentModeId"] == "plan"
+    assert (await client.prompt(sid, "plan it"))["result"] == {"stopReason": "end_turn"}
+    pid = call_id(approve)
+    assert client.requests == [
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "session/request_permission",
+            "params": {
+                "sessionId": sid,
+                "toolCall": {
+                    "toolCallId": pid,
+                    "kind": "switch_mode",
+                    "status": "pending",
+                    "title": "Ready to code: approve the plan",
+                    "content": [{"type": "content", "content": text(plan_text)}],
+                    "rawInput": {"plan": plan_text},
+                },
+                "options": [
+                    {
+                        "optionId": "accept-edits",
+                        "name": "Yes, and accept edits",
+                        "kind": "allow_always",
+                    },
+                    {
+                        "optionId": "default",
+                        "name": "Yes, and ask before edits",
+                        "kind": "allow_once",
+                    },
+                    {"optionId": "reject_once", "name": "No, keep planning", "kind": "reject_once"},
+                ],
+            },
+        }
+    ]
+    updates = for_session(client.updates, sid)
+    switched = {"sessionUpdate": "current_mode_update", "currentModeId": "accept-edits"}
+    assert switched in updates
+    # The mode changed before the write, which then ran without a question.
+    assert updates.index(switched) < [u.get("toolCallId") for u in updates].index(call_id(write))
+    assert (project / "new.txt").read_text(encoding="utf-8") == "hello\n"
+    await client.close()
+
+
+# -- load ----------------------------------------------------------------------------------------
+
+
+async def test_load_replays_an_earlier_session_and_continues_it(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    read = reply("Reading. ", ("read", {"path": "util.py"}))
+    anthropic.add(read, reply("X is 1."))
+    first = await connect()
+    await first.initialize()
+    sid = await first.new_session(project)
+    assert (await first.prompt(sid, "what is X?"))["result"] == {"stopReason": "end_turn"}
+    rc, _ = await first.close()
+    assert rc == 0
+
+    second = await connect()
+    await second.initialize()
+    unknown = await second.call(
+        "session/load", {"sessionId": "nope", "cwd": str(project), "mcpServers": []}
+    )
+    assert unknown["error"]["code"] == -32602
+    loaded = await second.call(
+        "session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}
+    )
+    assert loaded == {"jsonrpc": "2.0", "id": loaded["id"], "result": {"modes": MODES}}
+    rid = call_id(read)
+    assert for_session(second.updates, sid) == [
+        {"sessionUpdate": "user_message_chunk", "content": text("what is X?")},
+        message("Reading. "),
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": rid,
+            "title": "Read util.py",
+            "kind": "read",
+            "status": "pending",
+            "locations": [{"path": str(project / "util.py")}],
+            "rawInput": {"path": "util.py"},
+        },
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": rid,
+            "status": "completed",
+            "content": [{"type": "content", "content": text("```\n     1\tX = 1\n```")}],
+        },
+        message("X is 1."),
+    ]
+    # It continues with the whole conversation.
+    anthropic.add(reply("Still 1."))
+    assert (await second.prompt(sid, "and now?"))["result"] == {"stopReason": "end_turn"}
+    sent = anthropic.model_requests[-1].json["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "user"]
+    assert sent[-1]["content"][-1]["text"] == "and now?"
+    await second.close()
+
+
+async def test_a_session_of_another_project_is_not_loaded(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path, tmp_path: Path
+) -> None:
+    anthropic.add(reply("hi"))
+    first = await connect()
+    await first.initialize()
+    sid = await first.new_session(project)
+    await first.prompt(sid, "hi")
+    await first.close()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    second = await connect()
+    await second.initialize()
+    refused = await second.call(
+        "session/load", {"sessionId": sid, "cwd": str(elsewhere), "mcpServers": []}
+    )
+    assert refused["error"] == {
+        "code": -32602,
+        "message": f"session {sid} belongs to {project}, not {elsewhere} "
+        "(hint: open it from its own project)",
+        "data": None,
+    }
+    assert second.updates == []
+    await second.close()
+
+
+# -- the transport -------------------------------------------------------------------------------
+
+
+async def test_bad_requests_get_errors_not_a_crash(
+    connect: Callable[..., Any], project: Path
+) -> None:
+    client = await connect()
+    await client.initialize()
+    relative = await client.call("session/new", {"cwd": "project", "mcpServers": []})
+    assert relative["error"]["code"] == -32602
+    assert relative["error"]["data"] == {"details": "cwd must be absolute, not 'project'"}
+    ghost = await client.call(
+        "session/prompt", {"sessionId": "ghost", "prompt": [{"type": "text", "text": "hi"}]}
+    )
+    assert ghost["error"]["code"] == -32602
+    sid = await client.new_session(project)
+    image = await client.call(
+        "session/prompt",
+        {"sessionId": sid, "prompt": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]},
+    )
+    assert image["error"]["data"] == {"details": "images are not supported by keel over ACP yet"}
+    rc, stderr = await client.close()
+    assert rc == 0, stderr
+
+
+def test_stdio_is_taken_for_the_protocol(tmp_path: Path) -> None:
+    """After `claim_stdio`, a stray print, a write to fd 1 and a child process inheriting the
+    descriptors all land on stderr; only what is written to the protocol's stream reaches
+    stdout, and fd 0 no longer reads the client's messages."""
+    script = (
+        "import os, subprocess, sys\n"
+        "from keel.acp.stdio import claim_stdio\n"
+        "rpc_in, rpc_out = claim_stdio()\n"
+        "print('stray print')\n"
+        "os.write(1, b'stray fd write\\n')\n"
+        "subprocess.run(['sh', '-c', 'echo child; cat'], check=True)\n"
+        'rpc_out.write(b\'{"jsonrpc": "2.0"}\\n\')\n'
+        "rpc_out.write(rpc_in.readline())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        input=b"client line\n",
+        capture_output=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == b'{"jsonrpc": "2.0"}\nclient line\n'
+    assert out.stderr == b"stray print\nstray fd write\nchild\n"
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["-p", "hi", "--model", "scripted:demo"]])
+def test_keel_version_and_print_do_not_import_acp(argv: list[str], project: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "keel", *argv],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    modules = [line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line]
+    assert "keel.cli.main" in modules
+    assert [m for m in modules if m.split(".")[0] == "acp" or m.startswith("keel.acp")] == []
