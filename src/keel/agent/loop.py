@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from keel.agent.compaction import (
     MIN_MESSAGES,
@@ -93,6 +93,15 @@ NOTIFICATIONS_PROMPT = (
 )
 
 Emit = Callable[[Event], None]
+
+
+class Tracing(Protocol):
+    """What the loop needs of a tracer (`keel.trace.Tracer`): a sink that records events
+    before passing them on, and the gate's decisions nobody was asked about."""
+
+    def wrap(self, sink: Emit | None) -> Emit: ...
+
+    def decision(self, call: ToolUse, outcome: str, source: str, reason: str) -> None: ...
 
 
 # -- next steps: what the loop does after a model response (a tagged union) ----------------------
@@ -276,6 +285,8 @@ class Agent:
         self.mcp_prompts: McpPrompts | None = None
         #: Where events of background subagents go while no prompt is running.
         self.on_background_event: Emit | None = None
+        #: The debug tracer (`keel.trace.attach`); None: events go to the caller's sink as is.
+        self.tracer: Tracing | None = None
         #: Called by `aclose` (MCP servers to stop, for example).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
         #: Called once when the current turn ends, however it ends (a custom command's model or
@@ -431,6 +442,8 @@ class Agent:
         return await self._run(None, on_event)
 
     async def _run(self, prompt: str | None, on_event: Emit | None) -> RunResult:
+        if self.tracer is not None:
+            on_event = self.tracer.wrap(on_event)
         emit = on_event or (lambda _event: None)
         self._task = asyncio.current_task()
         self._emit = emit
@@ -472,7 +485,11 @@ class Agent:
     def forward(self, event: Event) -> None:
         """Pass an event (a subagent's) to whoever watches this agent: the running prompt's
         sink, else `on_background_event`."""
-        sink = self._emit or self.on_background_event
+        sink = self._emit
+        if sink is None:
+            sink = self.on_background_event
+            if self.tracer is not None:
+                sink = self.tracer.wrap(sink)
         if sink is not None:
             sink(event)
 
@@ -834,6 +851,8 @@ class Agent:
         """Summarize the conversation now (`/compact`, `keel compact`)."""
         if len(self.messages) < 2:
             raise UserError("nothing to compact yet", hint="compaction needs a conversation")
+        if self.tracer is not None:
+            on_event = self.tracer.wrap(on_event)
         return await self._compact(
             on_event or (lambda _e: None),
             trigger="manual",
@@ -1125,6 +1144,8 @@ class Agent:
     def _record_decision(self, call: ToolUse, outcome: str, source: str, reason: str) -> None:
         if self.session is not None:
             self.session.decision(call.id, call.name, outcome, source, reason)
+        if self.tracer is not None:
+            self.tracer.decision(call, outcome, source, reason)
 
     def _barrier(self) -> None:
         if self.session is not None:
