@@ -585,3 +585,38 @@ def test_settings_debug_and_retention_are_yours_only(project: Path, isolated_env
         f"{user}: debug must be true or false; ignored",
         f"{user}: trace_retention_days must be at least 1 and at most 36500 (got 0); ignored",
     ]
+
+
+async def test_debug_command_turns_tracing_on_and_off_and_follow_keeps_it(
+    project: Path, isolated_env: Path
+) -> None:
+    from keel.errors import UserError
+    from keel.tui.commands import debug_command
+
+    provider = ScriptedProvider([reply("one"), reply("two")])
+    agent = agent_for(provider, project, model="scripted")
+    assert debug_command(agent, "") == "Debug trace is **off** (`/debug on` starts one)."
+    on = debug_command(agent, "on")
+    folder = isolated_env / "traces" / f"{agent.session_id}.trace"
+    assert on == f"Debug trace **on**: writing to `{folder}` (view it with `keel trace`)."
+    await agent.run("hello")
+    assert debug_command(agent, "") == f"Debug trace is **on**: `{folder}` (`/debug off` stops it)."
+    assert kinds(trace.read(folder)) == ["session", "turn_start", "request", "response", "turn_end"]
+
+    # The front end replaces the agent (/clear): the new one is traced into its own folder.
+    new = agent_for(provider, project, model="scripted")
+    follower = trace.follow(agent, new)
+    assert follower is not None
+    assert agent.tracer is None
+    assert new.tracer is follower
+    assert follower.directory == isolated_env / "traces" / f"{new.session_id}.trace"
+    await new.run("again")
+    assert kinds(trace.read(follower.directory))[-1] == "turn_end"
+    assert trace.follow(agent, new) is None  # the old one is no longer traced
+
+    off = debug_command(new, "off")
+    assert off == f"Debug trace **off**; what was written stays in `{follower.directory}`."
+    assert new.tracer is None
+    assert debug_command(new, "off") == "Debug trace is already off."
+    with pytest.raises(UserError, match="/debug loud: unknown"):
+        debug_command(new, "loud")

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from keel.agent.compaction import THRESHOLD, estimate_tokens
+from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import Text, Thinking, ToolResult, ToolUse
 from keel.permissions.gate import PermissionGate
@@ -50,6 +51,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("trust", "[approve|revoke]", "what the project's files ask for; approve it"),
         Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
         Builtin("doctor", "", "check keys, settings, ripgrep and the sandbox", while_busy=True),
+        Builtin("debug", "[on|off]", "write a debug trace of this session (keel trace views it)"),
         Builtin("exit", "", "quit keel", while_busy=True),
         Builtin("quit", "", "quit keel (the same as /exit)", while_busy=True),
     )
@@ -227,6 +229,32 @@ def permissions_text(agent: Agent, saved_to: str) -> str:
     return "\n".join(lines)
 
 
+def debug_command(agent: Agent, args: str, *, retention_days: int | None = None) -> str:
+    """`/debug on|off` (and `/debug` alone: the state and the folder). Tracing goes on with
+    the next prompt; a new agent after /clear or /resume keeps it (`keel.trace.follow`)."""
+    import keel.trace
+    from keel.trace.tracer import Tracer
+
+    word = args.strip().lower()
+    if word not in ("", "on", "off"):
+        raise UserError(f"/debug {args.strip()}: unknown", hint="/debug, /debug on or /debug off")
+    tracer = agent.tracer if isinstance(agent.tracer, Tracer) else None
+    if word == "on":
+        if tracer is None or tracer.closed:
+            tracer = keel.trace.attach(agent, retention_days=retention_days)
+        return f"Debug trace **on**: writing to `{tracer.directory}` (view it with `keel trace`)."
+    if word == "off":
+        keel.trace.detach(agent)
+        if tracer is None:
+            return "Debug trace is already off."
+        return f"Debug trace **off**; what was written stays in `{tracer.directory}`."
+    if tracer is None:
+        return "Debug trace is **off** (`/debug on` starts one)."
+    if tracer.closed:
+        return f"Debug trace **stopped**: {tracer.error or 'closed'} (`/debug on` starts again)."
+    return f"Debug trace is **on**: `{tracer.directory}` (`/debug off` stops it)."
+
+
 def skills_text(agent: Agent) -> str:
     lines: list[str] = []
     if agent.skills is not None and agent.skills.skills:
@@ -256,6 +284,7 @@ __all__ = [
     "closest",
     "context_text",
     "cost_text",
+    "debug_command",
     "extension_names",
     "help_text",
     "parse_command",
