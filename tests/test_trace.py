@@ -76,6 +76,10 @@ def files_under(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
+def tracer_of(agent: Agent) -> object:
+    return agent.tracer
+
+
 def kinds(records: list[dict[str, Any]]) -> list[str]:
     return [r["kind"] for r in records]
 
@@ -616,7 +620,7 @@ async def test_debug_command_turns_tracing_on_and_off_and_follow_keeps_it(
 
     off = debug_command(new, "off")
     assert off == f"Debug trace **off**; what was written stays in `{follower.directory}`."
-    assert new.tracer is None
+    assert tracer_of(new) is None
     assert debug_command(new, "off") == "Debug trace is already off."
     with pytest.raises(UserError, match="/debug loud: unknown"):
         debug_command(new, "loud")
