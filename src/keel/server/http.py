@@ -126,7 +126,7 @@ async def read_body(request: Request, fields: dict[str, tuple[type, ...]]) -> di
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
+        body = json.loads(raw.decode("utf-8"))  # bytes would let json guess UTF-16 or -32
     except UnicodeDecodeError:
         raise ApiError(400, "malformed JSON body: not UTF-8", "send one JSON object") from None
     except json.JSONDecodeError as exc:
@@ -585,7 +585,7 @@ def _fork_session() -> Callable[[Path, int | None], tuple[Path, str]]:
     try:
         from keel.session.fork import fork_session  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        from keel.cli.sessions import fork_session  # type: ignore[attr-defined,unused-ignore]
+        from keel.session.fork import fork_session
     return fork_session  # type: ignore[no-any-return,unused-ignore]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,7 +146,7 @@ class EventRing:
 
     async def stream(
         self, after: int | None, *, keepalive: float = KEEPALIVE
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The SSE body for one client: the gap, the replay, then live events, with a keepalive
         comment after `keepalive` idle seconds. Ends when the ring closes or the client is
         dropped."""
