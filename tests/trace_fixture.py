@@ -23,7 +23,7 @@ from keel.llm.messages import Message, Text, Thinking, ToolResult, ToolUse, mess
 
 T0 = 1_764_590_000.0
 MODEL = "anthropic/claude-sonnet-4-5"
-HOSTILE = '</script><script>document.title="pwned"</script><!-- <b>not bold</b> &amp;'
+HOSTILE = "</script><script>document.title='pwned'</script><!-- <b>not bold</b> &amp;"
 
 SYSTEM = "\n".join(
     [
@@ -100,7 +100,8 @@ class Trace:
     req: int = 0
     n: int = 0
     t: float = T0
-    sent: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: What each agent (label, parent task call) has sent so far: the delta encoder's memory.
+    sent: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     seen_hashes: set[str] = field(default_factory=set)
 
     def add(
@@ -140,8 +141,8 @@ class Trace:
     ) -> int:
         """A request record delta-encoded against the agent's previous one; returns its number."""
         self.req += 1
-        full = messages if reset else self.sent.get(agent, []) + messages
-        self.sent[agent] = full
+        full = messages if reset else self.sent.get((agent, parent), []) + messages
+        self.sent[agent, parent] = full
         data: dict[str, Any] = {
             "model": MODEL,
             "purpose": purpose,
@@ -180,7 +181,9 @@ class Trace:
             "stream": True,
             "system": self._system,
             "tools": self._tools,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in self.sent[agent]],
+            "messages": [
+                {"role": m["role"], "content": m["content"]} for m in self.sent[agent, parent]
+            ],
         }
         raw = json.dumps(body).encode()
         http = self.directory / "http"
@@ -232,7 +235,6 @@ class Trace:
         attempts: int = 1,
         notices: tuple[str, ...] = (),
     ) -> None:
-        self.sent[agent] = [*self.sent[agent]]  # the reply is sent back next time as a new message
         i, o, r, w = usage
         self.add(
             "response",
@@ -387,7 +389,7 @@ def write_trace(directory: Path) -> Trace:
         dt=0.01,
     )
     task2_t = tr.t
-    s1, s2 = "explore: find sleeping tests", "explore: read CI history"
+    s1 = s2 = "explore"  # one label, two agents: told apart by their parent task call
     q2 = tr.request(
         [user("grep tests/ for time.sleep")],
         agent=s1,
@@ -433,7 +435,7 @@ def write_trace(directory: Path) -> Trace:
         stop="tool_use",
     )
     grep_out = (
-        f"tests/test_net.py:12:    time.sleep(0.5)\ntests/test_ui.py:40:    html = '{HOSTILE}'"
+        f'tests/test_net.py:12:    time.sleep(0.5)\ntests/test_ui.py:40:    html = "{HOSTILE}"'
     )
     tr.tool(
         "toolu_g1",
@@ -680,12 +682,12 @@ def write_trace(directory: Path) -> Trace:
 
 def rebuild(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """Every request's full message list, rebuilt from the delta records (what the page does)."""
-    last: dict[str, list[dict[str, Any]]] = {}
+    last: dict[tuple[str, str], list[dict[str, Any]]] = {}
     out: dict[int, list[dict[str, Any]]] = {}
     for rec in records:
         if rec["kind"] != "request":
             continue
-        agent = rec.get("agent", "")
+        agent = (rec.get("agent", ""), rec.get("parent", ""))
         full = ([] if rec["data"]["reset"] else last.get(agent, [])) + rec["data"]["messages"]
         last[agent] = full
         out[rec["req"]] = full

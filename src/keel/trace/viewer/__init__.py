@@ -35,7 +35,7 @@ BODY_NAME = re.compile(r"\A[0-9]{4,12}-(?:request\.json|response\.txt)\Z")
 #: never markup, but if it ever were, it could neither run script nor reach the network.
 _CSP_SERVED = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'"
 )
 _CSP_STATIC = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -146,7 +146,7 @@ def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
                 "size": len(raw),
                 "truncated": len(raw) > body_cap,
             }
-    data = {"records": records, "bodies": bodies, "source": str(directory)}
+    data = {"records": records, "bodies": bodies, "source": directory.name}
     head = f"<style>{_asset('viewer.css')}</style>"
     script = _asset("viewer.js")
     if "</script" in script.lower() or "<!--" in script:
@@ -251,7 +251,10 @@ class _Guard:
                     (b"cache-control", b"no-store"),
                     (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"no-referrer"),
-                    (b"content-security-policy", _CSP_SERVED.encode()),
+                    (
+                        b"content-security-policy",
+                        _CSP_SERVED.encode() + b"; frame-ancestors 'none'",
+                    ),
                 ]
                 message = {**message, "headers": headers}
             await send(message)
@@ -267,6 +270,7 @@ def serve(directory: Path, *, open_browser: bool, port: int = 0) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
+    sock.listen(128)  # before the URL is printed: a browser that is quick waits in the backlog
     bound = int(sock.getsockname()[1])
     token = secrets.token_urlsafe(24)
     url = f"http://127.0.0.1:{bound}/{token}/"

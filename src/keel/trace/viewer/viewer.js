@@ -26,7 +26,7 @@
       if (v === undefined || v === null || v === false) continue;
       if (k === "class") el.className = v;
       else if (k === "onclick") el.addEventListener("click", v);
-      else if (k === "style") el.setAttribute("style", v);
+      else if (k === "style") el.style.cssText = v; // CSSOM, which the page's CSP allows
       else el.setAttribute(k, v === true ? "" : String(v));
     }
     for (const kid of kids.flat(Infinity)) {
@@ -56,7 +56,16 @@
     return s.length > n ? s.slice(0, n - 1) + "…" : s;
   }
   function pretty(v) { return typeof v === "string" ? v : JSON.stringify(v, null, 2); }
-  function agentName(a) { return a === "" ? "main" : a; }
+  function agentName(key) {
+    // An agent is (label, parent): two subagents of one type started by two `task` calls are
+    // two lanes. They are told apart by the description their `task` call gave.
+    if (key === "") return "main";
+    const a = S.agents.get(key);
+    if (!a) return key;
+    const call = a.parentTool ? S.tools.get(a.parentTool) : null;
+    const desc = call && call.start && call.start.data.input ? call.start.data.input.description : "";
+    return a.label + (desc ? ": " + desc : a.parentTool ? " (" + a.parentTool + ")" : "");
+  }
   function strings(v, out) {
     if (typeof v === "string") out.push(v);
     else if (Array.isArray(v)) v.forEach((x) => strings(x, out));
@@ -76,19 +85,20 @@
   function msgChars(m) { return (m.content || []).reduce((n, b) => n + blockText(b).length, 0); }
 
   // ---------------------------------------------------------------- ingest
-  function agent(name, parent) {
+  function agent(name, rec) {
     let a = S.agents.get(name);
     if (!a) {
-      a = { name, parentTool: parent || "", children: [], collapsed: false, first: S.records.length };
+      a = { name, label: rec.agent, parentTool: rec.parent || "", children: [], collapsed: false, first: S.records.length };
       S.agents.set(name, a);
       S.agentOrder.push(name);
-    } else if (parent && !a.parentTool) a.parentTool = parent;
+    }
     return a;
   }
 
   function ingest(rec) {
     if (!rec || typeof rec.seq !== "number" || S.bySeq.has(rec.seq)) return;
     rec.agent = rec.agent || "";
+    rec.lane = rec.agent || rec.parent ? rec.agent + "\u2009@" + (rec.parent || "") : "";
     rec.data = rec.data && typeof rec.data === "object" ? rec.data : {};
     S.records.push(rec);
     S.bySeq.set(rec.seq, rec);
@@ -97,7 +107,7 @@
       if (S.t0 === null || rec.t < S.t0) S.t0 = rec.t;
       S.tEnd = Math.max(S.tEnd || rec.t, rec.t);
     }
-    agent(rec.agent, rec.parent);
+    agent(rec.lane, rec);
     S.kinds.add(rec.kind);
     const d = rec.data;
     switch (rec.kind) {
@@ -121,7 +131,7 @@
       case "permission": if (d.tool_use_id) S.perms.set(d.tool_use_id, rec); break;
       case "compaction": S.compactions.push(rec); break;
     }
-    rec.search = strings(d, [rec.kind, agentName(rec.agent)]).join("\n").toLowerCase();
+    rec.search = strings(d, [rec.kind, rec.agent || "main"]).join("\n").toLowerCase();
     addRow(rec);
   }
 
@@ -129,17 +139,17 @@
     const d = rec.data;
     if (typeof d.system === "string") S.systems.set(d.system_hash, d.system);
     if (Array.isArray(d.tools)) S.toolsets.set(d.tools_hash, d.tools);
-    const prev = S.lastReq.get(rec.agent) || null;
+    const prev = S.lastReq.get(rec.lane) || null;
     const base = d.reset || !prev ? [] : prev.full;
     const full = base.concat(Array.isArray(d.messages) ? d.messages : []);
-    const info = { req: rec.req, rec, agent: rec.agent, full, newStart: base.length, prev,
+    const info = { req: rec.req, rec, agent: rec.lane, full, newStart: base.length, prev,
       response: null, brk: null };
     if (typeof d.messages_total === "number" && d.messages_total !== full.length)
       info.mismatch = `the trace says ${d.messages_total} messages, the rebuild has ${full.length}`;
     info.brk = cacheBreak(info);
     S.reqs.set(rec.req, info);
     S.reqOrder.push(info);
-    S.lastReq.set(rec.agent, info);
+    S.lastReq.set(rec.lane, info);
   }
 
   // ---------------------------------------------------------------- cache-break detector
@@ -175,7 +185,7 @@
       reasons.push({ what: "messages", where: `message ${i + 1} of ${prev.full.length} already sent (reset)` });
     }
     if (!reasons.length) return null;
-    const between = S.compactions.some((c) => c.agent === info.agent && c.t >= prev.rec.t && c.t <= info.rec.t);
+    const between = S.compactions.some((c) => c.lane === info.agent && c.t >= prev.rec.t && c.t <= info.rec.t);
     const purposeChange = (d.purpose || "turn") !== "turn" || (p.purpose || "turn") !== "turn";
     return { reasons, prev, expected: between || purposeChange ? (between ? "after a compaction" : "a " + ((d.purpose || "turn") !== "turn" ? d.purpose : p.purpose) + " request") : "" };
   }
@@ -212,11 +222,11 @@
   function addRow(rec) {
     const info = rec.kind === "request" ? S.reqs.get(rec.req) : null;
     const brk = info && info.brk;
-    const tr = h("tr", { "data-seq": rec.seq, "data-kind": rec.kind, "data-agent": rec.agent,
+    const tr = h("tr", { "data-seq": rec.seq, "data-kind": rec.kind, "data-agent": rec.lane,
       class: brk ? "cache-break" : "" },
       h("td", null, rec.seq),
       h("td", null, fmtRel(rec.t)),
-      h("td", null, agentName(rec.agent)),
+      h("td", null, agentName(rec.lane)),
       h("td", null, h("span", { class: "kind " + rec.kind }, rec.kind)),
       h("td", { class: "sum" },
         brk ? h("span", { class: "badge brk" + (brk.expected ? " expected" : "") }, brk.expected ? "cache break (expected)" : "cache break") : null,
@@ -227,8 +237,12 @@
     $("#ledger tbody").append(tr);
     if (!$(`#filter-kind option[value="${CSS.escape(rec.kind)}"]`))
       $("#filter-kind").append(h("option", { value: rec.kind }, rec.kind));
-    if (!$(`#filter-agent option[data-agent="${CSS.escape(rec.agent)}"]`))
-      $("#filter-agent").append(h("option", { value: "=" + rec.agent, "data-agent": rec.agent }, agentName(rec.agent)));
+    if (!S.agentOptions) S.agentOptions = new Map();
+    if (!S.agentOptions.has(rec.lane)) {
+      const opt = h("option", { value: "=" + rec.lane, "data-agent": rec.lane }, agentName(rec.lane));
+      S.agentOptions.set(rec.lane, opt);
+      $("#filter-agent").append(opt);
+    }
     applyFilter(rec);
   }
 
@@ -242,7 +256,7 @@
   }
   function matches(rec, f) {
     if (f.kind && rec.kind !== f.kind) return false;
-    if (f.agent && "=" + rec.agent !== f.agent) return false;
+    if (f.agent && "=" + rec.lane !== f.agent) return false;
     if (f.breaks && !(rec.kind === "request" && S.reqs.get(rec.req) && S.reqs.get(rec.req).brk)) return false;
     return f.terms.every((t) => rec.search.includes(t));
   }
@@ -317,7 +331,7 @@
     for (const name of S.agentOrder) {
       const a = S.agents.get(name);
       const call = a.parentTool ? S.tools.get(a.parentTool) : null;
-      const parentName = call && call.start ? call.start.agent : (a.parentTool ? "" : null);
+      const parentName = call && call.start ? call.start.lane : (a.parentTool ? "" : null);
       a.parentAgent = name === "" ? null : parentName;
       const parent = a.parentAgent !== null && a.parentAgent !== name ? S.agents.get(a.parentAgent) : null;
       if (parent) parent.children.push(a); else roots.push(a);
@@ -346,14 +360,14 @@
       const rec = s || e;
       const a = e && typeof e.data.started_at === "number" ? e.data.started_at : rec.t;
       const b = e ? a + num(e.data.seconds) : now;
-      out.push({ type: "tool", agent: rec.agent, a, b, seq: rec.seq, err: e && e.data.is_error, name: rec.data.name });
+      out.push({ type: "tool", agent: rec.lane, a, b, seq: rec.seq, err: e && e.data.is_error, name: rec.data.name });
     }
     for (const rec of S.records) {
       const d = rec.data;
-      if (rec.kind === "permission") out.push({ type: "perm", agent: rec.agent, a: rec.t - num(d.waited_ms) / 1000, b: rec.t, seq: rec.seq });
-      else if (rec.kind === "hook") out.push({ type: "hook", agent: rec.agent, a: rec.t - num(d.duration_ms) / 1000, b: rec.t, seq: rec.seq });
+      if (rec.kind === "permission") out.push({ type: "perm", agent: rec.lane, a: rec.t - num(d.waited_ms) / 1000, b: rec.t, seq: rec.seq });
+      else if (rec.kind === "hook") out.push({ type: "hook", agent: rec.lane, a: rec.t - num(d.duration_ms) / 1000, b: rec.t, seq: rec.seq });
       else if (["turn_start", "compaction", "notice", "error"].includes(rec.kind))
-        out.push({ type: "mark", kind: rec.kind === "turn_start" ? "turn" : rec.kind, agent: rec.agent, a: rec.t, b: rec.t, seq: rec.seq });
+        out.push({ type: "mark", kind: rec.kind === "turn_start" ? "turn" : rec.kind, agent: rec.lane, a: rec.t, b: rec.t, seq: rec.seq });
     }
     return out;
   }
@@ -410,7 +424,7 @@
         ? h("button", { type: "button", class: "tw", title: a.collapsed ? "expand" : "collapse",
             onclick: () => { a.collapsed = !a.collapsed; draw(); } }, a.collapsed ? "▸" : "▾")
         : h("span", { class: "tw" });
-      names.append(h("div", { class: "lane-name", "data-agent": a.name, "data-depth": a.depth,
+      names.append(h("div", { class: "lane-name", "data-agent": a.name, "data-label": a.label, "data-parent-tool": a.parentTool, "data-depth": a.depth,
         "data-parent-agent": a.parentAgent === null || a.parentAgent === undefined ? null : a.parentAgent,
         style: `padding-left:${6 + a.depth * 14}px`, title: agentName(a.name) }, toggle, agentName(a.name)));
       lanes.append(h("div", { class: "lane", "data-agent": a.name, style: `top:${i * LANE_H}px;width:${tm.total}px` }));
@@ -662,10 +676,10 @@
     const perm = S.perms.get(id);
     const call = S.reqOrder.find((i) => i.response && ((i.response.data.message || {}).content || []).some((b) => b.type === "tool_use" && b.id === id));
     const child = [...S.agents.values()].filter((a) => a.parentTool === id);
-    const hooks = S.records.filter((r) => r.kind === "hook" && r.agent === rec.agent && r.data.target === rec.data.name && s && r.seq > s.seq && (!e || r.seq < e.seq + 3));
+    const hooks = S.records.filter((r) => r.kind === "hook" && r.lane === rec.lane && r.data.target === rec.data.name && s && r.seq > s.seq && (!e || r.seq < e.seq + 3));
     return [
-      h("h2", null, `Tool ${rec.data.name} · ${agentName(rec.agent)}`),
-      kv([["id", id], ["agent", agentName(rec.agent)], ["kind", s && s.data.kind],
+      h("h2", null, `Tool ${rec.data.name} · ${agentName(rec.lane)}`),
+      kv([["id", id], ["agent", agentName(rec.lane)], ["kind", s && s.data.kind],
         ["called by", call ? link("request #" + call.req, call.response.seq) : undefined],
         ["started", s ? "+" + fmtRel(e && e.data.started_at ? e.data.started_at : s.t) + " s" : undefined],
         ["duration", e ? fmtMs(num(e.data.seconds) * 1000) : "running…"],
@@ -693,7 +707,7 @@
     } else if (rec.kind === "hook") {
       content = [h("h2", null, `Hook · ${d.event}`), kv([["event", d.event], ["target", d.target], ["command", h("code", null, d.command || "")], ["duration", fmtMs(d.duration_ms)], ["exit code", d.exit_code], ["result", d.blocked ? "blocked" : d.halted ? "halted the run" : "passed"], ["error", d.error]]), raw(rec)];
     } else {
-      content = [h("h2", null, `${rec.kind} #${rec.seq} · ${agentName(rec.agent)}`), kv(Object.entries(d).map(([k, v]) => [k, typeof v === "object" ? h("pre", null, pretty(v)) : String(v)])), raw(rec)];
+      content = [h("h2", null, `${rec.kind} #${rec.seq} · ${agentName(rec.lane)}`), kv(Object.entries(d).map(([k, v]) => [k, typeof v === "object" ? h("pre", null, pretty(v)) : String(v)])), raw(rec)];
     }
     box.replaceChildren(...[content].flat());
   }
