@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from keel.llm.script import Reply, reply
+from keel.llm.script import Fault, Reply, reply
 from keel.testing.anthropic_server import AnthropicServer
 
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -752,3 +752,131 @@ def test_keel_version_and_print_do_not_import_acp(argv: list[str], project: Path
     modules = [line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line]
     assert "keel.cli.main" in modules
     assert [m for m in modules if m.split(".")[0] == "acp" or m.startswith("keel.acp")] == []
+
+
+async def test_always_allow_saves_the_rule_and_the_next_write_is_not_asked(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    again = reply("", ("write", {"path": "other.txt", "content": "more\n"}))
+    anthropic.add(write, again, reply("Both written."))
+    client = await connect()
+    client.answer = allow("allow_always")
+    await client.initialize()
+    sid = await client.new_session(project)
+    assert (await client.prompt(sid, "write two files"))["result"] == {"stopReason": "end_turn"}
+    assert [r["params"]["toolCall"]["toolCallId"] for r in client.requests] == [call_id(write)]
+    saved = json.loads((project / ".keel" / "settings.local.json").read_text(encoding="utf-8"))
+    assert saved == {"permissions": {"allow": ["write"]}}
+    thought = {
+        "sessionUpdate": "agent_thought_chunk",
+        "content": text("always allowed write (saved to .keel/settings.local.json)\n"),
+    }
+    assert thought in for_session(client.updates, sid)
+    assert (project / "other.txt").read_text(encoding="utf-8") == "more\n"
+    await client.close()
+
+
+async def test_a_run_that_fails_answers_with_keels_one_line_error(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    anthropic.add(Fault("status", status=400, message="messages: bad request"))
+    client = await connect()
+    await client.initialize()
+    sid = await client.new_session(project)
+    failed = await client.prompt(sid, "hi")
+    assert failed["error"] == {
+        "code": -32603,
+        "message": "anthropic returned 400: messages: bad request",
+        "data": None,
+    }
+    rc, stderr = await client.close()
+    assert rc == 0, stderr
+
+
+async def test_a_session_another_process_holds_is_refused(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    anthropic.add(reply("hi"))
+    holder = await connect()
+    await holder.initialize()
+    sid = await holder.new_session(project)
+    await holder.prompt(sid, "hi")
+    other = await connect()
+    await other.initialize()
+    refused = await other.call(
+        "session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}
+    )
+    assert refused["error"]["code"] == -32602
+    assert refused["error"]["message"] == (
+        f"session {sid} is already open for writing by pid {holder.proc.pid} "
+        "(hint: wait for that run to finish, or suspend it with `keel suspend`)"
+    )
+    assert other.updates == []
+    await other.close()
+    await holder.close()
+
+
+async def test_killed_mid_tool_then_loaded_finishes_the_turn_before_the_next_prompt(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """The journal is the truth: kill -9 keel while a command runs, load the session in a new
+    `keel acp`, and the next prompt first finishes the cut-off turn (the call runs again,
+    through the gate), then runs."""
+    sleep = reply("", ("bash", {"command": "sleep 1"}))
+    anthropic.add(sleep)
+    first = await connect("--allowed-tools", "bash(sleep *)")
+    await first.initialize()
+    sid = await first.new_session(project)
+    first.start("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "nap"}]})
+    sid_call = call_id(sleep)
+    running = {"sessionUpdate": "tool_call_update", "toolCallId": sid_call, "status": "in_progress"}
+    await first.until(lambda: running in joined(first.updates))
+    first.proc.kill()
+    await first.proc.wait()
+
+    anthropic.add(reply("Slept."), reply("Next."))
+    second = await connect("--allowed-tools", "bash(sleep *)")
+    await second.initialize()
+    loaded = await second.call(
+        "session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}
+    )
+    assert "result" in loaded, loaded
+    announced = {
+        "sessionUpdate": "tool_call",
+        "toolCallId": sid_call,
+        "title": "`sleep 1`",
+        "kind": "execute",
+        "status": "pending",
+        "rawInput": {"command": "sleep 1"},
+    }
+    assert for_session(second.updates, sid) == [
+        {"sessionUpdate": "user_message_chunk", "content": text("nap")},
+        announced,
+    ]
+    second.updates.clear()
+    done = await second.prompt(sid, "then?")
+    assert done["result"] == {"stopReason": "end_turn"}
+    assert for_session(second.updates, sid) == [
+        {
+            "sessionUpdate": "agent_thought_chunk",
+            "content": text(
+                "continuing the turn this session stopped in\n"
+                "resuming: 1 unanswered tool call(s) to run\n"
+            ),
+        },
+        running,
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": sid_call,
+            "status": "completed",
+            "content": [{"type": "content", "content": text("```\n[exit code 0]\n```")}],
+        },
+        message("Slept.\n\nNext."),
+    ]
+    # The cut-off call's result reached the model, then the new prompt did.
+    assert len(anthropic.model_requests) == 3
+    resumed = anthropic.model_requests[1].json["messages"]
+    assert resumed[-1]["content"][0]["tool_use_id"] == sid_call
+    assert anthropic.model_requests[2].json["messages"][-1]["content"][-1]["text"] == "then?"
+    await second.close()

@@ -59,7 +59,7 @@ from keel.agent.loop import Agent, RunResult
 from keel.errors import KeelError, UserError
 from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import ToolUse
-from keel.permissions.gate import Mode, PermissionReply, parse_mode
+from keel.permissions.gate import Mode, PermissionGate, PermissionReply, parse_mode
 
 log = logging.getLogger("keel.acp")
 
@@ -211,8 +211,26 @@ class KeelAcpAgent:
         session = _Session(agent.session_id, agent, cwd, mode=_gate_mode(agent))
         session.pump = asyncio.create_task(self._pump(session), name=f"acp-pump-{session.id}")
         agent.on_background_event = lambda e: self._on_event(session, e)
+        if isinstance(agent.gate, PermissionGate):
+            agent.gate.save_rule = lambda rule: self._save_rule(session, rule)
         self._sessions[session.id] = session
         return session
+
+    def _save_rule(self, session: _Session, rule: str) -> None:
+        """An "always" answer: the rule goes to the project's `.keel/settings.local.json`, as
+        in the TUI; the editor is told where (or why not)."""
+        # Borrowed from the TUI, whose rule file this is too, until it moves below the front
+        # ends (keel.config).
+        from keel.tui.control import save_local_rule
+
+        try:
+            path = save_local_rule(session.cwd, rule)
+        except (UserError, OSError) as exc:
+            why = exc.one_line() if isinstance(exc, UserError) else str(exc)
+            self._on_event(session, Notice(f"could not save the rule {rule}: {why}", "warning"))
+            return
+        shown = path.relative_to(session.cwd) if path.is_relative_to(session.cwd) else path
+        self._on_event(session, Notice(f"always allowed {rule} (saved to {shown})"))
 
     async def new_session(
         self,
@@ -365,6 +383,7 @@ class KeelAcpAgent:
             result = await agent.resume(sink)
             if result.stop_reason != "end_turn":
                 return result
+            sink(TextDelta("\n\n"))  # that turn's last words and this prompt's apart
         return await agent.run(prompt, sink, label=label)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import sys
+import threading
 from typing import IO, cast
 
 from keel.acp.agent import Defaults, KeelAcpAgent
@@ -36,13 +38,61 @@ def claim_stdio() -> tuple[IO[bytes], IO[bytes]]:
 async def open_streams(
     rpc_in: IO[bytes], rpc_out: IO[bytes]
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Asyncio streams over the protocol's descriptors: pipes (as an editor starts keel) read
+    and written without blocking; a regular file (`keel acp < requests.jsonl > replies`) read
+    by a thread and written directly."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), rpc_in)
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), rpc_out
-    )
+    if _is_file(rpc_in):
+        _feed_from_thread(loop, reader, rpc_in)
+    else:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), rpc_in)
+    protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
+    transport: asyncio.WriteTransport
+    if _is_file(rpc_out):
+        transport = _FileTransport(rpc_out)
+        protocol.connection_made(transport)
+    else:
+        transport, _ = await loop.connect_write_pipe(lambda: protocol, rpc_out)
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+def _is_file(f: IO[bytes]) -> bool:
+    return stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+
+
+def _feed_from_thread(
+    loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, source: IO[bytes]
+) -> None:
+    def feed() -> None:
+        try:
+            for line in iter(source.readline, b""):
+                loop.call_soon_threadsafe(reader.feed_data, line)
+        finally:
+            loop.call_soon_threadsafe(reader.feed_eof)
+
+    threading.Thread(target=feed, name="acp-stdin", daemon=True).start()
+
+
+class _FileTransport(asyncio.WriteTransport):
+    """Writes straight to a regular file (a write to a file does not wait on a reader)."""
+
+    def __init__(self, target: IO[bytes]) -> None:
+        super().__init__()
+        self._target = target
+        self._closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._target.write(bytes(data))
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._closing = True
 
 
 async def serve(defaults: Defaults, rpc_in: IO[bytes], rpc_out: IO[bytes]) -> None:
