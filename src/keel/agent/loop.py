@@ -37,7 +37,9 @@ from keel.agent.events import (
     Event,
     PermissionAsked,
     QuestionRequest,
+    RequestFinished,
     RequestStarted,
+    RequestTiming,
     ToolFinished,
     TurnFinished,
     TurnStarted,
@@ -47,6 +49,7 @@ from keel.agent.events import (
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root
 from keel.agent.questions import QuestionReply, Questions
+from keel.agent.timing import RequestClock, journal_timing, timed_reply
 from keel.agent.tool_runner import Choice, ToolRunner
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError, RunError, UserError
@@ -56,7 +59,7 @@ from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_wind
 from keel.llm.errors import ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
-from keel.llm.provider import Provider, final_reply, make_provider, model_info
+from keel.llm.provider import Provider, make_provider, model_info
 from keel.llm.request import Effort, Request, WebSearchOptions
 from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate, PermissionReply
 from keel.session.fold import PendingBatch, SessionState
@@ -881,15 +884,22 @@ class Agent:
             cache_key=self.session_id,
         )
         emit(Notice(f"compacting the conversation (~{before // 1000}k tokens)…", "info"))
-        done = await final_reply(self.provider, request)
+        emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
+        done, timing = await timed_reply(self.provider, request, RequestClock())
         if done is None:
             raise LLMError(f"{self.provider.name} ended the summary stream without a reply")
+        cost = self.info.cost(done.usage)
+        model = done.message.model or self.model
+        emit(
+            RequestFinished(
+                "compaction", model, done.message, done.usage, done.stop_reason, cost, timing
+            )
+        )
         summary = parse_summary(done.message.text)
         if not summary:
             raise LLMError("the model returned an empty summary")
         path = str(self.session.path) if self.session is not None else None
         new = compacted_message(summary, self.messages, session_path=path, mid_turn=mid_turn)
-        cost = self.info.cost(done.usage)
         record = CompactionRecord(new.text, trigger, before, new.tokens_after, done.usage, cost)
         if self.session is not None:
             self.session.compaction(record)
@@ -976,9 +986,11 @@ class Agent:
         state.turns += 1
         self.total_turns += 1
         state.partial = []
-        emit(RequestStarted(state.turns, self.model))
+        request = self._request()
+        emit(RequestStarted(state.turns, self.model, request, "turn"))
         done: Done | None = None
-        stream = self.provider.stream(self._request())
+        clock = RequestClock()
+        stream = self.provider.stream(request)
         try:
             # aclosing: the provider's stream (and its HTTP response) is closed here, in this
             # task, whatever happens, never later by the garbage collector.
@@ -987,30 +999,47 @@ class Agent:
                     if isinstance(event, Done):
                         done = event
                         continue
+                    if clock.output is None or isinstance(event, Notice):
+                        clock.see(event)  # once the output began: this one comparison
                     if isinstance(event, TextDelta):
                         state.partial.append(event.text)
                     emit(event)
         except asyncio.CancelledError:
-            self._keep_partial(emit)
+            self._keep_partial(emit, clock)
             raise
         if done is None:
             raise LLMError(f"{self.provider.name} stream ended without a final message")
+        timing = clock.timing(done.usage.output)
         message = done.message
         if not message.blocks:
             message = Message("assistant", (Text(EMPTY_RESPONSE),), message.provider, message.model)
             done = Done(message, done.usage, done.stop_reason)
-        self._record_assistant(done, emit)
+        self._record_assistant(done, emit, timing)
         return done
 
-    def _record_assistant(self, done: Done, emit: Emit) -> None:
+    def _record_assistant(
+        self, done: Done, emit: Emit, timing: RequestTiming | None = None
+    ) -> None:
         self._just_compacted = False
         if done.window and done.window != self.info.window:
             # A local server loaded the model with this window: compaction and the meter use it.
             self.info = with_window(self.info, done.window)
         cost = self._answered_by(done.message).cost(done.usage)
+        if timing is not None:
+            model = done.message.model or self.model
+            emit(
+                RequestFinished(
+                    "turn", model, done.message, done.usage, done.stop_reason, cost, timing
+                )
+            )
         if self.session is not None:
             self.session.assistant(
-                done.message, done.usage, cost, done.stop_reason, self._state.turns
+                done.message,
+                done.usage,
+                cost,
+                done.stop_reason,
+                self._state.turns,
+                journal_timing(timing) if timing is not None else None,
             )
         self.conversation.append(done.message)
         state = self._state
@@ -1022,7 +1051,7 @@ class Agent:
         if done.usage.total:
             self._last_context = done.usage.context
             self._context_mark = len(self.messages)
-        emit(AssistantMessage(done.message, done.usage, done.stop_reason, cost))
+        emit(AssistantMessage(done.message, done.usage, done.stop_reason, cost, timing))
         emit(
             UsageUpdated(
                 done.usage, self.spend.usage, self.spend.cost, done.usage.context, self.info.window
@@ -1035,15 +1064,15 @@ class Agent:
             return self.info
         return model_info(ModelRef(message.provider, message.model or self.model))
 
-    def _keep_partial(self, emit: Emit) -> None:
-        """Store what the user already saw of an interrupted response."""
+    def _keep_partial(self, emit: Emit, clock: RequestClock) -> None:
+        """Store what the user already saw of an interrupted response (timed up to now)."""
         text = "".join(self._state.partial)
         if not text:
             return
         message = Message(
             "assistant", (Text(f"{text}\n\n{INTERRUPTED_MARK}"),), self.provider.name, self.model
         )
-        self._record_assistant(Done(message, Usage(), "end_turn"), emit)
+        self._record_assistant(Done(message, Usage(), "end_turn"), emit, clock.timing(0))
 
     def _next_step(self, done: Done) -> Step:
         calls = tuple(done.message.tool_uses)
@@ -1137,13 +1166,15 @@ class Agent:
             self.session.user(message, "task_notification")
         self.conversation.append(message)
 
-    def _record_result(self, result: ToolResult, seconds: float) -> None:
+    def _record_result(self, result: ToolResult, seconds: float, started_at: float = 0.0) -> None:
         if self.session is not None:
-            self.session.tool_result(result, seconds)
+            self.session.tool_result(result, seconds, started_at)
 
-    def _record_decision(self, call: ToolUse, outcome: str, source: str, reason: str) -> None:
+    def _record_decision(
+        self, call: ToolUse, outcome: str, source: str, reason: str, waited_ms: float = 0.0
+    ) -> None:
         if self.session is not None:
-            self.session.decision(call.id, call.name, outcome, source, reason)
+            self.session.decision(call.id, call.name, outcome, source, reason, waited_ms)
         if self.tracer is not None:
             self.tracer.decision(call, outcome, source, reason)
 

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from keel.session.records import ToolStartedRecord
     from keel.session.store import SessionLog
 
-Record = Callable[[ToolResult, float], None]
+#: Journals a result: (result, seconds it ran, wall-clock start or 0.0 for a call never run).
+Record = Callable[[ToolResult, float, float], None]
+OnDone = Callable[[ToolUse, ToolResult, float, str | None, float], None]
 Choice: TypeAlias = Literal["rerun", "skip"]
 
 #: The result a skipped call of unknown outcome gets (the model must not assume either way).
@@ -151,10 +153,16 @@ class ToolRunner:
         `stop()` is true, no further tool starts. Calls that did not finish (stopped, or
         cancelled) are left out of `results` for the caller to deal with."""
 
-        def done(call: ToolUse, result: ToolResult, seconds: float, display: str | None) -> None:
-            record(result, seconds)
+        def done(
+            call: ToolUse,
+            result: ToolResult,
+            seconds: float,
+            display: str | None,
+            started_at: float = 0.0,
+        ) -> None:
+            record(result, seconds, started_at)
             results[call.id] = result
-            emit(ToolFinished(call, result, seconds, display))
+            emit(ToolFinished(call, result, seconds, display, started_at))
 
         if (choices := await self._decide_unknown(calls)) is None:
             for started in self.stopped_unknown:  # the round stops here, and says how to go on
@@ -203,14 +211,15 @@ class ToolRunner:
         self,
         item: _Ready,
         emit: Callable[[Event], None],
-        done: Callable[[ToolUse, ToolResult, float, str | None], None],
+        done: OnDone,
     ) -> None:
         call, tool = item.call, item.tool
         assert call.input is not None
         if self.session is not None and (risk := repeat_risk(tool, self.ctx, call.input)):
             # Durable before the call starts: a crash from here on leaves its outcome unknown.
             self.session.tool_started(call.id, call.name, risk, call_summary(call.name, call.input))
-        emit(ToolStarted(call))
+        started_at = time.time()
+        emit(ToolStarted(call, started_at))
         start = time.monotonic()
         token = current_call_id.set(call.id)
         try:
@@ -229,7 +238,7 @@ class ToolRunner:
         result = await self._post_tool_hook(
             call, finish(call, output, self.ctx.raw_dir), emit, time.monotonic() - start
         )
-        done(call, result, time.monotonic() - start, output.display)
+        done(call, result, time.monotonic() - start, output.display, started_at)
 
     # -- calls of unknown outcome ----------------------------------------------------------------
 

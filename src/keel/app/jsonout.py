@@ -16,7 +16,9 @@ from keel.agent.events import (
     PermissionAnswered,
     PermissionAsked,
     QuestionRequest,
+    RequestFinished,
     RequestStarted,
+    RequestTiming,
     SubagentEvent,
     ToolFinished,
     ToolStarted,
@@ -24,6 +26,7 @@ from keel.agent.events import (
     UsageUpdated,
 )
 from keel.agent.loop import RunResult
+from keel.agent.timing import journal_timing
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
 from keel.llm.messages import Usage, message_to_json
 
@@ -32,6 +35,12 @@ def cache_read_share(usage: Usage) -> float:
     """The share of input tokens served from the provider's prompt cache."""
     prompt = usage.input + usage.cache_read + usage.cache_write
     return usage.cache_read / prompt if prompt else 0.0
+
+
+def timing_json(timing: RequestTiming) -> dict[str, Any]:
+    """A request's timing as the JSON output and the journal carry it: milliseconds rounded to
+    0.1, `sent_at` (seconds since the epoch) to 1 ms."""
+    return journal_timing(timing).to_json()
 
 
 def result_json(
@@ -73,6 +82,8 @@ def event_json(event: Event) -> dict[str, Any] | None:
                 "status": status,
                 "description": description,
             }
+        case RequestStarted() | RequestFinished() | AssistantMessage():
+            return _request_json(event)
         case PermissionAsked() | PermissionAnswered() | QuestionRequest():
             return question_json(event)
         case _:
@@ -121,12 +132,49 @@ def question_json(event: PermissionAsked | PermissionAnswered | QuestionRequest)
             assert_never(event)
 
 
+def _request_json(
+    event: RequestStarted | RequestFinished | AssistantMessage,
+) -> dict[str, Any] | None:
+    """A model request's lines: `request` when sent, `assistant` (with its timing) for a turn's
+    reply, `request_finished` for a request of another purpose (a compaction summary)."""
+    match event:
+        case RequestStarted(turn, model, _request, purpose):
+            line: dict[str, Any] = {"type": "request", "turn": turn, "model": model}
+            if purpose != "turn":
+                line["purpose"] = purpose
+            return line
+        case RequestFinished(purpose, model, message, usage, stop_reason, cost, timing):
+            if purpose == "turn":  # the `assistant` line that follows carries it all
+                return None
+            return {
+                "type": "request_finished",
+                "purpose": purpose,
+                "model": model,
+                "message": message_to_json(message),
+                "usage": usage.to_json(),
+                "stop_reason": stop_reason,
+                "cost_usd": round(cost, 6),
+                "timing": timing_json(timing),
+            }
+        case AssistantMessage(message, usage, stop_reason, cost, timing):
+            line = {
+                "type": "assistant",
+                "message": message_to_json(message),
+                "usage": usage.to_json(),
+                "stop_reason": stop_reason,
+                "cost_usd": round(cost, 6),
+            }
+            if timing is not None:
+                line["timing"] = timing_json(timing)
+            return line
+        case _:
+            assert_never(event)
+
+
 def _loop_event_json(event: Event) -> dict[str, Any] | None:
     match event:
         case TurnStarted(prompt, session_id):
             return {"type": "turn_started", "prompt": prompt, "session_id": session_id}
-        case RequestStarted(turn, model):
-            return {"type": "request", "turn": turn, "model": model}
         case TextDelta(text):
             return {"type": "text_delta", "text": text}
         case ThinkingDelta(text):
@@ -137,17 +185,15 @@ def _loop_event_json(event: Event) -> dict[str, Any] | None:
             return {"type": "tool_use_delta", "id": id_, "partial_json": partial}
         case Notice(text, level):
             return {"type": "notice", "level": level, "text": text}
-        case AssistantMessage(message, usage, stop_reason, cost):
+        case ToolStarted(call, started_at):
             return {
-                "type": "assistant",
-                "message": message_to_json(message),
-                "usage": usage.to_json(),
-                "stop_reason": stop_reason,
-                "cost_usd": round(cost, 6),
+                "type": "tool_started",
+                "id": call.id,
+                "name": call.name,
+                "input": call.input,
+                "started_at": round(started_at, 3),
             }
-        case ToolStarted(call):
-            return {"type": "tool_started", "id": call.id, "name": call.name, "input": call.input}
-        case ToolFinished(call, result, seconds, _display):
+        case ToolFinished(call, result, seconds, _display, started_at):
             return {
                 "type": "tool_finished",
                 "id": call.id,
@@ -155,6 +201,7 @@ def _loop_event_json(event: Event) -> dict[str, Any] | None:
                 "is_error": result.is_error,
                 "output": result.text,
                 "seconds": round(seconds, 4),
+                "started_at": round(started_at, 3),
             }
         case UsageUpdated(turn, total, cost, context, window):
             return {

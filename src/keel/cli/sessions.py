@@ -195,7 +195,7 @@ def describe(record: Record) -> list[str]:
         case AssistantRecord(message, usage, cost, stop_reason, _turn, timing):
             lines = [
                 f"{head} assistant ({message.model or 'model'}, {usage.total} tokens, "
-                f"${cost:.4f}, {stop_reason}{_timing_text(timing)}):"
+                f"${cost:.4f}, {stop_reason}):{_timing_text(timing)}"
             ]
             lines += [line for line in map(_block_line, message.blocks) if line]
             return lines
@@ -226,7 +226,8 @@ def describe(record: Record) -> list[str]:
 
 
 def _timing_text(timing: ReplyTiming | None) -> str:
-    """`; ttft 0.42s, thought 1.30s, 54 tok/s` (what was measured of the request), or ""."""
+    """` ttft 0.42s · thought 1.30s · 54 tok/s · 1.52s in all` (what was measured of the
+    request behind an assistant record), or "" for a record written before requests were timed."""
     if timing is None:
         return ""
     parts = []
@@ -236,10 +237,10 @@ def _timing_text(timing: ReplyTiming | None) -> str:
         parts.append(f"thought {timing.thinking_ms / 1000:.2f}s")
     if timing.output_tokens_per_s is not None:
         parts.append(f"{timing.output_tokens_per_s:.0f} tok/s")
-    parts.append(f"took {timing.duration_ms / 1000:.2f}s")
+    parts.append(f"{timing.duration_ms / 1000:.2f}s in all")
     if timing.attempts > 1:
         parts.append(f"{timing.attempts} attempts")
-    return "; " + ", ".join(parts)
+    return " " + " · ".join(parts)
 
 
 def _brief(p: NoteRecord | ToolStartedRecord | ProcessRecord) -> str:

@@ -114,12 +114,59 @@ class UserRecord:
 
 
 @frozen
+class ReplyTiming:
+    """How the model request behind an assistant record went (the journal's copy of the loop's
+    `RequestTiming`, same fields): `sent_at` is wall-clock seconds since the epoch, the rest
+    milliseconds from it (None: the phase did not happen)."""
+
+    sent_at: float
+    ttft_ms: float | None
+    thinking_ms: float | None
+    generating_ms: float | None
+    duration_ms: float
+    output_tokens_per_s: float | None
+    attempts: int = 1
+    notices: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sent_at": self.sent_at,
+            "ttft_ms": self.ttft_ms,
+            "thinking_ms": self.thinking_ms,
+            "generating_ms": self.generating_ms,
+            "duration_ms": self.duration_ms,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "attempts": self.attempts,
+            "notices": list(self.notices),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ReplyTiming:
+        def ms(key: str) -> float | None:
+            value = d.get(key)
+            return None if value is None else float(value)
+
+        return cls(
+            float(d.get("sent_at", 0.0)),
+            ms("ttft_ms"),
+            ms("thinking_ms"),
+            ms("generating_ms"),
+            float(d.get("duration_ms", 0.0)),
+            ms("output_tokens_per_s"),
+            int(d.get("attempts", 1)),
+            tuple(str(n) for n in d.get("notices", ())),
+        )
+
+
+@frozen
 class AssistantRecord:
     message: Message
     usage: Usage
     cost: float
     stop_reason: str
     turn: int
+    #: Absent in files written before requests were timed.
+    timing: ReplyTiming | None = None
     type: Literal["assistant"] = "assistant"
 
 
@@ -127,6 +174,8 @@ class AssistantRecord:
 class ToolResultRecord:
     result: ToolResult
     seconds: float = 0.0
+    #: Wall clock (seconds since the epoch) the call started; 0.0: unknown, or it never ran.
+    started_at: float = 0.0
     type: Literal["tool_result"] = "tool_result"
 
 
@@ -157,6 +206,8 @@ class DecisionRecord:
     outcome: str
     source: str
     reason: str = ""
+    #: How long the question waited for the user's answer (0.0: nobody was asked).
+    waited_ms: float = 0.0
     type: Literal["decision"] = "decision"
 
 
@@ -272,9 +323,15 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "cost": p.cost,
                 "stop_reason": p.stop_reason,
                 "turn": p.turn,
+                # Optional fields are left out when unset: older readers keep them as extras.
+                **({"timing": p.timing.to_json()} if p.timing is not None else {}),
             }
         case ToolResultRecord():
-            return {"result": block_to_json(p.result), "seconds": round(p.seconds, 4)}
+            return {
+                "result": block_to_json(p.result),
+                "seconds": round(p.seconds, 4),
+                **({"started_at": round(p.started_at, 6)} if p.started_at else {}),
+            }
         case NoteRecord():
             return {"text": p.text}
         case CompactionRecord():
@@ -293,6 +350,7 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "outcome": p.outcome,
                 "source": p.source,
                 "reason": p.reason,
+                **({"waited_ms": round(p.waited_ms, 1)} if p.waited_ms else {}),
             }
         case UndoRecord():
             return {
@@ -412,18 +470,22 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
     if kind == "user":
         return UserRecord(message_from_json(d["message"]), d.get("source", "prompt"))
     if kind == "assistant":
+        timing = d.get("timing")
         return AssistantRecord(
             message_from_json(d["message"]),
             Usage.from_json(d.get("usage", {})),
             float(d.get("cost", 0.0)),
             d.get("stop_reason", ""),
             int(d.get("turn", 0)),
+            ReplyTiming.from_json(timing) if isinstance(timing, dict) else None,
         )
     if kind == "tool_result":
         result = block_from_json(d["result"])
         if not isinstance(result, ToolResult):
             raise RecordError("tool_result record does not hold a tool result")
-        return ToolResultRecord(result, float(d.get("seconds", 0.0)))
+        return ToolResultRecord(
+            result, float(d.get("seconds", 0.0)), float(d.get("started_at", 0.0))
+        )
     if kind == "note":
         return NoteRecord(d["text"])
     if kind == "compaction":
@@ -437,7 +499,12 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
         )
     if kind == "decision":
         return DecisionRecord(
-            d["tool_use_id"], d["tool"], d["outcome"], d.get("source", ""), d.get("reason", "")
+            d["tool_use_id"],
+            d["tool"],
+            d["outcome"],
+            d.get("source", ""),
+            d.get("reason", ""),
+            float(d.get("waited_ms", 0.0)),
         )
     if kind == "undo":
         return UndoRecord(
@@ -472,11 +539,11 @@ _ENVELOPE = {"v", "seq", "type", "ts"}
 _KNOWN_FIELDS: dict[str, set[str]] = {
     "meta": {"id", "cwd", "model", "fingerprint", "parent", "parent_seq", "keel_version", "agent"},
     "user": {"message", "source"},
-    "assistant": {"message", "usage", "cost", "stop_reason", "turn"},
-    "tool_result": {"result", "seconds"},
+    "assistant": {"message", "usage", "cost", "stop_reason", "turn", "timing"},
+    "tool_result": {"result", "seconds", "started_at"},
     "note": {"text"},
     "compaction": {"summary", "trigger", "tokens_before", "tokens_after", "usage", "cost"},
-    "decision": {"tool_use_id", "tool", "outcome", "source", "reason"},
+    "decision": {"tool_use_id", "tool", "outcome", "source", "reason", "waited_ms"},
     "undo": {"unit", "label", "restored", "removed", "failed", "note"},
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
     "tool_started": {"tool_use_id", "tool", "reason", "summary"},

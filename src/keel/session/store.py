@@ -28,6 +28,7 @@ from keel.session.records import (
     Meta,
     NoteRecord,
     ProcessRecord,
+    ReplyTiming,
     TerminalReason,
     TerminalRecord,
     ToolResultRecord,
@@ -105,15 +106,21 @@ class SessionLog:
         self.journal.append(UserRecord(message, source))
 
     def assistant(
-        self, message: Message, usage: Usage, cost: float, stop_reason: str, turn: int
+        self,
+        message: Message,
+        usage: Usage,
+        cost: float,
+        stop_reason: str,
+        turn: int,
+        timing: ReplyTiming | None = None,
     ) -> None:
         # Durable before any of its tools runs (invariant 4).
-        self.journal.append(AssistantRecord(message, usage, cost, stop_reason, turn))
+        self.journal.append(AssistantRecord(message, usage, cost, stop_reason, turn, timing))
 
-    def tool_result(self, result: ToolResult, seconds: float) -> None:
+    def tool_result(self, result: ToolResult, seconds: float, started_at: float = 0.0) -> None:
         # Written now (a killed process cannot lose it); the fsync runs on a worker thread so it
         # overlaps what comes next. `barrier` makes it durable before any other tool runs.
-        self.journal.append(ToolResultRecord(result, seconds), durable=False)
+        self.journal.append(ToolResultRecord(result, seconds, started_at), durable=False)
         self.journal.sync_in_background()
 
     def tool_started(self, tool_use_id: str, tool: str, reason: str, summary: str) -> None:
@@ -137,10 +144,16 @@ class SessionLog:
         self.journal.append(NoteRecord(text), durable=False)
 
     def decision(
-        self, tool_use_id: str, tool: str, outcome: str, source: str, reason: str = ""
+        self,
+        tool_use_id: str,
+        tool: str,
+        outcome: str,
+        source: str,
+        reason: str = "",
+        waited_ms: float = 0.0,
     ) -> None:
         self.journal.append(
-            DecisionRecord(tool_use_id, tool, outcome, source, reason), durable=False
+            DecisionRecord(tool_use_id, tool, outcome, source, reason, waited_ms), durable=False
         )
 
     def undo(self, summary: UndoSummary, note: str = "") -> None:

@@ -344,6 +344,8 @@ class ScriptedHTTPServer(LoopbackServer):
             return
         reply = fault.reply or Reply(_empty_message())
         events = list(self.render_stream(reply, request))
+        if reply.delay:  # think time before the first byte, as for a reply of its own
+            await asyncio.sleep(reply.delay)
         await response.start_stream(headers=self.stream_headers())
         for i, event in enumerate(events):
             if i == fault.after_events:

@@ -31,6 +31,7 @@ from keel.agent.events import (
     ContextCompacted,
     QuestionRequest,
     RequestStarted,
+    RequestTiming,
     SubagentEvent,
     ToolFinished,
     ToolProgress,
@@ -39,13 +40,14 @@ from keel.agent.events import (
     TurnStarted,
     UsageUpdated,
 )
+from keel.agent.timing import thought_seconds
 from keel.frozen import frozen
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
 from keel.llm.messages import Text, Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui import commands as cmds
 from keel.tui.control import LOCAL_SETTINGS, Controller, finished_text
-from keel.tui.format import key_argument, progress_text
+from keel.tui.format import duration, key_argument, progress_text
 from keel.tui.history import History, history_path
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
 from keel.tui.screens import (
@@ -393,8 +395,8 @@ class KeelApp(App[int]):
                 await self._card(call_id, name)
             case ToolUseDelta():
                 pass
-            case AssistantMessage(message):
-                await self._assistant(message.blocks)
+            case AssistantMessage(message, _usage, _stop, _cost, timing):
+                await self._assistant(message.blocks, timing)
             case ToolStarted(call):
                 card = await self._card(call.id, call.name)
                 card.set_call(call)
@@ -444,16 +446,22 @@ class KeelApp(App[int]):
             await self._add(card)
         return card
 
-    async def _assistant(self, blocks: Sequence[object]) -> None:
+    async def _assistant(self, blocks: Sequence[object], timing: RequestTiming | None) -> None:
         """The stored message: what streamed is already on screen; a replayed one is drawn
-        whole (thinking folded, the text as Markdown, a card per call)."""
+        whole (thinking folded, the text as Markdown, a card per call). How long the model
+        thought (the loop's timing, or the journal's) titles a replayed thinking block, and is a
+        line of its own under a reply whose thinking is not shown."""
         calls = [b for b in blocks if isinstance(b, ToolUse)]
         streamed = self._reply is not None or self._thinking is not None
         streamed = streamed or any(c.id in self._cards for c in calls)
+        thought = thought_seconds(timing)
         if not streamed:
             for block in blocks:
                 if isinstance(block, Thinking) and block.text:
-                    await self._add(ThinkingBlock(block.text, streaming=False))
+                    folded = ThinkingBlock(block.text, streaming=False)
+                    if timing is not None and timing.thinking_ms is not None:
+                        folded.title = f"Thought for {duration(timing.thinking_ms / 1000)}"
+                    await self._add(folded)
                 elif isinstance(block, Text) and block.text:
                     reply = Reply()
                     await self._add(reply)
@@ -467,6 +475,8 @@ class KeelApp(App[int]):
         cited = sources([c for b in blocks if isinstance(b, Text) for c in b.citations])
         if cited:
             await self._add(NoticeLine(cited, "info"))
+        if thought is not None and not any(isinstance(b, Thinking) and b.text for b in blocks):
+            await self._add(NoticeLine(f"thought for {thought}s"))
 
     def _tick(self) -> None:
         self.transcript.follow()

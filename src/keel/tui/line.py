@@ -28,6 +28,7 @@ from keel.agent.events import (
     ToolStarted,
     TurnFinished,
 )
+from keel.agent.timing import thought_seconds
 from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import Text as TextBlock
 from keel.llm.messages import Thinking
@@ -188,6 +189,8 @@ class LineFrontEnd:
 
         if cited := sources(event.message.citations):  # the provider's web search
             self.console.print(Text(cited, style="dim"))
+        if (seconds := thought_seconds(event.timing)) is not None:
+            self.console.print(Text(f"✻ thought for {seconds}s", style="dim"))
 
     def _tool_started(self, event: ToolStarted) -> None:
         self._started[event.call.id] = time.monotonic()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from keel.agent.events import AssistantMessage, ContextCompacted, ToolFinished, UsageUpdated
+from keel.agent.timing import event_timing
 from keel.llm.catalog import ModelInfo
 from keel.llm.events import Notice
 from keel.llm.messages import ToolUse, Usage
@@ -48,16 +49,17 @@ def replay(records: Iterable[Record], info: ModelInfo) -> list[ViewEvent]:
         match p:
             case UserRecord(message, "prompt"):
                 events.append(PromptSubmitted(typed_prompt(message.text)))
-            case AssistantRecord(message, usage, turn_cost, stop_reason):
+            case AssistantRecord(message, usage, turn_cost, stop_reason, _turn, timing):
                 calls.update((c.id, c) for c in message.tool_uses)
                 total, cost = total + usage, cost + turn_cost
-                events.append(AssistantMessage(message, usage, stop_reason, turn_cost))  # type: ignore[arg-type]
+                shown = event_timing(timing) if timing is not None else None
+                events.append(AssistantMessage(message, usage, stop_reason, turn_cost, shown))  # type: ignore[arg-type]
                 if usage.total:
                     events.append(UsageUpdated(usage, total, cost, usage.context, info.window))
-            case ToolResultRecord(result, seconds):
+            case ToolResultRecord(result, seconds, started_at):
                 call = calls.get(result.tool_use_id)
                 if call is not None:
-                    events.append(ToolFinished(call, result, seconds))
+                    events.append(ToolFinished(call, result, seconds, started_at=started_at))
             case CompactionRecord(_summary, trigger, before, after, usage, summary_cost):
                 total, cost = total + usage, cost + summary_cost
                 events.append(ContextCompacted(trigger, before, after))
