@@ -476,3 +476,26 @@ def test_records_of_a_real_debug_session(receiver: Receiver, project: Path) -> N
     chats = [s for s in spans if s.name.startswith(("chat", "invoke_agent"))]
     assert {attrs(s)["gen_ai.provider.name"] for s in chats} == {"scripted"}
     assert {attrs(s)["gen_ai.conversation.id"] for s in spans} == {path.stem}
+
+
+def test_journal_append_latency_from_a_real_journal(receiver: Receiver, tmp_path: Path) -> None:
+    from keel.session.journal import Journal, read_records
+    from keel.session.records import Meta, NoteRecord
+
+    journal = Journal.create(tmp_path / "s.jsonl", Meta("s", str(tmp_path), "scripted:demo"))
+    assert otel.observe_journal(journal) is False  # export off: nothing wrapped
+    sink = otel.sink_from(None, {"KEEL_OTEL": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+    assert sink is not None
+    assert otel.observe_journal(journal) is True
+    journal.append(NoteRecord("one"))
+    journal.append(NoteRecord("two"), durable=False)
+    journal.close()
+    otel.shutdown()
+    assert [r.payload for r in read_records(tmp_path / "s.jsonl").records[1:]] == [
+        NoteRecord("one"),
+        NoteRecord("two"),
+    ]
+    points = receiver.metrics()["keel.journal.append.duration"].histogram.data_points
+    counts = {attrs(p)["keel.journal.durable"]: p.count for p in points}
+    assert counts == {True: 1, False: 1}
+    assert all(0 < p.sum < 5 for p in points)

@@ -46,11 +46,14 @@ from keel.frozen import frozen
 
 if TYPE_CHECKING:
     from keel.config.settings import Settings
+    from keel.session.journal import Journal
+    from keel.session.records import Payload, Record
 
 __all__ = [
     "OtelConfig",
     "OtelExporter",
     "config_from",
+    "observe_journal",
     "provider_name",
     "shutdown",
     "sink_from",
@@ -135,6 +138,29 @@ def sink_from(
     exporter = OtelExporter(config)
     _ACTIVE.append(exporter)
     return exporter
+
+
+def observe_journal(journal: Journal) -> bool:
+    """Time `journal`'s appends (the write, and the fsync when durable) into
+    `keel.journal.append.duration` of every active exporter. The journal has no observer hook
+    of its own yet, so this wraps the instance's `append`; False (and nothing done) when no
+    export is on."""
+    if not _ACTIVE:
+        return False
+    exporters = list(_ACTIVE)
+    append = journal.append
+
+    def timed(payload: Payload, *, durable: bool = True) -> Record:
+        start = time.perf_counter()
+        try:
+            return append(payload, durable=durable)
+        finally:
+            seconds = time.perf_counter() - start
+            for exporter in exporters:
+                exporter.journal_append(seconds, durable=durable)
+
+    journal.append = timed  # type: ignore[method-assign]
+    return True
 
 
 def shutdown() -> None:
