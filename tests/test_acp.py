@@ -264,6 +264,7 @@ async def test_initialize_new_session_and_a_prompt_streams_text_tools_and_plan(
             "agentCapabilities": {
                 "loadSession": True,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "sessionCapabilities": {"list": {}},
             },
             "authMethods": [],
             "agentInfo": {
@@ -880,3 +881,45 @@ async def test_killed_mid_tool_then_loaded_finishes_the_turn_before_the_next_pro
     assert resumed[-1]["content"][0]["tool_use_id"] == sid_call
     assert anthropic.model_requests[2].json["messages"][-1]["content"][-1]["text"] == "then?"
     await second.close()
+
+
+async def test_list_shows_the_projects_prompted_sessions_latest_first(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from keel.session.index import find_session
+
+    anthropic.add(reply("one"), reply("two"))
+    client = await connect()
+    await client.initialize()
+    older = await client.new_session(project)
+    await client.prompt(older, "first question\nwith a second line")
+    newer = await client.new_session(project)
+    await client.prompt(newer, "second question")
+    await client.new_session(project)  # never prompted: not listed
+
+    def updated(sid: str) -> str:
+        mtime = find_session(sid, project).stat().st_mtime
+        return datetime.fromtimestamp(mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    listed = await client.call("session/list", {"cwd": str(project)})
+    assert listed["result"] == {
+        "sessions": [
+            {
+                "sessionId": newer,
+                "cwd": str(project),
+                "title": "second question",
+                "updatedAt": updated(newer),
+            },
+            {
+                "sessionId": older,
+                "cwd": str(project),
+                "title": "first question",
+                "updatedAt": updated(older),
+            },
+        ]
+    }
+    bad = await client.call("session/list", {"cursor": "not-a-cursor"})
+    assert bad["error"]["data"] == {"details": "not a cursor keel gave: 'not-a-cursor'"}
+    await client.close()

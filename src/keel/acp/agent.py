@@ -31,12 +31,16 @@ from acp.schema import (
     HttpMcpServer,
     Implementation,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     McpServerStdio,
     NewSessionResponse,
     PermissionOption,
     PromptCapabilities,
     PromptResponse,
+    SessionCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
     SetSessionModeResponse,
     SseMcpServer,
     ToolCallStart,
@@ -163,6 +167,7 @@ class KeelAcpAgent:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
+                session_capabilities=SessionCapabilities(list=SessionListCapabilities()),
                 prompt_capabilities=PromptCapabilities(
                     image=False, audio=False, embedded_context=True
                 ),
@@ -308,6 +313,30 @@ class KeelAcpAgent:
         for notice in held:
             log.warning("keel: %s", notice.text)
         self._pending_notices[session.id] = held
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
+        """keel's sessions (of the project at `cwd`, else of every project), the latest active first, each
+        titled by its first prompt; sessions never prompted are left out."""
+        from keel.session.index import session_files
+
+        if cwd is not None and not Path(cwd).is_absolute():
+            raise RequestError.invalid_params({"details": f"cwd must be absolute, not {cwd!r}"})
+        start = 0
+        if cursor is not None:
+            if not cursor.isdigit():
+                raise RequestError.invalid_params(
+                    {"details": f"not a cursor keel gave: {cursor!r}"}
+                )
+            start = int(cursor)
+        files = session_files(Path(cwd) if cwd is not None else None)
+        found = [info for path in _by_activity(files) if (info := _session_info(path)) is not None]
+        page = found[start : start + LIST_PAGE]
+        more = start + LIST_PAGE < len(found)
+        return ListSessionsResponse(
+            sessions=page, next_cursor=str(start + LIST_PAGE) if more else None
+        )
 
     async def set_session_mode(
         self, mode_id: str, session_id: str, **kwargs: Any
@@ -537,6 +566,64 @@ class KeelAcpAgent:
             except Exception:
                 log.exception("keel acp: closing session %s failed", session.id)
         self._sessions.clear()
+
+
+#: Sessions per `session/list` page.
+LIST_PAGE = 100
+
+
+def _by_activity(paths: list[Path]) -> list[Path]:
+    """Most recently written first (a file that vanished meanwhile goes last)."""
+
+    def written(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    return sorted(paths, key=written, reverse=True)
+
+
+def _session_info(path: Path) -> SessionInfo | None:
+    """A session file as `session/list` shows it: None for a file keel cannot read or a
+    session with no prompt yet."""
+    from datetime import UTC, datetime
+
+    from keel.session.records import Meta, RecordError, UserRecord, decode
+
+    meta: Meta | None = None
+    title = ""
+    try:
+        with path.open("rb") as f:
+            for number, line in enumerate(f):
+                if number == 0:
+                    head = decode(line).payload
+                    if not isinstance(head, Meta):
+                        return None
+                    meta = head
+                elif b'"type":"user"' in line:
+                    record = decode(line).payload
+                    if isinstance(record, UserRecord) and record.source == "prompt":
+                        title = up.typed_prompt(record.message.text).strip()
+                        break
+                if number > 10_000:
+                    break
+        mtime = path.stat().st_mtime
+    except (OSError, RecordError):
+        return None
+    if meta is None or not title:
+        return None
+    return SessionInfo(
+        session_id=meta.id,
+        cwd=meta.cwd,
+        title=_one_line(title),
+        updated_at=datetime.fromtimestamp(mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+def _one_line(text: str, width: int = 80) -> str:
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
 
 
 def _mode(value: str) -> Mode:
