@@ -216,6 +216,8 @@ def test_atif_to_stdout_and_to_files(session: Path, project: Path, tmp_path: Pat
     run = keel("trace", "--atif", session.stem, cwd=project)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == to_atif(records())
+    latest = keel("trace", "--atif", cwd=project)  # the project's latest session
+    assert (latest.returncode, latest.stdout) == (0, run.stdout)
     out = tmp_path / "run.json"
     run = keel("trace", "--atif", session.stem, "-o", str(out), cwd=project)
     assert (run.returncode, run.stdout) == (0, "")

@@ -1,9 +1,9 @@
 """`keel trace`: look at a session's debug trace (docs/traces.md).
 
 keel trace [SESSION] [--no-open] [--port N]   the live viewer in the browser (127.0.0.1 only)
-keel trace --html SESSION -o FILE             one self-contained static page
+keel trace --html [SESSION] -o FILE           one self-contained static page
 keel trace stats [SESSION] [--json]           numbers about the run, in the terminal
-keel trace --atif SESSION [-o FILE]           the session as an ATIF trajectory (JSON)
+keel trace --atif [SESSION] [-o FILE]         the session as an ATIF trajectory (JSON)
 
 SESSION is an id or a unique prefix, as for `keel sessions` (default: this project's latest
 session). The viewer, the stats and the exports are imported only for the action asked, and
@@ -23,8 +23,8 @@ from keel.cli.main import ArgumentError, _Parser
 from keel.errors import UserError
 
 USAGE = (
-    "usage: keel trace [SESSION] [--no-open] [--port N] | --html SESSION -o FILE | "
-    "stats [SESSION] [--json] | --atif SESSION [-o FILE]"
+    "usage: keel trace [SESSION] [--no-open] [--port N] | --html [SESSION] -o FILE | "
+    "stats [SESSION] [--json] | --atif [SESSION] [-o FILE]"
 )
 NO_TRACE_HINT = (
     "traces are recorded with debug mode on: run `keel -p --debug …`, type `/debug on` in the "
@@ -72,8 +72,6 @@ def trace(argv: list[str]) -> int:
     if args.html:
         if not args.output:
             raise ArgumentError("--html needs -o FILE")
-        if args.session is None:
-            raise ArgumentError("--html needs a SESSION")
         from keel.trace import viewer
 
         out = Path(args.output)
@@ -81,8 +79,6 @@ def trace(argv: list[str]) -> int:
         print(f"wrote {out}", file=sys.stderr)
         return 0
     if args.atif:
-        if args.session is None:
-            raise ArgumentError("--atif needs a SESSION")
         return _atif(resolve_trace(args.session), args.output)
     if args.output:
         raise ArgumentError("-o goes with --html or --atif")
