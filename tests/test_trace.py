@@ -194,7 +194,22 @@ def test_delta_round_trip_rebuilds_every_request_byte_for_byte(project: Path) ->
     # The http bodies are the bytes sent, one per request here (no retries).
     http = [r for r in records if r["kind"] == "http"]
     assert [r["req"] for r in http] == [r["req"] for r in requests]
-    assert [(directory / r["data"]["request_file"]).read_bytes() for r in http] == received
+    bodies = trace.http_bodies(directory, records)
+    assert [bodies[r["data"]["n"]] for r in http] == received
+    # A body that repeats the one before it as a prefix is written as what it adds: the first
+    # of each context in full, the rest as tails (the trace stays linear in the session).
+    assert ["request_file" in r["data"] for r in http] == [
+        True,
+        False,
+        False,
+        True,  # the subagent's first
+        False,
+        False,
+        True,  # the compaction request: another max_tokens near the start of the body
+        True,  # after the compaction
+    ]
+    tails = [r["data"]["request_delta"] for r in http if "request_delta" in r["data"]]
+    assert all((directory / d["file"]).stat().st_size < 4096 for d in tails)
 
 
 # -- redaction, for every provider ----------------------------------------------------------------
@@ -450,6 +465,14 @@ def test_a_retried_request_is_one_req_with_two_http_records(project: Path) -> No
     assert (first["data"]["status"], second["data"]["status"]) == (529, 200)
     assert (first["data"]["attempt"], second["data"]["attempt"]) == (1, 2)
     assert (directory / first["data"]["request_file"]).read_bytes() == bodies[0]
+    # The retry sent the same bytes: all of them kept from the first attempt, no tail.
+    assert second["data"]["request_delta"] == {
+        "base": 1,
+        "keep": len(bodies[1]),
+        "file": "http/0002-request.tail",
+    }
+    assert (directory / "http/0002-request.tail").read_bytes() == b""
+    assert trace.http_bodies(directory, records) == {1: bodies[0], 2: bodies[1]}
     error_body = json.loads((directory / first["data"]["response_file"]).read_bytes())
     assert error_body["type"] == "error"
     sse = (directory / second["data"]["response_file"]).read_text(encoding="utf-8")

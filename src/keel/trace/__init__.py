@@ -62,6 +62,13 @@ def read(directory: Path) -> list[dict[str, Any]]:
     return _read(directory)
 
 
+def http_bodies(directory: Path, records: list[dict[str, Any]]) -> dict[int, bytes]:
+    """The exact request body of every `http` record of a trace, by its number `n`."""
+    from keel.trace.delta import http_bodies as _bodies
+
+    return _bodies(directory, records)
+
+
 def rebuild_requests(records: list[dict[str, Any]]) -> list[tuple[str, Request]]:
     """Every request of a trace as sent: (agent label, Request)."""
     from keel.trace.delta import rebuild_requests as _rebuild
@@ -69,4 +76,4 @@ def rebuild_requests(records: list[dict[str, Any]]) -> list[tuple[str, Request]]
     return _rebuild(records)
 
 
-__all__ = ["attach", "detach", "enabled", "follow", "read", "rebuild_requests"]
+__all__ = ["attach", "detach", "enabled", "follow", "http_bodies", "read", "rebuild_requests"]

@@ -135,6 +135,24 @@ def read(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
+def http_bodies(directory: Path, records: Iterable[dict[str, Any]]) -> dict[int, bytes]:
+    """The request body of every `http` record, by its `n`: read from `request_file`, or put
+    together from `request_delta` (the first `keep` bytes of body `base`, then the tail file)."""
+    bodies: dict[int, bytes] = {}
+    folder = Path(directory)
+    for record in records:
+        if record.get("kind") != "http":
+            continue
+        data = record["data"]
+        delta = data.get("request_delta")
+        if delta is None:
+            bodies[data["n"]] = (folder / data["request_file"]).read_bytes()
+        else:
+            base = bodies[delta["base"]]
+            bodies[data["n"]] = base[: delta["keep"]] + (folder / delta["file"]).read_bytes()
+    return bodies
+
+
 def rebuild_requests(records: Iterable[dict[str, Any]]) -> list[tuple[str, Request]]:
     """Every request of the trace as sent: (agent label, "" for the main agent; Request)."""
     systems: dict[str, str] = {}
@@ -181,4 +199,12 @@ def rebuild_requests(records: Iterable[dict[str, Any]]) -> list[tuple[str, Reque
     return out
 
 
-__all__ = ["DeltaEncoder", "read", "rebuild_requests", "text_hash", "tools_hash", "tools_json"]
+__all__ = [
+    "DeltaEncoder",
+    "http_bodies",
+    "read",
+    "rebuild_requests",
+    "text_hash",
+    "tools_hash",
+    "tools_json",
+]

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from keel.hooks.runner import HookObservation
 
 FORMAT = 1
+#: A request body sharing at least this many leading bytes with the one before it is written
+#: as its tail (`request_delta`); shorter ones in full.
+MIN_SHARED_PREFIX = 1024
 #: Tool output kept in a `tool_end` record.
 MAX_TOOL_OUTPUT = 64 * 1024
 Sink = Callable[[Event], None]
@@ -107,6 +110,22 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """How many leading bytes `a` and `b` share (compared a block at a time)."""
+    limit = min(len(a), len(b))
+    block = 65_536
+    start = 0
+    while start < limit:
+        end = min(start + block, limit)
+        if a[start:end] != b[start:end]:
+            if block == 1:
+                return start
+            block = max(1, block // 16)
+            continue
+        start = end
+    return limit
+
+
 def _default(value: object) -> object:
     if isinstance(value, Path | set | frozenset | tuple):
         return list(value) if not isinstance(value, Path) else str(value)
@@ -141,6 +160,10 @@ def _timing(timing: RequestTiming | None) -> dict[str, Any]:
     }
 
 
+def _session_id(agent: Agent) -> str:
+    return agent.session.id if agent.session is not None else agent.session_id
+
+
 def _sent_text(message: Message | None) -> str:
     if message is None or message.role != "user":
         return ""
@@ -172,6 +195,9 @@ class Tracer:
         self._turns: dict[AgentKey, tuple[TurnStarted, float]] = {}
         self._asked: dict[str, tuple[PermissionAsked, str, str]] = {}
         self._outer: dict[AgentKey, _Where | None] = {}
+        #: The last request body each agent sent (http number, bytes): the next one is written
+        #: as what it adds (a request repeats its predecessor as a byte prefix).
+        self._bodies: dict[AgentKey, tuple[int, bytes]] = {}
         self._handlers: dict[type, Callable[[Any, str, str], None]] = {
             TurnStarted: self._turn_started,
             RequestStarted: self._request_started,
@@ -310,10 +336,21 @@ class Tracer:
             if req is not None:
                 attempt = self._attempts[req] = self._attempts.get(req, 0) + 1
             http = self.directory / "http"
-            request_file = f"http/{n:04d}-request.json"
+            key = (where.agent, where.parent) if where else ("", "")
+            previous = self._bodies.get(key)
+            self._bodies[key] = (n, body)
+            keep = _common_prefix(previous[1], body) if previous is not None else 0
+            delta: dict[str, Any] | None = None
+            if previous is not None and keep >= MIN_SHARED_PREFIX:
+                request_file = f"http/{n:04d}-request.tail"
+                delta = {"base": previous[0], "keep": keep, "file": request_file}
+                content = body[keep:]
+            else:
+                request_file = f"http/{n:04d}-request.json"
+                content = body
             fd = _open_private(self.directory / request_file, os.O_WRONLY | os.O_TRUNC)
             try:
-                _write_all(fd, body)
+                _write_all(fd, content)
             finally:
                 os.close(fd)
             response_file = f"http/{n:04d}-response.txt"
@@ -332,9 +369,10 @@ class Tracer:
             redact_headers(headers),
             len(body),
             attempt,
-            request_file,
+            "" if delta is not None else request_file,
             response_file,
             out,
+            delta,
         )
 
     def close(self) -> None:
@@ -373,7 +411,7 @@ class Tracer:
         self._write(
             "session",
             {
-                "session_id": agent.session_id if agent is not None else directory.stem,
+                "session_id": _session_id(agent) if agent is not None else directory.stem,
                 "keel_version": __version__,
                 "cwd": str(agent.cwd) if agent is not None else os.getcwd(),
                 "model": f"{agent.provider.name}/{agent.model}" if agent is not None else "",
@@ -651,6 +689,7 @@ class Tracer:
             # A subagent is done: its delta state goes, and this context works for its parent.
             self._delta.forget(key)
             self._req_of.pop(key, None)
+            self._bodies.pop(key, None)
             _CURRENT.set(self._outer.pop(key, None))
 
     def _subagent(self, e: SubagentEvent, agent: str, parent: str) -> None:
@@ -677,6 +716,8 @@ class _Exchange:
     request_file: str
     response_file: str
     out: int | None
+    #: The body as what it adds to an earlier one (`request_delta`), or None: `request_file`.
+    delta: dict[str, Any] | None = None
     started_at: float = 0.0
     start: float = 0.0
     status: int = 0
@@ -721,9 +762,12 @@ class _Exchange:
             "duration_ms": round((time.monotonic() - self.start) * 1000, 3),
             "bytes_sent": self.bytes_sent,
             "bytes_received": self.bytes_received,
-            "request_file": self.request_file,
             "response_file": self.response_file,
         }
+        if self.delta is not None:
+            data["request_delta"] = self.delta
+        else:
+            data["request_file"] = self.request_file
         if error:
             data["error"] = error
         self.tracer._safely(
