@@ -923,3 +923,43 @@ async def test_list_shows_the_projects_prompted_sessions_latest_first(
     bad = await client.call("session/list", {"cursor": "not-a-cursor"})
     assert bad["error"]["data"] == {"details": "not a cursor keel gave: 'not-a-cursor'"}
     await client.close()
+
+
+async def test_a_subagents_tool_calls_are_shown_labelled_and_its_text_is_not(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    task = reply(
+        "",
+        (
+            "task",
+            {
+                "description": "find X",
+                "prompt": "What is X in util.py?",
+                "subagent_type": "explore",
+            },
+        ),
+    )
+    child_read = reply("Reading.", ("read", {"path": "util.py"}))
+    anthropic.add(task, child_read, reply("X is 1."), reply("The subagent says X is 1."))
+    client = await connect()
+    await client.initialize()
+    sid = await client.new_session(project)
+    assert (await client.prompt(sid, "ask a subagent"))["result"] == {"stopReason": "end_turn"}
+    tid, rid = call_id(task), call_id(child_read)
+    updates = for_session(client.updates, sid)
+    assert [
+        (u["sessionUpdate"], u.get("toolCallId"), u.get("status"), u.get("title")) for u in updates
+    ] == [
+        ("tool_call", tid, "pending", "Task: find X"),
+        ("tool_call_update", tid, "in_progress", None),
+        ("tool_call", rid, "pending", "explore: Read util.py"),
+        ("tool_call_update", rid, "in_progress", None),
+        ("tool_call_update", rid, "completed", None),
+        ("tool_call_update", tid, "completed", None),
+        ("agent_message_chunk", None, None, None),
+    ]
+    assert updates[0]["kind"] == "think"
+    assert updates[-1] == message("The subagent says X is 1.")
+    # The task's result is the subagent's report; the subagent's own text is not streamed.
+    assert updates[-2]["content"] == [{"type": "content", "content": text("X is 1.")}]
+    await client.close()

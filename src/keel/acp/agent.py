@@ -426,11 +426,18 @@ class KeelAcpAgent:
     # -- events → updates --------------------------------------------------------------------------
 
     def _on_event(self, session: _Session, event: Event, label: str = "") -> None:
-        """Called synchronously for every event, in order: translate and queue, never block.
-        `label` names the subagent an event comes from (only its tool calls are shown)."""
+        """Called synchronously for every event, in order: translate and queue, never block,
+        never raise into the loop (an event keel cannot show is logged and left out)."""
+        try:
+            self._translate(session, event, label)
+        except Exception:
+            log.exception("keel acp: could not show a %s event", type(event).__name__)
+
+    def _translate(self, session: _Session, event: Event, label: str) -> None:
+        """`label` names the subagent an event comes from (only its tool calls are shown)."""
         match event:
             case SubagentEvent(agent=name, event=inner):
-                self._on_event(session, inner, f"{label} › {name}" if label else name)
+                self._translate(session, inner, f"{label} › {name}" if label else name)
             case TextDelta(text=text) if not label:
                 session.put(up.message_chunk(text))
             case ThinkingDelta(text=text) if not label:
@@ -518,11 +525,15 @@ class KeelAcpAgent:
                     await self.conn.session_update(session_id=session.id, update=item)
                 except ConnectionError:
                     log.warning("keel acp: the client went away; update dropped")
+                except Exception:  # one bad update must not stop the ones after it
+                    log.exception("keel acp: could not send a %s update", type(item).__name__)
 
     async def _flush(self, session: _Session) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         session.put(_Flush(done))
-        await done
+        if session.pump is None or session.pump.done():
+            return  # nothing sends any more (the connection is closing)
+        await asyncio.wait({done, session.pump}, return_when=asyncio.FIRST_COMPLETED)
 
     async def _ask(self, session: _Session, event: PermissionAsked) -> None:
         """Ask the client; its answer (or the failure to get one: a denial) goes to the agent."""
