@@ -647,3 +647,66 @@ async def test_debug_command_turns_tracing_on_and_off_and_follow_keeps_it(
     assert debug_command(new, "off") == "Debug trace is already off."
     with pytest.raises(UserError, match="/debug loud: unknown"):
         debug_command(new, "loud")
+
+
+def test_keel_p_debug_writes_a_trace_beside_the_session_that_resume_continues(
+    project: Path, isolated_env: Path
+) -> None:
+    import subprocess
+    import sys
+
+    MODEL = "anthropic/claude-sonnet-4-5"
+
+    def keel(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": url}
+        return subprocess.run(
+            [sys.executable, "-m", "keel", "-p", "--debug", "-m", MODEL, *args],
+            cwd=project,
+            input="",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+
+    script = [reply("", ("read", {"path": "util.py"})), reply("X is 1."), reply("Yes.")]
+    with AnthropicServer(script, api_key=KEY) as server:
+        first = keel("what is X?", url=server.url)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout == "X is 1.\n"
+        (folder,) = (isolated_env / "sessions").glob("*/*.trace")
+        session_id = folder.name.removesuffix(".trace")
+        assert (folder.parent / f"{session_id}.jsonl").is_file()
+        again = keel("--resume", session_id, "sure?", url=server.url)
+        assert again.returncode == 0, again.stderr
+        received = [r.body for r in server.model_requests]
+    records = trace.read(folder)
+    assert kinds(records) == [
+        "session",
+        "turn_start",
+        "request",
+        "http",
+        "response",
+        "tool_start",
+        "tool_end",
+        "request",
+        "http",
+        "response",
+        "turn_end",
+        "session",
+        "turn_start",
+        "request",
+        "http",
+        "response",
+        "turn_end",
+    ]
+    assert [r["seq"] for r in records] == list(range(1, 18))
+    assert [r["req"] for r in records if r["kind"] == "request"] == [1, 2, 3]
+    assert records[11]["data"]["reopened"] is True
+    assert records[1]["data"]["prompt"] == "what is X?"
+    adapter = AnthropicProvider(base_url="http://unused", api_key="", settings=HTTPSettings())
+    rebuilt = [adapter.build_body(r) for _, r in trace.rebuild_requests(records)]
+    assert rebuilt == received
+    assert list(trace.http_bodies(folder, records).values()) == received
+    for path, data in files_under(folder).items():
+        assert KEY.encode() not in data, f"the key leaked into {path}"
