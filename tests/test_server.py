@@ -1201,3 +1201,101 @@ def test_keel_version_and_keel_p_import_no_server(project: Path) -> None:
         assert (
             sorted(m for m in imported if m.split(".")[0] in heavy or m.startswith(heavy)) == []
         ), args
+
+
+def test_cancel_interrupts_a_run_and_withdraws_its_question(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("", ("write", {"path": "x.txt", "content": "x\n"}))
+    anthropic.add(write)
+    with served.client() as c:
+        sid = create(c)["id"]
+        events = Events(c, sid, after=0)
+        assert c.post(f"/v1/sessions/{sid}/prompt", json={"text": "write"}).status_code == 202
+        rid = events.until("permission_request")[-1].data["request_id"]
+        cancel = c.post(f"/v1/sessions/{sid}/cancel", json={})
+        assert (cancel.status_code, cancel.json()) == (200, {"interrupted": True})
+        tail = events.until("status", busy=False)
+        events.close()
+        assert c.get(f"/v1/sessions/{sid}/permissions").json() == {"pending": []}
+        late = c.post(f"/v1/sessions/{sid}/permissions/{rid}", json={"allow": True})
+        assert late.status_code == 404
+    answered = [f.data for f in tail if f.event == "permission_answered"]
+    assert [(a["request_id"], a["allow"], a["by"]) for a in answered] == [(rid, False, "cancelled")]
+    result = next(f.data for f in tail if f.event == "result")
+    assert result["stop_reason"] == "interrupted"
+    assert not (project / "x.txt").exists()
+
+
+def test_sigterm_ends_the_streams_and_the_server_promptly(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    with served.client() as c:
+        sid = create(c)["id"]
+        events = Events(c, sid, after=0)
+        started = time.monotonic()
+        served.proc.send_signal(signal.SIGTERM)
+        frame = events.next()
+        with pytest.raises(AssertionError, match="the stream ended"):
+            events.next()
+        events.close()
+    # uvicorn stops cleanly, then re-raises the signal: the exit status says what stopped it.
+    assert served.proc.wait(10) == -signal.SIGTERM
+    assert time.monotonic() - started < 4
+    assert (frame.event, frame.data) == (
+        "server_stopping",
+        {"type": "server_stopping", "seq": 1, "session": sid},
+    )
+
+
+def test_info_and_health(served: Served, project: Path, isolated_env: Path) -> None:
+    from keel.permissions.sandbox import probe
+    from keel.session.store import sessions_dir
+
+    with served.client() as c:
+        sid = create(c)["id"]
+        info = c.get("/v1/info")
+    sandbox = probe()
+    assert (info.status_code, info.json()) == (
+        200,
+        {
+            "version": "0.1.0",
+            "cwd": str(project),
+            "all_projects": False,
+            "sessions_dir": str(sessions_dir(project)),
+            "pid": served.proc.pid,
+            "loaded": [sid],
+            "sandbox": {"ok": sandbox.ok, "detail": sandbox.detail},
+        },
+    )
+
+
+def test_one_project_unless_all_projects(servers: Servers, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    everywhere = servers.start("--all-projects")
+    with everywhere.client() as c:
+        theirs = c.post("/v1/sessions", json={"model": MODEL, "cwd": str(other)}).json()
+        assert theirs["cwd"] == str(other)
+        c.delete(f"/v1/sessions/{theirs['id']}")
+        assert [s["id"] for s in c.get("/v1/sessions").json()["sessions"]] == [theirs["id"]]
+    one = servers.start()
+    with one.client() as c:
+        r = c.post("/v1/sessions", json={"resume": theirs["id"]})
+        assert (r.status_code, r.json()) == (
+            404,
+            {
+                "error": f"session {theirs['id']} belongs to another project",
+                "hint": f"this server hosts {servers.project}; start `keel serve --all-projects` "
+                "to host every project",
+            },
+        )
+        elsewhere = c.post("/v1/sessions", json={"model": MODEL, "cwd": str(other)})
+        assert (elsewhere.status_code, elsewhere.json()) == (
+            400,
+            {
+                "error": f"this server hosts {servers.project}, not {other}",
+                "hint": "start `keel serve --all-projects` to host sessions of other projects",
+            },
+        )
+        assert c.get("/v1/sessions").json() == {"sessions": []}

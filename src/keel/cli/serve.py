@@ -177,8 +177,14 @@ def _run(
     from keel.server.host import Host
     from keel.server.http import create_app
 
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            host.end_streams()  # open SSE connections would hold the shutdown up
+            await super().shutdown(sockets)
+
+    host = Host(cwd, all_projects=all_projects)
+
     async def main() -> None:
-        host = Host(cwd, all_projects=all_projects)
         app = create_app(host, token=token, hosts=hosts)
         config = uvicorn.Config(
             app,
@@ -190,7 +196,7 @@ def _run(
             timeout_graceful_shutdown=5,
             timeout_keep_alive=30,
         )
-        await uvicorn.Server(config).serve(sockets=[sock])
+        await Server(config).serve(sockets=[sock])
 
     asyncio.run(main())
     return 0

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from keel.app import Options
 
 
+#: Seconds a stopping server gives running work to suspend before interrupting it.
+SUSPEND_WAIT = 5.0
+
+
 class ApiError(Exception):
     """An answer other than success: HTTP `status`, a one-line `error` and a `hint`."""
 
@@ -374,7 +378,22 @@ class Host:
         await self.close(hosted, "clear")
         return fresh
 
+    def end_streams(self) -> None:
+        """The server is stopping: every event stream ends (with `server_stopping`), so that
+        no open connection holds the shutdown up."""
+        for hosted in self.sessions.values():
+            hosted.ring.publish({"type": "server_stopping"})
+            hosted.ring.close()
+
     async def aclose(self) -> None:
+        """Stop every session: running work is asked to suspend at the next loop boundary
+        (resumable with `{resume: id}`), and interrupted if it has not after `SUSPEND_WAIT`."""
+        for hosted in self.sessions.values():
+            if hosted.work is not None:
+                hosted.agent.request_suspend()
+        running = [h.work for h in self.sessions.values() if h.work is not None]
+        if running:
+            await asyncio.wait(running, timeout=SUSPEND_WAIT)
         for hosted in list(self.sessions.values()):
             await self.close(hosted, "exit")
 

@@ -192,8 +192,10 @@ class Api:
     async def info(self, request: Request) -> Response:
         import os
 
+        from keel.permissions.sandbox import probe
         from keel.session.store import sessions_dir
 
+        sandbox = probe()
         return JSONResponse(
             {
                 "version": __version__,
@@ -202,6 +204,7 @@ class Api:
                 "sessions_dir": str(sessions_dir(self.host.cwd)),
                 "pid": os.getpid(),
                 "loaded": sorted(self.host.sessions),
+                "sandbox": {"ok": sandbox.ok, "detail": sandbox.detail},
             }
         )
 
@@ -496,7 +499,8 @@ class Api:
         path = hosted.path if hosted is not None else None
         if path is None:
             path = self.host._session_path(session_id, False)
-        fork_session = _fork_session()
+        from keel.session.fork import fork_session
+
         try:
             new_path, prompt = fork_session(path, body.get("at"))
         except UserError as exc:
@@ -579,14 +583,6 @@ def _provider_for(hosted: Hosted, spec: str) -> tuple[Any, str, Any]:
     except KeelError as exc:
         raise ApiError(400, f"{exc.message} (still on {hosted.model})", exc.hint) from exc
     return provider, ref.model, model_info(ref, settings.models)
-
-
-def _fork_session() -> Callable[[Path, int | None], tuple[Path, str]]:
-    try:
-        from keel.session.fork import fork_session  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from keel.session.fork import fork_session
-    return fork_session  # type: ignore[no-any-return,unused-ignore]
 
 
 def _relative(cwd: Path) -> Callable[[Path], str]:

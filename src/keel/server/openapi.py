@@ -122,6 +122,7 @@ def spec() -> dict[str, Any]:
                             sessions_dir=STR,
                             pid=INT,
                             loaded={"type": "array", "items": STR},
+                            sandbox=_obj(ok=BOOL, detail=STR),
                         ),
                         "The server",
                     ),
