@@ -90,6 +90,15 @@ class Rebuilt:
     system: str
     tools: list[Any]
     messages: list[dict[str, Any]]
+    #: `len(json.dumps(messages))`, kept up incrementally (a long session stays linear).
+    messages_chars: int = 2
+    #: tool_use_id → result text of every tool result the messages carry.
+    results: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def prompt_chars(self) -> int:
+        """The prompt's size in characters: system + tools JSON + messages JSON."""
+        return len(self.system) + len(json.dumps(self.tools)) + self.messages_chars
 
 
 class Tree:
@@ -97,6 +106,8 @@ class Tree:
 
     def __init__(self) -> None:
         self._lists: dict[str, list[dict[str, Any]]] = {}
+        self._chars: dict[str, int] = {}  # the sum of len(json.dumps(m)) of each list
+        self._results: dict[str, dict[str, str]] = {}
         self._systems: dict[str, str] = {}
         self._tools: dict[str, list[Any]] = {}
 
@@ -108,9 +119,11 @@ class Tree:
         if isinstance(data.get("tools"), list):
             self._tools[str(data.get("tools_hash"))] = data["tools"]
         new = [m for m in data.get("messages") or () if isinstance(m, dict)]
-        previous = [] if data.get("reset") else self._lists.get(agent, [])
-        messages = previous + new
-        self._lists[agent] = messages
+        if data.get("reset") or agent not in self._lists:
+            self._lists[agent], self._chars[agent], self._results[agent] = [], 0, {}
+        messages = self._lists[agent] = self._lists[agent] + new
+        self._chars[agent] += sum(len(json.dumps(m)) for m in new)
+        self._results[agent].update(tool_results(new))
         return Rebuilt(
             req=int(record.get("req") or 0),
             agent=agent,
@@ -120,6 +133,9 @@ class Tree:
             system=self._systems.get(str(data.get("system_hash")), ""),
             tools=self._tools.get(str(data.get("tools_hash")), []),
             messages=messages,
+            # "[" + the messages joined by ", " + "]"
+            messages_chars=2 + self._chars[agent] + 2 * max(len(messages) - 1, 0),
+            results=dict(self._results[agent]),
         )
 
 
@@ -142,10 +158,6 @@ def tool_results(messages: Iterable[Mapping[str, Any]]) -> dict[str, str]:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 out[str(block.get("tool_use_id"))] = block_text(block)
     return out
-
-
-def _prompt_chars(r: Rebuilt) -> int:
-    return len(r.system) + len(json.dumps(r.tools)) + len(json.dumps(r.messages))
 
 
 # -- the statistics ----------------------------------------------------------------------------
@@ -318,11 +330,9 @@ def _response(
         return
     # Cost attribution: which tool results this request carried, and at what price.
     prompt_tokens = inp + read + write
-    chars_per_token = (
-        _prompt_chars(req) / prompt_tokens if prompt_tokens else DEFAULT_CHARS_PER_TOKEN
-    )
+    chars_per_token = req.prompt_chars / prompt_tokens if prompt_tokens else DEFAULT_CHARS_PER_TOKEN
     price_in, price_read = _prices(req.model, overrides)
-    carried = tool_results(req.messages)
+    carried = req.results
     mine = live.setdefault(agent, {})
     for gone in set(mine) - set(carried):
         del mine[gone]  # compaction or /clear dropped it
