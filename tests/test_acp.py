@@ -224,7 +224,7 @@ MODES = {
         {
             "id": "bypass",
             "name": "Bypass permissions",
-            "description": "Run every tool without asking (deny rules still apply)",
+            "description": "Run every tool without asking (deny and ask rules still apply)",
         },
     ],
 }

@@ -84,7 +84,7 @@ MODE_INFO: dict[Mode, tuple[str, str]] = {
     "default": ("Default", "Ask before edits and before commands outside the sandbox"),
     "accept-edits": ("Accept edits", "Edit files in the project without asking"),
     "plan": ("Plan", "Read and plan only: no edits, no commands that change anything"),
-    "bypass": ("Bypass permissions", "Run every tool without asking (deny rules still apply)"),
+    "bypass": ("Bypass permissions", "Run every tool without asking (deny and ask rules still apply)"),
 }
 
 
