@@ -163,9 +163,16 @@
     return { index: i, line };
   }
   function cacheBreak(info) {
-    const prev = info.prev;
+    // The baseline is the agent's previous request of the same purpose: a compaction request is
+    // a side call with a cache of its own, and the turn after it still finds the turn prefix
+    // (system prompt, tools) warm. A break is a prefix that no longer matches what was sent:
+    // another system prompt, another tool list, or earlier messages changed or dropped. A
+    // `reset` whose earlier messages are all still there (a reopened trace) breaks nothing.
+    const d = info.rec.data, purpose = d.purpose || "turn";
+    let prev = info.prev;
+    while (prev && (prev.rec.data.purpose || "turn") !== purpose) prev = prev.prev;
     if (!prev) return null;
-    const d = info.rec.data, p = prev.rec.data;
+    const p = prev.rec.data;
     const reasons = [];
     if (d.system_hash !== p.system_hash) {
       const f = firstDiff(S.systems.get(p.system_hash), S.systems.get(d.system_hash));
@@ -178,16 +185,14 @@
       const name = (b[i] || a[i] || {}).name || "";
       reasons.push({ what: "tool list", where: `tool ${i + 1}${name ? " (" + name + ")" : ""}` });
     }
-    if (d.reset) {
-      let i = 0;
-      while (i < Math.min(prev.full.length, info.full.length) &&
-             JSON.stringify(prev.full[i]) === JSON.stringify(info.full[i])) i++;
-      reasons.push({ what: "messages", where: `message ${i + 1} of ${prev.full.length} already sent (reset)` });
-    }
+    let i = 0;
+    while (i < Math.min(prev.full.length, info.full.length) &&
+           JSON.stringify(prev.full[i]) === JSON.stringify(info.full[i])) i++;
+    if (i < prev.full.length) reasons.push({ what: "messages", where: `message ${i + 1} of the ${prev.full.length} sent before${d.reset ? " (reset)" : ""}` });
     if (!reasons.length) return null;
-    const between = S.compactions.some((c) => c.lane === info.agent && c.t >= prev.rec.t && c.t <= info.rec.t);
-    const purposeChange = (d.purpose || "turn") !== "turn" || (p.purpose || "turn") !== "turn";
-    return { reasons, prev, expected: between || purposeChange ? (between ? "after a compaction" : "a " + ((d.purpose || "turn") !== "turn" ? d.purpose : p.purpose) + " request") : "" };
+    const compacted = S.compactions.some((c) => c.lane === info.agent && c.t >= prev.rec.t && c.t <= info.rec.t);
+    const onlyMessages = reasons.every((r) => r.what === "messages");
+    return { reasons, prev, expected: compacted && onlyMessages ? "after a compaction" : "" };
   }
 
   // ---------------------------------------------------------------- the ledger
@@ -365,7 +370,10 @@
     for (const rec of S.records) {
       const d = rec.data;
       if (rec.kind === "permission") out.push({ type: "perm", agent: rec.lane, a: rec.t - num(d.waited_ms) / 1000, b: rec.t, seq: rec.seq });
-      else if (rec.kind === "hook") out.push({ type: "hook", agent: rec.lane, a: rec.t - num(d.duration_ms) / 1000, b: rec.t, seq: rec.seq });
+      else if (rec.kind === "hook") {
+        const a = typeof d.started_at === "number" ? d.started_at : rec.t - num(d.duration_ms) / 1000;
+        out.push({ type: "hook", agent: rec.lane, a, b: a + num(d.duration_ms) / 1000, seq: rec.seq });
+      }
       else if (["turn_start", "compaction", "notice", "error"].includes(rec.kind))
         out.push({ type: "mark", kind: rec.kind === "turn_start" ? "turn" : rec.kind, agent: rec.lane, a: rec.t, b: rec.t, seq: rec.seq });
     }
@@ -675,6 +683,7 @@
     const s = t.start, e = t.end, rec = s || e;
     const perm = S.perms.get(id);
     const call = S.reqOrder.find((i) => i.response && ((i.response.data.message || {}).content || []).some((b) => b.type === "tool_use" && b.id === id));
+    const callBlock = call ? call.response.data.message.content.find((b) => b.type === "tool_use" && b.id === id) : null;
     const child = [...S.agents.values()].filter((a) => a.parentTool === id);
     const hooks = S.records.filter((r) => r.kind === "hook" && r.lane === rec.lane && r.data.target === rec.data.name && s && r.seq > s.seq && (!e || r.seq < e.seq + 3));
     return [
@@ -682,14 +691,14 @@
       kv([["id", id], ["agent", agentName(rec.lane)], ["kind", s && s.data.kind],
         ["called by", call ? link("request #" + call.req, call.response.seq) : undefined],
         ["started", s ? "+" + fmtRel(e && e.data.started_at ? e.data.started_at : s.t) + " s" : undefined],
-        ["duration", e ? fmtMs(num(e.data.seconds) * 1000) : "running…"],
+        ["duration", e ? fmtMs(num(e.data.seconds) * 1000) + (s ? "" : " (it never started)") : "running…"],
         ["result", e ? (e.data.is_error ? "error" : "ok") + (e.data.truncated ? " (output cut at 64 kB)" : "") : undefined],
         ["permission", perm ? h("span", null, `${perm.data.allow ? "allowed" : "denied"} by ${perm.data.by}${perm.data.scope ? " (" + perm.data.scope + ")" : ""}, waited ${fmtMs(perm.data.waited_ms)} `, link("#" + perm.seq, perm.seq)) : "no question asked"],
         perm && perm.data.reason ? ["reason", perm.data.reason] : null,
         child.length ? ["subagent", h("span", null, child.map((a) => agentName(a.name)).join(", "))] : null,
         hooks.length ? ["hooks", h("span", null, hooks.map((k) => link(`${k.data.event} (exit ${k.data.exit_code}) `, k.seq)))] : null,
         ["records", h("span", null, s ? link("start #" + s.seq, s.seq) : "", " ", e ? link("end #" + e.seq, e.seq) : "")]]),
-      h("h3", null, "input"), h("pre", { class: "tool-input" }, s ? pretty(s.data.input) : "(no start record)"),
+      h("h3", null, "input"), h("pre", { class: "tool-input" }, s ? pretty(s.data.input) : callBlock ? pretty(callBlock.input) : "(not in the trace)"),
       h("h3", null, "output"), h("pre", { class: "tool-output" }, e ? e.data.output : "(still running)"),
       raw(rec),
     ];
