@@ -963,3 +963,41 @@ async def test_a_subagents_tool_calls_are_shown_labelled_and_its_text_is_not(
     # The task's result is the subagent's report; the subagent's own text is not streamed.
     assert updates[-2]["content"] == [{"type": "content", "content": text("X is 1.")}]
     await client.close()
+
+
+async def test_linked_and_embedded_files_are_attached_to_the_prompt(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """A `resource_link` is a mention keel attaches from disk; an embedded resource (an
+    unsaved buffer) is attached as the editor sent it, and mentions in it are not followed."""
+    anthropic.add(reply("Seen."))
+    client = await connect()
+    await client.initialize()
+    sid = await client.new_session(project)
+    done = await client.call(
+        "session/prompt",
+        {
+            "sessionId": sid,
+            "prompt": [
+                {"type": "text", "text": "compare"},
+                {"type": "resource_link", "name": "util.py", "uri": f"file://{project}/util.py"},
+                {"type": "text", "text": "with"},
+                {
+                    "type": "resource",
+                    "resource": {
+                        "uri": f"file://{project}/app.py",
+                        "mimeType": "text/x-python",
+                        "text": "@README.md\ndef main(): ...",
+                    },
+                },
+            ],
+        },
+    )
+    assert done["result"] == {"stopReason": "end_turn"}
+    sent = anthropic.model_requests[0].json["messages"][0]["content"][0]["text"]
+    assert sent == (
+        "compare @util.py with\n\n"
+        '<attached-file path="util.py">\nX = 1\n</attached-file>\n\n'
+        '<attached-file path="app.py">\n@README.md\ndef main(): ...\n</attached-file>'
+    )
+    await client.close()

@@ -373,10 +373,13 @@ class KeelAcpAgent:
                 {"details": "a prompt is already running in this session; cancel it first"}
             )
         try:
-            text = up.prompt_text(prompt, session.cwd)
+            given = up.prompt_text(prompt, session.cwd)
         except up.UnsupportedContent as exc:
             raise RequestError.invalid_params({"details": str(exc)}) from None
+        text = given.text
+        # Mentions are looked for in what was typed only, never in an attached buffer.
         sent, attachments = attach(text, session.cwd)
+        sent = "\n\n".join([sent, *given.attached])
         for a in attachments:  # as the TUI does: a file attached whole counts as read
             if a.complete and a.resolved.is_file():
                 agent.ctx.read_files[a.resolved] = stamp(a.resolved)

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 from urllib.parse import unquote, urlparse
 
 from acp.helpers import (
@@ -55,6 +55,7 @@ from acp.schema import (
 )
 
 from keel.agent.events import TurnStop
+from keel.frozen import frozen
 from keel.llm.messages import Image, Message, Text, Thinking, ToolResult, ToolUse
 from keel.permissions.gate import MODES, Mode
 from keel.session.records import AssistantRecord, Record, ToolResultRecord, UserRecord
@@ -84,7 +85,10 @@ MODE_INFO: dict[Mode, tuple[str, str]] = {
     "default": ("Default", "Ask before edits and before commands outside the sandbox"),
     "accept-edits": ("Accept edits", "Edit files in the project without asking"),
     "plan": ("Plan", "Read and plan only: no edits, no commands that change anything"),
-    "bypass": ("Bypass permissions", "Run every tool without asking (deny and ask rules still apply)"),
+    "bypass": (
+        "Bypass permissions",
+        "Run every tool without asking (deny and ask rules still apply)",
+    ),
 }
 
 
@@ -357,16 +361,27 @@ def _file_path(uri: str) -> str | None:
     return unquote(parsed.path)
 
 
-def _mention(path: str, cwd: Path) -> str:
+def _relative(path: str, cwd: Path) -> str:
+    """`path` relative to the project when it is inside it (as typed mentions are)."""
     p = Path(path)
-    try:
-        shown = str(p.relative_to(cwd)) if p.is_absolute() else path
-    except ValueError:
-        shown = path
+    return str(p.relative_to(cwd)) if p.is_absolute() and p.is_relative_to(cwd) else path
+
+
+def _mention(path: str, cwd: Path) -> str:
+    shown = _relative(path, cwd)
     return f'@"{shown}"' if any(c.isspace() for c in shown) else f"@{shown}"
 
 
-def prompt_text(blocks: Iterable[PromptBlock], cwd: Path) -> str:
+@frozen
+class Prompt:
+    """A prompt's content blocks as keel takes them: the text as typed (mentions included) and
+    the blocks to attach after it (embedded resources, as `<attached-file>` blocks)."""
+
+    text: str
+    attached: tuple[str, ...] = ()
+
+
+def prompt_text(blocks: Iterable[PromptBlock], cwd: Path) -> Prompt:
     """The prompt keel runs for ACP content blocks: text as it is; a linked file as an
     `@path` mention (keel attaches it as it does for a typed one); an embedded text resource
     (an editor buffer, a selection) as an attached block after the text. Images and audio were
@@ -381,16 +396,16 @@ def prompt_text(blocks: Iterable[PromptBlock], cwd: Path) -> str:
                 path = _file_path(block.uri)
                 parts.append(_mention(path, cwd) if path else block.uri)
             case EmbeddedResourceContentBlock(resource=TextResourceContents() as res):
-                path = _file_path(res.uri) or res.uri
-                attached.append(f'<attached-file path="{path}">\n{res.text}\n</attached-file>')
+                path = _file_path(res.uri)
+                shown = _relative(path, cwd) if path else res.uri
+                attached.append(f'<attached-file path="{shown}">\n{res.text}\n</attached-file>')
             case EmbeddedResourceContentBlock():
                 raise UnsupportedContent("binary resources are not supported by keel over ACP")
             case ImageContentBlock():
                 raise UnsupportedContent("images are not supported by keel over ACP yet")
             case AudioContentBlock():
                 raise UnsupportedContent("audio is not supported by keel over ACP")
-    text = _join(parts)
-    return "\n\n".join([text, *attached]) if attached else text
+    return Prompt(_join(parts), tuple(attached))
 
 
 def _join(parts: list[str]) -> str:
@@ -452,14 +467,12 @@ def assistant_updates(message: Message, cwd: Path, *, label: str = "") -> list[U
     return out
 
 
-PermissionChoice: TypeAlias = Literal["allow_once", "allow_always", "reject_once"]
-
 __all__ = [
     "KINDS",
     "MODE_INFO",
     "PLAN_TOOL",
     "STOP_REASONS",
-    "PermissionChoice",
+    "Prompt",
     "PromptBlock",
     "UnsupportedContent",
     "Update",
