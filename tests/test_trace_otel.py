@@ -369,10 +369,12 @@ def test_off_by_default_and_the_environment_switch() -> None:
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
     }
     assert otel.config_from(None, env) == otel.OtelConfig(
-        "http://127.0.0.1:4318", True, (("api-key", "a=b"), ("x", "y"))
+        "http://127.0.0.1:4318", True, (("api-key", "a=b"), ("x", "y")), 2.0
     )
     mine = Settings(otel=OtelSettings("http://collector:4318"))
     assert otel.config_from(mine, env) == otel.OtelConfig("http://collector:4318", False, ())
+    assert otel.config_from(mine, {"KEEL_OTEL_TIMEOUT": "9"}).timeout_s == 9.0  # type: ignore[union-attr]
+    assert otel.config_from(mine, {"KEEL_OTEL_TIMEOUT": "nan"}).timeout_s == 2.0  # type: ignore[union-attr]
 
 
 def test_importing_it_loads_no_opentelemetry() -> None:
@@ -499,3 +501,28 @@ def test_journal_append_latency_from_a_real_journal(receiver: Receiver, tmp_path
     counts = {attrs(p)["keel.journal.durable"]: p.count for p in points}
     assert counts == {True: 1, False: 1}
     assert all(0 < p.sum < 5 for p in points)
+
+
+def test_a_collector_that_is_down_costs_a_bounded_wait_and_one_warning(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Nothing printed over the terminal (the SDK logs would land on stderr, under a TUI),
+    no exception, the exit held for about the timeout, and one line for the caller to show."""
+    import time
+
+    from tests.helpers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {"KEEL_OTEL": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": url, "KEEL_OTEL_TIMEOUT": "0.5"}
+    sink = otel.sink_from(None, env)
+    assert isinstance(sink, otel.OtelExporter)
+    assert sink.config.timeout_s == 0.5
+    for row in records():
+        sink(row)
+    start = time.monotonic()
+    warnings = otel.shutdown()
+    assert time.monotonic() - start < 3
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"OpenTelemetry export to {url} failed: ")
+    assert capfd.readouterr() == ("", "")
+    assert otel.shutdown() == []  # reported once

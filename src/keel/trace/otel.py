@@ -36,6 +36,7 @@ export failure is the SDK's to log, and a record it cannot place is dropped.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -81,12 +82,18 @@ DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
                     40.96, 81.92]  # fmt: skip
 
 
+DEFAULT_TIMEOUT_S = 2.0
+
+
 @frozen
 class OtelConfig:
     #: The OTLP/HTTP base URL (`/v1/traces` and `/v1/metrics` are appended).
     endpoint: str
     capture_content: bool = False
     headers: tuple[tuple[str, str], ...] = ()
+    #: How long one export (retries included) and each final flush may take: a collector that
+    #: is down must not hold keel's exit for long (`KEEL_OTEL_TIMEOUT`, seconds).
+    timeout_s: float = 2.0  # DEFAULT_TIMEOUT_S
 
 
 def _truthy(value: str | None) -> bool:
@@ -99,9 +106,10 @@ def config_from(settings: Settings | None, env: Mapping[str, str]) -> OtelConfig
     `KEEL_OTEL_CAPTURE_CONTENT=1` or OpenTelemetry's
     `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`)."""
     configured = getattr(settings, "otel", None) if settings is not None else None
+    timeout = _seconds(env.get("KEEL_OTEL_TIMEOUT"), DEFAULT_TIMEOUT_S)
     if configured is not None:
         return OtelConfig(
-            configured.endpoint, configured.capture_content, tuple(configured.headers)
+            configured.endpoint, configured.capture_content, tuple(configured.headers), timeout
         )
     endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if not (_truthy(env.get("KEEL_OTEL")) and endpoint):
@@ -109,7 +117,16 @@ def config_from(settings: Settings | None, env: Mapping[str, str]) -> OtelConfig
     capture = _truthy(env.get("KEEL_OTEL_CAPTURE_CONTENT")) or _truthy(
         env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
     )
-    return OtelConfig(endpoint, capture, _parse_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", "")))
+    headers = _parse_headers(env.get("OTEL_EXPORTER_OTLP_HEADERS", ""))
+    return OtelConfig(endpoint, capture, headers, timeout)
+
+
+def _seconds(text: str | None, default: float) -> float:
+    try:
+        value = float(text or "")
+    except ValueError:
+        return default
+    return value if 0 < value <= 60 else default
 
 
 def _parse_headers(text: str) -> tuple[tuple[str, str], ...]:
@@ -125,6 +142,23 @@ def _parse_headers(text: str) -> tuple[tuple[str, str], ...]:
 
 
 _ACTIVE: list[OtelExporter] = []
+#: What the SDK logged about failed exports (it logs to the `opentelemetry` logger, which would
+#: otherwise print over the TUI): reported once, by `shutdown`.
+_FAILURES: list[str] = []
+
+
+class _Failures(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(_FAILURES) < 20:
+            message = record.getMessage().strip()
+            _FAILURES.append(message.splitlines()[0][:300] if message else record.levelname)
+
+
+def _capture_sdk_logs() -> None:
+    logger = logging.getLogger("opentelemetry")
+    if not any(isinstance(h, _Failures) for h in logger.handlers):
+        logger.addHandler(_Failures(logging.WARNING))
+        logger.propagate = False
 
 
 def sink_from(
@@ -163,10 +197,23 @@ def observe_journal(journal: Journal) -> bool:
     return True
 
 
-def shutdown() -> None:
-    """End the spans still open, export everything buffered, stop the exporters."""
+def shutdown() -> list[str]:
+    """End the spans still open, export everything buffered (within each exporter's timeout),
+    stop the exporters. Returns one line per endpoint that failed, for the caller to show as a
+    warning (empty when all went well)."""
+    endpoints = []
     while _ACTIVE:
-        _ACTIVE.pop().shutdown()
+        exporter = _ACTIVE.pop()
+        exporter.shutdown()
+        endpoints.append(exporter.config.endpoint)
+    failures, _FAILURES[:] = list(_FAILURES), []
+    if not failures:
+        return []
+    first = failures[0] if len(failures[0]) <= 160 else failures[0][:157] + "..."
+    return [
+        f"OpenTelemetry export to {endpoint} failed: {first} ({len(failures)} problem(s))"
+        for endpoint in endpoints
+    ]
 
 
 def provider_name(model: str, default: str = "") -> tuple[str, str]:
@@ -234,16 +281,20 @@ class OtelExporter:
 
         from keel import __version__
 
+        _capture_sdk_logs()
         self.config = config
         base = config.endpoint.rstrip("/")
+        timeout = config.timeout_s
         headers = dict(config.headers)
         resource = Resource.create({"service.name": "keel", "service.version": __version__})
         self._tracer_provider = TracerProvider(resource=resource)
         self._tracer_provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=headers))
+            BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=f"{base}/v1/traces", headers=headers, timeout=timeout)
+            )
         )
         self._reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=headers),
+            OTLPMetricExporter(endpoint=f"{base}/v1/metrics", headers=headers, timeout=timeout),
             export_interval_millis=export_interval_s * 1000,
         )
         self._meter_provider = MeterProvider(resource=resource, metric_readers=[self._reader])
@@ -625,7 +676,8 @@ class OtelExporter:
             self._tools.clear()
             self._subagents.clear()
             self._turn = None
-        self._tracer_provider.force_flush()
+        millis = int(self.config.timeout_s * 1000)
+        self._tracer_provider.force_flush(timeout_millis=millis)
         self._tracer_provider.shutdown()
-        self._meter_provider.force_flush()
-        self._meter_provider.shutdown()
+        self._meter_provider.force_flush(timeout_millis=millis)
+        self._meter_provider.shutdown(timeout_millis=millis)
