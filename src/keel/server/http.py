@@ -406,7 +406,13 @@ class Api:
         request_id = request.path_params["request_id"]
         body = await read_body(
             request,
-            {"allow": (bool,), "always": (bool,), "reason": STR, "values": (dict, NONE)},
+            {
+                "allow": (bool,),
+                "always": (bool,),
+                "reason": STR,
+                "mode": STR,
+                "values": (dict, NONE),
+            },
         )
         waiting = {q.request_id: q for q in hosted.agent.pending_questions()}
         question = waiting.get(request_id)
@@ -421,11 +427,19 @@ class Api:
             if "allow" not in body or "values" in body:
                 raise ApiError(
                     400,
-                    "a permission question takes {allow, always, reason}",
+                    "a permission question takes {allow, always, reason, mode}",
                     'e.g. {"allow": true}',
                 )
             scope: Literal["once", "always"] = "always" if body.get("always") else "once"
-            reply: Any = PermissionReply(body["allow"], scope, body.get("reason", ""))
+            mode = None
+            if "mode" in body:  # a plan approval: the mode to go on in
+                from keel.permissions.gate import parse_mode
+
+                try:
+                    mode = parse_mode(body["mode"])
+                except UserError as exc:
+                    raise ApiError.of(exc) from exc
+            reply: Any = PermissionReply(body["allow"], scope, body.get("reason", ""), mode)
             answer: dict[str, Any] = {
                 "request_id": request_id,
                 "allow": body["allow"],

@@ -213,7 +213,11 @@ def spec() -> dict[str, Any]:
                     "question ({values} or {reason})",
                     _json(_obj(request_id=STR, allow=BOOL, scope=STR, answered=BOOL), "Answered"),
                     body=_obj(
-                        allow=BOOL, always=BOOL, reason=STR, values={"type": ["object", "null"]}
+                        allow=BOOL,
+                        always=BOOL,
+                        reason=STR,
+                        mode=STR,
+                        values={"type": ["object", "null"]},
                     ),
                     params=(
                         SESSION,
