@@ -710,3 +710,47 @@ def test_keel_p_debug_writes_a_trace_beside_the_session_that_resume_continues(
     assert list(trace.http_bodies(folder, records).values()) == received
     for path, data in files_under(folder).items():
         assert KEY.encode() not in data, f"the key leaked into {path}"
+
+
+def test_background_events_between_prompts_are_traced_with_their_agent(project: Path) -> None:
+    from keel.agent.events import SubagentEvent, ToolStarted
+    from keel.llm.events import Notice
+    from keel.llm.messages import ToolUse
+
+    agent = agent_for(ScriptedProvider([]), project, model="scripted")
+    seen: list[Event] = []
+    agent.on_background_event = seen.append
+    tracer = trace.attach(agent, directory=project / "t.trace")
+    call = ToolUse("toolu_9", "grep", {"pattern": "x"})
+    agent.forward(SubagentEvent("toolu_task", "explore", "look", ToolStarted(call, 5.0), "bg-1"))
+    agent.forward(Notice("between prompts", "info"))
+    tracer.close()
+    assert [type(e).__name__ for e in seen] == ["SubagentEvent", "Notice"]
+    records = trace.read(project / "t.trace")
+    assert [(r["kind"], r.get("agent"), r.get("parent"), r["t"]) for r in records[1:]] == [
+        ("tool_start", "explore", "toolu_task", 5.0),
+        ("notice", None, None, records[2]["t"]),
+    ]
+    assert records[1]["data"] == {"id": "toolu_9", "name": "grep", "input": {"pattern": "x"}}
+
+
+def test_an_untraced_agent_run_after_a_traced_one_is_not_recorded(project: Path) -> None:
+    import asyncio
+
+    directory = project / "t.trace"
+
+    async def run(server: AnthropicServer) -> None:
+        traced, untraced = anthropic_agent(server, project), anthropic_agent(server, project)
+        tracer = trace.attach(traced, directory=directory)
+        await traced.run("one")
+        await untraced.run("two")  # the same task, so the same context
+        await traced.run("three")
+        for agent in (traced, untraced):
+            await agent.aclose()
+        tracer.close()
+
+    with AnthropicServer([reply("1"), reply("2"), reply("3")], api_key=KEY) as server:
+        asyncio.run(run(server))
+    records = trace.read(directory)
+    assert [r["data"]["n"] for r in records if r["kind"] == "http"] == [1, 2]
+    assert [r["data"]["prompt"] for r in records if r["kind"] == "turn_start"] == ["one", "three"]

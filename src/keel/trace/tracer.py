@@ -691,6 +691,12 @@ class Tracer:
             self._req_of.pop(key, None)
             self._bodies.pop(key, None)
             _CURRENT.set(self._outer.pop(key, None))
+        else:
+            # The run is over: what runs next in this context (another, untraced agent) is not
+            # observed (the next run of this agent activates the tracer again).
+            _CURRENT.set(None)
+            if HTTP_OBSERVER.get() is self:
+                HTTP_OBSERVER.set(None)
 
     def _subagent(self, e: SubagentEvent, agent: str, parent: str) -> None:
         inner: Event = e
