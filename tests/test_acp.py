@@ -630,6 +630,10 @@ async def test_load_replays_an_earlier_session_and_continues_it(
         "session/load", {"sessionId": "nope", "cwd": str(project), "mcpServers": []}
     )
     assert unknown["error"]["code"] == -32602
+    prefix = await second.call(
+        "session/load", {"sessionId": sid[:-2], "cwd": str(project), "mcpServers": []}
+    )
+    assert prefix["error"]["data"] == {"details": f"no session {sid[:-2]}"}
     loaded = await second.call(
         "session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}
     )
@@ -1000,4 +1004,37 @@ async def test_linked_and_embedded_files_are_attached_to_the_prompt(
         '<attached-file path="util.py">\nX = 1\n</attached-file>\n\n'
         '<attached-file path="app.py">\n@README.md\ndef main(): ...\n</attached-file>'
     )
+    await client.close()
+
+
+async def test_an_error_instead_of_an_answer_denies(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """Fail closed: a client that answers the question with a JSON-RPC error is a no."""
+    write = reply("", ("write", {"path": "new.txt", "content": "hello\n"}))
+    anthropic.add(write, reply("ok"))
+    client = await connect()
+    await client.initialize()
+    sid = await client.new_session(project)
+    running = client.start(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "write"}]}
+    )
+    await client.until(lambda: bool(client.requests))
+    await client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": client.requests[0]["id"],
+            "error": {"code": -32603, "message": "the panel crashed"},
+        }
+    )
+    assert (await running)["result"] == {"stopReason": "end_turn"}
+    assert not (project / "new.txt").exists()
+    result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert result["is_error"] is True
+    assert result["content"] == [
+        {
+            "type": "text",
+            "text": "the user denied this: the editor did not answer (the panel crashed)",
+        }
+    ]
     await client.close()
