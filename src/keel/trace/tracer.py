@@ -98,7 +98,13 @@ def _private_dir(path: Path) -> None:
 
 
 def _open_private(path: Path, flags: int) -> int:
-    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    """`path` opened for writing, 0600: created so (the umask can only take bits away), or an
+    existing file (a reopened trace) narrowed to it. Never through a symlink."""
+    flags |= os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = os.open(path, flags)
     os.fchmod(fd, 0o600)
     return fd
 
