@@ -484,7 +484,7 @@ async def test_cancel_mid_tool_stops_the_command_and_the_prompt_returns_cancelle
     assert asyncio.get_running_loop().time() - t0 < 10
     assert done["result"] == {"stopReason": "cancelled"}
     updates = for_session(client.updates, sid)
-    assert updates[:2] == [
+    assert updates == [
         {
             "sessionUpdate": "tool_call",
             "toolCallId": sid_call,
@@ -494,6 +494,12 @@ async def test_cancel_mid_tool_stops_the_command_and_the_prompt_returns_cancelle
             "rawInput": {"command": "sleep 30"},
         },
         started,
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": sid_call,
+            "status": "failed",
+            "content": [{"type": "content", "content": text("```\ninterrupted by user\n```")}],
+        },
     ]
     # No model request after the cancel.
     assert len(anthropic.model_requests) == 1
