@@ -754,3 +754,47 @@ def test_an_untraced_agent_run_after_a_traced_one_is_not_recorded(project: Path)
     records = trace.read(directory)
     assert [r["data"]["n"] for r in records if r["kind"] == "http"] == [1, 2]
     assert [r["data"]["prompt"] for r in records if r["kind"] == "turn_start"] == ["one", "three"]
+
+
+def test_a_question_answered_by_the_user_is_one_permission_record(project: Path) -> None:
+    import asyncio
+
+    from keel.agent.events import PermissionAsked
+    from keel.permissions.gate import PermissionReply
+
+    directory = project / "t.trace"
+    script = [reply("", ("bash", {"command": "touch made.txt"})), reply("done")]
+
+    async def run(server: AnthropicServer) -> None:
+        gate = PermissionGate(mode="default", root=project, cwd=project)
+        agent = anthropic_agent(server, project, gate=gate)
+        agent.ask_through_events()
+
+        def answer(event: Event) -> None:
+            if isinstance(event, PermissionAsked):
+                agent.answer(event.request_id, PermissionReply(False, reason="not now"))
+
+        tracer = trace.attach(agent, directory=directory)
+        await agent.run("make a file", answer)
+        await agent.aclose()
+        tracer.close()
+
+    with AnthropicServer(script, api_key=KEY) as server:
+        asyncio.run(run(server))
+    records = trace.read(directory)
+    (permission,) = (r for r in records if r["kind"] == "permission")
+    data = permission["data"]
+    assert data.pop("waited_ms") >= 0
+    assert permission["req"] == 1
+    assert data == {
+        "request_id": "perm-1",
+        "tool_use_id": script[0].message.tool_uses[0].id,
+        "tool": "bash",
+        "reason": "run a command",
+        "suggestion": "bash(touch *)",
+        "allow": False,
+        "scope": "once",
+        "by": "user",
+        "answer": "not now",
+    }
+    assert not (project / "made.txt").exists()
