@@ -847,3 +847,152 @@ def test_live_page_follows_records_appended_while_it_is_open(
     ).read_text(encoding="utf-8")
     assert page.problems == []
     assert page.external == []
+
+
+# ------------------------------------------------------------------ a real recorded session
+
+
+@pytest.fixture(scope="module")
+def real_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return trace_fixture.record_session(tmp_path_factory.mktemp("real"))
+
+
+@pytest.fixture(scope="module")
+def real_page(real_trace: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("real-html") / "trace.html"
+    write_html(real_trace, out)
+    return out
+
+
+def read_records(directory: Path) -> list[dict[str, Any]]:
+    lines = (directory / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.needs("chromium")
+def test_a_real_session_lanes_ledger_and_search(
+    page: Any, real_page: Path, real_trace: Path
+) -> None:
+    """The tracer's own records of `keel -p --debug` (two subagents, one label): nested lanes,
+    every record in the ledger, each request in its agent's lane, search."""
+    records = read_records(real_trace)
+    check_html(real_page.read_text(encoding="utf-8"))
+    open_static(page, real_page)
+    tasks = [r for r in records if r["kind"] == "tool_start" and r["data"]["name"] == "task"]
+    assert [r["data"]["input"]["description"] for r in tasks] == [
+        "find sleeping tests",
+        "count test files",
+    ]
+    lanes = page.eval_on_selector_all(
+        "#lane-names .lane-name",
+        "ls => ls.map(l => [l.textContent.replace(/^[▾▸]/, ''), l.dataset.label, Number(l.dataset.depth), l.dataset.parentTool])",
+    )
+    assert lanes == [
+        ["main", "", 0, ""],
+        ["explore: find sleeping tests", "explore", 1, tasks[0]["data"]["id"]],
+        ["explore: count test files", "explore", 1, tasks[1]["data"]["id"]],
+    ]
+    lane_of = {"": 0, tasks[0]["data"]["id"]: 1, tasks[1]["data"]["id"]: 2}
+    expected: dict[str, list[int]] = {}
+    for r in records:
+        if r["kind"] == "request":
+            expected.setdefault(str(lane_of[r.get("parent", "")]), []).append(r["req"])
+    drawn = page.evaluate(
+        """() => { const out = {}; document.querySelectorAll('#lanes .item.req').forEach(el => {
+             const lane = Math.round((parseFloat(el.style.top) - 4) / 30);
+             (out[lane] = out[lane] || []).push(Number(el.dataset.req)); }); return out; }"""
+    )
+    assert drawn == expected
+    assert len(expected["1"]) == len(expected["2"]) == 1
+    rows = page.eval_on_selector_all(
+        "#ledger tbody tr", "rs => rs.map(r => [Number(r.dataset.seq), r.dataset.kind])"
+    )
+    assert rows == [[r["seq"], r["kind"]] for r in records]
+    for query in ("time.sleep", "readiness poll", "non-interactively"):
+        page.fill("#search", query)
+        assert (query, visible_seqs(page)) == (query, expected_search(records, query))
+        assert visible_seqs(page)
+    assert page.problems == []
+    assert page.external == []
+
+
+@pytest.mark.needs("chromium")
+def test_a_real_session_retry_denial_and_cache_break(
+    page: Any, real_page: Path, real_trace: Path
+) -> None:
+    import difflib
+
+    records = read_records(real_trace)
+    open_static(page, real_page)
+    # The request retried after a 529: one request, two exchanges.
+    page.click("#ledger tr[data-kind=request]")
+    assert page.text_content("#inspector h2") == "Request #1 · main"
+    heads = page.eval_on_selector_all(
+        "#inspector .http > div:first-child b", "bs => bs.map(b => b.textContent)"
+    )
+    assert heads == ["attempt 1: POST 529", "attempt 2: POST 200"]
+    # The write the headless run refused, with the hook that saw it first.
+    end = next(r for r in records if r["kind"] == "tool_end" and r["data"]["name"] == "write")
+    page.click(f"#ledger tr[data-seq='{end['seq']}']")
+    text = page.text_content("#inspector table.kv")
+    assert "denied by headless (once), waited 0 ms" in text
+    assert "(it never started)" in text
+    assert json.loads(page.text_content("#inspector .tool-input")) == {
+        "path": "tests/test_net.py",
+        "content": "def test_x():\n    wait_for_port()\n",
+    }
+    assert page.eval_on_selector_all("#ledger tr .badge.deny", "bs => bs.length") == 1
+    # The one cache break: the resumed session's system prompt gained AGENTS.md (and the
+    # compaction before it dropped the earlier messages); the compaction call itself breaks
+    # nothing, nor does the reopened trace's reset.
+    requests = {r["req"]: r for r in records if r["kind"] == "request"}
+    systems = {
+        r["data"]["system_hash"]: r["data"]["system"]
+        for r in requests.values()
+        if "system" in r["data"]
+    }
+    before, after = (
+        systems[requests[5]["data"]["system_hash"]],
+        systems[requests[7]["data"]["system_hash"]],
+    )
+    assert requests[7]["data"]["reset"]
+    assert requests[6]["data"]["purpose"] == "compaction"
+    assert page.eval_on_selector_all(
+        "#ledger tr.cache-break", "rs => rs.map(r => Number(r.dataset.seq))"
+    ) == [requests[7]["seq"]]
+    page.click(f"#ledger tr[data-seq='{requests[7]['seq']}']")
+    pairs = enumerate(zip(before, after, strict=False))
+    index = next((i for i, (a, b) in pairs if a != b), min(len(before), len(after)))
+    assert page.eval_on_selector_all(".cbreak .brk-reason", "ls => ls.map(l => l.textContent)") == [
+        f"system prompt differs at character {index} (line {before[:index].count(chr(10)) + 1})",
+        "messages differ at message 1 of the 5 sent before (reset)",
+    ]
+    write = next(r for r in records if r["kind"] == "response" and r["req"] == 7)["data"]["usage"][
+        "cache_write"
+    ]
+    assert f"{write:,} cache-write tokens that should have been reads" in page.text_content(
+        ".cbreak"
+    )
+    diff = page.eval_on_selector_all(
+        ".system-diff .diff > div", "ds => ds.map(d => [d.className, d.textContent])"
+    )
+    added = [
+        line[2:]
+        for line in difflib.ndiff(before.split("\n"), after.split("\n"))
+        if line.startswith("+ ")
+    ]
+    assert [t for c, t in diff if c == "add"] == ["+ " + line for line in added]
+    assert [t for c, t in diff if c == "del"] == []
+    assert "Run the tests with pytest -x." in added
+    # A subagent's report carrying </script> and <!-- is text in the page.
+    report = next(
+        r
+        for r in records
+        if r["kind"] == "tool_end"
+        and r["data"]["name"] == "task"
+        and HOSTILE in r["data"]["output"]
+    )
+    page.click(f"#ledger tr[data-seq='{report['seq']}']")
+    assert HOSTILE in page.text_content("#inspector .tool-output")
+    assert page.title() == "keel trace"
+    assert page.problems == []

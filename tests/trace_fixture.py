@@ -692,3 +692,139 @@ def rebuild(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
         last[agent] = full
         out[rec["req"]] = full
     return out
+
+
+# ------------------------------------------------------------------ a real recorded session
+
+REAL_PROMPT = "find the flaky tests and fix them"
+
+
+def record_session(root: Path) -> Path:
+    """Run a real scripted session with `keel -p --debug` against a loopback Anthropic server
+    and return its trace folder: the first request fails with a 529 and is retried; the model
+    starts two `task` subagents (one label, `explore`, two agents); a PreToolUse hook (the
+    user's own settings) sees the `write` call that the headless run then refuses; `keel
+    compact` compacts the session; a resume with `--force` after AGENTS.md changed sends another
+    system prompt (the cache break), and one subagent's report carries `</script>` and `<!--`.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from keel.llm.messages import Usage
+    from keel.testing.anthropic_server import AnthropicServer
+    from keel.testing.script import Fault, Reply, reply
+
+    home, project = root / "home", root / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_net.py").write_text(
+        "import time\n\ndef test_x():\n    time.sleep(0.5)\n", encoding="utf-8"
+    )
+    (home / "config").mkdir(parents=True)
+    hooks = {
+        "PreToolUse": [{"matcher": "write", "hooks": [{"type": "command", "command": "true"}]}]
+    }
+    (home / "config" / "settings.json").write_text(json.dumps({"hooks": hooks}), encoding="utf-8")
+    key = "sk-ant-viewer-test"
+    env = {
+        **os.environ,
+        "KEEL_HOME": str(home),
+        "KEEL_CONFIG_DIR": str(home / "config"),
+        "HOME": str(home / "user"),
+        "ANTHROPIC_API_KEY": key,
+    }
+    env.pop("KEEL_DEBUG", None)
+
+    def usage(i: int, o: int, r: int = 0, w: int = 0) -> Usage:
+        return Usage(input=i, output=o, cache_read=r, cache_write=w)
+
+    def slow(step: Reply, delay: float) -> Reply:
+        step.delay = delay  # server-side think time, so the timeline has something to show
+        return step
+
+    task = "task"
+    script: list[Reply | Fault] = [
+        Fault("status", status=529),
+        slow(
+            reply(
+                "I'll search in parallel.",
+                (
+                    task,
+                    {
+                        "description": "find sleeping tests",
+                        "prompt": "grep tests/ for time.sleep",
+                        "subagent_type": "explore",
+                    },
+                ),
+                (
+                    task,
+                    {
+                        "description": "count test files",
+                        "prompt": "glob tests/*.py and count",
+                        "subagent_type": "explore",
+                    },
+                ),
+                usage=usage(1200, 80, 0, 4000),
+            ),
+            0.5,
+        ),
+        slow(
+            reply(f"tests/test_net.py sleeps 0.5 s: {HOSTILE}", usage=usage(300, 30, 0, 900)), 0.6
+        ),
+        slow(reply("one test file.", usage=usage(300, 30, 0, 900)), 0.3),
+        slow(
+            reply(
+                "Let me fix the sleep.",
+                (
+                    "write",
+                    {
+                        "path": "tests/test_net.py",
+                        "content": "def test_x():\n    wait_for_port()\n",
+                    },
+                ),
+                usage=usage(100, 40, 5200, 200),
+            ),
+            0.4,
+        ),
+        slow(
+            reply(
+                "The test sleeps; replace it with a readiness poll.", usage=usage(90, 60, 5400, 150)
+            ),
+            0.4,
+        ),
+        slow(
+            reply(
+                "Summary: the user wants the flaky test fixed; test_net sleeps.",
+                usage=usage(3000, 100),
+            ),
+            0.5,
+        ),
+        slow(reply("Continuing from the summary.", usage=usage(200, 20, 0, 1500)), 0.3),
+        slow(reply("Done.", usage=usage(200, 20, 1500, 60)), 0.3),
+    ]
+    model = "anthropic/claude-sonnet-4-5"
+
+    def keel(*args: str) -> None:
+        run = subprocess.run(
+            [sys.executable, "-m", "keel", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert run.returncode == 0, (args, run.stdout, run.stderr)
+
+    with AnthropicServer(script, api_key=key) as server:
+        env["ANTHROPIC_BASE_URL"] = server.url
+        keel("-p", "--debug", "--model", model, REAL_PROMPT)
+        (session,) = home.glob("sessions/*/*.jsonl")
+        keel("compact", "--debug", "--model", model, session.stem)
+        (project / "AGENTS.md").write_text("Run the tests with pytest -x.\n", encoding="utf-8")
+        keel(
+            "-p", "--debug", "--force", "--model", model, "-r", session.stem, "now make that change"
+        )
+        assert not server.script, "the session did not use the whole script"
+        assert not server.errors, server.errors
+    return session.with_name(f"{session.stem}.trace")

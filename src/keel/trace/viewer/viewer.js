@@ -363,7 +363,8 @@
     for (const [, tl] of S.tools) {
       const s = tl.start, e = tl.end;
       const rec = s || e;
-      const a = e && typeof e.data.started_at === "number" ? e.data.started_at : rec.t;
+      // A call refused before it ran has no start record and `started_at` 0.
+      const a = e && num(e.data.started_at) > 0 ? e.data.started_at : s ? s.t : rec.t - num(e && e.data.seconds);
       const b = e ? a + num(e.data.seconds) : now;
       out.push({ type: "tool", agent: rec.lane, a, b, seq: rec.seq, err: e && e.data.is_error, name: rec.data.name });
     }
@@ -371,7 +372,7 @@
       const d = rec.data;
       if (rec.kind === "permission") out.push({ type: "perm", agent: rec.lane, a: rec.t - num(d.waited_ms) / 1000, b: rec.t, seq: rec.seq });
       else if (rec.kind === "hook") {
-        const a = typeof d.started_at === "number" ? d.started_at : rec.t - num(d.duration_ms) / 1000;
+        const a = num(d.started_at) > 0 ? d.started_at : rec.t - num(d.duration_ms) / 1000;
         out.push({ type: "hook", agent: rec.lane, a, b: a + num(d.duration_ms) / 1000, seq: rec.seq });
       }
       else if (["turn_start", "compaction", "notice", "error"].includes(rec.kind))
@@ -674,7 +675,7 @@
     return h("div", { class: "cbreak" + (b.expected ? " expected" : "") },
       h("b", null, "cache break"), b.expected ? ` (expected: ${b.expected})` : "",
       `: the prefix sent differs from request #${b.prev.req} of this agent`,
-      h("ul", null, b.reasons.map((x) => h("li", { class: "brk-reason" }, `${x.what} differs at ${x.where}`))),
+      h("ul", null, b.reasons.map((x) => h("li", { class: "brk-reason" }, `${x.what} ${x.what === "messages" ? "differ" : "differs"} at ${x.where}`))),
       h("div", null, w === null ? "cost: waiting for the response" : `${fmtInt(w)} cache-write tokens that should have been reads` + (r ? ` · request cost ${fmtCost(r.data.cost)}` : "")));
   }
 
@@ -690,7 +691,7 @@
       h("h2", null, `Tool ${rec.data.name} · ${agentName(rec.lane)}`),
       kv([["id", id], ["agent", agentName(rec.lane)], ["kind", s && s.data.kind],
         ["called by", call ? link("request #" + call.req, call.response.seq) : undefined],
-        ["started", s ? "+" + fmtRel(e && e.data.started_at ? e.data.started_at : s.t) + " s" : undefined],
+        ["started", s ? "+" + fmtRel(e && num(e.data.started_at) > 0 ? e.data.started_at : s.t) + " s" : undefined],
         ["duration", e ? fmtMs(num(e.data.seconds) * 1000) + (s ? "" : " (it never started)") : "running…"],
         ["result", e ? (e.data.is_error ? "error" : "ok") + (e.data.truncated ? " (output cut at 64 kB)" : "") : undefined],
         ["permission", perm ? h("span", null, `${perm.data.allow ? "allowed" : "denied"} by ${perm.data.by}${perm.data.scope ? " (" + perm.data.scope + ")" : ""}, waited ${fmtMs(perm.data.waited_ms)} `, link("#" + perm.seq, perm.seq)) : "no question asked"],
