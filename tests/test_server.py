@@ -1299,3 +1299,56 @@ def test_one_project_unless_all_projects(servers: Servers, tmp_path: Path) -> No
             },
         )
         assert c.get("/v1/sessions").json() == {"sessions": []}
+
+
+@pytest.mark.needs("sandbox")  # its bash runs unasked only in the sandbox
+def test_sigterm_mid_tool_suspends_and_the_tool_is_not_run_again(
+    servers: Servers, anthropic: AnthropicServer, project: Path
+) -> None:
+    bash = reply("", ("bash", {"command": "sleep 1 && echo once >> ran.txt"}))
+    anthropic.add(bash, reply("Finished."))
+    first = servers.start()
+    with first.client() as c:
+        sid = create(c)["id"]
+        events = Events(c, sid, after=0)
+        assert c.post(f"/v1/sessions/{sid}/prompt", json={"text": "run it"}).status_code == 202
+        events.until("tool_started")
+        first.proc.send_signal(signal.SIGTERM)
+        assert events.until("server_stopping")[-1].data["type"] == "server_stopping"
+        events.close()
+    assert first.proc.wait(15) == -signal.SIGTERM
+    # The call in flight finished and was journaled before the server went: suspended.
+    assert (project / "ran.txt").read_text(encoding="utf-8") == "once\n"
+    assert len(anthropic.model_requests) == 1
+    second = servers.start()
+    with second.client() as c:
+        listed = c.get("/v1/sessions").json()["sessions"]
+        assert [(s["id"], s["status"]) for s in listed] == [(sid, "suspended")]
+        assert c.post("/v1/sessions", json={"resume": sid}).json()["work"] == "resume"
+        events = Events(c, sid, after=0)
+        frames = events.until("status", busy=False)
+        events.close()
+    assert [f.data["result"] for f in frames if f.event == "result"] == ["Finished."]
+    assert not [f for f in frames if f.event == "tool_started"]
+    assert (project / "ran.txt").read_text(encoding="utf-8") == "once\n"
+    assert len(anthropic.model_requests) == 2
+
+
+def test_the_host_check_follows_the_address() -> None:
+    from keel.cli.serve import allowed_hosts, is_loopback
+
+    loopback = frozenset({"127.0.0.1:8080", "localhost:8080", "[::1]:8080"})
+    assert allowed_hosts("127.0.0.1", 8080, False) == loopback
+    names = frozenset({"127.0.0.1", "localhost", "[::1]"})
+    assert allowed_hosts("127.0.0.1", 80, False) == names | {f"{n}:80" for n in names}
+    assert allowed_hosts("10.0.0.5", 8080, True) == loopback | {"10.0.0.5:8080"}
+    assert allowed_hosts("fd00::5", 8080, True) == loopback | {"[fd00::5]:8080"}
+    assert allowed_hosts("Box.Example", 8080, True) == loopback | {"box.example:8080"}
+    assert allowed_hosts("0.0.0.0", 8080, True) is None
+    assert allowed_hosts("::", 8080, True) is None
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost")] == [
+        True
+    ] * 5
+    assert [is_loopback(h) for h in ("0.0.0.0", "10.0.0.5", "::", "localhost.example")] == [
+        False
+    ] * 4
