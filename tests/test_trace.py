@@ -798,3 +798,17 @@ def test_a_question_answered_by_the_user_is_one_permission_record(project: Path)
         "answer": "not now",
     }
     assert not (project / "made.txt").exists()
+
+
+def test_importing_keel_trace_loads_nothing_more() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, keel; before = set(sys.modules); import keel.trace; "
+        "print(sorted(set(sys.modules) - before))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout == "['keel.trace']\n"
