@@ -607,10 +607,38 @@ async def test_plan_approval_switches_mode_and_tells_the_client(
         }
     ]
     updates = for_session(client.updates, sid)
-    switched = {"sessionUpdate": "current_mode_update", "currentModeId": "accept-edits"}
-    assert switched in updates
+    wid = call_id(write)
+    diff = [{"type": "diff", "path": str(project / "new.txt"), "newText": "hello\n"}]
+    approved = "The user approved the plan. Carry it out now, step by step."
     # The mode changed before the write, which then ran without a question.
-    assert updates.index(switched) < [u.get("toolCallId") for u in updates].index(call_id(write))
+    assert updates == [
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": pid,
+            "title": "Ready to code: approve the plan",
+            "kind": "switch_mode",
+            "status": "pending",
+            "rawInput": {"plan": plan_text},
+        },
+        {"sessionUpdate": "tool_call_update", "toolCallId": pid, "status": "in_progress"},
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": pid,
+            "status": "completed",
+            "content": [{"type": "content", "content": text(approved)}],
+        },
+        {"sessionUpdate": "current_mode_update", "currentModeId": "accept-edits"},
+        write_call(sid, wid, project),
+        {"sessionUpdate": "tool_call_update", "toolCallId": wid, "status": "in_progress"},
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": wid,
+            "status": "completed",
+            "content": diff,
+        },
+        message("Done."),
+    ]
+    assert len(client.requests) == 1
     assert (project / "new.txt").read_text(encoding="utf-8") == "hello\n"
     await client.close()
 
