@@ -1352,3 +1352,28 @@ def test_the_host_check_follows_the_address() -> None:
     assert [is_loopback(h) for h in ("0.0.0.0", "10.0.0.5", "::", "localhost.example")] == [
         False
     ] * 4
+
+
+def test_always_saves_the_rule_as_the_tui_does(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    anthropic.add(
+        reply("", ("write", {"path": "a.txt", "content": "a\n"})),
+        reply("", ("write", {"path": "b.txt", "content": "b\n"})),  # not asked again
+        reply("Both written."),
+    )
+    with served.client() as c:
+        sid = create(c)["id"]
+        events = Events(c, sid, after=0)
+        assert c.post(f"/v1/sessions/{sid}/prompt", json={"text": "write"}).status_code == 202
+        rid = events.until("permission_request")[-1].data["request_id"]
+        r = c.post(f"/v1/sessions/{sid}/permissions/{rid}", json={"allow": True, "always": True})
+        assert r.json() == {"request_id": rid, "allow": True, "scope": "always"}
+        frames = events.until("status", busy=False)
+        events.close()
+    assert [f.event for f in frames].count("permission_request") == 0
+    saved = project / ".keel" / "settings.local.json"
+    notices = [f.data["text"] for f in frames if f.event == "notice"]
+    assert notices == [f"always allowed write (saved to {saved})"]
+    assert json.loads(saved.read_text(encoding="utf-8")) == {"permissions": {"allow": ["write"]}}
+    assert (project / "b.txt").read_text(encoding="utf-8") == "b\n"
