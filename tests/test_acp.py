@@ -807,11 +807,39 @@ async def test_always_allow_saves_the_rule_and_the_next_write_is_not_asked(
     assert [r["params"]["toolCall"]["toolCallId"] for r in client.requests] == [call_id(write)]
     saved = json.loads((project / ".keel" / "settings.local.json").read_text(encoding="utf-8"))
     assert saved == {"permissions": {"allow": ["write"]}}
-    thought = {
-        "sessionUpdate": "agent_thought_chunk",
-        "content": text("always allowed write (saved to .keel/settings.local.json)\n"),
+
+    def done(call: str, name: str, body: str) -> list[Json]:
+        diff = [{"type": "diff", "path": str(project / name), "newText": body}]
+        return [
+            {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "in_progress"},
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": call,
+                "status": "completed",
+                "content": diff,
+            },
+        ]
+
+    wid, oid = call_id(write), call_id(again)
+    other = write_call(sid, oid, project)
+    other = {
+        **other,
+        "title": "Write other.txt",
+        "content": [{"type": "diff", "path": str(project / "other.txt"), "newText": "more\n"}],
+        "locations": [{"path": str(project / "other.txt")}],
+        "rawInput": {"path": "other.txt", "content": "more\n"},
     }
-    assert thought in for_session(client.updates, sid)
+    assert for_session(client.updates, sid) == [
+        write_call(sid, wid, project),
+        {
+            "sessionUpdate": "agent_thought_chunk",
+            "content": text("always allowed write (saved to .keel/settings.local.json)\n"),
+        },
+        *done(wid, "new.txt", "hello\n"),
+        other,
+        *done(oid, "other.txt", "more\n"),
+        message("Both written."),
+    ]
     assert (project / "other.txt").read_text(encoding="utf-8") == "more\n"
     await client.close()
 
