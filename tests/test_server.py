@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -1149,6 +1150,17 @@ def test_serve_refuses_unsafe_settings_in_one_line(project: Path, tmp_path: Path
         port = () if "--port" in args else ("--port", "0")
         out = keel_serve(*port, *args, env=env, cwd=project)
         assert (out.returncode, out.stdout, out.stderr) == (2, "", line + "\n"), args
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = taken.getsockname()[1]
+        out = keel_serve("--port", str(busy), cwd=project)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2,
+        "",
+        f"keel: error: cannot listen on 127.0.0.1:{busy}: Address already in use "
+        "(hint: pick another --port (0: a free one))\n",
+    )
 
 
 def test_a_generated_token_is_printed_and_required(servers: Servers) -> None:
