@@ -414,6 +414,47 @@ async def test_a_compaction_request_is_announced_and_timed(
     assert event_json(turn) is None
 
 
+async def test_a_subagents_requests_are_timed_through_its_own_loop(project: Path) -> None:
+    from keel.agent.events import SubagentEvent
+    from keel.agent.subagents import enable_subagents, load_agent_types
+    from keel.testing.routing import RoutedProvider
+
+    task = {"description": "look", "prompt": "CHILD: look around", "subagent_type": "general"}
+    provider = RoutedProvider(
+        {
+            "PARENT": [reply("", ("task", task)), reply("Reported.")],
+            "CHILD": [Reply(reply("Nothing here.").message, delay=0.3)],
+        }
+    )
+    agent = Agent(
+        provider=provider,
+        model="scripted",
+        tools=builtin_tools(),
+        cwd=project,
+        system="parent system",
+        gate=AllowAll(),
+    )
+    enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))
+    events: list[Event] = []
+    await agent.run("PARENT: ask a child", events.append)
+    await agent.aclose()
+    child = [e.event for e in only(events, SubagentEvent)]
+    (started,) = only(child, RequestStarted)
+    (finished,) = only(child, RequestFinished)
+    (answer,) = only(child, AssistantMessage)
+    assert started.purpose == "turn"
+    assert started.request is not None
+    assert started.request.messages[0].text.startswith("CHILD: look around")
+    assert answer.timing is finished.timing
+    assert answer.timing.ttft_ms is not None
+    assert 300.0 <= answer.timing.ttft_ms < 300.0 + SLACK_MS
+    # Its lines in stream-json are the assistant line, labelled; the turn's RequestFinished is not.
+    labelled = [event_json(e) for e in only(events, SubagentEvent)]
+    kinds = [line["type"] for line in labelled if line is not None]
+    assert "request_finished" not in kinds
+    assert kinds.count("assistant") == 1
+
+
 # -- keel -p: stream-json, the journal, sessions show, resume ------------------------------------
 
 
@@ -651,3 +692,27 @@ async def test_the_tui_says_how_long_the_model_thought_live_and_when_reopened(
         await pilot.pause()
         assert notices(app2) == ["· thought for 1s"]
     await again.close()
+
+
+async def test_line_mode_says_how_long_the_model_thought(project: Path) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from keel.testing import ScriptedProvider
+    from keel.tui.line import LineFrontEnd, LineReader
+    from tests.tui_helpers import make_controller
+
+    controller = await make_controller(project, ScriptedProvider([], model=MODEL), start=False)
+    out = io.StringIO()
+    reader = LineReader(io.StringIO(""), asyncio.get_running_loop())
+    front = LineFrontEnd(controller, Console(file=out, width=100), reader, echo=False)
+    message = Message("assistant", (Text("Done."),), "anthropic", MODEL)
+    for thinking_ms in (2400.0, 400.0):  # only the first is worth a line
+        timing = RequestTiming(1.0, 300.0, thinking_ms, 50.0, thinking_ms + 50.0, None)
+        front.show(AssistantMessage(message, Usage(1, 1), "end_turn", 0.0, timing))
+    front.show(AssistantMessage(message, Usage(1, 1), "end_turn", 0.0))  # no timing: none
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]  # Markdown pads its lines
+    assert lines == ["Done.", "✻ thought for 2s", "Done.", "Done."]
+    await controller.close()
