@@ -144,12 +144,19 @@ def test_static_page_is_valid_html_with_the_trace_embedded_inertly(
     data_scripts = [body for attrs, body in parser.scripts if attrs.get("id") == "trace-data"]
     assert len(data_scripts) == 1
     embedded = json.loads(data_scripts[0])
-    bodies = sorted(p.name for p in (trace_dir / "http").iterdir())
     assert embedded["records"] == records
-    assert sorted(embedded["bodies"]) == [f"http/{name}" for name in bodies]
-    first = embedded["bodies"]["http/0001-request.json"]
-    raw = (trace_dir / "http" / "0001-request.json").read_bytes()
-    assert first == {"text": raw.decode(), "size": len(raw), "truncated": False}
+    numbers = [r["data"]["n"] for r in records if r["kind"] == "http"]
+    assert list(embedded["bodies"]) == [
+        f"{side}/{n}" for n in numbers for side in ("request", "response")
+    ]
+    for n in numbers:
+        for side, suffix in (("request", "request.json"), ("response", "response.txt")):
+            raw = (trace_dir / "http" / f"{n:04d}-{suffix}").read_bytes()
+            assert embedded["bodies"][f"{side}/{n}"] == {
+                "text": raw.decode(),
+                "size": len(raw),
+                "truncated": False,
+            }
     # One inline script runs: the viewer. Nothing is loaded from anywhere.
     assert [attrs for attrs, _ in parser.scripts] == [
         {"type": "application/json", "id": "trace-data"},
@@ -166,7 +173,7 @@ def test_static_page_caps_each_body_and_says_so(trace_dir: Path, tmp_path: Path)
     embedded = json.loads(next(b for a, b in parser.scripts if a.get("id") == "trace-data"))
     raw = (trace_dir / "http" / "0001-request.json").read_bytes()
     assert len(raw) > 100
-    assert embedded["bodies"]["http/0001-request.json"] == {
+    assert embedded["bodies"]["request/1"] == {
         "text": raw[:100].decode(),
         "size": len(raw),
         "truncated": True,
@@ -216,9 +223,7 @@ def test_static_page_inlines_no_file_outside_the_trace(tmp_path: Path) -> None:
     assert "root:" not in text
     parser = check_html(text)
     embedded = json.loads(next(b for a, b in parser.scripts if a.get("id") == "trace-data"))
-    assert embedded["bodies"] == {
-        "http/0003-request.json": {"text": '{"ok": 1}', "size": 9, "truncated": False}
-    }
+    assert embedded["bodies"] == {"request/3": {"text": '{"ok": 1}', "size": 9, "truncated": False}}
 
 
 def test_static_page_of_a_torn_trace_leaves_the_torn_line_out(tmp_path: Path) -> None:
@@ -376,6 +381,28 @@ def test_live_server_serves_records_incrementally_and_bodies_by_exact_name(
     ):
         response = get(server, f"{base}/http/{name}")
         assert (name, response.status_code) == (name, 404)
+        assert "TOP-SECRET" not in response.text
+    # A whole body by exchange number; one whose record names a file it may not is not served.
+    assert (
+        get(server, f"{base}/request/1").content
+        == (directory / "http" / "0001-request.json").read_bytes()
+    )
+    assert (
+        get(server, f"{base}/response/2").content
+        == (directory / "http" / "0002-response.txt").read_bytes()
+    )
+    for path in (f"{base}/request/999", f"{base}/events/1", f"{base}/request/-1"):
+        assert (path, get(server, path).status_code) == (path, 404)
+    with (directory / "events.jsonl").open("a", encoding="utf-8") as f:
+        bad = {
+            "n": 500,
+            "request_file": "http/../secret.txt",
+            "response_file": "http/0099-request.json",
+        }
+        f.write(json.dumps({"seq": 999, "t": 1.0, "kind": "http", "data": bad}) + "\n")
+    for path in (f"{base}/request/500", f"{base}/response/500"):
+        response = get(server, path)
+        assert (path, response.status_code) == (path, 404)
         assert "TOP-SECRET" not in response.text
     for path in (f"{base}/../secret.txt", f"{base}/http/../../secret.txt", f"{base}/secret.txt"):
         assert "TOP-SECRET" not in get(server, path).text
@@ -666,11 +693,11 @@ def test_retried_request_shows_both_exchanges_and_their_bodies(
     overview = page.text_content("#inspector table.kv")
     assert "attempts2" in overview.replace(" ", "")
     assert "anthropic: overloaded (529), retried once" in overview
-    page.click("#inspector .http >> nth=0 >> text=show http/0001-response.txt")
+    page.click("#inspector .http >> nth=0 >> text=show response body")
     assert page.text_content("#inspector .http >> nth=0 >> .body >> nth=1 >> pre") == (
         trace_dir / "http" / "0001-response.txt"
     ).read_text(encoding="utf-8")
-    page.click("#inspector .http >> nth=1 >> text=show http/0002-request.json")
+    page.click("#inspector .http >> nth=1 >> text=show request body")
     shown = json.loads(page.text_content("#inspector .http >> nth=1 >> .body >> nth=0 >> pre"))
     assert shown == json.loads(
         (trace_dir / "http" / "0002-request.json").read_text(encoding="utf-8")
@@ -840,7 +867,7 @@ def test_live_page_follows_records_appended_while_it_is_open(
     assert page.eval_on_selector_all("#ledger tbody tr", "rs => rs.length") == len(records) + 1
     # the bodies come from the server
     page.click("#ledger tr[data-kind=request]")
-    page.click("#inspector .http >> nth=0 >> text=show http/0001-response.txt")
+    page.click("#inspector .http >> nth=0 >> text=show response body")
     page.wait_for_selector("#inspector .http >> nth=0 >> .body >> nth=1 >> pre")
     assert page.text_content("#inspector .http >> nth=0 >> .body >> nth=1 >> pre") == (
         directory / "http" / "0001-response.txt"
@@ -996,3 +1023,19 @@ def test_a_real_session_retry_denial_and_cache_break(
     assert HOSTILE in page.text_content("#inspector .tool-output")
     assert page.title() == "keel trace"
     assert page.problems == []
+
+
+def test_bodies_stored_as_tails_are_put_together(real_trace: Path, tmp_path: Path) -> None:
+    """The tracer stores a request body that repeats the one before it as its tail
+    (`request_delta`); the page gets each whole body, equal to keel's own reassembly (which a
+    trace test compares with what the server received)."""
+    import keel.trace
+
+    records = read_records(real_trace)
+    assert any("request_delta" in r["data"] for r in records if r["kind"] == "http")
+    out = tmp_path / "p.html"
+    write_html(real_trace, out)
+    parser = check_html(out.read_text(encoding="utf-8"))
+    embedded = json.loads(next(b for a, b in parser.scripts if a.get("id") == "trace-data"))
+    whole = keel.trace.http_bodies(real_trace, records)
+    assert {n: embedded["bodies"][f"request/{n}"]["text"].encode() for n in whole} == whole

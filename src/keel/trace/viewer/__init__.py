@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BODY_NAME", "read_records", "serve", "write_html"]
 
-#: The only names a body file may have (`http/0001-request.json`, `http/0001-response.txt`).
-BODY_NAME = re.compile(r"\A[0-9]{4,12}-(?:request\.json|response\.txt)\Z")
+#: The only names a body file may have: `http/0001-request.json`, `http/0001-response.txt` and
+#: `http/0002-request.tail` (a body stored as what it adds to an earlier one, `request_delta`).
+BODY_NAME = re.compile(r"\A[0-9]{4,12}-(?:request\.json|request\.tail|response\.txt)\Z")
 
 #: What the page may load: only itself (served) or nothing at all (static). Content in records is
 #: never markup, but if it ever were, it could neither run script nor reach the network.
@@ -101,6 +102,59 @@ def _body_path(directory: Path, name: str) -> Path | None:
     return path
 
 
+def _file(directory: Path, ref: object) -> bytes | None:
+    """The bytes of the body file a record names (`http/0001-response.txt`), or None when the
+    name is not a body's or the file is missing."""
+    if not isinstance(ref, str) or not ref.startswith("http/"):
+        return None
+    path = _body_path(directory, ref.removeprefix("http/"))
+    return None if path is None else path.read_bytes()
+
+
+def _exchanges(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The `data` of every `http` record, by its number `n`."""
+    out: dict[int, dict[str, Any]] = {}
+    for record in records:
+        data = record.get("data")
+        if (
+            record.get("kind") == "http"
+            and isinstance(data, dict)
+            and isinstance(data.get("n"), int)
+        ):
+            out[data["n"]] = data
+    return out
+
+
+def _request_body(directory: Path, exchanges: dict[int, dict[str, Any]], n: int) -> bytes | None:
+    """The exact request body of exchange `n`: its `request_file`, or put together from its
+    `request_delta` (the first `keep` bytes of body `base`, then the tail file). None when a
+    file is missing or a record is malformed (a base must come before the body built on it)."""
+    chain: list[tuple[int, bytes]] = []
+    while True:
+        data = exchanges.get(n)
+        if data is None:
+            return None
+        delta = data.get("request_delta")
+        if not isinstance(delta, dict):
+            body = _file(directory, data.get("request_file"))
+            break
+        tail, base, keep = _file(directory, delta.get("file")), delta.get("base"), delta.get("keep")
+        if tail is None or not isinstance(base, int) or not isinstance(keep, int) or base >= n:
+            return None
+        chain.append((keep, tail))
+        n = base
+    if body is None:
+        return None
+    for keep, tail in reversed(chain):
+        body = body[:keep] + tail
+    return body
+
+
+def _response_body(directory: Path, exchanges: dict[int, dict[str, Any]], n: int) -> bytes | None:
+    data = exchanges.get(n)
+    return None if data is None else _file(directory, data.get("response_file"))
+
+
 def _embed(value: object) -> str:
     """JSON that is inert inside a `<script>` element: no `<`, `>` or `&` (so no `</script>` and
     no `<!--`), and no line separators that older parsers took for line ends."""
@@ -128,21 +182,17 @@ def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
     HTTP body they name inlined (each body cut at `body_cap` bytes, with a mark saying how big it
     was), no external reference of any kind."""
     records = read_records(directory)
+    exchanges = _exchanges(records)
     bodies: dict[str, dict[str, Any]] = {}
-    for record in records:
-        if record.get("kind") != "http" or not isinstance(record.get("data"), dict):
-            continue
-        for key in ("request_file", "response_file"):
-            ref = record["data"].get(key)
-            if not isinstance(ref, str) or not ref.startswith("http/"):
+    for n in exchanges:
+        for side, raw in (
+            ("request", _request_body(directory, exchanges, n)),
+            ("response", _response_body(directory, exchanges, n)),
+        ):
+            if raw is None:
                 continue
-            path = _body_path(directory, ref.removeprefix("http/"))
-            if path is None:
-                continue
-            raw = path.read_bytes()
-            cut = raw[:body_cap]
-            bodies[ref] = {
-                "text": cut.decode("utf-8", errors="replace"),
+            bodies[f"{side}/{n}"] = {
+                "text": raw[:body_cap].decode("utf-8", errors="replace"),
                 "size": len(raw),
                 "truncated": len(raw) > body_cap,
             }
@@ -194,6 +244,22 @@ def _app(directory: Path, token: str, port: int) -> ASGIApp:
             return PlainTextResponse("no such body file", status_code=404)
         return Response(path.read_bytes(), media_type="text/plain; charset=utf-8")
 
+    async def exchange(request: Request) -> Response:
+        """The whole body of one side of exchange `n` (a request stored as a tail is put
+        together from the bodies before it)."""
+        exchanges = _exchanges(tail.refresh())
+        n: int = request.path_params["n"]
+        side = request.path_params["side"]
+        if side == "request":
+            raw = _request_body(directory, exchanges, n)
+        elif side == "response":
+            raw = _response_body(directory, exchanges, n)
+        else:
+            raw = None
+        if raw is None:
+            return PlainTextResponse("no such body", status_code=404)
+        return Response(raw, media_type="text/plain; charset=utf-8")
+
     prefix = f"/{token}"
     inner = Starlette(
         routes=[
@@ -201,6 +267,7 @@ def _app(directory: Path, token: str, port: int) -> ASGIApp:
             Route(f"{prefix}/events", events),
             Route(f"{prefix}/{{name:str}}", asset),
             Route(prefix + "/http/{name:str}", body),
+            Route(prefix + "/{side:str}/{n:int}", exchange),
         ]
     )
     return _Guard(inner, token=token, port=port)

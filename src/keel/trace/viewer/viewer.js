@@ -140,6 +140,14 @@
     if (typeof d.system === "string") S.systems.set(d.system_hash, d.system);
     if (Array.isArray(d.tools)) S.toolsets.set(d.tools_hash, d.tools);
     const prev = S.lastReq.get(rec.lane) || null;
+    if (typeof d.system_hash !== "string") {
+      // The request itself was not recorded (only its model and purpose): it changes nothing
+      // the next request is compared with.
+      const info = { req: rec.req, rec, agent: rec.lane, full: prev ? prev.full : [], newStart: prev ? prev.full.length : 0, prev, response: null, brk: null, opaque: true };
+      S.reqs.set(rec.req, info);
+      S.reqOrder.push(info);
+      return;
+    }
     const base = d.reset || !prev ? [] : prev.full;
     const full = base.concat(Array.isArray(d.messages) ? d.messages : []);
     const info = { req: rec.req, rec, agent: rec.lane, full, newStart: base.length, prev,
@@ -170,7 +178,7 @@
     // `reset` whose earlier messages are all still there (a reopened trace) breaks nothing.
     const d = info.rec.data, purpose = d.purpose || "turn";
     let prev = info.prev;
-    while (prev && (prev.rec.data.purpose || "turn") !== purpose) prev = prev.prev;
+    while (prev && (prev.opaque || (prev.rec.data.purpose || "turn") !== purpose)) prev = prev.prev;
     if (!prev) return null;
     const p = prev.rec.data;
     const reasons = [];
@@ -581,9 +589,10 @@
       (m.content || []).map(renderBlock));
   }
 
-  function bodyView(name) {
-    const box = h("div", { class: "body" });
-    const btn = h("button", { type: "button" }, "show " + name);
+  function bodyView(side, n, file) {
+    const name = `${side}/${n}`;
+    const box = h("div", { class: "body", "data-side": side });
+    const btn = h("button", { type: "button", title: file }, `show ${side} body`);
     btn.addEventListener("click", async () => {
       btn.disabled = true;
       let text, note = "";
@@ -597,7 +606,7 @@
           text = r.ok ? await r.text() : `(HTTP ${r.status})`;
         } catch (err) { text = "(could not load: " + err + ")"; }
       }
-      if (name.endsWith(".json")) { try { text = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* a cut body is not JSON: show it as it is */ } }
+      if (side === "request") { try { text = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { /* a cut body is not JSON: show it as it is */ } }
       if (text.length > BODY_SHOW) { note = (note ? note + "; " : "") + `showing ${fmtInt(BODY_SHOW)} of ${fmtInt(text.length)} characters`; text = text.slice(0, BODY_SHOW); }
       box.replaceChildren(note ? h("div", { class: "trunc" }, note) : "", h("pre", null, text));
     });
@@ -629,7 +638,20 @@
       rd.notices && rd.notices.length ? ["notices", h("div", null, rd.notices.map((n) => h("div", null, n)))] : null,
     ]));
     if (info.brk) out.push(renderBreakBox(info));
-    // the prompt
+    if (info.opaque) out.push(h("p", { class: "muted" }, "What this request sent is not in the trace (only its model and purpose)."));
+    else out.push(...promptView(info));
+    out.push(h("h3", null, "response"));
+    if (r) out.push(h("div", { class: "response" }, ((rd.message || {}).content || []).map(renderBlock)), link("response record #" + r.seq, r.seq));
+    else out.push(h("div", { class: "muted" }, "no response yet"));
+    const https = S.httpByReq.get(info.req) || [];
+    out.push(h("h3", null, `HTTP (${https.length} exchange${https.length === 1 ? "" : "s"})`));
+    https.forEach((x, i) => out.push(renderHttp(x, i, https.length)));
+    out.push(raw(info.rec));
+    return out;
+  }
+  function promptView(info) {
+    const d = info.rec.data, out = [];
+    const newCount = info.full.length - info.newStart;
     out.push(h("h3", null, "system prompt"));
     const sys = S.systems.get(d.system_hash);
     const prev = info.prev;
@@ -650,13 +672,6 @@
     out.push(h("h3", null, `messages (${newCount} new)`));
     if (info.newStart > 0) out.push(h("details", { class: "earlier" }, h("summary", null, `${info.newStart} earlier message${info.newStart === 1 ? "" : "s"} (sent before, folded)`), info.full.slice(0, info.newStart).map((m, i) => renderMessage(m, false, i))));
     info.full.slice(info.newStart).forEach((m, i) => out.push(renderMessage(m, true, info.newStart + i)));
-    out.push(h("h3", null, "response"));
-    if (r) out.push(h("div", { class: "response" }, ((rd.message || {}).content || []).map(renderBlock)), link("response record #" + r.seq, r.seq));
-    else out.push(h("div", { class: "muted" }, "no response yet"));
-    const https = S.httpByReq.get(info.req) || [];
-    out.push(h("h3", null, `HTTP (${https.length} exchange${https.length === 1 ? "" : "s"})`));
-    https.forEach((x, i) => out.push(renderHttp(x, i, https.length)));
-    out.push(raw(info.rec));
     return out;
   }
   function renderHttp(x, i, n) {
@@ -666,8 +681,8 @@
       kv([["started", d.started_at ? "+" + fmtRel(d.started_at) + " s" : undefined], ["first byte", fmtMs(d.ttfb_ms)], ["duration", fmtMs(d.duration_ms)], ["sent", fmtInt(d.bytes_sent) + " bytes"], ["received", fmtInt(d.bytes_received) + " bytes"], ["error", d.error]]),
       h("details", null, h("summary", null, "request headers"), headers(d.request_headers)),
       h("details", null, h("summary", null, "response headers"), headers(d.response_headers)),
-      d.request_file ? bodyView(d.request_file) : null,
-      d.response_file ? bodyView(d.response_file) : null);
+      d.request_file || d.request_delta ? bodyView("request", d.n, d.request_file || `${d.request_delta.file}: body ${d.request_delta.base}'s first ${d.request_delta.keep} bytes, then this`) : null,
+      d.response_file ? bodyView("response", d.n, d.response_file) : null);
   }
   function renderBreakBox(info) {
     const b = info.brk, r = info.response;
