@@ -166,6 +166,15 @@ def test_static_page_is_valid_html_with_the_trace_embedded_inertly(
     assert "Content-Security-Policy" in text
 
 
+def test_static_page_is_as_private_as_the_trace(trace_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "page.html"
+    out.write_text("old", encoding="utf-8")
+    out.chmod(0o644)
+    write_html(trace_dir, out)
+    assert oct(out.stat().st_mode & 0o777) == "0o600"
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
 def test_static_page_caps_each_body_and_says_so(trace_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "capped.html"
     write_html(trace_dir, out, body_cap=100)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import os
 import re
 import secrets
 import socket
@@ -205,7 +206,13 @@ def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
         f'<script type="application/json" id="trace-data">{_embed(data)}</script>\n'
         f"<script>{script}</script>"
     )
-    out.write_text(_page(head=head, body_end=body_end, csp=_CSP_STATIC), encoding="utf-8")
+    page = _page(head=head, body_end=body_end, csp=_CSP_STATIC).encode()
+    # The page holds the whole conversation: as private as the trace (0600), even if `out`
+    # already existed with a wider mode.
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(page)
 
 
 def _app(directory: Path, token: str, port: int) -> ASGIApp:
