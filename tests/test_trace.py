@@ -812,3 +812,25 @@ def test_importing_keel_trace_loads_nothing_more() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout == "['keel.trace']\n"
+
+
+async def test_a_symlink_in_the_trace_folder_is_not_written_through(
+    project: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "precious.txt"
+    elsewhere.write_text("keep me\nno newline at the end", encoding="utf-8")
+    directory = project / "t.trace"
+    directory.mkdir(mode=0o700)
+    (directory / "events.jsonl").symlink_to(elsewhere)
+    agent = agent_for(ScriptedProvider([reply("hi")]), project, model="scripted")
+    tracer = trace.attach(agent, directory=directory)
+    events: list[Event] = []
+    result = await agent.run("hello", events.append)
+    assert result.stop_reason == "end_turn"  # the run goes on without its trace
+    assert elsewhere.read_text(encoding="utf-8") == "keep me\nno newline at the end"
+    assert tracer.closed
+    assert tracer.error.startswith("debug trace stopped: cannot write")
+    from keel.llm.events import Notice
+
+    warnings = [e.text for e in events if isinstance(e, Notice)]
+    assert warnings == [tracer.error]

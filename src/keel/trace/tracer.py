@@ -403,9 +403,12 @@ class Tracer:
         if self.closed:
             raise OSError("the tracer is closed")
         directory = self.directory
+        events = directory / "events.jsonl"
+        for path in (directory, directory / "http", events):
+            if path.is_symlink():  # never write, truncate or chmod through a planted link
+                raise OSError(f"{path} is a symbolic link; not written through")
         _private_dir(directory)
         _private_dir(directory / "http")
-        events = directory / "events.jsonl"
         reopened = events.exists()
         if reopened:
             self._continue(events)
