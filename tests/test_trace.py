@@ -834,3 +834,16 @@ async def test_a_symlink_in_the_trace_folder_is_not_written_through(
 
     warnings = [e.text for e in events if isinstance(e, Notice)]
     assert warnings == [tracer.error]
+
+
+async def test_a_damaged_trace_is_left_alone_and_the_run_goes_on(project: Path) -> None:
+    directory = project / "t.trace"
+    directory.mkdir(mode=0o700)
+    (directory / "events.jsonl").write_bytes(b"not json\n{}\n")
+    agent = agent_for(ScriptedProvider([reply("hi")]), project, model="scripted")
+    tracer = trace.attach(agent, directory=directory)
+    result = await agent.run("hello")
+    assert result.stop_reason == "end_turn"
+    assert (directory / "events.jsonl").read_bytes() == b"not json\n{}\n"
+    assert tracer.closed
+    assert "is not a trace file" in tracer.error

@@ -435,7 +435,11 @@ class Tracer:
         if raw and not raw.endswith(b"\n"):
             with events.open("r+b") as f:
                 f.truncate(raw.rfind(b"\n") + 1)
-        for record in read(events.parent):
+        try:
+            records = read(events.parent)
+        except ValueError as exc:  # not a trace: leave it as it is, write nothing into it
+            raise OSError(f"{events} is not a trace file ({exc})") from exc
+        for record in records:
             self._seq = max(self._seq, int(record.get("seq", 0)))
             req = record.get("req")
             if isinstance(req, int):
