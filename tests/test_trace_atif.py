@@ -351,7 +351,7 @@ def test_main_trajectory_whole() -> None:
 
 
 def test_subagent_trajectory_whole() -> None:
-    trajectory = to_atif(records(), agent="explore-1")
+    trajectory = to_atif(records(), subagent="t2")
     Trajectory.model_validate(trajectory)
     assert trajectory == {
         "schema_version": "ATIF-v1.6",
@@ -416,7 +416,7 @@ def test_subagent_trajectory_whole() -> None:
 
 
 def test_subagent_paths_go_into_the_reference() -> None:
-    trajectory = to_atif(records(), subagent_paths={"explore-1": "out.explore-1.json"})
+    trajectory = to_atif(records(), subagent_paths={"t2": "out.explore-1.json"})
     Trajectory.model_validate(trajectory)
     task_result = trajectory["steps"][2]["observation"]["results"][1]
     assert task_result["subagent_trajectory_ref"] == [

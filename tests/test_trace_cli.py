@@ -224,8 +224,8 @@ def test_atif_to_stdout_and_to_files(session: Path, project: Path, tmp_path: Pat
     assert run.stderr == f"wrote {out} and 1 subagent trajectories beside it\n"
     main_t = json.loads(out.read_text(encoding="utf-8"))
     sub_t = json.loads((tmp_path / "run.explore-1.json").read_text(encoding="utf-8"))
-    assert main_t == to_atif(records(), subagent_paths={"explore-1": "run.explore-1.json"})
-    assert sub_t == to_atif(records(), agent="explore-1")
+    assert main_t == to_atif(records(), subagent_paths={"t2": "run.explore-1.json"})
+    assert sub_t == to_atif(records(), subagent="t2")
     for t in (main_t, sub_t):
         Trajectory.model_validate(t)
     assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.glob("run*.json")} == {"0o600"}
@@ -298,3 +298,93 @@ def test_version_imports_none_of_it(tmp_path: Path) -> None:
     assert not {
         m for m in modules if m.startswith(("keel.cli.trace", "keel.trace", "opentelemetry"))
     }
+
+
+# -- a real recorded session (the viewer's: a 529 retry, two `explore` subagents side by side, a
+# refused write, keel compact, a forced resume) through stats, ATIF and OpenTelemetry ----------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    from keel.trace import read
+    from tests.trace_fixture import record_session
+
+    return read(record_session(tmp_path_factory.mktemp("recorded")))
+
+
+def test_recorded_session_stats(recorded: list[dict[str, Any]]) -> None:
+    numbers = to_json(compute(recorded))
+    assert numbers["requests"] == {
+        "total": 8,
+        "by_purpose": {"compaction": 1, "turn": 7},
+        "by_agent": {"explore": 2, "main": 6},
+    }
+    assert numbers["retries"] == 1  # the 529
+    assert numbers["http_errors"] == 1
+    assert numbers["tools"].keys() == {"task", "write"}
+    assert numbers["tools"]["task"]["calls"] == 2
+    assert len(numbers["turns"]) == 3  # the main agent's prompts; the subagents' are inside
+    assert all(t["overhead_s"] >= 0 and t["busy_s"] <= t["wall_s"] for t in numbers["turns"])
+    costs = numbers["cost_usd"]
+    assert round(sum(costs["by_agent"].values()), 6) == costs["total"]
+    assert round(sum(costs["by_model"].values()), 6) == costs["total"]
+
+
+def test_recorded_session_atif(recorded: list[dict[str, Any]]) -> None:
+    from keel.trace.atif import Subagent, subagents, to_atif
+
+    children = subagents(recorded)
+    assert children == [
+        Subagent("explore", "toolu_000001", "explore-1"),
+        Subagent("explore", "toolu_000002", "explore-2"),
+    ]
+    main_t = to_atif(recorded, subagent_paths={c.call_id: f"{c.name}.json" for c in children})
+    Trajectory.model_validate(main_t)
+    refs = [
+        ref
+        for step in main_t["steps"]
+        for r in step.get("observation", {}).get("results", [])
+        for ref in r.get("subagent_trajectory_ref", [])
+    ]
+    sid = main_t["session_id"]
+    assert refs == [
+        {"session_id": f"{sid}:explore-1", "trajectory_path": "explore-1.json",
+         "extra": {"agent": "explore"}},
+        {"session_id": f"{sid}:explore-2", "trajectory_path": "explore-2.json",
+         "extra": {"agent": "explore"}},
+    ]  # fmt: skip
+    prompts = []
+    for child in children:
+        sub = to_atif(recorded, subagent=child.call_id)
+        Trajectory.model_validate(sub)
+        assert sub["session_id"] == f"{sid}:{child.name}"
+        assert sub["extra"]["parent_tool_call_id"] == child.call_id
+        assert [s["source"] for s in sub["steps"]] == ["system", "user", "agent"]
+        prompts.append(sub["steps"][1]["message"])
+    assert prompts == ["grep tests/ for time.sleep", "glob tests/*.py and count"]
+    with pytest.raises(ValueError, match="no subagent"):
+        to_atif(recorded, subagent="toolu_nope")
+
+
+def test_recorded_session_otel(recorded: list[dict[str, Any]]) -> None:
+    from tests.test_trace_otel import Receiver, attrs, export
+
+    receiver = Receiver()
+    try:
+        export(receiver, recorded)
+        spans = receiver.spans()
+    finally:
+        receiver.close()
+    tasks = [s for s in spans if s.name == "execute_tool task"]
+    subs = [s for s in spans if s.name == "invoke_agent explore"]
+    assert len(tasks) == 2
+    assert len(subs) == 2
+    # each subagent under the task call that started it, its request under it
+    assert sorted(s.parent_span_id for s in subs) == sorted(t.span_id for t in tasks)
+    for sub in subs:
+        (chat,) = [s for s in spans if s.parent_span_id == sub.span_id]
+        assert chat.name.startswith("chat ")
+    (write,) = [s for s in spans if s.name == "execute_tool write"]  # refused before it ran
+    assert write.status.code == 2
+    assert attrs(write)["error.type"] == "tool_error"
+    assert write.end_time_unix_nano >= write.start_time_unix_nano

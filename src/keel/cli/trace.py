@@ -120,19 +120,19 @@ def _records(directory: Path) -> list[dict[str, Any]]:
 
 
 def _atif(directory: Path, output: str | None) -> int:
-    from keel.trace.atif import subagent_labels, to_atif
+    from keel.trace.atif import subagents, to_atif
 
     records = _records(directory)
-    labels = subagent_labels(records)
+    children = subagents(records)
     if output is None:
         json.dump(to_atif(records), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
     out = Path(output)
-    paths = {label: f"{out.stem}.{_safe(label)}{out.suffix or '.json'}" for label in labels}
+    paths = {c.call_id: f"{out.stem}.{_safe(c.name)}{out.suffix or '.json'}" for c in children}
     _write(out, to_atif(records, subagent_paths=paths))
-    for label, name in paths.items():
-        _write(out.with_name(name), to_atif(records, agent=label))
+    for call_id, name in paths.items():
+        _write(out.with_name(name), to_atif(records, subagent=call_id))
     extra = f" and {len(paths)} subagent trajectories beside it" if paths else ""
     print(f"wrote {out}{extra}", file=sys.stderr)
     return 0

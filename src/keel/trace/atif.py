@@ -25,12 +25,13 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from keel.trace.stats import MAIN, Tree, agent_of, block_text, data_of
+from keel.frozen import frozen
+from keel.trace.stats import MAIN, Tree, agent_key, agent_of, block_text, data_of
 
 SCHEMA_VERSION = "ATIF-v1.6"
 AGENT_NAME = "keel"
 
-__all__ = ["AGENT_NAME", "SCHEMA_VERSION", "subagent_labels", "to_atif"]
+__all__ = ["AGENT_NAME", "SCHEMA_VERSION", "Subagent", "subagents", "to_atif"]
 
 
 def _iso(t: float) -> str:
@@ -48,39 +49,42 @@ def _tool_definition(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def subagent_labels(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The labels of the subagents whose records the trace holds, in order of appearance."""
-    seen: list[str] = []
-    for record in records:
-        label = agent_of(record)
-        if label != MAIN and label not in seen:
-            seen.append(label)
-    return seen
+@frozen
+class Subagent:
+    """A subagent of the trace: its label, the `task` call that started it, and a name unique
+    in the trace (the label, numbered when two subagents share it)."""
+
+    label: str
+    call_id: str
+    name: str
 
 
-def _subagent_parents(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """tool-use id of a `task` call → the label of the subagent it started."""
-    out: dict[str, str] = {}
+def subagents(records: Sequence[Mapping[str, Any]]) -> list[Subagent]:
+    """The subagents whose records the trace holds, in order of appearance."""
+    keys: list[tuple[str, str]] = []
     for record in records:
-        parent, label = record.get("parent"), agent_of(record)
-        if parent and label != MAIN:
-            out.setdefault(str(parent), label)
+        key = agent_key(record)
+        if key[0] != MAIN and key not in keys:
+            keys.append(key)
+    labels = [label for label, _ in keys]
+    out = []
+    for label, call_id in keys:
+        name = label
+        if labels.count(label) > 1:
+            name = f"{label}-{[k for k in keys if k[0] == label].index((label, call_id)) + 1}"
+        out.append(Subagent(label, call_id, name))
     return out
-
-
-def subagent_session_id(session_id: str, label: str) -> str:
-    return f"{session_id}:{label}"
 
 
 def to_atif(
     records: Sequence[Mapping[str, Any]],
     *,
-    agent: str = MAIN,
+    subagent: str | None = None,
     subagent_paths: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ATIF trajectory of one agent of a trace (the main one by default; a subagent by its
-    label). `subagent_paths` names the file each subagent's trajectory is written to, for the
-    references' `trajectory_path`."""
+    """The ATIF trajectory of the main agent of a trace, or of the subagent that the `task`
+    call `subagent` (its tool-use id) started. `subagent_paths` maps such call ids to the files
+    the subagents' trajectories are written to, for the references' `trajectory_path`."""
     session_id = ""
     version = ""
     default_model = ""
@@ -92,39 +96,41 @@ def to_atif(
             version = version or str(d.get("keel_version") or "")
             default_model = default_model or str(d.get("model") or "")
             cwd = cwd or str(d.get("cwd") or "")
-    mine = [r for r in records if agent_of(r) == agent]
-    builder = _Builder(records, mine, session_id, subagent_paths or {})
+    children = {s.call_id: s for s in subagents(records)}
+    me = None if subagent is None else children.get(subagent)
+    if subagent is not None and me is None:
+        raise ValueError(f"no subagent was started by the call {subagent!r}")
+    if me is None:
+        mine = [r for r in records if agent_of(r) == MAIN]
+    else:
+        mine = [r for r in records if agent_key(r) == (me.label, me.call_id)]
+    builder = _Builder(records, mine, session_id, children, subagent_paths or {})
     steps = builder.steps()
     models = [s["model_name"] for s in steps if s.get("model_name")]
+    model = default_model if me is None else (models[0] if models else default_model)
     trajectory: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
-        "session_id": session_id if agent == MAIN else subagent_session_id(session_id, agent),
-        "agent": {
-            "name": AGENT_NAME,
-            "version": version or "unknown",
-            "model_name": default_model
-            if agent == MAIN and default_model
-            else models[0]
-            if models
-            else default_model,
-        },
+        "session_id": session_id if me is None else subagent_session_id(session_id, me.name),
+        "agent": {"name": AGENT_NAME, "version": version or "unknown"},
         "steps": steps,
-        "final_metrics": builder.final_metrics(len(steps), everyone=agent == MAIN),
+        "final_metrics": builder.final_metrics(len(steps), everyone=me is None),
     }
+    if model:
+        trajectory["agent"]["model_name"] = model
     if builder.tool_definitions:
         trajectory["agent"]["tool_definitions"] = builder.tool_definitions
-    if not trajectory["agent"]["model_name"]:
-        del trajectory["agent"]["model_name"]
     extra: dict[str, Any] = {"keel_trace_format": 1}
     if cwd:
         extra["cwd"] = cwd
-    if agent != MAIN:
-        extra["subagent"] = agent
-        parents = [k for k, v in _subagent_parents(records).items() if v == agent]
-        if parents:
-            extra["parent_tool_call_id"] = parents[0]
+    if me is not None:
+        extra["subagent"] = me.label
+        extra["parent_tool_call_id"] = me.call_id
     trajectory["extra"] = extra
     return trajectory
+
+
+def subagent_session_id(session_id: str, name: str) -> str:
+    return f"{session_id}:{name}"
 
 
 class _Builder:
@@ -133,13 +139,14 @@ class _Builder:
         everything: Sequence[Mapping[str, Any]],
         records: Sequence[Mapping[str, Any]],
         session_id: str,
+        children: Mapping[str, Subagent],
         subagent_paths: Mapping[str, str],
     ) -> None:
         self.everything = everything
         self.records = records
         self.session_id = session_id
         self.subagent_paths = subagent_paths
-        self.children = _subagent_parents(everything)
+        self.children = children
         self.tool_definitions: list[dict[str, Any]] = []
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -154,6 +161,9 @@ class _Builder:
         self._requests: dict[int, dict[str, Any]] = {}
         self._system: str | None = None
         self._prompted = False
+        for record in self.everything:
+            if record.get("kind") == "request":
+                self._tree.learn(record)
         self._outputs = {
             str(data_of(r).get("id")): data_of(r)
             for r in self.records
@@ -317,14 +327,14 @@ class _Builder:
         output = outputs.get(call_id)
         if output is not None:
             result["content"] = str(output.get("output") or "")
-        label = self.children.get(call_id)
-        if label is not None:
+        child = self.children.get(call_id)
+        if child is not None:
             ref: dict[str, Any] = {
-                "session_id": subagent_session_id(self.session_id, label),
-                "extra": {"agent": label},
+                "session_id": subagent_session_id(self.session_id, child.name),
+                "extra": {"agent": child.label},
             }
-            if label in self.subagent_paths:
-                ref["trajectory_path"] = self.subagent_paths[label]
+            if call_id in self.subagent_paths:
+                ref["trajectory_path"] = self.subagent_paths[call_id]
             result["subagent_trajectory_ref"] = [ref]
         return result
 

@@ -335,8 +335,9 @@ class OtelExporter:
         self._session_id = ""
         self._default_provider = ""
         self._turn: Any = None  # the main agent's invoke_agent span of the current prompt
-        self._subagents: dict[str, Any] = {}  # label → its invoke_agent span
-        self._subagent_of_call: dict[str, str] = {}  # task tool-use id → subagent label
+        # (label, the task call that started it) → the subagent's invoke_agent span: two
+        # subagents may share a label.
+        self._subagents: dict[tuple[str, str], Any] = {}
         self._chats: dict[int, tuple[Any, dict[str, Any]]] = {}  # req → (span, metric attrs)
         self._tools: dict[str, Any] = {}  # tool-use id → execute_tool span
         self._tree: Any = None
@@ -376,11 +377,11 @@ class OtelExporter:
         label = str(record.get("agent") or "")
         if not label:
             return self._turn
-        span = self._subagents.get(label)
+        parent_call = str(record.get("parent") or "")
+        span = self._subagents.get((label, parent_call))
         if span is None:
             from opentelemetry.trace import SpanKind
 
-            parent_call = str(record.get("parent") or "")
             parent = self._tools.get(parent_call, self._turn)
             span = self._tracer.start_span(
                 f"invoke_agent {label}",
@@ -389,9 +390,7 @@ class OtelExporter:
                 start_time=_ns(float(record.get("t") or time.time())),
                 attributes=self._common("invoke_agent") | {"gen_ai.agent.name": label},
             )
-            self._subagents[label] = span
-            if parent_call:
-                self._subagent_of_call[parent_call] = label
+            self._subagents[(label, parent_call)] = span
         return span
 
     def _common(self, operation: str) -> dict[str, Any]:
@@ -431,7 +430,13 @@ class OtelExporter:
         )
 
     def _on_turn_end(self, record: Mapping[str, Any], data: Mapping[str, Any]) -> None:
-        if record.get("agent"):
+        if record.get("agent"):  # a subagent's prompt is done (a background one outlives its call)
+            key = (str(record["agent"]), str(record.get("parent") or ""))
+            sub = self._subagents.pop(key, None)
+            if sub is not None:
+                if data.get("error"):
+                    self._fail(sub, "agent_error", str(data["error"]))
+                sub.end(end_time=_ns(float(record.get("t") or time.time())))
             return
         span = self._turn
         if span is None:
@@ -556,13 +561,15 @@ class OtelExporter:
         }
         if record.get("agent"):
             attrs["gen_ai.agent.name"] = str(record["agent"])
-        if self.config.capture_content:
+        if self.config.capture_content and "input" in data:
             attrs["gen_ai.tool.call.arguments"] = json.dumps(data.get("input"), ensure_ascii=False)
+        started = data.get("started_at")  # on a tool_end standing in for a missing start
+        start = started if isinstance(started, int | float) else record.get("t") or time.time()
         self._tools[call_id] = self._tracer.start_span(
             f"execute_tool {name}",
             context=self._context(self._agent_span(record)),
             kind=SpanKind.INTERNAL,
-            start_time=_ns(float(record.get("t") or time.time())),
+            start_time=_ns(float(start)),
             attributes=attrs,
         )
 
@@ -570,11 +577,11 @@ class OtelExporter:
         call_id = str(data.get("id") or "")
         span = self._tools.pop(call_id, None)
         t = float(record.get("t") or time.time())
-        label = self._subagent_of_call.pop(call_id, None)
-        if label is not None and label in self._subagents:
-            self._subagents.pop(label).end(end_time=_ns(t))
-        if span is None:
-            return
+        for key in [k for k in self._subagents if k[1] == call_id]:
+            self._subagents.pop(key).end(end_time=_ns(t))  # its task call is over
+        if span is None:  # refused before it ran: no tool_start, a span of no length
+            self._on_tool_start(record, data)
+            span = self._tools.pop(call_id)
         seconds = float(data.get("seconds") or 0.0)
         started = data.get("started_at")
         end = float(started) + seconds if isinstance(started, int | float) else t

@@ -56,8 +56,14 @@ def load_records(trace_dir: Path) -> list[dict[str, Any]]:
 
 
 def agent_of(record: Mapping[str, Any]) -> str:
-    """The agent label a record belongs to (`main` for the main agent)."""
+    """The agent label a record belongs to (`main` for the main agent). Two subagents may share
+    a label (two `explore` agents side by side); `agent_key` tells them apart."""
     return str(record.get("agent") or MAIN)
+
+
+def agent_key(record: Mapping[str, Any]) -> tuple[str, str]:
+    """Which agent a record belongs to: (label, the `task` call that started it)."""
+    return agent_of(record), str(record.get("parent") or "")
 
 
 def data_of(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,19 +111,26 @@ class Tree:
     """Rebuilds the full message list of every request from trace v1's delta encoding."""
 
     def __init__(self) -> None:
-        self._lists: dict[str, list[dict[str, Any]]] = {}
-        self._chars: dict[str, int] = {}  # the sum of len(json.dumps(m)) of each list
-        self._results: dict[str, dict[str, str]] = {}
+        Key = tuple[str, str]
+        self._lists: dict[Key, list[dict[str, Any]]] = {}
+        self._chars: dict[Key, int] = {}  # the sum of len(json.dumps(m)) of each list
+        self._results: dict[Key, dict[str, str]] = {}
         self._systems: dict[str, str] = {}
         self._tools: dict[str, list[Any]] = {}
 
-    def add(self, record: Mapping[str, Any]) -> Rebuilt:
+    def learn(self, record: Mapping[str, Any]) -> None:
+        """Take the system prompt and tool list texts of a request record (of any agent: two
+        subagents of one type share them, and only the first carries the text)."""
         data = data_of(record)
-        agent = agent_of(record)
         if isinstance(data.get("system"), str):
             self._systems[str(data.get("system_hash"))] = data["system"]
         if isinstance(data.get("tools"), list):
             self._tools[str(data.get("tools_hash"))] = data["tools"]
+
+    def add(self, record: Mapping[str, Any]) -> Rebuilt:
+        data = data_of(record)
+        agent = agent_key(record)
+        self.learn(record)
         new = [m for m in data.get("messages") or () if isinstance(m, dict)]
         if data.get("reset") or agent not in self._lists:
             self._lists[agent], self._chars[agent], self._results[agent] = [], 0, {}
@@ -126,7 +139,7 @@ class Tree:
         self._results[agent].update(tool_results(new))
         return Rebuilt(
             req=int(record.get("req") or 0),
-            agent=agent,
+            agent=agent[0],
             model=str(data.get("model") or ""),
             purpose=str(data.get("purpose") or "turn"),
             t=float(record.get("t") or 0.0),
@@ -235,7 +248,7 @@ def compute(
     turn_start: float | None = None
     tool_names: dict[str, str] = {}
     # per agent: tool_use_id → (tool name, tokens, carries so far)
-    live: dict[str, dict[str, list[Any]]] = {}
+    live: dict[tuple[str, str], dict[str, list[Any]]] = {}
     for record in records:
         kind = record.get("kind")
         data = data_of(record)
@@ -260,6 +273,7 @@ def compute(
             tool_names[str(data.get("id"))] = str(data.get("name") or "?")
         elif kind == "tool_end":
             name = str(data.get("name") or tool_names.get(str(data.get("id")), "?"))
+            tool_names[str(data.get("id"))] = name  # a call refused before it ran had no start
             s.tools.setdefault(name, ToolCost()).calls += 1
             start = float(data.get("started_at") or t - float(data.get("seconds") or 0))
             busy.append((start, start + float(data.get("seconds") or 0.0)))
@@ -294,7 +308,7 @@ def _response(
     record: Mapping[str, Any],
     data: Mapping[str, Any],
     rebuilt: Mapping[int, Rebuilt],
-    live: dict[str, dict[str, list[Any]]],
+    live: dict[tuple[str, str], dict[str, list[Any]]],
     tool_names: Mapping[str, str],
     busy: list[tuple[float, float]],
     overrides: Mapping[str, ModelInfo] | None,
@@ -333,7 +347,7 @@ def _response(
     chars_per_token = req.prompt_chars / prompt_tokens if prompt_tokens else DEFAULT_CHARS_PER_TOKEN
     price_in, price_read = _prices(req.model, overrides)
     carried = req.results
-    mine = live.setdefault(agent, {})
+    mine = live.setdefault(agent_key(record), {})
     for gone in set(mine) - set(carried):
         del mine[gone]  # compaction or /clear dropped it
     for use_id, text in carried.items():
