@@ -223,6 +223,13 @@ def kinds(frames: list[Frame]) -> list[str]:
     return [f.event for f in frames]
 
 
+def built_notices() -> int:
+    """Events a new session starts with: the notice that bash has no sandbox here, if so."""
+    from keel.permissions.sandbox import probe
+
+    return 0 if probe().ok else 1
+
+
 def create(client: httpx.Client, **body: Any) -> dict[str, Any]:
     r = client.post("/v1/sessions", json={"model": MODEL, **body})
     assert r.status_code == 201, r.text
@@ -245,6 +252,7 @@ def test_prompt_streams_the_run_over_sse(
     with served.client() as c:
         session = create(c)
         sid = session["id"]
+        built = built_notices()
         path = next(isolated_env.glob(f"sessions/*/{sid}.jsonl"))
         assert session == {
             "id": sid,
@@ -259,16 +267,22 @@ def test_prompt_streams_the_run_over_sse(
             "turns": 0,
             "usage": {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0},
             "cost_usd": 0.0,
-            "last_seq": 0,
+            "last_seq": built,
             "pending": [],
             "tasks": [],
         }
-        events = Events(c, sid, after=0)
+        if built:
+            notices = Events(c, sid, after=0)
+            frame = notices.next()
+            notices.close()
+            assert (frame.id, frame.event) == (1, "notice")
+            assert frame.data["text"].startswith("no sandbox: ")
+        events = Events(c, sid, after=built)
         r = c.post(f"/v1/sessions/{sid}/prompt", json={"text": "which files?"})
-        assert (r.status_code, r.json()) == (202, {"session": sid, "after_seq": 0})
+        assert (r.status_code, r.json()) == (202, {"session": sid, "after_seq": built})
         frames = events.until("status", busy=False)
         events.close()
-    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    assert [f.id for f in frames] == list(range(built + 1, built + len(frames) + 1))
     assert all(f.data["seq"] == f.id and f.data["session"] == sid for f in frames)
     assert all(f.event == f.data["type"] for f in frames)
     got = [
@@ -375,11 +389,11 @@ def test_prompt_streams_the_run_over_sse(
         after = c.get(f"/v1/sessions/{sid}").json()
         messages = c.get(f"/v1/sessions/{sid}/messages").json()
     assert after["turns"] == 2
-    assert after["last_seq"] == len(frames)
+    assert after["last_seq"] == built + len(frames)
     assert after["busy"] is False
     assert [m["role"] for m in messages["messages"]] == ["user", "assistant", "user", "assistant"]
     assert messages["id"] == sid
-    assert messages["last_seq"] == len(frames)
+    assert messages["last_seq"] == built + len(frames)
 
 
 def test_wait_returns_the_result_and_a_busy_session_is_409(
@@ -432,7 +446,7 @@ def test_wait_returns_the_result_and_a_busy_session_is_409(
         "cache_read_share": 0.0,
         "cost_usd": pytest.approx((100 * 3 + 20 * 15) / 1e6),
         "duration_ms": "…",
-        "after_seq": 0,
+        "after_seq": built_notices(),
     }
     assert body["duration_ms"] >= 1500
 
@@ -568,7 +582,7 @@ def test_a_seq_from_before_a_restart_gets_a_gap(served: Served, anthropic: Anthr
         "session": sid,
         "after": 500,
         "first": 1,
-        "last_seq": 0,
+        "last_seq": built_notices(),
         "reason": "the server does not know that seq (it restarted?)",
         "hint": f"reload the transcript: GET /v1/sessions/{sid}/messages",
     }
@@ -1243,8 +1257,9 @@ def test_sigterm_ends_the_streams_and_the_server_promptly(
     served: Served, anthropic: AnthropicServer
 ) -> None:
     with served.client() as c:
-        sid = create(c)["id"]
-        events = Events(c, sid, after=0)
+        session = create(c)
+        sid = session["id"]
+        events = Events(c, sid, after=session["last_seq"])
         started = time.monotonic()
         served.proc.send_signal(signal.SIGTERM)
         frame = events.next()
@@ -1256,7 +1271,7 @@ def test_sigterm_ends_the_streams_and_the_server_promptly(
     assert time.monotonic() - started < 4
     assert (frame.event, frame.data) == (
         "server_stopping",
-        {"type": "server_stopping", "seq": 1, "session": sid},
+        {"type": "server_stopping", "seq": session["last_seq"] + 1, "session": sid},
     )
 
 
