@@ -26,7 +26,7 @@ from keel.agent.subagents import enable_subagents, load_agent_types
 from keel.hooks.config import HookCommand
 from keel.hooks.runner import HookRunner
 from keel.llm.catalog import parse_model
-from keel.llm.http import HTTPSettings
+from keel.llm.http import HTTPProvider, HTTPSettings
 from keel.llm.messages import Message, Text
 from keel.llm.provider import Provider, RetryingProvider, RetryPolicy, make_provider
 from keel.llm.providers.anthropic import AnthropicProvider
@@ -255,6 +255,13 @@ def _provider_case(name: str, server: ScriptedHTTPServer) -> tuple[Provider, str
     return make_provider(ref, env={**env, url_env: url}, retry=FAST), ref.model
 
 
+def _http_client(provider: object) -> HTTPProvider:
+    """The wire client under the retry (and salvage) wrappers."""
+    while not isinstance(provider, HTTPProvider):
+        provider = getattr(provider, "inner")  # noqa: B009
+    return provider
+
+
 SERVERS: dict[str, type[ScriptedHTTPServer]] = {
     "anthropic": AnthropicServer,
     "anthropic-bearer": AnthropicServer,
@@ -285,8 +292,11 @@ def test_a_real_key_appears_nowhere_in_the_trace(name: str, project: Path) -> No
     script = [reply("", ("read", {"path": "util.py"})), reply("done")]
     directory = project / "t.trace"
 
+    adapters: list[HTTPProvider] = []
+
     async def run(server: ScriptedHTTPServer) -> None:
         provider, model = _provider_case(name, server)
+        adapters.append(_http_client(provider))
         agent = agent_for(provider, project, model=model)
         tracer = trace.attach(agent, directory=directory)
         result = await agent.run("read util.py")
@@ -297,6 +307,10 @@ def test_a_real_key_appears_nowhere_in_the_trace(name: str, project: Path) -> No
     with SERVERS[name](script) as server:
         asyncio.run(run(server))
         sent = server.model_requests
+    # Every wire API: the requests rebuilt from the trace encode to the bytes the server got.
+    records = trace.read(directory)
+    rebuilt = [adapters[0].build_body(r) for _, r in trace.rebuild_requests(records)]
+    assert rebuilt == [r.body for r in sent]
     # The attack is real: the key went over the wire, in a header (and the URL for azure).
     assert len(sent) == 2
     header, shown = KEY_AT[name]
