@@ -526,3 +526,33 @@ def test_a_collector_that_is_down_costs_a_bounded_wait_and_one_warning(
     assert warnings[0].startswith(f"OpenTelemetry export to {url} failed: ")
     assert capfd.readouterr() == ("", "")
     assert otel.shutdown() == []  # reported once
+
+
+def test_live_from_the_tracer_sink(receiver: Receiver, tmp_path: Path) -> None:
+    """The way it is wired: the tracer calls the sink with each record as it is written."""
+    import asyncio
+
+    import keel.trace
+    from keel import Agent
+
+    sink = otel.sink_from(None, {"KEEL_OTEL": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+    assert sink is not None
+
+    async def run() -> None:
+        agent = Agent.from_model("scripted:demo", cwd=tmp_path)
+        tracer = keel.trace.attach(agent, directory=tmp_path / "t.trace")
+        tracer.add_sink(sink)
+        await agent.run("count the lines")
+        await agent.aclose()
+        keel.trace.detach(agent)
+
+    asyncio.run(run())
+    assert otel.shutdown() == []
+    names = [s.name for s in receiver.spans()]
+    assert names[0] == "invoke_agent keel"
+    assert names.count("chat demo") == 3
+    assert {n for n in names if n.startswith("execute_tool")} == {
+        "execute_tool glob",
+        "execute_tool bash",
+    }
+    assert "gen_ai.client.token.usage" in receiver.metrics()
