@@ -861,3 +861,73 @@ async def test_a_damaged_trace_is_left_alone_and_the_run_goes_on(project: Path) 
     assert (directory / "events.jsonl").read_bytes() == b"not json\n{}\n"
     assert tracer.closed
     assert "is not a trace file" in tracer.error
+
+
+def test_a_background_subagent_outliving_its_turn_is_traced_in_its_lane(project: Path) -> None:
+    import asyncio
+
+    from keel.testing.routing import routed_responder
+
+    directory = project / "t.trace"
+    start = (
+        "task",
+        {
+            "description": "look around",
+            "prompt": "CHILD: list the files",
+            "subagent_type": "explore",
+            "run_in_background": True,
+        },
+    )
+    scripts = {
+        "PARENT": [reply("", start), reply("It runs in the background."), reply("It finished.")],
+        # Slow enough that the parent's turn is over before the child's model answers.
+        "CHILD": [Reply(reply("", ("ls", {})).message, delay=0.6), reply("Three files.")],
+    }
+
+    async def run(server: AnthropicServer) -> None:
+        agent = anthropic_agent(server, project)
+        enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "nh"))
+        between: list[Event] = []
+        agent.on_background_event = between.append
+        tracer = trace.attach(agent, directory=directory)
+        result = await agent.run("PARENT: start it")
+        assert result.text == "It runs in the background."
+        await agent.background.wait()
+        assert between  # the child's events arrived while no prompt ran
+        delivered = await agent.run_notifications()
+        assert delivered is not None
+        await agent.aclose()
+        tracer.close()
+
+    with AnthropicServer(responder=routed_responder(scripts), api_key=KEY) as server:
+        asyncio.run(run(server))
+        received = [r.body for r in server.model_requests]
+    records = trace.read(directory)
+    task_id = next(
+        r["data"]["id"]
+        for r in records
+        if r["kind"] == "tool_start" and r["data"]["name"] == "task"
+    )
+    child = [r for r in records if r.get("agent") == "explore"]
+    assert {r["parent"] for r in child} == {task_id}
+    assert [r["kind"] for r in child] == [
+        "turn_start",
+        "request",
+        "http",
+        "response",
+        "tool_start",
+        "tool_end",
+        "request",
+        "http",
+        "response",
+        "turn_end",
+    ]
+    # The child's second request was sent after the parent's turn had ended.
+    parent_end = next(r["seq"] for r in records if r["kind"] == "turn_end" and "agent" not in r)
+    assert [r["seq"] > parent_end for r in child if r["kind"] == "request"] == [False, True]
+    assert any(r["kind"] == "notice" and r["data"].get("task_id") == "bg-1" for r in records)
+    adapter = AnthropicProvider(base_url="http://unused", api_key="", settings=HTTPSettings())
+    rebuilt = [adapter.build_body(r) for _, r in trace.rebuild_requests(records)]
+    assert sorted(rebuilt) == sorted(received)
+    bodies = trace.http_bodies(directory, records)
+    assert sorted(bodies.values()) == sorted(received)
