@@ -388,3 +388,30 @@ def test_recorded_session_otel(recorded: list[dict[str, Any]]) -> None:
     assert write.status.code == 2
     assert attrs(write)["error.type"] == "tool_error"
     assert write.end_time_unix_nano >= write.start_time_unix_nano
+
+
+def test_a_trace_with_no_prompt_yet(project: Path) -> None:
+    run = keel("-p", "--model", "scripted:demo", "hello", cwd=project)
+    assert run.returncode == 0
+    (path,) = sessions_dir(project).glob("*.jsonl")
+    write_trace(path.with_name(f"{path.stem}.trace"), records()[:1])  # just the session record
+    atif = keel("trace", "--atif", cwd=project)
+    assert (atif.returncode, atif.stdout) == (2, "")
+    assert atif.stderr == (
+        f"keel: error: cannot export {path.stem}.trace: the trace holds no prompt or model "
+        "request yet (ATIF needs a step) (hint: run a prompt first)\n"
+    )
+    stats = keel("trace", "stats", cwd=project)
+    assert stats.returncode == 0
+    assert stats.stdout == (
+        "session 20251201-120000-abc123\n"
+        "requests                  0\n"
+        "time to first token       p50 -, p95 -\n"
+        "output speed              -\n"
+        "tokens                    input 0, output 0, cache read 0, cache write 0\n"
+        "cache-read share          -\n"
+        "harness overhead          -\n"
+        "cost                      $0.0000\n"
+        "retries                   0\n"
+        "errors                    0 (tool errors 0, http errors 0)\n"
+    )

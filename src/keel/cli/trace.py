@@ -124,15 +124,26 @@ def _atif(directory: Path, output: str | None) -> int:
 
     records = _records(directory)
     children = subagents(records)
-    if output is None:
-        json.dump(to_atif(records), sys.stdout, indent=2, ensure_ascii=False)
+    out = None if output is None else Path(output)
+    paths = (
+        {}
+        if out is None
+        else {c.call_id: f"{out.stem}.{_safe(c.name)}{out.suffix or '.json'}" for c in children}
+    )
+    try:
+        trajectory = to_atif(records, subagent_paths=paths)
+        children_t = {name: to_atif(records, subagent=call_id) for call_id, name in paths.items()}
+    except ValueError as exc:
+        raise UserError(
+            f"cannot export {directory.name}: {exc}", hint="run a prompt first"
+        ) from exc
+    if out is None:
+        json.dump(trajectory, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
         return 0
-    out = Path(output)
-    paths = {c.call_id: f"{out.stem}.{_safe(c.name)}{out.suffix or '.json'}" for c in children}
-    _write(out, to_atif(records, subagent_paths=paths))
-    for call_id, name in paths.items():
-        _write(out.with_name(name), to_atif(records, subagent=call_id))
+    _write(out, trajectory)
+    for name, child in children_t.items():
+        _write(out.with_name(name), child)
     extra = f" and {len(paths)} subagent trajectories beside it" if paths else ""
     print(f"wrote {out}{extra}", file=sys.stderr)
     return 0

@@ -106,6 +106,8 @@ def to_atif(
         mine = [r for r in records if agent_key(r) == (me.label, me.call_id)]
     builder = _Builder(records, mine, session_id, children, subagent_paths or {})
     steps = builder.steps()
+    if not steps:
+        raise ValueError("the trace holds no prompt or model request yet (ATIF needs a step)")
     models = [s["model_name"] for s in steps if s.get("model_name")]
     model = default_model if me is None else (models[0] if models else default_model)
     trajectory: dict[str, Any] = {

@@ -466,7 +466,7 @@ def render(s: Stats) -> str:
     row("cost", _usd(s.cost))
     for model, cost in j["cost_usd"]["by_model"].items():
         row(f"  {model}", _usd(cost))
-    if len(s.cost_by_agent) > 1 or MAIN not in s.cost_by_agent:
+    if len(s.cost_by_agent) > 1:
         lines.append("cost by agent")
         for agent, cost in j["cost_usd"]["by_agent"].items():
             row(f"  {agent}", _usd(cost))
