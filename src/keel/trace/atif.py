@@ -13,8 +13,10 @@ model response of the agent an `agent` step (text → `message`, thinking → `r
 tool calls → `tool_calls`, the tools' outputs → `observation.results` by `source_call_id`,
 usage → `metrics` with `prompt_tokens` counting cached tokens too as ATIF requires, cache writes
 in `metrics.extra`); compactions and errors are `system` steps. A `task` call that started a
-subagent carries a `subagent_trajectory_ref` to that subagent's own trajectory (built with
-`subagent_trajectories`). Every object keeps to the v1.6 field set (Harbor forbids others).
+subagent carries a `subagent_trajectory_ref` to that subagent's own trajectory
+(`to_atif(records, subagent=CALL_ID)`; a subagent is its label and the call that started it, so
+two `explore` agents side by side are `explore-1` and `explore-2`). Every object keeps to the
+v1.6 field set (Harbor forbids others). Tool outputs are the trace's (the first 64 kB).
 
 It only reads records; it never touches the session or the network.
 """
