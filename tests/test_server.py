@@ -1404,3 +1404,30 @@ def test_always_saves_the_rule_as_the_tui_does(
     assert notices == [f"always allowed write (saved to {saved})"]
     assert json.loads(saved.read_text(encoding="utf-8")) == {"permissions": {"allow": ["write"]}}
     assert (project / "b.txt").read_text(encoding="utf-8") == "b\n"
+
+
+async def test_a_defect_is_a_json_500_and_one_line_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from keel.server.host import Host
+    from keel.server.http import Api, create_app
+
+    async def broken(self: Api, request: Any) -> Any:
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr(Api, "info", broken)
+    app = create_app(Host(tmp_path), token=TOKEN, hosts=["testserver"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+        r = await c.get("/v1/info", headers={"authorization": f"Bearer {TOKEN}"})
+    assert (r.status_code, r.json()) == (
+        500,
+        {
+            "error": "internal error: RuntimeError: a bug over two lines",
+            "hint": "the server's stderr has the details (the traceback with keel serve --debug)",
+        },
+    )
+    assert capsys.readouterr().err == (
+        "keel serve: error: internal error in GET /v1/info: RuntimeError: a bug over two lines "
+        "(hint: run keel serve with --debug for the traceback)\n"
+    )

@@ -185,7 +185,7 @@ def _run(
     host = Host(cwd, all_projects=all_projects)
 
     async def main() -> None:
-        app = create_app(host, token=token, hosts=hosts)
+        app = create_app(host, token=token, hosts=hosts, debug=debug)
         config = uvicorn.Config(
             app,
             log_level="info" if debug else "warning",

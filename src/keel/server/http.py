@@ -53,10 +53,13 @@ class Guard:
     the bearer token, compared in constant time. `hosts` None: any Host (`--allow-remote` on a
     wildcard address)."""
 
-    def __init__(self, app: ASGIApp, *, token: str, hosts: frozenset[str] | None) -> None:
+    def __init__(
+        self, app: ASGIApp, *, token: str, hosts: frozenset[str] | None, debug: bool = False
+    ) -> None:
         self.app = app
         self.token = token.encode()
         self.hosts = hosts
+        self.debug = debug
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,7 +69,26 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:  # a defect: the client had its 500 (`_internal_error`)
+            self._report(scope, exc)
+
+    def _report(self, scope: Scope, exc: Exception) -> None:
+        """One line on the server's stderr (the traceback with --debug), not uvicorn's."""
+        import sys
+
+        where = f"{scope.get('method', '')} {scope.get('path', '')}"
+        if self.debug:
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
+        what = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        print(
+            f"keel serve: error: internal error in {where}: {what} "
+            "(hint: run keel serve with --debug for the traceback)",
+            file=sys.stderr,
+        )
 
     def _refusal(self, scope: Scope) -> Response | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -619,6 +641,14 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(exc.body(), exc.status)
 
 
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    return error(
+        500,
+        f"internal error: {type(exc).__name__}: {exc}".replace("\n", " "),
+        "the server's stderr has the details (the traceback with keel serve --debug)",
+    )
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     hints = {404: "GET /openapi.json lists the routes", 405: "GET /openapi.json lists the methods"}
@@ -626,7 +656,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    host: Host, *, token: str, hosts: Iterable[str] | None, keepalive: float = KEEPALIVE
+    host: Host,
+    *,
+    token: str,
+    hosts: Iterable[str] | None,
+    keepalive: float = KEEPALIVE,
+    debug: bool = False,
 ) -> ASGIApp:
     """The ASGI app: `Guard` over the routes of `Api(host)`."""
 
@@ -638,10 +673,14 @@ def create_app(
     api = Api(host, keepalive=keepalive)
     app = Starlette(
         routes=api.routes(),
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            Exception: _internal_error,
+        },
         lifespan=lifespan,
     )
-    return Guard(app, token=token, hosts=None if hosts is None else frozenset(hosts))
+    return Guard(app, token=token, hosts=None if hosts is None else frozenset(hosts), debug=debug)
 
 
 __all__ = ["MAX_BODY", "Api", "Guard", "create_app", "read_body"]
