@@ -999,10 +999,13 @@ class Agent:
                     if isinstance(event, Done):
                         done = event
                         continue
-                    if clock.output is None or isinstance(event, Notice):
-                        clock.see(event)  # once the output began: this one comparison
+                    # The clock: once the output began, one comparison per delta.
                     if isinstance(event, TextDelta):
                         state.partial.append(event.text)
+                        if clock.output is None:
+                            clock.see(event)
+                    elif clock.output is None or isinstance(event, Notice):
+                        clock.see(event)
                     emit(event)
         except asyncio.CancelledError:
             self._keep_partial(emit, clock)

@@ -51,14 +51,12 @@ class RequestClock:
             self.notices.append(event.text)
             if self.first is None and event.level == "warning":
                 self.attempts += 1
-            return
-        if isinstance(event, Done):
-            return
-        now = time.monotonic()
-        if self.first is None:
-            self.first = now
-        if isinstance(event, _OUTPUT):
-            self.output = now
+        elif isinstance(event, _OUTPUT):
+            self.output = time.monotonic()
+            if self.first is None:
+                self.first = self.output
+        elif self.first is None and not isinstance(event, Done):
+            self.first = time.monotonic()  # thinking streamed first
 
     def timing(self, output_tokens: int) -> RequestTiming:
         """The request's timing, with the stream ending now. Tokens per second count the output
