@@ -931,3 +931,26 @@ def test_a_background_subagent_outliving_its_turn_is_traced_in_its_lane(project:
     assert sorted(rebuilt) == sorted(received)
     bodies = trace.http_bodies(directory, records)
     assert sorted(bodies.values()) == sorted(received)
+
+
+async def test_a_failing_tracer_stops_with_one_warning_and_the_run_goes_on(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.llm.events import Notice
+    from keel.trace.delta import DeltaEncoder
+
+    def broken(*_args: object) -> dict[str, Any]:
+        raise TypeError("a bug in the tracer")
+
+    monkeypatch.setattr(DeltaEncoder, "encode", broken)
+    agent = agent_for(ScriptedProvider([reply("hi")]), project, model="scripted")
+    tracer = trace.attach(agent, directory=project / "t.trace")
+    events: list[Event] = []
+    result = await agent.run("hello", events.append)
+    assert result.stop_reason == "end_turn"
+    assert result.text == "hi"
+    assert (
+        tracer.error == "debug trace stopped by an internal error: TypeError: a bug in the tracer"
+    )
+    assert [e.text for e in events if isinstance(e, Notice)] == [tracer.error]
+    assert kinds(trace.read(project / "t.trace")) == ["session", "turn_start"]

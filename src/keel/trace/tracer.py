@@ -361,7 +361,7 @@ class Tracer:
                 os.close(fd)
             response_file = f"http/{n:04d}-response.txt"
             out = _open_private(http / f"{n:04d}-response.txt", os.O_WRONLY | os.O_TRUNC)
-        except OSError as exc:
+        except Exception as exc:
             self._fail(exc, None)
             return None
         return _Exchange(
@@ -489,22 +489,28 @@ class Tracer:
                 self._sinks.remove(fn)
                 self._write("error", {"message": f"a trace sink failed and was removed: {exc!r}"})
 
+    # A trace that fails (a full disk, or a bug here) stops, says so once, and never takes the
+    # run down with it: these catch everything the tracer itself raises.
+
     def _record_safely(self, event: Event, sink: Sink | None) -> None:
         try:
             self.record(event)
-        except OSError as exc:
+        except Exception as exc:
             self._fail(exc, sink)
 
     def _safely(self, work: Callable[[], None]) -> None:
         try:
             work()
-        except OSError as exc:
+        except Exception as exc:
             self._fail(exc, None)
 
-    def _fail(self, exc: OSError, sink: Sink | None) -> None:
-        """The trace cannot be written: stop it, say so once, let the run go on."""
-        where = self._opened_at or self._directory
-        self.error = f"debug trace stopped: cannot write {where}: {exc.strerror or exc}"
+    def _fail(self, exc: Exception, sink: Sink | None) -> None:
+        """The trace cannot go on: stop it, say so once, let the run go on."""
+        where = self._opened_at or self._directory or "the trace folder"
+        if isinstance(exc, OSError):
+            self.error = f"debug trace stopped: cannot write {where}: {exc.strerror or exc}"
+        else:
+            self.error = f"debug trace stopped by an internal error: {type(exc).__name__}: {exc}"
         self.close()
         if sink is not None:
             sink(Notice(self.error, "warning"))
@@ -752,8 +758,12 @@ class _Exchange:
     ) -> None:
         self.ttfb_ms = round((time.monotonic() - self.start) * 1000, 3)
         self.status = status
-        self.response_headers = redact_headers(_items(headers))
-        self.request_headers = redact_headers(_items(sent_headers))
+
+        def heads() -> None:
+            self.response_headers = redact_headers(_items(headers))
+            self.request_headers = redact_headers(_items(sent_headers))
+
+        self.tracer._safely(heads)
 
     def received(self, chunk: bytes) -> None:
         self.bytes_received += len(chunk)
