@@ -556,3 +556,16 @@ def test_live_from_the_tracer_sink(receiver: Receiver, tmp_path: Path) -> None:
         "execute_tool bash",
     }
     assert "gen_ai.client.token.usage" in receiver.metrics()
+
+
+def test_a_record_of_an_unknown_shape_is_dropped_not_raised(receiver: Receiver) -> None:
+    exporter = otel.OtelExporter(otel.OtelConfig(receiver.url))
+    rows = records()
+    bad = {**rows[2], "req": "not a number"}  # a request record whose req is not a number
+    for row in [rows[0], rows[1], bad, *rows[2:]]:
+        exporter(row)  # must not raise: the tracer would remove the sink
+    otel._ACTIVE.append(exporter)
+    warnings = otel.shutdown()
+    assert len(warnings) == 1
+    assert "a request record was not exported (ValueError(" in warnings[0]
+    assert "chat claude-sonnet-4-5" in {s.name for s in receiver.spans()}

@@ -354,9 +354,16 @@ class OtelExporter:
             if self._closed:
                 return
             handler = getattr(self, f"_on_{record.get('kind')}", None)
-            if handler is not None:
-                data = record.get("data")
+            if handler is None:
+                return
+            data = record.get("data")
+            try:
                 handler(record, data if isinstance(data, dict) else {})
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                # A record of a shape this exporter does not know: dropped, said at shutdown
+                # (raising would make the tracer remove the sink).
+                if len(_FAILURES) < 20:
+                    _FAILURES.append(f"a {record.get('kind')} record was not exported ({exc!r})")
 
     def journal_append(self, seconds: float, *, durable: bool) -> None:
         """Record one journal append's latency (the journal's observer calls this)."""
@@ -545,8 +552,10 @@ class OtelExporter:
         attrs: dict[str, Any] = {"http.request.method": str(data.get("method") or "POST")}
         if isinstance(data.get("status"), int):
             attrs["http.response.status_code"] = data["status"]
-        if data.get("error"):
-            attrs["error.type"] = str(data["error"])[:200]  # keel's class of failure
+        if data.get("error"):  # "ReadTimeout: …": the class; the text may quote the server
+            attrs["error.type"] = str(data["error"]).split(":", 1)[0][:100]
+            if self.config.capture_content:
+                attrs["keel.http.error"] = str(data["error"])[:500]
         span.add_event("keel.http", attrs, timestamp=_ns(float(record.get("t") or time.time())))
 
     def _on_tool_start(self, record: Mapping[str, Any], data: Mapping[str, Any]) -> None:
