@@ -1431,3 +1431,49 @@ async def test_a_defect_is_a_json_500_and_one_line_on_stderr(
         "keel serve: error: internal error in GET /v1/info: RuntimeError: a bug over two lines "
         "(hint: run keel serve with --debug for the traceback)\n"
     )
+
+
+@pytest.mark.needs("sandbox")  # its bash runs unasked only in the sandbox
+def test_background_tasks_are_listed_and_stopped_and_continue_loads_the_latest(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    start = reply("", ("bash", {"command": "sleep 30", "run_in_background": True}))
+    anthropic.add(start, reply("Started it."), reply("It was stopped."))
+    with served.client() as c:
+        sid = create(c)["id"]
+        assert run(c, sid, "start a long job")["result"] == "Started it."
+        events = Events(c, sid, last_id=c.get(f"/v1/sessions/{sid}").json()["last_seq"])
+        [task] = c.get(f"/v1/sessions/{sid}/tasks").json()["tasks"]
+        assert norm(task) == {
+            "id": "bg-1",
+            "kind": "shell",
+            "status": "running",
+            "description": "sleep 30",
+            "agent": "",
+            "seconds": "…",
+            "result": None,
+        }
+        stopped = c.delete(f"/v1/sessions/{sid}/tasks/bg-1")
+        assert stopped.status_code == 200
+        assert (stopped.json()["id"], stopped.json()["status"]) == ("bg-1", "stopped")
+        # Its end reaches the model in a turn keel starts itself, as in the TUI.
+        frames = events.until("status", busy=False)
+        events.close()
+        assert [f.data for f in frames if f.event == "status"] == [
+            {
+                "type": "status",
+                "busy": True,
+                "work": "notifications",
+                "seq": frames[1].id,
+                "session": sid,
+            },
+            {"type": "status", "busy": False, "work": None, "seq": frames[-1].id, "session": sid},
+        ]
+        assert [f.data["result"] for f in frames if f.event == "result"] == ["It was stopped."]
+        assert (
+            "<task-notification"
+            in anthropic.model_requests[-1].json["messages"][-1]["content"][0]["text"]
+        )
+        assert c.delete(f"/v1/sessions/{sid}").status_code == 204
+        again = c.post("/v1/sessions", json={"continue": True})
+        assert (again.status_code, again.json()["id"], again.json()["turns"]) == (201, sid, 3)

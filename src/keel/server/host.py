@@ -178,12 +178,20 @@ class Hosted:
         except KeelError as exc:
             self.ring.publish({"type": "error", "error": exc.message, "hint": exc.hint})
             raise
-        except Exception as exc:  # a defect: said on the stream, the server goes on
+        except Exception as exc:  # a defect: said on the stream and stderr, the server goes on
+            import sys
+
+            what = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+            print(
+                f"keel serve: error: internal error in {self.work_kind} of session {self.id}: "
+                f"{what}",
+                file=sys.stderr,
+            )
             self.ring.publish(
                 {
                     "type": "error",
-                    "error": f"internal error: {type(exc).__name__}: {exc}",
-                    "hint": "run keel serve with --debug for the traceback",
+                    "error": f"internal error: {what}",
+                    "hint": "the server's stderr has the details",
                 }
             )
             raise
