@@ -1046,5 +1046,39 @@ def test_bodies_stored_as_tails_are_put_together(real_trace: Path, tmp_path: Pat
     write_html(real_trace, out)
     parser = check_html(out.read_text(encoding="utf-8"))
     embedded = json.loads(next(b for a, b in parser.scripts if a.get("id") == "trace-data"))
+    bodies = embedded["bodies"]
+
+    def page_body(name: str) -> str:
+        """What the page does: a tail entry is its base's first `keep` UTF-16 units + `tail`."""
+        b = bodies[name]
+        if "text" in b:
+            return str(b["text"])
+        base = page_body(f"request/{b['base']}").encode("utf-16-le")[: 2 * b["keep"]]
+        return base.decode("utf-16-le") + b["tail"]
+
     whole = keel.trace.http_bodies(real_trace, records)
-    assert {n: embedded["bodies"][f"request/{n}"]["text"].encode() for n in whole} == whole
+    assert {n: page_body(f"request/{n}").encode() for n in whole} == whole
+    tails = [name for name, b in bodies.items() if "tail" in b]
+    assert tails  # stored as what they add, as in the trace
+    assert (
+        sum(len(bodies[t]["tail"]) for t in tails)
+        < sum(len(whole[int(t.split("/")[1])]) for t in tails) / 2
+    )
+
+
+@pytest.mark.needs("chromium")
+def test_a_body_stored_as_a_tail_is_shown_whole(
+    page: Any, real_page: Path, real_trace: Path
+) -> None:
+    import keel.trace
+
+    records = read_records(real_trace)
+    whole = keel.trace.http_bodies(real_trace, records)
+    http = next(r for r in records if r["kind"] == "http" and "request_delta" in r["data"])
+    open_static(page, real_page)
+    page.click(f"#ledger tr[data-seq='{http['seq']}']")
+    exchanges = [r for r in records if r["kind"] == "http" and r.get("req") == http["req"]]
+    index = exchanges.index(http)
+    page.click(f"#inspector .http >> nth={index} >> text=show request body")
+    shown = page.text_content(f"#inspector .http >> nth={index} >> .body >> nth=0 >> pre")
+    assert json.loads(shown) == json.loads(whole[http["data"]["n"]])

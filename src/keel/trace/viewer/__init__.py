@@ -156,6 +156,76 @@ def _response_body(directory: Path, exchanges: dict[int, dict[str, Any]], n: int
     return None if data is None else _file(directory, data.get("response_file"))
 
 
+def _page_bodies(
+    directory: Path, exchanges: dict[int, dict[str, Any]], cap: int
+) -> dict[str, dict[str, Any]]:
+    """Every body for the static page, by `request/N` and `response/N`: `{text, size,
+    truncated}`, or for a request stored as what it adds to an earlier one (the tracer's
+    `request_delta`) `{base, keep, tail, size, truncated}`: the page takes the first `keep`
+    characters of body `base`, then `tail`. So a long session's page grows with what is new, as
+    its trace does. Each text or tail is cut at `cap` bytes; a body whose base was cut is given
+    whole (and cut)."""
+    bodies: dict[str, dict[str, Any]] = {}
+    recent: dict[int, bytes] = {}  # the last few whole bodies: the bases of the next ones
+    complete: set[int] = set()  # bodies the page has byte for byte
+    for n in sorted(exchanges):
+        delta = exchanges[n].get("request_delta")
+        raw: bytes | None = None
+        entry: dict[str, Any] | None = None
+        if (
+            isinstance(delta, dict)
+            and isinstance(delta.get("base"), int)
+            and delta["base"] in recent
+        ):
+            base, keep = delta["base"], delta.get("keep")
+            tail = _file(directory, delta.get("file"))
+            if tail is not None and isinstance(keep, int) and 0 <= keep <= len(recent[base]):
+                raw = recent[base][:keep] + tail
+                if base in complete:
+                    entry = _as_tail(raw, base, keep, cap)
+        else:
+            raw = _request_body(directory, exchanges, n)
+        if raw is not None:
+            entry = entry or _as_text(raw, cap)
+            bodies[f"request/{n}"] = entry
+            if not entry["truncated"]:
+                complete.add(n)
+            recent[n] = raw
+            if len(recent) > 16:
+                del recent[min(recent)]
+        response = _response_body(directory, exchanges, n)
+        if response is not None:
+            bodies[f"response/{n}"] = _as_text(response, cap)
+    return bodies
+
+
+def _as_text(raw: bytes, cap: int) -> dict[str, Any]:
+    return {
+        "text": raw[:cap].decode("utf-8", errors="replace"),
+        "size": len(raw),
+        "truncated": len(raw) > cap,
+    }
+
+
+def _as_tail(raw: bytes, base: int, keep: int, cap: int) -> dict[str, Any]:
+    """`raw` as its first `keep` bytes (shared with body `base`) and the rest, split at a
+    character boundary and counted in the page's UTF-16 units; whole when it is not UTF-8."""
+    while 0 < keep < len(raw) and raw[keep] & 0xC0 == 0x80:
+        keep -= 1  # the split fell inside a UTF-8 sequence
+    try:
+        prefix, tail = raw[:keep].decode("utf-8"), raw[keep:].decode("utf-8")
+    except UnicodeDecodeError:
+        return _as_text(raw, cap)
+    cut = raw[keep:][:cap].decode("utf-8", errors="ignore")
+    return {
+        "base": base,
+        "keep": len(prefix.encode("utf-16-le")) // 2,
+        "tail": cut,
+        "size": len(raw),
+        "truncated": len(cut) < len(tail),
+    }
+
+
 def _embed(value: object) -> str:
     """JSON that is inert inside a `<script>` element: no `<`, `>` or `&` (so no `</script>` and
     no `<!--`), and no line separators that older parsers took for line ends."""
@@ -183,21 +253,11 @@ def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
     HTTP body they name inlined (each body cut at `body_cap` bytes, with a mark saying how big it
     was), no external reference of any kind."""
     records = read_records(directory)
-    exchanges = _exchanges(records)
-    bodies: dict[str, dict[str, Any]] = {}
-    for n in exchanges:
-        for side, raw in (
-            ("request", _request_body(directory, exchanges, n)),
-            ("response", _response_body(directory, exchanges, n)),
-        ):
-            if raw is None:
-                continue
-            bodies[f"{side}/{n}"] = {
-                "text": raw[:body_cap].decode("utf-8", errors="replace"),
-                "size": len(raw),
-                "truncated": len(raw) > body_cap,
-            }
-    data = {"records": records, "bodies": bodies, "source": directory.name}
+    data = {
+        "records": records,
+        "bodies": _page_bodies(directory, _exchanges(records), body_cap),
+        "source": directory.name,
+    }
     head = f"<style>{_asset('viewer.css')}</style>"
     script = _asset("viewer.js")
     if "</script" in script.lower() or "<!--" in script:

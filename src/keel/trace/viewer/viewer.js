@@ -16,7 +16,7 @@
     tools: new Map(), perms: new Map(), httpByReq: new Map(), compactions: [],
     selected: null, t0: null, tEnd: null, live: false, bodies: {}, lastSeq: 0,
     scale: null, follow: true, collapse: true, dirty: true, lastDrawn: 0,
-    kinds: new Set(), visible: [],
+    kinds: new Set(), visible: [], kindOptions: new Set(), batch: null,
   };
 
   // ---------------------------------------------------------------- small helpers
@@ -247,16 +247,20 @@
         " ", summary(rec)));
     tr.addEventListener("click", () => select(rec.seq, { scroll: false }));
     rec.row = tr;
-    $("#ledger tbody").append(tr);
-    if (!$(`#filter-kind option[value="${CSS.escape(rec.kind)}"]`))
+    // Rows of one batch go in together, filtered once each (a long trace loads in one pass).
+    tr.hidden = !matches(rec, S.batch.f);
+    if (!tr.hidden) S.visible.push(rec);
+    S.batch.rows.append(tr);
+    if (!S.kindOptions.has(rec.kind)) {
+      S.kindOptions.add(rec.kind);
       $("#filter-kind").append(h("option", { value: rec.kind }, rec.kind));
+    }
     if (!S.agentOptions) S.agentOptions = new Map();
     if (!S.agentOptions.has(rec.lane)) {
       const opt = h("option", { value: "=" + rec.lane, "data-agent": rec.lane }, agentName(rec.lane));
       S.agentOptions.set(rec.lane, opt);
       $("#filter-agent").append(opt);
     }
-    applyFilter(rec);
   }
 
   function filterState() {
@@ -273,12 +277,13 @@
     if (f.breaks && !(rec.kind === "request" && S.reqs.get(rec.req) && S.reqs.get(rec.req).brk)) return false;
     return f.terms.every((t) => rec.search.includes(t));
   }
-  function applyFilter(only) {
+  function applyFilter() {
     const f = filterState();
-    for (const rec of only ? [only] : S.records) rec.row.hidden = !matches(rec, f);
+    for (const rec of S.records) rec.row.hidden = !matches(rec, f);
     S.visible = S.records.filter((r) => !r.row.hidden);
-    $("#ledger-count").textContent = `${S.visible.length} of ${S.records.length}`;
+    showCount();
   }
+  function showCount() { $("#ledger-count").textContent = `${S.visible.length} of ${S.records.length}`; }
 
   // ---------------------------------------------------------------- selection and keys
   function select(seq, opts) {
@@ -599,7 +604,7 @@
       if (!S.live) {
         const b = S.bodies[name];
         if (!b) { text = "(not in this page)"; }
-        else { text = b.text; if (b.truncated) note = `cut at ${fmtInt(b.text.length)} of ${fmtInt(b.size)} bytes`; }
+        else { text = embeddedBody(name); if (b.truncated) note = `cut: the whole body was ${fmtInt(b.size)} bytes`; }
       } else {
         try {
           const r = await fetch(name, { cache: "no-store" });
@@ -612,6 +617,14 @@
     });
     box.append(btn);
     return box;
+  }
+  function embeddedBody(name) {
+    // A request stored as what it adds to an earlier one: that body's first `keep` characters,
+    // then the tail (put together once, then kept).
+    const b = S.bodies[name];
+    if (!b) return "";
+    if (b.text === undefined) b.text = embeddedBody("request/" + b.base).slice(0, b.keep) + b.tail;
+    return b.text;
   }
   function headers(obj) {
     return h("table", { class: "kv" }, Object.entries(obj || {}).map(([k, v]) => h("tr", null, h("th", null, k), h("td", { class: "mono" }, Array.isArray(v) ? v.join(", ") : String(v)))));
@@ -824,7 +837,11 @@
     requestAnimationFrame(() => { S.pending = false; draw(); });
   }
   function add(records) {
+    S.batch = { f: filterState(), rows: document.createDocumentFragment() };
     records.sort((a, b) => a.seq - b.seq).forEach(ingest);
+    $("#ledger tbody").append(S.batch.rows);
+    S.batch = null;
+    showCount();
     schedule();
     if (S.follow && S.live) { const sc = $("#ledger-scroll"); sc.scrollTop = sc.scrollHeight; }
     const tab = document.querySelector(".tab.on");
