@@ -610,3 +610,45 @@ async def test_read_only_reports(project: Path, with_key: None) -> None:
     assert outputs["hooks"].kind == "text"
     assert outputs["cost"].text.startswith("**Session cost:** $0.00 over 0 model turns")
     await controller.close()
+
+
+async def test_debug_on_traces_the_next_prompt_and_survives_clear(
+    project: Path, with_key: None
+) -> None:
+    from keel.trace import read
+    from keel.tui.view import Output
+
+    provider = ScriptedProvider([reply("One."), reply("Two."), reply("Three.")], model=MODEL.model)
+    recorder = Recorder()
+    controller = await make_controller(project, provider)
+    controller.attach(recorder)
+    controller.submit("/debug")
+    await controller.wait()
+    shown = [e.text for e in recorder.events if isinstance(e, Output) and e.title == "debug"]
+    assert shown == ["Debug trace is **off** (`/debug on` starts one)."]
+    controller.submit("/debug on")
+    await controller.wait()
+    controller.submit("first")
+    await controller.wait()
+    session = controller.agent.session
+    assert session is not None
+    first = session.path.with_name(session.path.stem + ".trace")
+    controller.submit("/clear")
+    await controller.wait()
+    controller.submit("second")
+    await controller.wait()
+    second_session = controller.agent.session
+    assert second_session is not None
+    second = second_session.path.with_name(second_session.path.stem + ".trace")
+    controller.submit("/debug off")
+    await controller.wait()
+    controller.submit("third")
+    await controller.wait()
+    await controller.close()
+    outputs = [e.text for e in recorder.events if isinstance(e, Output) and e.title == "debug"]
+    assert outputs == [f"Debug trace **off**; what was written stays in `{second}`."]
+    prompts = [
+        [r["data"]["prompt"] for r in read(folder) if r["kind"] == "turn_start"]
+        for folder in (first, second)
+    ]
+    assert prompts == [["first"], ["second"]]  # the third prompt was not traced

@@ -642,6 +642,10 @@ class Controller:
 
     _cmd_quit = _cmd_exit
 
+    async def _cmd_debug(self, args: str) -> None:
+        days = self.factory.settings.trace_retention_days
+        self.show(Output(cmds.debug_command(self.agent, args, retention_days=days), title="debug"))
+
     async def _cmd_cost(self, args: str) -> None:
         self.show(Output(cmds.cost_text(self.agent, self.context), title="cost"))
 
