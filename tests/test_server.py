@@ -575,10 +575,15 @@ def test_a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
         replay = Events(c, sid, after=before[-1].id)
         again = [replay.next() for _ in after]
         replay.close()
+        # EventSource reconnects to the same URL (?after=0) with Last-Event-ID: the header wins.
+        browser = Events(c, sid, after=0, last_id=before[-1].id)
+        reconnected = [browser.next() for _ in after]
+        browser.close()
     assert before[-1].id is not None
     assert [f.id for f in after] == list(range(before[-1].id + 1, before[-1].id + 1 + len(after)))
     assert [(f.id, f.data) for f in before + after] == [(f.id, f.data) for f in everything]
     assert [(f.id, f.data) for f in again] == [(f.id, f.data) for f in after]
+    assert [(f.id, f.data) for f in reconnected] == [(f.id, f.data) for f in after]
     assert after[-2].data["result"] == "All done after a pause."
 
 

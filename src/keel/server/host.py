@@ -176,7 +176,8 @@ class Hosted:
         try:
             return await work
         except KeelError as exc:
-            self.ring.publish({"type": "error", "error": exc.message, "hint": exc.hint})
+            error = exc.message.replace("\n", " ")
+            self.ring.publish({"type": "error", "error": error, "hint": exc.hint})
             raise
         except Exception as exc:  # a defect: said on the stream and stderr, the server goes on
             import sys
