@@ -252,6 +252,26 @@ def test_static_page_of_a_torn_trace_leaves_the_torn_line_out(tmp_path: Path) ->
 # ------------------------------------------------------------------ the live server, no browser
 
 
+def test_the_tail_reads_only_whole_new_lines_and_finds_records_after_a_number(
+    tmp_path: Path,
+) -> None:
+    from keel.trace.viewer import _Tail
+
+    events = tmp_path / "events.jsonl"
+    line = lambda seq: json.dumps({"seq": seq, "t": 1.0, "kind": "notice", "data": {}}) + "\n"  # noqa: E731
+    events.write_text(line(1) + line(2) + line(3)[:9], encoding="utf-8")
+    tail = _Tail(events)
+    assert [r["seq"] for r in tail.after(0)] == [1, 2]
+    with events.open("a", encoding="utf-8") as f:
+        f.write(line(3)[9:] + "not json\n" + line(4))
+    assert [r["seq"] for r in tail.after(1)] == [2, 3, 4]
+    assert tail.after(4) == []
+    with events.open("a", encoding="utf-8") as f:
+        f.write(line(2))  # numbers that go backwards (a damaged trace): still every record above
+    assert [r["seq"] for r in tail.after(2)] == [3, 4]
+    assert [r["seq"] for r in tail.after(1)] == [2, 3, 4, 2]
+
+
 class Server:
     def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
         self.proc = proc

@@ -13,6 +13,7 @@ a foreign Host header, or put record content into the page other than as escaped
 
 from __future__ import annotations
 
+import bisect
 import hmac
 import json
 import os
@@ -57,6 +58,8 @@ class _Tail:
         self.path = path
         self.offset = 0
         self.records: list[dict[str, Any]] = []
+        self.seqs: list[int] = []  # the records' numbers, increasing while `ordered`
+        self.ordered = True
 
     def refresh(self) -> list[dict[str, Any]]:
         try:
@@ -75,14 +78,21 @@ class _Tail:
                 record = json.loads(line)
             except ValueError:
                 continue  # a damaged line: the rest of the trace is still worth seeing
-            if isinstance(record, dict):
+            if isinstance(record, dict) and isinstance(record.get("seq"), int):
+                if self.seqs and record["seq"] <= self.seqs[-1]:
+                    self.ordered = False
                 self.records.append(record)
+                self.seqs.append(record["seq"])
         self.offset += end + 1
         return self.records
 
     def after(self, seq: int) -> list[dict[str, Any]]:
+        """The records numbered above `seq`: a page that polls gets only what is new, found by
+        bisection (a trace whose numbers went backwards is filtered in full)."""
         records = self.refresh()
-        return [r for r in records if isinstance(r.get("seq"), int) and r["seq"] > seq]
+        if self.ordered:
+            return records[bisect.bisect_right(self.seqs, seq) :]
+        return [r for r, n in zip(records, self.seqs, strict=True) if n > seq]
 
 
 def read_records(directory: Path) -> list[dict[str, Any]]:
