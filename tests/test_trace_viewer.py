@@ -1074,7 +1074,7 @@ def test_bodies_stored_as_tails_are_put_together(real_trace: Path, tmp_path: Pat
         if "text" in b:
             return str(b["text"])
         base = page_body(f"request/{b['base']}").encode("utf-16-le")[: 2 * b["keep"]]
-        return base.decode("utf-16-le") + b["tail"]
+        return base.decode("utf-16-le") + str(b["tail"])
 
     whole = keel.trace.http_bodies(real_trace, records)
     assert {n: page_body(f"request/{n}").encode() for n in whole} == whole
