@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel acp, keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel acp, keel serve [--port N], keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
