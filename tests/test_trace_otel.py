@@ -569,3 +569,38 @@ def test_a_record_of_an_unknown_shape_is_dropped_not_raised(receiver: Receiver) 
     assert len(warnings) == 1
     assert "a request record was not exported (ValueError(" in warnings[0]
     assert "chat claude-sonnet-4-5" in {s.name for s in receiver.spans()}
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_keel_p_exports_live_and_writes_a_trace_only_with_debug(
+    receiver: Receiver, project: Path, debug: bool
+) -> None:
+    """`KEEL_OTEL=1` exports the spans of a real `keel -p` at exit; without `--debug` nothing
+    but the session file is written (no trace folder)."""
+    import os
+
+    from keel.session.store import sessions_dir
+
+    env = {**os.environ, "KEEL_OTEL": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    argv = [sys.executable, "-m", "keel", "-p", "--model", "scripted:demo", "hi"]
+    run = subprocess.run(
+        argv + (["--debug"] if debug else []),
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr
+    (path,) = sessions_dir(project).glob("*.jsonl")
+    assert path.with_name(f"{path.stem}.trace").is_dir() is debug
+    assert [s.name for s in receiver.spans()] == [
+        "invoke_agent keel",
+        "chat demo",
+        "execute_tool glob",
+        "chat demo",
+        "execute_tool bash",
+        "chat demo",
+    ]
+    assert "keel.journal.append.duration" in receiver.metrics()

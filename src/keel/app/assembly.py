@@ -119,11 +119,24 @@ async def resume_agent(
 
 def _trace_if_asked(agent: Agent, options: Options, settings: Settings) -> None:
     """Attach a tracer when `--debug`, `KEEL_DEBUG=1` or the `debug` setting asks for one (the
-    trace folder is made at the first record, beside the session file once there is one)."""
+    trace folder is made at the first record, beside the session file once there is one), or
+    when an OpenTelemetry export is on (then, without debug, nothing is written to disk)."""
     import keel.trace as trace
 
-    if trace.enabled(settings, os.environ, options.debug):
-        trace.attach(agent, retention_days=settings.trace_retention_days)
+    debug = trace.enabled(settings, os.environ, options.debug)
+    export = None
+    if settings.otel is not None or os.environ.get("KEEL_OTEL"):
+        from keel.trace import otel
+
+        export = otel.sink_from(settings, os.environ)
+    if not debug and export is None:
+        return
+    tracer = trace.attach(agent, retention_days=settings.trace_retention_days)
+    if export is not None:
+        tracer.files = debug
+        tracer.add_sink(export)
+        if agent.session is not None:
+            otel.observe_journal(agent.session.journal)
 
 
 #: Models picked when none is configured, by which key is present.

@@ -234,6 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"internal error: {type(exc).__name__}: {exc}", "run with --debug for the traceback"
             )
         return EXIT_ERROR
+    finally:
+        _flush_exports()
+
+
+def _flush_exports() -> None:
+    """Send what an OpenTelemetry export still buffers (loaded only when it was on)."""
+    otel = sys.modules.get("keel.trace.otel")
+    if otel is not None:
+        for line in otel.shutdown():
+            print(f"keel: warning: {line}", file=sys.stderr)
 
 
 def _quiet_stdout() -> None:

@@ -184,6 +184,10 @@ class Tracer:
     def __init__(self, directory: Path | None = None, *, agent: Agent | None = None) -> None:
         self._directory = directory
         self.agent = agent
+        #: False: nothing is written to disk; the records only go to the sinks (an OpenTelemetry
+        #: export without a debug trace).
+        self.files = True
+        self._started = False
         #: Traces older than this are pruned when `attach` starts one (`follow` keeps it).
         self.retention_days = 14
         self.closed = False
@@ -330,7 +334,7 @@ class Tracer:
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
     ) -> _Exchange | None:
         """The HTTP observer: called as a model request is sent."""
-        if self.closed:
+        if self.closed or not self.files:
             return None
         try:
             self._ensure_open()
@@ -414,20 +418,20 @@ class Tracer:
             self._continue(events)
         self._fd = _open_private(events, os.O_WRONLY | os.O_APPEND)
         self._opened_at = directory
-        agent = self.agent
+        self._write("session", self._session_data(directory.stem, reopened))
+
+    def _session_data(self, fallback_id: str, reopened: bool) -> dict[str, Any]:
         from keel import __version__
 
-        self._write(
-            "session",
-            {
-                "session_id": _session_id(agent) if agent is not None else directory.stem,
-                "keel_version": __version__,
-                "cwd": str(agent.cwd) if agent is not None else os.getcwd(),
-                "model": f"{agent.provider.name}/{agent.model}" if agent is not None else "",
-                "reopened": reopened,
-                "format": FORMAT,
-            },
-        )
+        agent = self.agent
+        return {
+            "session_id": _session_id(agent) if agent is not None else fallback_id,
+            "keel_version": __version__,
+            "cwd": str(agent.cwd) if agent is not None else os.getcwd(),
+            "model": f"{agent.provider.name}/{agent.model}" if agent is not None else "",
+            "reopened": reopened,
+            "format": FORMAT,
+        }
 
     def _continue(self, events: Path) -> None:
         """Take up the numbering of an existing trace (and cut a torn last line)."""
@@ -468,9 +472,12 @@ class Tracer:
         req: int | None = None,
         t: float | None = None,
     ) -> None:
-        if self._fd is None:
-            self._ensure_open()
-        assert self._fd is not None
+        if not self._started:
+            self._started = True
+            if self.files:
+                self._ensure_open()
+            else:
+                self._write("session", self._session_data("", False))
         self._seq += 1
         record: dict[str, Any] = {"seq": self._seq, "t": time.time() if t is None else t}
         record["kind"] = kind
@@ -481,7 +488,8 @@ class Tracer:
         if req is not None:
             record["req"] = req
         record["data"] = data
-        _write_all(self._fd, orjson.dumps(record, default=_default) + b"\n")
+        if self._fd is not None:
+            _write_all(self._fd, orjson.dumps(record, default=_default) + b"\n")
         for fn in list(self._sinks):
             try:
                 fn(record)
