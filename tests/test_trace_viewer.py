@@ -857,6 +857,7 @@ def test_screenshot_for_the_docs(
     open_static(page, static_page)
     r10 = next(r for r in records if r["kind"] == "request" and r["req"] == 10)
     page.click(f"#ledger tr[data-seq='{r10['seq']}']")
+    page.eval_on_selector("#inspector .cbreak", "e => e.scrollIntoView()")
     out = SCREENSHOT if os.environ.get("KEEL_UPDATE_SCREENSHOT") else tmp_path / "shot.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out))

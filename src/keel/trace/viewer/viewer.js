@@ -236,7 +236,7 @@
     const info = rec.kind === "request" ? S.reqs.get(rec.req) : null;
     const brk = info && info.brk;
     const tr = h("tr", { "data-seq": rec.seq, "data-kind": rec.kind, "data-agent": rec.lane,
-      class: brk ? "cache-break" : "" },
+      class: brk ? "cache-break" + (brk.expected ? " expected" : "") : "" },
       h("td", null, rec.seq),
       h("td", null, fmtRel(rec.t)),
       h("td", null, agentName(rec.lane)),
@@ -467,7 +467,7 @@
         const w = Math.max(2, tm.xOf(it.b) - x);
         if (it.type === "req") {
           const r = it.info.response, d = it.info.rec.data;
-          const cls = "item req" + (r ? "" : " open") + (it.info.brk ? " cache-break" : "");
+          const cls = "item req" + (r ? "" : " open") + (it.info.brk ? " cache-break" + (it.info.brk.expected ? " expected" : "") : "");
           const waitW = it.b > it.a ? (it.ttft / (it.b - it.a)) * w : 0;
           el = h("div", { class: cls, style: `left:${x}px;top:${top + 4}px;width:${w}px`, "data-req": it.info.req,
             title: `request #${it.info.req} · ${d.purpose || "turn"} · waiting ${fmtMs(it.ttft * 1000)}, total ${fmtMs((it.b - it.a) * 1000)}${it.info.brk ? " · cache break" : ""}` },
