@@ -163,7 +163,21 @@ def test_static_page_is_valid_html_with_the_trace_embedded_inertly(
         {},
     ]
     assert parser.refs == ["data:,"]  # the favicon: none, so the browser asks for none
-    assert "Content-Security-Policy" in text
+    # Only the page's own script and style may run (by hash): no 'unsafe-inline', no source.
+    import base64
+    import hashlib
+
+    def digest(body: str) -> str:
+        return "sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+
+    viewer = next(body for attrs, body in parser.scripts if not attrs)
+    style = text.split("<style>", 1)[1].split("</style>", 1)[0]
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', text)
+    assert csp is not None
+    assert csp[1] == (
+        f"default-src 'none'; script-src '{digest(viewer)}'; style-src '{digest(style)}'; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
 
 
 def test_static_page_is_as_private_as_the_trace(trace_dir: Path, tmp_path: Path) -> None:

@@ -13,7 +13,9 @@ a foreign Host header, or put record content into the page other than as escaped
 
 from __future__ import annotations
 
+import base64
 import bisect
+import hashlib
 import hmac
 import json
 import os
@@ -40,10 +42,16 @@ _CSP_SERVED = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'"
 )
+#: The static page's: only its own script and style run, named by their hashes (so a script
+#: that somehow got into the page would not), and nothing may be fetched.
 _CSP_STATIC = (
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "default-src 'none'; script-src '{script}'; style-src '{style}'; "
     "img-src data:; base-uri 'none'; form-action 'none'"
 )
+
+
+def _csp_hash(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
 def _asset(name: str) -> str:
@@ -268,7 +276,8 @@ def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
         "bodies": _page_bodies(directory, _exchanges(records), body_cap),
         "source": directory.name,
     }
-    head = f"<style>{_asset('viewer.css')}</style>"
+    style = _asset("viewer.css")
+    head = f"<style>{style}</style>"
     script = _asset("viewer.js")
     if "</script" in script.lower() or "<!--" in script:
         raise ValueError("viewer.js must not contain '</script' or '<!--'")
@@ -276,7 +285,8 @@ def write_html(directory: Path, out: Path, *, body_cap: int = 256_000) -> None:
         f'<script type="application/json" id="trace-data">{_embed(data)}</script>\n'
         f"<script>{script}</script>"
     )
-    page = _page(head=head, body_end=body_end, csp=_CSP_STATIC).encode()
+    csp = _CSP_STATIC.format(script=_csp_hash(script), style=_csp_hash(style))
+    page = _page(head=head, body_end=body_end, csp=csp).encode()
     # The page holds the whole conversation: as private as the trace (0600), even if `out`
     # already existed with a wider mode.
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
