@@ -1117,3 +1117,89 @@ def test_a_body_stored_as_a_tail_is_shown_whole(
     page.click(f"#inspector .http >> nth={index} >> text=show request body")
     shown = page.text_content(f"#inspector .http >> nth={index} >> .body >> nth=0 >> pre")
     assert json.loads(shown) == json.loads(whole[http["data"]["n"]])
+
+
+@pytest.mark.needs("chromium")
+def test_a_subagent_of_a_subagent_nests_two_deep(page: Any, tmp_path: Path) -> None:
+    """main → task → explore, whose own task call starts a general agent: three lanes, each
+    under the lane whose task call started it; folding explore folds the grandchild into it."""
+    tr = trace_fixture.Trace(tmp_path / "n.trace")
+    tr.directory.mkdir()
+    tr.add("turn_start", {"prompt": "go", "sent": "go", "resumed": False})
+    r1 = tr.request([trace_fixture.user("go")])
+    tr.response(
+        r1,
+        trace_fixture.assistant(),
+        usage=(1, 1, 0, 0),
+        cost=0.0,
+        ttft_ms=100.0,
+        duration_ms=200.0,
+    )
+    tr.add(
+        "tool_start",
+        {"id": "toolu_a", "name": "task", "input": {"description": "outer", "prompt": "p"}},
+    )
+    tr.request([trace_fixture.user("p")], agent="explore", parent="toolu_a")
+    tr.add(
+        "tool_start",
+        {"id": "toolu_b", "name": "task", "input": {"description": "inner", "prompt": "q"}},
+        agent="explore",
+        parent="toolu_a",
+    )
+    tr.request([trace_fixture.user("q")], agent="general", parent="toolu_b")
+    with (tr.directory / "events.jsonl").open("w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in tr.records)
+    out = tmp_path / "n.html"
+    write_html(tr.directory, out)
+    open_static(page, out)
+    lanes = lambda: page.eval_on_selector_all(  # noqa: E731
+        "#lane-names .lane-name",
+        "ls => ls.map(l => [l.textContent.replace(/^[▾▸]/, ''), Number(l.dataset.depth), l.dataset.parentAgent ?? null])",
+    )
+    outer = "explore\u2009@toolu_a"
+    assert lanes() == [["main", 0, None], ["explore: outer", 1, ""], ["general: inner", 2, outer]]
+    page.click("#lane-names .lane-name[data-depth='1'] button.tw")
+    assert lanes() == [["main", 0, None], ["explore: outer", 1, ""]]
+    assert page.eval_on_selector_all(
+        "#lanes .item.req", "bs => bs.map(b => parseFloat(b.style.top))"
+    ) == [4, 34, 34]
+    assert page.problems == []
+
+
+def test_the_browser_is_opened_only_when_asked_and_on_the_printed_url(
+    trace_dir: Path, tmp_path: Path
+) -> None:
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf %s "$1" >> {opened}\n', encoding="utf-8")
+    browser.chmod(0o755)
+    for open_browser in (False, True):
+        code = (
+            "import sys; from pathlib import Path; from keel.trace.viewer import serve; "
+            f"serve(Path(sys.argv[1]), open_browser={open_browser}, port=0)"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(trace_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "BROWSER": str(browser)},
+        )
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 20)
+        assert ready
+        url = re.search(r"(http://\S+)", proc.stdout.readline())
+        assert url is not None
+        deadline = time.monotonic() + 10
+        while open_browser and not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        proc.stdout.close()
+        assert proc.stderr is not None
+        proc.stderr.close()
+        assert (open_browser, opened.read_text(encoding="utf-8") if opened.exists() else None) == (
+            open_browser,
+            url[1] if open_browser else None,
+        )
