@@ -226,7 +226,7 @@ class KeelAcpAgent:
         in the TUI; the editor is told where (or why not)."""
         # Borrowed from the TUI, whose rule file this is too, until it moves below the front
         # ends (keel.config).
-        from keel.tui.control import save_local_rule
+        from keel.config.local_rules import save_local_rule
 
         try:
             path = save_local_rule(session.cwd, rule)

@@ -55,6 +55,7 @@ from acp.schema import (
 )
 
 from keel.agent.events import TurnStop
+from keel.agent.mentions import typed_prompt
 from keel.frozen import frozen
 from keel.llm.messages import Image, Message, Text, Thinking, ToolResult, ToolUse
 from keel.permissions.gate import MODES, Mode
@@ -335,16 +336,6 @@ def message_chunk(text: str) -> AgentMessageChunk:
 
 def thought_chunk(text: str) -> AgentThoughtChunk:
     return update_agent_thought_text(text)
-
-
-# keel.tui.format.typed_prompt, which a front end here may not import (they share app/ only).
-_NOTE = re.compile(r"\A<system-note>\n.*?\n</system-note>\n\n", re.DOTALL)
-_ATTACHED = re.compile(r"\n\n<attached-file [^>]*>.*\Z", re.DOTALL)
-
-
-def typed_prompt(stored: str) -> str:
-    """A stored prompt as the user typed it: without keel's notes and attached files."""
-    return _ATTACHED.sub("", _NOTE.sub("", stored))
 
 
 # -- prompts ---------------------------------------------------------------------------------------

@@ -1176,6 +1176,8 @@ class Agent:
     def _record_decision(
         self, call: ToolUse, outcome: str, source: str, reason: str, waited_ms: float = 0.0
     ) -> None:
+        # How long the user took, when the decision was theirs (a question that was answered).
+        waited_ms = self.questions.waited_ms.pop(call.id, waited_ms)
         if self.session is not None:
             self.session.decision(call.id, call.name, outcome, source, reason, waited_ms)
         if self.tracer is not None:

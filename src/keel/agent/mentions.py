@@ -95,6 +95,18 @@ def attachment_blocks(attachments: list[Attachment]) -> str:
     )
 
 
+
+
+_NOTE = re.compile(r"\A<system-note>\n.*?\n</system-note>\n\n", re.DOTALL)
+_ATTACHED = re.compile(r"\n\n<attached-file [^>]*>.*\Z", re.DOTALL)
+
+
+def typed_prompt(stored: str) -> str:
+    """A stored user message as the user typed it: without the notes keel prepended and the
+    files it attached (a transcript shown again: the TUI's, an editor's over ACP)."""
+    return _ATTACHED.sub("", _NOTE.sub("", stored))
+
+
 __all__ = [
     "MAX_BYTES",
     "MAX_LINES",
@@ -105,4 +117,5 @@ __all__ = [
     "attachment_blocks",
     "mentions",
     "read_mention",
+    "typed_prompt",
 ]

@@ -132,7 +132,7 @@ class Hosted:
         in the TUI; what happened is a notice on the stream."""
         # It belongs below the front ends (keel.config); until it moves there, borrowed from
         # the TUI, whose rule file this is too.
-        from keel.tui.control import save_local_rule
+        from keel.config.local_rules import save_local_rule
 
         try:
             path = save_local_rule(self.agent.cwd, rule)

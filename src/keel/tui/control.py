@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import sys
@@ -32,6 +31,7 @@ from keel.agent.events import (
 )
 from keel.agent.limits import Limits
 from keel.app import Options, fresh_limits, open_agent, resume_agent
+from keel.config.local_rules import LOCAL_SETTINGS, save_local_rule
 from keel.errors import KeelError, UserError
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 SHELL_TIMEOUT = 600.0
 #: Shift+Tab cycles through these; `bypass` is only ever chosen by name.
 MODE_CYCLE: tuple[Mode, ...] = ("default", "accept-edits", "plan")
-LOCAL_SETTINGS = Path(".keel") / "settings.local.json"
 
 
 class FrontEnd(Protocol):
@@ -181,35 +180,6 @@ class AgentFactory:
             retry=RetryPolicy(attempts=self.args.max_retries + 1),
             unattended=False,
         )
-
-
-def save_local_rule(cwd: Path, rule: str) -> Path:
-    """Add `rule` to `permissions.allow` in `cwd/.keel/settings.local.json` (created if needed;
-    other keys kept). Raises `UserError` if the file is not a JSON object."""
-    path = cwd / LOCAL_SETTINGS
-    data: dict[str, object] = {}
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        try:
-            loaded = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
-            raise UserError(f"{path} is not valid JSON ({exc}); the rule was not saved") from exc
-        if not isinstance(loaded, dict):
-            raise UserError(f"{path} does not hold a JSON object; the rule was not saved")
-        data = loaded
-    permissions = data.setdefault("permissions", {})
-    if not isinstance(permissions, dict):
-        raise UserError(f"{path}: permissions is not an object; the rule was not saved")
-    allow = permissions.setdefault("allow", [])
-    if not isinstance(allow, list):
-        raise UserError(f"{path}: permissions.allow is not a list; the rule was not saved")
-    if rule not in allow:
-        allow.append(rule)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 # -- the controller ----------------------------------------------------------------------------

@@ -6,9 +6,9 @@ looked like when it was typed. Pure functions over plain values: no textual, no 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal, TypeAlias
 
+from keel.agent.mentions import typed_prompt
 from keel.llm.messages import ToolUse
 
 #: The context meter turns amber, then red, at these shares of the window.
@@ -16,9 +16,6 @@ CONTEXT_WARN = 0.70
 CONTEXT_HIGH = 0.90
 
 Level: TypeAlias = Literal["ok", "warn", "high"]
-
-_NOTE = re.compile(r"\A<system-note>\n.*?\n</system-note>\n\n", re.DOTALL)
-_ATTACHED = re.compile(r"\n\n<attached-file [^>]*>.*\Z", re.DOTALL)
 
 
 def tokens(n: int) -> str:
@@ -122,12 +119,6 @@ def progress_text(progress: float, total: float | None, message: str) -> str:
         return message
     count = f"{progress:g}/{total:g}" if total else f"{progress:g}"
     return count
-
-
-def typed_prompt(stored: str) -> str:
-    """A stored user message as the user typed it: without the notes keel prepended and the
-    files it attached."""
-    return _ATTACHED.sub("", _NOTE.sub("", stored))
 
 
 def diff_line_kind(line: str) -> Literal["add", "remove", "hunk", "header", "context"]:

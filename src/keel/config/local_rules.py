@@ -1,0 +1,42 @@
+"""The project's personal settings file (`.keel/settings.local.json`), where an "always allow"
+answer is saved, from whichever front end gave it (the TUI, `keel serve`, `keel acp`,
+stream-json input)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from keel.errors import UserError
+
+LOCAL_SETTINGS = Path(".keel") / "settings.local.json"
+
+
+def save_local_rule(cwd: Path, rule: str) -> Path:
+    """Add `rule` to `permissions.allow` in `cwd/.keel/settings.local.json` (created if needed;
+    other keys kept). Raises `UserError` if the file is not a JSON object."""
+    path = cwd / LOCAL_SETTINGS
+    data: dict[str, object] = {}
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        try:
+            loaded = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise UserError(f"{path} is not valid JSON ({exc}); the rule was not saved") from exc
+        if not isinstance(loaded, dict):
+            raise UserError(f"{path} does not hold a JSON object; the rule was not saved")
+        data = loaded
+    permissions = data.setdefault("permissions", {})
+    if not isinstance(permissions, dict):
+        raise UserError(f"{path}: permissions is not an object; the rule was not saved")
+    allow = permissions.setdefault("allow", [])
+    if not isinstance(allow, list):
+        raise UserError(f"{path}: permissions.allow is not a list; the rule was not saved")
+    if rule not in allow:
+        allow.append(rule)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
