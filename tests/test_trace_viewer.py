@@ -466,6 +466,7 @@ def test_live_server_stops_cleanly_on_ctrl_c(live: tuple[Server, Path]) -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
     from playwright.sync_api import Error, sync_playwright
 
     with sync_playwright() as p:
