@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.bench_trace import session, size
-
+from bench_trace import session, size
 from keel.trace.viewer import read_records, write_html
 
 

@@ -95,8 +95,6 @@ def attachment_blocks(attachments: list[Attachment]) -> str:
     )
 
 
-
-
 _NOTE = re.compile(r"\A<system-note>\n.*?\n</system-note>\n\n", re.DOTALL)
 _ATTACHED = re.compile(r"\n\n<attached-file [^>]*>.*\Z", re.DOTALL)
 
