@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
+from keel.llm.messages import Text
 from keel.trace.viewer import write_html
 from tests import trace_fixture
 from tests.trace_fixture import HOSTILE, SYSTEM, SYSTEM_DIRTY
@@ -917,6 +918,55 @@ def test_live_page_follows_records_appended_while_it_is_open(
     assert page.text_content("#inspector .http >> nth=0 >> .body >> nth=1 >> pre") == (
         directory / "http" / "0001-response.txt"
     ).read_text(encoding="utf-8")
+    # A request still streaming: open in the timeline and the inspector, then its response.
+    last = records[-1]
+    request = {
+        "seq": seq + 1,
+        "t": last["t"] + 2,
+        "kind": "request",
+        "req": 11,
+        "data": {
+            "model": "m",
+            "purpose": "turn",
+            "turn": 4,
+            "max_tokens": 100,
+            "system_hash": trace_fixture.sha(SYSTEM_DIRTY),
+            "tools_hash": trace_fixture.sha(trace_fixture.TOOLS),
+            "messages_total": 5,
+            "reset": False,
+            "messages": [trace_fixture.assistant(), trace_fixture.user("and push it")],
+        },
+    }
+    with (directory / "events.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(request) + "\n")
+    page.wait_for_selector(f"#ledger tr[data-seq='{seq + 1}']", timeout=10_000)
+    assert page.eval_on_selector_all(
+        "#lanes .item.req.open", "bs => bs.map(b => Number(b.dataset.req))"
+    ) == [11]
+    page.click(f"#ledger tr[data-seq='{seq + 1}']")
+    assert "time to first tokenwaiting…" in page.text_content("#inspector table.kv").replace(
+        "  ", ""
+    )
+    response = {
+        "seq": seq + 2,
+        "t": last["t"] + 3,
+        "kind": "response",
+        "req": 11,
+        "data": {
+            "message": trace_fixture.assistant(Text("Pushed.")),
+            "usage": {"input": 1, "output": 2, "cache_read": 3, "cache_write": 0},
+            "cost": 0.0001,
+            "stop_reason": "end_turn",
+            "ttft_ms": 400.0,
+            "duration_ms": 900.0,
+            "attempts": 1,
+            "notices": [],
+        },
+    }
+    with (directory / "events.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(response) + "\n")
+    page.wait_for_selector("#inspector .response >> text=Pushed.", timeout=10_000)
+    assert page.eval_on_selector_all("#lanes .item.req.open", "bs => bs.length") == 0
     assert page.problems == []
     assert page.external == []
 

@@ -842,6 +842,13 @@
     $("#ledger tbody").append(S.batch.rows);
     S.batch = null;
     showCount();
+    // A request or tool being watched while it runs: show its response or result when it comes.
+    const sel = S.selected === null ? null : S.bySeq.get(S.selected);
+    if (sel && records.some((r) => (sel.req !== undefined && r.req === sel.req) || (sel.data.id && r.data.id === sel.data.id))) {
+      const box = $("#inspector"), top = box.scrollTop;
+      renderInspector(sel);
+      box.scrollTop = top;
+    }
     schedule();
     if (S.follow && S.live) { const sc = $("#ledger-scroll"); sc.scrollTop = sc.scrollHeight; }
     const tab = document.querySelector(".tab.on");
