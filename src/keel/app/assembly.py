@@ -111,7 +111,9 @@ async def resume_agent(
     """The session in `path`, locked (a second opener gets `SessionLocked`) and rebuilt, with an
     agent that continues it (`agent.resumable`: its last turn left work to finish). Notes of
     undos the model was not told of yet are queued."""
-    agent, state, journal, ref = await open_session(path, options, notice, provider_for=provider_for)
+    agent, state, journal, ref = await open_session(
+        path, options, notice, provider_for=provider_for
+    )
     for note in state.undo_notes:
         agent.add_note(note)
     return Opened(agent, state, journal, ref)
