@@ -10,12 +10,11 @@ Wall-clock `sent_at` comes from `time.time()`, every interval from `time.monoton
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 from keel.agent.events import RequestTiming
 from keel.llm.events import Done, Notice, StreamEvent, TextDelta, ToolUseDelta, ToolUseStart
-from keel.llm.provider import Provider
+from keel.llm.provider import Provider, final_reply
 from keel.llm.request import Request
 from keel.session.records import ReplyTiming
 
@@ -86,14 +85,12 @@ async def timed_reply(
 ) -> tuple[Done | None, RequestTiming]:
     """Stream `request` to its end, timed, keeping only its `Done` (for a request nobody watches
     live, such as a compaction summary)."""
-    done: Done | None = None
-    stream = provider.stream(request)
-    async with contextlib.aclosing(stream):
-        async for event in stream:
-            if isinstance(event, Done):
-                done = event
-            elif clock.output is None or isinstance(event, Notice):
-                clock.see(event)
+
+    def see(event: StreamEvent) -> None:
+        if clock.output is None or isinstance(event, Notice):
+            clock.see(event)
+
+    done = await final_reply(provider, request, see)
     return done, clock.timing(done.usage.output if done is not None else 0)
 
 

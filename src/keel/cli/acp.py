@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from keel.cli.main import _Parser
+from keel.cli.main import _Parser, add_rule_flags
 
 
 def acp_parser() -> argparse.ArgumentParser:
@@ -25,20 +25,7 @@ def acp_parser() -> argparse.ArgumentParser:
         help="permission mode new sessions start in (default: the settings', else default)",
     )
     p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")
-    p.add_argument(
-        "--allowed-tools",
-        action="append",
-        default=[],
-        metavar="RULES",
-        help='pre-approve, e.g. "bash(npm test*),edit(src/**)" (repeatable)',
-    )
-    p.add_argument(
-        "--disallowed-tools",
-        action="append",
-        default=[],
-        metavar="RULES",
-        help='deny, e.g. "bash(git push*),web_fetch" (repeatable)',
-    )
+    add_rule_flags(p)
     p.add_argument("--debug", action="store_true", help="log the protocol's work to stderr")
     return p
 

@@ -113,6 +113,13 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         help="permission mode (default: asks before edits and unsandboxed commands; "
         "headless runs deny what would ask)",
     )
+    add_rule_flags(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no tool activity on stderr")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+
+
+def add_rule_flags(p: argparse.ArgumentParser) -> None:
+    """`--allowed-tools` / `--disallowed-tools`, for every command that builds an agent."""
     p.add_argument(
         "--allowed-tools",
         action="append",
@@ -127,8 +134,6 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         metavar="RULES",
         help='deny, e.g. "bash(git push*),web_fetch" (repeatable)',
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no tool activity on stderr")
-    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
 
 
 def build_parser() -> argparse.ArgumentParser:

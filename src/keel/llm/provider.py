@@ -120,15 +120,22 @@ class RetryingProvider:
         await self.inner.aclose()
 
 
-async def final_reply(provider: Provider, request: Request) -> Done | None:
+async def final_reply(
+    provider: Provider,
+    request: Request,
+    observe: Callable[[StreamEvent], None] | None = None,
+) -> Done | None:
     """Stream `request` to the end and keep only its `Done` (None if the stream ended without
-    one): for calls nobody watches live (a compaction summary, a prompt hook, MCP sampling)."""
+    one): for calls nobody watches live (a compaction summary, a prompt hook, MCP sampling).
+    `observe` sees every other event on the way (a clock timing the request)."""
     done: Done | None = None
     stream = provider.stream(request)
     async with contextlib.aclosing(stream):
         async for event in stream:
             if isinstance(event, Done):
                 done = event
+            elif observe is not None:
+                observe(event)
     return done
 
 
