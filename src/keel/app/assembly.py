@@ -220,6 +220,7 @@ def build_agent(
         agent.hooks.model = settings.hooks_model  # prompt hooks that name no model
     add_extensions(agent, notice)
     add_subagents(agent, notice)
+    add_knowledge(agent, settings)
     if not info.known and ref.provider != "scripted":
         notice(
             Notice(
@@ -385,6 +386,16 @@ def add_subagents(agent: Agent, notice: Notify) -> None:
     for warning in types.warnings:
         notice(Notice(warning, "warning"))
     enable_subagents(agent, types)
+
+
+def add_knowledge(agent: Agent, settings: Settings) -> None:
+    """`knowledge_search`, when the project has a knowledge index and `knowledge` is not off
+    (keel.knowledge; nothing is opened until the model searches)."""
+    from keel.knowledge import tool_for_project
+
+    found = tool_for_project(agent.cwd, settings.knowledge)
+    if found is not None:
+        agent.add_tools([found])
 
 
 #: How long a run waits for MCP servers to connect before its first prompt.

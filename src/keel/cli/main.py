@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel acp, keel serve [--port N], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel acp, keel serve [--port N], keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -375,6 +375,12 @@ def _trace(argv: list[str]) -> int:
     return trace(argv)
 
 
+def _knowledge(argv: list[str]) -> int:
+    from keel.cli.knowledge import knowledge
+
+    return knowledge(argv)
+
+
 def _worktrees(argv: list[str]) -> int:
     from keel.cli.worktrees import worktrees
 
@@ -391,6 +397,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "models": _models,
     "worktrees": _worktrees,
     "trace": _trace,
+    "knowledge": _knowledge,
     "resume": _resume,
     "compact": _compact,
     "suspend": _sessions_command("suspend"),

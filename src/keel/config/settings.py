@@ -72,6 +72,8 @@ KNOWN_KEYS = frozenset(
         "trace_retention_days",
         # OpenTelemetry export of traces (keel.trace.otel); your own settings only.
         "otel",
+        # Project knowledge (keel.knowledge): the search tool, and its optional embeddings.
+        "knowledge",
         "$schema",
     }
 )
@@ -143,6 +145,24 @@ class OtelSettings:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+#: Keys of the `knowledge` setting and of its `embeddings` object.
+KNOWLEDGE_KEYS = frozenset({"enabled", "embeddings"})
+EMBEDDINGS_KEYS = frozenset({"url", "model", "api_key_env"})
+
+
+@frozen
+class KnowledgeSettings:
+    """The `knowledge` setting: whether the `knowledge_search` tool is offered (where the project
+    has an index), and the OpenAI-compatible endpoint (`embeddings_url` + `/embeddings`) whose
+    vectors are fused with BM25 (empty: lexical only)."""
+
+    enabled: bool = True
+    embeddings_url: str = ""
+    embeddings_model: str = ""
+    #: The variable holding a bearer token for the endpoint ("" = none).
+    embeddings_key_env: str = ""
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -189,6 +209,8 @@ class Settings:
     trace_retention_days: int = 14
     #: OpenTelemetry export (`otel`; your own settings only). None: off.
     otel: OtelSettings | None = None
+    #: Project knowledge (`knowledge`): a project file may turn it off, not set embeddings.
+    knowledge: KnowledgeSettings = field(default_factory=KnowledgeSettings)
     #: Bash command patterns (`git push *`) not safe to run twice after a crash, beyond
     #: keel.tools.effects' defaults. Every file only adds to them.
     unsafe_to_repeat: list[str] = field(default_factory=list)
@@ -316,8 +338,8 @@ class _Merge:
                 self.fallbacks(value, where)
             elif key == "permissions":
                 self.permissions(value, where)
-            elif key == "sandbox":
-                self.sandbox(value, where)
+            elif key in ("sandbox", "knowledge"):  # sections with a method of their name
+                getattr(self, key)(value, where)
             elif key == "web_search":
                 self._web_search(value, where)
             elif key == "mcp_servers":
@@ -457,6 +479,70 @@ class _Merge:
             self.w.append(f"{where}.headers must be an object of strings; otel ignored")
             return
         self.settings.otel = OtelSettings(endpoint, capture, tuple(sorted(headers.items())))
+
+    def knowledge(self, value: Any, where: str) -> None:
+        """`knowledge`: `false`, or `{"enabled", "embeddings": {"url", "model", "api_key_env"}}`.
+        Embeddings send the project's docs and the model's queries to a server (and a key, with
+        api_key_env), so only your own settings may set them; a project file may only turn
+        knowledge off. The URL is https, or http to a loopback address (a local server)."""
+        from dataclasses import replace
+
+        s = self.settings
+        conf = {"enabled": value} if isinstance(value, bool) else value
+        if not isinstance(conf, dict):
+            self.w.append(f"{where} must be false or an object with enabled, embeddings; ignored")
+            return
+        for key in sorted(set(conf) - KNOWLEDGE_KEYS):
+            self.w.append(f"{where}: unknown key {key!r} skipped (known: embeddings, enabled)")
+        if "enabled" in conf:
+            enabled = conf["enabled"]
+            if not isinstance(enabled, bool):
+                self.w.append(f"{where}.enabled must be true or false; ignored")
+            elif enabled and not s.knowledge.enabled and self.untrusted:
+                self.w.append(f"{where}.enabled ignored: only your own settings may turn it on")
+            else:
+                s.knowledge = replace(s.knowledge, enabled=enabled)
+        if "embeddings" in conf:
+            self._embeddings(conf["embeddings"], f"{where}.embeddings")
+
+    def _embeddings(self, value: Any, where: str) -> None:
+        from dataclasses import replace
+
+        s = self.settings
+        if self.untrusted:
+            self.w.append(
+                f"{where} ignored: only your own settings may send the docs to an embeddings server"
+            )
+            return
+        if value is False or value is None:
+            s.knowledge = replace(
+                s.knowledge, embeddings_url="", embeddings_model="", embeddings_key_env=""
+            )
+            return
+        if not isinstance(value, dict):
+            self.w.append(f"{where} must be an object with url and model; ignored")
+            return
+        for key in sorted(set(value) - EMBEDDINGS_KEYS):
+            self.w.append(f"{where}: unknown key {key!r} skipped (known: api_key_env, model, url)")
+        url, model, key_env = value.get("url"), value.get("model"), value.get("api_key_env", "")
+        if not isinstance(url, str) or not _embeddings_url_ok(url):
+            self.w.append(
+                f"{where}.url must be an https:// URL, or http:// to 127.0.0.1, ::1 or "
+                "localhost (a local server); embeddings ignored"
+            )
+        elif not isinstance(model, str) or not model.strip():
+            self.w.append(f"{where}.model must be a non-empty model name; embeddings ignored")
+        elif not isinstance(key_env, str) or not (key_env == "" or _ENV_NAME.match(key_env)):
+            self.w.append(
+                f"{where}.api_key_env must name an environment variable; embeddings ignored"
+            )
+        else:
+            s.knowledge = replace(
+                s.knowledge,
+                embeddings_url=url.rstrip("/"),
+                embeddings_model=model.strip(),
+                embeddings_key_env=key_env,
+            )
 
     def unsafe_to_repeat(self, value: Any, where: str) -> None:
         """More patterns of commands not safe to repeat; any file may add, none may remove."""
@@ -690,6 +776,20 @@ class _Merge:
 
 
 _PRICES = ("input_price", "output_price", "cache_read_price", "cache_write_price")
+
+
+def _embeddings_url_ok(url: str) -> bool:
+    """https anywhere; http only to a loopback host (the docs would cross a network in clear)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    if parts.scheme == "https":
+        return bool(host)
+    return parts.scheme == "http" and host in ("127.0.0.1", "::1", "localhost")
 
 
 def _wire(name: str, conf: dict[str, Any], old: str, where: str, warnings: list[str]) -> str:
