@@ -2,7 +2,8 @@
 tool over it (docs/knowledge.md).
 
 - `keel.knowledge.chunking`: documents cut into cited chunks (pure).
-- `keel.knowledge.index`: the SQLite/FTS5 index: where it lives, the one writer, search.
+- `keel.knowledge.paths`: where a project's index lives.
+- `keel.knowledge.index`: the SQLite/FTS5 index: the one writer, incremental updates, search.
 - `keel.knowledge.embeddings`: optional vectors from a local `/embeddings` endpoint, and fusion.
 - `keel.knowledge.tool`: the model's tool.
 
@@ -28,7 +29,7 @@ def tool_for_project(
     in settings or the project has no index (the tool is offered only where it can answer)."""
     if not settings.enabled:
         return None
-    from keel.knowledge.index import index_path, project_root
+    from keel.knowledge.paths import index_path, project_root
 
     root = project_root(cwd)
     db_path = index_path(root, env)

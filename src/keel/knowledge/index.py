@@ -27,12 +27,11 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from keel.config.trust import project_key
 from keel.errors import UserError
 from keel.knowledge.chunking import CHUNKER_VERSION, Chunk, chunk_markdown, chunk_text
 from keel.knowledge.embeddings import (
@@ -44,6 +43,10 @@ from keel.knowledge.embeddings import (
     pack,
     unpack,
 )
+
+# Where the index lives (re-exported: callers of the index find it here too).
+from keel.knowledge.paths import index_path as index_path
+from keel.knowledge.paths import project_root as project_root
 
 SCHEMA_VERSION = 1
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text"}
@@ -77,24 +80,6 @@ CREATE TABLE IF NOT EXISTS vectors (
     chunk_id INTEGER PRIMARY KEY, model TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL
 );
 """
-
-
-# -- where --------------------------------------------------------------------------------------
-
-
-def project_root(cwd: Path) -> Path:
-    """The enclosing git work tree (walking up for `.git`, as the agent does), else `cwd`."""
-    cwd = cwd.resolve()
-    for d in (cwd, *cwd.parents):
-        if (d / ".git").exists():
-            return d
-    return cwd
-
-
-def index_path(root: Path, env: Mapping[str, str] | None = None) -> Path:
-    from keel.session.store import keel_home
-
-    return keel_home(env) / "knowledge" / project_key(root) / "index.sqlite"
 
 
 def has_fts5() -> bool:
