@@ -702,3 +702,48 @@ def test_the_cli_index_search_and_status(docs: Path) -> None:
         "[--wait] | search QUERY… [--top-k N] [--json] | status [--json] (hint: run `keel "
         "--help` for usage)\n",
     )
+
+
+async def test_a_resumed_session_keeps_the_tools_it_started_with(
+    docs: Path, tmp_path: Path
+) -> None:
+    """An index built (or deleted) after a session started does not make its resume refuse a
+    changed configuration: the session keeps its tool set."""
+    from keel.app import resume_agent
+
+    script = write_script(tmp_path / "s.json", [{"text": "one"}, {"text": "two"}])
+    options = Options(cwd=docs, model=f"scripted:{script}")
+    agent = await open_agent(options)
+    try:
+        await agent.run("hello")
+        assert agent.session is not None
+        before = agent.session.path
+    finally:
+        await agent.aclose()
+    update(docs, db_of(docs))
+    opened = await resume_agent(before, options)
+    try:
+        assert "knowledge_search" not in opened.agent.registry
+    finally:
+        await opened.agent.aclose()
+
+    agent = await open_agent(options)  # a session that has the tool
+    try:
+        await agent.run("hello")
+        assert agent.session is not None
+        after = agent.session.path
+        assert "knowledge_search" in agent.registry
+    finally:
+        await agent.aclose()
+    db_of(docs).unlink()
+    opened = await resume_agent(after, options)
+    try:
+        kept = opened.agent.registry.get("knowledge_search")
+        assert kept is not None
+        out = await kept.run(ToolContext(cwd=docs, root=docs), {"query": "install"})
+        assert out.content == (
+            "[knowledge index unavailable: this project has no knowledge index (hint: build one "
+            "with `keel knowledge index`)]"
+        )
+    finally:
+        await opened.agent.aclose()

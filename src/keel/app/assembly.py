@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from keel.permissions.sandbox import Sandbox
     from keel.session.fold import SessionState
     from keel.session.journal import Journal
+    from keel.session.records import Fingerprint
 
 #: Where build notices go.
 Notify = Callable[[Event], None]
@@ -398,6 +399,28 @@ def add_knowledge(agent: Agent, settings: Settings) -> None:
         agent.add_tools([found])
 
 
+def keep_knowledge_as_it_was(agent: Agent, settings: Settings, stored: Fingerprint | None) -> None:
+    """On resume, offer `knowledge_search` as the session did when that alone makes its tool
+    set the session's again: an index built (or deleted) since it started does not make the
+    resume refuse a changed configuration. Without an index the tool answers how to build one."""
+    if stored is None or agent.fingerprint().tools_hash == stored.tools_hash:
+        return
+    from keel.knowledge import NAME, offered_anyway
+
+    had = agent.registry.get(NAME)
+    if had is not None:
+        agent.registry.remove(NAME)
+    else:
+        agent.registry.add(offered_anyway(agent.cwd, settings.knowledge))
+    agent.add_tools([])  # the tool definitions again, from the registry
+    if agent.fingerprint().tools_hash != stored.tools_hash:  # not what differs: as it was
+        if had is not None:
+            agent.registry.add(had)
+        else:
+            agent.registry.remove(NAME)
+        agent.add_tools([])
+
+
 #: How long a run waits for MCP servers to connect before its first prompt.
 MCP_WAIT = 30.0
 
@@ -519,6 +542,7 @@ async def open_session(
             provider=provider_for(ref) if provider_for is not None else None,
         )
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
+        keep_knowledge_as_it_was(agent, settings, stored)
         for change in check_resume(state, agent.fingerprint(), force=options.force):
             notice(Notice(f"resuming despite a changed configuration: {change}", "warning"))
         agent.restore(state)

@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+#: The tool's name (keel.knowledge.tool.NAME, here without importing it).
+NAME = "knowledge_search"
+
 if TYPE_CHECKING:
     from keel.config.settings import KnowledgeSettings
     from keel.tools.base import FunctionTool
@@ -38,6 +41,18 @@ def tool_for_project(
     from keel.knowledge.tool import knowledge_tool
 
     return knowledge_tool(db_path, root, embeddings_config(settings))
+
+
+def offered_anyway(
+    cwd: Path, settings: KnowledgeSettings, env: Mapping[str, str] | None = None
+) -> FunctionTool:
+    """The tool for the project around `cwd` whether or not it has an index (a resumed session
+    that had it keeps it; without an index it answers how to build one)."""
+    from keel.knowledge.paths import index_path, project_root
+    from keel.knowledge.tool import knowledge_tool
+
+    root = project_root(cwd)
+    return knowledge_tool(index_path(root, env), root, embeddings_config(settings))
 
 
 def embeddings_config(settings: KnowledgeSettings) -> EmbeddingsConfig | None:

@@ -22,6 +22,10 @@ class Registry:
         self._tools[tool.name] = tool
         self._tools = dict(sorted(self._tools.items()))
 
+    def remove(self, name: str) -> None:
+        """Withdraw a tool (before the first request only: the definitions are the prefix)."""
+        del self._tools[name]
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
