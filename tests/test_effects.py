@@ -102,6 +102,7 @@ def test_a_push_cut_off_by_a_crash_is_not_run_again_headless(
         "bash",
         "`git push origin main` matches the unsafe_to_repeat commands",
         "git push origin main",
+        "builtin",
     )
     sid = path.stem
     out = crash_keel("resume", sid, *MODE, cwd=project, env=env)
@@ -298,7 +299,9 @@ async def test_an_unrepeatable_call_is_journaled_as_started_before_it_runs(tmp_p
     ]
     assert started == [
         (
-            ToolStartedRecord("p1", "pay", "pay is declared not safe to repeat", '{"amount": 5}'),
+            ToolStartedRecord(
+                "p1", "pay", "pay is declared not safe to repeat", '{"amount": 5}', "local"
+            ),
             FORMAT,
         )
     ]

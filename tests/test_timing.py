@@ -348,6 +348,7 @@ async def test_tool_calls_carry_their_start_time_into_events_and_the_journal(
         "type": "tool_started",
         "id": started.call.id,
         "name": "read",
+        "kind": "builtin",
         "input": {"path": "util.py"},
         "started_at": round(started.started_at, 3),
     }
@@ -551,6 +552,7 @@ def test_stream_json_sessions_show_and_resume_keep_the_timing(
             "type": "tool_started",
             "id": call_id,
             "name": "read",
+            "kind": "builtin",
             "input": {"path": "util.py"},
             "started_at": started_at,
         },
@@ -558,6 +560,7 @@ def test_stream_json_sessions_show_and_resume_keep_the_timing(
             "type": "tool_finished",
             "id": call_id,
             "name": "read",
+            "kind": "builtin",
             "is_error": False,
             "output": "     1\tX = 1",
             "seconds": tool_result["seconds"],

@@ -1111,9 +1111,10 @@ class Agent:
             for call in calls:
                 if call.id not in results:
                     result = tool_result(call.id, "interrupted by user", is_error=True)
-                    self._record_result(result, 0.0)
+                    kind = self._runner.kind_of(call.name)
+                    self._record_result(result, 0.0, kind=kind)
                     results[call.id] = result
-                    emit(ToolFinished(call, result, 0.0))
+                    emit(ToolFinished(call, result, 0.0, kind=kind))
             self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
             raise
         if any(c.id not in results for c in calls):
@@ -1169,9 +1170,11 @@ class Agent:
             self.session.user(message, "task_notification")
         self.conversation.append(message)
 
-    def _record_result(self, result: ToolResult, seconds: float, started_at: float = 0.0) -> None:
+    def _record_result(
+        self, result: ToolResult, seconds: float, started_at: float = 0.0, kind: str = ""
+    ) -> None:
         if self.session is not None:
-            self.session.tool_result(result, seconds, started_at)
+            self.session.tool_result(result, seconds, started_at, kind)
 
     def _record_decision(
         self, call: ToolUse, outcome: str, source: str, reason: str, waited_ms: float = 0.0

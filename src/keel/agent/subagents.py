@@ -279,7 +279,9 @@ class Subagents:
         names = ", ".join(f"{k.name} ({k.description})" for k in self.types.types.values())
         subagents = self
 
-        @tool(name="task", read_only=True)
+        # Read-only for the gate: the child's own calls go through it. Not idempotent: running it
+        # again repeats the child's work.
+        @tool(name="task", read_only=True, idempotent=False, kind="subagent")
         async def task(
             ctx: ToolContext,
             description: str,

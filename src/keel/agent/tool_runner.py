@@ -8,6 +8,11 @@ call that is not safe to repeat (keel.tools.effects), a durable `tool_started` r
 runs. On resume such a call, started but never answered, is not run again blindly: the user is
 asked (through the gate's asker), or, with nobody to ask, the round stops with
 `unknown_outcome` until the call is resolved (`rerun` or `skip`).
+
+Each call's tool kind (keel.tools.base `tool_kind`) goes on its `ToolStarted`/`ToolFinished`
+events and its journal records; its metadata (`tool_meta`) tells the gate whether it is
+read-only and whether it needs the user's confirmation. A declined confirmation is the user's
+decision, not a failure: its result is not an error (the gate's `Deny.is_error`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ from keel.hooks.runner import HookResult, HookRunner
 from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate, PermissionRequest
-from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput, current_call_id
+from keel.tools.base import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    current_call_id,
+    tool_kind,
+    tool_meta,
+)
 from keel.tools.builtin.raw import save_raw
 from keel.tools.effects import call_summary, repeat_risk
 from keel.tools.registry import Registry
@@ -37,8 +50,9 @@ if TYPE_CHECKING:
     from keel.session.records import ToolStartedRecord
     from keel.session.store import SessionLog
 
-#: Journals a result: (result, seconds it ran, wall-clock start or 0.0 for a call never run).
-Record = Callable[[ToolResult, float, float], None]
+#: Journals a result: (result, seconds it ran, wall-clock start or 0.0 for a call never run,
+#: the tool's kind or "" for an unknown tool).
+Record = Callable[[ToolResult, float, float, str], None]
 OnDone = Callable[[ToolUse, ToolResult, float, str | None, float], None]
 Choice: TypeAlias = Literal["rerun", "skip"]
 
@@ -116,6 +130,11 @@ class ToolRunner:
         self.stopped_unknown: list[ToolStartedRecord] = []
         ctx.on_process = self._process_started
 
+    def kind_of(self, name: str) -> str:
+        """The kind of the tool called `name` ("" when there is none)."""
+        tool = self.registry.get(name)
+        return tool_kind(tool) if tool is not None else ""
+
     def restore(self, state: SessionState) -> None:
         """Take over a folded session's calls of unknown outcome."""
         self.unknown = {r.tool_use_id: r for r in state.unknown_outcome}
@@ -160,9 +179,10 @@ class ToolRunner:
             display: str | None,
             started_at: float = 0.0,
         ) -> None:
-            record(result, seconds, started_at)
+            kind = self.kind_of(call.name)
+            record(result, seconds, started_at, kind)
             results[call.id] = result
-            emit(ToolFinished(call, result, seconds, display, started_at))
+            emit(ToolFinished(call, result, seconds, display, started_at, kind))
 
         if (choices := await self._decide_unknown(calls)) is None:
             for started in self.stopped_unknown:  # the round stops here, and says how to go on
@@ -193,9 +213,13 @@ class ToolRunner:
                 done(call, checked, 0.0, None)  # the hook's rewrite does not fit the schema
                 continue
             opinion = hook.permission if hook is not None and hook.permission != "deny" else None
-            decision = await self.gate.authorize(call, read_only=checked.read_only, hook=opinion)
+            meta = tool_meta(checked)
+            decision = await self.gate.authorize(
+                call, read_only=meta.read_only, hook=opinion, confirm=meta.confirm
+            )
             if isinstance(decision, Deny):
-                done(call, tool_result(call.id, decision.reason, is_error=True), 0.0, None)
+                result = tool_result(call.id, decision.reason, is_error=decision.is_error)
+                done(call, result, 0.0, None)
                 continue
             ready.append(_Ready(call, checked))
         for group in _groups(ready):  # phase 2: run
@@ -217,9 +241,11 @@ class ToolRunner:
         assert call.input is not None
         if self.session is not None and (risk := repeat_risk(tool, self.ctx, call.input)):
             # Durable before the call starts: a crash from here on leaves its outcome unknown.
-            self.session.tool_started(call.id, call.name, risk, call_summary(call.name, call.input))
+            self.session.tool_started(
+                call.id, call.name, risk, call_summary(call.name, call.input), tool_kind(tool)
+            )
         started_at = time.time()
-        emit(ToolStarted(call, started_at))
+        emit(ToolStarted(call, started_at, tool_kind(tool)))
         start = time.monotonic()
         token = current_call_id.set(call.id)
         try:
@@ -363,7 +389,7 @@ def _groups(ready: list[_Ready]) -> list[list[_Ready]]:
     """Consecutive read-only calls form one concurrent group; any other call runs alone."""
     groups: list[list[_Ready]] = []
     for item in ready:
-        if item.tool.read_only and groups and groups[-1][0].tool.read_only:
+        if tool_meta(item.tool).read_only and groups and tool_meta(groups[-1][0].tool).read_only:
             groups[-1].append(item)
         else:
             groups.append([item])

@@ -257,7 +257,9 @@ class InitGate(PermissionGate):
     approve: Approver | None = None
     yes: bool = False
 
-    async def _decide(self, call: ToolUse, read_only: bool, hook: HookOpinion = None) -> Decision:
+    async def _decide(
+        self, call: ToolUse, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+    ) -> Decision:
         args: dict[str, Any] = call.input or {}
         if call.name == PROPOSE_TOOL:
             return await self._proposal(str(args.get("content", "")))
@@ -283,7 +285,7 @@ class InitGate(PermissionGate):
                 "mode:init",
             )
         # The reading tools: the user's deny and ask rules and hooks, then allowed as read-only.
-        return await super()._decide(call, True, hook)
+        return await super()._decide(call, True, hook, confirm)
 
     def _outside(self, tool: str, args: dict[str, Any]) -> str | None:
         """Why a reading call would look outside the project, or None. Paths are resolved
@@ -417,7 +419,7 @@ def proposal_tool(state: InitState) -> FunctionTool:
     """`propose_instructions(content)`: runs only once the gate approved the proposal, and writes
     the file through keel's `write` tool (boundary, freshness, checkpoint, atomic write)."""
 
-    @tool(name=PROPOSE_TOOL)
+    @tool(name=PROPOSE_TOOL, kind="builtin")
     async def propose_instructions(ctx: ToolContext, content: str) -> ToolOutput:
         """Propose the complete new content of the project's instruction file (named in the
         prompt). keel shows the user a diff against the current file and writes it only if they

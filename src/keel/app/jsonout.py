@@ -185,19 +185,21 @@ def _loop_event_json(event: Event) -> dict[str, Any] | None:
             return {"type": "tool_use_delta", "id": id_, "partial_json": partial}
         case Notice(text, level):
             return {"type": "notice", "level": level, "text": text}
-        case ToolStarted(call, started_at):
+        case ToolStarted(call, started_at, kind):
             return {
                 "type": "tool_started",
                 "id": call.id,
                 "name": call.name,
+                "kind": kind,
                 "input": call.input,
                 "started_at": round(started_at, 3),
             }
-        case ToolFinished(call, result, seconds, _display, started_at):
+        case ToolFinished(call, result, seconds, _display, started_at, kind):
             return {
                 "type": "tool_finished",
                 "id": call.id,
                 "name": call.name,
+                "kind": kind,
                 "is_error": result.is_error,
                 "output": result.text,
                 "seconds": round(seconds, 4),

@@ -8,7 +8,16 @@ take). It counts as read-only only when the server says `readOnlyHint: true` and
 `openWorldHint: false` (the spec's default for `openWorldHint` is true). It is not safe to
 repeat after a crash (keel.tools.effects) unless the server says `readOnlyHint: true` or
 `idempotentHint: true` (the spec's default for `idempotentHint` is false: an unannotated tool
-is asked about after a crash, never run again blindly). The server's progress notifications
+is asked about after a crash, never run again blindly).
+
+Every tool here is of kind `mcp` (keel.tools.base `tool_kind`). Its metadata (`tool_meta`) maps
+the server's annotations, which are claims of an untrusted server, so they are used only where
+a lie cannot widen what runs unasked: `read_only` is keel's read-only above (both hints; a
+`readOnlyHint: true` alone changes nothing: the call is asked about as any other); `destructive`
+is the spec's reading (true unless the server says `readOnlyHint: true` or `destructiveHint:
+false`); `idempotent` is `idempotentHint: true` (or read-only per `readOnlyHint`), used only for
+repeat safety as above; `confirm` is never set by a server (no annotation can ask keel to skip or
+add the confirm gate). The server's progress notifications
 for a call go to `McpManager.on_tool_progress` with the keel call's id (the tool card shows the
 latest). When a connected server offers resources, two read-only tools list and read them
 (`list_mcp_resources`, `read_mcp_resource`).
@@ -28,7 +37,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from keel.llm.messages import Image, Text
 from keel.mcp.client import McpCallError, McpManager, ProgressSink, RemoteTool
@@ -100,6 +109,10 @@ class McpTool:
     manager: McpManager = field(repr=False)
     #: False: a call cut off by a crash is not run again blindly (keel.tools.effects).
     repeat_safe: bool = True
+    #: Metadata from the server's annotations (see the module docstring; `tool_meta`).
+    destructive: bool = True
+    idempotent: bool = False
+    kind: ClassVar[Literal["mcp"]] = "mcp"
     _validator: Validator | None = field(default=None, repr=False)
     _schema_checked: bool = field(default=False, repr=False)
 
@@ -118,7 +131,22 @@ class McpTool:
         # The spec's defaults: a tool is not idempotent unless it says so. Failing closed, an
         # unannotated call cut off by a crash is asked about rather than run again blindly.
         repeat_safe = remote.read_only_hint is True or remote.idempotent_hint is True
-        return cls(name, description, schema, read_only, server, remote.name, manager, repeat_safe)
+        # The spec's defaults again: destructive unless it says read-only or not destructive.
+        destructive = not read_only and not (
+            remote.read_only_hint is True or remote.destructive_hint is False
+        )
+        return cls(
+            name,
+            description,
+            schema,
+            read_only,
+            server,
+            remote.name,
+            manager,
+            repeat_safe,
+            destructive=destructive,
+            idempotent=repeat_safe,
+        )
 
     def validate(self, args: Any) -> str | None:
         """None if `args` fits the tool's `inputSchema`, else one line per problem."""
@@ -197,6 +225,7 @@ class ListResourcesTool:
         }
     )
     read_only: bool = True
+    kind: ClassVar[Literal["mcp"]] = "mcp"
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         wanted = args.get("server")
@@ -241,6 +270,7 @@ class ReadResourceTool:
         }
     )
     read_only: bool = True
+    kind: ClassVar[Literal["mcp"]] = "mcp"
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         server, uri = str(args.get("server", "")), str(args.get("uri", ""))

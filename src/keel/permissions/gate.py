@@ -6,9 +6,16 @@ Decision order (first that applies wins; docs/permissions.md):
    keel cannot tell (`$(…)` or a variable as the program, a pipe into a shell, `source`…) is
    denied too: the rule could not see what it runs.
 3. An ask rule matches: ask, in every mode (sandboxed bash and `bypass` included).
+   A tool that needs confirmation (`tool_meta(t).confirm`; docs/tools.md "Tool metadata"):
+   allow in `bypass` mode; deny in `plan` mode unless it is read-only; else ask, every call.
+   Allow rules, hooks, the sandbox, read-only and `accept-edits` do not stand in for the user
+   (a PermissionRequest hook may decline for the user, not confirm); "session" or "always"
+   answers remember the confirmation for this run only. Declined, the model gets a result that
+   is not an error: the user's decision, not a failure of the tool.
 4. A PreToolUse hook said allow: allow; said ask: ask.
 5. `bypass` mode: allow.
-6. `exit_plan_mode`: ask (the question is the plan approval).
+6. `exit_plan_mode`: ask (the question is the plan approval). `memory` (its saves and deletes
+   too): allow, in every mode (a deny rule blocks it; docs/memory.md).
 7. A read-only tool: allow (a file tool reading outside the project and the additional
    directories asks, unless an allow rule covers it).
 8. `plan` mode: deny (web_fetch asks).
@@ -44,6 +51,9 @@ MODES: tuple[Mode, ...] = ("default", "accept-edits", "plan", "bypass")
 
 #: Tools that change files, and the argument naming the file.
 WRITE_TOOLS = {"write": "path", "edit": "path", "multi_edit": "path"}
+#: Tools that change something yet run unasked in every mode, plan included (step 6): what
+#: they change is keel's own state, not the project.
+ALLOWED_BY_DEFAULT = frozenset({"memory"})
 
 
 @frozen
@@ -57,6 +67,9 @@ class Allow:
 class Deny:
     reason: str
     source: str = "default"
+    #: Whether the model's result for the call is an error result: every refusal is, except a
+    #: declined confirmation (the user's decision about a call that did nothing wrong).
+    is_error: bool = True
 
 
 Decision: TypeAlias = Allow | Deny
@@ -66,18 +79,20 @@ HookOpinion: TypeAlias = Literal["allow", "ask"] | None
 
 
 class Gate(Protocol):
+    """`confirm`: the tool needs the user's confirmation for every call (its metadata)."""
+
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
+        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
     ) -> Decision: ...
 
 
 class AllowAll:
     """Every call runs, unasked, and bash runs without a sandbox: only for trusted scripts, and
     only when chosen explicitly (`Permissions.allow_all()`); a library `Agent` without a gate is
-    gated like `keel -p`."""
+    gated like `keel -p`. Tools that need confirmation run unasked too, as in `bypass`."""
 
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
+        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
     ) -> Decision:
         return Allow("allow-all")
 
@@ -136,6 +151,8 @@ class PermissionGate:
     extra_roots: tuple[Path, ...] = ()
     #: Rules granted "for this session" by the user.
     session_rules: list[Rule] = field(default_factory=list)
+    #: Tools needing confirmation that the user confirmed "for this session" (by name).
+    confirmed: set[str] = field(default_factory=set)
     #: Where "always allow" rules are saved (personal project settings).
     save_rule: Callable[[str], None] | None = None
     #: Told (message) each time the user is about to be asked (Notification hooks); it must not
@@ -148,11 +165,12 @@ class PermissionGate:
     )
 
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None
+        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
     ) -> Decision:
         """`hook` is what PreToolUse hooks said (a hook's deny never reaches the gate: it wins
-        over everything). A hook's allow or ask comes after deny rules and before the mode."""
-        decision = await self._decide(call, read_only, hook)
+        over everything). A hook's allow or ask comes after deny rules and before the mode.
+        `confirm`: the tool needs the user's confirmation (step 3)."""
+        decision = await self._decide(call, read_only, hook, confirm)
         notable = isinstance(decision, Deny) or decision.notable
         if notable and self.record is not None:
             outcome = "deny" if isinstance(decision, Deny) else "allow"
@@ -160,17 +178,18 @@ class PermissionGate:
             self.record(call, outcome, decision.source, reason)
         return decision
 
-    async def _decide(self, call: ToolUse, read_only: bool, hook: HookOpinion = None) -> Decision:
+    async def _decide(
+        self, call: ToolUse, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+    ) -> Decision:
         args: dict[str, Any] = call.input or {}
         tool = call.name
-        if (refusal := self._boundary(tool, args)) is not None:
-            return Deny(refusal, "boundary")
-        if (rule := self._denied_by(tool, args)) is not None:
-            return Deny(f"denied by rule {rule} ({rule.source or 'settings'})", "rule")
-        if (blind := self._hidden_from_deny_rules(tool, args)) is not None:
-            return blind
+        if (refused := self._refused(tool, args)) is not None:
+            return refused
         if (asked := self._asked_by(tool, args)) is not None:
-            return await self._ask(call, f"{tool} matches the ask rule {asked} ({asked.source})")
+            reason = f"{tool} matches the ask rule {asked} ({asked.source})"
+            return await self._ask(call, reason, confirm=confirm)
+        if confirm:
+            return await self._confirm(call, read_only)
         if hook == "allow":
             return Allow("hook", notable=True)
         if hook == "ask":
@@ -182,6 +201,8 @@ class PermissionGate:
             if not plan.strip():
                 return Deny("the plan is empty; write out the steps you will take", "validation")
             return await self._ask(call, "approve the plan", plan=plan)
+        if tool in ALLOWED_BY_DEFAULT:
+            return Allow("default")
         if read_only:
             return await self._read_only(call, tool, args)
         if self.mode == "plan":
@@ -196,10 +217,19 @@ class PermissionGate:
             return allowed
         return await self._ask(call, self._why(tool, args))
 
-    def would_allow(self, tool: str, args: dict[str, Any]) -> bool:
+    def _refused(self, tool: str, args: dict[str, Any]) -> Deny | None:
+        """Steps 1-2: the project boundary and deny rules (bash lines they cannot see into)."""
+        if (refusal := self._boundary(tool, args)) is not None:
+            return Deny(refusal, "boundary")
+        if (rule := self._denied_by(tool, args)) is not None:
+            return Deny(f"denied by rule {rule} ({rule.source or 'settings'})", "rule")
+        return self._hidden_from_deny_rules(tool, args)
+
+    def would_allow(self, tool: str, args: dict[str, Any], *, confirm: bool = False) -> bool:
         """Whether a call of a non-read-only `tool` would run without asking anyone (nothing is
         recorded or asked). Used for work keel does on the user's behalf, such as the
-        `` !`cmd` `` lines of a slash command."""
+        `` !`cmd` `` lines of a slash command. `confirm`: the tool needs confirmation (only
+        `bypass` runs it unasked)."""
         if self._boundary(tool, args) is not None or self._denied_by(tool, args) is not None:
             return False
         if self._hidden_from_deny_rules(tool, args) is not None:
@@ -208,6 +238,8 @@ class PermissionGate:
             return False
         if self.mode == "bypass":
             return True
+        if confirm:
+            return False
         if self.mode == "plan":
             return tool == "bash" and shell.is_read_only(str(args.get("command", "")))
         return self._allowed_without_asking(tool, args) is not None
@@ -319,7 +351,27 @@ class PermissionGate:
             return f"change {args.get(WRITE_TOOLS[tool], 'a file')}"
         return f"use {tool}"
 
-    async def _ask(self, call: ToolUse, reason: str, *, plan: str = "") -> Decision:
+    async def _confirm(self, call: ToolUse, read_only: bool) -> Decision:
+        """Step 3 for a tool that needs confirmation: only `bypass` and the user's own answer
+        (this call, or "for this session") let it run."""
+        tool = call.name
+        if self.mode == "bypass":
+            return Allow("mode:bypass", notable=True)
+        if self.mode == "plan" and not read_only:
+            return Deny(
+                f"{tool} is not available in plan mode: only reading tools run until the plan "
+                "is approved (call exit_plan_mode with the plan)",
+                "mode:plan",
+            )
+        if tool in self.confirmed:
+            return Allow("user:session", notable=True)
+        return await self._ask(call, f"run {tool}, which needs your confirmation", confirm=True)
+
+    async def _ask(
+        self, call: ToolUse, reason: str, *, plan: str = "", confirm: bool = False
+    ) -> Decision:
+        if confirm:
+            return await self._ask_confirmation(call, reason)
         if self.permission_hook is not None:
             request = PermissionRequest(
                 call, reason, suggest(call.name, call.input or {}, self.cwd), plan
@@ -352,6 +404,41 @@ class PermissionGate:
                 self.save_rule(str(rule))
         if call.name == "exit_plan_mode" and reply.mode is not None:
             self.mode = reply.mode
+        return Allow(f"user:{reply.scope}", notable=True)
+
+    async def _ask_confirmation(self, call: ToolUse, reason: str) -> Decision:
+        """The question for a tool that needs confirmation. Only a person confirms: a
+        PermissionRequest hook may decline, and with nobody to ask the call is refused. A
+        "session" or "always" answer is remembered for this run only (no rule is saved: an
+        allow rule would not stand in for a confirmation anyway)."""
+        tool = call.name
+        request = PermissionRequest(call, reason, suggest(tool, call.input or {}, self.cwd))
+        if self.permission_hook is not None:
+            answer = await self.permission_hook(request)
+            if answer is not None and not answer.allow:
+                why = f": {answer.reason}" if answer.reason else ""
+                return Deny(f"denied by a PermissionRequest hook{why}", "hook")
+        if self.asker is None:
+            return Deny(
+                f"{tool} needs the user's confirmation for every call, but keel is running "
+                "non-interactively and nobody can confirm it (allow rules do not stand in "
+                "for a confirmation); run it interactively, or use --mode bypass",
+                "headless",
+            )
+        if self.notify is not None:
+            self.notify(f"keel needs your confirmation to {reason}")
+        reply = await self.asker(request)
+        if not reply.allow:
+            why = f" ({reply.reason})" if reply.reason else ""
+            return Deny(
+                f"the user declined to run this call of {tool}{why}. This is the user's "
+                "decision, not a failure of the tool: it did not run. Do not call it again "
+                "unless the user asks for it; go on without it or ask the user what to do",
+                "user",
+                is_error=False,
+            )
+        if reply.scope in ("session", "always"):
+            self.confirmed.add(tool)
         return Allow(f"user:{reply.scope}", notable=True)
 
 

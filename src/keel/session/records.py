@@ -176,6 +176,9 @@ class ToolResultRecord:
     seconds: float = 0.0
     #: Wall clock (seconds since the epoch) the call started; 0.0: unknown, or it never ran.
     started_at: float = 0.0
+    #: The tool's kind (builtin, local, mcp, memory, remote, subagent); "" unknown (an unknown
+    #: tool, or a file written before kinds): left out of the line when unset.
+    kind: str = ""
     type: Literal["tool_result"] = "tool_result"
 
 
@@ -251,6 +254,8 @@ class ToolStartedRecord:
     reason: str = ""
     #: What it runs, for the question a resume asks (a command line, a tool's arguments).
     summary: str = ""
+    #: The tool's kind, as on `ToolResultRecord` ("" unset: left out of the line).
+    kind: str = ""
     type: Literal["tool_started"] = "tool_started"
 
 
@@ -331,6 +336,7 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "result": block_to_json(p.result),
                 "seconds": round(p.seconds, 4),
                 **({"started_at": round(p.started_at, 6)} if p.started_at else {}),
+                **({"kind": p.kind} if p.kind else {}),
             }
         case NoteRecord():
             return {"text": p.text}
@@ -375,6 +381,7 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "tool": p.tool,
                 "reason": p.reason,
                 "summary": p.summary,
+                **({"kind": p.kind} if p.kind else {}),
             }
         case ProcessRecord():
             return {
@@ -484,7 +491,10 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
         if not isinstance(result, ToolResult):
             raise RecordError("tool_result record does not hold a tool result")
         return ToolResultRecord(
-            result, float(d.get("seconds", 0.0)), float(d.get("started_at", 0.0))
+            result,
+            float(d.get("seconds", 0.0)),
+            float(d.get("started_at", 0.0)),
+            str(d.get("kind", "")),
         )
     if kind == "note":
         return NoteRecord(d["text"])
@@ -517,7 +527,11 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
         )
     if kind == "tool_started":
         return ToolStartedRecord(
-            d["tool_use_id"], d["tool"], d.get("reason", ""), d.get("summary", "")
+            d["tool_use_id"],
+            d["tool"],
+            d.get("reason", ""),
+            d.get("summary", ""),
+            str(d.get("kind", "")),
         )
     if kind == "process":
         pgid, start = d["pgid"], d["start_time"]
@@ -540,13 +554,13 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "meta": {"id", "cwd", "model", "fingerprint", "parent", "parent_seq", "keel_version", "agent"},
     "user": {"message", "source"},
     "assistant": {"message", "usage", "cost", "stop_reason", "turn", "timing"},
-    "tool_result": {"result", "seconds", "started_at"},
+    "tool_result": {"result", "seconds", "started_at", "kind"},
     "note": {"text"},
     "compaction": {"summary", "trigger", "tokens_before", "tokens_after", "usage", "cost"},
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason", "waited_ms"},
     "undo": {"unit", "label", "restored", "removed", "failed", "note"},
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
-    "tool_started": {"tool_use_id", "tool", "reason", "summary"},
+    "tool_started": {"tool_use_id", "tool", "reason", "summary", "kind"},
     "process": {"tool_use_id", "pgid", "start_time", "boot_id"},
 }
 _ALLOWED = {kind: frozenset(fields | _ENVELOPE) for kind, fields in _KNOWN_FIELDS.items()}

@@ -117,16 +117,20 @@ class SessionLog:
         # Durable before any of its tools runs (invariant 4).
         self.journal.append(AssistantRecord(message, usage, cost, stop_reason, turn, timing))
 
-    def tool_result(self, result: ToolResult, seconds: float, started_at: float = 0.0) -> None:
+    def tool_result(
+        self, result: ToolResult, seconds: float, started_at: float = 0.0, kind: str = ""
+    ) -> None:
         # Written now (a killed process cannot lose it); the fsync runs on a worker thread so it
         # overlaps what comes next. `barrier` makes it durable before any other tool runs.
-        self.journal.append(ToolResultRecord(result, seconds, started_at), durable=False)
+        self.journal.append(ToolResultRecord(result, seconds, started_at, kind), durable=False)
         self.journal.sync_in_background()
 
-    def tool_started(self, tool_use_id: str, tool: str, reason: str, summary: str) -> None:
+    def tool_started(
+        self, tool_use_id: str, tool: str, reason: str, summary: str, kind: str = ""
+    ) -> None:
         """A call that is not safe to repeat is about to run: durable (fsync) before it starts,
         so a resume knows its outcome is unknown rather than running it again blindly."""
-        self.journal.append(ToolStartedRecord(tool_use_id, tool, reason, summary))
+        self.journal.append(ToolStartedRecord(tool_use_id, tool, reason, summary, kind))
 
     def process(self, tool_use_id: str, pgid: int, start_time: int, boot_id: str) -> None:
         """A tool call started a process group. Written at once, not fsynced: a killed keel

@@ -567,7 +567,7 @@ def _skill(path: Path, doc: Document, warnings: list[str]) -> Skill:
 def skill_tool(skills: SkillSet) -> FunctionTool:
     """The read-only `skill` tool over `skills`: it returns a skill's instructions."""
 
-    @tool(name="skill", read_only=True)
+    @tool(name="skill", read_only=True, kind="builtin")
     async def skill(ctx: ToolContext, name: str, arguments: str = "") -> str:
         """Load a skill: returns its full instructions, to follow for the task at hand. The
         skills you can load are listed under <skills> in the system prompt; load one when the

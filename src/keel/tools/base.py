@@ -3,7 +3,12 @@
 A tool is a typed async function: its name, docstring and signature give the model its name,
 description and JSON schema; its first parameter is a `ToolContext` the model never sees
 (STYLE.md 5). Failures the model can act on are `ToolError`s, which become error results.
-This module must not import the loop or any front end.
+
+Every tool also has a kind (`tool_kind`: builtin, local, mcp, memory, remote, subagent; an
+accounting and display axis the gate never trusts) and metadata (`tool_meta`: read-only,
+destructive, idempotent, needs-confirmation), read from optional attributes of the same names so
+that any object implementing `Tool` may declare them (docs/tools.md "Tool kinds", "Tool
+metadata"). This module must not import the loop or any front end.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import (
     Any,
     Literal,
     Protocol,
+    TypeAlias,
     get_args,
     get_origin,
     overload,
@@ -104,7 +110,8 @@ class ToolOutput:
 class Tool(Protocol):
     """Optional attributes the runner also reads: `repeat_safe: bool` (False: a call must not
     run twice blindly after a crash) and `repeat_risk(ctx, args) -> str | None` (the same, per
-    call); see keel.tools.effects."""
+    call), see keel.tools.effects; `kind` (`tool_kind`) and `destructive`, `idempotent`,
+    `confirm` (`tool_meta`)."""
 
     name: str
     description: str
@@ -117,6 +124,58 @@ class Tool(Protocol):
 
 def spec(tool: Tool) -> ToolSpec:
     return ToolSpec(tool.name, tool.description, tool.input_schema)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinds and metadata: optional attributes of any tool.
+
+ToolKind: TypeAlias = Literal["builtin", "local", "mcp", "memory", "remote", "subagent"]
+KINDS: tuple[ToolKind, ...] = ("builtin", "local", "mcp", "memory", "remote", "subagent")
+
+
+def tool_kind(tool: object) -> ToolKind:
+    """Where `tool` comes from: its `kind` attribute when it names one of `KINDS`, else
+    `local` (a user's tool). For events, the journal, the UI and stats; never for trust."""
+    kind = getattr(tool, "kind", "local")
+    for known in KINDS:
+        if kind == known:
+            return known
+    return "local"
+
+
+@frozen
+class ToolMeta:
+    """What a tool says about its effects (docs/tools.md "Tool metadata").
+
+    - `read_only`: it changes nothing; runs without asking (the gate's step 7) and alongside
+      other read-only calls.
+    - `destructive`: it may destroy or overwrite what it cannot put back; such a call that is
+      not also idempotent is journaled before it runs and never repeated blindly on resume.
+    - `idempotent`: running it twice with the same arguments has the effect of running it once.
+    - `confirm`: the user confirms every call, in every mode but `bypass`; allow rules and
+      hooks do not stand in for the user; never served to other agents.
+    """
+
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    confirm: bool = False
+
+
+def tool_meta(tool: object) -> ToolMeta:
+    """`tool`'s metadata from its optional attributes `read_only`, `destructive`, `idempotent`
+    (None or absent: the same as `read_only`) and `confirm`. Only a literal `True` counts, and
+    a tool that says it is both read-only and destructive is taken as not read-only (failing
+    closed: it is asked about)."""
+    destructive = getattr(tool, "destructive", False) is True
+    read_only = getattr(tool, "read_only", False) is True and not destructive
+    idempotent = getattr(tool, "idempotent", None)
+    return ToolMeta(
+        read_only=read_only,
+        destructive=destructive,
+        idempotent=read_only if idempotent is None else idempotent is True,
+        confirm=getattr(tool, "confirm", False) is True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,6 +196,12 @@ class FunctionTool:
     repeat_safe: bool = True
     #: Per call: why this one is not safe to repeat, or None.
     repeat_risk: Callable[[ToolContext, dict[str, Any]], str | None] | None = None
+    #: Where it comes from (`tool_kind`); a user's `@tool` is `local`.
+    kind: ToolKind = "local"
+    #: Metadata (`tool_meta`); `idempotent` None: the same as `read_only`.
+    destructive: bool = False
+    idempotent: bool | None = None
+    confirm: bool = False
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
         out = await self.func(ctx, **args)
@@ -182,8 +247,12 @@ def tool(
     *,
     name: str | None = None,
     read_only: bool = False,
-    repeat_safe: bool = True,
+    repeat_safe: bool | None = None,
     repeat_risk: RepeatRisk | None = None,
+    destructive: bool = False,
+    idempotent: bool | None = None,
+    confirm: bool = False,
+    kind: ToolKind = "local",
 ) -> Callable[[ToolFunc], FunctionTool]: ...
 
 
@@ -193,19 +262,42 @@ def tool(
     *,
     name: str | None = None,
     read_only: bool = False,
-    repeat_safe: bool = True,
+    repeat_safe: bool | None = None,
     repeat_risk: RepeatRisk | None = None,
+    destructive: bool = False,
+    idempotent: bool | None = None,
+    confirm: bool = False,
+    kind: ToolKind = "local",
 ) -> FunctionTool | Callable[[ToolFunc], FunctionTool]:
     """Decorator: `@tool` or `@tool(name="x", read_only=True)` on `async def f(ctx, a: str, …)`.
     `repeat_safe=False` (or a `repeat_risk` check per call) marks calls that must not run twice
-    blindly after a crash (keel.tools.effects).
+    blindly after a crash (keel.tools.effects); left unset, a `destructive` tool that is not
+    `idempotent` is not safe to repeat. `confirm=True`: the user confirms every call in every
+    mode but bypass (docs/tools.md "Tool metadata"). `kind`: where the tool comes from
+    (`local` unless keel's own code says otherwise).
 
     The docstring's first paragraph is the description; an `Args:` section gives parameter
     descriptions (`name: text`, continuation lines indented)."""
+    tool_name = name
+    if read_only and destructive:
+        raise TypeError(f"tool {tool_name or '?'}: a tool cannot be read-only and destructive")
+    if kind not in KINDS:
+        raise TypeError(f"tool {tool_name or '?'}: kind must be one of {', '.join(KINDS)}")
 
     def wrap(f: ToolFunc) -> FunctionTool:
-        built = _build(f, name or f.__name__, read_only)
-        built.repeat_safe, built.repeat_risk = repeat_safe, repeat_risk
+        built = _build(f, tool_name or f.__name__, read_only)
+        if repeat_safe is None:
+            unsafe = destructive and not (read_only if idempotent is None else idempotent)
+            built.repeat_safe = not unsafe
+        else:
+            built.repeat_safe = repeat_safe
+        built.repeat_risk = repeat_risk
+        built.kind, built.destructive, built.idempotent, built.confirm = (
+            kind,
+            destructive,
+            idempotent,
+            confirm,
+        )
         return built
 
     return wrap(func) if func is not None else wrap

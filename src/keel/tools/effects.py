@@ -8,7 +8,8 @@ harmless (a build, a test run, an edit that writes the same text again); for som
 - `repeat_risk(ctx, args)` on the tool, when it depends on the call: the `bash` tool names the
   commands matching `ToolContext.unsafe_to_repeat` (settings key `unsafe_to_repeat`, patterns in
   the form of permission rules, `git push *`; the defaults below are always included);
-- MCP tools whose server annotates them `destructiveHint: true` or `idempotentHint: false`.
+- MCP tools whose server annotates them `destructiveHint: true` or `idempotentHint: false`;
+- any tool whose metadata (keel.tools.base `tool_meta`) says destructive and not idempotent.
 
 For such a call the journal records, durably, that it started before it runs; a resume that
 finds it without a result does not run it again blindly (docs/sessions.md "Unknown outcomes").
@@ -54,6 +55,11 @@ def repeat_risk(tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> str | Non
             return str(reason)
     if getattr(tool, "repeat_safe", True) is False:
         return f"{tool.name} is declared not safe to repeat"
+    from keel.tools.base import tool_meta  # base imports this module
+
+    meta = tool_meta(tool)
+    if meta.destructive and not meta.idempotent:
+        return f"{tool.name} is declared destructive and not idempotent"
     return None
 
 

@@ -397,18 +397,18 @@ class KeelApp(App[int]):
                 pass
             case AssistantMessage(message, _usage, _stop, _cost, timing):
                 await self._assistant(message.blocks, timing)
-            case ToolStarted(call):
+            case ToolStarted(call, _started_at, kind):
                 card = await self._card(call.id, call.name)
-                card.set_call(call)
+                card.set_call(call, kind)
                 card.start()
             case ToolProgress(call_id, progress, total, message):
                 if (shown := self._cards.get(call_id)) is not None:
                     shown.set_progress(progress_text(progress, total, message))
             case QuestionRequest() as question:
                 self._questions.add(asyncio.ensure_future(self._answer(question)))
-            case ToolFinished(call, result, seconds, display):
+            case ToolFinished(call, result, seconds, display, _started_at, kind):
                 card = await self._card(call.id, call.name)
-                card.set_call(call)
+                card.set_call(call, kind)
                 card.finish(result.text, result.is_error, seconds, display)
                 if call.name == "todo_write" and not result.is_error:
                     todos = display or json.dumps((call.input or {}).get("todos", []))

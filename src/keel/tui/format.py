@@ -59,6 +59,17 @@ def one_line(text: str, width: int = 80) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def kind_label(kind: str, name: str) -> tuple[str, str]:
+    """The kind shown before a tool's name on its card, and the name shown: nothing for a
+    built-in (or an unknown kind), `mcp` without the `mcp__` prefix the kind already says
+    (`("mcp", "github__create_issue")`), else the kind and the whole name."""
+    if kind in ("", "builtin"):
+        return "", name
+    if kind == "mcp" and name.startswith("mcp__"):
+        return kind, name[len("mcp__") :]
+    return kind, name
+
+
 #: The argument that says most about a call, per argument name, in order of preference.
 _KEY_ARGS = ("command", "path", "file_path", "pattern", "url", "query", "name", "skill", "id")
 

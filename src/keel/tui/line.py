@@ -41,6 +41,7 @@ from keel.tui.format import (
     diff_line_kind,
     duration,
     key_argument,
+    kind_label,
     one_line,
 )
 from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
@@ -194,13 +195,13 @@ class LineFrontEnd:
 
     def _tool_started(self, event: ToolStarted) -> None:
         self._started[event.call.id] = time.monotonic()
-        self._tool_line(event.call.name, key_argument(event.call))
+        self._tool_line(event.call.name, key_argument(event.call), event.kind)
 
     def _tool_finished(self, event: ToolFinished) -> None:
         call, result = event.call, event.result
         started = self._started.pop(call.id, None)
         if started is None:
-            self._tool_line(call.name, key_argument(call))
+            self._tool_line(call.name, key_argument(call), event.kind)
         seconds = event.seconds
         if seconds <= 0 and started is not None:
             seconds = time.monotonic() - started  # interrupted: it ran until now
@@ -329,10 +330,12 @@ class LineFrontEnd:
             self.console.print()
             self._mid_line = False
 
-    def _tool_line(self, name: str, argument: str) -> None:
+    def _tool_line(self, name: str, argument: str, kind: str = "") -> None:
+        label, shown = kind_label(kind, name)
         self.console.print(
             Text("⏺ ", style="cyan")
-            + Text(name, style="bold")
+            + Text(f"{label} · " if label else "", style="dim")
+            + Text(shown, style="bold")
             + Text(f" {argument}" if argument else "")
         )
 

@@ -56,10 +56,10 @@ def replay(records: Iterable[Record], info: ModelInfo) -> list[ViewEvent]:
                 events.append(AssistantMessage(message, usage, stop_reason, turn_cost, shown))  # type: ignore[arg-type]
                 if usage.total:
                     events.append(UsageUpdated(usage, total, cost, usage.context, info.window))
-            case ToolResultRecord(result, seconds, started_at):
+            case ToolResultRecord(result, seconds, started_at, kind):
                 call = calls.get(result.tool_use_id)
                 if call is not None:
-                    events.append(ToolFinished(call, result, seconds, started_at=started_at))
+                    events.append(ToolFinished(call, result, seconds, None, started_at, kind))
             case CompactionRecord(_summary, trigger, before, after, usage, summary_cost):
                 total, cost = total + usage, cost + summary_cost
                 events.append(ContextCompacted(trigger, before, after))

@@ -25,6 +25,7 @@ from keel.tui.format import (
     diff_line_kind,
     duration,
     key_argument,
+    kind_label,
     one_line,
     tokens,
 )
@@ -147,6 +148,8 @@ class ToolCard(Vertical):
         super().__init__(classes="tool-card")
         self.call_id = call_id
         self.tool_name = name
+        #: The tool's kind (shown before the name unless it is a built-in's).
+        self.kind = ""
         self.argument = ""
         self.state = "pending"  # pending | running | done | error
         self.seconds: float | None = None
@@ -161,8 +164,9 @@ class ToolCard(Vertical):
     def compose(self) -> Any:
         yield self.header
 
-    def set_call(self, call: ToolUse) -> None:
+    def set_call(self, call: ToolUse, kind: str = "") -> None:
         self.argument = key_argument(call)
+        self.kind = kind or self.kind
         self._render_header()
 
     def start(self) -> None:
@@ -211,7 +215,10 @@ class ToolCard(Vertical):
         mark, style = marks[self.state]
         line = Text()
         line.append(f"{mark} ", style=style)
-        line.append(self.tool_name, style="bold")
+        label, shown = kind_label(self.kind, self.tool_name)
+        if label:
+            line.append(f"{label} · ", style="dim")
+        line.append(shown, style="bold")
         if self.argument:
             line.append(f"  {self.argument}")
         if self.state == "running" and self.started is not None:

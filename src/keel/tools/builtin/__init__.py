@@ -16,6 +16,8 @@ from keel.tools.builtin.web import web_fetch
 
 
 def builtin_tools() -> list[Tool]:
+    """Every built-in tool, each of kind `builtin` with its metadata declared where it is
+    defined (docs/tools.md "Tool metadata")."""
     return [
         bash,
         bash_kill,

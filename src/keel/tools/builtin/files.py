@@ -160,7 +160,7 @@ def _read_image(path: Path, raw: str) -> bytes:
         return f.read(IMAGE_MAX_BYTES + 1)
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def read(
     ctx: ToolContext, path: str, offset: int = 1, limit: int = READ_MAX_LINES
 ) -> ToolOutput:
@@ -289,7 +289,9 @@ def _commit(ctx: ToolContext, target: Path, before: str | None, after: str, raw:
     return ToolOutput(f"Updated {raw}.", display=_diff(before, after, name))
 
 
-@tool
+# Not destructive: keel snapshots the file first (/undo) and writes only inside the project;
+# idempotent: the same content twice leaves the same file.
+@tool(idempotent=True, kind="builtin")
 async def write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
     """Create a file or overwrite one. Overwriting needs the file to have been read first.
     Prefer `edit` for changes to an existing file.
@@ -309,7 +311,8 @@ async def write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
     return _commit(ctx, target, before, content, path)
 
 
-@tool
+# Not idempotent: a second run finds old_string gone (or, if new_string holds it, replaces again).
+@tool(idempotent=False, kind="builtin")
 async def edit(
     ctx: ToolContext, path: str, old_string: str, new_string: str, replace_all: bool = False
 ) -> ToolOutput:
@@ -394,7 +397,7 @@ def _check_edits(edits: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
     return out
 
 
-@tool
+@tool(idempotent=False, kind="builtin")
 async def multi_edit(ctx: ToolContext, path: str, edits: list[dict[str, Any]]) -> ToolOutput:
     """Make several exact-text replacements in one file, all or nothing. Edits apply in order,
     each to the text the previous ones produced; if any fails, the file is left untouched. Each

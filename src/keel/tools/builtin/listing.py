@@ -113,7 +113,7 @@ def _scan(directory: Path, root: Path, show_all: bool) -> tuple[list[_Entry], li
     return shown, hidden, inside_ignored
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def ls(ctx: ToolContext, path: str = ".", all: bool = False) -> ToolOutput:
     """List one directory: subdirectories first (with a trailing `/`), then files with their
     sizes. Hides what .gitignore ignores and .git, and says how many entries it hid; dotfiles

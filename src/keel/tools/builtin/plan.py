@@ -10,7 +10,7 @@ from __future__ import annotations
 from keel.tools.base import ToolContext, ToolError, tool
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def exit_plan_mode(ctx: ToolContext, plan: str) -> str:
     """Present your plan to the user and ask to leave plan mode. Call this in plan mode once you
     have researched enough to know what to change: the user approves (and picks how to continue)

@@ -25,7 +25,7 @@ def save_raw(directory: Path, tool_use_id: str, text: str) -> Path | None:
     return path
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def raw_output(
     ctx: ToolContext, tool_use_id: str, offset: int = 0, limit: int = MAX_PAGE
 ) -> ToolOutput:

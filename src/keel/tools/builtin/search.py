@@ -363,7 +363,7 @@ async def _grep_rg(
         await search(batch)
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def grep(
     ctx: ToolContext,
     pattern: str,
@@ -405,7 +405,7 @@ async def grep(
     return ToolOutput(found.text())
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def glob(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutput:
     """Find files by name with a glob pattern such as "**/*.py" or "src/*.ts". Returns matching
     paths, sorted. Respects .gitignore.

@@ -171,7 +171,9 @@ async def run_command(
     return text, code, finished.timed_out
 
 
-@tool(repeat_risk=command_repeat_risk)  # `git push *` and the like: not run twice blindly
+# Whether a command destroys anything is not known before it runs: not marked destructive (the
+# gate asks outside the sandbox), not idempotent; `git push *` and the like are not run twice blindly.
+@tool(repeat_risk=command_repeat_risk, idempotent=False, kind="builtin")
 async def bash(
     ctx: ToolContext,
     command: str,

@@ -20,7 +20,7 @@ def _tasks(ctx: ToolContext) -> BackgroundTasks:
     return ctx.background
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def bash_output(ctx: ToolContext, id: str) -> ToolOutput:
     """Read what a background command (started with run_in_background) printed since the last
     bash_output call, and whether it is still running.
@@ -44,7 +44,7 @@ async def bash_output(ctx: ToolContext, id: str) -> ToolOutput:
     return ToolOutput("\n".join(lines))
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def bash_kill(ctx: ToolContext, id: str) -> ToolOutput:
     """Stop a background command (and every process it started).
 
@@ -56,7 +56,7 @@ async def bash_kill(ctx: ToolContext, id: str) -> ToolOutput:
     return ToolOutput(f"{task.id}: {task.status}")
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def task_wait(ctx: ToolContext, ids: list[str] | None = None, timeout: int = 60) -> str:  # noqa: ASYNC109 - the model picks it
     """Wait for background tasks (commands or subagents) to finish and get their results.
     Returning at the timeout only means they are not done yet; they keep running.
@@ -81,7 +81,7 @@ def _report(task: BackgroundTask) -> str:
     return task.notification()
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def task_stop(ctx: ToolContext, id: str) -> ToolOutput:
     """Stop a background task (a command or a subagent); waits up to 10 s for it to end.
 

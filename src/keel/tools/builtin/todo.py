@@ -83,7 +83,7 @@ def render_todos(todos: Iterable[Todo]) -> str:
     return "\n".join(lines)
 
 
-@tool(read_only=True)
+@tool(read_only=True, kind="builtin")
 async def todo_write(ctx: ToolContext, todos: list[dict[str, Any]]) -> ToolOutput:
     """Create or update your task list for the current job. Each call replaces the whole list.
     Use it for work of three or more steps: add the steps, mark one `in_progress` before

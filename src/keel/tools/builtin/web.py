@@ -346,7 +346,7 @@ def _check_url(url: str) -> str:
     return parts._replace(fragment="").geturl()
 
 
-@tool
+@tool(idempotent=True, kind="builtin")  # a GET: asking twice changes nothing
 async def web_fetch(
     ctx: ToolContext, url: str, start: int = 0, max_length: int = 20000
 ) -> ToolOutput:
