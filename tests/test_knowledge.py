@@ -21,6 +21,7 @@ import pytest
 
 from keel.app import Options, open_agent
 from keel.config.settings import KnowledgeSettings, load_settings
+from keel.errors import UserError
 from keel.knowledge import tool_for_project
 from keel.knowledge.chunking import MAX_CHARS, Chunk, chunk_markdown, chunk_text
 from keel.knowledge.embeddings import Embedder, EmbeddingsConfig
@@ -224,7 +225,7 @@ def test_paths_narrow_the_index_and_are_remembered(docs: Path) -> None:
     assert cites(docs, "quick start dashboard") == []
     report = update(docs, db_of(docs))  # no PATHS: the same paths as last time
     assert report.unchanged == ["docs/config.md", "docs/install.md", "docs/ops.txt"]
-    with pytest.raises(Exception, match="is outside the project"):
+    with pytest.raises(UserError, match="is outside the project"):
         update(docs, db_of(docs), paths=[str(docs.parent)], cwd=docs)
 
 
@@ -747,3 +748,22 @@ async def test_a_resumed_session_keeps_the_tools_it_started_with(
         )
     finally:
         await opened.agent.aclose()
+
+
+def test_without_fts5_the_index_and_the_tool_say_so_in_one_line(
+    docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    update(docs, db_of(docs))
+    monkeypatch.setattr("keel.knowledge.index.has_fts5", lambda: False)
+    with pytest.raises(UserError) as raised:
+        update(docs, db_of(docs))
+    assert raised.value.one_line() == (
+        "this Python's sqlite3 has no FTS5 full-text search, which keel knowledge needs (hint: "
+        "use a Python whose SQLite has FTS5 (python.org's and most distributions' builds do))"
+    )
+    tool = knowledge_tool(db_of(docs), docs)
+    out = asyncio_run(tool.run(ToolContext(cwd=docs, root=docs), {"query": "install"}))
+    assert (out.is_error, out.content) == (
+        False,
+        f"[knowledge index unavailable: {raised.value.one_line()}]",
+    )

@@ -123,12 +123,13 @@ def knowledge_tool(
 def _run(db_path: Path, root: Path, query: str, top_k: int, embedder: Embedder | None) -> str:
     import sqlite3
 
-    from keel.knowledge.index import NoIndex, search, stale_files
+    from keel.errors import UserError
+    from keel.knowledge.index import search, stale_files
 
     try:
         result = search(db_path, query, top_k=top_k, embedder=embedder)
         changed = set(stale_files(db_path, root, [h.path for h in result.hits]))
-    except NoIndex as exc:
+    except UserError as exc:  # no index, an index of another version, no FTS5
         return f"[knowledge index unavailable: {exc.one_line()}]"
     except sqlite3.Error as exc:
         return (
