@@ -75,6 +75,7 @@ async def open_agent(
     )
     try:
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
+        await connect_remote(agent, settings, notice)
         if session and not options.no_session:
             from keel.session.store import SessionLog
 
@@ -493,6 +494,17 @@ async def connect_mcp(
     agent.add_tools(manager.tools())
 
 
+async def connect_remote(agent: Agent, settings: Settings, notice: Notify) -> None:
+    """Discover the peers of `remote_tools` and offer their tools (docs/remote-tools.md); a
+    peer that cannot be reached is a `UserError`, or a warning for an `optional` one. nats-py
+    is imported only when there are peers."""
+    if not settings.remote_tools:
+        return
+    from keel.remote.client import import_remote_tools
+
+    await import_remote_tools(agent, settings, notice)
+
+
 async def open_session(
     path: Path,
     options: Options,
@@ -542,6 +554,7 @@ async def open_session(
             provider=provider_for(ref) if provider_for is not None else None,
         )
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
+        await connect_remote(agent, settings, notice)
         keep_knowledge_as_it_was(agent, settings, stored)
         for change in check_resume(state, agent.fingerprint(), force=options.force):
             notice(Notice(f"resuming despite a changed configuration: {change}", "warning"))

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel acp, keel serve [--port N], keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel acp, keel serve [--port N], keel serve-tools --identity NAME, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -363,6 +363,12 @@ def _serve(argv: list[str]) -> int:
     return serve(argv)
 
 
+def _serve_tools(argv: list[str]) -> int:
+    from keel.cli.serve_tools import serve_tools
+
+    return serve_tools(argv)
+
+
 def _acp(argv: list[str]) -> int:
     from keel.cli.acp import acp
 
@@ -403,6 +409,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "suspend": _sessions_command("suspend"),
     "undo": _undo,
     "serve": _serve,
+    "serve-tools": _serve_tools,
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),
     "acp": _acp,

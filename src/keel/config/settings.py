@@ -72,6 +72,8 @@ KNOWN_KEYS = frozenset(
         "trace_retention_days",
         # OpenTelemetry export of traces (keel.trace.otel); your own settings only.
         "otel",
+        # Tools other keel agents serve over NATS (keel.remote; docs/remote-tools.md).
+        "remote_tools",
         # Project knowledge (keel.knowledge): the search tool, and its optional embeddings.
         "knowledge",
         "$schema",
@@ -163,6 +165,28 @@ class KnowledgeSettings:
     embeddings_key_env: str = ""
 
 
+#: Keys of one `remote_tools` entry.
+REMOTE_TOOLS_KEYS = frozenset({"identity", "url", "tools", "alias", "optional", "timeout"})
+#: An identity or alias of remote tools: one NATS subject token.
+_REMOTE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@frozen
+class RemotePeer:
+    """One `remote_tools` entry (docs/remote-tools.md): the tools the keel agent `identity`
+    serves over NATS at `url` ("" : `KEEL_NATS_URL`), only those named in `tools` (None: all),
+    named `<alias or identity>_<tool>` on a clash; `optional`: unreachable at setup is a warning,
+    not an error; `timeout`: seconds the peer may stay silent during a call (None: 30)."""
+
+    identity: str
+    url: str = ""
+    tools: tuple[str, ...] | None = None
+    alias: str = ""
+    optional: bool = False
+    timeout: float | None = None
+    source: str = ""
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -214,6 +238,9 @@ class Settings:
     #: Bash command patterns (`git push *`) not safe to run twice after a crash, beyond
     #: keel.tools.effects' defaults. Every file only adds to them.
     unsafe_to_repeat: list[str] = field(default_factory=list)
+    #: Peers whose tools are imported (`remote_tools`); every file adds (a project's once
+    #: approved: they send tool inputs to another machine).
+    remote_tools: list[RemotePeer] = field(default_factory=list)
     #: Untrusted project files with entries that need approval (approved or not).
     pending: list[PendingFile] = field(default_factory=list)
     #: The status line command (the last file that sets one wins; a project's once approved).
@@ -344,8 +371,8 @@ class _Merge:
                 self._web_search(value, where)
             elif key == "mcp_servers":
                 self.settings.mcp_servers.append((self.path, value))
-            elif key == "unsafe_to_repeat":
-                self.unsafe_to_repeat(value, where)
+            elif key in ("unsafe_to_repeat", "remote_tools"):  # lists every file adds to
+                getattr(self, key)(value, where)
             elif key == "statusLine":
                 self.status_line(value)
             elif key in ("hooks", "$schema"):
@@ -543,6 +570,67 @@ class _Merge:
                 embeddings_model=model.strip(),
                 embeddings_key_env=key_env,
             )
+
+    def remote_tools(self, value: Any, where: str) -> None:
+        """`remote_tools`: a list of `{identity, url?, tools?, alias?, optional?, timeout?}`;
+        each bad entry is skipped with a warning, a second entry for one identity too."""
+        if not isinstance(value, list):
+            self.w.append(f"{where} must be a list of objects like {{\"identity\": \"NAME\"}}; ignored")
+            return
+        taken = {p.identity for p in self.settings.remote_tools}
+        for i, entry in enumerate(value):
+            peer = self._remote_peer(entry, f"{where}[{i}]")
+            if peer is None:
+                continue
+            if peer.identity in taken:
+                self.w.append(f"{where}[{i}]: {peer.identity} is already imported; skipped")
+                continue
+            taken.add(peer.identity)
+            self.settings.remote_tools.append(peer)
+
+    def _remote_peer(self, entry: Any, where: str) -> RemotePeer | None:
+        if not isinstance(entry, dict):
+            self.w.append(f"{where} must be an object with an identity; skipped")
+            return None
+        if unknown := set(entry) - REMOTE_TOOLS_KEYS:
+            known = ", ".join(sorted(REMOTE_TOOLS_KEYS))
+            self.w.append(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {known}); skipped")
+            return None
+        identity, alias = entry.get("identity"), entry.get("alias", "")
+        url, tools, optional = entry.get("url", ""), entry.get("tools"), entry.get("optional", False)
+        timeout = entry.get("timeout")
+        problem = ""
+        if not isinstance(identity, str) or not _REMOTE_NAME.match(identity):
+            problem = "identity must be 1 to 64 letters, digits, '-' or '_'"
+        elif not isinstance(alias, str) or (alias and not _REMOTE_NAME.match(alias)):
+            problem = "alias must be 1 to 64 letters, digits, '-' or '_'"
+        elif not isinstance(url, str) or (url and not re.match(r"^(nats|tls|ws|wss)://\S+$", url)):
+            problem = "url must be a nats:// (or tls://, ws://, wss://) URL"
+        elif tools is not None and (
+            not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools)
+        ):
+            problem = "tools must be a list of tool names"
+        elif not isinstance(optional, bool):
+            problem = "optional must be true or false"
+        elif timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 1 <= timeout <= 3600
+        ):
+            problem = "timeout must be a number of seconds from 1 to 3600"
+        if problem:
+            self.w.append(f"{where}: {problem}; skipped")
+            return None
+        assert isinstance(identity, str)
+        return RemotePeer(
+            identity=identity,
+            url=url,
+            tools=tuple(tools) if tools is not None else None,
+            alias=alias,
+            optional=optional,
+            timeout=float(timeout) if timeout is not None else None,
+            source=str(self.path),
+        )
 
     def unsafe_to_repeat(self, value: Any, where: str) -> None:
         """More patterns of commands not safe to repeat; any file may add, none may remove."""

@@ -115,6 +115,9 @@ def gated_entries(data: dict[str, Any]) -> tuple[dict[str, Any], list[Gated]]:
     for key, split in _SECTIONS.items():
         if isinstance(data.get(key), dict):
             safe[key] = split(data[key], gated)
+    if "remote_tools" in safe:
+        why = "sends your tool inputs to these agents over NATS and offers their tools to the model"
+        gated.append(Gated("remote_tools", safe.pop("remote_tools"), why))
     return safe, gated
 
 
