@@ -767,3 +767,20 @@ def test_without_fts5_the_index_and_the_tool_say_so_in_one_line(
         False,
         f"[knowledge index unavailable: {raised.value.one_line()}]",
     )
+
+
+def test_a_symlink_cannot_bring_a_file_from_outside_into_the_index(
+    docs: Path, tmp_path: Path
+) -> None:
+    """Attack: a repository ships `docs/leak.md -> ~/.ssh/…` (or a linked folder) hoping the
+    index, and so the model, reads what is outside the project."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\nTOPSECRET token here.\n", encoding="utf-8")
+    (docs / "docs" / "leak.md").symlink_to(outside / "secret.md")
+    (docs / "docs" / "linked").symlink_to(outside, target_is_directory=True)
+    report = update(docs, db_of(docs))
+    assert report.added == ["README.md", "docs/config.md", "docs/install.md", "docs/ops.txt"]
+    assert cites(docs, "TOPSECRET token") == []
+    with pytest.raises(UserError, match="is outside the project"):
+        update(docs, db_of(docs), paths=["docs/linked"], cwd=docs)
