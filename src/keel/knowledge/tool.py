@@ -115,9 +115,7 @@ def knowledge_tool(
         return await asyncio.to_thread(_run, db_path, root, query, top_k, embedder)
 
     knowledge_search.__doc__ = DESCRIPTION
-    built = tool(name=NAME, read_only=True)(knowledge_search)
-    built.kind = "builtin"
-    return built
+    return tool(name=NAME, read_only=True, kind="builtin")(knowledge_search)
 
 
 def _run(db_path: Path, root: Path, query: str, top_k: int, embedder: Embedder | None) -> str:
