@@ -331,7 +331,10 @@ class Controller:
 
     async def _ask(self, agent: Agent, event: PermissionAsked) -> None:
         request = PermissionRequest(event.call, event.reason, event.suggestion, event.plan)
-        reply = await self._ui.ask(request)
+        try:
+            reply = await self._ui.ask(request)
+        except (KeelError, OSError, RuntimeError) as exc:  # the front end could not ask: deny
+            reply = PermissionReply(False, reason=f"keel could not ask the user ({exc})")
         agent.answer(event.request_id, reply)
         if event.call.name == "exit_plan_mode" and reply.allow:
             # The gate switches to the mode the user picked once it has the answer.
