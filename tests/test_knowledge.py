@@ -784,3 +784,39 @@ def test_a_symlink_cannot_bring_a_file_from_outside_into_the_index(
     assert cites(docs, "TOPSECRET token") == []
     with pytest.raises(UserError, match="is outside the project"):
         update(docs, db_of(docs), paths=["docs/linked"], cwd=docs)
+
+
+def test_the_cli_with_embeddings_from_your_settings(
+    docs: Path, isolated_env: Path, embeddings_server: EmbeddingsServer
+) -> None:
+    user = isolated_env / "config" / "settings.json"
+    user.parent.mkdir(parents=True)
+    user.write_text(
+        json.dumps({"knowledge": {"embeddings": {"url": embeddings_server.url, "model": "e1"}}}),
+        encoding="utf-8",
+    )
+    out = keel("knowledge", "index", cwd=docs)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert _untimed(out.stdout).splitlines()[0] == (
+        "indexed 4 file(s) (4 new, 0 changed, 0 unchanged, 0 removed): 10 chunk(s), 10 written, "
+        "10 vector(s) in T s"
+    )
+    out = keel("knowledge", "search", "restore", "--top-k", "1", cwd=docs)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout == (
+        "1. docs/ops.txt#1 (lines 1-3)\n"
+        "   Backups run nightly and keep a snapshot of each volume.\n"
+        "   A rollback takes the last snapshot and replays the journal.\n"
+    )
+    out = keel("knowledge", "status", cwd=docs)
+    assert "vectors:   10 of 10 chunks have vectors of e1\n" in out.stdout
+    embeddings_server.stop()
+    out = keel("knowledge", "search", "rollback", "--top-k", "1", cwd=docs)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout == (
+        f"[embeddings unavailable: {embeddings_server.url}/embeddings unreachable "
+        "(ConnectError); lexical results only]\n"
+        "1. docs/ops.txt#1 (lines 1-3)\n"
+        "   Backups run nightly and keep a snapshot of each volume.\n"
+        "   A rollback takes the last snapshot and replays the journal.\n"
+    )
