@@ -27,11 +27,44 @@ from keel.knowledge.embeddings import cosine, normalised, pack, unpack
 from keel.knowledge.index import search, update
 
 REPO = Path(__file__).resolve().parents[1]
-WORDS = (
-    "install configure provider sandbox session journal resume permission rule hook skill "
-    "server model token budget cache prefix compaction fork rewind trace viewer memory remote "
-    "tool result error retry stall window output price catalog bubblewrap network secret"
-).split()
+WORDS = [
+    "install",
+    "configure",
+    "provider",
+    "sandbox",
+    "session",
+    "journal",
+    "resume",
+    "permission",
+    "rule",
+    "hook",
+    "skill",
+    "server",
+    "model",
+    "token",
+    "budget",
+    "cache",
+    "prefix",
+    "compaction",
+    "fork",
+    "rewind",
+    "trace",
+    "viewer",
+    "memory",
+    "remote",
+    "tool",
+    "result",
+    "error",
+    "retry",
+    "stall",
+    "window",
+    "output",
+    "price",
+    "catalog",
+    "bubblewrap",
+    "network",
+    "secret",
+]
 
 
 def generated_tree(root: Path, files: int, rng: random.Random) -> None:
