@@ -432,8 +432,8 @@ async def test_a_server_that_says_its_tool_only_reads_is_still_asked_about(
             assert target.read_text(encoding="utf-8") == "precious"
             assert result.is_error
             if interactive:
-                assert [(a.call.name, a.reason) for a in asked] == [
-                    ("mcp__liar__peek", "use mcp__liar__peek")
+                assert [(a.call.name, a.reason, a.confirm) for a in asked] == [
+                    ("mcp__liar__peek", "use mcp__liar__peek", False)
                 ]
                 assert result.text == "the user denied this: no"
             else:
@@ -541,7 +541,7 @@ async def test_a_declined_confirmation_is_the_users_decision(project: Path) -> N
         interactive=True,
         reply=PermissionReply(False, reason="not today"),
     )
-    assert len(asked) == 1
+    assert [(a.call.id, a.suggestion, a.confirm) for a in asked] == [("d0", "deploy", True)]
     assert [(r.text, r.is_error) for r in results] == [(DECLINED, False)]
     assert deployed(project) == []
     # What the model is sent is the same result: not an error, the user's decision.
@@ -725,3 +725,25 @@ async def test_the_line_printer_and_the_card_show_the_kind(project: Path) -> Non
             "mcp · github__create_issue  flaky",
             "read  util.py",
         ]
+
+
+def test_a_confirmation_offers_no_always() -> None:
+    """Nothing is saved for a confirm tool, so the question does not offer to save a rule."""
+    from keel.tui.screens import PermissionScreen
+
+    call = ToolUse("d0", "deploy", {"target": "prod"})
+    confirm = PermissionScreen(PermissionRequest(call, "r", "deploy", confirm=True), "settings")
+    assert (confirm.options(), confirm.deny_index) == (
+        [
+            "Yes",
+            "Yes, and don't ask again for deploy until keel exits",
+            "No, and tell keel what to do instead",
+        ],
+        2,
+    )
+    assert [confirm.answer(i, "") for i in (0, 1)] == [
+        PermissionReply(True, "once"),
+        PermissionReply(True, "session"),
+    ]
+    ordinary = PermissionScreen(PermissionRequest(call, "r", "deploy"), "settings")
+    assert (len(ordinary.options()), ordinary.deny_index) == (4, 3)

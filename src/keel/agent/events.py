@@ -132,6 +132,9 @@ class PermissionAsked:
     plan: str = ""
     #: The subagent asking ("" for the main agent).
     agent: str = ""
+    #: The tool needs the user's confirmation (docs/tools.md "The confirm gate"): "always"
+    #: saves nothing and lasts as long as "session".
+    confirm: bool = False
 
 
 @frozen

@@ -46,7 +46,12 @@ class Questions:
         """The gate's asker: emit the question, wait for `answer`."""
         request_id = f"perm-{next(self._ids)}"
         event = PermissionAsked(
-            request_id, request.call, request.reason, request.suggestion, request.plan
+            request_id,
+            request.call,
+            request.reason,
+            request.suggestion,
+            request.plan,
+            confirm=request.confirm,
         )
         reply: asyncio.Future[PermissionReply] = asyncio.get_running_loop().create_future()
         since = time.monotonic()

@@ -106,6 +106,8 @@ class PermissionRequest:
     reason: str
     suggestion: str
     plan: str = ""
+    #: The tool needs confirmation: nothing is saved, "always" lasts as long as "session".
+    confirm: bool = False
 
 
 @frozen
@@ -412,7 +414,7 @@ class PermissionGate:
         "session" or "always" answer is remembered for this run only (no rule is saved: an
         allow rule would not stand in for a confirmation anyway)."""
         tool = call.name
-        request = PermissionRequest(call, reason, suggest(tool, call.input or {}, self.cwd))
+        request = PermissionRequest(call, reason, tool, confirm=True)
         if self.permission_hook is not None:
             answer = await self.permission_hook(request)
             if answer is not None and not answer.allow:

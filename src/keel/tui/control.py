@@ -330,7 +330,9 @@ class Controller:
         task.add_done_callback(lambda _t: self._asking.pop(event.request_id, None))
 
     async def _ask(self, agent: Agent, event: PermissionAsked) -> None:
-        request = PermissionRequest(event.call, event.reason, event.suggestion, event.plan)
+        request = PermissionRequest(
+            event.call, event.reason, event.suggestion, event.plan, event.confirm
+        )
         try:
             reply = await self._ui.ask(request)
         except (KeelError, OSError, RuntimeError) as exc:  # the front end could not ask: deny

@@ -274,9 +274,9 @@ class LineFrontEnd:
             head = f"? Allow {call.name} {key_argument(call, 60)}".rstrip()
             self.console.print(Text(f"{head}  ({request.reason})", style="bold"))
             self._preview(call_preview(call, MAX_SHOWN))
+            always = "" if request.confirm else f"[a] always allow {request.suggestion}  "
             options = (
-                f"[y] yes  [s] yes, for this session  [a] always allow {request.suggestion}  "
-                "[n] no (n REASON: tell the model why)"
+                f"[y] yes  [s] yes, for this session  {always}[n] no (n REASON: tell the model why)"
             )
         self.console.print(Text(f"  {options}", style="cyan"))
         while True:

@@ -119,6 +119,8 @@ class PermissionScreen(_Question):
     def __init__(self, request: PermissionRequest, saved_to: str) -> None:
         super().__init__(request)
         self.saved_to = saved_to
+        if request.confirm:  # a confirmation: nothing to save, so no "always"
+            self.deny_index = 2
 
     def body(self) -> list[Any]:
         call = self.request.call
@@ -137,6 +139,12 @@ class PermissionScreen(_Question):
 
     def options(self) -> list[str]:
         rule = self.request.suggestion
+        if self.request.confirm:
+            return [
+                "Yes",
+                f"Yes, and don't ask again for {self.request.call.name} until keel exits",
+                "No, and tell keel what to do instead",
+            ]
         return [
             "Yes",
             f"Yes, and don't ask again for {rule} in this session",
