@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pytest
 
+from keel import trace
 from keel.agent.events import Event, PermissionAsked, ToolFinished, ToolStarted
 from keel.agent.loop import Agent
 from keel.agent.subagents import enable_subagents, load_agent_types
@@ -287,11 +288,13 @@ async def test_every_kind_reaches_events_journal_and_stream_json(project: Path) 
         cwd=project, model="scripted/scripted", directory=project.parent / "sessions"
     )
     enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))
+    tracer = trace.attach(agent, directory=project.parent / "trace")
     events: list[Event] = []
     try:
         result = await agent.run("PARENT: look around", events.append)
     finally:
         await manager.__aexit__(None, None, None)
+        tracer.close()
     assert result.stop_reason == "end_turn"
     assert [r.is_error for r in agent.messages[2].tool_results] == [False] * 5
 
@@ -327,6 +330,9 @@ async def test_every_kind_reaches_events_journal_and_stream_json(project: Path) 
     by_id = {r["result"]["tool_use_id"]: r for r in raw if r["type"] == "tool_result"}
     assert {i: r["kind"] for i, r in by_id.items()} == expected
     assert [r["kind"] for r in raw if r["type"] == "tool_started"] == ["local"]
+    # The trace: each tool_start says its kind (the subagent's grep too, in its own lane).
+    starts = [r for r in trace.read(project.parent / "trace") if r["kind"] == "tool_start"]
+    assert {r["data"]["id"]: r["data"]["kind"] for r in starts} == {**expected, "k-grep": "builtin"}
 
 
 async def test_a_call_of_an_unknown_tool_has_no_kind(project: Path) -> None:

@@ -611,6 +611,8 @@ class Tracer:
         data: dict[str, Any] = {"id": call.id, "name": call.name, "input": call.input}
         if call.input is None:
             data["raw_input"] = call.raw_input
+        if e.kind:  # builtin, local, mcp, memory, remote, subagent (docs/tools.md)
+            data["kind"] = e.kind
         self._write(
             "tool_start",
             data,
