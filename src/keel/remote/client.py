@@ -388,7 +388,7 @@ def _one_tool(
         peer=peer,
         remote_name=name,
         card_read_only=read_only,
-        destructive=entry.get("destructive") is not False,
+        destructive=entry.get("destructive", not read_only) is not False,
         idempotent=idempotent,
         confirm=entry.get("confirm") is True,
         repeat_safe=read_only or idempotent,
