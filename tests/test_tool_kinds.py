@@ -548,6 +548,16 @@ async def test_a_declined_confirmation_is_the_users_decision(project: Path) -> N
         reply=PermissionReply(False, reason="not today"),
     )
     assert [(a.call.id, a.suggestion, a.confirm) for a in asked] == [("d0", "deploy", True)]
+    assert event_json(asked[0]) == {
+        "type": "permission_request",
+        "request_id": asked[0].request_id,
+        "tool_use_id": "d0",
+        "tool": "deploy",
+        "input": {"target": "t0"},
+        "reason": "run deploy, which needs your confirmation",
+        "suggestion": "deploy",
+        "confirm": True,
+    }
     assert [(r.text, r.is_error) for r in results] == [(DECLINED, False)]
     assert deployed(project) == []
     # What the model is sent is the same result: not an error, the user's decision.

@@ -94,7 +94,7 @@ def question_json(event: PermissionAsked | PermissionAnswered | QuestionRequest)
     """A question for the user (answered on stdin with `--input-format stream-json`, over HTTP
     by `keel serve`), and how it was answered."""
     match event:
-        case PermissionAsked(request_id, call, reason, suggestion, plan, agent):
+        case PermissionAsked(request_id, call, reason, suggestion, plan, agent, confirm):
             line: dict[str, Any] = {
                 "type": "permission_request",
                 "request_id": request_id,
@@ -108,6 +108,8 @@ def question_json(event: PermissionAsked | PermissionAnswered | QuestionRequest)
                 line["plan"] = plan
             if agent:
                 line["agent"] = agent
+            if confirm:  # a confirm tool's question: "always" saves nothing (docs/tools.md)
+                line["confirm"] = True
             return line
         case PermissionAnswered(request_id, call_id, allow, scope, reason, by, waited_ms):
             return {
