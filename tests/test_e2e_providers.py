@@ -98,6 +98,7 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
         "glob",
         "grep",
         "ls",
+        "memory",  # on by default (docs/memory.md)
         "multi_edit",
         "raw_output",
         "read",

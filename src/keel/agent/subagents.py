@@ -65,6 +65,9 @@ MAX_CONCURRENT = 4
 PARENT_ONLY = frozenset(
     {"task", "task_wait", "task_stop", "bash_output", "bash_kill", "todo_write", "exit_plan_mode"}
 )
+#: Tools a child gets only when its definition names them in `tools:` (memory: notes about
+#: the user and the project are the parent's to keep).
+NAMED_ONLY = frozenset({"memory"})
 #: The read-only tools the `explore` type gets.
 EXPLORE_TOOLS = ("glob", "grep", "ls", "raw_output", "read", "web_fetch", "web_search")
 #: Claude Code's names for the same agent types.
@@ -117,6 +120,8 @@ class AgentType:
     def allows(self, name: str) -> bool:
         if name in PARENT_ONLY:
             return False
+        if name in NAMED_ONLY:
+            return self.tools is not None and name in self.tools
         if self.tools is None:
             return True
         return any(name == t or name.startswith(f"{t}__") for t in self.tools)
@@ -205,7 +210,8 @@ def _read_definition(path: Path, warnings: list[str]) -> AgentType:
         path, doc.key_lines.get("disallowedTools"), tools_field(doc, "disallowedTools"), warnings
     )
     if denied:
-        tools = tuple(t for t in (tools or _all_tool_names()) if t not in denied)
+        every = tuple(t for t in _all_tool_names() if t not in NAMED_ONLY)
+        tools = tuple(t for t in (tools or every) if t not in denied)
         if not tools:
             raise Unusable("`disallowedTools` removes every tool; not registered")
     turns = doc.meta.get("max_turns", doc.meta.get("maxTurns", CHILD_MAX_TURNS))
@@ -228,7 +234,7 @@ def _all_tool_names() -> tuple[str, ...]:
     """Every tool keel can give a child (the built-ins, skills, and delegation)."""
     from keel.tools.builtin import builtin_tools
 
-    return tuple(sorted({t.name for t in builtin_tools()} | {"skill", "task"}))
+    return tuple(sorted({t.name for t in builtin_tools()} | {"skill", "task", *NAMED_ONLY}))
 
 
 def _tool_names(
@@ -509,10 +515,12 @@ class Subagents:
 
 def _inherited_sections(parent: Agent, tools: Iterable[Tool]) -> list[str]:
     """The parent's extra prompt sections a child keeps: the skills index, if it may load
-    skills."""
-    if any(t.name == "skill" for t in tools):
-        return [s for s in parent.extra_sections if s.startswith("<skills>")]
-    return []
+    skills, and the memory index, if it may use memory."""
+    names = {t.name for t in tools}
+    keep = [
+        tag for tool, tag in (("skill", "<skills>"), ("memory", "<memory-index>")) if tool in names
+    ]
+    return [s for s in parent.extra_sections if s.startswith(tuple(keep))] if keep else []
 
 
 async def _close_child(child: Agent, parent: Agent) -> None:

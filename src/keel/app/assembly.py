@@ -1,6 +1,6 @@
 """The agent every front end runs, put together from settings and options: the model and its
-provider, the permission gate and sandbox, hooks, skills and commands, subagents, MCP servers,
-and the session (a new one, or one reopened from its journal with the resume checks).
+provider, the permission gate and sandbox, hooks, skills and commands, subagents, memory, MCP
+servers, and the session (a new one, or one reopened from its journal with the resume checks).
 
 What building has to say (settings warnings, servers that failed, hooks awaiting approval) goes
 to `notice` as `Notice` events; nothing here prints.
@@ -74,6 +74,7 @@ async def open_agent(
         provider=provider,
     )
     try:
+        await add_memory(agent, settings, notice)
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
         if session and not options.no_session:
@@ -390,6 +391,18 @@ def add_subagents(agent: Agent, notice: Notify) -> None:
     enable_subagents(agent, types)
 
 
+async def add_memory(
+    agent: Agent, settings: Settings, notice: Notify, *, resumed: bool = False
+) -> None:
+    """The `memory` tool and the notes' index in the system prompt, unless `memory` is off
+    (a resumed session keeps the index it started with; keel.memory)."""
+    if not settings.memory.enabled:
+        return
+    from keel.memory import add_memory as wire_memory
+
+    await wire_memory(agent, settings.memory, notice, resumed=resumed)
+
+
 def add_knowledge(agent: Agent, settings: Settings) -> None:
     """`knowledge_search`, when the project has a knowledge index and `knowledge` is not off
     (keel.knowledge; nothing is opened until the model searches)."""
@@ -553,6 +566,7 @@ async def open_session(
             session_id=meta.id,
             provider=provider_for(ref) if provider_for is not None else None,
         )
+        await add_memory(agent, settings, notice, resumed=True)
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
         keep_knowledge_as_it_was(agent, settings, stored)

@@ -22,6 +22,7 @@ environment (`ANTHROPIC_BASE_URL`…).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -76,6 +77,8 @@ KNOWN_KEYS = frozenset(
         "remote_tools",
         # Project knowledge (keel.knowledge): the search tool, and its optional embeddings.
         "knowledge",
+        # Memory notes (keel.memory): on by default; a project file may only turn it off.
+        "memory",
         "$schema",
     }
 )
@@ -145,6 +148,28 @@ class OtelSettings:
     endpoint: str
     capture_content: bool = False
     headers: tuple[tuple[str, str], ...] = ()
+
+
+#: Keys of the `memory` setting.
+MEMORY_KEYS = frozenset({"enabled", "backend", "url", "bucket", "prefix", "project"})
+#: A NATS KV bucket name, and a key prefix (tokens joined by dots).
+_BUCKET = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_KEY_PREFIX = re.compile(r"^(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*)?$")
+
+
+@frozen
+class MemorySettings:
+    """The `memory` setting (docs/memory.md): on or off, and where notes are kept: `files`
+    (the default, under keel's data folder) or `nats` (a JetStream KV `bucket` on the server
+    at `url`, keys under `prefix`). `project` names this project's scope in a shared store
+    ("" : a key made from the git root's path)."""
+
+    enabled: bool = True
+    backend: str = "files"
+    url: str = ""
+    bucket: str = "keel-memory"
+    prefix: str = "keel"
+    project: str = ""
 
 
 #: Keys of the `knowledge` setting and of its `embeddings` object.
@@ -235,6 +260,8 @@ class Settings:
     otel: OtelSettings | None = None
     #: Project knowledge (`knowledge`): a project file may turn it off, not set embeddings.
     knowledge: KnowledgeSettings = field(default_factory=KnowledgeSettings)
+    #: Memory notes (`memory`): a project file may only turn them off.
+    memory: MemorySettings = field(default_factory=MemorySettings)
     #: Bash command patterns (`git push *`) not safe to run twice after a crash, beyond
     #: keel.tools.effects' defaults. Every file only adds to them.
     unsafe_to_repeat: list[str] = field(default_factory=list)
@@ -365,7 +392,7 @@ class _Merge:
                 self.fallbacks(value, where)
             elif key == "permissions":
                 self.permissions(value, where)
-            elif key in ("sandbox", "knowledge"):  # sections with a method of their name
+            elif key in ("sandbox", "knowledge", "memory"):  # sections with a method of their name
                 getattr(self, key)(value, where)
             elif key == "web_search":
                 self._web_search(value, where)
@@ -506,6 +533,67 @@ class _Merge:
             self.w.append(f"{where}.headers must be an object of strings; otel ignored")
             return
         self.settings.otel = OtelSettings(endpoint, capture, tuple(sorted(headers.items())))
+
+    def memory(self, value: Any, where: str) -> None:
+        """`memory`: true / false, or an object (`enabled`, `backend`, `url`, `bucket`,
+        `prefix`, `project`). Where notes go (a server could collect your user-scope notes) is
+        yours to say: a project file may only turn memory off."""
+        conf = {"enabled": value} if isinstance(value, bool) else value
+        if not isinstance(conf, dict):
+            self.w.append(
+                f'{where} must be true, false or an object like {{"backend": "files"}}; ignored'
+            )
+            return
+        if self.untrusted:
+            if conf.get("enabled") is False:
+                self.settings.memory = dataclasses.replace(self.settings.memory, enabled=False)
+            rest = sorted(set(conf) - {"enabled"}) or (["enabled"] if conf.get("enabled") else [])
+            if rest:
+                self.w.append(
+                    f"{where}: {', '.join(rest)} ignored: a project file may only turn memory "
+                    "off (where notes are kept is for your own settings)"
+                )
+            return
+        unknown = set(conf) - MEMORY_KEYS
+        if unknown:
+            self.w.append(
+                f"{where}: unknown key(s) {', '.join(sorted(unknown))} skipped "
+                f"(known: {', '.join(sorted(MEMORY_KEYS))})"
+            )
+        m = self.settings.memory
+        changes: dict[str, Any] = {}
+        enabled = conf.get("enabled", m.enabled)
+        if isinstance(enabled, bool):
+            changes["enabled"] = enabled
+        else:
+            self.w.append(f"{where}.enabled must be true or false; ignored")
+        backend = conf.get("backend", m.backend)
+        if backend in ("files", "nats"):
+            changes["backend"] = backend
+        else:
+            self.w.append(f"{where}.backend must be files or nats; ignored")
+        url = conf.get("url", m.url)
+        if isinstance(url, str) and (not url or re.match(r"^(nats|tls|ws|wss)://\S+$", url)):
+            changes["url"] = url
+        else:
+            self.w.append(f"{where}.url must be a nats:// URL; ignored")
+        for key, pattern in (
+            ("bucket", _BUCKET),
+            ("prefix", _KEY_PREFIX),
+            ("project", _KEY_PREFIX),
+        ):
+            text = conf.get(key, getattr(m, key))
+            if isinstance(text, str) and pattern.match(text) and (text or key != "bucket"):
+                changes[key] = text
+            else:
+                self.w.append(
+                    f"{where}.{key} must be letters, digits, '-' and '_'"
+                    f"{' (dots between parts)' if key != 'bucket' else ''}; ignored"
+                )
+        if changes.get("backend") == "nats" and not changes.get("url"):
+            self.w.append(f"{where}: backend nats needs a url (nats://host:4222); using files")
+            changes["backend"] = "files"
+        self.settings.memory = dataclasses.replace(m, **changes)
 
     def knowledge(self, value: Any, where: str) -> None:
         """`knowledge`: `false`, or `{"enabled", "embeddings": {"url", "model", "api_key_env"}}`.

@@ -46,6 +46,11 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("cost", "", "what this session has cost", while_busy=True),
         Builtin("context", "", "what fills the context window", while_busy=True),
         Builtin("skills", "", "skills and custom commands", while_busy=True),
+        Builtin(
+            "memory",
+            "[show|add|delete NAME] [--user]",
+            "the model's memory notes: list, show, add (NAME: description, body below), delete",
+        ),
         Builtin("hooks", "[approve]", "hooks that run here; approve the project's"),
         Builtin("mcp", "[approve [name]]", "MCP servers and their tools; approve the project's"),
         Builtin("trust", "[approve|revoke]", "what the project's files ask for; approve it"),

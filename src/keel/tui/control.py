@@ -634,6 +634,53 @@ class Controller:
     async def _cmd_skills(self, args: str) -> None:
         self.show(Output(cmds.skills_text(self.agent), title="skills"))
 
+    async def _cmd_memory(self, args: str) -> None:
+        """`/memory [list]`, `/memory show NAME`, `/memory add NAME: description` (the body
+        on the lines below; none: the description), `/memory delete NAME`; `--user` for the
+        user's notes. An added note is told to the model with the next prompt."""
+        from keel.memory import MemoryError_, Note, Scope, open_store
+        from keel.memory.text import list_text, show_text
+
+        config = self.factory.settings.memory
+        if not config.enabled:
+            raise UserError("memory is off", hint="remove `memory: false` from your settings")
+        first, _, rest = args.partition("\n")
+        words = first.split()
+        scope: Scope = "user" if "--user" in words else "project"
+        words = [w for w in words if w != "--user"]
+        action = words[0] if words else "list"
+        usage = "/memory, /memory show NAME, /memory add NAME: description, /memory delete NAME"
+        store = open_store(config, self.agent.ctx.root, self.agent.ctx.env)
+        try:
+            if action == "list" and len(words) <= 1:
+                self.show(Output(await list_text(store), "text", title="memory"))
+            elif action == "show" and len(words) == 2:
+                entry = await store.read(scope, words[1])
+                self.show(Output(show_text(entry), "text", title="memory"))
+            elif action in ("delete", "rm") and len(words) == 2:
+                await store.delete(scope, words[1], revision=None)
+                self.agent.add_note(f"The user deleted the {scope} memory note {words[1]!r}.")
+                self.show(Notice(f"deleted the {scope} note {words[1]}"))
+            elif action == "add" and ":" in first:
+                name, _, description = first.split(None, 1)[1].replace("--user", "").partition(":")
+                body = rest.strip() or description.strip()
+                entry = await store.save(
+                    scope,
+                    Note(name.strip(), description.strip(), body, scope),  # type follows scope
+                    revision=None,
+                )
+                self.agent.add_note(
+                    f"The user saved a {scope} memory note {entry.note.name!r} "
+                    f"({entry.note.description}); read it with the memory tool if it matters."
+                )
+                self.show(Notice(f"saved the {scope} note {entry.note.name}"))
+            else:
+                raise UserError(f"/memory {first}: not understood", hint=usage)
+        except MemoryError_ as exc:
+            raise UserError(str(exc), hint=usage) from exc
+        finally:
+            await store.aclose()
+
     async def _cmd_doctor(self, args: str) -> None:
         self.show(Output(await self._keel("doctor"), "text", title="doctor"))
 
