@@ -791,6 +791,24 @@ def test_an_unreachable_peer_is_one_line_or_a_warning_when_optional(
     )
 
 
+def test_a_nats_server_that_is_down_is_said_at_once(project: Path, tmp_path: Path) -> None:
+    from tests.helpers import free_port
+
+    home = tmp_path / "caller-home"
+    down = f"nats://127.0.0.1:{free_port()}"
+    env = _env(home, ANTHROPIC_API_KEY="sk-ant-test")
+    _settings(home, {"remote_tools": [{"identity": "peer", "url": down}]})
+    started = time.monotonic()
+    strict = _keel_p(project, env)
+    _out, err = strict.communicate(timeout=60)
+    assert strict.returncode == 2
+    assert err == (
+        f"keel: error: remote tools peer: cannot connect to NATS at {down} (connection refused) "
+        '(hint: start nats-server there, or mark the entry "optional": true)\n'
+    )
+    assert time.monotonic() - started < 4.0  # not the 5 s connect timeout
+
+
 def test_remote_tools_settings_are_validated(tmp_path: Path, isolated_env: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()

@@ -422,11 +422,12 @@ async def import_remote_tools(
             if peer_conf.optional:
                 notice(Notice(f"{line}; its tools are not offered in this run", "warning"))
                 continue
-            raise UserError(
-                line,
-                hint=f"start `keel serve-tools --identity {peer_conf.identity}` there, or mark "
-                'the entry "optional": true',
-            ) from None
+            start = (
+                "start nats-server there"
+                if str(exc).startswith("cannot connect to NATS")
+                else f"start `keel serve-tools --identity {peer_conf.identity}` there"
+            )
+            raise UserError(line, hint=f'{start}, or mark the entry "optional": true') from None
         agent.add_tools(tools)
 
 
@@ -470,22 +471,54 @@ async def connect(url: str, *, name: str = "keel") -> Client:
     no server there."""
     import nats
 
-    try:
-        return await nats.connect(
-            url,
-            name=name,
-            connect_timeout=CONNECT_TIMEOUT,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=1,
-            error_cb=_quiet,
-            disconnected_cb=_quiet_event,
-            closed_cb=_quiet_event,
-        )
+    if (refused := await _refused(url)) is not None:  # said at once, not after the timeout
+        raise RemoteError("unavailable", f"cannot connect to NATS at {url} ({refused})")
+    try:  # bounded: with reconnects on, nats-py would retry a first connect forever
+        return await asyncio.wait_for(_connect(nats, url, name), CONNECT_TIMEOUT)
     except Exception as exc:  # nats-py raises several kinds; all mean "no server there"
-        raise RemoteError(
-            "unavailable", f"cannot connect to NATS at {url} ({type(exc).__name__})"
-        ) from None
+        why = "no answer" if isinstance(exc, TimeoutError) else type(exc).__name__
+        raise RemoteError("unavailable", f"cannot connect to NATS at {url} ({why})") from None
+
+
+async def _refused(url: str) -> str | None:
+    """Why nothing listens at a `nats://` or `tls://` URL's first address (a refused
+    connection), else None (a listener, or a URL this check does not read)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.split(",")[0].strip())
+        host, port = parts.hostname, parts.port or 4222
+    except ValueError:
+        return None
+    if parts.scheme not in ("nats", "tls") or not host:
+        return None
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), CONNECT_TIMEOUT
+        )
+    except (OSError, TimeoutError) as exc:
+        if isinstance(exc, ConnectionRefusedError):
+            return "connection refused"
+        return None  # let nats-py try, and say what it found
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return None
+
+
+async def _connect(nats: Any, url: str, name: str) -> Client:
+    client: Client = await nats.connect(
+        url,
+        name=name,
+        connect_timeout=CONNECT_TIMEOUT,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+        error_cb=_quiet,
+        disconnected_cb=_quiet_event,
+        closed_cb=_quiet_event,
+    )
+    return client
 
 
 async def _quiet(_exc: Exception) -> None:
