@@ -628,6 +628,10 @@ def run_keel(
 
 
 def test_a_note_saved_in_one_session_is_in_the_next_sessions_index(project: Path) -> None:
+    from keel.config.trust import project_key
+
+    store = FileStore(Path(os.environ["KEEL_HOME"]) / "memory", project_key(project))
+    asyncio.run(store.save("project", note("older", description="an older note"), revision=None))
     with AnthropicServer(api_key=KEY) as server:
         server.add(
             reply(
@@ -644,25 +648,35 @@ def test_a_note_saved_in_one_session_is_in_the_next_sessions_index(project: Path
                 ),
             ),
             reply("Noted."),
+            reply("Continued."),
             reply("Hi."),
         )
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url}
         model = ["--model", "anthropic/claude-sonnet-4-5"]
         first = run_keel(["-p", "remember: short answers", *model], project, env)
         assert first.returncode == 0, first.stderr
+        # Continuing that session keeps the index it started with: not refused for a changed
+        # system prompt, and the same prefix bytes (the provider's cache still applies).
+        continued = run_keel(["-p", "-c", "go on", *model], project, env)
+        assert continued.returncode == 0, continued.stderr
+        assert continued.stdout == "Continued.\n"
         second_run = run_keel(["-p", "hello", *model], project, env)
         assert second_run.returncode == 0, second_run.stderr
         assert second_run.stdout == "Hi.\n"
         bodies = [r.json for r in server.model_requests]
-    assert len(bodies) == 3
+    assert len(bodies) == 4
     assert "greeting" not in json.dumps(bodies[0]["system"])
+    assert "- older [project]: an older note" in json.dumps(bodies[0]["system"])
+    assert canonical(bodies[2]["system"]) == canonical(bodies[0]["system"])
+    assert canonical(bodies[2]["tools"]) == canonical(bodies[0]["tools"])
     index = "- greeting [feedback]: the user likes short answers"
-    assert index in json.dumps(bodies[2]["system"])
+    assert index in json.dumps(bodies[3]["system"])
     listed = run_keel(["memory", "list", "--json"], project)
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     assert [(n["scope"], n["name"], n["type"], n["description"]) for n in data] == [
-        ("project", "greeting", "feedback", "the user likes short answers")
+        ("project", "greeting", "feedback", "the user likes short answers"),
+        ("project", "older", "project", "an older note"),
     ]
 
 
@@ -770,3 +784,15 @@ async def test_slash_memory_add_list_show_delete_and_the_index_after_clear(
     assert "- editor [user]: the user's editor" in provider.requests[-1].system
     assert "The user deleted the project memory note 'deploy'." in sent_text(provider.requests[-1])
     await controller.close()
+
+
+def test_keel_p_does_not_import_nats(project: Path) -> None:
+    """The JetStream client is loaded only when that backend is chosen."""
+    out = run_keel(
+        ["-p", "hi", "--model", "scripted:demo"], project, {"PYTHONPROFILEIMPORTTIME": "1"}
+    )
+    assert out.returncode == 0, out.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "keel.memory" in imported  # the test sees imports at all
+    assert sorted(m for m in imported if m.split(".")[0] == "nats") == []
+    assert "keel.memory.nats_store" not in imported
