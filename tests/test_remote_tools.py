@@ -978,3 +978,38 @@ async def test_an_input_over_the_message_cap_is_refused_before_it_is_sent(nats_u
     assert caught.value.code == "too_large"
     assert str(caught.value).startswith("the call's input takes 2,000,1")
     assert sent == []
+
+
+async def test_a_peer_that_keeps_a_call_alive_forever_is_cut_off(nats_url: str) -> None:
+    """An attack on the caller: acks, then keepalives and never a reply. The gap timeout alone
+    would wait forever; the call is bounded by the card's own call limit plus the timeout."""
+    nc = await connect(nats_url)
+    beats: list[asyncio.Task[None]] = []
+
+    async def answer(msg: Any) -> None:
+        ident = json.loads(msg.data)["id"]
+        base = {"protocol": PROTOCOL, "v": 1, "id": ident}
+        await nc.publish(msg.reply, json.dumps({**base, "type": "ack", "accepted": True}).encode())
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(0.1)
+                await nc.publish(msg.reply, json.dumps({**base, "type": "keepalive"}).encode())
+
+        beats.append(asyncio.create_task(beat()))
+
+    await nc.subscribe(call_subject("forever"), cb=answer)
+    try:
+        started = time.monotonic()
+        with pytest.raises(RemoteError) as caught:
+            await Peer(nc, "forever", timeout=0.5, max_call=1.5).call("read", {})
+        took = time.monotonic() - started
+    finally:
+        for task in beats:
+            task.cancel()
+        await nc.close()
+    assert caught.value.code == "timeout"
+    assert str(caught.value) == (
+        "forever kept the call going past 1.5 s (its own limit for a call, and more)"
+    )
+    assert 1.4 < took < 3.0

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,8 @@ DEFAULT_TIMEOUT = 30.0
 #: Attempts of one call while servers refuse for capacity, and the backoff between them.
 ATTEMPTS = 8
 BACKOFF_BASE, BACKOFF_CAP = 0.05, 1.0
+#: The longest a call may take when the card says nothing about it.
+MAX_CALL = 86_400.0
 #: Seconds to connect to a NATS server at setup.
 CONNECT_TIMEOUT = 5.0
 
@@ -119,6 +122,9 @@ class Peer:
     timeout: float = DEFAULT_TIMEOUT
     attempts: int = ATTEMPTS
     sender: str = ""
+    #: The longest one call may take however many keepalives come (a peer that keeps a call
+    #: open forever is cut off): the card's own call timeout plus `timeout`.
+    max_call: float = MAX_CALL
     sleep: Callable[[float], Any] = field(default=asyncio.sleep, repr=False)
 
     async def discover(self) -> dict[str, Any]:
@@ -183,12 +189,22 @@ class Peer:
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox)
         control = ""
+        deadline = time.monotonic() + self.max_call
         try:
             await self.nc.publish(call_subject(self.identity), data, reply=inbox)
             while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RemoteError(
+                        "timeout",
+                        f"{self.identity} kept the call going past {self.max_call:g} s (its own "
+                        "limit for a call, and more)",
+                    )
                 try:
-                    msg = await sub.next_msg(timeout=self.timeout)
+                    msg = await sub.next_msg(timeout=min(self.timeout, left))
                 except Exception as exc:
+                    if time.monotonic() >= deadline:
+                        continue  # said above, at the top of the loop
                     raise _transport_error(exc, self.identity, self.timeout, control) from None
                 if _no_responders(msg):
                     raise RemoteError("unavailable", _nobody(self.identity))
@@ -455,6 +471,9 @@ async def _import_peer(
         sender=f"keel {agent.session_id}",
     )
     card = await peer.discover()
+    limit = card["limits"].get("call_timeout")
+    if isinstance(limit, int | float) and not isinstance(limit, bool) and 1 <= limit <= MAX_CALL:
+        peer.max_call = float(limit) + peer.timeout
     if card["agent"].get("protocol") != PROTOCOL:
         raise RemoteError("bad_reply", f"the card names protocol {card['agent'].get('protocol')!r}")
 

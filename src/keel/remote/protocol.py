@@ -176,9 +176,15 @@ def parse(data: bytes, expect: frozenset[str] | set[str]) -> dict[str, Any]:
             f"unexpected message type {_clip(kind)} (expected {' or '.join(sorted(expect))})",
         )
     ident = message.get("id")
-    if not isinstance(ident, str) or not 1 <= len(ident) <= 64:
-        raise ProtocolError("bad_request", "id must be a string of 1 to 64 characters")
-    for name, (want, required) in _FIELDS[str(kind)].items():
+    if not isinstance(ident, str) or not IDENTITY.match(ident):
+        raise ProtocolError("bad_request", "id must be 1 to 64 letters, digits, '_' or '-'")
+    _check_fields(message, str(kind))
+    return message
+
+
+def _check_fields(message: dict[str, Any], kind: str) -> None:
+    """The fields of a `kind` message beyond the envelope: present, of their types, bounded."""
+    for name, (want, required) in _FIELDS[kind].items():
         if name not in message:
             if required:
                 raise ProtocolError("bad_request", f"{kind} message without {name!r}")
@@ -187,14 +193,12 @@ def parse(data: bytes, expect: frozenset[str] | set[str]) -> dict[str, Any]:
             raise ProtocolError("bad_request", f"{kind}.{name} must be a JSON {want}")
     if depth(message) > MAX_DEPTH:
         raise ProtocolError("bad_request", f"message nested deeper than {MAX_DEPTH} levels")
+    if kind == "call" and not TOOL_NAME.match(message["tool"]):
+        raise ProtocolError("bad_request", "call.tool must be 1 to 64 letters, digits, '_' or '-'")
     if kind == "error" or (kind == "ack" and "error" in message):
-        _error_fields(message["error"], kind)
-    return message
-
-
-def _error_fields(error: dict[str, Any], kind: str) -> None:
-    if not isinstance(error.get("code"), str) or not isinstance(error.get("message"), str):
-        raise ProtocolError("bad_request", f"{kind}.error needs a string code and message")
+        error = message["error"]
+        if not isinstance(error.get("code"), str) or not isinstance(error.get("message"), str):
+            raise ProtocolError("bad_request", f"{kind}.error needs a string code and message")
 
 
 def _clip(value: Any, limit: int = 40) -> str:

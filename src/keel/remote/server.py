@@ -398,8 +398,9 @@ class ToolServer:
             return
         self.busy += 1
         self.accepted += 1
-        call = _Call(ident, name, str(message.get("sender", ""))[:200], reply_to, time.monotonic())
-        ack = envelope("ack", ident, accepted=True, control=self.control, server=self.instance)
+        sender = _printable(str(message.get("sender", "")))[:200]
+        call = _Call(ident, name, sender, reply_to, time.monotonic())
+        ack = envelope("ack", call.ident, accepted=True, control=self.control, server=self.instance)
         await self._send(reply_to, ack)
         who = f" from {call.sender}" if call.sender else ""
         self.log(f"call {ident} of {name}{who}: started")
@@ -502,6 +503,11 @@ class ToolServer:
         )
 
 
+def _printable(text: str) -> str:
+    """`text` for one log line: what a caller sent may hold newlines or escapes."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _no_record(*_args: object) -> None:
     return None  # the serving side keeps no session: the caller journals the call
 
@@ -520,7 +526,7 @@ def _loose_id(data: bytes) -> str:
         found = json.loads(data).get("id")
     except (ValueError, AttributeError, RecursionError):
         return "unknown"
-    return found if isinstance(found, str) and 1 <= len(found) <= 64 else "unknown"
+    return found if isinstance(found, str) and IDENTITY.match(found) else "unknown"
 
 
 def _semver(version: str) -> str:
