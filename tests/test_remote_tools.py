@@ -1013,3 +1013,36 @@ async def test_a_peer_that_keeps_a_call_alive_forever_is_cut_off(nats_url: str) 
         "forever kept the call going past 1.5 s (its own limit for a call, and more)"
     )
     assert 1.4 < took < 3.0
+
+
+async def test_the_serving_sides_call_timeout_stops_a_long_call(
+    nats_url: str, serving: Path, tmp_path: Path, servers: list[ServeTools]
+) -> None:
+    server = serve(
+        servers,
+        nats_url,
+        serving,
+        tmp_path,
+        "hasty",
+        "--tools",
+        "bash",
+        "--call-timeout",
+        "1",
+        allow=["bash"],
+    )
+    nc = await connect(nats_url)
+    try:
+        started = time.monotonic()
+        with pytest.raises(RemoteError) as caught:
+            await Peer(nc, "hasty", timeout=5).call(
+                "bash", {"command": "sleep 4; touch slow.txt", "sandbox": False}
+            )
+        took = time.monotonic() - started
+    finally:
+        await nc.close()
+    assert caught.value.code == "timeout"
+    assert str(caught.value) == "hasty: bash ran longer than the serving agent's 1 s limit"
+    assert took < 3.0
+    assert " of bash: timeout in " in server.text()
+    await asyncio.sleep(3.5)  # the command was stopped: what it would do later never happens
+    assert not (serving / "slow.txt").exists()
