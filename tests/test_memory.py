@@ -796,3 +796,28 @@ def test_keel_p_does_not_import_nats(project: Path) -> None:
     assert "keel.memory" in imported  # the test sees imports at all
     assert sorted(m for m in imported if m.split(".")[0] == "nats") == []
     assert "keel.memory.nats_store" not in imported
+
+
+async def test_a_subagent_named_for_memory_gets_the_tool_and_the_index(project: Path) -> None:
+    from keel.agent.subagents import AgentType, AgentTypes, Subagents
+    from keel.testing import ScriptedProvider
+
+    store = FileStore(Path(os.environ["KEEL_HOME"]) / "memory", "proj")
+    await store.save("project", note(), revision=None)
+    parent = Agent(provider=ScriptedProvider([]), model="m", cwd=project, tools=builtin_tools())
+    await add_memory(parent, MemorySettings(project="proj"), lambda _e: None)
+    kinds = {
+        "keeper": AgentType("keeper", "d", "Keep notes.", ("read", "memory")),
+        "reader": AgentType("reader", "d", "Read.", ("read",)),
+        "general": AgentType("general", "d", "Do it."),
+    }
+    subagents = Subagents(parent, AgentTypes(kinds))
+    line = "- test-commands [project]: how to run the tests"
+    assert line in parent.system
+    seen = {}
+    for name, kind in kinds.items():
+        child = subagents._child(kind, None)
+        seen[name] = ("memory" in [t.name for t in child.registry], line in child.system)
+        await child.aclose()
+    await parent.aclose()
+    assert seen == {"keeper": (True, True), "reader": (False, False), "general": (False, False)}

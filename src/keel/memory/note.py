@@ -7,6 +7,7 @@ This module does no I/O and imports nothing above `keel.errors`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -101,29 +102,35 @@ def check_note(note: Note) -> Note:
 
 # -- credentials -----------------------------------------------------------------------------------
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an Anthropic API key", re.compile(r"sk-ant-[A-Za-z0-9_-]{16,}")),
-    ("an API key starting sk-", re.compile(r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_-]{20,}")),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[\w]{40,})")),
-    ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
-    ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("a private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
-    (
-        "a JSON web token",
-        re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ),
-    (
-        "a password or secret assignment",
-        re.compile(
-            r"(?i)\b(?:password|passwd|pwd|secret|client_secret|api[_-]?key|access[_-]?token|"
-            r"auth[_-]?token)\b[\"']?\s*(?:=|:\s*[\"'])\s*[\"']?[^\s\"'<>$]{4,}"
+
+@functools.cache
+def _patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """Compiled at the first check, not at import (a run that saves nothing never pays)."""
+    return (
+        ("an Anthropic API key", re.compile(r"sk-ant-[A-Za-z0-9_-]{16,}")),
+        ("an API key starting sk-", re.compile(r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_-]{20,}")),
+        ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+        ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[\w]{40,})")),
+        ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
+        ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
+        ("a private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
+        (
+            "a JSON web token",
+            re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
         ),
-    ),
-    ("a URL with a password", re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]{3,}@")),
-)
+        (
+            "a password or secret assignment",
+            re.compile(
+                r"(?i)\b(?:password|passwd|pwd|secret|client_secret|api[_-]?key|access[_-]?token|"
+                r"auth[_-]?token)\b[\"']?\s*(?:=|:\s*[\"'])\s*[\"']?[^\s\"'<>$]{4,}"
+            ),
+        ),
+        ("a URL with a password", re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]{3,}@")),
+    )
+
+
 #: A long run of token characters with high entropy (a generated secret), checked apart.
-_TOKEN = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+_TOKEN = r"[A-Za-z0-9+/=_-]{32,}"
 
 
 def _entropy(text: str) -> float:
@@ -134,10 +141,10 @@ def _entropy(text: str) -> float:
 def credential_reason(text: str) -> str | None:
     """What in `text` looks like a credential, or None. Plain hex (commit ids, checksums) and
     words joined by `-`/`_` are not tokens; a long mixed-case-and-digits run of high entropy is."""
-    for why, pattern in _PATTERNS:
+    for why, pattern in _patterns():
         if pattern.search(text):
             return why
-    for match in _TOKEN.finditer(text):
+    for match in re.finditer(_TOKEN, text):
         token = match.group(0)
         if re.fullmatch(r"[0-9a-fA-F]+", token):
             continue
