@@ -250,6 +250,9 @@ def test_the_file_form_round_trips_and_plain_markdown_is_a_note() -> None:
         'created: "t1"\nupdated: "t2"\n---\nline 1\n---\nline 3\n'
     )
     assert parse(render(n), "x") == n
+    by_hand = "---\ndescription: edited by hand, plain YAML\ntype: user\nextra: [1, 2]\n---\nb\n"
+    assert parse(by_hand, "x") == Note("x", "edited by hand, plain YAML", "b", "user")
+    assert parse(by_hand.replace("type: user", "type: nonsense"), "x").type == "project"
     assert parse("# Deploys\n\nUse the staging box first.\n", "deploys") == Note(
         "deploys", "Deploys", "# Deploys\n\nUse the staging box first.", "project"
     )

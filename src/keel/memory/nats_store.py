@@ -16,7 +16,15 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from keel.memory.note import MAX_BODY_BYTES, MAX_NOTES, Note, Scope, check_name, check_note
+from keel.memory.note import (
+    MAX_BODY_BYTES,
+    MAX_NOTES,
+    MemoryError_,
+    Note,
+    Scope,
+    check_name,
+    check_note,
+)
 from keel.memory.note import parse as parse_note
 from keel.memory.note import render as render_note
 from keel.memory.store import (
@@ -145,17 +153,20 @@ class NatsStore:
         return Entry(scope, parse_note(got.value.decode("utf-8"), name), str(got.revision))
 
     async def list(self, scope: Scope) -> list[Entry]:
+        import asyncio
+
         kv = await self._bucket()
-        out = []
-        for name in await self._names(kv, scope):
+
+        async def get(name: str) -> Entry | None:
             try:
-                entry = await self._get(kv, scope, check_name(name))
-            except (UnicodeDecodeError, ValueError) as exc:
+                return await self._get(kv, scope, check_name(name))
+            except (UnicodeDecodeError, MemoryError_) as exc:  # a key or value not a note
                 self.warnings.append(f"memory key {self._key(scope, name)}: {exc}; skipped")
-                continue
-            if entry is not None:
-                out.append(entry)
-        return out
+                return None
+
+        # One request each, sent together: the index of a fresh context waits for all of them.
+        got = await asyncio.gather(*(get(n) for n in await self._names(kv, scope)))
+        return [e for e in got if e is not None]
 
     async def read(self, scope: Scope, name: str) -> Entry:
         check_name(name)
