@@ -860,3 +860,19 @@ async def test_a_subagent_named_for_memory_gets_the_tool_and_the_index(project: 
         await child.aclose()
     await parent.aclose()
     assert seen == {"keeper": (True, True), "reader": (False, False), "general": (False, False)}
+
+
+@pytest.mark.needs("nats-server")
+async def test_a_server_that_goes_away_is_a_one_line_error(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nats-store")
+    store = NatsStore(server.url, "keel-memory", prefix="keel", project_key="p", user_key="u")
+    t = MemoryTool(store).tool()
+    try:
+        await store.save("project", note(), revision=None)
+        server.stop()
+        with pytest.raises(ToolError, match=f"^the memory server {server.url} failed: ") as info:
+            await call(t, ctx(tmp_path, "s"), action="read", name="test-commands")
+        assert "\n" not in str(info.value)
+    finally:
+        await store.aclose()
+        server.stop()

@@ -13,7 +13,9 @@ only, and this module only when the backend is chosen. Connecting waits at most 
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from keel.memory.note import (
@@ -85,7 +87,7 @@ class NatsStore:
         if self._kv is not None:
             return self._kv
         import nats
-        from nats.js.errors import BucketNotFoundError
+        from nats.js.errors import BadRequestError, BucketNotFoundError
 
         try:
             nc = await nats.connect(
@@ -105,12 +107,15 @@ class NatsStore:
         try:
             kv = await js.key_value(self.bucket)
         except BucketNotFoundError:
-            kv = await js.create_key_value(
-                bucket=self.bucket,
-                history=1,
-                max_value_size=MAX_VALUE_BYTES,
-                description="keel memory notes",
-            )
+            try:
+                kv = await js.create_key_value(
+                    bucket=self.bucket,
+                    history=1,
+                    max_value_size=MAX_VALUE_BYTES,
+                    description="keel memory notes",
+                )
+            except BadRequestError:  # another process created it first
+                kv = await js.key_value(self.bucket)
         status = await kv.status()
         config = status.stream_info.config
         if status.ttl:
@@ -152,7 +157,7 @@ class NatsStore:
             return None
         return Entry(scope, parse_note(got.value.decode("utf-8"), name), str(got.revision))
 
-    async def list(self, scope: Scope) -> list[Entry]:
+    async def _list(self, scope: Scope) -> list[Entry]:
         import asyncio
 
         kv = await self._bucket()
@@ -168,14 +173,14 @@ class NatsStore:
         got = await asyncio.gather(*(get(n) for n in await self._names(kv, scope)))
         return [e for e in got if e is not None]
 
-    async def read(self, scope: Scope, name: str) -> Entry:
+    async def _read(self, scope: Scope, name: str) -> Entry:
         check_name(name)
         entry = await self._get(await self._bucket(), scope, name)
         if entry is None:
             raise not_found(scope, name)
         return entry
 
-    async def save(self, scope: Scope, note: Note, *, revision: str | None) -> Entry:
+    async def _save(self, scope: Scope, note: Note, *, revision: str | None) -> Entry:
         from nats.js.errors import KeyWrongLastSequenceError
 
         check_note(note)
@@ -200,7 +205,7 @@ class NatsStore:
             raise stale(scope, note.name) from exc
         return Entry(scope, stored, str(rev))
 
-    async def delete(self, scope: Scope, name: str, *, revision: str | None) -> None:
+    async def _delete(self, scope: Scope, name: str, *, revision: str | None) -> None:
         from nats.js.errors import BadRequestError, KeyWrongLastSequenceError
 
         check_name(name)
@@ -218,6 +223,36 @@ class NatsStore:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise stale(scope, name) from exc
             raise
+
+    # The interface: every failure of the server or the connection is `StoreUnavailable`, one
+    # line, never a nats exception into the tool runner or the CLI.
+
+    async def list(self, scope: Scope) -> list[Entry]:
+        with self._server_errors():
+            return await self._list(scope)
+
+    async def read(self, scope: Scope, name: str) -> Entry:
+        with self._server_errors():
+            return await self._read(scope, name)
+
+    async def save(self, scope: Scope, note: Note, *, revision: str | None) -> Entry:
+        with self._server_errors():
+            return await self._save(scope, note, revision=revision)
+
+    async def delete(self, scope: Scope, name: str, *, revision: str | None) -> None:
+        with self._server_errors():
+            await self._delete(scope, name, revision=revision)
+
+    @contextlib.contextmanager
+    def _server_errors(self) -> Iterator[None]:
+        import nats.errors
+
+        try:
+            yield
+        except (nats.errors.Error, OSError) as exc:  # TimeoutError is an OSError
+            raise StoreUnavailable(
+                f"the memory server {self.url} failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def aclose(self) -> None:
         nc, self._nc, self._kv = self._nc, None, None
