@@ -663,7 +663,7 @@ class _Merge:
         """`remote_tools`: a list of `{identity, url?, tools?, alias?, optional?, timeout?}`;
         each bad entry is skipped with a warning, a second entry for one identity too."""
         if not isinstance(value, list):
-            self.w.append(f"{where} must be a list of objects like {{\"identity\": \"NAME\"}}; ignored")
+            self.w.append(f'{where} must be a list of objects like {{"identity": "NAME"}}; ignored')
             return
         taken = {p.identity for p in self.settings.remote_tools}
         for i, entry in enumerate(value):
@@ -682,10 +682,16 @@ class _Merge:
             return None
         if unknown := set(entry) - REMOTE_TOOLS_KEYS:
             known = ", ".join(sorted(REMOTE_TOOLS_KEYS))
-            self.w.append(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {known}); skipped")
+            self.w.append(
+                f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {known}); skipped"
+            )
             return None
         identity, alias = entry.get("identity"), entry.get("alias", "")
-        url, tools, optional = entry.get("url", ""), entry.get("tools"), entry.get("optional", False)
+        url, tools, optional = (
+            entry.get("url", ""),
+            entry.get("tools"),
+            entry.get("optional", False),
+        )
         timeout = entry.get("timeout")
         problem = ""
         if not isinstance(identity, str) or not _REMOTE_NAME.match(identity):
