@@ -14,7 +14,7 @@ from pathlib import Path
 from keel.agent.prompt import git_root
 from keel.config.settings import load_settings
 from keel.errors import UserError
-from keel.memory import SCOPES, MemoryError_, MemoryStore, open_store
+from keel.memory import SCOPES, MemoryError_, MemoryStore, StoreUnavailable, open_store
 from keel.memory.text import entry_json, list_text, show_text
 
 
@@ -53,6 +53,9 @@ async def _run(args: argparse.Namespace, store: MemoryStore) -> int:
             print(f"deleted the {args.scope} note {args.name}")
         for warning in store.warnings:
             print(f"keel: warning: {warning}", file=sys.stderr)
+    except StoreUnavailable as exc:
+        hint = "check the server, or KEEL_MEMORY_URL and the `memory` setting"
+        raise UserError(str(exc), hint=hint) from exc
     except MemoryError_ as exc:
         raise UserError(str(exc), hint="`keel memory list` shows the notes") from exc
     finally:
