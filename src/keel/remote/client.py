@@ -47,6 +47,7 @@ from keel.remote.protocol import (
     parse,
 )
 from keel.tools.base import ToolContext, ToolError, ToolOutput
+from keel.tools.builtin import builtin_tools
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -65,34 +66,17 @@ MAX_CALL = 86_400.0
 #: Seconds to connect to a NATS server at setup.
 CONNECT_TIMEOUT = 5.0
 
-#: Names a remote tool never takes as they are (keel's own tools, present or not).
-RESERVED = frozenset(
-    {
-        "bash",
-        "bash_kill",
-        "bash_output",
-        "edit",
-        "exit_plan_mode",
-        "glob",
-        "grep",
-        "ls",
-        "multi_edit",
-        "raw_output",
-        "read",
-        "task",
-        "task_stop",
-        "task_wait",
-        "todo_write",
-        "web_fetch",
-        "web_search",
-        "write",
-        "skill",
-        "memory",
-        "knowledge_search",
-        "list_mcp_resources",
-        "read_mcp_resource",
-    }
-)
+#: Names a remote tool never takes as they are (keel's own tools, present or not): the built-ins
+#: and the tools keel adds itself.
+RESERVED = frozenset(t.name for t in builtin_tools()) | {
+    "task",
+    "web_search",
+    "skill",
+    "memory",
+    "knowledge_search",
+    "list_mcp_resources",
+    "read_mcp_resource",
+}
 
 
 class RemoteError(Exception):
