@@ -262,13 +262,22 @@ def test_a_call_end_to_end_through_keel_p(
     # The side effect is on the serving side, not here.
     assert (serving / "from-afar.txt").read_text(encoding="utf-8") == "written remotely\n"
     assert not (project / "from-afar.txt").exists()
-    results = [r for r in _session_records(home) if r["type"] == "tool_result"]
+    records = _session_records(home)
+    results = [r for r in records if r["type"] == "tool_result"]
     assert len(results) == 1
+    # The call's id, as the model sent it (the script's counter depends on what ran before).
+    (call_id,) = [
+        block["id"]
+        for r in records
+        if r["type"] == "assistant"
+        for block in r["message"]["content"]
+        if block.get("type") == "tool_use"
+    ]
     assert {k: results[0][k] for k in ("type", "result", "kind")} == {
         "type": "tool_result",
         "result": {
             "type": "tool_result",
-            "tool_use_id": "toolu_000001",
+            "tool_use_id": call_id,
             "content": [{"type": "text", "text": "Created from-afar.txt (1 lines)."}],
         },
         "kind": "remote",
