@@ -164,6 +164,10 @@ async def connect(anthropic: AnthropicServer, project: Path) -> AsyncIterator[Ca
         await asyncio.gather(client._reader, return_exceptions=True)
 
 
+#: How the first prompt's reply starts where bash has no sandbox (without bubblewrap).
+NO_SANDBOX = "⚠ no sandbox:"
+
+
 def joined(updates: list[Json]) -> list[Json]:
     """The updates with consecutive text chunks of one kind joined into one (the session id
     checked and dropped)."""
@@ -171,6 +175,8 @@ def joined(updates: list[Json]) -> list[Json]:
     for params in updates:
         update = params["update"]
         kind = update["sessionUpdate"]
+        if kind == "agent_message_chunk" and update["content"]["text"].startswith(NO_SANDBOX):
+            continue  # this machine's sandbox status (test_the_sandbox_status_reaches_the_editor)
         if (
             kind in ("agent_message_chunk", "agent_thought_chunk", "user_message_chunk")
             and out
@@ -1100,3 +1106,31 @@ async def test_an_error_instead_of_an_answer_denies(
         }
     ]
     await client.close()
+
+
+async def test_the_sandbox_status_reaches_the_editor(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """Where bash has no sandbox, the editor is told once, in the first reply, before anything
+    runs (the other tests leave that line out: it depends on the machine)."""
+    from tests.conftest import missing
+
+    anthropic.add(reply("Hello"))
+    client = await connect()
+    await client.initialize()
+    created = await client.call("session/new", {"cwd": str(project), "mcpServers": []})
+    sid = created["result"]["sessionId"]
+    assert (await client.prompt(sid, "hi"))["result"] == {"stopReason": "end_turn"}
+    texts = [
+        u["update"]["content"]["text"]
+        for u in client.updates
+        if u["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
+    warned = [t for t in texts if t.startswith(NO_SANDBOX)]
+    if missing("sandbox") is None:
+        assert warned == []
+        assert "".join(texts) == "Hello"
+    else:
+        assert len(warned) == 1
+        assert "commands will need permission" in warned[0]
+        assert "".join(texts).endswith("Hello")
