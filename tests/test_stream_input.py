@@ -204,6 +204,28 @@ def test_an_interrupt_stops_the_running_prompt(project: Path, tmp_path: Path) ->
     assert keel.finish() == EXIT_CODES["interrupted"]
 
 
+def test_input_that_ends_while_a_question_waits_refuses_it(project: Path, tmp_path: Path) -> None:
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {
+                "text": "writing",
+                "tool_calls": [{"name": "write", "input": {"path": "x.txt", "content": "x"}}],
+            },
+            {"text": "understood"},
+        ],
+    )
+    keel = Driver(project, script)
+    keel.send({"type": "prompt", "text": "go"})
+    keel.until("permission_request")
+    assert keel.finish() == 0  # stdin closed: nobody can answer any more
+    finished = next(line for line in keel.lines if line["type"] == "tool_finished")
+    assert finished["is_error"] is True
+    assert "the input ended before an answer" in finished["output"]
+    assert [line["result"] for line in keel.lines if line["type"] == "result"] == ["understood"]
+    assert not (project / "x.txt").exists()
+
+
 def test_needs_stream_json_output(project: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "keel", "-p", "--input-format", "stream-json"],

@@ -29,7 +29,7 @@ from typing import Any
 
 from keel.agent.loop import Agent, RunResult
 from keel.errors import UserError
-from keel.permissions.gate import PermissionReply
+from keel.permissions.gate import PermissionGate, PermissionReply
 
 #: A parsed input line: ("prompt", text) | ("answer", request_id, reply) | ("interrupt",)
 Command = tuple[Any, ...]
@@ -204,6 +204,10 @@ async def drive(agent: Agent, printer: Any, model: str, first: str = "") -> RunR
                             "error": f"no question {command[1]!r} is waiting",
                         }
                     )
+        # Nobody is left to answer: what waits is refused, and so is what would ask later.
+        if isinstance(agent.gate, PermissionGate):
+            agent.gate.asker = None
+        agent.questions.cancel_all("the input ended before an answer")
         prompts.put_nowait(None)
 
     reading = asyncio.create_task(read())
