@@ -24,6 +24,7 @@ from keel.remote.client import Peer, RemoteError, RemoteTool, connect, import_re
 from keel.remote.protocol import MAX_DESCRIPTION, PROTOCOL, call_subject, discovery_subject
 from keel.testing.anthropic_server import AnthropicServer
 from tests import nats_fixture
+from tests.helpers import unsandboxed_line_dropped
 
 #: The fixtures (a nats-server on a loopback port, its URL).
 nats_server, nats_url = nats_fixture.nats_server, nats_fixture.nats_url
@@ -775,7 +776,7 @@ def test_an_unreachable_peer_is_one_line_or_a_warning_when_optional(
         strict = _keel_p(project, env)
         out, err = strict.communicate(timeout=60)
         assert strict.returncode == 2
-        assert err == (
+        assert unsandboxed_line_dropped(err) == (
             "keel: error: remote tools absent: no keel serve-tools answers as 'absent' on this "
             "NATS server (hint: start `keel serve-tools --identity absent` there, or mark the "
             'entry "optional": true)\n'
@@ -811,7 +812,7 @@ def test_a_nats_server_that_is_down_is_said_at_once(project: Path, tmp_path: Pat
     strict = _keel_p(project, env)
     _out, err = strict.communicate(timeout=60)
     assert strict.returncode == 2
-    assert err == (
+    assert unsandboxed_line_dropped(err) == (
         f"keel: error: remote tools peer: cannot connect to NATS at {down} (connection refused) "
         '(hint: start nats-server there, or mark the entry "optional": true)\n'
     )
