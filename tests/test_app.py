@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from keel.agent.events import Event, PermissionAnswered, PermissionAsked, ToolFinished
+from keel.agent.loop import Agent, RunResult
 from keel.app import Options, open_agent, resume_agent
 from keel.llm.events import Notice
 from keel.permissions.gate import PermissionReply
@@ -33,7 +34,11 @@ def writer(tmp_path: Path) -> Path:
     )
 
 
-async def test_a_question_waits_for_its_answer(project: Path, tmp_path: Path) -> None:
+async def until_asked(
+    project: Path, tmp_path: Path
+) -> tuple[Agent, list[Event], asyncio.Task[RunResult]]:
+    """An interactive agent running `writer`'s prompt, once its permission question is out:
+    the agent, the events so far (still filling), the running prompt."""
     options = Options(cwd=project, model=f"scripted:{writer(tmp_path)}", interactive=True)
     agent = await open_agent(options)
     events: list[Event] = []
@@ -44,9 +49,18 @@ async def test_a_question_waits_for_its_answer(project: Path, tmp_path: Path) ->
         if isinstance(event, PermissionAsked):
             asked.set()
 
+    run = asyncio.create_task(agent.run("write it", sink))
     try:
-        run = asyncio.create_task(agent.run("write it", sink))
         await asyncio.wait_for(asked.wait(), 10)
+    except BaseException:
+        await agent.aclose()
+        raise
+    return agent, events, run
+
+
+async def test_a_question_waits_for_its_answer(project: Path, tmp_path: Path) -> None:
+    agent, events, run = await until_asked(project, tmp_path)
+    try:
         question = next(e for e in events if isinstance(e, PermissionAsked))
         assert agent.pending_questions() == [question]
         assert (question.call.name, question.reason, question.suggestion) == (
@@ -83,19 +97,8 @@ async def test_a_question_waits_for_its_answer(project: Path, tmp_path: Path) ->
 
 
 async def test_an_interrupt_withdraws_the_question(project: Path, tmp_path: Path) -> None:
-    options = Options(cwd=project, model=f"scripted:{writer(tmp_path)}", interactive=True)
-    agent = await open_agent(options)
-    events: list[Event] = []
-    asked = asyncio.Event()
-
-    def sink(event: Event) -> None:
-        events.append(event)
-        if isinstance(event, PermissionAsked):
-            asked.set()
-
+    agent, events, run = await until_asked(project, tmp_path)
     try:
-        run = asyncio.create_task(agent.run("write it", sink))
-        await asyncio.wait_for(asked.wait(), 10)
         agent.interrupt()
         result = await asyncio.wait_for(run, 10)
     finally:
