@@ -79,8 +79,8 @@ def completed_session(project: Path, tmp_path: Path, home: Path) -> Path:
 
 UNREADABLE = {
     "newer format": (
-        b'{"v":3,"seq":4,"type":"assistant","ts":"2027-01-01T00:00:00.000Z","x":1}\n',
-        f"record format 3 is newer than this keel reads (keel {__version__} reads formats up "
+        b'{"v":9,"seq":4,"type":"assistant","ts":"2027-01-01T00:00:00.000Z","x":1}\n',
+        f"record format 9 is newer than this keel reads (keel {__version__} reads formats up "
         f"to {FORMAT}); a newer keel wrote it",
         "upgrade keel to read this session; the file was left untouched",
     ),

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.session.records import (
     AssistantRecord,
+    ClaimRecord,
     CompactionRecord,
     DecisionRecord,
     Meta,
     NoteRecord,
+    ParkRecord,
     ProcessRecord,
     Record,
     TerminalReason,
@@ -80,6 +82,10 @@ class SessionState:
     processes: list[ProcessRecord] = field(default_factory=list)
     #: The terminal record was supplied by the fold: the run was killed after its final answer.
     recovered: bool = False
+    #: What a parked fleet run waits for (a `park` record whose call has no result yet).
+    parked: ParkRecord | None = None
+    #: Fleet claims: (worker, attempt) of each `claim` record, oldest first.
+    claims: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def unknown_outcome(self) -> list[ToolStartedRecord]:
@@ -142,6 +148,10 @@ class _Folder:
             case UndoRecord():
                 if p.note:  # the conversation is untouched; the note rides the next prompt
                     self.state.undo_notes.append(p.note)
+            case ClaimRecord():
+                self.state.claims.append((p.worker, p.attempt))
+            case ParkRecord():
+                self.state.parked = p
             case NoteRecord() | DecisionRecord():
                 pass
 
@@ -173,6 +183,8 @@ class _Folder:
             )
         batch.results[result.tool_use_id] = result
         self.state.started.pop(result.tool_use_id, None)
+        if self.state.parked is not None and self.state.parked.tool_use_id == result.tool_use_id:
+            self.state.parked = None
         if not batch.unanswered:
             self._close(fill_missing=False)
 

@@ -29,7 +29,7 @@ from keel.llm.messages import (
 #: record type is added (an older keel then stops at such a line with "newer format", instead of
 #: taking it for corruption). Each line carries the lowest format that can read it, so a session
 #: that uses none of the newer types stays readable by an older keel.
-FORMAT = 2
+FORMAT = 3
 
 TerminalReason: TypeAlias = Literal[
     "completed",
@@ -44,6 +44,7 @@ TerminalReason: TypeAlias = Literal[
     "refusal",
     "max_tokens",
     "unknown_outcome",
+    "cancelled",
 ]
 UserSource: TypeAlias = Literal["prompt", "note", "task_notification", "hook_feedback", "command"]
 
@@ -273,6 +274,31 @@ class ProcessRecord:
     type: Literal["process"] = "process"
 
 
+@frozen
+class ClaimRecord:
+    """A fleet worker took the run over (format 3). Written before the worker reads the tail or
+    runs anything: a worker that still thinks it owns the run is refused at its next append."""
+
+    worker: str
+    #: Which delivery of the run's queue message this is (1 for the first).
+    attempt: int = 1
+    type: Literal["claim"] = "claim"
+
+
+@frozen
+class ParkRecord:
+    """A fleet run waits for a person (format 3): a permission question, a plan approval or a
+    tool whose answer comes later. The worker released the run; an answer resumes it anywhere."""
+
+    request_id: str
+    tool_use_id: str
+    tool: str
+    #: "permission", "plan" or "deferred".
+    waits_for: str
+    question: str = ""
+    type: Literal["park"] = "park"
+
+
 Payload: TypeAlias = (
     Meta
     | UserRecord
@@ -285,6 +311,8 @@ Payload: TypeAlias = (
     | TerminalRecord
     | ToolStartedRecord
     | ProcessRecord
+    | ClaimRecord
+    | ParkRecord
 )
 
 
@@ -390,12 +418,22 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "start_time": p.start_time,
                 "boot_id": p.boot_id,
             }
+        case ClaimRecord():
+            return {"worker": p.worker, "attempt": p.attempt}
+        case ParkRecord():
+            return {
+                "request_id": p.request_id,
+                "tool_use_id": p.tool_use_id,
+                "tool": p.tool,
+                "waits_for": p.waits_for,
+                "question": p.question,
+            }
 
 
 #: Record types newer than format 1, and the format that introduced them.
-_TYPE_FORMAT = {"tool_started": 2, "process": 2}
+_TYPE_FORMAT = {"tool_started": 2, "process": 2, "claim": 3, "park": 3}
 #: Terminal reasons newer than format 1 (an older keel does not know them).
-_REASON_FORMAT = {"unknown_outcome": 2}
+_REASON_FORMAT = {"unknown_outcome": 2, "cancelled": 3}
 
 
 def line_format(payload: Payload) -> int:
@@ -441,7 +479,13 @@ def _migrate_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "v": 2}
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
+def _migrate_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
+    """Format 3 added the fleet's record types (`claim`, `park`) and the terminal reason
+    `cancelled`; format-2 records are unchanged."""
+    return {**d, "v": 3}
+
+
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 
 class RecordError(ValueError):
@@ -459,6 +503,32 @@ class NewerFormat(RecordError):
             f"(keel {__version__} reads formats up to {FORMAT}); a newer keel wrote it"
         )
         self.version = version
+
+
+def _newer_payload(kind: str, d: dict[str, Any]) -> Payload:
+    """The record types added after format 1."""
+    if kind == "tool_started":
+        return ToolStartedRecord(
+            d["tool_use_id"],
+            d["tool"],
+            d.get("reason", ""),
+            d.get("summary", ""),
+            str(d.get("kind", "")),
+        )
+    if kind == "process":
+        pgid, start = d["pgid"], d["start_time"]
+        if not isinstance(pgid, int) or not isinstance(start, int) or pgid <= 1:
+            raise RecordError("process record needs an integer pgid (> 1) and start_time")
+        return ProcessRecord(d["tool_use_id"], pgid, start, d.get("boot_id", ""))
+    if kind == "claim":
+        return ClaimRecord(str(d["worker"]), int(d.get("attempt", 1)))
+    return ParkRecord(
+        str(d["request_id"]),
+        str(d["tool_use_id"]),
+        str(d.get("tool", "")),
+        str(d.get("waits_for", "")),
+        str(d.get("question", "")),
+    )
 
 
 def _payload(kind: str, d: dict[str, Any]) -> Payload:
@@ -525,19 +595,8 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             tuple(d.get("failed", ())),
             d.get("note", ""),
         )
-    if kind == "tool_started":
-        return ToolStartedRecord(
-            d["tool_use_id"],
-            d["tool"],
-            d.get("reason", ""),
-            d.get("summary", ""),
-            str(d.get("kind", "")),
-        )
-    if kind == "process":
-        pgid, start = d["pgid"], d["start_time"]
-        if not isinstance(pgid, int) or not isinstance(start, int) or pgid <= 1:
-            raise RecordError("process record needs an integer pgid (> 1) and start_time")
-        return ProcessRecord(d["tool_use_id"], pgid, start, d.get("boot_id", ""))
+    if kind in _TYPE_FORMAT:
+        return _newer_payload(kind, d)
     if kind == "terminal":
         return TerminalRecord(
             d["reason"],
@@ -562,6 +621,8 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
     "tool_started": {"tool_use_id", "tool", "reason", "summary", "kind"},
     "process": {"tool_use_id", "pgid", "start_time", "boot_id"},
+    "claim": {"worker", "attempt"},
+    "park": {"request_id", "tool_use_id", "tool", "waits_for", "question"},
 }
 _ALLOWED = {kind: frozenset(fields | _ENVELOPE) for kind, fields in _KNOWN_FIELDS.items()}
 

@@ -40,6 +40,7 @@ from keel.session.records import (
 
 if TYPE_CHECKING:
     from keel.checkpoints import UndoSummary
+    from keel.session.backend import AppendLog
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -73,7 +74,7 @@ def check_id(session_id: str) -> str:
 class SessionLog:
     """The loop's journal: one method per durable event, in the order the contract needs."""
 
-    def __init__(self, journal: Journal, session_id: str) -> None:
+    def __init__(self, journal: AppendLog, session_id: str) -> None:
         self.journal = journal
         self.id = session_id
 

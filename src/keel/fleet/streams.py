@@ -1,0 +1,55 @@
+"""The fleet's JetStream layout: names, subjects and stream settings, in one place.
+
+- `KEEL_RUNS` (subjects `keel.run.>`): run journals. A run's meta at `keel.run.<run>._meta`,
+  record n at `keel.run.<run>.<n>`; one message per subject, discard-new per subject, no max age.
+  Every append is fenced with `Nats-Expected-Last-Subject-Sequence` (the stream sequence of the
+  run's last message) over `keel.run.<run>.*` and carries `Nats-Msg-Id` `<run>-<n>`.
+- `KEEL_QUEUE` (subjects `keel.queue.>`): the work queue of run requests (work-queue retention);
+  workers pull through the shared durable consumer `workers`.
+- KV bucket `keel-runs`: one summary per run (`<run>`), its answers (`<run>.answer.<request>`)
+  and its cancel flag (`<run>.cancel`).
+- Core subject `keel.control.<run>`: a nudge to the worker running it (cancel), best effort; the
+  KV flag is what counts.
+"""
+
+from __future__ import annotations
+
+import re
+
+RUNS_STREAM = "KEEL_RUNS"
+RUNS_PREFIX = "keel.run"
+QUEUE_STREAM = "KEEL_QUEUE"
+QUEUE_SUBJECT = "keel.queue.runs"
+CONSUMER = "workers"
+KV_BUCKET = "keel-runs"
+CONTROL_PREFIX = "keel.control"
+
+#: How long a delivered run may go without a heartbeat before it goes to another worker.
+ACK_WAIT = 30.0
+#: Heartbeats (in-progress acks) while a run is active: well inside ACK_WAIT.
+HEARTBEAT = 5.0
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id is a session id: no dots, stars or `>` (they would change the subject)."""
+    from keel.errors import UserError
+
+    if not _RUN_ID.match(run_id):
+        raise UserError(
+            f"{run_id!r} is not a run id", hint="`keel runs list` shows the runs and their ids"
+        )
+    return run_id
+
+
+def run_subject(run_id: str, seq: int | str) -> str:
+    return f"{RUNS_PREFIX}.{run_id}.{seq}"
+
+
+def meta_subject(run_id: str) -> str:
+    return f"{RUNS_PREFIX}.{run_id}._meta"
+
+
+def run_filter(run_id: str) -> str:
+    return f"{RUNS_PREFIX}.{run_id}.*"
