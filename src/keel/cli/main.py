@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel memory list|show|rm, keel acp, keel serve [--port N], keel serve-tools --identity NAME, keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel memory list|show|rm, keel acp, keel serve [--port N], keel serve-tools --identity NAME, keel fleet up|down|status|init, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -399,6 +399,12 @@ def _worktrees(argv: list[str]) -> int:
     return worktrees(argv)
 
 
+def _fleet(argv: list[str]) -> int:
+    from keel.cli.fleet_ops import fleet
+
+    return fleet(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
     "init": _init,
@@ -420,6 +426,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),
     "acp": _acp,
+    "fleet": _fleet,
 }
 
 
