@@ -1,0 +1,221 @@
+"""Creating the fleet's streams and bucket, or checking an operator-made set (`keel fleet init`).
+
+`ensure_streams` owns the settings (names and subjects come from keel/fleet/streams.py):
+- `KEEL_RUNS`: subjects `keel.run.>`, file storage, limits retention, one message per subject,
+  discard new (per subject), no max age, a 2-minute duplicate window: what makes appends fenced
+  and idempotent and journals kept until an operator deletes them.
+- `KEEL_QUEUE`: subjects `keel.queue.>`, work-queue retention, file storage.
+- KV bucket `keel-runs`: history 1, no TTL.
+
+A stream that exists with a shape that would break the journal's promises (another subject, a
+retention that deletes, no discard-new-per-subject, more than one message per subject, a max age,
+memory storage) is refused with a `FleetError` naming the setting and the fix; nothing is changed
+on the server then. Differences that do not break them (replicas, the duplicate window) are
+returned as notes, and with `create=True` the replicas are raised to what was asked. nats-py is
+imported only inside the functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from keel.fleet import streams
+from keel.fleet.connect import FleetError
+
+if TYPE_CHECKING:
+    from nats.js.client import JetStreamContext
+
+    from keel.fleet.connect import Bridge
+
+#: Seconds within which a repeated `Nats-Msg-Id` is recognised as a retry.
+DUPLICATE_WINDOW = 120.0
+KV_STREAM = f"KV_{streams.KV_BUCKET}"
+INIT_HINT = "`keel fleet init` creates the streams with the right settings"
+
+
+def _wrong(stream: str, setting: str, have: object, want: object) -> FleetError:
+    return FleetError(
+        f"stream {stream} has {setting} {have}, keel needs {want}",
+        hint=f"fix it with `nats stream edit {stream}` (or delete it and run `keel fleet init`)",
+    )
+
+
+def _runs_config(replicas: int) -> Any:
+    from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+    return StreamConfig(
+        name=streams.RUNS_STREAM,
+        description="keel run journals: one message per subject, fenced appends",
+        subjects=[f"{streams.RUNS_PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        max_age=0,
+        duplicate_window=DUPLICATE_WINDOW,
+        num_replicas=replicas,
+        allow_direct=True,
+    )
+
+
+def _queue_config(replicas: int) -> Any:
+    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+    return StreamConfig(
+        name=streams.QUEUE_STREAM,
+        description="keel run requests (work queue)",
+        subjects=[f"{streams.QUEUE_SUBJECT.rsplit('.', 1)[0]}.>"],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+    )
+
+
+def _check_common(name: str, config: Any, want: Any, replicas: int, notes: list[str]) -> None:
+    from nats.js.api import StorageType
+
+    subjects = list(config.subjects or [])
+    if want.subjects[0] not in subjects:
+        raise _wrong(name, "subjects", subjects, f"[{want.subjects[0]!r}]")
+    if config.retention != want.retention:
+        raise _wrong(name, "retention", _value(config.retention), _value(want.retention))
+    if config.storage != StorageType.FILE:
+        # Memory storage loses every journal when the server restarts.
+        raise _wrong(name, "storage", _value(config.storage), "file")
+    if (config.num_replicas or 1) != replicas:
+        notes.append(f"stream {name} has {config.num_replicas or 1} replica(s), not {replicas}")
+
+
+def _value(setting: Any) -> str:
+    return str(getattr(setting, "value", setting))
+
+
+def _check_runs(config: Any, replicas: int, notes: list[str]) -> None:
+    from nats.js.api import DiscardPolicy
+
+    name = streams.RUNS_STREAM
+    want = _runs_config(replicas)
+    _check_common(name, config, want, replicas, notes)
+    if config.max_msgs_per_subject != 1:
+        raise _wrong(name, "max_msgs_per_subject", config.max_msgs_per_subject, 1)
+    if config.discard != DiscardPolicy.NEW:
+        raise _wrong(name, "discard", _value(config.discard), "new")
+    if not config.discard_new_per_subject:
+        raise _wrong(name, "discard_new_per_subject", False, True)
+    if config.max_age:
+        # A max age deletes journals of runs that are still waiting or resumable.
+        raise _wrong(name, "max_age", f"{config.max_age:g} s", "0 (none)")
+    if (config.duplicate_window or 0) < DUPLICATE_WINDOW:
+        notes.append(
+            f"stream {name} has a duplicate window of {config.duplicate_window or 0:g} s; keel "
+            f"uses {DUPLICATE_WINDOW:g} s (retried appends are still safe: they are fenced)"
+        )
+
+
+def _check_queue(config: Any, replicas: int, notes: list[str]) -> None:
+    _check_common(streams.QUEUE_STREAM, config, _queue_config(replicas), replicas, notes)
+
+
+async def _stream(
+    js: JetStreamContext, config: Any, check: Any, replicas: int, create: bool
+) -> list[str]:
+    from nats.js.errors import APIError, NotFoundError
+
+    notes: list[str] = []
+    name = config.name
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        if not create:
+            raise FleetError(f"stream {name} does not exist", hint=INIT_HINT) from None
+        try:
+            await js.add_stream(config)
+        except APIError as exc:
+            raise FleetError(
+                f"cannot create stream {name}: {exc.description or exc}",
+                hint="another stream may already hold these subjects; `nats stream ls` shows them",
+            ) from None
+        notes.append(f"created stream {name} ({replicas} replica(s))")
+        return notes
+    check(info.config, replicas, notes)
+    if create and (info.config.num_replicas or 1) != replicas:
+        info.config.num_replicas = replicas
+        try:
+            await js.update_stream(info.config)
+        except APIError as exc:
+            raise FleetError(
+                f"cannot change stream {name} to {replicas} replica(s): {exc.description or exc}",
+                hint="a cluster needs at least as many JetStream servers as replicas",
+            ) from None
+        notes = [f"stream {name}: replicas set to {replicas}"]
+    return notes
+
+
+async def _bucket(js: JetStreamContext, replicas: int, create: bool) -> list[str]:
+    from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+
+    bucket = streams.KV_BUCKET
+    try:
+        kv = await js.key_value(bucket)
+    except (BucketNotFoundError, NotFoundError):
+        if not create:
+            raise FleetError(f"KV bucket {bucket} does not exist", hint=INIT_HINT) from None
+        try:
+            await js.create_key_value(
+                bucket=bucket, history=1, replicas=replicas, description="keel run summaries"
+            )
+        except APIError as exc:
+            raise FleetError(
+                f"cannot create KV bucket {bucket}: {exc.description or exc}", hint=INIT_HINT
+            ) from None
+        return [f"created KV bucket {bucket} ({replicas} replica(s))"]
+    status = await kv.status()
+    notes: list[str] = []
+    if status.ttl:
+        # Summaries, answers and cancel flags would expire while a run waits.
+        raise _wrong(f"{KV_STREAM} (KV bucket {bucket})", "a TTL of", f"{status.ttl:g} s", "none")
+    have = status.stream_info.config.num_replicas or 1
+    if have != replicas:
+        notes.append(f"KV bucket {bucket} has {have} replica(s), not {replicas}")
+    return notes
+
+
+async def ensure_streams(
+    js: JetStreamContext, *, replicas: int = 1, create: bool = True
+) -> list[str]:
+    """Create (or with `create=False` only check) `KEEL_RUNS`, `KEEL_QUEUE` and the KV bucket
+    `keel-runs`. Returns notes (what was created or differs harmlessly); a wrong shape raises
+    `FleetError` naming the setting and the fix."""
+    from nats.errors import Error as NatsError
+    from nats.errors import NoRespondersError, TimeoutError
+    from nats.js.errors import APIError, NoStreamResponseError, ServiceUnavailableError
+
+    if replicas < 1:
+        raise FleetError(
+            f"replicas must be at least 1, not {replicas}", hint="--replicas 1, 3 or 5"
+        )
+    try:
+        notes = await _stream(js, _runs_config(replicas), _check_runs, replicas, create)
+        notes += await _stream(js, _queue_config(replicas), _check_queue, replicas, create)
+        notes += await _bucket(js, replicas, create)
+    except (NoRespondersError, NoStreamResponseError, ServiceUnavailableError):
+        raise FleetError(
+            "the NATS server has no JetStream",
+            hint="start nats-server with -js (`keel fleet up` does)",
+        ) from None
+    except TimeoutError:
+        raise FleetError(
+            "the NATS server did not answer a JetStream request in time",
+            hint="is JetStream enabled and has the cluster a leader? `nats server report jetstream`",
+        ) from None
+    except APIError as exc:
+        raise FleetError(f"JetStream refused: {exc.description or exc}", hint=INIT_HINT) from None
+    except NatsError as exc:
+        raise FleetError(f"NATS error: {exc}", hint="check the server and the connection") from None
+    return notes
+
+
+def ensure_streams_sync(bridge: Bridge, *, replicas: int = 1, create: bool = True) -> list[str]:
+    """`ensure_streams` for callers that are not async, on the bridge's loop."""
+    return bridge.call(ensure_streams(bridge.js, replicas=replicas, create=create))
