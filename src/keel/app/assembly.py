@@ -9,6 +9,7 @@ to `notice` as `Notice` events; nothing here prints.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequ
 if TYPE_CHECKING:
     from keel.hooks.runner import HookRunner
     from keel.permissions.sandbox import Sandbox
+    from keel.session.backend import AppendLog
     from keel.session.fold import SessionState
-    from keel.session.journal import Journal
+    from keel.session.journal import Loaded
     from keel.session.records import Fingerprint
 
 #: Where build notices go.
@@ -58,6 +60,7 @@ async def open_agent(
     ref: ModelRef | None = None,
     provider: Provider | None = None,
     session: bool = True,
+    session_id: str | None = None,
 ) -> Agent:
     """A ready agent for a new session: built, its MCP servers connected, its session file
     created (unless `options.no_session` or `session` is False: a front end that creates it at
@@ -72,6 +75,7 @@ async def open_agent(
         options=options,
         notice=notice,
         provider=provider,
+        session_id=session_id,
     )
     try:
         await add_memory(agent, settings, notice)
@@ -100,7 +104,7 @@ class Opened:
 
     agent: Agent
     state: SessionState
-    journal: Journal
+    journal: AppendLog
     ref: ModelRef
 
 
@@ -524,23 +528,45 @@ async def open_session(
     notice: Notify,
     *,
     provider_for: Callable[[ModelRef], Provider] | None = None,
-) -> tuple[Agent, SessionState, Journal, ModelRef]:
+) -> tuple[Agent, SessionState, AppendLog, ModelRef]:
     """Lock the session in `path`, rebuild it, and build an agent that continues it (the resume
     gate checked). The caller closes the journal (the agent's `aclose` does)."""
-    from keel.session.fold import FoldError, fold
     from keel.session.journal import Journal
+
+    journal, loaded = Journal.open(path)  # locks: one writer per session
+    return await continue_session(
+        journal, loaded, options, notice, where=str(path), provider_for=provider_for
+    )
+
+
+async def continue_session(
+    journal: AppendLog,
+    loaded: Loaded,
+    options: Options,
+    notice: Notify,
+    *,
+    where: str,
+    provider_for: Callable[[ModelRef], Provider] | None = None,
+    cwd: Path | None = None,
+) -> tuple[Agent, SessionState, AppendLog, ModelRef]:
+    """The rest of `open_session`, for a journal taken over from any store (a fleet worker's
+    JetStream journal too). `cwd`: the session's workspace now, when it moved (a fleet run resumed
+    on another worker): the system prompt names the working directory, so that one difference of
+    the fingerprint is expected and accepted; any other is checked as usual. The journal is closed
+    here when this fails."""
+    from keel.session.fold import FoldError, fold
     from keel.session.resume import check_resume, left_running, reap
     from keel.session.store import SessionLog
 
-    journal, loaded = Journal.open(path)  # locks: one writer per session
     agent: Agent | None = None
     try:
         try:
             state = fold(loaded.records)
         except FoldError as exc:
-            raise UserError(f"{path}: {exc}", hint="the file was left untouched") from exc
+            raise UserError(f"{where}: {exc}", hint="the session was left untouched") from exc
         meta = state.meta
-        cwd = Path(meta.cwd)
+        moved = cwd is not None and str(cwd) != meta.cwd
+        cwd = cwd or Path(meta.cwd)
         if not cwd.is_dir():
             raise UserError(f"session {meta.id} worked in {cwd}, which no longer exists")
         settings = read_settings(cwd, notice)
@@ -570,7 +596,17 @@ async def open_session(
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
         keep_knowledge_as_it_was(agent, settings, stored)
-        for change in check_resume(state, agent.fingerprint(), force=options.force):
+        current = agent.fingerprint()
+        if moved:
+            # The system prompt names the working directory: compare it as it reads with the
+            # old one, so that a real change (an instruction file) is still caught.
+            import hashlib
+
+            as_before = agent.system.replace(str(cwd), meta.cwd)
+            current = dataclasses.replace(
+                current, system_hash=hashlib.sha256(as_before.encode()).hexdigest()[:16]
+            )
+        for change in check_resume(state, current, force=options.force):
             notice(Notice(f"resuming despite a changed configuration: {change}", "warning"))
         agent.restore(state)
         resolve_unknown(agent, state, options)
@@ -590,7 +626,7 @@ async def open_session(
                 f"they are kept in {saved}"
             )
         )
-    for reaped in reap(left_running(path, state.processes)):  # before anything runs again
+    for reaped in reap(left_running(journal.path, state.processes)):  # before anything runs
         notice(
             Notice(
                 f"stopped what the killed run left running for call {reaped.tool_use_id}: "

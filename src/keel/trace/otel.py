@@ -47,7 +47,7 @@ from keel.frozen import frozen
 
 if TYPE_CHECKING:
     from keel.config.settings import Settings
-    from keel.session.journal import Journal
+    from keel.session.backend import AppendLog as Journal
     from keel.session.records import Payload, Record
 
 __all__ = [

@@ -215,7 +215,9 @@ def _reply_from(entry: dict[str, Any], where: str) -> Reply:
         args = call.get("input", {})
         if not isinstance(args, dict):
             raise UserError(f"{where}: tool_calls[{i}].input must be a mapping")
-        blocks.append(ToolUse(next_tool_id("toolu_scripted_"), str(call["name"]), args))
+        # An explicit `id` keeps a call's id the same in every process that loads the script.
+        call_id = str(call.get("id") or next_tool_id("toolu_scripted_"))
+        blocks.append(ToolUse(call_id, str(call["name"]), args))
     usage = entry.get("usage") or {}
     reply = Reply(
         Message("assistant", tuple(blocks)),

@@ -1,0 +1,246 @@
+"""`keel submit`, `keel worker` and `keel runs`: queued runs on the fleet (docs/fleet.md).
+
+Every command finds the fleet's NATS server through `--nats`, `KEEL_NATS_URL` or the local fleet
+(`keel fleet up`). `--json` prints one JSON document for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from keel.cli.main import _Parser, _whole
+from keel.errors import UserError
+
+
+def _money(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive amount of dollars")
+    return value
+
+
+def _with(fn: Callable[[Any, argparse.Namespace], Awaitable[int]], args: argparse.Namespace) -> int:
+    from keel.fleet.connect import resolve_url
+    from keel.fleet.runs import Fleet
+
+    async def go() -> int:
+        fleet = await Fleet.open(resolve_url(given=args.nats or ""))
+        try:
+            return await fn(fleet, args)
+        finally:
+            await fleet.close()
+
+    return asyncio.run(go())
+
+
+# -- keel submit ----------------------------------------------------------------------------------
+
+
+def submit_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel submit",
+        description="Queue a run for the fleet's workers; prints its id (docs/fleet.md). The "
+        "request names a model, never a key: workers use their own settings and environment.",
+    )
+    p.add_argument("prompt", nargs="+", help="what the run should do")
+    p.add_argument("--model", help="the model (default: the worker's settings)")
+    p.add_argument("--mode", help="permission mode: default, accept-edits, plan, bypass")
+    p.add_argument(
+        "--workspace",
+        default="none",
+        help="git:URL[#REF], path:/shared/dir or none (default: an empty scratch directory)",
+    )
+    p.add_argument("--max-turns", type=_whole(1, 100_000, " turns"))
+    p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
+    p.add_argument("--max-budget-usd", type=_money)
+    p.add_argument("--wait", action="store_true", help="wait for the run to end; print its answer")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def submit(argv: list[str]) -> int:
+    from keel.fleet.runs import RunRequest
+    from keel.fleet.workspace import parse_workspace
+    from keel.permissions.gate import parse_mode
+    from keel.session.store import new_session_id
+
+    args = submit_parser().parse_args(argv)
+    if args.mode:
+        parse_mode(args.mode)  # refused here, not on a worker later
+    if args.model:
+        from keel.llm.catalog import parse_model
+
+        parse_model(args.model)
+    spec = parse_workspace(args.workspace)
+    req = RunRequest(
+        run=new_session_id(),
+        prompt=" ".join(args.prompt),
+        model=args.model,
+        mode=args.mode,
+        workspace=spec.to_json(),
+        max_turns=args.max_turns,
+        max_tokens_budget=args.max_tokens_budget,
+        max_budget_usd=args.max_budget_usd,
+    )
+
+    async def go(fleet: Any, args: argparse.Namespace) -> int:
+        summary = await fleet.submit(req)
+        if not args.wait:
+            print(json.dumps(summary) if args.json else req.run)
+            return 0
+        (done,) = await fleet.wait([req.run], None)
+        return _print_result(done, args.json)
+
+    return _with(go, args)
+
+
+def _print_result(summary: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(summary))
+    elif summary.get("status") == "completed":
+        print(summary.get("text", ""))
+    else:
+        print(f"run {summary.get('id')}: {_status(summary)}", file=sys.stderr)
+    return 0 if summary.get("status") == "completed" else 1
+
+
+# -- keel worker ----------------------------------------------------------------------------------
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel worker",
+        description="Run queued runs until SIGTERM or SIGINT (then each run suspends at its loop "
+        "boundary and goes back to the queue). Keys and base URLs come from this worker's own "
+        "settings and environment.",
+    )
+    p.add_argument("--concurrency", type=_whole(1, 256, ""), default=1, help="runs at once")
+    p.add_argument("--scratch", help="where workspaces live (default: KEEL_HOME/fleet/work)")
+    p.add_argument("--name", help="this worker's name in claims and summaries")
+    p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
+    p.add_argument("--debug", action="store_true", help="tracebacks for errors")
+    return p
+
+
+def worker(argv: list[str]) -> int:
+    from keel.fleet.connect import resolve_url
+    from keel.fleet.worker import run_worker
+
+    args = worker_parser().parse_args(argv)
+
+    def say(line: str) -> None:
+        print(f"keel worker: {line}", file=sys.stderr, flush=True)
+
+    return run_worker(
+        resolve_url(given=args.nats or ""),
+        concurrency=args.concurrency,
+        scratch=Path(args.scratch).expanduser().resolve() if args.scratch else None,
+        name=args.name or "",
+        say=say,
+    )
+
+
+# -- keel runs ------------------------------------------------------------------------------------
+
+
+def runs_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="keel runs", description="The fleet's runs (docs/fleet.md).")
+    p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    ls = sub.add_parser("list", help="every run: status, what it waits on, turns, cost")
+    ls.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="one run's summary")
+    show.add_argument("run")
+    show.add_argument("--json", action="store_true")
+    wait = sub.add_parser("wait", help="wait until runs end (or park)")
+    wait.add_argument("run", nargs="*")
+    wait.add_argument("--all", action="store_true", help="until the queue is drained")
+    wait.add_argument("--timeout", type=float, help="give up after this many seconds")
+    wait.add_argument("--json", action="store_true")
+    cancel = sub.add_parser("cancel", help="stop a run at its next loop boundary")
+    cancel.add_argument("run")
+    answer = sub.add_parser("answer", help="answer what a parked run waits for")
+    answer.add_argument("run")
+    answer.add_argument("request", help="the request id `keel runs show` names")
+    answer.add_argument("reply", choices=["allow", "deny"])
+    answer.add_argument("--reason", default="", help="why (the model reads it on a denial)")
+    return p
+
+
+def _status(s: dict[str, Any]) -> str:
+    status = str(s.get("status", "?"))
+    waits = s.get("waits_on") or {}
+    if status == "parked" and waits:
+        return f"parked: waits for {waits.get('waits_for')} on {waits.get('tool')} ({waits.get('request')})"
+    if s.get("error"):
+        return f"{status}: {str(s['error']).splitlines()[0][:100]}"
+    return status
+
+
+def _table(summaries: list[dict[str, Any]]) -> str:
+    if not summaries:
+        return "no runs"
+    lines = [f"{'RUN':<24} {'STATUS':<44} {'TURNS':>5} {'COST':>9}  PROMPT"]
+    for s in summaries:
+        cost = s.get("cost")
+        lines.append(
+            f"{s.get('id', ''):<24} {_status(s)[:44]:<44} {s.get('turns', '') or '':>5} "
+            f"{'' if cost is None else f'${cost:.4f}':>9}  {s.get('last_prompt', '')[:50]}"
+        )
+    return "\n".join(lines)
+
+
+def runs(argv: list[str]) -> int:
+    args = runs_parser().parse_args(argv)
+
+    async def go(fleet: Any, args: argparse.Namespace) -> int:
+        if args.command == "list":
+            summaries = await fleet.runs()
+            print(json.dumps(summaries) if args.json else _table(summaries))
+            return 0
+        if args.command == "show":
+            summary = await fleet.summary(args.run)
+            if summary is None:
+                raise UserError(f"no run {args.run!r}", hint="`keel runs list` shows the runs")
+            if args.json:
+                print(json.dumps(summary))
+            else:
+                for key, value in summary.items():
+                    print(
+                        f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}"
+                    )
+            return 0
+        if args.command == "wait":
+            if not args.run and not args.all:
+                raise UserError("keel runs wait needs run ids or --all")
+            done = await fleet.wait(list(args.run), args.timeout)
+            if args.json:
+                print(json.dumps(done))
+            else:
+                print(_table(done))
+            return 0 if all(s.get("status") == "completed" for s in done) else 1
+        if args.command == "cancel":
+            summary = await fleet.cancel(args.run)
+            print(
+                f"run {args.run}: {'cancel requested' if summary.get('cancel_requested') else _status(summary)}"
+            )
+            return 0
+        await fleet.answer(args.run, args.request, args.reply == "allow", args.reason)
+        print(f"run {args.run}: answered {args.request} ({args.reply}); queued to go on")
+        return 0
+
+    return _with(go, args)

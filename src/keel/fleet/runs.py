@@ -1,0 +1,275 @@
+"""Run requests and run summaries: what `keel submit` queues and `keel runs` reads.
+
+A run request (the queue message) names a model, never a credential: a worker uses its own
+environment and settings for keys and base URLs. A run's summary lives in the KV bucket
+`keel-runs` under its id, written by whoever changes the run's state (submit, the worker, answer,
+cancel); listing runs reads the summaries, never the journals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from keel.errors import UserError
+from keel.fleet import streams
+from keel.fleet.connect import FleetError
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js.kv import KeyValue
+
+#: Statuses of a run that is not over.
+ACTIVE = ("queued", "running", "parked")
+#: Terminal reasons that mean the run did its job.
+DONE = ("completed",)
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class RunRequest:
+    """What a worker needs to start a run (the queue message's body)."""
+
+    run: str
+    prompt: str
+    model: str | None = None
+    mode: str | None = None
+    #: A workspace spec (keel/fleet/workspace.py): {"git": URL, "ref": REF}, {"path": DIR}, {}.
+    workspace: dict[str, Any] = field(default_factory=dict)
+    max_turns: int | None = None
+    max_tokens_budget: int | None = None
+    max_budget_usd: float | None = None
+    submitted: str = ""
+    #: Why this message was queued: "start", "answer" (a parked run was answered), "cancel".
+    why: str = "start"
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> RunRequest:
+        try:
+            d = json.loads(data)
+            if not isinstance(d, dict) or not isinstance(d.get("run"), str):
+                raise ValueError("not a run request")
+            known = {f for f in cls.__dataclass_fields__}
+            req = cls(**{k: v for k, v in d.items() if k in known})
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"a queue message is not a run request ({exc})") from None
+        streams.check_run_id(req.run)
+        return req
+
+
+class Fleet:
+    """The fleet as a client sees it: submit, read, answer, cancel (async, one connection)."""
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self._kv: KeyValue | None = None
+
+    @classmethod
+    async def open(cls, url: str, env: Mapping[str, str] | None = None) -> Fleet:
+        from keel.fleet.connect import connect
+
+        return cls(await connect(url, name="keel fleet client", env=env, reconnect=False))
+
+    async def close(self) -> None:
+        await self.nc.drain()
+
+    async def kv(self) -> KeyValue:
+        if self._kv is None:
+            try:
+                self._kv = await self.js.key_value(streams.KV_BUCKET)
+            except Exception as exc:  # nats-py: BucketNotFoundError and kin
+                raise FleetError(
+                    f"the fleet's bucket {streams.KV_BUCKET} does not exist on this server "
+                    f"({type(exc).__name__})",
+                    hint="create the fleet's streams with `keel fleet init` (or `keel fleet up`)",
+                ) from None
+        return self._kv
+
+    # -- summaries --------------------------------------------------------------------------
+
+    async def summary(self, run: str) -> dict[str, Any] | None:
+        return await self._get(streams.check_run_id(run))
+
+    async def _get(self, key: str) -> dict[str, Any] | None:
+        import nats.js.errors
+
+        kv = await self.kv()
+        try:
+            entry = await kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        value = json.loads(entry.value)
+        return value if isinstance(value, dict) else None
+
+    async def put_summary(self, run: str, **changes: Any) -> dict[str, Any]:
+        """Merge `changes` into the run's summary (compare-and-swap on the entry's revision, so
+        a worker's record-driven update in between is merged, never lost)."""
+        import nats.js.errors
+
+        kv = await self.kv()
+        for _ in range(10):
+            try:
+                entry = await kv.get(run)
+            except nats.js.errors.KeyNotFoundError:
+                entry = None
+            current = json.loads(entry.value) if entry is not None and entry.value else {}
+            current = current if isinstance(current, dict) else {}
+            current.setdefault("id", run)
+            current.update(changes)
+            current["updated"] = stamp()
+            value = json.dumps(current, separators=(",", ":")).encode()
+            try:
+                if entry is None:
+                    await kv.create(run, value)
+                else:
+                    await kv.update(run, value, last=entry.revision)
+                return current
+            except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError):
+                continue  # changed in between: merge again
+        raise FleetError(
+            f"the summary of run {run} kept changing under this update",
+            hint="try again; the run itself is not affected",
+        )
+
+    async def runs(self) -> list[dict[str, Any]]:
+        """Every run's summary, newest first."""
+        import nats.js.errors
+
+        kv = await self.kv()
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        out = []
+        for key in keys:
+            if "." in key:  # answers and cancel flags
+                continue
+            value = await self._get(key)
+            if value is not None:
+                out.append(value)
+        return sorted(out, key=lambda s: (s.get("submitted", ""), s.get("id", "")), reverse=True)
+
+    # -- the queue ----------------------------------------------------------------------------
+
+    async def enqueue(self, req: RunRequest, msg_id: str) -> None:
+        try:
+            await self.js.publish(
+                streams.QUEUE_SUBJECT, req.to_bytes(), headers={"Nats-Msg-Id": msg_id}
+            )
+        except Exception as exc:  # no stream: the fleet was never set up on this server
+            raise FleetError(
+                f"cannot queue run {req.run}: {type(exc).__name__}: {exc}",
+                hint="create the fleet's streams with `keel fleet init` (or `keel fleet up`)",
+            ) from None
+
+    async def submit(self, req: RunRequest) -> dict[str, Any]:
+        req.submitted = req.submitted or stamp()
+        summary = await self.put_summary(
+            req.run,
+            status="queued",
+            submitted=req.submitted,
+            model=req.model or "",
+            mode=req.mode or "",
+            last_prompt=req.prompt.strip().splitlines()[0][:80] if req.prompt.strip() else "",
+            workspace=req.workspace,
+        )
+        await self.enqueue(req, f"{req.run}-start")
+        return summary
+
+    async def queue_depth(self) -> tuple[int, int]:
+        """(messages waiting or in flight on the queue, of which delivered and not acked)."""
+        info = await self.js.stream_info(streams.QUEUE_STREAM)
+        in_flight = 0
+        try:
+            consumer = await self.js.consumer_info(streams.QUEUE_STREAM, streams.CONSUMER)
+            in_flight = int(consumer.num_ack_pending or 0)
+        except Exception:  # no worker ever started: no consumer yet
+            in_flight = 0
+        return int(info.state.messages), in_flight
+
+    # -- answers and cancels --------------------------------------------------------------------
+
+    async def answer(self, run: str, request: str, allow: bool, reason: str = "") -> None:
+        """Answer what a parked run waits for, and queue it to go on (on any worker)."""
+        summary = await self.summary(run)
+        if summary is None:
+            raise UserError(f"no run {run!r}", hint="`keel runs list` shows the runs")
+        waits = summary.get("waits_on") or {}
+        if summary.get("status") != "parked" or waits.get("request") != request:
+            raise UserError(
+                f"run {run} does not wait for {request!r} (it is {summary.get('status')}"
+                + (f", waiting for {waits.get('request')}" if waits else "")
+                + ")",
+                hint="`keel runs show RUN` says what a run waits for",
+            )
+        kv = await self.kv()
+        answer = {"allow": allow, "reason": reason, "at": stamp()}
+        await kv.put(f"{run}.answer.{request}", json.dumps(answer).encode())
+        await self.put_summary(run, status="queued")
+        req = RunRequest(run, "", why="answer")
+        await self.enqueue(req, f"{run}-answer-{request}")
+
+    async def get_answer(self, run: str, request: str) -> dict[str, Any] | None:
+        return await self._get(f"{run}.answer.{request}")
+
+    async def cancel(self, run: str) -> dict[str, Any]:
+        summary = await self.summary(run)
+        if summary is None:
+            raise UserError(f"no run {run!r}", hint="`keel runs list` shows the runs")
+        if summary.get("status") not in ACTIVE:
+            return summary
+        kv = await self.kv()
+        await kv.put(f"{run}.cancel", b"1")
+        await self.nc.publish(f"{streams.CONTROL_PREFIX}.{run}", b"cancel")
+        if summary.get("status") == "parked":  # nobody runs it: a worker closes it
+            await self.enqueue(RunRequest(run, "", why="cancel"), f"{run}-cancel")
+        return await self.put_summary(run, cancel_requested=True)
+
+    async def cancelled(self, run: str) -> bool:
+        import nats.js.errors
+
+        kv = await self.kv()
+        try:
+            entry = await kv.get(f"{run}.cancel")
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        return bool(entry.value)
+
+    async def wait(self, runs: list[str], limit: float | None) -> list[dict[str, Any]]:
+        """Return once every run in `runs` (all runs when empty, and the queue drained) is over
+        or parked; `UserError` after `limit` seconds."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            if runs:
+                found = [await self.summary(r) for r in runs]
+                missing = [r for r, s in zip(runs, found, strict=True) if s is None]
+                if missing:
+                    raise UserError(f"no run {missing[0]!r}", hint="`keel runs list` shows them")
+                summaries = [s for s in found if s is not None]
+                busy = [s for s in summaries if s.get("status") in ("queued", "running")]
+            else:
+                summaries = await self.runs()
+                busy = [s for s in summaries if s.get("status") in ("queued", "running")]
+                if not busy and (await self.queue_depth())[0]:
+                    busy = summaries[:1] or [{}]  # messages not yet taken
+            if not busy:
+                return summaries
+            if deadline is not None and time.monotonic() > deadline:
+                raise UserError(
+                    f"{len(busy)} run(s) still queued or running after {limit:g} s",
+                    hint="are workers running? `keel worker` takes runs from the queue",
+                )
+            await asyncio.sleep(0.2)

@@ -1,0 +1,562 @@
+"""`keel worker`: take runs from the fleet's queue and run them to a durable end.
+
+One worker process runs up to `concurrency` runs at once in its event loop. For each queue message
+it takes: heartbeats (in-progress acks) while the run is active; the run's journal is created in
+JetStream, or taken over (a claim record first, then the tail is read) and resumed; the message is
+acked only once the run's terminal record is durable, or once it parked. A worker that dies stops
+heart-beating, so the message goes to another worker, which resumes the run from its journal (a
+journal that is already complete is answered from without a model call). A worker fenced out of a
+run (another took it over) stops it without writing or acking anything. SIGTERM: take no more
+work, let each run reach its loop boundary (`suspended`), hand the message back.
+
+Questions park: a permission question or plan approval is looked up in the run's answers; with
+none, a `park` record is journaled, the summary says what the run waits on, the journal is fenced
+(nothing more of this attempt lands), the run stops and the message is acked. `keel runs answer`
+stores the answer and queues the run again; the worker that takes it resumes the half-answered tool
+round (no model call for what is journaled) and the gate's question finds the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from keel.agent.events import (
+    Event,
+    PermissionAsked,
+    QuestionRequest,
+    RequestStarted,
+    ToolFinished,
+    TurnFinished,
+)
+from keel.errors import UserError
+from keel.fleet import streams
+from keel.fleet.runs import Fleet, RunRequest, stamp
+from keel.session.journal import JournalWriteError
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
+    from keel.agent.loop import Agent, RunResult
+    from keel.fleet.journal import JetStreamStore
+    from keel.llm.catalog import ModelRef
+    from keel.llm.provider import Provider
+    from keel.session.fold import SessionState
+
+
+def default_scratch(env: Mapping[str, str] | None = None) -> Path:
+    """Where workers on this machine keep run workspaces and journal mirrors. The same for every
+    worker of the machine, so a run resumed on the same machine finds its directory again."""
+    from keel.session.store import keel_home
+
+    return keel_home(env) / "fleet" / "work"
+
+
+@dataclass
+class _Active:
+    """One run this worker is running."""
+
+    req: RunRequest
+    msg: Msg
+    agent: Agent | None = None
+    workspace: Any = None
+    parked: bool = False
+    fenced: bool = False
+    cancelled: bool = False
+    handed_back: bool = False
+    dirty: bool = False
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+
+class Worker:
+    def __init__(
+        self,
+        url: str,
+        *,
+        concurrency: int = 1,
+        scratch: Path | None = None,
+        name: str = "",
+        env: Mapping[str, str] | None = None,
+        provider_for: Any = None,
+        say: Any = None,
+    ) -> None:
+        if concurrency < 1:
+            raise UserError("--concurrency must be 1 or more")
+        self.url = url
+        self.concurrency = concurrency
+        self.env = dict(os.environ if env is None else env)
+        self.scratch = scratch or default_scratch(self.env)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        self.provider_for = provider_for
+        self.say = say or (lambda _line: None)
+        self.active: dict[str, _Active] = {}
+        self.stopping = asyncio.Event()
+        self.done_runs = 0
+        self._fleet: Fleet | None = None
+        self._store: JetStreamStore | None = None
+
+    # -- the main loop -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Take no more work; suspend every run at its loop boundary and hand it back."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        for active in self.active.values():
+            active.handed_back = True
+            if active.agent is not None:
+                active.agent.request_suspend()
+
+    async def run(self) -> int:
+        import nats.errors
+        from nats.js.api import AckPolicy, ConsumerConfig
+
+        from keel.fleet.connect import Bridge
+        from keel.fleet.journal import JetStreamStore
+
+        fleet = self._fleet = await Fleet.open(self.url, self.env)
+        await fleet.kv()  # the fleet exists here (a clear error if not)
+        bridge = await asyncio.to_thread(Bridge, self.url, name=f"keel worker {self.name}")
+        self._store = JetStreamStore(bridge, scratch=self.scratch / "journals", worker=self.name)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop)
+        control = await fleet.nc.subscribe(f"{streams.CONTROL_PREFIX}.*", cb=self._control)
+        try:
+            sub = await fleet.js.pull_subscribe(
+                streams.QUEUE_SUBJECT,
+                durable=streams.CONSUMER,
+                stream=streams.QUEUE_STREAM,
+                config=ConsumerConfig(
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=streams.ACK_WAIT,
+                    max_deliver=-1,
+                    max_ack_pending=-1,
+                ),
+            )
+            self.say(f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once)")
+            slots = asyncio.Semaphore(self.concurrency)
+            running: set[asyncio.Task[None]] = set()
+            while not self.stopping.is_set():
+                await slots.acquire()
+                if self.stopping.is_set():
+                    slots.release()
+                    break
+                try:
+                    msgs = await sub.fetch(1, timeout=1.0)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    slots.release()
+                    continue
+                for msg in msgs:
+                    task = asyncio.create_task(self._take(msg))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    task.add_done_callback(lambda _t: slots.release())
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        finally:
+            with contextlib.suppress(Exception):
+                await control.unsubscribe()
+            self._store.close()
+            await asyncio.to_thread(bridge.close)
+            with contextlib.suppress(Exception):
+                await fleet.close()
+        return 0
+
+    async def _control(self, msg: Msg) -> None:
+        run = msg.subject.rsplit(".", 1)[-1]
+        active = self.active.get(run)
+        if active is not None and msg.data == b"cancel":
+            active.cancelled = True
+            if active.agent is not None:
+                active.agent.request_suspend()
+
+    # -- one queue message -------------------------------------------------------------------
+
+    async def _take(self, msg: Msg) -> None:
+        try:
+            req = RequestFromMsg.parse(msg)
+        except UserError as exc:
+            self.say(f"dropped a queue message: {exc}")
+            await msg.term()
+            return
+        if req.run in self.active:  # a redelivery of what this worker runs (a slow heartbeat)
+            return
+        active = self.active[req.run] = _Active(req, msg)
+        beat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            await self._handle(active)
+        except Exception as exc:  # one run's failure must not stop the worker
+            if not active.fenced:
+                self.say(f"run {req.run}: {type(exc).__name__}: {exc}")
+                with contextlib.suppress(Exception):
+                    await self._summary(req.run, status="error", error=str(exc)[:500])
+                    await msg.ack()
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            self.active.pop(req.run, None)
+            if active.workspace is not None and not active.handed_back:
+                with contextlib.suppress(Exception):
+                    active.workspace.cleanup()
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(streams.HEARTBEAT)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+    async def _summary(self, run: str, **changes: Any) -> None:
+        assert self._fleet is not None
+        await self._fleet.put_summary(run, **changes)
+
+    async def _handle(self, active: _Active) -> None:
+        assert self._fleet is not None
+        assert self._store is not None
+        req, msg, store = active.req, active.msg, self._store
+        attempt = int(msg.metadata.num_delivered or 1)
+        cancel = await self._fleet.cancelled(req.run)
+        exists = await asyncio.to_thread(store.exists, req.run)
+        if not exists:
+            if req.why != "start":
+                self.say(f"run {req.run}: no journal for a {req.why} message; dropped")
+                await msg.ack()
+                return
+            if cancel:
+                await self._summary(req.run, status="cancelled", finished=stamp())
+                await msg.ack()
+                return
+            await self._start(active)
+            return
+        journal, loaded = await asyncio.to_thread(
+            store.open, req.run, worker=self.name, attempt=attempt
+        )
+        from keel.session.fold import fold
+
+        state = fold(loaded.records)
+        if cancel and (state.terminal is None or state.terminal.reason == "suspended"):
+            from keel.session.store import SessionLog
+
+            SessionLog(journal, req.run).terminal(
+                "cancelled", "cancelled (keel runs cancel)", turns=state.turns, cost=state.cost
+            )
+            journal.close()
+            await self._summary(
+                req.run, status="cancelled", finished=stamp(), turns=state.turns, cost=state.cost
+            )
+            await msg.ack()
+            return
+        if state.terminal is not None and state.terminal.reason != "suspended":
+            await self._answer_from_journal(active, journal, state)
+            return
+        if state.parked is not None:
+            answer = await self._fleet.get_answer(req.run, state.parked.request_id)
+            if answer is None:  # still waiting: it stays parked, the message goes
+                journal.close()
+                await self._summary(req.run, status="parked")
+                await msg.ack()
+                return
+        await self._resume(active, journal, loaded, state)
+
+    async def _answer_from_journal(
+        self, active: _Active, journal: Any, state: SessionState
+    ) -> None:
+        """The run ended before the worker that ran it could ack (it died in between)."""
+        terminal = state.terminal
+        assert terminal is not None
+        if state.recovered:  # killed after its final answer: make the end durable
+            from keel.session.store import SessionLog
+
+            SessionLog(journal, active.req.run).terminal(
+                terminal.reason, terminal.message, turns=state.turns, cost=state.cost
+            )
+        journal.close()
+        text = _final_text(state)
+        await self._summary(
+            active.req.run,
+            status=terminal.reason,
+            text=text,
+            turns=state.turns,
+            cost=round(state.cost, 8),
+            finished=stamp(),
+            answered_from_journal=True,
+        )
+        await active.msg.ack()
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _options(self, req: RunRequest, cwd: Path) -> Any:
+        from keel.app.options import Options
+
+        return Options(
+            cwd=cwd,
+            model=req.model,
+            mode=req.mode,
+            max_turns=req.max_turns,
+            max_tokens_budget=req.max_tokens_budget,
+            max_budget_usd=req.max_budget_usd,
+            interactive=False,
+        )
+
+    def _provider(self, ref: ModelRef) -> Provider | None:
+        return self.provider_for(ref) if self.provider_for is not None else None
+
+    async def _workspace(self, active: _Active) -> Path:
+        from keel.fleet.workspace import Workspace, parse_workspace
+
+        spec = parse_workspace(active.req.workspace or {})
+        active.workspace = await asyncio.to_thread(
+            Workspace.prepare, spec, active.req.run, self.scratch / "runs"
+        )
+        return Path(active.workspace.path)
+
+    async def _start(self, active: _Active) -> None:
+        from keel import __version__
+        from keel.app.assembly import choose_model, open_agent, read_settings
+        from keel.session.records import Meta
+        from keel.session.store import SessionLog
+
+        assert self._store is not None
+        req = active.req
+        cwd = await self._workspace(active)
+        options = self._options(req, cwd)
+        notice = self._notice(req.run)
+        settings = read_settings(cwd, notice)
+        ref = choose_model(req.model, settings)
+        agent = await open_agent(
+            options,
+            notice,
+            settings=settings,
+            ref=ref,
+            provider=self._provider(ref),
+            session=False,
+            session_id=req.run,
+        )
+        try:
+            meta = Meta(req.run, str(cwd), str(ref), agent.fingerprint(), None, None, __version__)
+            journal = await asyncio.to_thread(self._store.create, meta)
+            agent.session = SessionLog(journal, req.run)
+            await self._summary(
+                req.run, status="running", worker=self.name, started=stamp(), cwd=str(cwd)
+            )
+            result = await self._drive(active, agent, req.prompt)
+        finally:
+            await agent.aclose()
+        await self._finish(active, result)
+
+    async def _resume(
+        self, active: _Active, journal: Any, loaded: Any, state: SessionState
+    ) -> None:
+        from keel.app.assembly import continue_session
+
+        req = active.req
+        try:
+            cwd = await self._workspace(active)
+        except BaseException:
+            journal.close()
+            raise
+        options = self._options(req, cwd)
+        agent, state, journal, _ref = await continue_session(
+            journal,
+            loaded,
+            options,
+            self._notice(req.run),
+            where=f"run {req.run}",
+            provider_for=self.provider_for,
+            cwd=cwd,
+        )
+        for note in state.undo_notes:
+            agent.add_note(note)
+        try:
+            await self._summary(req.run, status="running", worker=self.name, cwd=str(cwd))
+            prompt = None if agent.resumable else (state.last_prompt or req.prompt or None)
+            result = await self._drive(active, agent, prompt)
+        finally:
+            await agent.aclose()
+        await self._finish(active, result)
+
+    async def _drive(self, active: _Active, agent: Agent, prompt: str | None) -> RunResult | None:
+        active.agent = agent
+        agent.ask_through_events()
+        if self.stopping.is_set() or active.cancelled:
+            agent_suspend_soon(agent)
+        try:
+            if prompt is None:
+                result = await agent.resume(lambda e: self._event(active, e))
+            else:
+                result = await agent.run(prompt, lambda e: self._event(active, e))
+            if result.stop_reason == "suspended" and active.cancelled and agent.session:
+                agent.session.terminal(
+                    "cancelled",
+                    "cancelled (keel runs cancel)",
+                    turns=agent.total_turns,
+                    cost=agent.spend.cost,
+                    prompt=agent.last_prompt,
+                )
+            return result
+        except JournalWriteError as exc:
+            from keel.fleet.journal import Fenced
+
+            if isinstance(exc, Fenced) or active.parked:
+                active.fenced = not active.parked
+                return None
+            raise
+        finally:
+            active.agent = None
+
+    def _event(self, active: _Active, event: Event) -> None:
+        if isinstance(event, ToolFinished):
+            active.dirty = True
+        elif isinstance(event, RequestStarted | TurnFinished) and active.dirty:
+            active.dirty = False
+            self._save_workspace(active)
+        if isinstance(event, PermissionAsked):
+            task = asyncio.create_task(self._question(active, event))
+            active.tasks.add(task)
+            task.add_done_callback(active.tasks.discard)
+        elif isinstance(event, QuestionRequest) and active.agent is not None:
+            # An MCP server's question: nobody can answer it in a fleet run.
+            active.agent.answer(event.request_id, "a fleet run cannot answer questions")
+
+    def _save_workspace(self, active: _Active) -> None:
+        """Push the files of the tool round that just ended, before the next model request."""
+        if active.workspace is None or active.parked or active.fenced:
+            return
+        active.workspace.save(f"keel run {active.req.run}: tool round")
+
+    async def _question(self, active: _Active, event: PermissionAsked) -> None:
+        assert self._fleet is not None
+        agent = active.agent
+        if agent is None:
+            return
+        from keel.permissions.gate import PermissionReply
+
+        request = event.call.id  # stable across workers: the journaled tool-use id
+        answer = await self._fleet.get_answer(active.req.run, request)
+        if answer is not None:
+            agent.answer(
+                event.request_id,
+                PermissionReply(bool(answer.get("allow")), reason=str(answer.get("reason", ""))),
+            )
+            return
+        await self._park(active, agent, event)
+
+    async def _park(self, active: _Active, agent: Agent, event: PermissionAsked) -> None:
+        from keel.session.records import ParkRecord
+
+        waits_for = "plan" if event.plan else "permission"
+        question = event.plan or event.reason
+        session = agent.session
+        assert session is not None
+        record = ParkRecord(event.call.id, event.call.id, event.call.name, waits_for, question)
+        await asyncio.to_thread(session.journal.append, record)
+        fence = getattr(session.journal, "fence", None)
+        if fence is not None:
+            fence()  # nothing more of this attempt lands in the journal
+        active.parked = True
+        await self._summary(
+            active.req.run,
+            status="parked",
+            waits_on={
+                "request": event.call.id,
+                "tool": event.call.name,
+                "waits_for": waits_for,
+                "question": question[:500],
+                "input": event.call.input,
+            },
+        )
+        agent.interrupt("parked")
+
+    async def _finish(self, active: _Active, result: RunResult | None) -> None:
+        req, msg = active.req, active.msg
+        if active.fenced:
+            self.say(f"run {req.run} was taken over by another worker; this worker let it go")
+            return  # the message is the other worker's now: no ack, no nak
+        if active.parked:
+            self.say(f"run {req.run} parked: it waits for an answer")
+            await msg.ack()
+            return
+        assert result is not None
+        if result.stop_reason == "suspended" and active.cancelled:
+            await self._summary(
+                req.run, status="cancelled", finished=stamp(), turns=result.turns, cost=result.cost
+            )
+            await msg.ack()
+            return
+        if result.stop_reason == "suspended" and active.handed_back:
+            await self._summary(req.run, status="queued", worker="")
+            await msg.nak()
+            self.say(f"run {req.run} suspended and handed back")
+            return
+        from keel.agent.loop import _TERMINAL
+
+        self.done_runs += 1
+        await self._summary(
+            req.run,
+            status=_TERMINAL.get(result.stop_reason, result.stop_reason),
+            text=result.text,
+            error=result.error or "",
+            turns=result.turns,
+            cost=round(result.cost, 8),
+            usage=result.usage.to_json(),
+            finished=stamp(),
+        )
+        await msg.ack()
+
+    def _notice(self, run: str) -> Any:
+        def notice(event: Event) -> None:
+            text = getattr(event, "text", "")
+            if text and getattr(event, "level", "") == "warning":
+                self.say(f"run {run}: {text}")
+
+        return notice
+
+
+def agent_suspend_soon(agent: Agent) -> None:
+    """Ask for a suspend as soon as the run has a task to stop."""
+
+    async def later() -> None:
+        for _ in range(100):
+            if agent.busy:
+                agent.request_suspend()
+                return
+            await asyncio.sleep(0.01)
+
+    asyncio.get_running_loop().create_task(later())
+
+
+def _final_text(state: SessionState) -> str:
+    for message in reversed(state.messages):
+        if message.role == "assistant":
+            return message.text
+    return ""
+
+
+class RequestFromMsg:
+    @staticmethod
+    def parse(msg: Msg) -> RunRequest:
+        return RunRequest.from_bytes(msg.data)
+
+
+def run_worker(url: str, **kwargs: Any) -> int:
+    worker = Worker(url, **kwargs)
+    started = time.monotonic()
+    code = asyncio.run(worker.run())
+    worker.say(
+        f"worker {worker.name} stopped after {worker.done_runs} run(s) in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    return code
