@@ -405,6 +405,16 @@ def _fleet(argv: list[str]) -> int:
     return fleet(argv)
 
 
+def _runs_command(name: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        from keel.cli import runs
+
+        command: Callable[[list[str]], int] = getattr(runs, name)
+        return command(argv)
+
+    return run
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "doctor": _doctor,
     "init": _init,
@@ -427,6 +437,9 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "sessions": _sessions_command("sessions"),
     "acp": _acp,
     "fleet": _fleet,
+    "submit": _runs_command("submit"),
+    "worker": _runs_command("worker"),
+    "runs": _runs_command("runs"),
 }
 
 
