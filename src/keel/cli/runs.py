@@ -90,7 +90,7 @@ def submit(argv: list[str]) -> int:
         prompt=" ".join(args.prompt),
         model=args.model,
         mode=args.mode,
-        workspace=spec.to_json(),
+        workspace=spec.to_dict(),
         max_turns=args.max_turns,
         max_tokens_budget=args.max_tokens_budget,
         max_budget_usd=args.max_budget_usd,
@@ -194,14 +194,23 @@ def _status(s: dict[str, Any]) -> str:
 def _table(summaries: list[dict[str, Any]]) -> str:
     if not summaries:
         return "no runs"
-    lines = [f"{'RUN':<24} {'STATUS':<44} {'TURNS':>5} {'COST':>9}  PROMPT"]
+    rows = []
     for s in summaries:
         cost = s.get("cost")
-        lines.append(
-            f"{s.get('id', ''):<24} {_status(s)[:44]:<44} {s.get('turns', '') or '':>5} "
-            f"{'' if cost is None else f'${cost:.4f}':>9}  {s.get('last_prompt', '')[:50]}"
+        rows.append(
+            (
+                str(s.get("id", "")),
+                _status(s),
+                str(s.get("turns", "") or ""),
+                "" if cost is None else f"${cost:.4f}",
+                str(s.get("last_prompt", ""))[:50],
+            )
         )
-    return "\n".join(lines)
+    width = max(len("STATUS"), *(len(r[1]) for r in rows))
+    head = ("RUN", "STATUS", "TURNS", "COST", "PROMPT")
+    return "\n".join(
+        f"{r[0]:<24} {r[1]:<{width}} {r[2]:>5} {r[3]:>9}  {r[4]}".rstrip() for r in (head, *rows)
+    )
 
 
 def runs(argv: list[str]) -> int:

@@ -185,6 +185,7 @@ class Fleet:
             mode=req.mode or "",
             last_prompt=req.prompt.strip().splitlines()[0][:80] if req.prompt.strip() else "",
             workspace=req.workspace,
+            request=asdict(req),
         )
         await self.enqueue(req, f"{req.run}-start")
         return summary
@@ -221,6 +222,18 @@ class Fleet:
         await self.put_summary(run, status="queued")
         req = RunRequest(run, "", why="answer")
         await self.enqueue(req, f"{run}-answer-{request}")
+
+    async def original(self, req: RunRequest) -> RunRequest:
+        """The run's request as submitted, for a message that only names the run (an answer,
+        a cancel): the workspace, model and limits come from there."""
+        if req.why == "start":
+            return req
+        summary = await self.summary(req.run) or {}
+        first = summary.get("request")
+        if not isinstance(first, dict):
+            return req
+        known = set(RunRequest.__dataclass_fields__)
+        return RunRequest(**{**{k: v for k, v in first.items() if k in known}, "why": req.why})
 
     async def get_answer(self, run: str, request: str) -> dict[str, Any] | None:
         return await self._get(f"{run}.answer.{request}")

@@ -194,6 +194,8 @@ class Worker:
             return
         if req.run in self.active:  # a redelivery of what this worker runs (a slow heartbeat)
             return
+        assert self._fleet is not None
+        req = await self._fleet.original(req)
         active = self.active[req.run] = _Active(req, msg)
         beat = asyncio.create_task(self._heartbeat(msg))
         try:

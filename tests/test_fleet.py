@@ -1,0 +1,226 @@
+"""Fleet mode end to end: `keel submit`, `keel worker` processes and `keel runs` on a real
+nats-server, scripted models, real tools. What is asserted is what a user sees (summaries, exit
+codes) and what the journal holds (the record sequence in JetStream)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.session.fold import fold
+from tests.fleet_helpers import WorkerProc, keel, keel_json, read_run, script, setup_fleet
+from tests.nats_fixture import nats_server, nats_url  # noqa: F401
+
+pytestmark = [pytest.mark.needs("nats-server")]
+
+
+@pytest.fixture
+def fleet(nats_url: str, tmp_path: Path) -> str:  # noqa: F811
+    setup_fleet(nats_url)
+    return nats_url
+
+
+def _types(url: str, run: str, tmp: Path) -> list[str]:
+    return [r.payload.type for r in read_run(url, run, tmp / "reader")]
+
+
+def _submit(url: str, *args: str) -> str:
+    out = keel("submit", "--nats", url, *args)
+    assert out.returncode == 0, out
+    run = out.stdout.strip()
+    assert run, out
+    assert "\n" not in run, out
+    return run
+
+
+def _wait(url: str, *runs: str, timeout: float = 90) -> list[dict[str, Any]]:
+    out = keel(
+        "runs",
+        "--nats",
+        url,
+        "wait",
+        *runs,
+        "--timeout",
+        str(timeout),
+        "--json",
+        timeout=timeout + 30,
+    )
+    assert out.returncode in (0, 1), out
+    summaries: list[dict[str, Any]] = json.loads(out.stdout)
+    return summaries
+
+
+def _edit_script(tmp: Path, name: str, marker: str) -> str:
+    return script(
+        tmp / f"{name}.json",
+        [
+            {
+                "text": "I'll write the file.",
+                "tool_calls": [
+                    {
+                        "id": f"toolu_{name}_1",
+                        "name": "write",
+                        "input": {"path": "out.txt", "content": marker},
+                    }
+                ],
+            },
+            {"text": f"Wrote {marker}."},
+        ],
+    )
+
+
+def test_submitted_runs_complete_on_a_worker_and_their_journals_are_in_jetstream(
+    fleet: str, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    runs = []
+    for i in range(3):
+        model = _edit_script(tmp_path, f"r{i}", f"marker-{i}")
+        (shared / f"d{i}").mkdir()
+        runs.append(
+            _submit(
+                fleet,
+                f"write marker {i}",
+                "--model",
+                model,
+                "--mode",
+                "accept-edits",
+                "--workspace",
+                f"path:{shared / f'd{i}'}",
+            )
+        )
+    worker = WorkerProc(fleet, tmp_path / "scratch", "w1", concurrency=2)
+    try:
+        done = _wait(fleet, *runs)
+    finally:
+        assert worker.terminate() == 0, worker.log()
+        worker.close()
+    by_id = {s["id"]: s for s in done}
+    for i, run in enumerate(runs):
+        s = by_id[run]
+        assert (s["status"], s["text"], s["turns"], s["worker"]) == (
+            "completed",
+            f"Wrote marker-{i}.",
+            2,
+            "w1",
+        ), s
+        assert (shared / f"d{i}" / "out.txt").read_text() == f"marker-{i}"
+        assert _types(fleet, run, tmp_path) == [
+            "meta",
+            "user",
+            "assistant",
+            "decision",
+            "tool_result",
+            "assistant",
+            "terminal",
+        ]
+    listed = keel_json("runs", "--nats", fleet, "list")
+    assert sorted(s["id"] for s in listed) == sorted(runs)
+    shown = keel("runs", "--nats", fleet, "show", runs[0])
+    assert shown.returncode == 0, shown
+    assert "status: completed" in shown.stdout, shown
+
+
+def test_a_question_parks_the_run_and_an_answer_resumes_it_without_a_model_call(
+    fleet: str, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    # default mode: the edit asks; nobody is there, so the run parks.
+    model = _edit_script(tmp_path, "ask", "answered")
+    run = _submit(fleet, "write it", "--model", model, "--workspace", f"path:{shared}")
+    worker = WorkerProc(fleet, tmp_path / "scratch", "w1")
+    try:
+        (parked,) = _wait(fleet, run)
+        assert parked["status"] == "parked", (parked, worker.log())
+        assert parked["waits_on"]["request"] == "toolu_ask_1"
+        assert parked["waits_on"]["tool"] == "write"
+        assert not (shared / "out.txt").exists()
+        listed = keel("runs", "--nats", fleet, "list")
+        assert "parked: waits for permission on write (toolu_ask_1)" in listed.stdout, listed
+        # The worker is free: a second run completes meanwhile.
+        other = _submit(
+            fleet,
+            "x",
+            "--model",
+            _edit_script(tmp_path, "b", "b"),
+            "--mode",
+            "accept-edits",
+            "--workspace",
+            f"path:{tmp_path}",
+        )
+        (second,) = _wait(fleet, other)
+        assert second["status"] == "completed", second
+        wrong = keel("runs", "--nats", fleet, "answer", run, "toolu_nope", "allow")
+        assert wrong.returncode != 0, wrong
+        assert "does not wait for 'toolu_nope'" in wrong.stderr, wrong
+        answered = keel("runs", "--nats", fleet, "answer", run, "toolu_ask_1", "allow")
+        assert answered.returncode == 0, answered
+        (done,) = _wait(fleet, run)
+    finally:
+        worker.terminate()
+        worker.close()
+    assert (done["status"], done["text"]) == ("completed", "Wrote answered."), done
+    assert (shared / "out.txt").read_text() == "answered"
+    records = read_run(fleet, run, tmp_path / "reader")
+    types = [r.payload.type for r in records]
+    # One assistant record per model call: the answer did not call the model for the first
+    # turn again; the park, the claim of the second attempt, then the tool ran once.
+    assert types == [
+        "meta",
+        "user",
+        "assistant",
+        "park",
+        "claim",
+        "decision",
+        "tool_result",
+        "assistant",
+        "terminal",
+    ], types
+    assert fold(records).terminal is not None
+
+
+def test_a_denied_answer_reaches_the_model_with_its_reason(fleet: str, tmp_path: Path) -> None:
+    model = _edit_script(tmp_path, "deny", "never")
+    run = _submit(fleet, "write it", "--model", model, "--workspace", f"path:{tmp_path}")
+    worker = WorkerProc(fleet, tmp_path / "scratch", "w1")
+    try:
+        (parked,) = _wait(fleet, run)
+        assert parked["status"] == "parked", (parked, worker.log())
+        out = keel(
+            "runs", "--nats", fleet, "answer", run, "toolu_deny_1", "deny", "--reason", "not today"
+        )
+        assert out.returncode == 0, out
+        (done,) = _wait(fleet, run)
+    finally:
+        worker.terminate()
+        worker.close()
+    assert done["status"] == "completed", done
+    assert not (tmp_path / "out.txt").exists()
+    records = read_run(fleet, run, tmp_path / "reader")
+    results = [r.payload for r in records if r.payload.type == "tool_result"]
+    assert len(results) == 1, results
+    assert results[0].result.is_error, results
+    assert "not today" in results[0].result.text, results
+
+
+def test_submit_refuses_bad_input_in_one_line(fleet: str, tmp_path: Path) -> None:
+    for args, needle in (
+        (["--mode", "yolo"], "yolo"),
+        (["--workspace", "ext::sh -c touch /tmp/x"], "ext"),
+        (["--max-turns", "0"], "max-turns"),
+    ):
+        out = keel("submit", "--nats", fleet, "p", *args)
+        assert out.returncode != 0, out
+        assert out.stdout == "", out
+        assert out.stderr.startswith("keel: error:"), out
+        assert needle in out.stderr, out
+        assert "Traceback" not in out.stderr
+    nowhere = keel("runs", "list", env={**os.environ, "KEEL_NATS_URL": ""})
+    assert nowhere.returncode != 0, nowhere
+    assert "keel fleet up" in nowhere.stderr, nowhere
