@@ -1,0 +1,681 @@
+"""Workspaces that move with a fleet run: a git clone whose state travels on a run branch, a
+directory every worker shares, or a private scratch directory.
+
+A run request names its workspace as a JSON-able spec (`parse_workspace`: `{"git": URL, "ref":
+REF}`, `{"path": DIR}`, `{}`; on the command line `git:URL#REF`, `path:DIR`, `none`). A worker
+calls `Workspace.prepare(spec, run_id, scratch)` before the run's first model request, gives the
+agent `.path` as its working directory, calls `save(message)` after every tool round (before the
+next model request) and `cleanup()` when the run is done or handed back.
+
+A git workspace is cloned into `scratch/<run>/work` (0700). If the remote already has the run's
+branch `keel/run-<run>` a previous worker saved rounds there and the clone continues from it
+(`resumed_from`); otherwise the branch starts at `ref`. `save` commits whatever the round changed
+(one `git status` when nothing did) and pushes it to the run branch with a lease on the commit
+this workspace last pushed, so a worker that lost the run cannot overwrite the branch of the one
+that took it over (`WorkspaceConflict`). What a crash can lose is in `LOSS`.
+
+git runs here outside the agent's sandbox, on a repository that the remote and the agent both
+shaped, so it is held tightly: only the `file`, `https`, `ssh` and `git` transports (`ext::` and
+other remote helpers run programs), no templates, no hooks, no fsmonitor, no submodules, no
+credential prompts (`GIT_TERMINAL_PROMPT=0`, no controlling terminal), commits built with
+plumbing (`write-tree`/`commit-tree`, fixed author, never signed). Before each save the clone's
+`.git` is checked to be the directory, with the config, that `prepare` left (the sandbox and the
+file tools hold them read-only; a changed one means something got past them, and keel refuses
+rather than run git under a config it did not write). Nested repositories the agent created are
+left out of saves (`skipped`): `git add` would run `git status` inside them, under their own
+config, which the sandbox does not protect.
+
+Every call blocks (a git subprocess with a deadline); an async worker calls them through
+`asyncio.to_thread`. This module never runs git on a URL it has not checked, and never removes
+a `path` workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+from keel.errors import UserError
+from keel.fleet.streams import check_run_id
+from keel.frozen import frozen
+
+Kind = Literal["git", "path", "none"]
+
+#: The transports a git workspace may use (git's own names, as `protocol.<name>.allow` has them).
+TRANSPORTS = ("file", "https", "ssh", "git")
+
+#: What a worker's crash can and cannot lose, per workspace kind (docs/fleet.md quotes it).
+LOSS: dict[Kind, str] = {
+    "git": (
+        "at most the file edits of the tool round in flight: each round's changes are committed "
+        "and pushed to the run branch keel/run-<id> before the next model request, and a "
+        "resuming worker checks that branch out (files the repository ignores and nested "
+        "repositories are never saved)"
+    ),
+    "path": (
+        "nothing of the files, which stay on the shared filesystem; but a tool round in flight "
+        "may have half-applied its edits, and the resumed run sees them as they were left"
+    ),
+    "none": (
+        "everything in the scratch directory: a run resumed on any worker, this one included, "
+        "starts with an empty directory"
+    ),
+}
+
+AUTHOR_NAME = "keel"
+AUTHOR_EMAIL = "keel@localhost"
+
+#: Deadlines for one git command: one that talks to the remote, and one that does not.
+NETWORK_TIMEOUT = 600.0
+LOCAL_TIMEOUT = 120.0
+
+#: `-c` settings on every git command: no hooks, no fsmonitor, only the allowed transports, no
+#: submodules, no signing, no background maintenance that would outlive the command.
+_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "protocol.allow=never",
+    *(f"protocol.{name}.allow=always" for name in TRANSPORTS),
+    "protocol.ext.allow=never",
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "push.recurseSubmodules=no",
+    "status.submoduleSummary=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "advice.detachedHead=false",
+)
+
+#: The worker's own GIT_* variables that are kept (how it reaches its remotes); every other one
+#: (GIT_DIR, GIT_CONFIG_PARAMETERS, GIT_TEMPLATE_DIR...) is dropped.
+_ENV_KEEP = (
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH_VARIANT",
+    "GIT_ASKPASS",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_EXEC_PATH",
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+)
+
+#: A local remote's own side of a clone or push (upload-pack, receive-pack) runs on this worker
+#: under that repository's config, which git does not let `-c` reach: keel starts it with hooks
+#: and fsmonitor off itself (a remote over ssh or https runs its hooks on its own server).
+_REMOTE_SIDE = (
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.alternateRefsCommand=true"
+)
+
+_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCP = re.compile(r"^(?:([^@/:]+)@)?([^@/:]+):(.*)$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SHA = re.compile(r"^[0-9a-f]{40}$|^[0-9a-f]{64}$")
+
+_HINT_SPEC = "use git:URL#REF, path:/shared/dir or none (or the JSON forms)"
+
+
+class WorkspaceError(UserError):
+    """A workspace cannot be prepared or saved: a bad spec, a refused URL, a failed git."""
+
+
+class WorkspaceConflict(WorkspaceError):
+    """Another worker moved the run branch since this workspace last pushed: this worker no
+    longer owns the run and must stop without saving anything more."""
+
+
+@frozen
+class WorkspaceSpec:
+    """Where a run's files come from. `kind` decides which fields matter: `url` and `ref` (empty:
+    the remote's HEAD) for git, `path` for path; none has neither."""
+
+    kind: Kind
+    url: str = ""
+    ref: str = ""
+    path: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form a run request carries (`parse_workspace` reads it back)."""
+        if self.kind == "git":
+            return {"git": self.url, "ref": self.ref} if self.ref else {"git": self.url}
+        if self.kind == "path":
+            return {"path": self.path}
+        return {}
+
+    def text(self) -> str:
+        """The command-line form."""
+        if self.kind == "git":
+            return f"git:{self.url}#{self.ref}" if self.ref else f"git:{self.url}"
+        if self.kind == "path":
+            return f"path:{self.path}"
+        return "none"
+
+
+def parse_workspace(value: str | Mapping[str, object] | None) -> WorkspaceSpec:
+    """A workspace spec from its command-line text (`git:URL#REF`, `git:URL`, `path:/dir`,
+    `none`, or JSON) or its JSON form (a dict). Checked here, on the submitting side, as far as
+    it can be without the worker's filesystem; `WorkspaceError` (one line, a hint) otherwise."""
+    if value is None:
+        return WorkspaceSpec("none")
+    if isinstance(value, str):
+        return _parse_text(value.strip())
+    return _parse_dict(value)
+
+
+def _parse_text(text: str) -> WorkspaceSpec:
+    if text in ("", "none"):
+        return WorkspaceSpec("none")
+    if text.startswith("{"):
+        try:
+            loaded = json.loads(text)
+        except ValueError as exc:
+            raise WorkspaceError(f"workspace {text!r} is not valid JSON", hint=_HINT_SPEC) from exc
+        if not isinstance(loaded, dict):
+            raise WorkspaceError(f"workspace {text!r} is not a JSON object", hint=_HINT_SPEC)
+        return _parse_dict(loaded)
+    kind, sep, rest = text.partition(":")
+    if sep and kind == "git":
+        url, _, ref = rest.rpartition("#") if "#" in rest else (rest, "", "")
+        return _git_spec(url, ref)
+    if sep and kind == "path":
+        return _path_spec(rest)
+    raise WorkspaceError(f"workspace {text!r} is not one keel knows", hint=_HINT_SPEC)
+
+
+def _parse_dict(data: Mapping[str, object]) -> WorkspaceSpec:
+    keys = set(data)
+    if not keys:
+        return WorkspaceSpec("none")
+    if "git" in keys and keys <= {"git", "ref"}:
+        url, ref = data["git"], data.get("ref", "")
+        if not isinstance(url, str) or not isinstance(ref, str):
+            raise WorkspaceError("workspace git URL and ref must be strings", hint=_HINT_SPEC)
+        return _git_spec(url, ref)
+    if keys == {"path"}:
+        path = data["path"]
+        if not isinstance(path, str):
+            raise WorkspaceError("workspace path must be a string", hint=_HINT_SPEC)
+        return _path_spec(path)
+    raise WorkspaceError(
+        f"workspace {dict(data)!r} has unknown or conflicting keys {sorted(keys)}",
+        hint='use {"git": URL, "ref": REF}, {"path": DIR} or {}',
+    )
+
+
+def _git_spec(url: str, ref: str) -> WorkspaceSpec:
+    check_git_url(url)
+    check_ref(ref)
+    return WorkspaceSpec("git", url=url, ref=ref)
+
+
+def _path_spec(path: str) -> WorkspaceSpec:
+    if not path or _CONTROL.search(path) or not os.path.isabs(path):
+        raise WorkspaceError(
+            f"workspace path {path!r} is not an absolute path",
+            hint="a path workspace is a directory every worker mounts at the same absolute path",
+        )
+    return WorkspaceSpec("path", path=os.path.normpath(path))
+
+
+def check_git_url(url: str) -> str:
+    """`url` when git may fetch from it: an absolute path, `file:///…`, `https://…`, `ssh://…`,
+    `git://…` or scp-like `[user@]host:path`. Refused: remote helpers (`ext::`, `fd::` and any
+    `<transport>::`), other schemes (`http` included), relative paths, a host or user that
+    would read as an option, and a password in the URL (a run request never carries one)."""
+    refuse = _url_refusal(url)
+    if refuse:
+        reason, hint = refuse
+        raise WorkspaceError(f"git workspace {_redact(url)!r} refused: {reason}", hint=hint)
+    return url
+
+
+def _url_refusal(url: str) -> tuple[str, str] | None:  # noqa: C901 (one rule per line)
+    allowed = "allowed: an absolute path, file:///, https://, ssh://, git:// or host:path"
+    if not url:
+        return "no URL", allowed
+    if _CONTROL.search(url):
+        return "it holds control characters", allowed
+    if url.startswith("-"):
+        return "it starts with '-' (git would read it as an option)", allowed
+    if _HELPER.match(url):
+        return "remote-helper transports (ext::, fd::, <name>::) run programs", allowed
+    scheme = _SCHEME.match(url)
+    if scheme:
+        name = scheme.group(1).lower()
+        if name == "http":
+            return "plain http is not allowed", "use https://"
+        if name not in TRANSPORTS:
+            return f"transport {name!r} is not allowed", allowed
+        parts = urlsplit(url)
+        if parts.password:
+            return (
+                "it carries a password",
+                "a run request never carries a credential: give the workers a credential helper",
+            )
+        user, host = unquote(parts.username or ""), unquote(parts.hostname or "")
+        if user.startswith("-") or host.startswith("-"):
+            return "its user or host starts with '-' (ssh would read it as an option)", allowed
+        if name == "file" and (parts.netloc not in ("", "localhost") or not parts.path):
+            return "a file URL names a local path", "write file:///absolute/path"
+        if name != "file" and not host:
+            return "it has no host", allowed
+        return None
+    if url.startswith("/"):
+        return None
+    scp = _SCP.match(url)
+    if scp and "/" not in url.split(":", 1)[0]:
+        user, host = scp.group(1) or "", scp.group(2)
+        if user.startswith("-") or host.startswith("-"):
+            return "its user or host starts with '-' (ssh would read it as an option)", allowed
+        return None
+    return (
+        "a local repository must be an absolute path",
+        "write /absolute/path or file:///absolute/path (the path on every worker)",
+    )
+
+
+def check_ref(ref: str) -> str:
+    """`ref` (a branch, tag or commit; empty: the remote's HEAD) when it cannot be mistaken for
+    an option or a revision expression."""
+    if ref and (
+        ref.startswith("-")
+        or _CONTROL.search(ref)
+        or any(c in ref for c in " ~^:?*[\\")
+        or ".." in ref
+        or "@{" in ref
+    ):
+        raise WorkspaceError(
+            f"git ref {ref!r} is not a branch, tag or commit name",
+            hint="name a branch (main), a tag (v1.2) or a full commit id",
+        )
+    return ref
+
+
+def run_branch(run_id: str) -> str:
+    """The branch a run's rounds are saved to."""
+    return f"keel/run-{check_run_id(run_id)}"
+
+
+def _redact(url: str) -> str:
+    """`url` without a password (for messages and `describe`)."""
+    if "@" in url and _SCHEME.match(url):
+        parts = urlsplit(url)
+        if parts.password is not None:
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port else ""
+            return parts._replace(netloc=f"{parts.username}:***@{host}{port}").geturl()
+    return url
+
+
+def git_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment git runs with: the worker's, minus GIT_* variables that would point it
+    elsewhere or add config, plus no prompts, the transport allow list and keel's identity."""
+    base = os.environ if env is None else env
+    out = {k: v for k, v in base.items() if not k.startswith("GIT_") or k in _ENV_KEEP}
+    out.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_PROTOCOL_FROM_USER="0",
+        GIT_ALLOW_PROTOCOL=":".join(TRANSPORTS),
+        GCM_INTERACTIVE="never",
+        SSH_ASKPASS_REQUIRE="never",
+        GIT_AUTHOR_NAME=AUTHOR_NAME,
+        GIT_AUTHOR_EMAIL=AUTHOR_EMAIL,
+        GIT_COMMITTER_NAME=AUTHOR_NAME,
+        GIT_COMMITTER_EMAIL=AUTHOR_EMAIL,
+        LC_ALL="C",
+    )
+    return out
+
+
+def git(
+    args: list[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float = LOCAL_TIMEOUT,
+    stdin: bytes | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[bytes]:
+    """One git command with keel's `-c` settings, no terminal (its own session, stdin closed or
+    given) and a deadline after which its whole process group is killed."""
+    argv = ["git", *(a for item in _CONFIG for a in ("-c", item)), *args]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise WorkspaceError(
+            "git is not installed on this worker", hint="install git (apt install git)"
+        ) from exc
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise WorkspaceError(
+            f"git {args[0]} did not finish in {timeout:.0f}s",
+            hint="check that the workers reach the remote",
+        ) from exc
+    except BaseException:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        raise
+    result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    if check and result.returncode != 0:
+        raise WorkspaceError(f"git {args[0]} failed: {_first_line(err)}", hint=_git_hint(args[0]))
+    return result
+
+
+def _first_line(err: bytes) -> str:
+    lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    return (fatal or lines or ["(no message)"])[0]
+
+
+def _git_hint(command: str) -> str:
+    if command in ("clone", "push", "fetch"):
+        return "check the URL and that this worker can reach the remote (its own credentials)"
+    return "the workspace clone may be damaged; the run can resume from its run branch"
+
+
+def _private_dir(path: Path) -> None:
+    """`path` as a fresh empty directory only this user can enter (whatever was there is gone)."""
+    _remove(path)
+    path.mkdir(mode=0o700, parents=True)
+    path.chmod(0o700)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+class Workspace:
+    """A prepared workspace: `path` is the agent's working directory; `resumed_from` the commit
+    of the run branch a git workspace continued from (None: a fresh start, or not git)."""
+
+    def __init__(
+        self,
+        spec: WorkspaceSpec,
+        run_id: str,
+        path: Path,
+        *,
+        private: Path | None = None,
+        resumed_from: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.path = path
+        self.resumed_from = resumed_from
+        #: Nested repositories the last save left out (paths relative to `path`).
+        self.skipped: tuple[str, ...] = ()
+        self._private = private
+        self._env = dict(env) if env is not None else {}
+        #: The commit the run branch holds as far as this workspace knows (the push lease);
+        #: None: the branch must not exist yet.
+        self._pushed = resumed_from
+        self._config = b""
+
+    @property
+    def branch(self) -> str:
+        return run_branch(self.run_id)
+
+    @classmethod
+    def prepare(
+        cls,
+        spec: WorkspaceSpec,
+        run_id: str,
+        scratch: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = NETWORK_TIMEOUT,
+    ) -> Workspace:
+        """The workspace for `run_id` on this worker. git: a fresh clone in
+        `scratch/<run>/work` on the run branch (the remote's if it has one); path: the shared
+        directory (it must exist); none: an empty `scratch/<run>/work`."""
+        check_run_id(run_id)
+        if spec.kind == "path":
+            shared = Path(_path_spec(spec.path).path)
+            if not shared.is_dir():
+                raise WorkspaceError(
+                    f"workspace path {shared} is not a directory on this worker",
+                    hint="mount the shared filesystem at the same path on every worker",
+                )
+            return cls(spec, run_id, shared)
+        private = scratch / run_id
+        _private_dir(private)
+        work = private / "work"
+        if spec.kind == "none":
+            work.mkdir(mode=0o700)
+            return cls(spec, run_id, work, private=private)
+        check_git_url(spec.url)
+        check_ref(spec.ref)
+        workspace = cls(spec, run_id, work, private=private, env=git_env(env))
+        try:
+            workspace._clone(timeout)
+        except BaseException:
+            _remove(private)
+            raise
+        return workspace
+
+    def _git(
+        self, *args: str, timeout: float = LOCAL_TIMEOUT, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        where = ("--git-dir", str(self.path / ".git"), "--work-tree", str(self.path))
+        return git([*where, *args], cwd=self.path, env=self._env, timeout=timeout, stdin=stdin)
+
+    def _rev(self, name: str) -> str | None:
+        where = ["--git-dir", str(self.path / ".git")]
+        args = [*where, "rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}"]
+        result = git(args, cwd=self.path, env=self._env, check=False)
+        return result.stdout.decode().strip() if result.returncode == 0 else None
+
+    def _clone(self, timeout: float) -> None:
+        assert self._private is not None
+        args = ["clone", "--no-checkout", "--no-recurse-submodules", "--template=", "--quiet"]
+        if self._local_remote():
+            # The git transport, not a copy of the source's files; its upload-pack held too.
+            args += ["--no-local", f"--upload-pack={_REMOTE_SIDE} upload-pack"]
+        git(
+            [*args, "--", self.spec.url, str(self.path)],
+            cwd=self._private,
+            env=self._env,
+            timeout=timeout,
+        )
+        self.path.chmod(0o700)
+        branch = self.branch
+        saved = self._rev(f"refs/remotes/origin/{branch}")
+        if saved is not None:
+            self._git("checkout", "--quiet", "--no-track", "-B", branch, saved)
+            self.resumed_from = self._pushed = saved
+        else:
+            start = self._start_commit()
+            if start is None:  # an empty repository: the first save makes the root commit
+                self._git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            else:
+                self._git("checkout", "--quiet", "--no-track", "-B", branch, start)
+        self._config = self._config_bytes()
+
+    def _local_remote(self) -> bool:
+        return self.spec.url.startswith("/") or self.spec.url.lower().startswith("file:")
+
+    def _start_commit(self) -> str | None:
+        ref = self.spec.ref
+        if not ref:
+            head = self._rev("refs/remotes/origin/HEAD")
+            if head is None and self._rev("HEAD") is None and not self._has_refs():
+                return None
+            if head is None:
+                raise WorkspaceError(
+                    f"the remote {_redact(self.spec.url)} has no default branch",
+                    hint="name one: git:URL#BRANCH",
+                )
+            return head
+        candidates = [f"refs/remotes/origin/{ref}", f"refs/tags/{ref}"]
+        if _SHA.match(ref):
+            candidates.append(ref)
+        for name in candidates:
+            found = self._rev(name)
+            if found is not None:
+                return found
+        raise WorkspaceError(
+            f"ref {ref!r} is not a branch, tag or commit of {_redact(self.spec.url)}",
+            hint="check the ref (a commit must be reachable from a branch or tag)",
+        )
+
+    def _has_refs(self) -> bool:
+        out = self._git("for-each-ref", "--count=1", "--format=%(refname)").stdout
+        return bool(out.strip())
+
+    def _config_bytes(self) -> bytes:
+        return (self.path / ".git" / "config").read_bytes()
+
+    def _check_git_dir(self) -> None:
+        """The clone's `.git` is still the directory and config `prepare` left; refuse otherwise."""
+        dot_git = self.path / ".git"
+        try:
+            st = os.lstat(dot_git)
+            ok = stat.S_ISDIR(st.st_mode) and self._config_bytes() == self._config
+        except OSError:
+            ok = False
+        if ok and not os.path.lexists(dot_git / "commondir"):
+            return
+        raise WorkspaceError(
+            f"the workspace's .git in {self.path} was changed during the run; keel will not run "
+            "git under a configuration it did not write",
+            hint="the run's saved rounds are on its run branch; resume it on another worker",
+        )
+
+    def save(self, message: str) -> str | None:
+        """Commit what changed since the last save and push it to the run branch; the commit, or
+        None when nothing changed (then it costs one `git status`). Path and none: None."""
+        if self.spec.kind != "git":
+            return None
+        self._check_git_dir()
+        head, untracked_repos, dirty = self._status()
+        if dirty:
+            head = self._commit(message, untracked_repos, head)
+        if head is None or head == self._pushed:
+            return None
+        self._push(head)
+        return head
+
+    def _status(self) -> tuple[str | None, list[str], bool]:
+        """HEAD (None: no commit yet), the untracked nested repositories, whether anything is
+        to be committed."""
+        out = self._git(
+            "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+            "--ignore-submodules=all", "--no-renames",
+        ).stdout  # fmt: skip
+        head: str | None = None
+        nested: list[str] = []
+        dirty = False
+        for entry in out.split(b"\0"):
+            if entry.startswith(b"# branch.oid "):
+                oid = entry[len(b"# branch.oid ") :].decode()
+                head = None if oid == "(initial)" else oid
+            elif entry.startswith(b"? ") and entry.endswith(b"/"):
+                nested.append(os.fsdecode(entry[2:-1]))
+            elif entry and not entry.startswith(b"#"):
+                dirty = True
+        self.skipped = tuple(nested)
+        return head, nested, dirty
+
+    def _gitlinks(self) -> list[str]:
+        """Paths the index holds as submodules: `git add` would run `git status` in them."""
+        out = self._git("ls-files", "--stage", "-z").stdout
+        found = []
+        for entry in out.split(b"\0"):
+            if entry.startswith(b"160000 "):
+                found.append(os.fsdecode(entry.partition(b"\t")[2]))
+        return found
+
+    def _commit(self, message: str, nested: list[str], head: str | None) -> str | None:
+        skip = [*nested, *self._gitlinks()]
+        specs = [".", *(f":(exclude,literal){p}" for p in skip)]
+        self._git(
+            "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul",
+            stdin=b"\0".join(os.fsencode(s) for s in specs),
+        )  # fmt: skip
+        tree = self._git("write-tree").stdout.decode().strip()
+        if head is not None and self._git("rev-parse", f"{head}^{{tree}}").stdout.strip() == (
+            tree.encode()
+        ):
+            return head  # only left-out paths changed
+        parents = ["-p", head] if head is not None else []
+        commit = self._git(
+            "commit-tree", "--no-gpg-sign", *parents, "-F", "-", tree,
+            stdin=(message.strip() or "keel: save").encode() + b"\n",
+        ).stdout.decode().strip()  # fmt: skip
+        # The old value pins what HEAD held (empty: it must not exist yet).
+        self._git("update-ref", "-m", "keel save", "HEAD", commit, head or "")
+        return commit
+
+    def _push(self, head: str) -> None:
+        ref = f"refs/heads/{self.branch}"
+        lease = f"--force-with-lease={ref}:{self._pushed or ''}"
+        local = [f"--receive-pack={_REMOTE_SIDE} receive-pack"] if self._local_remote() else []
+        result = git(
+            [
+                "--git-dir", str(self.path / ".git"), "push", "--porcelain", "--no-verify",
+                "--no-recurse-submodules", lease, *local, "origin", f"{head}:{ref}",
+            ],
+            cwd=self.path, env=self._env, timeout=NETWORK_TIMEOUT, check=False,
+        )  # fmt: skip
+        if result.returncode == 0:
+            self._pushed = head
+            return
+        lines = result.stdout.decode("utf-8", "replace").splitlines()
+        rejected = [ln for ln in lines if ln.startswith("!")]
+        conflict = ("stale info", "fetch first", "non-fast-forward", "already exists")
+        if any(word in ln for ln in rejected for word in conflict):
+            raise WorkspaceConflict(
+                f"another worker moved {self.branch} since this one last saved it; "
+                "this worker no longer owns the run",
+                hint="stop this run here: the worker that moved the branch carries it on",
+            )
+        reason = rejected[0].split("\t")[-1] if rejected else _first_line(result.stderr)
+        raise WorkspaceError(
+            f"git push of {self.branch} failed: {reason}",
+            hint=_git_hint("push"),
+        )
+
+    def cleanup(self) -> None:
+        """Remove the private directory (a clone or the scratch dir); a path workspace stays."""
+        if self._private is not None:
+            _remove(self._private)
+
+    def describe(self) -> str:
+        """One line for `keel runs show`."""
+        if self.spec.kind == "path":
+            return f"path {self.path} (shared, used in place)"
+        if self.spec.kind == "none":
+            return f"none (private scratch directory {self.path}, not kept)"
+        ref = self.spec.ref or "the remote's HEAD"
+        line = f"git {_redact(self.spec.url)} at {ref}, saved to {self.branch}"
+        if self.resumed_from:
+            line += f" (resumed from {self.resumed_from[:12]})"
+        return line
