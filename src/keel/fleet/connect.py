@@ -10,6 +10,7 @@ for a client certificate). nats-py is imported only here, when a fleet command r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Coroutine, Mapping
@@ -106,6 +107,13 @@ async def connect(
     return client
 
 
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class Bridge:
     """A NATS connection on its own thread and event loop, for callers that are not async (the
     journal's `append` is called from inside the agent loop, synchronously). `call` runs a
@@ -138,7 +146,14 @@ class Bridge:
         try:
             self.call(self.nc.drain(), timeout=5)
         except Exception:  # closing: nothing more to say to a server that is gone
-            pass
+            # drain refuses while reconnecting; close still stops the client's own tasks (its
+            # reconnect loop, its subscriptions' readers), which would outlive the loop.
+            with contextlib.suppress(Exception):
+                self.call(self.nc.close(), timeout=5)
+            # nats-py's close can fail half-way (writing what it buffered to a dead socket)
+            # and leave those tasks pending: cancel whatever still runs on this loop.
+            with contextlib.suppress(Exception):
+                self.call(_cancel_tasks(), timeout=5)
         self._stop()
 
     def _stop(self) -> None:

@@ -150,6 +150,7 @@ class JetStreamJournal:
         self.warnings: list[str] = []
         self._store = store
         self._dead: Fenced | None = None
+        self._broken: str | None = None
         self._closed = False
         self._mirror_fd = -1
 
@@ -192,9 +193,22 @@ class JetStreamJournal:
             raise JournalWriteError(
                 f"the journal of run {self.run_id} is closed", hint="this is a bug in the caller"
             )
+        if self._broken is not None:
+            raise JournalWriteError(self._broken, hint="resume the run to continue it")
         record = Record(self.last_seq + 1, now(), payload)
         line = encode(record)
-        stream_seq = self._call(self._publish(record.seq, line))
+        try:
+            stream_seq = self._call(self._publish(record.seq, line))
+        except Fenced:
+            raise
+        except JournalWriteError:
+            # The publish may still land (nats-py resends what it buffered when it reconnects):
+            # the chain's end is unknown, so nothing more is appended through this journal.
+            self._broken = (
+                f"run {self.run_id}: the outcome of record {record.seq} is unknown (an earlier "
+                "append failed); this journal appends no more"
+            )
+            raise
         self.last_seq, self.last_stream_seq = record.seq, stream_seq
         self._mirror(line)
         self._after(record)
@@ -211,6 +225,7 @@ class JetStreamJournal:
                 hint=RETRY_HINT,
             ) from None
         except RuntimeError as exc:  # the bridge's loop is gone (the store was closed)
+            coro.close()
             raise JournalWriteError(
                 f"cannot append to run {self.run_id}: {exc}", hint="the store was closed"
             ) from None
@@ -532,8 +547,9 @@ class JetStreamStore:
         return out
 
     def exists(self, session_id: str) -> bool:
+        run_id = streams.check_run_id(session_id)  # a bad id is refused, not "absent"
         try:
-            self._last(streams.check_run_id(session_id))
+            self._last(run_id)
         except FleetError:
             raise
         except UserError:
