@@ -230,19 +230,52 @@ def test_clone_creates_the_run_branch_from_the_ref(
     assert sh("symbolic-ref", "HEAD", cwd=ws.path) == f"refs/heads/{BRANCH}"
     assert sh("rev-parse", "HEAD", cwd=ws.path) == commits["dev"]
     assert files(ws.path) == {"a.txt": "a2\n", "b.txt": "b1\n", "dev.txt": "dev\n"}
-    assert remote_branch(repo) is None  # nothing pushed before the first save
+    assert remote_branch(repo) == commits["dev"]  # pinned: a resume starts here whatever dev does
     assert ws.describe() == f"git {repo} at dev, saved to {BRANCH}"
 
 
-@pytest.mark.parametrize(("ref", "name"), [("", "main"), ("main", "main"), ("v1", "first")])
+@pytest.mark.parametrize(
+    ("ref", "name"), [("", "main"), ("main", "main"), ("v1", "first"), ("@first", "first")]
+)
 def test_ref_defaults_to_the_remote_head_and_may_be_a_tag_or_commit(
     remote: tuple[Path, dict[str, str]], tmp_path: Path, ref: str, name: str
 ) -> None:
     repo, commits = remote
-    ws = prepare(repo, tmp_path / "w", ref=ref)
+    ws = prepare(repo, tmp_path / "w", ref=commits[ref[1:]] if ref.startswith("@") else ref)
     assert sh("rev-parse", "HEAD", cwd=ws.path) == commits[name]
-    by_commit = prepare(repo, tmp_path / "w2", ref=commits["first"])
-    assert sh("rev-parse", "HEAD", cwd=by_commit.path) == commits["first"]
+    assert remote_branch(repo) == commits[name]
+
+
+def test_a_moved_ref_does_not_move_a_started_run(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, commits = remote
+    prepare(repo, tmp_path / "worker-a", ref="main")
+    sh("update-ref", "refs/heads/main", commits["dev"], cwd=repo)  # main moves on
+    b = prepare(repo, tmp_path / "worker-b", ref="main")
+    assert b.resumed_from == commits["main"]
+    assert files(b.path) == {"a.txt": "a2\n", "b.txt": "b1\n"}
+
+
+def test_two_workers_starting_together_the_second_is_refused(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, commits = remote
+    real = Workspace._start_commit
+    first: list[Workspace] = []
+
+    def a_starts_in_between(self: Workspace) -> str | None:
+        # B has cloned (no run branch yet); A prepares the run before B pins its start.
+        monkeypatch.setattr(Workspace, "_start_commit", real)
+        first.append(prepare(repo, tmp_path / "worker-a", ref="dev"))
+        return real(self)
+
+    monkeypatch.setattr(Workspace, "_start_commit", a_starts_in_between)
+    with pytest.raises(WorkspaceConflict):
+        prepare(repo, tmp_path / "worker-b", ref="main")
+    assert not (tmp_path / "worker-b" / RUN).exists()
+    assert remote_branch(repo) == commits["dev"]
+    assert first[0].resumed_from is None
 
 
 def test_unknown_ref_is_one_line(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
@@ -384,7 +417,7 @@ def test_two_workers_racing_the_second_is_refused(
 def test_a_failed_push_is_retried_by_the_next_save(
     remote: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
-    repo, _ = remote
+    repo, commits = remote
     ws = prepare(repo, tmp_path / "w")
     (ws.path / "a.txt").write_text("x\n", encoding="utf-8")
     away = tmp_path / "away.git"
@@ -393,7 +426,7 @@ def test_a_failed_push_is_retried_by_the_next_save(
         ws.save("round 1")
     assert err.value.one_line().startswith(f"git push of {BRANCH} failed:")
     away.rename(repo)
-    assert remote_branch(repo) is None
+    assert remote_branch(repo) == commits["main"]
     commit = ws.save("round 2: nothing new, the commit of round 1 goes out")
     assert commit is not None
     assert remote_branch(repo) == commit
@@ -437,12 +470,12 @@ def test_ignored_files_are_not_saved(remote: tuple[Path, dict[str, str]], tmp_pa
 
 
 def test_cleanup_removes_the_clone(remote: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    repo, _ = remote
+    repo, commits = remote
     ws = prepare(repo, tmp_path / "w")
     ws.cleanup()
     assert not (tmp_path / "w" / RUN).exists()
     assert (tmp_path / "w").is_dir()
-    assert remote_branch(repo) is None
+    assert remote_branch(repo) == commits["main"]
 
 
 def test_a_bad_run_id_is_refused_before_anything_is_made(tmp_path: Path) -> None:
@@ -627,7 +660,7 @@ def test_a_nested_repository_the_agent_made_runs_nothing_and_is_left_out(
 def test_a_changed_git_config_is_refused(
     remote: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
-    repo, _ = remote
+    repo, commits = remote
     marker = tmp_path / "pwned"
     ws = prepare(repo, tmp_path / "w")
     # Something got past the sandbox and wrote the clone's config: a clean filter for every file.
@@ -643,7 +676,7 @@ def test_a_changed_git_config_is_refused(
         "branch; resume it on another worker)"
     )
     assert not marker.exists()
-    assert remote_branch(repo) is None
+    assert remote_branch(repo) == commits["main"]
 
 
 @pytest.mark.parametrize("how", ["gitfile", "commondir"])
@@ -707,3 +740,81 @@ def test_none_is_an_empty_private_dir_every_time(tmp_path: Path) -> None:
     assert list(again.path.iterdir()) == []
     again.cleanup()
     assert not (tmp_path / "w" / RUN).exists()
+
+
+def test_a_push_stored_but_unanswered_is_not_a_conflict(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, _ = remote
+    ws = prepare(repo, tmp_path / "w")
+    (ws.path / "a.txt").write_text("x\n", encoding="utf-8")
+    repo.rename(tmp_path / "away.git")  # round 1's push fails: the remote is away
+    with pytest.raises(WorkspaceError):
+        ws.save("round 1")
+    (tmp_path / "away.git").rename(repo)
+    head = sh("rev-parse", "HEAD", cwd=ws.path)
+    # ... but say it was in fact stored and only the answer was lost.
+    sh("push", "--quiet", "origin", f"HEAD:refs/heads/{BRANCH}", cwd=ws.path)
+    assert ws.save("round 2") == head
+    assert ws.pushed == head
+    (ws.path / "b.txt").write_text("y\n", encoding="utf-8")
+    later = ws.save("round 3")
+    assert later is not None
+    assert remote_branch(repo) == later
+
+
+def test_resume_note_says_when_edits_were_lost(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, _ = remote
+    a = prepare(repo, tmp_path / "worker-a")
+    before = a.pushed
+    assert before == sh("rev-parse", "refs/heads/main", cwd=repo)  # the pinned start
+    (a.path / "a.txt").write_text("round 1\n", encoding="utf-8")
+    saved = a.save("round 1")
+    assert a.pushed == saved
+    assert a.save("round 2: nothing") is None
+    assert a.pushed == saved
+    b = prepare(repo, tmp_path / "worker-b")
+    assert saved is not None
+    # The journal's last save record is round 1's and one tool round ran after it: lost.
+    assert b.resume_note(saved, 1) == (
+        f"This run moved to another worker. Its files were restored from {BRANCH} at "
+        f"{saved[:12]}: file changes made by the last tool round before the move were lost. "
+        "Check the files again before relying on those changes."
+    )
+    assert b.resume_note(saved, 0) is None  # no round after the save
+    # The branch is ahead of the journal: the round in flight was saved, only its record lost.
+    assert b.resume_note(None, 1) is None
+    # Nothing was ever saved and a round ran: the files are the ref's again.
+    (tmp_path / "other").mkdir()
+    other, _ = make_remote(tmp_path / "other")
+    fresh = prepare(other, tmp_path / "worker-c", ref="dev")
+    assert fresh.resume_note(None, 2) == (
+        f"This run moved to another worker. Its files were restored from {BRANCH} at the start "
+        f"of git:{other}#dev: file changes made by the last 2 tool rounds before the move were "
+        "lost. Check the files again before relying on those changes."
+    )
+    none = Workspace.prepare(WorkspaceSpec("none"), RUN, tmp_path / "n")
+    assert none.resume_note(None, 3) is None
+
+
+def test_cleanup_removes_what_the_run_locked_down(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, _ = remote
+    ws = prepare(repo, tmp_path / "w")
+    locked = ws.path / "locked" / "inner"
+    locked.mkdir(parents=True)
+    (locked / "f").write_text("f\n", encoding="utf-8")
+    locked.chmod(0o000)
+    (ws.path / "locked").chmod(0o500)
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o755)
+    outside.chmod(0o755)
+    (outside / "keep.txt").write_text("keep\n", encoding="utf-8")
+    (ws.path / "link").symlink_to(outside)
+    ws.cleanup()
+    assert not (tmp_path / "w" / RUN).exists()
+    assert files(outside) == {"keep.txt": "keep\n"}
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o755  # a link is never followed

@@ -8,8 +8,9 @@ agent `.path` as its working directory, calls `save(message)` after every tool r
 next model request) and `cleanup()` when the run is done or handed back.
 
 A git workspace is cloned into `scratch/<run>/work` (0700). If the remote already has the run's
-branch `keel/run-<run>` a previous worker saved rounds there and the clone continues from it
-(`resumed_from`); otherwise the branch starts at `ref`. `save` commits whatever the round changed
+branch `keel/run-<run>` a previous worker started the run and the clone continues from that
+branch (`resumed_from`); otherwise the branch starts at `ref` and is pushed at once, which pins
+the start for every later worker (a `ref` that moves on does not change the run's files). `save` commits whatever the round changed
 (one `git status` when nothing did) and pushes it to the run branch with a lease on the commit
 this workspace last pushed, so a worker that lost the run cannot overwrite the branch of the one
 that took it over (`WorkspaceConflict`). What a crash can lose is in `LOSS`.
@@ -363,6 +364,11 @@ def git(
             start_new_session=True,
         )
     except FileNotFoundError as exc:
+        if not cwd.is_dir():
+            raise WorkspaceError(
+                f"the workspace directory {cwd} is gone",
+                hint="the run's saved rounds are on its run branch; resume it on another worker",
+            ) from exc
         raise WorkspaceError(
             "git is not installed on this worker", hint="install git (apt install git)"
         ) from exc
@@ -406,10 +412,26 @@ def _private_dir(path: Path) -> None:
 
 
 def _remove(path: Path) -> None:
+    """`path` gone, without following symlinks; directories the run made unwritable or
+    unreadable are opened up first so that they can be emptied."""
     if path.is_symlink() or path.is_file():
         path.unlink()
-    elif path.exists():
+        return
+    if not path.exists():
+        return
+    os.chmod(path, 0o700)
+    for root, dirs, _ in os.walk(path, onerror=lambda _e: None):
+        for name in dirs:
+            child = os.path.join(root, name)
+            if not os.path.islink(child):
+                os.chmod(child, 0o700)
+    try:
         shutil.rmtree(path)
+    except OSError as exc:
+        raise WorkspaceError(
+            f"cannot remove the workspace directory {path}: {exc.strerror}",
+            hint="remove it by hand; nothing of the run depends on it",
+        ) from exc
 
 
 class Workspace:
@@ -517,6 +539,9 @@ class Workspace:
                 self._git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
             else:
                 self._git("checkout", "--quiet", "--no-track", "-B", branch, start)
+                # Pinned at once: a resuming worker starts from this commit even if `ref` has
+                # moved on, and two workers starting the run together find out here.
+                self._push(start)
         self._config = self._config_bytes()
 
     def _local_remote(self) -> bool:
@@ -645,7 +670,7 @@ class Workspace:
             ],
             cwd=self.path, env=self._env, timeout=NETWORK_TIMEOUT, check=False,
         )  # fmt: skip
-        if result.returncode == 0:
+        if result.returncode == 0:  # also when an earlier push stored it and its answer was lost
             self._pushed = head
             return
         lines = result.stdout.decode("utf-8", "replace").splitlines()
@@ -661,6 +686,29 @@ class Workspace:
         raise WorkspaceError(
             f"git push of {self.branch} failed: {reason}",
             hint=_git_hint("push"),
+        )
+
+    @property
+    def pushed(self) -> str | None:
+        """The commit the run branch holds as far as this workspace knows (after `prepare`: the
+        one it resumed from; after each `save`: the one it pushed, or the same as before when
+        nothing changed). A worker journals it after each save, for `resume_note`."""
+        return self._pushed
+
+    def resume_note(self, last_saved: str | None, rounds_since: int) -> str | None:
+        """What to tell the model on resume when file edits were lost: `last_saved` is the last
+        `pushed` the journal recorded, `rounds_since` how many tool rounds the journal holds
+        after that record. Edits were lost when rounds ran since and the run branch holds no
+        later save (a branch ahead of the journal means the round in flight was saved and only
+        its record was lost). None when nothing was lost or this is not a git workspace."""
+        if self.spec.kind != "git" or rounds_since <= 0 or self.resumed_from != last_saved:
+            return None
+        have = self.resumed_from[:12] if self.resumed_from else f"the start of {self.spec.text()}"
+        rounds = "tool round" if rounds_since == 1 else f"{rounds_since} tool rounds"
+        return (
+            f"This run moved to another worker. Its files were restored from {self.branch} at "
+            f"{have}: file changes made by the last {rounds} before the move were lost. "
+            "Check the files again before relying on those changes."
         )
 
     def cleanup(self) -> None:
