@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from keel.errors import UserError
 from keel.fleet import workspace as ws_module
 from keel.fleet.workspace import (
     LOSS,
@@ -74,6 +75,12 @@ def make_remote(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     dev = sh("rev-parse", "HEAD", cwd=seed)
     sh("push", "--quiet", str(remote), "main", "dev", "v1", cwd=seed)
     return remote, {"first": first, "main": main, "dev": dev}
+
+
+@pytest.fixture(autouse=True)
+def shared_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This worker shares tmp_path with runs (path workspaces, local remotes)."""
+    monkeypatch.setenv("KEEL_WORKSPACE_ROOTS", str(tmp_path))
 
 
 @pytest.fixture
@@ -479,9 +486,9 @@ def test_cleanup_removes_the_clone(remote: tuple[Path, dict[str, str]], tmp_path
 
 
 def test_a_bad_run_id_is_refused_before_anything_is_made(tmp_path: Path) -> None:
-    with pytest.raises(WorkspaceError.__mro__[1]) as err:  # UserError from check_run_id
+    with pytest.raises(UserError) as err:  # from check_run_id
         Workspace.prepare(WorkspaceSpec("none"), "../escape", tmp_path / "w")
-    assert "is not a run id" in err.value.one_line()  # type: ignore[attr-defined]
+    assert "is not a run id" in err.value.one_line()
     assert not (tmp_path / "w").exists()
     assert not (tmp_path / "escape").exists()
 
@@ -818,3 +825,53 @@ def test_cleanup_removes_what_the_run_locked_down(
     assert not (tmp_path / "w" / RUN).exists()
     assert files(outside) == {"keep.txt": "keep\n"}
     assert stat.S_IMODE(outside.stat().st_mode) == 0o755  # a link is never followed
+
+
+def test_a_file_url_remote_works_like_a_path(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, commits = remote
+    ws = Workspace.prepare(parse_workspace(f"git:file://{repo}#dev"), RUN, tmp_path / "w")
+    assert sh("rev-parse", "HEAD", cwd=ws.path) == commits["dev"]
+    (ws.path / "a.txt").write_text("x\n", encoding="utf-8")
+    commit = ws.save("round 1")
+    assert commit is not None
+    assert remote_branch(repo) == commit
+
+
+def test_a_run_cannot_name_a_directory_the_worker_does_not_share(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    repo, _ = remote
+    elsewhere = tmp_path_factory.mktemp("worker-private")
+    (elsewhere / "secret.txt").write_text("s\n", encoding="utf-8")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "escape").symlink_to(elsewhere)
+    sh("clone", "--quiet", "--bare", str(repo), str(elsewhere / "private.git"), cwd=tmp_path)
+    refused = [
+        (parse_workspace(f"path:{elsewhere}"), f"workspace path {elsewhere}"),
+        (
+            parse_workspace(f"path:{tmp_path}/shared/escape"),
+            f"workspace path {tmp_path}/shared/escape",
+        ),
+        (parse_workspace(f"git:{elsewhere}/private.git"), f"git workspace {elsewhere}/private.git"),
+        (
+            parse_workspace(f"git:file://{elsewhere}/private.git"),
+            f"git workspace {elsewhere}/private.git",
+        ),
+    ]
+    for spec, what in refused:
+        with pytest.raises(WorkspaceError) as err:
+            Workspace.prepare(spec, RUN, tmp_path / "w")
+        assert err.value.one_line() == (
+            f"{what} is not under a directory this worker shares with runs ({tmp_path}) "
+            "(hint: the worker's operator lists them in KEEL_WORKSPACE_ROOTS=/shared/dir[:/other])"
+        )
+    assert not (tmp_path / "w" / RUN).exists()
+    # With none configured, no path workspace and no local remote is allowed at all.
+    with pytest.raises(WorkspaceError, match=r"\(none are set\)"):
+        Workspace.prepare(parse_workspace(f"path:{tmp_path}"), RUN, tmp_path / "w", roots=())
+    with pytest.raises(WorkspaceError, match=r"\(none are set\)"):
+        prepare(repo, tmp_path / "w", roots=())
+    # The git dirs of the refused remote were never touched.
+    assert remote_branch(elsewhere / "private.git") is None

@@ -72,6 +72,10 @@ LOSS: dict[Kind, str] = {
     ),
 }
 
+#: The worker's setting that lists the directories runs may name (path workspaces, local git
+#: remotes), `:`-separated. Unset: none.
+ROOTS_ENV = "KEEL_WORKSPACE_ROOTS"
+
 AUTHOR_NAME = "keel"
 AUTHOR_EMAIL = "keel@localhost"
 
@@ -305,6 +309,38 @@ def check_ref(ref: str) -> str:
     return ref
 
 
+def allowed_roots(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """The directories runs may name on this worker (`KEEL_WORKSPACE_ROOTS`, `:`-separated,
+    absolute): path workspaces and local git remotes must lie under one. None by default."""
+    base = os.environ if env is None else env
+    raw = base.get(ROOTS_ENV, "")
+    return tuple(Path(p) for p in raw.split(os.pathsep) if p and os.path.isabs(p))
+
+
+def check_under_roots(path: Path, roots: tuple[Path, ...], what: str) -> Path:
+    """`path` when it lies under one of `roots` once symlinks are resolved; refused otherwise
+    (a run request must not point the agent, or git outside the sandbox, at any directory of
+    the worker it likes)."""
+    resolved = path.resolve()
+    for root in roots:
+        if resolved.is_relative_to(root.resolve()):
+            return path
+    shared = ", ".join(str(r) for r in roots) if roots else "none are set"
+    raise WorkspaceError(
+        f"{what} {path} is not under a directory this worker shares with runs ({shared})",
+        hint=f"the worker's operator lists them in {ROOTS_ENV}=/shared/dir[:/other]",
+    )
+
+
+def _local_path(url: str) -> Path | None:
+    """The directory a local git URL (a path or `file://`) names; None for a remote one."""
+    if url.startswith("/"):
+        return Path(url)
+    if url.lower().startswith("file://"):
+        return Path(unquote(urlsplit(url).path))
+    return None
+
+
 def run_branch(run_id: str) -> str:
     """The branch a run's rounds are saved to."""
     return f"keel/run-{check_run_id(run_id)}"
@@ -473,12 +509,16 @@ class Workspace:
         scratch: Path,
         *,
         env: Mapping[str, str] | None = None,
+        roots: tuple[Path, ...] | None = None,
         timeout: float = NETWORK_TIMEOUT,
     ) -> Workspace:
         """The workspace for `run_id` on this worker. git: a fresh clone in
         `scratch/<run>/work` on the run branch (the remote's if it has one); path: the shared
-        directory (it must exist); none: an empty `scratch/<run>/work`."""
+        directory (it must exist); none: an empty `scratch/<run>/work`. A path workspace and a
+        git remote on this machine must lie under one of `roots` (default: `KEEL_WORKSPACE_ROOTS`
+        in `env`), the directories this worker's operator shares with runs."""
         check_run_id(run_id)
+        roots = allowed_roots(env) if roots is None else roots
         if spec.kind == "path":
             shared = Path(_path_spec(spec.path).path)
             if not shared.is_dir():
@@ -486,15 +526,19 @@ class Workspace:
                     f"workspace path {shared} is not a directory on this worker",
                     hint="mount the shared filesystem at the same path on every worker",
                 )
+            check_under_roots(shared, roots, "workspace path")
             return cls(spec, run_id, shared)
+        if spec.kind == "git":
+            check_git_url(spec.url)
+            check_ref(spec.ref)
+            if (local := _local_path(spec.url)) is not None:
+                check_under_roots(local, roots, "git workspace")
         private = scratch / run_id
         _private_dir(private)
         work = private / "work"
         if spec.kind == "none":
             work.mkdir(mode=0o700)
             return cls(spec, run_id, work, private=private)
-        check_git_url(spec.url)
-        check_ref(spec.ref)
         workspace = cls(spec, run_id, work, private=private, env=git_env(env))
         try:
             workspace._clone(timeout)
@@ -545,7 +589,7 @@ class Workspace:
         self._config = self._config_bytes()
 
     def _local_remote(self) -> bool:
-        return self.spec.url.startswith("/") or self.spec.url.lower().startswith("file:")
+        return _local_path(self.spec.url) is not None
 
     def _start_commit(self) -> str | None:
         ref = self.spec.ref
