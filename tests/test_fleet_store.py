@@ -563,3 +563,33 @@ def test_nats_is_not_imported_by_the_module(tmp_path: Path) -> None:
     )
     assert out.stdout.strip() == "False"
     assert fleet_journal.APPEND_TIMEOUT == 10.0
+
+
+def test_without_the_bucket_listing_says_so_and_appends_still_land(
+    tmp_path: Path,
+    nats_server: NatsServer,  # noqa: F811
+) -> None:
+    store = JetStreamStore.connect(nats_server.url, scratch=tmp_path / "w1")
+    try:
+        ensure_streams_sync(store.bridge)
+        store.bridge.call(store.bridge.js.delete_key_value("keel-runs"))
+        journal = store.create(meta())
+        journal.append(TerminalRecord("completed"))
+        # The records are stored; the summary could not be written, and the journal says so.
+        assert payloads(store.read(RUN).records)[1:] == [TerminalRecord("completed")]
+        assert (
+            journal.warnings
+            == [
+                f"cannot update the summary of run {RUN}: no KV bucket keel-runs on "
+                f"{nats_server.url} (hint: create the streams and the bucket with `keel fleet init`)"
+            ]
+            * 2
+        )
+        with pytest.raises(FleetError) as failed:
+            store.summaries()
+        assert failed.value.one_line() == (
+            f"cannot list the runs: no KV bucket keel-runs on {nats_server.url} "
+            "(hint: create the streams and the bucket with `keel fleet init`)"
+        )
+    finally:
+        store.close()

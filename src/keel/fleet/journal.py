@@ -415,12 +415,18 @@ class JetStreamStore:
             store=self,
         )
 
-    def _call(self, coro: Coroutine[Any, Any, T], what: str) -> T:
-        """Run a read on the bridge; nats' failures become one line."""
-        from nats.js.errors import NoStreamResponseError
+    def _call(self, coro: Coroutine[Any, Any, T], what: str, *, records: int = 0) -> T:
+        """Run a request on the bridge (bounded: longer for a long run's `records`); nats'
+        failures become one line."""
+        from nats.js.errors import BucketNotFoundError, NoStreamResponseError
 
         try:
-            return self.bridge.call(coro, timeout=self.timeout * 3 + 5)
+            return self.bridge.call(coro, timeout=self.timeout * 3 + 5 + records / 1000)
+        except BucketNotFoundError:
+            raise FleetError(
+                f"cannot {what}: no KV bucket {streams.KV_BUCKET} on {self.bridge.url}",
+                hint="create the streams and the bucket with `keel fleet init`",
+            ) from None
         except NoStreamResponseError:
             raise FleetError(
                 f"cannot {what}: no stream {streams.RUNS_STREAM} on {self.bridge.url}",
@@ -473,7 +479,7 @@ class JetStreamStore:
                 hint="another worker is writing it; stop that worker or wait for it to finish",
             )
         try:
-            records = self._records(run_id, journal.last_stream_seq)
+            records = self._records(run_id, journal.last_stream_seq, journal.last_seq)
             journal.start_mirror(records)
         except BaseException:
             journal.close()
@@ -505,12 +511,13 @@ class JetStreamStore:
     def read(self, session_id: str) -> Loaded:
         """Every record of the run, in order, without claiming it."""
         run_id = streams.check_run_id(session_id)
-        stream_seq, _seq = self._last(run_id)
-        return Loaded(self._records(run_id, stream_seq))
+        stream_seq, seq = self._last(run_id)
+        return Loaded(self._records(run_id, stream_seq, seq))
 
-    def _records(self, run_id: str, upto: int) -> list[Record]:
-        """The run's records up to stream sequence `upto`, through one ordered consumer."""
-        messages = self._call(self._fetch(run_id, upto), f"read run {run_id}")
+    def _records(self, run_id: str, upto: int, count: int) -> list[Record]:
+        """The run's `count` records, up to stream sequence `upto`, through one ordered
+        consumer."""
+        messages = self._call(self._fetch(run_id, upto), f"read run {run_id}", records=count)
         records: list[Record] = []
         for subject, data in messages:
             expected = len(records) + 1
