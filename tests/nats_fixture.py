@@ -149,15 +149,24 @@ class NatsCluster:
                 time.sleep(0.05)
         raise RuntimeError(f"nats-server {self.names[i]} did not listen: {self._log_tail(i)}")
 
-    def jsz(self, i: int) -> dict[str, Any]:
-        """Node i's JetStream monitoring report (`/jsz`), {} when it does not answer."""
-        url = f"http://127.0.0.1:{self.http_ports[i]}/jsz"
+    def jsz(self, i: int, query: str = "") -> dict[str, Any]:
+        """Node i's JetStream monitoring report (`/jsz?query`), {} when it does not answer."""
+        url = f"http://127.0.0.1:{self.http_ports[i]}/jsz" + (f"?{query}" if query else "")
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 report: dict[str, Any] = json.loads(response.read())
         except (OSError, ValueError):
             return {}
         return report
+
+    def stream_state(self, i: int, stream: str) -> dict[str, Any] | None:
+        """Node i's own copy of `stream`: its state (messages, first_seq, last_seq, ...)."""
+        for account in self.jsz(i, "streams=true").get("account_details", []):
+            for detail in account.get("stream_detail", []):
+                if detail.get("name") == stream:
+                    state: dict[str, Any] = detail.get("state", {})
+                    return state
+        return None
 
     def meta_leader(self) -> str | None:
         """The meta leader every live node agrees on, itself a live node; or None."""

@@ -62,7 +62,7 @@ def _up(args: argparse.Namespace) -> int:
         raise UserError(f"--port {args.port} is not a port", hint="0 picks a free one")
     result = local.up(args.port, args.data)
     for note in result.notes:
-        print(f"keel: warning: {note}", file=sys.stderr)
+        print(f"keel: note: {note}", file=sys.stderr)
     if result.started:
         print(f"local fleet up: nats-server pid {result.pid}, JetStream in {result.data_dir}")
     else:
@@ -152,6 +152,7 @@ def _init(args: argparse.Namespace) -> int:
     import asyncio
 
     from keel.errors import UserError
+    from keel.fleet import local
     from keel.fleet.connect import FleetError, connect, resolve_url
 
     if args.replicas < 1 or args.replicas > 5:
@@ -166,6 +167,7 @@ def _init(args: argparse.Namespace) -> int:
             hint="update keel",
         ) from None
     url = resolve_url(given=args.url)
+    local.preflight(url)
 
     async def run() -> list[str]:
         import nats.errors

@@ -184,9 +184,31 @@ def _answers(url: str, timeout: float = 0.5) -> bool:
 
 
 def _host_port(url: str) -> tuple[str, int]:
-    rest = url.split("://", 1)[-1].split(",", 1)[0]
-    host, _, port = rest.rpartition(":")
-    return host or "127.0.0.1", int(port or 4222)
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.split(",", 1)[0].strip())
+    return parts.hostname or "127.0.0.1", parts.port or 4222
+
+
+def preflight(url: str, timeout: float = 2.0) -> None:
+    """Fail at once, in one line, when no server of `url` (a comma list) accepts a TCP
+    connection: nats-py retries a refused first connect until its timeout (10 s) and then
+    reports only "no answer"."""
+    why = ""
+    for one in (u.strip() for u in url.split(",") if u.strip()):
+        try:
+            host, port = _host_port(one)
+            socket.create_connection((host, port), timeout=timeout).close()
+        except ValueError:
+            why = f"{one!r} is not a URL"
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+        else:
+            return
+    raise FleetError(
+        f"cannot connect to the fleet's NATS server at {url} ({why})",
+        hint="is it running? `keel fleet up` starts a local one; KEEL_NATS_URL names another",
+    )
 
 
 def _log_tail(p: Paths) -> str:
@@ -266,6 +288,11 @@ def up(
         )
     _forget(p, env)
     binary = find_binary(env, executable=executable)
+    if port and _answers(f"nats://127.0.0.1:{port}"):
+        raise FleetError(
+            f"port {port} on 127.0.0.1 is already in use by another program",
+            hint="choose another with --port, or leave it out to take a free one",
+        )
     data = (data_dir or p.default_data).expanduser().absolute()
     make_dirs(p.root)
     make_dirs(p.ports_dir)
@@ -297,7 +324,7 @@ def up(
     finally:
         os.close(log_fd)
     try:
-        url = _wait_listening(proc, p, port)
+        url = _wait_listening(proc, p)
     except BaseException:
         _stop_process(proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -310,10 +337,13 @@ def up(
     return UpResult(url, proc.pid, started=True, data_dir=data, notes=notes)
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], p: Paths, port: int) -> str:
+def _wait_listening(proc: subprocess.Popen[bytes], p: Paths) -> str:
+    """The URL once this process listens: its ports file (named with its pid, so another
+    server answering on the same port is not mistaken for it) names the URL, and the URL
+    answers."""
     deadline = time.monotonic() + START_TIMEOUT
     ports_file = p.ports_dir / f"{BINARY}_{proc.pid}.ports"
-    url = f"nats://127.0.0.1:{port}" if port else ""
+    url = ""
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None:
@@ -348,19 +378,20 @@ def _ensure_streams(url: str, env: Mapping[str, str] | None) -> list[str]:
     async def run() -> list[str]:
         nc = await connect(url, name="keel fleet up", env=env, reconnect=False)
         try:
+            js = nc.jetstream()
             deadline = time.monotonic() + START_TIMEOUT
-            while True:
+            while True:  # JetStream may need a moment after the port opens
                 try:
-                    return list(await ensure_streams(nc.jetstream(), replicas=1, create=True))
-                except FleetError:
-                    raise
-                except Exception as exc:  # JetStream may need a moment after the port opens
+                    await js.account_info()
+                    break
+                except Exception as exc:  # nats-py raises several kinds while JetStream starts
                     if time.monotonic() > deadline:
                         raise FleetError(
-                            f"cannot create the fleet's streams on {url}: {type(exc).__name__}: {exc}",
+                            f"JetStream on {url} did not become ready: {type(exc).__name__}",
                             hint="`keel fleet status` shows the server; `keel fleet init` retries",
                         ) from None
-                    await asyncio.sleep(0.2)
+                    await asyncio.sleep(0.1)
+            return list(await ensure_streams(js, replicas=1, create=True))
         finally:
             await nc.close()
 
@@ -542,6 +573,8 @@ def status(env: Mapping[str, str] | None = None, url: str = "") -> dict[str, Any
 
     local = local_status(env)
     target = resolve_url(env, url)
+
+    preflight(target)
 
     async def run() -> dict[str, Any]:
         nc = await connect(target, name="keel fleet status", env=env, reconnect=False)
