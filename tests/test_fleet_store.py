@@ -593,3 +593,23 @@ def test_without_the_bucket_listing_says_so_and_appends_still_land(
         )
     finally:
         store.close()
+
+
+def test_a_store_without_auto_summaries_leaves_them_to_its_caller(
+    tmp_path: Path,
+    nats_server: NatsServer,  # noqa: F811
+) -> None:
+    bridge = Bridge(nats_server.url)
+    try:
+        ensure_streams_sync(bridge)
+        store = JetStreamStore(bridge, scratch=tmp_path / "w1", auto_summary=False)
+        journal = store.create(meta())
+        journal.append(TerminalRecord("completed"))
+        assert store.get_summary(RUN) is None
+        store.put_summary(RUN, {"id": RUN, "status": "queued"})
+        journal.append(NoteRecord("after"))
+        assert store.get_summary(RUN) == {"id": RUN, "status": "queued"}
+        store.close()  # not its bridge: the caller's
+        assert bridge.nc.is_connected
+    finally:
+        bridge.close()

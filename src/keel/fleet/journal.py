@@ -373,8 +373,12 @@ class JetStreamStore:
         worker: str = "",
         timeout: float = APPEND_TIMEOUT,
         owns_bridge: bool = False,
+        auto_summary: bool = True,
     ) -> None:
         self.bridge = bridge
+        #: Whether the journals keep the run's KV summary (create, claim, park, terminal) up to
+        #: date themselves; a caller that writes every summary field itself turns it off.
+        self.auto_summary = auto_summary
         self.scratch = scratch
         self.worker = worker
         self.timeout = timeout
@@ -412,7 +416,7 @@ class JetStreamStore:
             seq,
             self.mirror_path(run_id),
             timeout=self.timeout,
-            store=self,
+            store=self if self.auto_summary else None,
         )
 
     def _call(self, coro: Coroutine[Any, Any, T], what: str, *, records: int = 0) -> T:
@@ -454,7 +458,8 @@ class JetStreamStore:
                 hint="pick another id (keel makes a fresh one when none is given)",
             ) from None
         journal.start_mirror([record])
-        self.update_summary(run_id, _meta_summary(record), warnings=journal.warnings)
+        if self.auto_summary:
+            self.update_summary(run_id, _meta_summary(record), warnings=journal.warnings)
         return journal
 
     def open(
