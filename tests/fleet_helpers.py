@@ -77,7 +77,9 @@ class WorkerProc:
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._log,
-            env=env or dict(os.environ),
+            # The worker shares the test's directory with runs (path workspaces, local git
+            # remotes are refused outside KEEL_WORKSPACE_ROOTS).
+            env={"KEEL_WORKSPACE_ROOTS": str(scratch.parent), **(env or os.environ)},
             start_new_session=True,
         )
 
