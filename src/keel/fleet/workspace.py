@@ -8,12 +8,15 @@ agent `.path` as its working directory, calls `save(message)` after every tool r
 next model request) and `cleanup()` when the run is done or handed back.
 
 A git workspace is cloned into `scratch/<run>/work` (0700). If the remote already has the run's
-branch `keel/run-<run>` a previous worker started the run and the clone continues from that
+branch `keel/run-<run>`, a previous worker started the run and the clone continues from that
 branch (`resumed_from`); otherwise the branch starts at `ref` and is pushed at once, which pins
-the start for every later worker (a `ref` that moves on does not change the run's files). `save` commits whatever the round changed
-(one `git status` when nothing did) and pushes it to the run branch with a lease on the commit
-this workspace last pushed, so a worker that lost the run cannot overwrite the branch of the one
-that took it over (`WorkspaceConflict`). What a crash can lose is in `LOSS`.
+the start for every later worker (a `ref` that moves on does not change a started run). `save`
+commits whatever the round changed (one `git status` when nothing did) and pushes it to the run
+branch with a lease on the commit this workspace last pushed, so a worker that lost the run
+cannot overwrite the branch of the one that took it over (`WorkspaceConflict`). What a crash
+can lose is in `LOSS`. A path workspace, and a git remote on the worker's own filesystem, must
+lie under a directory the worker's operator shares with runs (`KEEL_WORKSPACE_ROOTS`): a run
+request does not get to point the agent, or git, at any directory of the worker.
 
 git runs here outside the agent's sandbox, on a repository that the remote and the agent both
 shaped, so it is held tightly: only the `file`, `https`, `ssh` and `git` transports (`ext::` and
@@ -264,7 +267,11 @@ def _url_refusal(url: str) -> tuple[str, str] | None:  # noqa: C901 (one rule pe
             return "plain http is not allowed", "use https://"
         if name not in TRANSPORTS:
             return f"transport {name!r} is not allowed", allowed
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+            _ = parts.port  # a port that is not a number (`host:-oProxyCommand=…`) raises
+        except ValueError:
+            return "it is not a valid URL (its host or port cannot be read)", allowed
         if parts.password:
             return (
                 "it carries a password",
@@ -349,11 +356,13 @@ def run_branch(run_id: str) -> str:
 def _redact(url: str) -> str:
     """`url` without a password (for messages and `describe`)."""
     if "@" in url and _SCHEME.match(url):
-        parts = urlsplit(url)
-        if parts.password is not None:
-            host = parts.hostname or ""
-            port = f":{parts.port}" if parts.port else ""
-            return parts._replace(netloc=f"{parts.username}:***@{host}{port}").geturl()
+        try:
+            parts = urlsplit(url)
+            if parts.password is not None:
+                host = parts.netloc.rpartition("@")[2]
+                return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
+        except ValueError:
+            return "<a URL that cannot be read>"
     return url
 
 
