@@ -440,7 +440,8 @@ def git(
 def _first_line(err: bytes) -> str:
     lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
     fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    return (fatal or lines or ["(no message)"])[0]
+    # What a remote says reaches a terminal through this line: no escape sequences.
+    return _CONTROL.sub("?", (fatal or lines or ["(no message)"])[0])[:300]
 
 
 def _git_hint(command: str) -> str:
