@@ -196,7 +196,8 @@ async def failover(cluster: Any, lines: list[bytes]) -> float:
         half = len(lines) // 2
         _, last = await _fenced_appends(js, run_id, lines[:half])
         cluster_info = (await js.stream_info(streams.RUNS_STREAM)).cluster
-        assert cluster_info is not None and cluster_info.leader
+        assert cluster_info is not None
+        assert cluster_info.leader
         leader = cluster_info.leader
         killed = time.monotonic()
         proc = cluster.procs[cluster.index(leader)]
