@@ -878,3 +878,54 @@ def test_a_run_cannot_name_a_directory_the_worker_does_not_share(
         prepare(repo, tmp_path / "w", roots=())
     # The git dirs of the refused remote were never touched.
     assert remote_branch(elsewhere / "private.git") is None
+
+
+def sandboxed_bash(root: Path, command: str) -> str:
+    """`command` through the real bash tool in the real sandbox, as the agent runs it in a fleet
+    run's workspace; its output (or the tool's error)."""
+    import asyncio
+
+    from keel.permissions.sandbox import Sandbox
+    from keel.tools.base import ToolContext, ToolError
+    from keel.tools.builtin.shell import bash
+
+    box = Sandbox(root)
+    ctx = ToolContext(cwd=root, root=root, env=dict(os.environ), sandbox=box)
+    try:
+        return str(asyncio.run(bash.run(ctx, {"command": command})).content)
+    except ToolError as exc:
+        return f"tool error: {exc}"
+    finally:
+        box.cleanup()
+
+
+@pytest.mark.needs("sandbox", "git")
+def test_under_the_real_sandbox_the_agent_reaches_only_what_save_guards(
+    remote: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    repo, _ = remote
+    marker = tmp_path / "pwned"
+    ws = prepare(repo, tmp_path / "w")
+    config = (ws.path / ".git" / "config").read_bytes()
+    out = sandboxed_bash(
+        ws.path,
+        f"printf '[core]\\n\\tfsmonitor = echo top >> {marker}\\n' >> .git/config"
+        " && echo CONFIG-WRITTEN; "
+        "git init -q sub && cd sub && echo 1 > f && echo 'f filter=evil' > .gitattributes"
+        " && git add -A && git -c user.name=a -c user.email=a@a commit -qm s"
+        f" && git config filter.evil.clean 'echo clean >> {marker}; cat'"
+        " && echo 2 > f && cd .. && git add sub && echo NESTED-MADE; "
+        "echo edited > a.txt",
+    )
+    # The sandbox holds the clone's config read-only; a nested repository it cannot stop.
+    assert "CONFIG-WRITTEN" not in out
+    assert "NESTED-MADE" in out, out
+    assert (ws.path / ".git" / "config").read_bytes() == config
+    commit = ws.save("round 1")
+    assert commit is not None
+    files_saved = remote_files(repo, commit)
+    assert files_saved["a.txt"] == "edited"
+    assert files_saved["sub"].startswith("gitlink ")
+    (ws.path / "sub" / "f").write_text("3\n", encoding="utf-8")
+    assert ws.save("round 2") is None
+    assert not marker.exists()
