@@ -58,12 +58,20 @@ def alive(pid: int) -> bool:
 def fleet_home(isolated_env: Path) -> Iterator[Path]:
     """KEEL_HOME for a local fleet; whatever server a test left up is stopped afterwards."""
     yield isolated_env
-    pid_file = isolated_env / "fleet" / "pid"
-    if pid_file.exists():
+    if (isolated_env / "fleet" / "pid").exists():
         keel("fleet", "down")
-        pid = int(pid_file.read_text(encoding="utf-8")) if pid_file.exists() else 0
-        if pid and alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    for pid in servers_of(isolated_env):  # any a failed test left behind
+        os.kill(pid, signal.SIGKILL)
+
+
+def servers_of(home: Path) -> list[int]:
+    """The nats-servers running for keel home `home` (their command line names its ports dir)."""
+    p = local.Paths((home / "fleet").absolute())
+    return [
+        int(d.name)
+        for d in Path("/proc").iterdir()
+        if d.name.isdigit() and local._alive(int(d.name)) and local._is_ours(int(d.name), p)
+    ]
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -668,3 +676,36 @@ def test_a_server_that_exits_at_start_is_one_line_with_its_log(
     )
     assert not (fleet_home / "fleet" / "pid").exists()
     assert not (fleet_home / "fleet" / "url").exists()
+
+
+def test_two_ups_at_once_start_one_server(fleet_home: Path) -> None:
+    env = {**os.environ}
+    env.pop("KEEL_NATS_URL", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "keel", "fleet", "up"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    urls = {out.splitlines()[-1] for out, _ in outs}
+    assert len(urls) == 1, outs
+    started = [out for out, _ in outs if out.startswith("local fleet up:")]
+    assert len(started) == 1, outs
+    pid = int((fleet_home / "fleet" / "pid").read_text(encoding="utf-8"))
+    assert servers_of(fleet_home) == [pid]
+
+
+def test_up_warns_when_keel_nats_url_names_another_server(fleet_home: Path) -> None:
+    up = keel("fleet", "up", env={"KEEL_NATS_URL": "nats://10.0.0.5:4222"})
+    assert up.returncode == 0, up.stderr
+    assert up.stderr.splitlines()[-1] == (
+        "keel: warning: KEEL_NATS_URL is set (nats://10.0.0.5:4222): fleet commands use that "
+        "server, not this local fleet (unset it to use this one)"
+    )
+    assert URL_LINE.match(up.stdout.splitlines()[-1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,13 @@ def _up(args: argparse.Namespace) -> int:
     result = local.up(args.port, args.data)
     for note in result.notes:
         print(f"keel: note: {note}", file=sys.stderr)
+    named = os.environ.get("KEEL_NATS_URL", "")
+    if named and named != result.url:
+        print(
+            f"keel: warning: KEEL_NATS_URL is set ({named}): fleet commands use that server, "
+            "not this local fleet (unset it to use this one)",
+            file=sys.stderr,
+        )
     if result.started:
         print(f"local fleet up: nats-server pid {result.pid}, JetStream in {result.data_dir}")
     else:

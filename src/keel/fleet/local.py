@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,6 +264,22 @@ def running(env: Mapping[str, str] | None = None) -> tuple[int, str] | None:
 # -- up / down / status -----------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _locked(p: Paths) -> Iterator[None]:
+    """One `up` or `down` at a time per keel home (two `up`s at once would start two servers)."""
+    import fcntl
+
+    from keel.session.journal import make_dirs
+
+    make_dirs(p.root)
+    fd = os.open(p.root / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def up(
     port: int = 0,
     data_dir: Path | None = None,
@@ -272,9 +288,20 @@ def up(
     executable: str | None = None,
 ) -> UpResult:
     """Start the local fleet (or find it already up) and make sure its streams exist."""
+    p = paths(env)
+    with _locked(p):
+        return _up(p, port, data_dir, env, executable)
+
+
+def _up(
+    p: Paths,
+    port: int,
+    data_dir: Path | None,
+    env: Mapping[str, str] | None,
+    executable: str | None,
+) -> UpResult:
     from keel.session.journal import make_dirs
 
-    p = paths(env)
     current = running(env)
     if current is not None:
         pid, url = current
@@ -427,6 +454,11 @@ class DownResult:
 def down(env: Mapping[str, str] | None = None, *, purge: bool = False) -> DownResult:
     """Stop the local fleet, forget its pid and URL; `purge` also removes its JetStream store."""
     p = paths(env)
+    with _locked(p):
+        return _down(p, env, purge)
+
+
+def _down(p: Paths, env: Mapping[str, str] | None, purge: bool) -> DownResult:
     pid = _read_pid(p)
     notes: list[str] = []
     stopped: int | None = None
