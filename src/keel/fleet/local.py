@@ -2,10 +2,10 @@
 
 Owns the files under `<keel home>/fleet/`: `pid` (the server's process id), `url` (what
 `connect.resolve_url` reads), `datadir` (where its JetStream store is, for `--purge`),
-`nats.log` (its stdout and stderr) and `run/` (the ports file nats-server writes, so a random
-port is learned without a race). It finds the binary, starts the server detached (its own
-session: it outlives the command), waits until it answers, creates the streams and says where
-it is. `down` stops only a process that is still the nats-server it started (a pid file can
+`nats.log` (its stdout and stderr), `run/` (the ports file nats-server writes, so a random
+port is learned without a race) and `lock` (one `up` or `down` at a time). It finds the
+binary, starts the server detached (its own session: it outlives the command), waits until it
+answers, creates the streams and says where it is. `down` stops only a process that is still the nats-server it started (a pid file can
 outlive its process and the pid be reused), and `--purge` removes only what nats-server made
 (`<data>/jetstream`), never a directory a user pointed `--data` at.
 
