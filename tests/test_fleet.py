@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from keel.session.fold import fold
-from tests.fleet_helpers import WorkerProc, keel, keel_json, read_run, script, setup_fleet
+from tests.fleet_helpers import (
+    WorkerProc,
+    keel,
+    keel_json,
+    read_run,
+    script,
+    setup_fleet,
+    wait_for,
+)
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 
 pytestmark = [pytest.mark.needs("nats-server")]
@@ -224,3 +232,133 @@ def test_submit_refuses_bad_input_in_one_line(fleet: str, tmp_path: Path) -> Non
     nowhere = keel("runs", "list", env={**os.environ, "KEEL_NATS_URL": ""})
     assert nowhere.returncode != 0, nowhere
     assert "keel fleet up" in nowhere.stderr, nowhere
+
+
+def _bash_script(tmp: Path, name: str, steps: int, side: Path, *, pause: float = 0.0) -> str:
+    """A run of `steps` bash calls, each appending `<name> <step>` to `side`, then an answer."""
+    turns: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                {
+                    "id": f"toolu_{name}_{i}",
+                    "name": "bash",
+                    "input": {
+                        "command": f"echo '{name} {i}' >> {side}"
+                        + (f" && sleep {pause}" if pause else ""),
+                        "description": f"step {i}",
+                    },
+                }
+            ]
+        }
+        for i in range(1, steps + 1)
+    ]
+    turns.append({"text": f"{name} done"})
+    return script(tmp / f"{name}.json", turns)
+
+
+def _fast_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "KEEL_FLEET_ACK_WAIT": "2", **extra}
+
+
+def test_sigterm_hands_a_run_back_at_its_loop_boundary_and_another_worker_finishes_it(
+    fleet: str, tmp_path: Path
+) -> None:
+    side = tmp_path / "side.txt"
+    model = _bash_script(tmp_path, "slow", 4, side, pause=0.7)
+    run = _submit(
+        fleet, "go", "--model", model, "--mode", "bypass", "--workspace", f"path:{tmp_path}"
+    )
+    first = WorkerProc(fleet, tmp_path / "scratch", "w1", env=_fast_env())
+    try:
+        wait_for(lambda: side.exists() and side.read_text().count("\n") >= 1, 60, "the first step")
+        assert first.terminate() == 0, first.log()
+        assert "suspended and handed back" in first.log(), first.log()
+        queued = keel_json("runs", "--nats", fleet, "show", run)
+        assert queued["status"] == "queued", queued
+        second = WorkerProc(fleet, tmp_path / "scratch", "w2", env=_fast_env())
+        try:
+            (done,) = _wait(fleet, run)
+        finally:
+            second.terminate()
+            second.close()
+    finally:
+        first.close()
+    assert (done["status"], done["text"], done["worker"]) == ("completed", "slow done", "w2"), done
+    # Each step ran exactly once: the suspend let the step in flight finish and be journaled.
+    assert side.read_text().splitlines() == [f"slow {i}" for i in range(1, 5)]
+    types = _types(fleet, run, tmp_path)
+    assert types.count("terminal") == 2, types
+    cut = types.index("terminal")
+    assert types[cut + 1] == "claim", types
+    records = read_run(fleet, run, tmp_path / "reader")
+    assert records[cut].payload.reason == "suspended"  # type: ignore[union-attr]
+
+
+def test_a_cancelled_run_stops_at_its_next_loop_boundary(fleet: str, tmp_path: Path) -> None:
+    side = tmp_path / "side.txt"
+    model = _bash_script(tmp_path, "long", 20, side, pause=0.3)
+    run = _submit(
+        fleet, "go", "--model", model, "--mode", "bypass", "--workspace", f"path:{tmp_path}"
+    )
+    worker = WorkerProc(fleet, tmp_path / "scratch", "w1", env=_fast_env())
+    try:
+        wait_for(lambda: side.exists() and side.read_text().count("\n") >= 2, 60, "two steps")
+        out = keel("runs", "--nats", fleet, "cancel", run)
+        assert out.returncode == 0, out
+        assert out.stdout == f"run {run}: cancel requested\n", out
+        (done,) = _wait(fleet, run)
+    finally:
+        worker.terminate()
+        worker.close()
+    assert done["status"] == "cancelled", done
+    steps = side.read_text().splitlines()
+    assert 2 <= len(steps) < 20, steps
+    assert steps == [f"long {i}" for i in range(1, len(steps) + 1)]
+    records = read_run(fleet, run, tmp_path / "reader")
+    assert [r.payload.type for r in records][-2:] == ["terminal", "terminal"]
+    assert [r.payload.reason for r in records[-2:]] == ["suspended", "cancelled"]  # type: ignore[union-attr]
+    again = keel("runs", "--nats", fleet, "cancel", run)
+    assert again.stdout == f"run {run}: cancelled\n", again
+
+
+def test_a_redelivered_run_whose_journal_is_complete_is_answered_from_it(
+    fleet: str, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from keel.fleet.runs import Fleet, RunRequest
+
+    model = _edit_script(tmp_path, "once", "once")
+    run = _submit(
+        fleet, "w", "--model", model, "--mode", "accept-edits", "--workspace", f"path:{tmp_path}"
+    )
+    worker = WorkerProc(fleet, tmp_path / "scratch", "w1")
+    try:
+        (done,) = _wait(fleet, run)
+        assert done["status"] == "completed", done
+        before = _types(fleet, run, tmp_path)
+
+        async def redeliver() -> (
+            None
+        ):  # what a worker killed between its terminal and its ack leaves
+            client = await Fleet.open(fleet)
+            try:
+                summary = await client.summary(run)
+                assert summary is not None
+                req = RunRequest(**summary["request"])
+                await client.put_summary(run, status="queued")
+                await client.enqueue(req, f"{run}-again")
+            finally:
+                await client.close()
+
+        asyncio.run(redeliver())
+        (again,) = _wait(fleet, run)
+    finally:
+        worker.terminate()
+        worker.close()
+    assert (again["status"], again["text"], again["answered_from_journal"]) == (
+        "completed",
+        "Wrote once.",
+        True,
+    ), again
+    assert _types(fleet, run, tmp_path) == [*before, "claim"]  # no model call, no tool again

@@ -244,9 +244,10 @@ def runs(argv: list[str]) -> int:
             return 0 if all(s.get("status") == "completed" for s in done) else 1
         if args.command == "cancel":
             summary = await fleet.cancel(args.run)
-            print(
-                f"run {args.run}: {'cancel requested' if summary.get('cancel_requested') else _status(summary)}"
-            )
+            from keel.fleet.runs import ACTIVE
+
+            over = summary.get("status") not in ACTIVE
+            print(f"run {args.run}: {_status(summary) if over else 'cancel requested'}")
             return 0
         await fleet.answer(args.run, args.request, args.reply == "allow", args.reason)
         print(f"run {args.run}: answered {args.request} ({args.reply}); queued to go on")

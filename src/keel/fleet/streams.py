@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 RUNS_STREAM = "KEEL_RUNS"
 RUNS_PREFIX = "keel.run"
@@ -24,10 +25,20 @@ CONSUMER = "workers"
 KV_BUCKET = "keel-runs"
 CONTROL_PREFIX = "keel.control"
 
-#: How long a delivered run may go without a heartbeat before it goes to another worker.
+#: How long a delivered run may go without a heartbeat before it goes to another worker. Set
+#: when the first worker creates the shared consumer (`KEEL_FLEET_ACK_WAIT` seconds overrides it:
+#: a shorter wait moves a dead worker's runs sooner, at the price of more heartbeats).
 ACK_WAIT = 30.0
-#: Heartbeats (in-progress acks) while a run is active: well inside ACK_WAIT.
-HEARTBEAT = 5.0
+#: Heartbeats (in-progress acks) per ACK_WAIT while a run is active.
+BEATS_PER_WAIT = 4
+
+
+def ack_wait(env: Mapping[str, str]) -> float:
+    try:
+        value = float(env.get("KEEL_FLEET_ACK_WAIT", "") or ACK_WAIT)
+    except ValueError:
+        value = ACK_WAIT
+    return value if 1.0 <= value <= 3600.0 else ACK_WAIT
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 

@@ -100,6 +100,7 @@ class Worker:
         self.say = say or (lambda _line: None)
         self.active: dict[str, _Active] = {}
         self.stopping = asyncio.Event()
+        self.ack_wait = streams.ack_wait(self.env)
         self.done_runs = 0
         self._fleet: Fleet | None = None
         self._store: JetStreamStore | None = None
@@ -139,11 +140,14 @@ class Worker:
                 stream=streams.QUEUE_STREAM,
                 config=ConsumerConfig(
                     ack_policy=AckPolicy.EXPLICIT,
-                    ack_wait=streams.ACK_WAIT,
+                    ack_wait=self.ack_wait,
                     max_deliver=-1,
                     max_ack_pending=-1,
                 ),
             )
+            with contextlib.suppress(Exception):  # the consumer's own wait rules the heartbeats
+                info = await sub.consumer_info()
+                self.ack_wait = float(info.config.ack_wait or self.ack_wait)
             self.say(f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once)")
             slots = asyncio.Semaphore(self.concurrency)
             running: set[asyncio.Task[None]] = set()
@@ -217,7 +221,7 @@ class Worker:
 
     async def _heartbeat(self, msg: Msg) -> None:
         while True:
-            await asyncio.sleep(streams.HEARTBEAT)
+            await asyncio.sleep(self.ack_wait / streams.BEATS_PER_WAIT)
             with contextlib.suppress(Exception):
                 await msg.in_progress()
 

@@ -1,0 +1,172 @@
+"""Killing fleet workers at random: every run still completes, each kill repeats at most the tool
+call in flight, no run's tools are ever run by two workers at once, and every journal holds a
+coherent run (contiguous records, one result per call, no model turn journaled twice).
+
+Runs are scripted: each of `steps` bash calls appends `<run> <step>` to the run's side-effect file
+(in its `path:` workspace, a directory every worker shares), so the file is the ground truth of
+what ran."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.fleet.runs import ACTIVE, DONE, Fleet
+from keel.llm.messages import ToolUse
+from keel.session.fold import fold
+from keel.session.records import AssistantRecord, ClaimRecord, TerminalRecord, ToolResultRecord
+from tests.fleet_helpers import WorkerProc, keel, read_run, script, setup_fleet
+from tests.nats_fixture import nats_server, nats_url  # noqa: F401
+
+pytestmark = [pytest.mark.needs("nats-server")]
+
+
+def _runs_script(tmp: Path, name: str, steps: int, side: Path) -> str:
+    turns: list[dict[str, Any]] = [
+        {
+            "tool_calls": [
+                {
+                    "id": f"toolu_{name}_{i}",
+                    "name": "bash",
+                    "input": {"command": f"echo '{name} {i}' >> {side}", "description": "step"},
+                }
+            ]
+        }
+        for i in range(1, steps + 1)
+    ]
+    turns.append({"text": f"{name} finished"})
+    return script(tmp / f"{name}.json", turns)
+
+
+async def _statuses(url: str) -> dict[str, dict[str, Any]]:
+    client = await Fleet.open(url)
+    try:
+        return {s["id"]: s for s in await client.runs()}
+    finally:
+        await client.close()
+
+
+def _check_journal(url: str, run: str, steps: int, tmp: Path) -> int:
+    """The journal of one finished run is coherent; returns how many claims it holds."""
+    records = read_run(url, run, tmp / "reader")
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    calls = [
+        b.id
+        for r in records
+        if isinstance(r.payload, AssistantRecord)
+        for b in r.payload.message.blocks
+        if isinstance(b, ToolUse)
+    ]
+    assert calls == [f"toolu_{run_name(records)}_{i}" for i in range(1, steps + 1)], calls
+    results = Counter(
+        r.payload.result.tool_use_id for r in records if isinstance(r.payload, ToolResultRecord)
+    )
+    assert results == Counter(calls), (results, calls)  # one result per call, none twice
+    last = records[-1].payload
+    assert isinstance(last, TerminalRecord), last
+    assert last.reason == "completed", last
+    state = fold(records)
+    assert state.terminal is not None
+    assert state.pending is None
+    return sum(isinstance(r.payload, ClaimRecord) for r in records)
+
+
+def run_name(records: list[Any]) -> str:
+    first_call = next(
+        b.id
+        for r in records
+        if isinstance(r.payload, AssistantRecord)
+        for b in r.payload.message.blocks
+        if isinstance(b, ToolUse)
+    )
+    return str(first_call.removeprefix("toolu_").rsplit("_", 1)[0])
+
+
+def campaign(
+    url: str, tmp: Path, *, runs: int, steps: int, workers: int, kills: int, seed: int
+) -> dict[str, Any]:
+    rng = random.Random(seed)
+    setup_fleet(url)
+    names = [f"r{i:03d}" for i in range(runs)]
+    ids: dict[str, str] = {}
+    for name in names:
+        (tmp / "ws" / name).mkdir(parents=True)
+        side = tmp / "ws" / name / "side.txt"
+        out = keel(
+            "submit", "--nats", url, f"run {name}",
+            "--model", _runs_script(tmp, name, steps, side),
+            "--mode", "bypass", "--workspace", f"path:{tmp / 'ws' / name}",
+        )  # fmt: skip
+        assert out.returncode == 0, out
+        ids[out.stdout.strip()] = name
+    env_extra = {"KEEL_FLEET_ACK_WAIT": "2"}
+    import os
+
+    env = {**os.environ, **env_extra}
+    scratch = tmp / "scratch"
+    pool = [WorkerProc(url, scratch, f"w{i}", env=env) for i in range(workers)]
+    generation = 0
+    killed = 0
+    started = time.monotonic()
+    try:
+        while True:
+            summaries = asyncio.run(_statuses(url))
+            statuses = {r: s.get("status", "") for r, s in summaries.items()}
+            failed = [s for s in summaries.values() if s.get("status") not in ACTIVE + DONE]
+            assert not failed, (failed, [w.log() for w in pool])
+            if sum(s == "completed" for s in statuses.values()) == runs:
+                break
+            assert time.monotonic() - started < 600, (Counter(statuses.values()), killed)
+            if killed < kills:
+                time.sleep(rng.uniform(0.3, 1.5))
+                victim = rng.randrange(workers)
+                pool[victim].kill()
+                pool[victim].close()
+                killed += 1
+                generation += 1
+                pool[victim] = WorkerProc(url, scratch, f"w{victim}g{generation}", env=env)
+            else:
+                time.sleep(0.3)
+    finally:
+        logs = [w.log() for w in pool]
+        for w in pool:
+            w.terminate(10)
+            w.close()
+    elapsed = time.monotonic() - started
+    # Ground truth: the side-effect file.
+    repeats = 0
+    for name in names:
+        lines = (tmp / "ws" / name / "side.txt").read_text(encoding="utf-8").splitlines()
+        assert all(line.split()[0] == name for line in lines), lines
+        seen = [int(line.split()[1]) for line in lines]
+        assert seen, (name, logs)
+        assert (seen[0], seen[-1]) == (1, steps), (name, seen)
+        for a, b in zip(seen, seen[1:], strict=False):
+            # Only the call in flight may run again, right after itself: a step going back
+            # (3, 4, 3) or skipping would mean two workers ran the run's tools at once.
+            assert b in (a, a + 1), (name, seen)
+        repeats += len(seen) - steps
+    assert repeats <= killed, (repeats, killed)
+    claims = sum(_check_journal(url, run, steps, tmp) for run in ids)
+    return {"kills": killed, "repeats": repeats, "claims": claims, "seconds": elapsed}
+
+
+def test_random_worker_kills_lose_no_run(nats_url: str, tmp_path: Path) -> None:  # noqa: F811
+    result = campaign(nats_url, tmp_path, runs=12, steps=4, workers=2, kills=3, seed=7)
+    print("campaign", result)
+    assert result["kills"] == 3
+    assert result["claims"] >= 1, result  # someone took over a run a kill interrupted
+
+
+@pytest.mark.slow
+def test_kill_campaign_4_workers_200_runs(nats_url: str, tmp_path: Path) -> None:  # noqa: F811
+    result = campaign(nats_url, tmp_path, runs=200, steps=4, workers=4, kills=25, seed=2026)
+    print("campaign", result)
+    assert result["kills"] == 25
+    assert result["claims"] >= 10, result
