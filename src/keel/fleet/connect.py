@@ -92,6 +92,10 @@ async def connect(
         options["token"] = env["KEEL_NATS_TOKEN"]
     if url.startswith("tls://") or env.get("KEEL_NATS_CA"):
         options["tls"] = _tls(env)
+    from keel.fleet.local import preflight
+
+    # Said at once: nats-py retries a refused first connect until its timeout.
+    await asyncio.to_thread(preflight, url)
     servers = [u.strip() for u in url.split(",") if u.strip()]
     try:
         # Bounded: with reconnects on, nats-py retries a first connect for ever.

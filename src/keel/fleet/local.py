@@ -324,8 +324,15 @@ def _up(
     make_dirs(p.root)
     make_dirs(p.ports_dir)
     make_dirs(data)
+    # An acknowledged append must survive a power loss, as the file journal's fsync does: the
+    # server syncs every write (its default syncs every 2 minutes).
+    conf = p.root / "nats.conf"
+    conf.write_text("jetstream {\n  sync_interval: always\n}\n", encoding="utf-8")
+    conf.chmod(0o600)
     args = [
         str(binary),
+        "-c",
+        str(conf),
         "-a",
         "127.0.0.1",
         "-p",

@@ -137,6 +137,8 @@ async def _stream(
                 hint="another stream may already hold these subjects; `nats stream ls` shows them",
             ) from None
         notes.append(f"created stream {name} ({replicas} replica(s))")
+        if replicas > 1:
+            await _leader(js, name)
         return notes
     check(info.config, replicas, notes)
     if create and (info.config.num_replicas or 1) != replicas:
@@ -150,6 +152,26 @@ async def _stream(
             ) from None
         notes = [f"stream {name}: replicas set to {replicas}"]
     return notes
+
+
+async def _leader(js: JetStreamContext, name: str, wait: float = 15.0) -> None:
+    """A new replicated stream has no leader for a moment, and refuses publishes until it does:
+    return once it has one (or after `wait` s; the first publish then says what is wrong)."""
+    import asyncio
+    import time
+
+    from nats.errors import Error as NatsError
+    from nats.js.errors import APIError
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            info = await js.stream_info(name)
+        except (NatsError, APIError, TimeoutError):
+            info = None  # not answering yet, while the group forms: ask again
+        if info is not None and (info.cluster is None or info.cluster.leader):
+            return
+        await asyncio.sleep(0.1)
 
 
 async def _bucket(js: JetStreamContext, replicas: int, create: bool) -> list[str]:

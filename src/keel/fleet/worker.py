@@ -73,6 +73,8 @@ class _Active:
     fenced: bool = False
     cancelled: bool = False
     handed_back: bool = False
+    #: The attempt stopped on a failure worth another try (a push that failed): nak it.
+    retry: bool = False
     dirty: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -127,7 +129,10 @@ class Worker:
         fleet = self._fleet = await Fleet.open(self.url, self.env)
         await fleet.kv()  # the fleet exists here (a clear error if not)
         bridge = await asyncio.to_thread(Bridge, self.url, name=f"keel worker {self.name}")
-        self._store = JetStreamStore(bridge, scratch=self.scratch / "journals", worker=self.name)
+        # The worker writes the summaries itself (one writer: the store's own would race it).
+        self._store = JetStreamStore(
+            bridge, scratch=self.scratch / "journals", worker=self.name, auto_summary=False
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -416,8 +421,8 @@ class Worker:
         except JournalWriteError as exc:
             from keel.fleet.journal import Fenced
 
-            if isinstance(exc, Fenced) or active.parked:
-                active.fenced = not active.parked
+            if isinstance(exc, Fenced) or active.parked or active.retry:
+                active.fenced = active.fenced or not (active.parked or active.retry)
                 return None
             raise
         finally:
@@ -438,10 +443,37 @@ class Worker:
             active.agent.answer(event.request_id, "a fleet run cannot answer questions")
 
     def _save_workspace(self, active: _Active) -> None:
-        """Push the files of the tool round that just ended, before the next model request."""
+        """Push the files of the tool round that just ended, before the next model request (it
+        blocks the worker's loop for the push: the next request must not start before it). A
+        push another worker's moved the branch under is a takeover: this attempt stops like a
+        fenced one. A push that fails otherwise stops the attempt too and hands the run back,
+        since going on would let more than the round in flight go unsaved."""
         if active.workspace is None or active.parked or active.fenced:
             return
-        active.workspace.save(f"keel run {active.req.run}: tool round")
+        from keel.fleet.workspace import WorkspaceConflict
+
+        try:
+            active.workspace.save(f"keel run {active.req.run}: tool round")
+        except WorkspaceConflict as exc:
+            self.say(f"run {active.req.run}: {exc.one_line()}")
+            self._stop_attempt(active, fenced=True)
+        except UserError as exc:
+            self.say(f"run {active.req.run}: cannot save the workspace: {exc.one_line()}")
+            self._stop_attempt(active, fenced=False)
+
+    def _stop_attempt(self, active: _Active, *, fenced: bool) -> None:
+        """End this attempt now without writing anything more to the journal."""
+        agent = active.agent
+        if agent is None or agent.session is None:
+            return
+        fence = getattr(agent.session.journal, "fence", None)
+        if fence is not None:
+            fence()
+        if fenced:
+            active.fenced = True
+        else:
+            active.handed_back = active.retry = True
+        agent.interrupt("workspace")
 
     async def _question(self, active: _Active, event: PermissionAsked) -> None:
         assert self._fleet is not None
@@ -494,6 +526,10 @@ class Worker:
         if active.parked:
             self.say(f"run {req.run} parked: it waits for an answer")
             await msg.ack()
+            return
+        if active.retry:
+            await self._summary(req.run, status="queued", worker="")
+            await msg.nak(delay=5)
             return
         assert result is not None
         if result.stop_reason == "suspended" and active.cancelled:
