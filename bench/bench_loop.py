@@ -11,7 +11,7 @@ Prints, and with --json writes, these measurements:
 - peak RSS of this process and of a `keel -p` run of 100 turns
 
 Nothing here asserts a target; docs/benchmarks.md records what was measured and why.
-Run: `python bench/bench_loop.py [--quick] [--json out.json]`.
+Run: `python bench/bench_loop.py [--quick] [--only parts] [--json out.json]`.
 """
 
 from __future__ import annotations
@@ -259,24 +259,37 @@ def concurrent(
         )
         return time.perf_counter() - start, sum(r[1] for r in results)
 
-    rates, busy_share = [], []
+    rates, busy_share, cpus = [], [], []
     for _ in range(repeats):
         server_call(url, "/_reset")
+        cpu0 = time.process_time()
         wall, requests = asyncio.run(all_runs())
+        cpus.append((time.process_time() - cpu0) / requests * 1000)
         rates.append(requests / wall)
         busy_share.append(server_call(url, "/_stats")["busy_seconds"] / wall)
     return {
         "median": statistics.median(rates),
         "best": max(rates),
         "server_busy_share": statistics.median(busy_share),
+        # CPU time of this process per turn (ms): steadier than the rate on a shared machine.
+        "cpu_ms_per_turn": statistics.median(cpus),
     }
+
+
+PARTS = ("startup", "overhead", "sdk", "rss", "coalesced", "concurrent")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated parts to run (default all): {', '.join(PARTS)}",
+    )
+    parser.add_argument("--concurrent-repeats", type=int, default=3)
     args = parser.parse_args()
+    parts = set(args.only.split(",")) if args.only else set(PARTS)
     repeats = 3 if args.quick else 7
     work = Path(tempfile.mkdtemp(prefix="keel-bench-"))
     project = make_project(work / "project")
@@ -285,30 +298,42 @@ def main() -> None:
     try:
         # The server streams each SSE event as its own write, as the real API does.
         with bench_server() as url:
-            results["version_ms"] = time_version(10 if args.quick else 30)
-            results["start_to_first_request_ms"] = time_first_request(
-                url, project, home, 5 if args.quick else 15
-            )
-            for turns in (10, 100):
-                results[f"overhead_per_turn_{turns}"] = overhead(
-                    url, project, home, turns, repeats, journal=True
+            if "startup" in parts:
+                results["version_ms"] = time_version(10 if args.quick else 30)
+                results["start_to_first_request_ms"] = time_first_request(
+                    url, project, home, 5 if args.quick else 15
                 )
-            results["overhead_per_turn_100_no_journal"] = overhead(
-                url, project, home, 100, repeats, journal=False
-            )
-            sdk = sdk_overhead(url, project, 100, repeats)
+            if "overhead" in parts:
+                for turns in (10, 100):
+                    results[f"overhead_per_turn_{turns}"] = overhead(
+                        url, project, home, turns, repeats, journal=True
+                    )
+                results["overhead_per_turn_100_no_journal"] = overhead(
+                    url, project, home, 100, repeats, journal=False
+                )
+            sdk = sdk_overhead(url, project, 100, repeats) if "sdk" in parts else None
             if sdk is not None:
                 results["sdk_loop_overhead_per_turn_100"] = sdk
-            results["peak_rss_mb_keel_p_100_turns"] = peak_rss_of_run(url, project, home, 100)
+                if "overhead_per_turn_100" in results:
+                    # The issue's second bar: keel's overhead as a share of the SDK loop's.
+                    results["keel_over_sdk_100"] = (
+                        results["overhead_per_turn_100"]["median"] / sdk["median"]
+                    )
+            if "rss" in parts:
+                results["peak_rss_mb_keel_p_100_turns"] = peak_rss_of_run(url, project, home, 100)
         # Throughput: the server sends each reply in one write, so it is not the bottleneck.
         with bench_server(coalesce=True) as url:
-            results["overhead_per_turn_100_coalesced"] = overhead(
-                url, project, home, 100, repeats, journal=True
-            )
-            results["overhead_per_turn_100_coalesced_no_journal"] = overhead(
-                url, project, home, 100, repeats, journal=False
-            )
-            results["concurrent_turns_per_s_20x20"] = concurrent(url, project, home, 20, 20, 3)
+            if "coalesced" in parts:
+                results["overhead_per_turn_100_coalesced"] = overhead(
+                    url, project, home, 100, repeats, journal=True
+                )
+                results["overhead_per_turn_100_coalesced_no_journal"] = overhead(
+                    url, project, home, 100, repeats, journal=False
+                )
+            if "concurrent" in parts:
+                results["concurrent_turns_per_s_20x20"] = concurrent(
+                    url, project, home, 20, 20, args.concurrent_repeats
+                )
         results["peak_rss_mb_bench_process"] = (
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         )

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import queue
 import signal
 import sys
 import threading
@@ -289,10 +290,60 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+#: A call for a worker thread: it does the work and returns what delivers the outcome.
+Job = Callable[[], Callable[[], None]]
+
+
+class _DaemonThreads:
+    """The daemon threads `in_worker` runs calls on, kept for the next call instead of one new
+    thread per call (starting one costs a few hundred µs on a loaded machine, and `Thread.start`
+    blocks the event loop until the thread runs). A call takes an idle thread or starts a new one,
+    so a call that never returns only ever holds its own thread; a thread idle for `IDLE_EXIT`
+    seconds ends. A job returns what delivers its outcome: the thread counts itself idle before
+    that runs, so the caller's next call finds it."""
+
+    IDLE_EXIT = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Job, str]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, job: Job, name: str) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put((job, name))
+                return
+        threading.Thread(target=self._work, args=(job,), name=name, daemon=True).start()
+
+    def _work(self, job: Job) -> None:
+        while True:
+            deliver = job()
+            with self._lock:
+                self._idle += 1
+            deliver()
+            while True:
+                try:
+                    job, name = self._jobs.get(timeout=self.IDLE_EXIT)
+                    break
+                except queue.Empty:
+                    with self._lock:
+                        # A job put while this thread waited for the lock is this thread's.
+                        if self._jobs.empty():
+                            self._idle -= 1
+                            return
+            threading.current_thread().name = name
+
+
+_THREADS = _DaemonThreads()
+
+
 async def in_worker(func: Callable[[], T], *, name: str = "keel worker") -> T:
     """`func()` in a daemon thread. Cancelling the await abandons the thread (a blocked system
     call cannot be interrupted; a daemon thread neither holds the event loop nor keeps the
-    process from exiting, unlike the default executor's threads, which exit waits for)."""
+    process from exiting, unlike the default executor's threads, which exit waits for). Threads
+    are reused from call to call (`_DaemonThreads`)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
@@ -304,17 +355,19 @@ async def in_worker(func: Callable[[], T], *, name: str = "keel worker") -> T:
         else:
             future.set_result(result)  # type: ignore[arg-type]
 
-    def work() -> None:
+    def work() -> Callable[[], None]:
         try:
-            result = func()
+            outcome: tuple[T | None, BaseException | None] = (func(), None)
         except BaseException as exc:  # handed to the awaiting task, which re-raises it
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(settle, None, exc)
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, result, None)
+            outcome = (None, exc)
 
-    threading.Thread(target=work, name=name, daemon=True).start()
+        def deliver() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, *outcome)
+
+        return deliver
+
+    _THREADS.submit(work, name)
     return await future
 
 

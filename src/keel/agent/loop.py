@@ -1017,11 +1017,14 @@ class Agent:
         if not message.blocks:
             message = Message("assistant", (Text(EMPTY_RESPONSE),), message.provider, message.model)
             done = Done(message, done.usage, done.stop_reason)
-        self._record_assistant(done, emit, timing)
+        self._record_assistant(done, emit, timing, durable=False)
+        if self.session is not None:
+            # The one fdatasync before anything the reply leads to, off the event loop thread.
+            await self.session.make_durable()
         return done
 
     def _record_assistant(
-        self, done: Done, emit: Emit, timing: RequestTiming | None = None
+        self, done: Done, emit: Emit, timing: RequestTiming | None = None, *, durable: bool = True
     ) -> None:
         self._just_compacted = False
         if done.window and done.window != self.info.window:
@@ -1043,6 +1046,7 @@ class Agent:
                 done.stop_reason,
                 self._state.turns,
                 journal_timing(timing) if timing is not None else None,
+                durable=durable,
             )
         self.conversation.append(done.message)
         state = self._state

@@ -7,6 +7,7 @@ Layout: `<KEEL_HOME or the user data dir>/sessions/<project>-<hash8>/<id>.jsonl`
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import secrets
@@ -114,9 +115,26 @@ class SessionLog:
         stop_reason: str,
         turn: int,
         timing: ReplyTiming | None = None,
+        *,
+        durable: bool = True,
     ) -> None:
-        # Durable before any of its tools runs (invariant 4).
-        self.journal.append(AssistantRecord(message, usage, cost, stop_reason, turn, timing))
+        # Durable before any of its tools runs (invariant 4): here, or, with `durable=False`, by
+        # the caller's `make_durable` before anything else happens.
+        self.journal.append(
+            AssistantRecord(message, usage, cost, stop_reason, turn, timing), durable=durable
+        )
+
+    async def make_durable(self) -> None:
+        """Everything recorded so far is durable when this returns, as after `barrier`, but the
+        fsync runs on a worker thread: the event loop goes on serving other runs meanwhile (many
+        agents in one process). Cancelled, it still waits for that one sync to finish, so the
+        journal is never synced from two threads at once."""
+        sync = asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
+        try:
+            await asyncio.shield(sync)
+        except asyncio.CancelledError:
+            await asyncio.wait([sync])
+            raise
 
     def tool_result(
         self, result: ToolResult, seconds: float, started_at: float = 0.0, kind: str = ""
