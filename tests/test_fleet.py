@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -362,3 +364,62 @@ def test_a_redelivered_run_whose_journal_is_complete_is_answered_from_it(
         True,
     ), again
     assert _types(fleet, run, tmp_path) == [*before, "claim"]  # no model call, no tool again
+
+
+def test_keel_p_keeps_its_session_in_jetstream_with_keel_store(fleet: str, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    model = script(
+        tmp_path / "two.json",
+        [{"text": "first answer"}, {"text": "second answer"}],
+    )
+    env = {**os.environ, "KEEL_STORE": fleet}
+    out = subprocess.run(
+        [sys.executable, "-m", "keel", "-p", "hello", "--model", model, "--output-format", "json"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out
+    result = json.loads(out.stdout)
+    session = result["session_id"]
+    assert result["result"] == "first answer"
+    listed = subprocess.run(
+        [sys.executable, "-m", "keel", "sessions", "list", "--json"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["id"], r["status"]) for r in rows] == [(session, "completed")], listed
+    again = subprocess.run(
+        [sys.executable, "-m", "keel", "-p", "--resume", session, "more", "--model", model],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again
+    assert again.stdout == "second answer\n", again
+    types = _types(fleet, session, tmp_path)
+    assert types == [
+        "meta",
+        "user",
+        "assistant",
+        "terminal",
+        "claim",
+        "user",
+        "assistant",
+        "terminal",
+    ]
+    shown = subprocess.run(
+        [sys.executable, "-m", "keel", "sessions", "show", session],
+        cwd=project, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown
+    assert "[5] claimed by worker keel pid " in shown.stdout, shown.stdout
+    # Nothing went to the session files.
+    home = Path(os.environ["KEEL_HOME"])
+    assert list(home.glob("sessions/*/*.jsonl")) == []
+    bad = subprocess.run(
+        [sys.executable, "-m", "keel", "sessions", "list"],
+        cwd=project, env={**os.environ, "KEEL_STORE": "redis://x"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode != 0, bad
+    assert bad.stderr.startswith("keel: error: KEEL_STORE='redis://x' is not a store keel knows"), (
+        bad
+    )

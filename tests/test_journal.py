@@ -278,6 +278,7 @@ async def test_a_failing_journal_stops_the_run_with_a_clear_error(tmp_path: Path
 
     log = SessionLog.create(cwd=tmp_path, model="scripted", directory=tmp_path / "s")
     full = os.open("/dev/full", os.O_WRONLY)
+    assert isinstance(log.journal, Journal)
     os.dup2(full, log.journal._fd)  # the disk is now full
     os.close(full)
     agent = Agent(

@@ -30,7 +30,7 @@ from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.request import Request
 from keel.llm.script import Fault, Reply, reply
 from keel.permissions import AllowAll
-from keel.session.journal import read_records
+from keel.session.journal import Journal, read_records
 from keel.session.records import TerminalRecord, ToolResultRecord
 from keel.session.store import SessionLog
 from keel.tools.base import ToolContext, ToolError, tool
@@ -566,6 +566,7 @@ async def test_each_tool_result_is_durable_before_the_next_tool_runs(
             name: Which step.
         """
         journal = session.journal
+        assert isinstance(journal, Journal)
         seen.append((name, journal.last_seq, journal._synced_seq))
         return f"did {name}"
 

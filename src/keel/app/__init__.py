@@ -17,6 +17,7 @@ from keel.app.assembly import (
     open_session,
     read_settings,
     resume_agent,
+    resume_from_store,
 )
 from keel.app.options import Options, fresh_limits
 
@@ -33,4 +34,5 @@ __all__ = [
     "open_session",
     "read_settings",
     "resume_agent",
+    "resume_from_store",
 ]

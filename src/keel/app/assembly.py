@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from keel.session.fold import SessionState
     from keel.session.journal import Loaded
     from keel.session.records import Fingerprint
+    from keel.session.store import SessionLog
 
 #: Where build notices go.
 Notify = Callable[[Event], None]
@@ -82,19 +83,70 @@ async def open_agent(
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
         if session and not options.no_session:
+            from keel.app.stores import jetstream_url
             from keel.session.store import SessionLog
 
-            agent.session = SessionLog.create(
-                cwd=options.cwd,
-                model=str(ref),
-                fingerprint=agent.fingerprint(),
-                session_id=agent.session_id,
-            )
+            if url := jetstream_url():
+                agent.session = _jetstream_session(agent, url, options.cwd, str(ref))
+            else:
+                agent.session = SessionLog.create(
+                    cwd=options.cwd,
+                    model=str(ref),
+                    fingerprint=agent.fingerprint(),
+                    session_id=agent.session_id,
+                )
         _trace_if_asked(agent, options, settings)
     except BaseException:
         await agent.aclose()
         raise
     return agent
+
+
+def _jetstream_session(agent: Agent, url: str, cwd: Path, model: str) -> SessionLog:
+    """A new session whose journal is in JetStream (`KEEL_STORE=nats://…`)."""
+    from keel import __version__
+    from keel.app.stores import StoreJournal, open_jetstream
+    from keel.session.records import Meta
+    from keel.session.store import SessionLog
+
+    store = open_jetstream(url)
+    try:
+        meta = Meta(agent.session_id, str(cwd), model, agent.fingerprint(), None, None, __version__)
+        journal = StoreJournal(store.create(meta), store)
+    except BaseException:
+        store.close()
+        raise
+    return SessionLog(journal, agent.session_id)
+
+
+async def resume_from_store(
+    session_id: str,
+    options: Options,
+    notice: Notify = _drop,
+    *,
+    provider_for: Callable[[ModelRef], Provider] | None = None,
+) -> Opened:
+    """`resume_agent` for a session in JetStream (`KEEL_STORE=nats://…`): this process claims
+    it (a claim record first, so a writer still holding it is fenced), then continues it."""
+    from keel.app.stores import StoreJournal, jetstream_url, open_jetstream
+
+    store = open_jetstream(jetstream_url())
+    try:
+        journal, loaded = store.open(session_id, worker=f"keel pid {os.getpid()}")
+    except BaseException:
+        store.close()
+        raise
+    agent, state, journal2, ref = await continue_session(
+        StoreJournal(journal, store),
+        loaded,
+        options,
+        notice,
+        where=f"session {session_id} in {store.name}",
+        provider_for=provider_for,
+    )
+    for note in state.undo_notes:
+        agent.add_note(note)
+    return Opened(agent, state, journal2, ref)
 
 
 @dataclass

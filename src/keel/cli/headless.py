@@ -31,7 +31,14 @@ from keel.agent.events import (
     TurnStop,
 )
 from keel.agent.loop import Agent, RunResult
-from keel.app import Options, choose_model, open_agent, open_session, resume_agent
+from keel.app import (
+    Options,
+    choose_model,
+    open_agent,
+    open_session,
+    resume_agent,
+    resume_from_store,
+)
 from keel.app.jsonout import event_json, result_json
 from keel.cli import main as cli
 from keel.config.settings import Settings, load_settings
@@ -270,10 +277,8 @@ def _printer(args: argparse.Namespace) -> Printer:
 def run_headless(args: argparse.Namespace) -> int:
     cwd = _cwd(args)
     if args.resume or args.continue_session:
-        from keel.session.index import find_session, latest_session
-
-        path = find_session(args.resume, cwd) if args.resume else latest_session(cwd)
-        return run_resume(path, read_prompt(args.prompt_words, sys.stdin, required=False), args)
+        prompt_text = read_prompt(args.prompt_words, sys.stdin, required=False)
+        return run_resume(resume_target(args.resume, cwd), prompt_text, args)
     streaming = getattr(args, "input_format", "text") == "stream-json"
     if streaming:
         from keel.cli.streaminput import check_formats
@@ -304,12 +309,42 @@ def _options(args: argparse.Namespace) -> Options:
     return Options.from_args(args, cwd=Path.cwd())
 
 
-def run_resume(path: Path, prompt: str, args: argparse.Namespace) -> int:
-    """Continue the session in `path`: finish what it left undone, then run `prompt` if given."""
+def resume_target(session: str | None, cwd: Path) -> Path | str:
+    """What `--resume ID` / `--continue` names: a session file, or (with `KEEL_STORE=nats://…`)
+    the id of a session in JetStream."""
+    from keel.app.stores import jetstream_url
+
+    if url := jetstream_url():
+        if session:
+            return session
+        from keel.app.stores import open_jetstream
+
+        store = open_jetstream(url)
+        try:
+            mine = store.summaries(cwd)
+        finally:
+            store.close()
+        if not mine:
+            raise UserError(
+                f"no sessions for {cwd} in {url}",
+                hint='start one with keel -p "…" in this directory',
+            )
+        return mine[0].id
+    from keel.session.index import find_session, latest_session
+
+    return find_session(session, cwd) if session else latest_session(cwd)
+
+
+def run_resume(path: Path | str, prompt: str, args: argparse.Namespace) -> int:
+    """Continue the session in `path` (a session id: in the JetStream store): finish what it left
+    undone, then run `prompt` if given."""
     printer = _printer(args)
 
     async def resume() -> int:
-        opened = await resume_agent(path, _options(args), printer)  # with `keel undo` notes
+        if isinstance(path, str):
+            opened = await resume_from_store(path, _options(args), printer)
+        else:
+            opened = await resume_agent(path, _options(args), printer)  # with `keel undo` notes
         agent, state, ref = opened.agent, opened.state, opened.ref
         meta = state.meta
         steps: list[str | None] = [None] if agent.resumable else []

@@ -269,13 +269,12 @@ def _error(message: str, hint: str = "") -> None:
 def _resume(argv: list[str]) -> int:
     from pathlib import Path
 
-    from keel.cli.headless import read_prompt, run_resume
-    from keel.session.index import find_session
+    from keel.cli.headless import read_prompt, resume_target, run_resume
 
     args = resume_parser().parse_args(argv)
-    path = find_session(args.session, Path.cwd())
+    target = resume_target(args.session, Path.cwd())
     prompt = read_prompt(args.prompt_words, sys.stdin, required=False)
-    return run_resume(path, prompt, args)
+    return run_resume(target, prompt, args)
 
 
 def compact_parser() -> argparse.ArgumentParser:

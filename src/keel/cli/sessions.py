@@ -17,6 +17,7 @@ from keel.errors import UserError
 from keel.llm.messages import Image, Text, Thinking, ToolUse, WebSearch
 from keel.session.fork import fork_session
 from keel.session.index import (
+    SessionSummary,
     child_sessions,
     find_session,
     lock_holder,
@@ -26,10 +27,12 @@ from keel.session.index import (
 from keel.session.journal import Journal, read_records
 from keel.session.records import (
     AssistantRecord,
+    ClaimRecord,
     CompactionRecord,
     DecisionRecord,
     Meta,
     NoteRecord,
+    ParkRecord,
     ProcessRecord,
     Record,
     ReplyTiming,
@@ -75,15 +78,7 @@ def _list(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object per session")
     p.add_argument("-n", "--limit", type=int, default=0, help="at most this many")
     args = p.parse_args(argv)
-    files = session_files(None if args.all else Path.cwd())
-    if args.limit > 0:
-        files = files[: args.limit]
-    summaries = []
-    for path in files:
-        try:
-            summaries.append(summarize(path))
-        except (UserError, OSError) as exc:
-            print(f"keel: warning: skipped {path}: {exc}", file=sys.stderr)
+    summaries = _summaries(None if args.all else Path.cwd(), args.limit)
     if args.json:
         for s in summaries:
             print(
@@ -117,11 +112,58 @@ def _list(argv: list[str]) -> int:
     return 0
 
 
+def _summaries(cwd: Path | None, limit: int) -> list[SessionSummary]:
+    """The sessions to list: from the session files, or the JetStream store (`KEEL_STORE`)."""
+    from keel.app.stores import jetstream_url
+
+    if url := jetstream_url():
+        from keel.app.stores import open_jetstream
+
+        store = open_jetstream(url)
+        try:
+            found = store.summaries(cwd)
+        finally:
+            store.close()
+        return found[:limit] if limit > 0 else found
+    files = session_files(cwd)
+    if limit > 0:
+        files = files[:limit]
+    summaries = []
+    for path in files:
+        try:
+            summaries.append(summarize(path))
+        except (UserError, OSError) as exc:
+            print(f"keel: warning: skipped {path}: {exc}", file=sys.stderr)
+    return summaries
+
+
+def _show_stored(session_id: str, url: str, as_json: bool) -> int:
+    from keel.app.stores import open_jetstream
+    from keel.session.records import encode
+
+    store = open_jetstream(url)
+    try:
+        records = store.read(session_id).records
+    finally:
+        store.close()
+    for record in records:
+        if as_json:
+            sys.stdout.write(encode(record).decode())
+            continue
+        for line in describe(record):
+            print(line)
+    return 0
+
+
 def _show(argv: list[str]) -> int:
     p = _parser("keel sessions show", "A session's transcript.")
     p.add_argument("session", metavar="ID")
     p.add_argument("--json", action="store_true", help="the records, one JSON object per line")
     args = p.parse_args(argv)
+    from keel.app.stores import jetstream_url
+
+    if url := jetstream_url():
+        return _show_stored(args.session, url, args.json)
     path = find_session(args.session, Path.cwd())
     if args.json:
         sys.stdout.write(path.read_text(encoding="utf-8"))
@@ -223,6 +265,10 @@ def describe(record: Record) -> list[str]:
             return [f"{head} ── {reason}{detail} ({turns} turns, ${cost:.4f} in all)"]
         case NoteRecord() | ToolStartedRecord() | ProcessRecord():
             return [f"{head} {_brief(p)}"]
+        case ClaimRecord():
+            return [f"{head} claimed by worker {p.worker} (delivery {p.attempt})"]
+        case ParkRecord():
+            return [f"{head} parked: waits for {p.waits_for} on {p.tool} {p.tool_use_id}"]
 
 
 def _timing_text(timing: ReplyTiming | None) -> str:

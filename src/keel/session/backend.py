@@ -34,10 +34,15 @@ if TYPE_CHECKING:
 class AppendLog(Protocol):
     """One session's exclusive appender (see the module's contract)."""
 
-    #: A local path naming the session: the file itself, or (JetStream) a mirror of it in the
-    #: worker's scratch directory; checkpoints, raw payloads and subagents' sessions sit beside it.
-    path: Path
-    last_seq: int
+    @property
+    def path(self) -> Path:
+        """A local path naming the session: the file itself, or (JetStream) a mirror of it in
+        the worker's scratch directory; checkpoints, raw payloads and subagents' sessions sit
+        beside it."""
+        ...
+
+    @property
+    def last_seq(self) -> int: ...
 
     def append(self, payload: Payload, *, durable: bool = True) -> Record: ...
 
