@@ -306,12 +306,6 @@ def mixed_script(tmp: Path, name: str) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (issue 20, F4): a completed edit of the round in flight is lost on resume "
-    "and the model is not told (the resume re-runs only the unanswered call; the worker never "
-    "uses Workspace.resume_note)",
-)
 def test_an_edit_finished_in_the_round_in_flight_is_on_the_branch_or_the_model_is_told(
     nats_url: str,  # noqa: F811
     tmp_path: Path,

@@ -231,6 +231,7 @@ class Agent:
         self._system: str | None = None
         self._tool_specs = self.registry.specs()
         self._notes: list[str] = []
+        self._resume_notes: list[str] = []
         #: The permission mode the model last heard of, and whether the user changed it since.
         self._mode_heard: Mode | None = None
         self._mode_changed = False
@@ -426,6 +427,21 @@ class Agent:
         """Queue a note for the model; it is prepended to the next user message."""
         self._notes.append(text)
 
+    def add_resume_note(self, text: str) -> None:
+        """Queue a note for the model that `resume()` delivers before its next model call, after
+        the tool results of the round it finishes (a fleet run moved to another worker whose
+        files lost the last round's edits). Journaled as a `note` user message."""
+        self._resume_notes.append(text)
+
+    def _deliver_resume_notes(self) -> None:
+        if not self._resume_notes:
+            return
+        message = Message("user", (Text("\n".join(self._resume_notes)),))
+        self._resume_notes.clear()
+        if self.session is not None:
+            self.session.user(message, "note")
+        self.conversation.append(message)  # joins the tool results before it
+
     async def run(
         self, prompt: str, on_event: Emit | None = None, *, label: str | None = None
     ) -> RunResult:
@@ -556,8 +572,10 @@ class Agent:
         if prompt is not None:
             if (stop := await self._begin(prompt, emit)) is not None:
                 return stop
-        elif (stop := await self._finish_pending(emit)) is not None:
-            return stop
+        else:
+            if (stop := await self._finish_pending(emit)) is not None:
+                return stop
+            self._deliver_resume_notes()
         while True:
             if (stop := self._check_limits(emit)) is not None:
                 return stop

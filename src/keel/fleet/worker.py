@@ -360,6 +360,7 @@ class Worker:
             meta = Meta(req.run, str(cwd), str(ref), agent.fingerprint(), None, None, __version__)
             journal = await asyncio.to_thread(self._store.create, meta)
             agent.session = SessionLog(journal, req.run)
+            _journal_saved(active, agent)
             await self._summary(
                 req.run, status="running", worker=self.name, started=stamp(), cwd=str(cwd)
             )
@@ -391,6 +392,9 @@ class Worker:
         )
         for note in state.undo_notes:
             agent.add_note(note)
+        lost = active.workspace.resume_note(*_last_saved(loaded.records))
+        if lost:
+            agent.add_resume_note(lost)
         try:
             await self._summary(req.run, status="running", worker=self.name, cwd=str(cwd))
             prompt = None if agent.resumable else (state.last_prompt or req.prompt or None)
@@ -453,7 +457,9 @@ class Worker:
         from keel.fleet.workspace import WorkspaceConflict
 
         try:
-            active.workspace.save(f"keel run {active.req.run}: tool round")
+            saved = active.workspace.save(f"keel run {active.req.run}: tool round")
+            if saved is not None:
+                _journal_saved(active, active.agent)
         except WorkspaceConflict as exc:
             self.say(f"run {active.req.run}: {exc.one_line()}")
             self._stop_attempt(active, fenced=True)
@@ -578,6 +584,31 @@ def agent_suspend_soon(agent: Agent) -> None:
             await asyncio.sleep(0.01)
 
     asyncio.get_running_loop().create_task(later())
+
+
+#: The note a worker journals after each push of a git workspace (and its starting commit).
+SAVED = "fleet workspace saved at "
+
+
+def _journal_saved(active: _Active, agent: Agent | None) -> None:
+    pushed = getattr(active.workspace, "pushed", None)
+    if agent is not None and agent.session is not None and pushed:
+        agent.session.note(SAVED + str(pushed))
+
+
+def _last_saved(records: list[Any]) -> tuple[str | None, int]:
+    """The last commit the journal says was pushed, and how many tool rounds it holds after."""
+    from keel.session.records import AssistantRecord, NoteRecord
+
+    last: str | None = None
+    rounds = 0
+    for record in records:
+        p = record.payload
+        if isinstance(p, NoteRecord) and p.text.startswith(SAVED):
+            last, rounds = p.text.removeprefix(SAVED), 0
+        elif isinstance(p, AssistantRecord) and p.message.tool_uses:
+            rounds += 1
+    return last, rounds
 
 
 def _final_text(state: SessionState) -> str:
