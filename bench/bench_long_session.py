@@ -112,11 +112,11 @@ def long_server(turns: int) -> Iterator[str]:
 # -- the client ---------------------------------------------------------------------------------
 
 
-def make_files(root: Path) -> None:
+def make_files(root: Path, result_bytes: int = RESULT_BYTES) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    # `read` numbers the lines (about 7 more bytes each): the result is about 5 kB.
+    # `read` numbers the lines (about 7 more bytes each): the result is about `result_bytes`.
     line = "x" * 57 + "\n"
-    lines = (RESULT_BYTES // (len(line) + 7)) + 1
+    lines = (result_bytes // (len(line) + 7)) + 1
     for i in range(FILES):
         (root / f"f{i:03d}.txt").write_text(f"file {i}\n" + line * lines, encoding="utf-8")
 
@@ -212,11 +212,12 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10_000)
+    parser.add_argument("--result-bytes", type=int, default=RESULT_BYTES)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="keel-bench-long-"))
     project = work / "project"
-    make_files(project)
+    make_files(project, args.result_bytes)
     try:
         with long_server(args.turns) as url:
             start = time.perf_counter()

@@ -135,3 +135,20 @@ async def test_in_worker_call_that_blocks_does_not_hold_up_the_next() -> None:
 
     results = await asyncio.gather(*(in_worker(double(i)) for i in range(20)))
     assert results == [i * 2 for i in range(20)]
+
+
+def test_wire_cache_holds_at_most_its_byte_budget() -> None:
+    from keel.llm.providers.anthropic import _WireCache, encode_message
+
+    messages = [Message("user", (Text(f"{i} " + "x" * 1000),)) for i in range(10)]
+    size = len(encode_message(messages[0]))
+    cache = _WireCache(100, 3 * size + 10)
+    # Each request a new conversation (as after a compaction): nothing extends the last one.
+    for message in messages:
+        assert cache.encoded((message,), "m") == [encode_message(message)]
+    # Only the 3 newest fit the budget; the others (no longer in any request) are gone.
+    assert [entry[0] for entry in cache._entries.values()] == messages[-3:]
+    assert cache._bytes == sum(len(encode_message(m)) for m in messages[-3:])
+    # A conversation that extends the previous request still reuses that request's bytes.
+    again = (messages[-1], messages[0])
+    assert cache.encoded(again, "m") == [encode_message(m) for m in again]

@@ -74,6 +74,10 @@ _MIN_ANSWER_TOKENS: Final = 1_024
 
 #: Messages whose wire bytes are kept. Several transcripts (subagents) may share one client.
 _MESSAGE_CACHE_SIZE: Final = 4_096
+#: And at most this many wire bytes of them: the messages a compaction dropped stay cached until
+#: evicted, and at 25 kB tool results 4,096 of them held ~100 MB (bench_long_session.py). The
+#: request that extends the previous one never looks here (`_WireCache._last`).
+_MESSAGE_CACHE_BYTES: Final = 16 * 2**20
 
 _EPHEMERAL: Final = {"type": "ephemeral"}
 #: Appended inside a message's last content block to mark a cache breakpoint. Encoded messages
@@ -124,7 +128,7 @@ class AnthropicProvider(HTTPProvider):
         self.bearer = bearer
         if bearer:
             self.key_env = "ANTHROPIC_AUTH_TOKEN"
-        self._wire = _WireCache(_MESSAGE_CACHE_SIZE)
+        self._wire = _WireCache(_MESSAGE_CACHE_SIZE, _MESSAGE_CACHE_BYTES)
         self._head: tuple[tuple[object, ...], tuple[ToolSpec, ...], bytes] | None = None
 
     # -- request ------------------------------------------------------------------------------
@@ -455,8 +459,10 @@ class _WireCache:
     """Encoded messages keyed by identity, least recently used dropped first. Each entry holds a
     reference to its message, so the id cannot be reused by another object while cached."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_bytes: int) -> None:
         self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0  # wire bytes held in `_entries`
         #: id → (message, whether its thinking was kept, wire bytes).
         self._entries: OrderedDict[int, tuple[Message, bool, bytes]] = OrderedDict()
         # The previous request's model, messages and wires: the next request usually extends
@@ -491,9 +497,13 @@ class _WireCache:
                 out.append(entry[2])
                 continue
             wire = encode_message(message, keep_thinking=keep)
+            if entry is not None:
+                self._bytes -= len(entry[2])
             entries[key] = (message, keep, wire)
-            if len(entries) > self._capacity:
-                entries.popitem(last=False)
+            entries.move_to_end(key)
+            self._bytes += len(wire)
+            while entries and (len(entries) > self._capacity or self._bytes > self._max_bytes):
+                self._bytes -= len(entries.popitem(last=False)[1][2])
             out.append(wire)
         return out
 
