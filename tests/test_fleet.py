@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from keel.session.fold import fold
+from keel.tools.base import AnswerLater, ToolContext, tool
 from tests.fleet_helpers import (
     WorkerProc,
     keel,
@@ -423,3 +424,77 @@ def test_keel_p_keeps_its_session_in_jetstream_with_keel_store(fleet: str, tmp_p
     assert bad.stderr.startswith("keel: error: KEEL_STORE='redis://x' is not a store keel knows"), (
         bad
     )
+
+
+def test_a_tool_that_answers_later_parks_the_run_and_is_never_called_again(
+    fleet: str, tmp_path: Path
+) -> None:
+    """A Python program runs a worker with its own tool; the tool says its answer comes later.
+    The run parks (the worker is free), `keel runs answer … --result` supplies the answer, and
+    the run goes on with it: the tool ran once, the model read the supplied result."""
+    import asyncio
+    import threading
+
+    from keel.fleet.worker import Worker
+
+    calls: list[str] = []
+
+    @tool
+    async def approve_budget(ctx: ToolContext, amount: int) -> str:
+        """Ask finance to approve a budget.
+
+        Args:
+            amount: Dollars.
+        """
+        calls.append(str(amount))
+        raise AnswerLater(f"finance reviews {amount} dollars")
+
+    model = script(
+        tmp_path / "later.json",
+        [
+            {
+                "tool_calls": [
+                    {"id": "toolu_later_1", "name": "approve_budget", "input": {"amount": 500}}
+                ]
+            },
+            {"text": "Budget settled.", "expect": {"last_user_contains": "approved by Ann"}},
+        ],
+    )
+    run = _submit(fleet, "get the budget approved", "--model", model, "--mode", "bypass",
+                  "--workspace", f"path:{tmp_path}")  # fmt: skip
+    worker = Worker(fleet, scratch=tmp_path / "scratch", name="lib", tools=[approve_budget],
+                    env={**os.environ, "KEEL_WORKSPACE_ROOTS": str(tmp_path)})  # fmt: skip
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(worker.run()), daemon=True)
+    thread.start()
+    try:
+        (parked,) = _wait(fleet, run)
+        assert parked["status"] == "parked", json.dumps(parked)
+        assert parked["waits_on"]["waits_for"] == "deferred", parked
+        assert parked["waits_on"]["question"] == "finance reviews 500 dollars", parked
+        wrong = keel("runs", "--nats", fleet, "answer", run, "toolu_later_1", "allow")
+        assert wrong.returncode != 0, wrong
+        assert "--result TEXT" in wrong.stderr, wrong
+        out = keel("runs", "--nats", fleet, "answer", run, "toolu_later_1", "--result",
+                   "approved by Ann")  # fmt: skip
+        assert out.returncode == 0, out
+        (done,) = _wait(fleet, run)
+    finally:
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(30)
+        loop.close()
+    assert (done["status"], done["text"]) == ("completed", "Budget settled."), done
+    assert calls == ["500"]  # never called again
+    records = read_run(fleet, run, tmp_path / "reader")
+    assert [r.payload.type for r in records] == [
+        "meta",
+        "user",
+        "assistant",
+        "park",
+        "claim",
+        "tool_result",
+        "assistant",
+        "terminal",
+    ]
+    result = records[5].payload
+    assert result.result.text == "approved by Ann"  # type: ignore[union-attr]

@@ -427,6 +427,20 @@ class Agent:
         """Queue a note for the model; it is prepended to the next user message."""
         self._notes.append(text)
 
+    def on_answer_later(self, handler: Callable[[ToolUse, str], Awaitable[None]] | None) -> None:
+        """Who takes a call whose tool raised `AnswerLater` (a fleet worker: it parks the run)."""
+        self._runner.on_answer_later = handler
+
+    def supply_result(self, call_id: str, text: str, *, is_error: bool = False) -> None:
+        """Answer a restored, unanswered call of the pending round with `text` instead of running
+        its tool (a parked fleet run's deferred answer): journaled like any result."""
+        pending = self._pending
+        if pending is None or call_id not in {c.id for c in pending.unanswered}:
+            raise UserError(f"no unanswered call {call_id} in this run's last round")
+        result = tool_result(call_id, text, is_error=is_error)
+        self._record_result(result, 0.0)
+        pending.results[call_id] = result
+
     def add_resume_note(self, text: str) -> None:
         """Queue a note for the model that `resume()` delivers before its next model call, after
         the tool results of the round it finishes (a fleet run moved to another worker whose

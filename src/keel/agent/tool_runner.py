@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -32,6 +32,7 @@ from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate, PermissionRequest
 from keel.tools.base import (
+    AnswerLater,
     Tool,
     ToolContext,
     ToolError,
@@ -128,6 +129,9 @@ class ToolRunner:
         self.choices: dict[str, Choice] = {}
         #: Set when a round stopped on a call of unknown outcome nobody could decide about.
         self.stopped_unknown: list[ToolStartedRecord] = []
+        #: Who takes a call whose tool raised `AnswerLater` (a fleet worker parks the run; it
+        #: does not return). None: the model is told the run cannot wait.
+        self.on_answer_later: Callable[[ToolUse, str], Awaitable[None]] | None = None
         ctx.on_process = self._process_started
 
     def kind_of(self, name: str) -> str:
@@ -252,6 +256,15 @@ class ToolRunner:
             output = await tool.run(self.ctx, call.input)
         except ToolError as exc:
             output = ToolOutput(str(exc), is_error=True)
+        except AnswerLater as exc:
+            if self.on_answer_later is not None:
+                await self.on_answer_later(call, exc.note)
+                raise asyncio.CancelledError from None  # parked: nothing more of this round
+            output = ToolOutput(
+                f"{call.name} answers later ({exc.note or 'no note'}), but this run cannot wait "
+                "for it: only fleet runs park until an answer comes",
+                is_error=True,
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in a tool must not end the run; the model sees it

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from keel.session.journal import Loaded
     from keel.session.records import Fingerprint
     from keel.session.store import SessionLog
+    from keel.tools.base import Tool
 
 #: Where build notices go.
 Notify = Callable[[Event], None]
@@ -62,6 +63,7 @@ async def open_agent(
     provider: Provider | None = None,
     session: bool = True,
     session_id: str | None = None,
+    tools: Sequence[Tool] = (),
 ) -> Agent:
     """A ready agent for a new session: built, its MCP servers connected, its session file
     created (unless `options.no_session` or `session` is False: a front end that creates it at
@@ -82,6 +84,7 @@ async def open_agent(
         await add_memory(agent, settings, notice)
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
+        agent.add_tools(tools)  # a library caller's own (a fleet worker's, say)
         if session and not options.no_session:
             from keel.app.stores import jetstream_url
             from keel.session.store import SessionLog
@@ -600,6 +603,7 @@ async def continue_session(
     where: str,
     provider_for: Callable[[ModelRef], Provider] | None = None,
     cwd: Path | None = None,
+    tools: Sequence[Tool] = (),
 ) -> tuple[Agent, SessionState, AppendLog, ModelRef]:
     """The rest of `open_session`, for a journal taken over from any store (a fleet worker's
     JetStream journal too). `cwd`: the session's workspace now, when it moved (a fleet run resumed
@@ -647,6 +651,7 @@ async def continue_session(
         await add_memory(agent, settings, notice, resumed=True)
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
+        agent.add_tools(tools)
         keep_knowledge_as_it_was(agent, settings, stored)
         current = agent.fingerprint()
         if moved:

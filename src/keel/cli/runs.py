@@ -176,8 +176,10 @@ def runs_parser() -> argparse.ArgumentParser:
     answer = sub.add_parser("answer", help="answer what a parked run waits for")
     answer.add_argument("run")
     answer.add_argument("request", help="the request id `keel runs show` names")
-    answer.add_argument("reply", choices=["allow", "deny"])
+    answer.add_argument("reply", nargs="?", choices=["allow", "deny"], help="for a question")
     answer.add_argument("--reason", default="", help="why (the model reads it on a denial)")
+    answer.add_argument("--result", help="for a tool that answers later: its result")
+    answer.add_argument("--error", action="store_true", help="the result is an error")
     return p
 
 
@@ -249,8 +251,12 @@ def runs(argv: list[str]) -> int:
             over = summary.get("status") not in ACTIVE
             print(f"run {args.run}: {_status(summary) if over else 'cancel requested'}")
             return 0
-        await fleet.answer(args.run, args.request, args.reply == "allow", args.reason)
-        print(f"run {args.run}: answered {args.request} ({args.reply}); queued to go on")
+        allow = None if args.reply is None else args.reply == "allow"
+        await fleet.answer(
+            args.run, args.request, allow, args.reason, result=args.result, is_error=args.error
+        )
+        what = args.reply or ("an error" if args.error else "a result")
+        print(f"run {args.run}: answered {args.request} ({what}); queued to go on")
         return 0
 
     return _with(go, args)

@@ -203,8 +203,18 @@ class Fleet:
 
     # -- answers and cancels --------------------------------------------------------------------
 
-    async def answer(self, run: str, request: str, allow: bool, reason: str = "") -> None:
-        """Answer what a parked run waits for, and queue it to go on (on any worker)."""
+    async def answer(
+        self,
+        run: str,
+        request: str,
+        allow: bool | None,
+        reason: str = "",
+        *,
+        result: str | None = None,
+        is_error: bool = False,
+    ) -> None:
+        """Answer what a parked run waits for (a question: `allow`; a tool that answers later:
+        its `result`), and queue the run to go on, on any worker."""
         summary = await self.summary(run)
         if summary is None:
             raise UserError(f"no run {run!r}", hint="`keel runs list` shows the runs")
@@ -216,8 +226,24 @@ class Fleet:
                 + ")",
                 hint="`keel runs show RUN` says what a run waits for",
             )
+        deferred = waits.get("waits_for") == "deferred"
+        if deferred and result is None:
+            raise UserError(
+                f"run {run} waits for the result of {waits.get('tool')} ({request}), not a "
+                "permission",
+                hint=f"keel runs answer {run} {request} --result TEXT [--error]",
+            )
+        if not deferred and allow is None:
+            raise UserError(
+                f"run {run} waits for a {waits.get('waits_for')} answer on {request}",
+                hint=f"keel runs answer {run} {request} allow|deny [--reason TEXT]",
+            )
         kv = await self.kv()
-        answer = {"allow": allow, "reason": reason, "at": stamp()}
+        answer = (
+            {"result": result, "is_error": is_error, "at": stamp()}
+            if deferred
+            else {"allow": allow, "reason": reason, "at": stamp()}
+        )
         await kv.put(f"{run}.answer.{request}", json.dumps(answer).encode())
         await self.put_summary(run, status="queued")
         req = RunRequest(run, "", why="answer")

@@ -25,7 +25,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,8 +49,10 @@ if TYPE_CHECKING:
     from keel.agent.loop import Agent, RunResult
     from keel.fleet.journal import JetStreamStore
     from keel.llm.catalog import ModelRef
+    from keel.llm.messages import ToolUse
     from keel.llm.provider import Provider
     from keel.session.fold import SessionState
+    from keel.tools.base import Tool
 
 
 def default_scratch(env: Mapping[str, str] | None = None) -> Path:
@@ -90,6 +92,7 @@ class Worker:
         env: Mapping[str, str] | None = None,
         provider_for: Any = None,
         say: Any = None,
+        tools: Sequence[Tool] = (),
     ) -> None:
         if concurrency < 1:
             raise UserError("--concurrency must be 1 or more")
@@ -99,6 +102,9 @@ class Worker:
         self.scratch = scratch or default_scratch(self.env)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.provider_for = provider_for
+        #: Tools of a Python program that runs this worker, offered to every run (a tool may
+        #: raise `AnswerLater`: the run parks until `keel runs answer … --result`).
+        self.tools = tuple(tools)
         self.say = say or (lambda _line: None)
         self.active: dict[str, _Active] = {}
         self.stopping = asyncio.Event()
@@ -330,7 +336,7 @@ class Worker:
 
         spec = parse_workspace(active.req.workspace or {})
         active.workspace = await asyncio.to_thread(
-            Workspace.prepare, spec, active.req.run, self.scratch / "runs"
+            Workspace.prepare, spec, active.req.run, self.scratch / "runs", env=self.env
         )
         return Path(active.workspace.path)
 
@@ -355,6 +361,7 @@ class Worker:
             provider=self._provider(ref),
             session=False,
             session_id=req.run,
+            tools=self.tools,
         )
         try:
             meta = Meta(req.run, str(cwd), str(ref), agent.fingerprint(), None, None, __version__)
@@ -389,9 +396,18 @@ class Worker:
             where=f"run {req.run}",
             provider_for=self.provider_for,
             cwd=cwd,
+            tools=self.tools,
         )
         for note in state.undo_notes:
             agent.add_note(note)
+        if state.parked is not None and state.parked.waits_for == "deferred":
+            assert self._fleet is not None
+            answer = await self._fleet.get_answer(req.run, state.parked.request_id) or {}
+            agent.supply_result(
+                state.parked.tool_use_id,
+                str(answer.get("result", "")),
+                is_error=bool(answer.get("is_error")),
+            )
         lost = active.workspace.resume_note(*_last_saved(loaded.records))
         if lost:
             agent.add_resume_note(lost)
@@ -406,6 +422,11 @@ class Worker:
     async def _drive(self, active: _Active, agent: Agent, prompt: str | None) -> RunResult | None:
         active.agent = agent
         agent.ask_through_events()
+
+        async def later(call: ToolUse, note: str) -> None:
+            await self._park(active, agent, call, "deferred", note)
+
+        agent.on_answer_later(later)
         if self.stopping.is_set() or active.cancelled:
             agent_suspend_soon(agent)
         try:
@@ -496,16 +517,23 @@ class Worker:
                 PermissionReply(bool(answer.get("allow")), reason=str(answer.get("reason", ""))),
             )
             return
-        await self._park(active, agent, event)
+        await self._park(
+            active,
+            agent,
+            event.call,
+            "plan" if event.plan else "permission",
+            event.plan or event.reason,
+        )
 
-    async def _park(self, active: _Active, agent: Agent, event: PermissionAsked) -> None:
+    async def _park(
+        self, active: _Active, agent: Agent, call: ToolUse, waits_for: str, question: str
+    ) -> None:
+        """Journal what the run waits for, fence this attempt, stop it; the worker goes on."""
         from keel.session.records import ParkRecord
 
-        waits_for = "plan" if event.plan else "permission"
-        question = event.plan or event.reason
         session = agent.session
         assert session is not None
-        record = ParkRecord(event.call.id, event.call.id, event.call.name, waits_for, question)
+        record = ParkRecord(call.id, call.id, call.name, waits_for, question)
         await asyncio.to_thread(session.journal.append, record)
         fence = getattr(session.journal, "fence", None)
         if fence is not None:
@@ -515,14 +543,15 @@ class Worker:
             active.req.run,
             status="parked",
             waits_on={
-                "request": event.call.id,
-                "tool": event.call.name,
+                "request": call.id,
+                "tool": call.name,
                 "waits_for": waits_for,
                 "question": question[:500],
-                "input": event.call.input,
+                "input": call.input,
             },
         )
-        agent.interrupt("parked")
+        if waits_for != "deferred":  # a deferred call stops its round itself
+            agent.interrupt("parked")
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
         req, msg = active.req, active.msg

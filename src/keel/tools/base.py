@@ -53,6 +53,17 @@ class ToolError(Exception):
     """A failure the model should see: the message says what went wrong and how to do better."""
 
 
+class AnswerLater(Exception):
+    """Raised by a tool whose answer comes later (a person approves, a job finishes elsewhere).
+    In a fleet run the run parks: the worker is released, `keel runs list` shows what the run
+    waits on, and `keel runs answer RUN CALL --result TEXT` supplies the result; the tool is not
+    called again. Anywhere else nobody can wait, and the model gets an error saying so."""
+
+    def __init__(self, note: str = "") -> None:
+        super().__init__(note)
+        self.note = note
+
+
 @frozen
 class FileStamp:
     mtime_ns: int
