@@ -40,6 +40,7 @@ def ack_wait(env: Mapping[str, str]) -> float:
         value = ACK_WAIT
     return value if 1.0 <= value <= 3600.0 else ACK_WAIT
 
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
