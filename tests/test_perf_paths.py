@@ -5,6 +5,9 @@ threads without letting a call that never returns hold up the next one."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -152,3 +155,18 @@ def test_wire_cache_holds_at_most_its_byte_budget() -> None:
     # A conversation that extends the previous request still reuses that request's bytes.
     again = (messages[-1], messages[0])
     assert cache.encoded(again, "m") == [encode_message(m) for m in again]
+
+
+def test_sessions_list_imports_no_event_loop_and_no_assembly(project: Path) -> None:
+    # `keel sessions list` reads session files: asyncio (~16 ms) and keel.app (the whole agent
+    # assembly, ~60 ms) are not needed for that, with KEEL_STORE unset.
+    code = (
+        "import sys; from keel.cli.main import main; rc = main(['sessions', 'list']); "
+        "print(sorted(m for m in sys.modules if m == 'asyncio' or m.startswith('keel.app')))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KEEL_STORE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "[]"

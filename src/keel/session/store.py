@@ -7,7 +7,6 @@ Layout: `<KEEL_HOME or the user data dir>/sessions/<project>-<hash8>/<id>.jsonl`
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import secrets
@@ -129,6 +128,8 @@ class SessionLog:
         fsync runs on a worker thread: the event loop goes on serving other runs meanwhile (many
         agents in one process). Cancelled, it still waits for that one sync to finish, so the
         journal is never synced from two threads at once."""
+        import asyncio  # here: `keel sessions list` imports this module and needs no event loop
+
         sync = asyncio.get_running_loop().run_in_executor(None, self.journal.sync)
         try:
             await asyncio.shield(sync)
