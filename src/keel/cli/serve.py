@@ -52,6 +52,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--token-file", metavar="F", help="read the bearer token from F (mode 0600)")
     p.add_argument("--cwd", help="the project (default: the current directory)")
+    p.add_argument(
+        "--fleet",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help="also front the fleet's work queue at /v1/runs (URL, else KEEL_NATS_URL or the "
+        "local fleet; docs/server.md)",
+    )
     p.add_argument("--debug", action="store_true", help="tracebacks and uvicorn's log")
     return p
 
@@ -143,6 +151,13 @@ def serve(argv: list[str]) -> int:
     if not cwd.is_dir():
         raise UserError(f"--cwd {cwd} is not a directory")
     token, generated = read_token(args.token_file, dict(os.environ))
+    fleet_url: str | None = None
+    if args.fleet is not None:
+        from keel.fleet.connect import resolve_url
+        from keel.fleet.local import preflight
+
+        fleet_url = resolve_url(given=args.fleet)
+        preflight(fleet_url)  # a fleet that is not there is said now, in one line
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     hosts = allowed_hosts(args.host, port, args.allow_remote)
@@ -158,7 +173,19 @@ def serve(argv: list[str]) -> int:
     print(f"keel serve: listening on http://{shown}:{port} for {cwd}", flush=True)
     if generated:
         print(f"keel serve: token {token}", flush=True)
-    return _run(sock, cwd, token, hosts, all_projects=args.all_projects, debug=args.debug)
+    if fleet_url is not None:
+        from keel.server.fleet_routes import redact
+
+        print(f"keel serve: fronting the fleet at {redact(fleet_url)} (/v1/runs)", flush=True)
+    return _run(
+        sock,
+        cwd,
+        token,
+        hosts,
+        all_projects=args.all_projects,
+        debug=args.debug,
+        fleet_url=fleet_url,
+    )
 
 
 def _run(
@@ -169,6 +196,7 @@ def _run(
     *,
     all_projects: bool,
     debug: bool,
+    fleet_url: str | None = None,
 ) -> int:
     import asyncio
 
@@ -185,7 +213,7 @@ def _run(
     host = Host(cwd, all_projects=all_projects)
 
     async def main() -> None:
-        app = create_app(host, token=token, hosts=hosts, debug=debug)
+        app = create_app(host, token=token, hosts=hosts, debug=debug, fleet_url=fleet_url)
         config = uvicorn.Config(
             app,
             log_level="info" if debug else "warning",

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keel import __version__
 from keel.errors import KeelError, UserError
+from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
 
@@ -197,11 +198,14 @@ OPT_STR = (str, NONE)
 
 
 class Api:
-    """The routes, over one `Host`."""
+    """The routes, over one `Host` (and the fleet's `/v1/runs`, `keel.server.fleet_routes`)."""
 
-    def __init__(self, host: Host, *, keepalive: float = KEEPALIVE) -> None:
+    def __init__(
+        self, host: Host, *, keepalive: float = KEEPALIVE, fleet: FleetRoutes | None = None
+    ) -> None:
         self.host = host
         self.keepalive = keepalive
+        self.fleet = fleet or FleetRoutes(None)
 
     def hosted(self, request: Request) -> Hosted:
         return self.host.get(request.path_params["id"])
@@ -584,6 +588,7 @@ class Api:
             Route(f"{s}/fork", self.fork, methods=["POST"]),
             Route(f"{s}/tasks", self.tasks, methods=["GET"]),
             Route(f"{s}/tasks/{{task_id}}", self.stop_task, methods=["DELETE"]),
+            *self.fleet.routes(),
         ]
 
 
@@ -662,15 +667,20 @@ def create_app(
     hosts: Iterable[str] | None,
     keepalive: float = KEEPALIVE,
     debug: bool = False,
+    fleet_url: str | None = None,
 ) -> ASGIApp:
-    """The ASGI app: `Guard` over the routes of `Api(host)`."""
+    """The ASGI app: `Guard` over the routes of `Api(host)`; `fleet_url`: the fleet the
+    `/v1/runs` routes front (None: they answer 404)."""
+
+    fleet = FleetRoutes(fleet_url)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         yield
         await host.aclose()
+        await fleet.aclose()
 
-    api = Api(host, keepalive=keepalive)
+    api = Api(host, keepalive=keepalive, fleet=fleet)
     app = Starlette(
         routes=api.routes(),
         exception_handlers={

@@ -83,6 +83,112 @@ def _create_op() -> dict[str, Any]:
     return op
 
 
+RUN = {"name": "id", "in": "path", "required": True, "schema": STR}
+
+
+def _run_op(
+    summary: str,
+    ok: dict[str, Any],
+    *,
+    body: dict[str, Any] | None = None,
+    status: str = "200",
+    params: tuple[dict[str, Any], ...] = (RUN,),
+    conflict: str = "",
+) -> dict[str, Any]:
+    """An operation of the fleet's `/v1/runs` routes (`keel serve --fleet`)."""
+    op = _op(summary, ok, body=body, status=status, params=params)
+    op["responses"]["404"] = _json(
+        _ref("Error"), "No such run, or this server does not front a fleet (no --fleet)"
+    )
+    op["responses"]["503"] = _json(
+        _ref("Error"), "The fleet's NATS server cannot be reached or refused (one line)"
+    )
+    if conflict:
+        op["responses"]["409"] = _json(_ref("Error"), conflict)
+    return op
+
+
+def _run_paths() -> dict[str, Any]:
+    run = "/v1/runs/{id}"
+    summary = _json(_ref("RunSummary"), "The run's summary")
+    number = {"type": ["number", "null"]}
+    whole = {"type": ["integer", "null"]}
+    return {
+        "/v1/runs": {
+            "get": _run_op(
+                "The fleet's runs (their summaries, never their journals), newest first",
+                _json(_obj(runs={"type": "array", "items": _ref("RunSummary")}), "The runs"),
+                params=(),
+            ),
+            "post": _run_op(
+                "Queue a run for the fleet's workers (checked as `keel submit` checks it; the "
+                "request names a model, never a key)",
+                _json(_ref("RunSummary"), "Queued: the summary, with the run's `id`"),
+                body=_obj(
+                    ("prompt",),
+                    prompt=STR,
+                    model=OPT_STR,
+                    mode=OPT_STR,
+                    workspace={
+                        "oneOf": [
+                            {"type": ["string", "null"]},
+                            _obj(("git",), git=STR, ref=STR),
+                            _obj(("path",), path=STR),
+                            _obj(),
+                        ]
+                    },
+                    max_turns=whole,
+                    max_tokens_budget=whole,
+                    max_budget_usd=number,
+                ),
+                status="201",
+                params=(),
+            ),
+        },
+        run: {"get": _run_op("One run's summary", summary)},
+        f"{run}/cancel": {
+            "post": _run_op(
+                "Stop the run at its next loop boundary (a run that is over: as it is)",
+                summary,
+                body=_obj(),
+            )
+        },
+        f"{run}/answers/{{request_id}}": {
+            "post": _run_op(
+                "Answer what a parked run waits for: a question ({allow, reason}) or a tool "
+                "that answers later ({result, is_error}); the run is queued to go on",
+                _json(
+                    _obj(run=STR, request=STR, queued=BOOL, allow=BOOL, is_error=BOOL),
+                    "Answered",
+                ),
+                body=_obj(allow=BOOL, reason=STR, result=STR, is_error=BOOL),
+                params=(
+                    RUN,
+                    {"name": "request_id", "in": "path", "required": True, "schema": STR},
+                ),
+                conflict="The run does not wait for this request (answered already, or not parked)",
+            )
+        },
+        f"{run}/wait": {
+            "get": _run_op(
+                "Long-poll: the summary once the run is over or parked, or when `timeout` "
+                "seconds (default 30, at most 300) have passed (then it is still queued or "
+                "running: ask again)",
+                summary,
+                params=(
+                    RUN,
+                    {
+                        "name": "timeout",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "number", "minimum": 0, "maximum": 300},
+                    },
+                ),
+            )
+        },
+    }
+
+
 def spec() -> dict[str, Any]:
     sid = "/v1/sessions/{id}"
     session = _json(_ref("Session"), "The session")
@@ -282,6 +388,7 @@ def spec() -> dict[str, Any]:
                     ),
                 )
             },
+            **_run_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -335,6 +442,29 @@ def spec() -> dict[str, Any]:
                     seconds={"type": "number"},
                     result=OPT_STR,
                 ),
+                "RunSummary": {
+                    "type": "object",
+                    "description": "A fleet run's summary (docs/fleet.md): status queued, "
+                    "running, parked (waits_on says on what), completed, cancelled, error...",
+                    "properties": {
+                        "id": STR,
+                        "status": STR,
+                        "submitted": STR,
+                        "updated": STR,
+                        "model": STR,
+                        "mode": STR,
+                        "last_prompt": STR,
+                        "workspace": {"type": "object"},
+                        "waits_on": {"type": ["object", "null"]},
+                        "text": STR,
+                        "turns": INT,
+                        "cost": {"type": ["number", "null"]},
+                        "worker": STR,
+                        "error": OPT_STR,
+                        "cancel_requested": BOOL,
+                        "request": {"type": "object"},
+                    },
+                },
                 "Undone": _obj(
                     label=STR,
                     restored={"type": "array", "items": STR},

@@ -1,0 +1,419 @@
+"""The `/v1/runs` routes of `keel serve --fleet`: the fleet's work queue over HTTP (docs/server.md,
+"Fronting a fleet").
+
+A thin front over one `keel.fleet.runs.Fleet` client, opened on first use in the server's event
+loop and opened again after its NATS connection died: submit a run (checked as `keel submit`
+checks it, before anything is queued), read summaries, cancel, answer what a parked run waits for,
+and long-poll until a run is over or parked. The guard in front (Host check, bearer token) is
+`keel.server.http`'s, so are the body reader and the error shape. Without `--fleet` every route
+answers 404 with a hint; a NATS server that cannot be reached, or refuses, is a 503 with the
+fleet's one-line message (a password in the fleet's URL never appears in one).
+
+It never runs a model or a tool itself (workers do) and never imports nats-py at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from keel.errors import UserError
+from keel.server.host import ApiError
+
+if TYPE_CHECKING:
+    from keel.fleet.runs import Fleet
+
+#: The longest `?timeout=` a wait may ask for (seconds) and the default.
+MAX_WAIT = 300.0
+DEFAULT_WAIT = 30.0
+#: How often a wait reads the run's summary.
+POLL = 0.2
+
+#: A run request's limits, as `keel submit` takes them: (smallest, largest).
+TURNS = (1, 100_000)
+TOKENS = (0, 10**12)
+
+NONE = type(None)
+SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
+    "prompt": (str,),
+    "model": (str, NONE),
+    "mode": (str, NONE),
+    "workspace": (str, dict, NONE),
+    "max_turns": (int, NONE),
+    "max_tokens_budget": (int, NONE),
+    "max_budget_usd": (int, float, NONE),
+}
+ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
+    "allow": (bool,),
+    "reason": (str,),
+    "result": (str,),
+    "is_error": (bool,),
+}
+
+T = TypeVar("T")
+
+HINT_LIST = "GET /v1/runs lists the runs"
+
+
+def redact(url: str) -> str:
+    """`url` (a comma list) without the password of any server in it."""
+    out = []
+    for one in url.split(","):
+        one = one.strip()
+        try:
+            parts = urlsplit(one)
+            secret = parts.password is not None
+        except ValueError:
+            out.append("(unparsable URL)")
+            continue
+        if secret or (parts.username and "@" in parts.netloc):
+            host = parts.hostname or ""
+            host = f"[{host}]" if ":" in host else host
+            netloc = f"{parts.username}:***@{host}" if secret else f"***@{host}"
+            if parts.port is not None:
+                netloc += f":{parts.port}"
+            one = urlunsplit(parts._replace(netloc=netloc))
+        out.append(one)
+    return ",".join(out)
+
+
+class FleetRoutes:
+    """The `/v1/runs` routes over the fleet at `url` (None: this server fronts no fleet)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.shown = redact(url) if url else ""
+        self._fleet: Fleet | None = None
+        self._lock = asyncio.Lock()
+
+    # -- the client ------------------------------------------------------------------------------
+
+    def require(self) -> str:
+        """The fleet's URL; a 404 with a hint when this server fronts none."""
+        if self.url is None:
+            raise ApiError(
+                404,
+                "this server does not front a fleet",
+                "start keel serve with --fleet (KEEL_NATS_URL or the local fleet) or "
+                "--fleet nats://HOST:PORT",
+            )
+        return self.url
+
+    async def fleet(self) -> Fleet:
+        """The client, connected on first use and again after its connection died; a 503 when
+        the NATS server cannot be reached."""
+        from keel.fleet.connect import FleetError
+
+        url = self.require()
+        async with self._lock:
+            if self._fleet is not None and self._fleet.nc.is_closed:
+                self._fleet = None  # its server went away: connect again
+            if self._fleet is None:
+                from keel.fleet.runs import Fleet
+
+                try:
+                    self._fleet = await Fleet.open(url)
+                except FleetError as exc:
+                    raise self._unavailable(exc.message, exc.hint) from None
+            return self._fleet
+
+    async def aclose(self) -> None:
+        fleet, self._fleet = self._fleet, None
+        if fleet is None or fleet.nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(fleet.close(), 5)
+        except (TimeoutError, OSError):
+            await fleet.nc.close()
+        except Exception as exc:
+            if not _nats_error(exc):
+                raise
+            await fleet.nc.close()
+
+    async def _call(self, fn: Callable[[Fleet], Awaitable[T]]) -> T:
+        """`fn(fleet)`, with the fleet's failures as answers: a `FleetError` or a NATS failure
+        is a 503 (the next request connects again if the connection died); another `UserError`
+        a 400."""
+        from keel.fleet.connect import FleetError
+
+        fleet = await self.fleet()
+        try:
+            return await fn(fleet)
+        except ApiError:
+            raise
+        except FleetError as exc:
+            raise self._unavailable(exc.message, exc.hint) from None
+        except UserError as exc:
+            raise ApiError.of(exc) from exc
+        except (TimeoutError, OSError) as exc:
+            await self._drop(fleet)
+            raise self._unavailable(
+                f"the fleet's NATS server did not answer ({_what(exc)})"
+            ) from None
+        except Exception as exc:
+            if not _nats_error(exc):
+                raise
+            await self._drop(fleet)
+            raise self._unavailable(f"the fleet's NATS server failed: {_what(exc)}") from None
+
+    async def _drop(self, fleet: Fleet) -> None:
+        async with self._lock:
+            if self._fleet is fleet and not fleet.nc.is_connected:
+                self._fleet = None
+                try:
+                    await fleet.nc.close()
+                except Exception as exc:
+                    if not _nats_error(exc):
+                        raise
+
+    def _unavailable(self, message: str, hint: str = "") -> ApiError:
+        if self.url:
+            message = message.replace(self.url, self.shown)
+        return ApiError(
+            503,
+            message.replace("\n", " "),
+            hint
+            or f"is the fleet's NATS server at {self.shown} up? keel serve connects again on "
+            "the next request",
+        )
+
+    # -- routes -----------------------------------------------------------------------------------
+
+    async def submit(self, request: Request) -> Response:
+        from keel.server.http import read_body
+
+        self.require()  # a 404 before the body is read when there is no fleet
+        body = await read_body(request, SUBMIT_FIELDS)
+        req = run_request(body)
+        summary = await self._call(lambda fleet: fleet.submit(req))
+        return JSONResponse(summary, 201)
+
+    async def list_runs(self, request: Request) -> Response:
+        summaries = await self._call(lambda fleet: fleet.runs())
+        return JSONResponse({"runs": summaries})
+
+    async def get_run(self, request: Request) -> Response:
+        self.require()
+        run = _run_id(request)
+        return JSONResponse(await self._call(lambda fleet: _found(fleet, run)))
+
+    async def cancel(self, request: Request) -> Response:
+        from keel.server.http import read_body
+
+        self.require()
+        await read_body(request, {})
+        run = _run_id(request)
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            await _found(fleet, run)
+            return await fleet.cancel(run)
+
+        return JSONResponse(await self._call(go))
+
+    async def answer(self, request: Request) -> Response:
+        from keel.server.http import read_body
+
+        self.require()
+        body = await read_body(request, ANSWER_FIELDS)
+        run = _run_id(request)
+        request_id = request.path_params["request_id"]
+        permission = {"allow", "reason"} & set(body)
+        deferred = {"result", "is_error"} & set(body)
+        if permission and deferred:
+            raise ApiError(
+                400,
+                f"{', '.join(sorted(permission))} cannot be combined with "
+                f"{', '.join(sorted(deferred))}",
+                'a question takes {"allow": true|false, "reason": "…"}; a tool that answers '
+                'later {"result": "…", "is_error": false}',
+            )
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            summary = await _found(fleet, run)
+            waits = summary.get("waits_on") or {}
+            parked = summary.get("status") == "parked"
+            if not parked or waits.get("request") != request_id:
+                # A summary keeps its last waits_on after the run went on: named only if parked.
+                raise ApiError(
+                    409,
+                    f"run {run} does not wait for {request_id!r} (it is {summary.get('status')}"
+                    + (f", waiting for {waits.get('request')}" if parked and waits else "")
+                    + ")",
+                    f"GET /v1/runs/{run} says what a run waits for",
+                )
+            if waits.get("waits_for") == "deferred":
+                if "result" not in body:
+                    raise ApiError(
+                        400,
+                        f"run {run} waits for the result of {waits.get('tool')} ({request_id}), "
+                        "not a permission",
+                        'send {"result": "…", "is_error": false}',
+                    )
+                allow: bool | None = None
+            else:
+                if "allow" not in body:
+                    raise ApiError(
+                        400,
+                        f"run {run} waits for a {waits.get('waits_for')} answer on {request_id}",
+                        'send {"allow": true} or {"allow": false, "reason": "…"}',
+                    )
+                allow = bool(body["allow"])
+            try:
+                await fleet.answer(
+                    run,
+                    request_id,
+                    allow,
+                    body.get("reason", ""),
+                    result=body.get("result"),
+                    is_error=bool(body.get("is_error", False)),
+                )
+            except UserError as exc:
+                from keel.fleet.connect import FleetError
+
+                if isinstance(exc, FleetError):
+                    raise
+                # Answered in between (by another client): the run no longer waits for it.
+                raise ApiError(
+                    409, exc.message.replace("\n", " "), f"GET /v1/runs/{run} shows the run"
+                ) from exc
+            answered: dict[str, Any] = {"run": run, "request": request_id, "queued": True}
+            if allow is None:
+                answered["is_error"] = bool(body.get("is_error", False))
+            else:
+                answered["allow"] = allow
+            return answered
+
+        return JSONResponse(await self._call(go))
+
+    async def wait(self, request: Request) -> Response:
+        self.require()
+        run = _run_id(request)
+        limit = _timeout(request.query_params.get("timeout"))
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            deadline = time.monotonic() + limit
+            while True:
+                summary = await _found(fleet, run)
+                if summary.get("status") not in ("queued", "running"):
+                    return summary
+                if time.monotonic() >= deadline or await request.is_disconnected():
+                    return summary  # still going: the client asks again
+                await asyncio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+
+        return JSONResponse(await self._call(go))
+
+    def routes(self) -> list[Route]:
+        r = "/v1/runs/{id}"
+        return [
+            Route("/v1/runs", self.list_runs, methods=["GET"]),
+            Route("/v1/runs", self.submit, methods=["POST"]),
+            Route(r, self.get_run, methods=["GET"]),
+            Route(f"{r}/cancel", self.cancel, methods=["POST"]),
+            Route(f"{r}/answers/{{request_id}}", self.answer, methods=["POST"]),
+            Route(f"{r}/wait", self.wait, methods=["GET"]),
+        ]
+
+
+# -- checks -----------------------------------------------------------------------------------------
+
+
+def run_request(body: dict[str, Any]) -> Any:
+    """The `RunRequest` for a `POST /v1/runs` body, checked as `keel submit` checks its flags
+    (a 400 with one line otherwise; nothing is queued)."""
+    from keel.fleet.runs import RunRequest
+    from keel.fleet.workspace import parse_workspace
+    from keel.session.store import new_session_id
+
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ApiError(400, "prompt is missing or empty", 'send {"prompt": "…"}')
+    try:
+        if body.get("mode") is not None:
+            from keel.permissions.gate import parse_mode
+
+            parse_mode(body["mode"])
+        if body.get("model") is not None:
+            from keel.llm.catalog import parse_model
+
+            parse_model(body["model"])
+        spec = parse_workspace(body.get("workspace"))
+    except UserError as exc:
+        raise ApiError.of(exc) from exc
+    turns = _whole(body, "max_turns", *TURNS, "turns")
+    tokens = _whole(body, "max_tokens_budget", *TOKENS, "tokens")
+    usd = body.get("max_budget_usd")
+    if usd is not None and (not math.isfinite(usd) or usd <= 0):
+        raise ApiError(400, f"max_budget_usd must be a positive amount of dollars, not {usd!r}", "")
+    return RunRequest(
+        run=new_session_id(),
+        prompt=prompt,
+        model=body.get("model"),
+        mode=body.get("mode"),
+        workspace=spec.to_dict(),
+        max_turns=turns,
+        max_tokens_budget=tokens,
+        max_budget_usd=None if usd is None else float(usd),
+    )
+
+
+def _whole(body: dict[str, Any], name: str, low: int, high: int, unit: str) -> int | None:
+    value = body.get(name)
+    if value is not None and not low <= value <= high:
+        raise ApiError(400, f"{name} must be from {low} to {high} {unit}, not {value}", "")
+    return value if value is None else int(value)
+
+
+def _timeout(raw: str | None) -> float:
+    if raw is None:
+        return DEFAULT_WAIT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= MAX_WAIT:
+        raise ApiError(
+            400,
+            f"timeout must be from 0 to {MAX_WAIT:g} seconds, not {raw!r}",
+            "e.g. ?timeout=30 (the wait answers with the run as it is then; ask again)",
+        )
+    return value
+
+
+def _run_id(request: Request) -> str:
+    from keel.fleet.streams import check_run_id
+
+    run: str = request.path_params["id"]
+    try:
+        return check_run_id(run)
+    except UserError as exc:
+        raise ApiError(400, exc.message, HINT_LIST) from exc
+
+
+async def _found(fleet: Fleet, run: str) -> dict[str, Any]:
+    summary = await fleet.summary(run)
+    if summary is None:
+        raise ApiError(404, f"no run {run!r}", HINT_LIST)
+    return summary
+
+
+def _nats_error(exc: BaseException) -> bool:
+    import sys
+
+    errors = sys.modules.get("nats.errors")  # loaded whenever a Fleet was opened
+    return errors is not None and isinstance(exc, errors.Error)
+
+
+def _what(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
+
+
+__all__ = ["FleetRoutes", "redact", "run_request"]

@@ -1,0 +1,721 @@
+"""`keel serve --fleet`: the fleet's work queue over HTTP, end to end. A real `keel serve` process
+fronts a real nats-server (tests/nats_fixture.py); real `keel worker` processes run the scripted
+runs it queues. What is asserted is what an HTTP client sees (whole bodies, status codes) and what
+the run's journal in JetStream holds.
+
+The attacks: a wrong or missing token and a rebinding Host header on the fleet routes; bodies the
+submit route must refuse before anything is queued (an `ext::` git workspace that would run a
+program on the worker, an unknown field, a bad mode, a NaN budget, a bool for a number); a run id
+with a dot (it would name a KV key of another kind); an answer of the wrong kind or for a request
+the run does not wait for; a password in the fleet's URL, which must not reach stdout or an HTTP
+error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from keel.tools.base import AnswerLater, ToolContext, tool
+from tests.fleet_helpers import WorkerProc, keel_json, read_run, script, setup_fleet
+from tests.helpers import free_port
+from tests.nats_fixture import NatsServer, nats_server, nats_url  # noqa: F401
+
+pytestmark = [pytest.mark.needs("nats-server")]
+
+TOKEN = "fleet-token-0123456789abcdef"
+
+
+# -- a server process ------------------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    url: str
+    lines: list[str]
+
+    def client(self, token: str | None = TOKEN, **headers: str) -> httpx.Client:
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        return httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(90.0))
+
+
+@dataclass
+class Servers:
+    project: Path
+    log: Path
+    started: list[Served] = field(default_factory=list)
+
+    def start(self, *args: str, lines: int = 1, env: dict[str, str] | None = None) -> Served:
+        err = self.log.open("a", encoding="utf-8")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keel", "serve", "--port", "0", *args],
+            cwd=self.project,
+            env={**os.environ, "KEEL_SERVER_TOKEN": TOKEN, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        err.close()
+        got = _read_lines(proc, lines)
+        assert got[0].startswith("keel serve: listening on http://127.0.0.1:"), (got, self.errors())
+        served = Served(proc, got[0].split()[4], got)
+        self.started.append(served)
+        return served
+
+    def errors(self) -> str:
+        return self.log.read_text(encoding="utf-8") if self.log.exists() else ""
+
+    def stop_all(self) -> None:
+        for served in self.started:
+            if served.proc.poll() is None:
+                served.proc.send_signal(signal.SIGTERM)
+                try:
+                    served.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    served.proc.kill()
+                    served.proc.wait(5)
+            if served.proc.stdout is not None:
+                served.proc.stdout.close()
+
+
+def _read_lines(proc: subprocess.Popen[str], count: int) -> list[str]:
+    got: list[str] = []
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    def read() -> None:
+        for _ in range(count):
+            got.append(stdout.readline().rstrip("\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert len(got) == count, f"keel serve printed {got} (exit {proc.poll()})"
+    assert all(got), f"keel serve printed {got} (exit {proc.poll()})"
+    return got
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    project = tmp_path / "project"
+    project.mkdir()
+    s = Servers(project, tmp_path / "serve.log")
+    try:
+        yield s
+    finally:
+        s.stop_all()
+
+
+@pytest.fixture
+def fleet(nats_url: str) -> str:  # noqa: F811
+    setup_fleet(nats_url)
+    return nats_url
+
+
+@pytest.fixture
+def served(servers: Servers, fleet: str) -> Served:
+    return servers.start("--fleet", fleet, lines=2)
+
+
+def _edit_script(tmp: Path, name: str, marker: str) -> str:
+    return script(
+        tmp / f"{name}.json",
+        [
+            {
+                "text": "I'll write the file.",
+                "tool_calls": [
+                    {
+                        "id": f"toolu_{name}_1",
+                        "name": "write",
+                        "input": {"path": "out.txt", "content": marker},
+                    }
+                ],
+            },
+            {"text": f"Wrote {marker}."},
+        ],
+    )
+
+
+def _worker(url: str, tmp: Path, name: str = "w1") -> WorkerProc:
+    return WorkerProc(url, tmp / "scratch", name)
+
+
+def _stop(worker: WorkerProc) -> None:
+    worker.terminate()
+    worker.close()
+
+
+def _wait(c: httpx.Client, run: str, timeout: float = 60) -> dict[str, Any]:
+    r = c.get(f"/v1/runs/{run}/wait", params={"timeout": timeout})
+    assert r.status_code == 200, r.text
+    summary: dict[str, Any] = r.json()
+    return summary
+
+
+def _queue_depth(url: str) -> tuple[int, int]:
+    from keel.fleet.runs import Fleet
+
+    async def go() -> tuple[int, int]:
+        fleet = await Fleet.open(url)
+        try:
+            return await fleet.queue_depth()
+        finally:
+            await fleet.close()
+
+    return asyncio.run(go())
+
+
+# -- submit, watch, answer -------------------------------------------------------------------------
+
+
+def test_a_run_posted_over_http_completes_on_a_worker(
+    served: Served, fleet: str, tmp_path: Path
+) -> None:
+    assert served.lines[1] == f"keel serve: fronting the fleet at {fleet} (/v1/runs)"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    model = _edit_script(tmp_path, "http", "from-http")
+    body = {
+        "prompt": "write the marker",
+        "model": model,
+        "mode": "accept-edits",
+        "workspace": {"path": str(shared)},
+        "max_turns": 5,
+    }
+    with served.client() as c:
+        posted = c.post("/v1/runs", json=body)
+        assert posted.status_code == 201, posted.text
+        queued = posted.json()
+        run = queued["id"]
+        request = {
+            "run": run,
+            "prompt": "write the marker",
+            "model": model,
+            "mode": "accept-edits",
+            "workspace": {"path": str(shared)},
+            "max_turns": 5,
+            "max_tokens_budget": None,
+            "max_budget_usd": None,
+            "submitted": queued["submitted"],
+            "why": "start",
+        }
+        assert queued == {
+            "id": run,
+            "status": "queued",
+            "submitted": queued["submitted"],
+            "model": model,
+            "mode": "accept-edits",
+            "last_prompt": "write the marker",
+            "workspace": {"path": str(shared)},
+            "request": request,
+            "updated": queued["updated"],
+        }
+        # The CLI sees the same run.
+        assert keel_json("runs", "--nats", fleet, "show", run)["request"] == request
+        worker = _worker(fleet, tmp_path)
+        try:
+            done = _wait(c, run)
+        finally:
+            _stop(worker)
+        assert (done["status"], done["text"], done["turns"], done["worker"]) == (
+            "completed",
+            "Wrote from-http.",
+            2,
+            "w1",
+        ), (done, worker.log())
+        assert done["request"] == request
+        got = c.get(f"/v1/runs/{run}")
+        assert (got.status_code, got.json()) == (200, done)
+        listed = c.get("/v1/runs")
+        assert (listed.status_code, listed.json()) == (200, {"runs": [done]})
+        assert keel_json("runs", "--nats", fleet, "show", run) == done
+    assert (shared / "out.txt").read_text(encoding="utf-8") == "from-http"
+    assert [r.payload.type for r in read_run(fleet, run, tmp_path / "reader")] == [
+        "meta",
+        "user",
+        "assistant",
+        "decision",
+        "tool_result",
+        "assistant",
+        "terminal",
+    ]
+
+
+def test_a_parked_question_is_answered_over_http_and_the_run_completes(
+    served: Served, fleet: str, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    # The default mode: the write asks, nobody is there, the run parks.
+    model = _edit_script(tmp_path, "ask", "answered")
+    worker = _worker(fleet, tmp_path)
+    try:
+        with served.client() as c:
+            posted = c.post(
+                "/v1/runs",
+                json={"prompt": "write it", "model": model, "workspace": f"path:{shared}"},
+            )
+            assert posted.status_code == 201, posted.text
+            run = posted.json()["id"]
+            parked = _wait(c, run)
+            assert parked["status"] == "parked", (parked, worker.log())
+            assert (parked["waits_on"]["request"], parked["waits_on"]["tool"]) == (
+                "toolu_ask_1",
+                "write",
+            ), parked
+            assert not (shared / "out.txt").exists()
+            answers = f"/v1/runs/{run}/answers"
+            wrong = c.post(f"{answers}/toolu_nope", json={"allow": True})
+            assert (wrong.status_code, wrong.json()) == (
+                409,
+                {
+                    "error": f"run {run} does not wait for 'toolu_nope' (it is parked, waiting "
+                    "for toolu_ask_1)",
+                    "hint": f"GET /v1/runs/{run} says what a run waits for",
+                },
+            )
+            kind = c.post(f"{answers}/toolu_ask_1", json={"result": "done"})
+            assert (kind.status_code, kind.json()) == (
+                400,
+                {
+                    "error": f"run {run} waits for a permission answer on toolu_ask_1",
+                    "hint": 'send {"allow": true} or {"allow": false, "reason": "…"}',
+                },
+            )
+            both = c.post(f"{answers}/toolu_ask_1", json={"allow": True, "result": "x"})
+            assert both.status_code == 400, both.text
+            assert both.json()["error"] == "allow cannot be combined with result"
+            extra = c.post(f"{answers}/toolu_ask_1", json={"allow": True, "always": True})
+            assert (extra.status_code, extra.json()["error"]) == (400, "unknown field 'always'")
+            nobody = c.post("/v1/runs/20260101T000000-nobody00/answers/x", json={"allow": True})
+            assert (nobody.status_code, nobody.json()) == (
+                404,
+                {
+                    "error": "no run '20260101T000000-nobody00'",
+                    "hint": "GET /v1/runs lists the runs",
+                },
+            )
+            # Still parked, untouched by the refusals.
+            assert c.get(f"/v1/runs/{run}").json()["status"] == "parked"
+            ok = c.post(f"{answers}/toolu_ask_1", json={"allow": True})
+            assert (ok.status_code, ok.json()) == (
+                200,
+                {"run": run, "request": "toolu_ask_1", "queued": True, "allow": True},
+            )
+            done = _wait(c, run)
+            assert (done["status"], done["text"]) == ("completed", "Wrote answered."), done
+            again = c.post(f"{answers}/toolu_ask_1", json={"allow": False})
+            assert (again.status_code, again.json()["error"]) == (
+                409,
+                f"run {run} does not wait for 'toolu_ask_1' (it is completed)",
+            )
+    finally:
+        _stop(worker)
+    assert (shared / "out.txt").read_text(encoding="utf-8") == "answered"
+    # The answer did not call the model again for the first turn, and the tool ran once.
+    assert [r.payload.type for r in read_run(fleet, run, tmp_path / "reader")] == [
+        "meta",
+        "user",
+        "assistant",
+        "park",
+        "claim",
+        "decision",
+        "tool_result",
+        "assistant",
+        "terminal",
+    ]
+
+
+def test_a_denial_over_http_reaches_the_model_with_its_reason(
+    served: Served, fleet: str, tmp_path: Path
+) -> None:
+    model = _edit_script(tmp_path, "deny", "never")
+    worker = _worker(fleet, tmp_path)
+    try:
+        with served.client() as c:
+            run = c.post(
+                "/v1/runs",
+                json={"prompt": "w", "model": model, "workspace": {"path": str(tmp_path)}},
+            ).json()["id"]
+            assert _wait(c, run)["status"] == "parked", worker.log()
+            no = c.post(
+                f"/v1/runs/{run}/answers/toolu_deny_1",
+                json={"allow": False, "reason": "not today"},
+            )
+            assert (no.status_code, no.json()) == (
+                200,
+                {"run": run, "request": "toolu_deny_1", "queued": True, "allow": False},
+            )
+            assert _wait(c, run)["status"] == "completed"
+    finally:
+        _stop(worker)
+    assert not (tmp_path / "out.txt").exists()
+    results = [
+        r.payload
+        for r in read_run(fleet, run, tmp_path / "reader")
+        if r.payload.type == "tool_result"
+    ]
+    assert len(results) == 1, results
+    assert results[0].result.is_error, results
+    assert "not today" in results[0].result.text, results
+
+
+def test_a_deferred_tool_gets_its_result_over_http(
+    served: Served, fleet: str, tmp_path: Path
+) -> None:
+    from keel.fleet.worker import Worker
+
+    calls: list[str] = []
+
+    @tool
+    async def approve_budget(ctx: ToolContext, amount: int) -> str:
+        """Ask finance to approve a budget.
+
+        Args:
+            amount: Dollars.
+        """
+        calls.append(str(amount))
+        raise AnswerLater(f"finance reviews {amount} dollars")
+
+    model = script(
+        tmp_path / "later.json",
+        [
+            {
+                "tool_calls": [
+                    {"id": "toolu_later_1", "name": "approve_budget", "input": {"amount": 500}}
+                ]
+            },
+            {"text": "Budget settled.", "expect": {"last_user_contains": "approved by Ann"}},
+        ],
+    )
+    worker = Worker(
+        fleet,
+        scratch=tmp_path / "scratch",
+        name="lib",
+        tools=[approve_budget],
+        env={**os.environ, "KEEL_WORKSPACE_ROOTS": str(tmp_path)},
+    )
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(worker.run()), daemon=True)
+    thread.start()
+    try:
+        with served.client() as c:
+            run = c.post(
+                "/v1/runs",
+                json={
+                    "prompt": "get the budget approved",
+                    "model": model,
+                    "mode": "bypass",
+                    "workspace": {"path": str(tmp_path)},
+                },
+            ).json()["id"]
+            parked = _wait(c, run)
+            assert parked["status"] == "parked", parked
+            assert parked["waits_on"]["waits_for"] == "deferred", parked
+            url = f"/v1/runs/{run}/answers/toolu_later_1"
+            wrong = c.post(url, json={"allow": True})
+            assert (wrong.status_code, wrong.json()) == (
+                400,
+                {
+                    "error": f"run {run} waits for the result of approve_budget "
+                    "(toolu_later_1), not a permission",
+                    "hint": 'send {"result": "…", "is_error": false}',
+                },
+            )
+            ok = c.post(url, json={"result": "approved by Ann"})
+            assert (ok.status_code, ok.json()) == (
+                200,
+                {"run": run, "request": "toolu_later_1", "queued": True, "is_error": False},
+            )
+            done = _wait(c, run)
+    finally:
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(30)
+        loop.close()
+    assert (done["status"], done["text"]) == ("completed", "Budget settled."), done
+    assert calls == ["500"]  # never called again
+    results = [
+        r.payload
+        for r in read_run(fleet, run, tmp_path / "reader")
+        if r.payload.type == "tool_result"
+    ]
+    assert [r.result.text for r in results] == ["approved by Ann"]
+
+
+def test_cancel_and_wait_over_http(served: Served, fleet: str, tmp_path: Path) -> None:
+    model = _edit_script(tmp_path, "never", "never")
+    with served.client() as c:
+        run = c.post(
+            "/v1/runs", json={"prompt": "x", "model": model, "mode": "accept-edits"}
+        ).json()["id"]
+        # No worker: the wait answers after its timeout with the run as it is.
+        started = time.monotonic()
+        queued = c.get(f"/v1/runs/{run}/wait", params={"timeout": "0.5"})
+        took = time.monotonic() - started
+        assert (queued.status_code, queued.json()["status"]) == (200, "queued"), queued.text
+        assert 0.5 <= took < 10, took
+        for bad in ("-1", "301", "nan", "soon"):
+            r = c.get(f"/v1/runs/{run}/wait", params={"timeout": bad})
+            assert (r.status_code, r.json()) == (
+                400,
+                {
+                    "error": f"timeout must be from 0 to 300 seconds, not {bad!r}",
+                    "hint": "e.g. ?timeout=30 (the wait answers with the run as it is then; ask "
+                    "again)",
+                },
+            )
+        cancelled = c.post(f"/v1/runs/{run}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert (cancelled.json()["status"], cancelled.json()["cancel_requested"]) == (
+            "queued",
+            True,
+        )
+        missing = c.post("/v1/runs/20260101T000000-nobody00/cancel")
+        assert (missing.status_code, missing.json()) == (
+            404,
+            {"error": "no run '20260101T000000-nobody00'", "hint": "GET /v1/runs lists the runs"},
+        )
+        worker = _worker(fleet, tmp_path)
+        try:
+            done = _wait(c, run)
+        finally:
+            _stop(worker)
+        assert done["status"] == "cancelled", (done, worker.log())
+        # Cancelling a run that is over answers with it as it is.
+        again = c.post(f"/v1/runs/{run}/cancel")
+        assert (again.status_code, again.json()) == (200, done)
+    assert not (tmp_path / "out.txt").exists()
+
+
+# -- refusals --------------------------------------------------------------------------------------
+
+
+def test_bad_run_requests_are_400_in_one_line_and_nothing_is_queued(
+    served: Served, fleet: str, tmp_path: Path
+) -> None:
+    cases: list[tuple[Any, str]] = [
+        ({"model": "scripted:hello"}, "prompt is missing or empty"),
+        ({"prompt": "  "}, "prompt is missing or empty"),
+        ({"prompt": "p", "mode": "yolo"}, "unknown mode 'yolo'"),
+        ({"prompt": "p", "stream": True}, "unknown field 'stream'"),
+        ({"prompt": "p", "workspace": "ext::sh -c 'touch /tmp/pwned'"}, "ext"),
+        ({"prompt": "p", "workspace": {"git": "ext::sh -c id"}}, "ext"),
+        ({"prompt": "p", "workspace": {"path": "relative/dir"}}, "not an absolute path"),
+        (
+            {"prompt": "p", "workspace": {"path": "/x", "git": "https://h/r"}},
+            "unknown or conflicting",
+        ),
+        ({"prompt": "p", "max_turns": 0}, "max_turns must be from 1 to 100000 turns, not 0"),
+        ({"prompt": "p", "max_turns": True}, "max_turns must be a whole number or null"),
+        ({"prompt": "p", "max_turns": 2.5}, "max_turns must be a whole number or null"),
+        ({"prompt": "p", "max_tokens_budget": -1}, "max_tokens_budget must be from 0"),
+        ({"prompt": "p", "max_budget_usd": 0}, "max_budget_usd must be a positive amount"),
+        ({"prompt": 7}, "prompt must be a string, not a number"),
+        (["p"], "the body must be a JSON object"),
+    ]
+    with served.client() as c:
+        for body, needle in cases:
+            r = c.post("/v1/runs", json=body)
+            assert r.status_code == 400, (body, r.text)
+            error = r.json()
+            assert set(error) == {"error", "hint"}, error
+            assert needle in error["error"], (body, error)
+            assert "\n" not in error["error"] + error["hint"], error
+        # Python's json reads NaN and Infinity: they are not amounts.
+        for raw in (
+            b'{"prompt": "p", "max_budget_usd": NaN}',
+            b'{"prompt": "p", "max_budget_usd": Infinity}',
+        ):
+            r = c.post("/v1/runs", content=raw, headers={"content-type": "application/json"})
+            assert r.status_code == 400, r.text
+            assert r.json()["error"].startswith("max_budget_usd must be a positive amount"), r.text
+        # A dot in a run id would name another kind of KV key (an answer, a cancel flag).
+        for path in ("/v1/runs/x.answer.y", "/v1/runs/x.cancel/wait"):
+            r = c.get(path)
+            assert r.status_code == 400, (path, r.text)
+            assert r.json()["error"].endswith("is not a run id"), r.text
+        missing = c.get("/v1/runs/20260101T000000-nobody00")
+        assert (missing.status_code, missing.json()) == (
+            404,
+            {"error": "no run '20260101T000000-nobody00'", "hint": "GET /v1/runs lists the runs"},
+        )
+        assert c.get("/v1/runs").json() == {"runs": []}
+    assert _queue_depth(fleet) == (0, 0)
+
+
+def test_without_fleet_the_run_routes_are_404_with_a_hint(servers: Servers) -> None:
+    served = servers.start()
+    no_fleet = {
+        "error": "this server does not front a fleet",
+        "hint": "start keel serve with --fleet (KEEL_NATS_URL or the local fleet) or "
+        "--fleet nats://HOST:PORT",
+    }
+    with served.client() as c:
+        for method, path in (
+            ("GET", "/v1/runs"),
+            ("POST", "/v1/runs"),
+            ("GET", "/v1/runs/20260101T000000-abcdefgh"),
+            ("POST", "/v1/runs/20260101T000000-abcdefgh/cancel"),
+            ("POST", "/v1/runs/20260101T000000-abcdefgh/answers/toolu_1"),
+            ("GET", "/v1/runs/20260101T000000-abcdefgh/wait"),
+            ("GET", "/v1/runs/not.a.run/wait"),
+        ):
+            r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+            assert (r.status_code, r.json()) == (404, no_fleet), (method, path)
+
+
+def test_the_fleet_routes_need_the_token_and_the_host(served: Served) -> None:
+    for token in (None, "wrong-token-0123456789abcdef"):
+        with served.client(token) as c:
+            for method, path in (("GET", "/v1/runs"), ("POST", "/v1/runs")):
+                r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+                assert r.status_code == 401, (token, path, r.text)
+                assert r.json()["error"] == (
+                    "no bearer token" if token is None else "wrong bearer token"
+                )
+                assert r.headers["www-authenticate"] == "Bearer"
+    with served.client(host="evil.example") as c:
+        r = c.post("/v1/runs", json={"prompt": "p"})
+        assert r.status_code == 403, r.text
+    with served.client(None) as c:
+        r = c.get("/v1/runs", params={"token": TOKEN})
+        assert (r.status_code, r.json()["error"]) == (
+            401,
+            "a token in the query string is accepted only on …/events",
+        )
+    with served.client() as c:
+        assert c.get("/v1/runs").json() == {"runs": []}  # nothing was queued by the refusals
+
+
+def test_nats_down_is_503_in_one_line_without_the_password_and_the_server_reconnects(
+    servers: Servers,
+    nats_server: NatsServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    setup_fleet(nats_server.url)
+    secret = "hunter2-secret-pass"
+    url = f"nats://keel:{secret}@127.0.0.1:{nats_server.port}"
+    served = servers.start("--fleet", url, lines=2)
+    assert served.lines[1] == (
+        f"keel serve: fronting the fleet at nats://keel:***@127.0.0.1:{nats_server.port} (/v1/runs)"
+    )
+    with served.client() as c:
+        assert c.get("/v1/runs").json() == {"runs": []}
+        nats_server.stop()
+        for method, path in (
+            ("GET", "/v1/runs"),
+            ("POST", "/v1/runs"),
+            ("GET", "/v1/runs/20260101T000000-abcdefgh/wait"),
+        ):
+            r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+            assert r.status_code == 503, (path, r.text)
+            body = r.json()
+            assert set(body) == {"error", "hint"}, body
+            assert "\n" not in body["error"] + body["hint"], body
+            assert secret not in r.text, r.text
+            assert "NATS server" in body["error"], body
+        # The same server again (same port, same store): the next request connects again.
+        again = NatsServer(nats_server.store, port=nats_server.port)
+        try:
+            r = c.get("/v1/runs")
+            assert (r.status_code, r.json()) == (200, {"runs": []}), r.text
+        finally:
+            again.stop()
+    assert secret not in servers.errors()
+    assert "Traceback" not in servers.errors()
+
+
+def test_serve_refuses_a_fleet_it_cannot_find_or_reach(servers: Servers) -> None:
+    env = {**os.environ, "KEEL_SERVER_TOKEN": TOKEN, "KEEL_NATS_URL": ""}
+    nowhere = subprocess.run(
+        [sys.executable, "-m", "keel", "serve", "--port", "0", "--fleet"],
+        cwd=servers.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (nowhere.returncode, nowhere.stdout) == (2, ""), nowhere
+    assert nowhere.stderr.startswith(
+        "keel: error: no fleet server: KEEL_NATS_URL is not set and no local fleet is up"
+    ), nowhere
+    assert len(nowhere.stderr.splitlines()) == 1, nowhere
+    assert "(hint: start one with `keel fleet up`" in nowhere.stderr, nowhere
+    assert "Traceback" not in nowhere.stderr, nowhere
+    port = free_port()
+    closed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "keel",
+            "serve",
+            "--port",
+            "0",
+            "--fleet",
+            f"nats://127.0.0.1:{port}",
+        ],
+        cwd=servers.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (closed.returncode, closed.stdout) == (2, ""), closed
+    assert closed.stderr.startswith(
+        f"keel: error: cannot connect to the fleet's NATS server at nats://127.0.0.1:{port}"
+    ), closed
+    assert len(closed.stderr.splitlines()) == 1, closed  # one line, with its hint
+
+
+def test_openapi_lists_the_fleet_routes(served: Served) -> None:
+    from keel.server.openapi import spec
+
+    document = spec()
+    runs = {
+        (method, path)
+        for path, operations in document["paths"].items()
+        if path.startswith("/v1/runs")
+        for method in operations
+    }
+    assert runs == {
+        ("get", "/v1/runs"),
+        ("post", "/v1/runs"),
+        ("get", "/v1/runs/{id}"),
+        ("post", "/v1/runs/{id}/cancel"),
+        ("post", "/v1/runs/{id}/answers/{request_id}"),
+        ("get", "/v1/runs/{id}/wait"),
+    }
+    submit = document["paths"]["/v1/runs"]["post"]
+    schema = submit["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["required"] == ["prompt"]
+    assert sorted(schema["properties"]) == sorted(
+        ["prompt", "model", "mode", "workspace", "max_turns", "max_tokens_budget", "max_budget_usd"]
+    )
+    assert set(submit["responses"]) == {"201", "400", "401", "403", "404", "503"}
+    with served.client(None) as c:
+        served_doc = c.get("/openapi.json")
+    assert (served_doc.status_code, served_doc.json()) == (200, document)
+
+
+def test_redact_hides_passwords_only() -> None:
+    from keel.server.fleet_routes import redact
+
+    assert redact("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    assert redact("nats://u:p@h:1,tls://v:q@[::1]:2") == "nats://u:***@h:1,tls://v:***@[::1]:2"
+    assert redact("nats://tok@h:4222") == "nats://***@h:4222"
