@@ -374,6 +374,44 @@ def test_a_denial_over_http_reaches_the_model_with_its_reason(
     assert "not today" in results[0].result.text, results
 
 
+def test_concurrent_answers_to_one_question_one_wins_the_others_are_409(
+    served: Served, fleet: str, tmp_path: Path
+) -> None:
+    """Two clients answer the same question at once (one allows, the others deny): exactly one
+    gets its 200, and the run does what that answer said, not what a 409'd answer said."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = _edit_script(tmp_path, "race", "raced")
+    worker = _worker(fleet, tmp_path)
+    try:
+        with served.client() as c:
+            run = c.post(
+                "/v1/runs",
+                json={"prompt": "w", "model": model, "workspace": {"path": str(tmp_path)}},
+            ).json()["id"]
+            assert _wait(c, run)["status"] == "parked", worker.log()
+        url = f"/v1/runs/{run}/answers/toolu_race_1"
+        barrier = threading.Barrier(6)
+
+        def answer(allow: bool) -> tuple[int, dict[str, Any]]:
+            with served.client() as client:
+                barrier.wait()
+                r = client.post(url, json={"allow": allow, "reason": "raced"})
+                return r.status_code, r.json()
+
+        with ThreadPoolExecutor(6) as pool:
+            got = list(pool.map(answer, [True, False, False, True, False, False]))
+        won = [body for status, body in got if status == 200]
+        assert len(won) == 1, got
+        assert sorted(status for status, _ in got) == [200, 409, 409, 409, 409, 409], got
+        with served.client() as c:
+            done = _wait(c, run)
+    finally:
+        _stop(worker)
+    assert done["status"] == "completed", done
+    assert (tmp_path / "out.txt").exists() == won[0]["allow"], (won, done)
+
+
 def test_a_deferred_tool_gets_its_result_over_http(
     served: Served, fleet: str, tmp_path: Path
 ) -> None:
@@ -636,6 +674,26 @@ def test_nats_down_is_503_in_one_line_without_the_password_and_the_server_reconn
         finally:
             again.stop()
     assert secret not in servers.errors()
+    assert "Traceback" not in servers.errors()
+
+
+def test_a_nats_server_without_the_fleets_streams_is_503_with_the_setup_hint(
+    servers: Servers,
+    nats_url: str,  # noqa: F811
+) -> None:
+    served = servers.start("--fleet", nats_url, lines=2)
+    with served.client() as c:
+        for method, path in (("GET", "/v1/runs"), ("POST", "/v1/runs")):
+            r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+            assert (r.status_code, r.json()) == (
+                503,
+                {
+                    "error": "the fleet's bucket keel-runs does not exist on this server "
+                    "(BucketNotFoundError)",
+                    "hint": "create the fleet's streams with `keel fleet init` (or `keel fleet "
+                    "up`)",
+                },
+            ), (method, r.text)
     assert "Traceback" not in servers.errors()
 
 

@@ -4,7 +4,8 @@
 A thin front over one `keel.fleet.runs.Fleet` client, opened on first use in the server's event
 loop and opened again after its NATS connection died: submit a run (checked as `keel submit`
 checks it, before anything is queued), read summaries, cancel, answer what a parked run waits for,
-and long-poll until a run is over or parked. The guard in front (Host check, bearer token) is
+and long-poll until a run is over or parked. Answers through this server are taken one at a
+time (two clients answering one question at once: one 200, one 409). The guard in front (Host check, bearer token) is
 `keel.server.http`'s, so are the body reader and the error shape. Without `--fleet` every route
 answers 404 with a hint; a NATS server that cannot be reached, or refuses, is a 503 with the
 fleet's one-line message (a password in the fleet's URL never appears in one).
@@ -93,6 +94,11 @@ class FleetRoutes:
         self.shown = redact(url) if url else ""
         self._fleet: Fleet | None = None
         self._lock = asyncio.Lock()
+        # One answer at a time through this server: the check that the run waits for the
+        # request and the answer that queues it go together, so of two clients answering the
+        # same question at once one gets its 200 and the other a 409 (not both a 200, with the
+        # run doing what the last write said).
+        self._answering = asyncio.Lock()
 
     # -- the client ------------------------------------------------------------------------------
 
@@ -237,6 +243,10 @@ class FleetRoutes:
             )
 
         async def go(fleet: Fleet) -> dict[str, Any]:
+            async with self._answering:
+                return await answer(fleet)
+
+        async def answer(fleet: Fleet) -> dict[str, Any]:
             summary = await _found(fleet, run)
             waits = summary.get("waits_on") or {}
             parked = summary.get("status") == "parked"
