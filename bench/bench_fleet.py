@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fleet_helpers import setup_fleet
-from tests.test_fleet_scale import MODEL, drain, percentile
+from tests.test_fleet_scale import MODEL, cpu_seconds, drain, percentile
 
 from keel.llm.messages import Message, Text, ToolUse, Usage
 
@@ -90,6 +90,9 @@ def bench(runs: int, workers: int, concurrency: int) -> dict[str, Any]:
                 drain(server.url, tmp, runs=runs, workers=workers, concurrency=concurrency, env=env)
             )
             stats = result.stats()
+            stats["nats_server_cpu_ms_per_run"] = round(
+                cpu_seconds(server.proc.pid) * 1000 / runs, 1
+            )
             stats["bench_process_cpu_s"] = round(time.process_time() - began, 1)
             stats["workers"] = workers
             stats["concurrency"] = concurrency
