@@ -53,9 +53,17 @@ BASE_PROMPT = f"{ROLE}\n\n{SAFETY}"
 
 
 def git_root(cwd: Path) -> Path | None:
-    """The enclosing git work tree, found by walking up for `.git` (no subprocess)."""
+    """The enclosing git work tree, found by walking up for `.git` (no subprocess). The
+    sandbox's placeholder for a missing `.git` (an empty directory, while a command runs or
+    after a stalled keel left it) is not one: it must not change the system prompt."""
     for d in (cwd, *cwd.parents):
-        if (d / ".git").exists():
+        dot = d / ".git"
+        if dot.exists():
+            if dot.is_dir() and not any(dot.iterdir()):
+                from keel.permissions.sandbox import is_placeholder
+
+                if is_placeholder(dot, cwd.resolve()) or is_placeholder(dot, d.resolve()):
+                    continue
             return d
     return None
 

@@ -621,6 +621,10 @@ async def continue_session(
         except FoldError as exc:
             raise UserError(f"{where}: {exc}", hint="the session was left untouched") from exc
         meta = state.meta
+        # Before anything runs, and before the agent is built: a command the dead run left
+        # running still holds the sandbox's placeholders in the tree (an empty `.git`, say),
+        # which would change what the system prompt says about the project.
+        stopped = reap(left_running(journal.path, state.processes))
         moved = cwd is not None and str(cwd) != meta.cwd
         cwd = cwd or Path(meta.cwd)
         if not cwd.is_dir():
@@ -683,7 +687,7 @@ async def continue_session(
                 f"they are kept in {saved}"
             )
         )
-    for reaped in reap(left_running(journal.path, state.processes)):  # before anything runs
+    for reaped in stopped:
         notice(
             Notice(
                 f"stopped what the killed run left running for call {reaped.tool_use_id}: "

@@ -319,6 +319,13 @@ def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[s
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        # An empty directory is the sandbox's placeholder for a missing protected file (while a
+        # command runs): the file is missing. A directory with something in it is a mistake.
+        if not any(path.iterdir()):
+            return None
+        warnings.append(f"{path}: is a directory, not a file; {skipped}")
+        return None
     except OSError as exc:
         warnings.append(f"{path}: cannot read ({exc.strerror}); {skipped}")
         return None

@@ -333,6 +333,12 @@ class JetStreamJournal:
     def fenced(self) -> bool:
         return self._dead is not None
 
+    @property
+    def broken(self) -> bool:
+        """An append's outcome is unknown (the server went away): this journal appends no more,
+        and only a new claim (a resume) finds out where the run really stands."""
+        return bool(self._broken)
+
     def close(self) -> None:
         self._closed = True
         if self._mirror_fd >= 0:

@@ -219,10 +219,11 @@ class Fleet:
         if summary is None:
             raise UserError(f"no run {run!r}", hint="`keel runs list` shows the runs")
         waits = summary.get("waits_on") or {}
-        if summary.get("status") != "parked" or waits.get("request") != request:
+        parked = summary.get("status") == "parked"
+        if not parked or waits.get("request") != request:
             raise UserError(
                 f"run {run} does not wait for {request!r} (it is {summary.get('status')}"
-                + (f", waiting for {waits.get('request')}" if waits else "")
+                + (f", waiting for {waits.get('request')}" if parked and waits else "")
                 + ")",
                 hint="`keel runs show RUN` says what a run waits for",
             )
@@ -244,7 +245,15 @@ class Fleet:
             if deferred
             else {"allow": allow, "reason": reason, "at": stamp()}
         )
-        await kv.put(f"{run}.answer.{request}", json.dumps(answer).encode())
+        import nats.js.errors
+
+        try:  # the first answer wins; a second (another client, at the same moment) is refused
+            await kv.create(f"{run}.answer.{request}", json.dumps(answer).encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise UserError(
+                f"run {run}: {request} was answered already",
+                hint="`keel runs show RUN` shows the run as it is now",
+            ) from None
         await self.put_summary(run, status="queued")
         req = RunRequest(run, "", why="answer")
         await self.enqueue(req, f"{run}-answer-{request}")

@@ -40,8 +40,9 @@ from keel.agent.events import (
 )
 from keel.errors import UserError
 from keel.fleet import streams
+from keel.fleet.connect import FleetError
 from keel.fleet.runs import Fleet, RunRequest, stamp
-from keel.session.journal import JournalWriteError
+from keel.session.journal import JournalWriteError, SessionLocked
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
@@ -215,6 +216,12 @@ class Worker:
         beat = asyncio.create_task(self._heartbeat(msg))
         try:
             await self._handle(active)
+        except (FleetError, JournalWriteError, SessionLocked) as exc:
+            # The stream, not the run: another attempt (here or elsewhere) goes on from the
+            # journal once it answers again.
+            self.say(f"run {req.run}: {exc.one_line()}; handed back")
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=5)
         except Exception as exc:  # one run's failure must not stop the worker
             if not active.fenced:
                 self.say(f"run {req.run}: {type(exc).__name__}: {exc}")
@@ -434,6 +441,16 @@ class Worker:
                 result = await agent.resume(lambda e: self._event(active, e))
             else:
                 result = await agent.run(prompt, lambda e: self._event(active, e))
+            journal = agent.session.journal if agent.session is not None else None
+            if getattr(journal, "fenced", False) and not (active.parked or active.retry):
+                active.fenced = True  # another worker took the run over: not ours to end
+                return None
+            if getattr(journal, "broken", False) and not active.parked:
+                # The stream stopped answering mid-run (a node lost, say): the run is not over,
+                # only this attempt; another resumes it from what is stored.
+                self.say(f"run {active.req.run}: the journal stopped answering; handed back")
+                active.retry = True
+                return None
             if result.stop_reason == "suspended" and active.cancelled and agent.session:
                 agent.session.terminal(
                     "cancelled",

@@ -579,6 +579,21 @@ class Placeholders:
             self.release()
 
 
+def is_placeholder(path: Path, root: Path) -> bool:
+    """Whether `path` is an empty directory a sandboxed command's hold made (recorded for the
+    project at `root`): while a command runs, or after a stalled keel left it, the tree shows
+    keel's placeholder, not the user's file. Reads the record without locking."""
+    try:
+        if not path.is_dir() or any(path.iterdir()):
+            return False
+        digest = hashlib.sha256(str(root).encode()).hexdigest()[:20]
+        record = Path(tempfile.gettempdir()) / f"keel-placeholders-{os.getuid()}" / f"{digest}.lock"
+        lines = record.read_bytes().splitlines()
+    except OSError:
+        return False
+    return os.fsencode(str(path)) in lines
+
+
 def _remove_placeholder(path: Path) -> None:
     """Remove `path` if it is still what keel made: an empty directory, or a placeholder file
     with its original content."""
