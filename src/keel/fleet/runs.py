@@ -76,10 +76,13 @@ class Fleet:
         self._kv: KeyValue | None = None
 
     @classmethod
-    async def open(cls, url: str, env: Mapping[str, str] | None = None) -> Fleet:
+    async def open(
+        cls, url: str, env: Mapping[str, str] | None = None, *, reconnect: bool = False
+    ) -> Fleet:
+        """A client; `reconnect` for a long-lived one (a worker: its node may go away)."""
         from keel.fleet.connect import connect
 
-        return cls(await connect(url, name="keel fleet client", env=env, reconnect=False))
+        return cls(await connect(url, name="keel fleet client", env=env, reconnect=reconnect))
 
     async def close(self) -> None:
         await self.nc.drain()

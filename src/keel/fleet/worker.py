@@ -128,12 +128,13 @@ class Worker:
 
     async def run(self) -> int:
         import nats.errors
+        import nats.js.errors
         from nats.js.api import AckPolicy, ConsumerConfig
 
         from keel.fleet.connect import Bridge
         from keel.fleet.journal import JetStreamStore
 
-        fleet = self._fleet = await Fleet.open(self.url, self.env)
+        fleet = self._fleet = await Fleet.open(self.url, self.env, reconnect=True)
         await fleet.kv()  # the fleet exists here (a clear error if not)
         bridge = await asyncio.to_thread(Bridge, self.url, name=f"keel worker {self.name}")
         # The worker writes the summaries itself (one writer: the store's own would race it).
@@ -172,6 +173,17 @@ class Worker:
                     msgs = await sub.fetch(1, timeout=1.0)
                 except (nats.errors.TimeoutError, TimeoutError):
                     slots.release()
+                    continue
+                except (nats.js.errors.ServiceUnavailableError, nats.errors.Error):
+                    # No consumer leader for a moment (an election, a node lost), or the
+                    # connection reconnecting: the queue is still there; ask again.
+                    slots.release()
+                    if fleet.nc.is_closed:
+                        raise FleetError(
+                            f"the connection to {self.url} closed",
+                            hint="start the worker again once the server answers",
+                        ) from None
+                    await asyncio.sleep(1.0)
                     continue
                 for msg in msgs:
                     task = asyncio.create_task(self._take(msg))
@@ -223,7 +235,14 @@ class Worker:
             with contextlib.suppress(Exception):
                 await msg.nak(delay=5)
         except Exception as exc:  # one run's failure must not stop the worker
-            if not active.fenced:
+            import nats.errors
+
+            if isinstance(exc, nats.errors.Error | TimeoutError | ConnectionError):
+                # NATS trouble (an election, a reconnect), not the run's: hand it back.
+                self.say(f"run {req.run}: {type(exc).__name__}: {exc}; handed back")
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=5)
+            elif not active.fenced:
                 self.say(f"run {req.run}: {type(exc).__name__}: {exc}")
                 with contextlib.suppress(Exception):
                     await self._summary(req.run, status="error", error=str(exc)[:500])
