@@ -252,7 +252,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
             self.active.pop(req.run, None)
-            if active.workspace is not None and not active.handed_back:
+            # A fenced attempt's directory may be the new owner's now (the same machine).
+            if active.workspace is not None and not (active.handed_back or active.fenced):
                 with contextlib.suppress(Exception):
                     active.workspace.cleanup()
 
@@ -406,9 +407,13 @@ class Worker:
         self, active: _Active, journal: Any, loaded: Any, state: SessionState
     ) -> None:
         from keel.app.assembly import continue_session
+        from keel.session.resume import left_running, reap
 
         req = active.req
         try:
+            # What an earlier attempt on this machine left running goes first: it must not
+            # write into the workspace this attempt is about to prepare.
+            await asyncio.to_thread(reap, left_running(journal.path, state.processes))
             cwd = await self._workspace(active)
         except BaseException:
             journal.close()
