@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
         epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel memory list|show|rm, keel acp, keel serve [--port N], keel serve-tools --identity NAME, keel fleet up|down|status|init, keel doctor. `keel SUBCOMMAND --help` for each.",
+        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel bench --models M[,M…], keel memory list|show|rm, keel acp, keel serve [--port N], keel serve-tools --identity NAME, keel fleet up|down|status|init, keel doctor. `keel SUBCOMMAND --help` for each.",
     )
     p.add_argument(
         "prompt_words",
@@ -386,6 +386,12 @@ def _knowledge(argv: list[str]) -> int:
     return knowledge(argv)
 
 
+def _bench(argv: list[str]) -> int:
+    from keel.cli.bench import bench
+
+    return bench(argv)
+
+
 def _memory(argv: list[str]) -> int:
     from keel.cli.memory import memory
 
@@ -426,6 +432,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "memory": _memory,
     "trace": _trace,
     "knowledge": _knowledge,
+    "bench": _bench,
     "resume": _resume,
     "compact": _compact,
     "suspend": _sessions_command("suspend"),

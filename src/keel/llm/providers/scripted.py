@@ -9,6 +9,10 @@ from its script: a request past the end, a scripted call to a tool the run did n
 
 A script file may also give subagents their own conversations (`agents:`, keyed by text that only
 the prompt of that `task` call holds), since a child's requests go to its parent's provider.
+
+Turns are picked by how many assistant messages the conversation holds, so a resumed session (a
+new process) continues where its transcript left off. A script whose run compacts its context
+(which drops those messages) says `by_history: false`: its turns are played in request order.
 """
 
 from __future__ import annotations
@@ -245,11 +249,11 @@ def _reply_from(entry: dict[str, Any], where: str) -> Reply:
 
 def load_script(path: Path) -> tuple[str, list[Step]]:
     """Parse a script file into (model name, steps). Errors name the file and the turn."""
-    model, steps, _agents = _load(path)
+    model, steps, _agents, _by_history = _load(path)
     return model, steps
 
 
-def _load(path: Path) -> tuple[str, list[Step], dict[str, list[Step]]]:
+def _load(path: Path) -> tuple[str, list[Step], dict[str, list[Step]], bool]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -283,7 +287,10 @@ def _load(path: Path) -> tuple[str, list[Step], dict[str, list[Step]]]:
         )
     steps = _steps(data["turns"], f"{path} turn")
     by_agent = {key: _steps(turns, f"{path} agent {key!r} turn") for key, turns in agents.items()}
-    return str(data.get("model", path.stem)), steps, by_agent
+    by_history = data.get("by_history", True)
+    if not isinstance(by_history, bool):
+        raise UserError(f"{path}: `by_history` is true or false")
+    return str(data.get("model", path.stem)), steps, by_agent, by_history
 
 
 def _steps(turns: list[Any], where_prefix: str) -> list[Step]:
@@ -321,8 +328,9 @@ def script_path(spec: str) -> Path:
 
 
 def load_script_provider(spec: str) -> ScriptedProvider:
-    model, steps, agents = _load(script_path(spec))
+    model, steps, agents, by_history = _load(script_path(spec))
     children = {
-        key: ScriptedProvider(turns, model=model, by_history=True) for key, turns in agents.items()
+        key: ScriptedProvider(turns, model=model, by_history=by_history)
+        for key, turns in agents.items()
     }
-    return ScriptedProvider(steps, model=model, by_history=True, agents=children)
+    return ScriptedProvider(steps, model=model, by_history=by_history, agents=children)

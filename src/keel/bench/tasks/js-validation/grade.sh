@@ -1,0 +1,1 @@
+node "$TASK_DIR/hidden-test.js"

@@ -1,0 +1,3 @@
+from shapes.geometry import area_of, perimeter
+
+__all__ = ["area_of", "perimeter"]

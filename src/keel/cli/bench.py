@@ -1,0 +1,105 @@
+"""`keel bench`: run graded tasks against models and report (docs/bench.md).
+
+keel bench --models a,b [--runs N] [--tasks t1,t2] [--mode MODE] [--keep-failed]
+           [--json | --markdown] [--out DIR] [--list]
+
+This module only parses, prints progress on stderr and writes the report; keel.bench does the
+work. Exit 0 when every graded run passed, 1 when any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from keel.cli.main import EXIT_ERROR, EXIT_OK, ArgumentError, _Parser, _whole
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel bench",
+        description="Run graded tasks in throwaway directories and compare models.",
+    )
+    p.add_argument(
+        "--models",
+        help="comma-separated models (provider/model); scripted:oracle plays each task's "
+        "reference solution",
+    )
+    p.add_argument("--runs", type=_whole(1, 100, ""), default=1, help="runs per model and task")
+    p.add_argument("--tasks", help="comma-separated task names (default: all)")
+    p.add_argument(
+        "--mode",
+        choices=("default", "accept-edits", "plan", "bypass"),
+        default="bypass",
+        help="permission mode of the runs (default bypass: each runs in a throwaway directory)",
+    )
+    p.add_argument(
+        "--keep-failed", action="store_true", help="keep the work directory of a failed run"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--markdown", action="store_true", help="print the report as Markdown")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="where report.json, report.md and plot.svg go (default bench-results/TIME)",
+    )
+    p.add_argument("--list", action="store_true", help="list the tasks and exit")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    return p
+
+
+def bench(argv: list[str]) -> int:
+    from keel.bench import BenchOptions, RunResult, discover, run_bench, select, write_report
+
+    if argv and argv[0] in ("-h", "--help"):
+        _parser().print_help()
+        return EXIT_OK
+    args = _parser().parse_args(argv)
+    cwd = Path.cwd()
+    tasks = discover(cwd)
+    if args.list:
+        for t in tasks:
+            print(f"{t.name:24} {t.source:8} {t.description}")
+        return EXIT_OK
+    if not args.models:
+        raise ArgumentError("keel bench needs --models (e.g. --models scripted:oracle)")
+    if args.json and args.markdown:
+        raise ArgumentError("--json and --markdown cannot be used together")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    names = [n.strip() for n in args.tasks.split(",") if n.strip()] if args.tasks else None
+    chosen = select(tasks, names)
+    out = args.out or cwd / "bench-results" / time.strftime("%Y%m%d-%H%M%S")
+    keep_dir = out / "kept" if args.keep_failed else None
+    if keep_dir is not None:
+        keep_dir.mkdir(parents=True, exist_ok=True)
+
+    def progress(r: RunResult) -> None:
+        where = f" (kept: {r.workdir})" if r.workdir else ""
+        why = f": {r.reason}" if r.reason else ""
+        print(
+            f"keel bench: {r.model} {r.task} #{r.run}: {r.status} in {r.wall_s:.1f}s{why}{where}",
+            file=sys.stderr,
+        )
+
+    report = run_bench(
+        chosen,
+        models,
+        runs=args.runs,
+        options=BenchOptions(mode=args.mode, keep_failed=args.keep_failed, keep_dir=keep_dir),
+        progress=progress,
+    )
+    paths = write_report(report, out)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif args.markdown:
+        print(report.markdown(), end="")
+    else:
+        print(report.table(), end="")
+    print(
+        f"keel bench: report in {paths['json']}, {paths['markdown'].name}, {paths['plot'].name}",
+        file=sys.stderr,
+    )
+    return EXIT_OK if report.all_passed else EXIT_ERROR
