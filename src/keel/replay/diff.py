@@ -1,0 +1,148 @@
+"""Readable diffs for replay: a system prompt cut into its named sections, tool definitions by
+name, messages as canonical JSON. Pure: strings in, strings out."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from keel.llm.messages import Message, message_to_json
+from keel.llm.request import ToolSpec
+
+_SECTION = re.compile(r"(<env>\n.*?\n</env>|<instructions [^>]*>.*?</instructions>)", re.DOTALL)
+_SOURCE = re.compile(r'<instructions (source="[^"]*"(?: imported-from="[^"]*")?)')
+
+
+def system_hash(text: str) -> str:
+    """The fingerprint's hash of a system prompt (`Agent.fingerprint`)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tools_json(specs: Iterable[ToolSpec]) -> str:
+    return json.dumps([[s.name, s.description, s.input_schema] for s in specs], sort_keys=True)
+
+
+def tools_hash(specs: Iterable[ToolSpec]) -> str:
+    """The fingerprint's hash of the tool definitions (`Agent.fingerprint`)."""
+    return hashlib.sha256(tools_json(specs).encode()).hexdigest()[:16]
+
+
+def canonical_message(message: Message) -> str:
+    """One neutral message as canonical JSON (the form requests are compared in)."""
+    return json.dumps(message_to_json(message), sort_keys=True, ensure_ascii=False)
+
+
+def _pretty(value: Any) -> list[str]:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+def unified(old: Sequence[str], new: Sequence[str], old_name: str, new_name: str) -> str:
+    return "\n".join(
+        difflib.unified_diff(list(old), list(new), old_name, new_name, n=2, lineterm="")
+    )
+
+
+def sections(system: str) -> list[tuple[str, str]]:
+    """The system prompt as (name, text) sections: `base`, `env`, one per instruction file
+    (`instructions source="…"`), then the further sections (`section N: first line`)."""
+    out: list[tuple[str, str]] = []
+    pos, extra = 0, 0
+    for match in _SECTION.finditer(system):
+        before = system[pos : match.start()].strip("\n")
+        if before:
+            if not out:
+                out.append(("base", before))
+            else:
+                extra += 1
+                out.append((f"section {extra}: {before.splitlines()[0][:60]}", before))
+        text = match.group(0)
+        source = _SOURCE.match(text)
+        out.append(
+            (
+                "env"
+                if text.startswith("<env>")
+                else f"instructions {source.group(1) if source else ''}",
+                text,
+            )
+        )
+        pos = match.end()
+    for chunk in system[pos:].split("\n\n"):
+        chunk = chunk.strip("\n")
+        if chunk:
+            if not out:
+                out.append(("base", chunk))
+            else:
+                extra += 1
+                out.append((f"section {extra}: {chunk.splitlines()[0][:60]}", chunk))
+    return out
+
+
+def system_diff(old: str, new: str) -> tuple[list[str], str]:
+    """Which sections changed (names, in order; `+name` added, `-name` removed) and the unified
+    diff of each."""
+    before, after = dict(sections(old)), dict(sections(new))
+    names: list[str] = []
+    parts: list[str] = []
+    for name in [*before, *(n for n in after if n not in before)]:
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        label = name if a is not None and b is not None else ("+" if a is None else "-") + name
+        names.append(label)
+        parts.append(
+            unified(
+                (a or "").splitlines(),
+                (b or "").splitlines(),
+                f"recorded system prompt: {name}",
+                f"now: {name}",
+            )
+        )
+    return names, "\n".join(parts)
+
+
+def tools_diff(old: Sequence[ToolSpec], new: Sequence[ToolSpec]) -> tuple[list[str], str]:
+    """Which tools changed (`name`, `+name` added, `-name` removed) and a unified diff of each
+    changed definition (name, description, input schema)."""
+    before = {s.name: s for s in old}
+    after = {s.name: s for s in new}
+    names: list[str] = []
+    parts: list[str] = []
+    for name in sorted(before.keys() | after.keys()):
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        label = name if a is not None and b is not None else ("+" if a is None else "-") + name
+        names.append(label)
+        parts.append(
+            unified(
+                _pretty(_spec_json(a)) if a else [],
+                _pretty(_spec_json(b)) if b else [],
+                f"recorded tool: {name}",
+                f"now: {name}",
+            )
+        )
+    return names, "\n".join(parts)
+
+
+def _spec_json(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.input_schema}
+
+
+def messages_diff(old: Sequence[str], new: Sequence[str]) -> tuple[int, str]:
+    """The index of the first message that differs (canonical JSON strings), and the unified
+    diff of that message (pretty-printed); a missing message diffs against nothing."""
+    for i in range(max(len(old), len(new))):
+        a = old[i] if i < len(old) else None
+        b = new[i] if i < len(new) else None
+        if a != b:
+            return i, unified(
+                _pretty(json.loads(a)) if a is not None else [],
+                _pretty(json.loads(b)) if b is not None else [],
+                f"recorded message {i + 1}",
+                f"now: message {i + 1}",
+            )
+    return -1, ""
