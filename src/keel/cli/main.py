@@ -356,6 +356,12 @@ def _undo(argv: list[str]) -> int:
     return undo(argv)
 
 
+def _replay(argv: list[str]) -> int:
+    from keel.cli.replay import replay
+
+    return replay(argv)
+
+
 def _serve(argv: list[str]) -> int:
     from keel.cli.serve import serve
 
@@ -437,6 +443,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "compact": _compact,
     "suspend": _sessions_command("suspend"),
     "undo": _undo,
+    "replay": _replay,
     "serve": _serve,
     "serve-tools": _serve_tools,
     "fork": _sessions_command("fork"),
