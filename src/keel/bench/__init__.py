@@ -15,9 +15,11 @@ graders are proven offline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -417,19 +419,8 @@ def _run_in(
     command = [*options.keel, "-p", "--model", spec, "--output-format", "json", "-q"]
     command += ["--mode", options.mode]
     started = time.monotonic()
-    try:
-        agent = subprocess.run(
-            command,
-            input=task.prompt,
-            cwd=work,
-            env=agent_env,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=task.agent_timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    agent = _run_agent(command, task.prompt, work, agent_env, task.agent_timeout)
+    if agent is None:
         result.wall_s = time.monotonic() - started
         result.reason = f"the agent ran past the task's {task.agent_timeout:.0f} s"
         return options.keep_failed
@@ -459,6 +450,33 @@ def _run_in(
     if final.get("is_error"):
         result.reason = f"{verdict}; the run ended in error: {final.get('error')}"
     return options.keep_failed
+
+
+def _run_agent(
+    command: list[str], prompt: str, cwd: Path, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str] | None:
+    """Run keel; None when it ran out of time (then its whole process group is killed, so no
+    tool it started outlives the run)."""
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(prompt, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def _shell(
