@@ -420,3 +420,109 @@ def test_keep_failed_keeps_the_failed_work_directory(tmp_path: Path) -> None:
     work = Path(result.workdir)
     assert work.parent.parent == kept
     assert sorted(p.name for p in work.iterdir()) == ["pager.py", "test_pager.py"]
+
+
+def test_a_real_provider_over_loopback_is_measured_and_priced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real provider client (Anthropic's wire API on 127.0.0.1): the four token tiers, the
+    cache-read share and the catalog's price come through to the report."""
+    from keel.llm.catalog import lookup
+    from keel.llm.messages import Usage
+    from keel.llm.script import reply
+    from keel.testing.anthropic_server import AnthropicServer
+
+    turn = Usage(input=1000, output=100, cache_read=3000, cache_write=500)
+    with AnthropicServer(api_key="sk-ant-test") as server:
+        server.add(
+            reply("", ("read", {"path": "pager.py"}), usage=turn),
+            reply(
+                "",
+                (
+                    "edit",
+                    {
+                        "path": "pager.py",
+                        "old_string": "start + size - 1",
+                        "new_string": "start + size",
+                    },
+                ),
+                usage=turn,
+            ),
+            reply("Fixed.", usage=turn),
+        )
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        out = bench(
+            "--models",
+            "anthropic/claude-sonnet-4-5",
+            "--tasks",
+            "py-off-by-one",
+            "--json",
+            "--out",
+            str(tmp_path / "r"),
+            cwd=tmp_path,
+        )
+        assert out.returncode == 0, out.stderr
+        first = server.model_requests[0].json
+    prompt = (BUILTIN_DIR / "py-off-by-one" / "prompt.md").read_text(encoding="utf-8")
+    assert first["messages"][0]["content"][0]["text"] == prompt.strip()
+    (result,) = json.loads(out.stdout)["results"]
+    total = Usage(input=3000, output=300, cache_read=9000, cache_write=1500)
+    assert (result["status"], result["turns"], result["usage"]) == (
+        "pass",
+        3,
+        {"input": 3000, "output": 300, "cache_read": 9000, "cache_write": 1500},
+    )
+    assert result["cache_read_share"] == round(9000 / 13500, 4)
+    assert result["peak_context"] == 4500
+    assert result["cost_usd"] == round(lookup("claude-sonnet-4-5").cost(total), 6)
+    assert result["cost_usd"] > 0
+    assert 0 < result["model_s"] < result["wall_s"]
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.mark.needs("git")
+def test_a_task_that_came_with_the_repository_runs_only_once_approved(tmp_path: Path) -> None:
+    """The attack: a cloned repository ships `.keel/bench/build/setup.sh`, which would run on
+    this machine, outside any sandbox, the moment someone types `keel bench`. It must not run
+    until the user approves that exact content."""
+    repo = tmp_path / "repo"
+    task = user_task(repo)
+    pwned = tmp_path / "pwned"
+    (task / "setup.sh").write_text(f"printf 'Ada\\n' > NAME; touch {pwned}\n", "utf-8")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "a task")
+    refused = bench("--models", "scripted:oracle", "--tasks", "greet", cwd=repo)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        "keel: error: 1 bench task(s) came with this repository and are not approved: greet "
+        "(their setup and grading scripts run on this machine, outside the sandbox) (hint: read "
+        "them, then run `keel bench --approve`; a change needs a new approval)\n"
+    )
+    assert not pwned.exists()
+    approved = bench("--approve", cwd=repo)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout == (
+        "approved greet (.keel/bench/greet): runs .keel/bench/greet/setup.sh, "
+        ".keel/bench/greet/grade.sh\n"
+    )
+    ran = bench("--models", "scripted:oracle", "--tasks", "greet", "--json", cwd=repo)
+    assert ran.returncode == 0, ran.stderr
+    assert statuses(json.loads(ran.stdout)) == {"greet": "pass"}
+    assert pwned.exists()
+    # Any change to the task (here its grader, not even committed) needs a new approval.
+    pwned.unlink()
+    (task / "grade.sh").write_text("true\n", "utf-8")
+    again = bench("--models", "scripted:oracle", "--tasks", "greet", cwd=repo)
+    assert again.returncode == 2
+    assert "not approved: greet" in again.stderr
+    assert not pwned.exists()

@@ -16,6 +16,7 @@ graders are proven offline.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -211,6 +212,73 @@ def discover(cwd: Path) -> list[Task]:
                 )
             tasks.append(load_task(d, "user"))
     return tasks
+
+
+# -- trust: a repository's tasks run code (setup, graders) on this machine ----------------------
+
+
+#: The approvals kind under which bench tasks are pinned (keel.config.trust).
+TRUST_KIND = "bench"
+
+
+def task_pin(task: Task) -> str:
+    """A content hash of everything in the task's directory: any change needs a new approval."""
+    digest = hashlib.sha256(task.name.encode())
+    for path in sorted(p for p in task.directory.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(task.directory).as_posix()
+        body = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        digest.update(b"\0" + rel.encode() + b"\0" + hashlib.sha256(body).digest())
+    return digest.hexdigest()[:16]
+
+
+def came_with_repo(directory: Path) -> bool:
+    """Whether git tracks any file of `directory` (the task came with the repository). False
+    outside a git work tree or without git: the task is then the user's own."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--", "."],
+            cwd=directory,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip(b"\0"))
+
+
+def unapproved(
+    tasks: Sequence[Task], cwd: Path, env: Mapping[str, str] | None = None
+) -> list[Task]:
+    """The user tasks that came with the repository and whose current content is not approved.
+    Built-in tasks ship with keel and need none."""
+    from keel.config.settings import user_config_dir
+    from keel.config.trust import approved_pins, project_key
+
+    repo = [t for t in tasks if t.source != "builtin" and came_with_repo(t.directory)]
+    if not repo:
+        return []
+    pins = approved_pins(user_config_dir(env), project_key(cwd), TRUST_KIND)
+    return [t for t in repo if task_pin(t) not in pins]
+
+
+def approve_tasks(tasks: Sequence[Task], cwd: Path, env: Mapping[str, str] | None = None) -> None:
+    from keel.config.settings import user_config_dir
+    from keel.config.trust import approvals_file, approve, project_key
+
+    path = approvals_file(user_config_dir(env), project_key(cwd))
+    for task in tasks:
+        approve(path, TRUST_KIND, task_pin(task))
+
+
+def scripts_of(task: Task) -> list[Path]:
+    """The files of a task that run on this machine outside the agent's sandbox."""
+    found = [task.setup, task.oracle_script]
+    if task.grade_files is not None:
+        found.extend(sorted(task.grade_files.rglob("*")))
+    if task.grade is not None and (task.directory / "grade.sh").is_file():
+        found.append(task.directory / "grade.sh")
+    return [p for p in found if p is not None and p.is_file()]
 
 
 def select(tasks: Sequence[Task], names: Sequence[str] | None) -> list[Task]:

@@ -1,7 +1,10 @@
 """`keel bench`: run graded tasks against models and report (docs/bench.md).
 
 keel bench --models a,b [--runs N] [--tasks t1,t2] [--mode MODE] [--keep-failed]
-           [--json | --markdown] [--out DIR] [--list]
+           [--json | --markdown] [--out DIR] [--list] [--approve]
+
+Tasks that came with the repository (`.keel/bench/` files git tracks) run their scripts on this
+machine, so they run only once approved, pinned to their content (`--approve`).
 
 This module only parses, prints progress on stderr and writes the report; keel.bench does the
 work. Exit 0 when every graded run passed, 1 when any failed.
@@ -47,12 +50,29 @@ def _parser() -> argparse.ArgumentParser:
         help="where report.json, report.md and plot.svg go (default bench-results/TIME)",
     )
     p.add_argument("--list", action="store_true", help="list the tasks and exit")
+    p.add_argument(
+        "--approve",
+        action="store_true",
+        help="approve the selected tasks that came with this repository (they run their setup "
+        "and grading scripts on this machine), then exit",
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
 
 def bench(argv: list[str]) -> int:
-    from keel.bench import BenchOptions, RunResult, discover, run_bench, select, write_report
+    from keel.bench import (
+        BenchOptions,
+        RunResult,
+        approve_tasks,
+        discover,
+        run_bench,
+        scripts_of,
+        select,
+        unapproved,
+        write_report,
+    )
+    from keel.errors import UserError
 
     if argv and argv[0] in ("-h", "--help"):
         _parser().print_help()
@@ -64,13 +84,29 @@ def bench(argv: list[str]) -> int:
         for t in tasks:
             print(f"{t.name:24} {t.source:8} {t.description}")
         return EXIT_OK
+    names = [n.strip() for n in args.tasks.split(",") if n.strip()] if args.tasks else None
+    chosen = select(tasks, names)
+    waiting = unapproved(chosen, cwd)
+    if args.approve:
+        for t in waiting:
+            shown = ", ".join(str(p.relative_to(cwd)) for p in scripts_of(t)) or "no scripts"
+            print(f"approved {t.name} ({t.directory.relative_to(cwd)}): runs {shown}")
+        approve_tasks(waiting, cwd)
+        if not waiting:
+            print("nothing to approve: every selected task is built in, yours, or approved")
+        return EXIT_OK
+    if waiting:
+        raise UserError(
+            f"{len(waiting)} bench task(s) came with this repository and are not approved: "
+            f"{', '.join(t.name for t in waiting)} (their setup and grading scripts run on this "
+            "machine, outside the sandbox)",
+            hint="read them, then run `keel bench --approve`; a change needs a new approval",
+        )
     if not args.models:
         raise ArgumentError("keel bench needs --models (e.g. --models scripted:oracle)")
     if args.json and args.markdown:
         raise ArgumentError("--json and --markdown cannot be used together")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    names = [n.strip() for n in args.tasks.split(",") if n.strip()] if args.tasks else None
-    chosen = select(tasks, names)
     out = args.out or cwd / "bench-results" / time.strftime("%Y%m%d-%H%M%S")
     keep_dir = out / "kept" if args.keep_failed else None
     if keep_dir is not None:
