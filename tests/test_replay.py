@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from keel.llm.script import reply
+from keel.testing.anthropic_server import AnthropicServer
+
 SCRIPT = """\
 model: demo
 turns:
@@ -303,3 +306,88 @@ def test_a_replay_never_writes_to_the_original_workspace(tmp_path: Path) -> None
     code, report, _ = replay(session, project, "--recorded-results", "--mode", "bypass")
     assert (code, report["result"]) == (0, "identical")
     assert not victim.exists()
+
+
+def anthropic_env(url: str) -> dict[str, str]:
+    return {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": url}
+
+
+def anthropic_fix_script() -> list[Any]:
+    return [
+        reply("Reading.", ("read", {"path": "calc.py"})),
+        reply(
+            "Fixing.", ("edit", {"path": "calc.py", "old_string": "a - b", "new_string": "b + a"})
+        ),
+        reply("Fixed it."),
+    ]
+
+
+@pytest.mark.needs("git")
+def test_a_session_with_a_real_provider_replays_offline_with_no_key(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "project")
+    with AnthropicServer(anthropic_fix_script(), api_key="sk-ant-test") as server:
+        run = subprocess.run(
+            [sys.executable, "-m", "keel", "-p", "fix add", "--model", "anthropic/claude-sonnet-4-5",
+             "--mode", "accept-edits", "--output-format", "json"],
+            cwd=project, capture_output=True, text=True, timeout=60, check=False,
+            env=anthropic_env(server.url),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert len(server.model_requests) == 3
+    session = json.loads(run.stdout.splitlines()[-1])["session_id"]
+    # The server is gone and there is no key: the journal answers.
+    assert "ANTHROPIC_API_KEY" not in os.environ
+    code, report, _ = replay(session, project)
+    assert (code, report["result"], report["requests_replayed"]) == (0, "identical", 3)
+    assert report["tools"] == "run-tools"
+
+
+@pytest.mark.needs("git")
+def test_live_replays_the_prompts_against_another_model_side_by_side(
+    recorded: tuple[Path, str],
+) -> None:
+    project, session = recorded
+    before = snapshot(project)
+    with AnthropicServer(anthropic_fix_script(), api_key="sk-ant-test") as server:
+        run = subprocess.run(
+            [sys.executable, "-m", "keel", "replay", session, "--live", "--model",
+             "anthropic/claude-sonnet-4-5", "--json"],
+            cwd=project, capture_output=True, text=True, timeout=60, check=False,
+            env=anthropic_env(server.url),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        bodies = [r.json for r in server.model_requests]
+    assert len(bodies) == 3
+    assert bodies[0]["messages"][0]["content"][0]["text"] == "fix add"  # the recorded prompt
+    report = json.loads(run.stdout)
+    seconds = {side: report[side].pop("seconds") for side in ("recorded", "live")}
+    assert all(s >= 0 for s in seconds.values())
+    live_usage = report["live"]["tokens"]
+    assert report == {
+        "session": session,
+        "recorded": {
+            "model": report["recorded"]["model"],
+            "turns": 4,
+            "tokens": {"input": 1600, "output": 240, "cache_read": 0, "cache_write": 0},
+            "cost_usd": 0.0,
+            "stop": "completed",
+            "files_changed": ["calc.py", "out.txt"],
+        },
+        "live": {
+            "model": "anthropic/claude-sonnet-4-5",
+            "turns": 3,
+            "tokens": live_usage,
+            "cost_usd": report["live"]["cost_usd"],
+            "stop": "completed",
+            "files_changed": ["calc.py"],
+        },
+        "same_final_workspace": False,
+        "final_diff": "--- recorded/calc.py\n+++ live/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n"
+        "-    return a + b\n+    return b + a\n--- recorded/out.txt\n+++ live/out.txt\n@@ -1 +0,0 @@\n"
+        "-made",
+        "start": "starting state rebuilt from the checkpoints (2 file(s) put back)",
+        "notes": [],
+    }
+    assert report["recorded"]["model"].startswith("scripted:")
+    assert live_usage["input"] > 0
+    assert snapshot(project) == before  # the live run worked in the copy

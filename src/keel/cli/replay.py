@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from keel.cli.main import ArgumentError, _Parser
@@ -49,6 +50,13 @@ def parser() -> argparse.ArgumentParser:
         help="permission mode for the replayed run (default accept-edits; bypass only with "
         "--recorded-results)",
     )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="send the recorded prompts (not the replies) to --model in a scratch copy and "
+        "report both sessions side by side",
+    )
+    p.add_argument("--model", metavar="PROVIDER/MODEL", help="the model for --live")
     p.add_argument("--keep", metavar="DIR", help="keep the scratch workspace and journal in DIR")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -70,7 +78,15 @@ def replay(argv: list[str]) -> int:
     try:
         args = parser().parse_args(argv)
     except ArgumentError as exc:
-        print(f"keel: error: {exc}\nhint: run `keel replay --help` for usage", file=sys.stderr)
+        print(f"keel: error: {exc} (hint: run `keel replay --help`)", file=sys.stderr)
+        return EXIT_FAILED
+    if args.live:
+        return _live(args)
+    if args.model:
+        print(
+            "keel: error: --model is for --live (hint: keel replay ID --live --model M)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if args.until is not None and args.until < 1:
         print("keel: error: --until must be 1 or more", file=sys.stderr)
@@ -98,6 +114,68 @@ def replay(argv: list[str]) -> int:
     else:
         print(render(report))
     return EXIT_IDENTICAL if report.identical else EXIT_DIVERGED
+
+
+def _live(args: argparse.Namespace) -> int:
+    from keel.replay.run import live
+
+    if not args.model:
+        print("keel: error: --live needs --model PROVIDER/MODEL", file=sys.stderr)
+        return EXIT_FAILED
+    if args.recorded_results or args.run_tools or args.until or args.against:
+        print(
+            "keel: error: --live takes no --recorded-results, --run-tools, --until or --against "
+            "(hint: the live model's own tool calls run in the scratch copy)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    try:
+        report = asyncio.run(
+            live(
+                _path(args.session),
+                args.model,
+                mode=args.mode,
+                keep=Path(args.keep) if args.keep else None,
+            )
+        )
+    except (KeelError, OSError) as exc:
+        if args.debug:
+            raise
+        line = exc.one_line() if isinstance(exc, KeelError) else f"{type(exc).__name__}: {exc}"
+        print(f"keel: error: {line}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render_live(report))
+    return EXIT_IDENTICAL
+
+
+def render_live(report: object) -> str:
+    from keel.replay.run import LiveReport, SessionStats
+
+    assert isinstance(report, LiveReport)
+
+    def row(name: str, get: Callable[[SessionStats], str]) -> str:
+        return f"{name:<16}{get(report.recorded):<32}{get(report.live)}"
+
+    lines = [
+        f"session {report.session}: recorded vs live",
+        row("model", lambda s: s.model),
+        row("turns", lambda s: str(s.turns)),
+        row("tokens in/out", lambda s: f"{s.input}/{s.output}"),
+        row("cache read/write", lambda s: f"{s.cache_read}/{s.cache_write}"),
+        row("cost", lambda s: f"${s.cost:.4f}"),
+        row("time", lambda s: f"{s.seconds:.1f}s"),
+        row("stop", lambda s: s.stop or "-"),
+        row("files changed", lambda s: ", ".join(s.files_changed) or "-"),
+    ]
+    if report.final_diff:
+        lines += ["final workspace, recorded -> live:", report.final_diff]
+    else:
+        lines.append("final workspace: the same")
+    lines.extend(f"note: {n}" for n in report.notes)
+    return "\n".join(lines)
 
 
 def render(report: object) -> str:

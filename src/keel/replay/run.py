@@ -392,6 +392,9 @@ class _Plan:
     why: str
     notes: list[str]
 
+    def paths_scratch_root(self) -> Path:
+        return Path(self.paths.scratch)
+
 
 def _plan(
     path: Path, created: str, meta: Meta, expected: list[Expected], tools: ToolsMode, scratch: Path
@@ -583,5 +586,180 @@ def _report(
         settings=settings,
         journal_hash=original_hash,
         replay_journal_hash=replay_hash,
+        notes=notes,
+    )
+
+
+# -- live: the recorded prompts against another model ---------------------------------------------
+
+
+@dataclass
+class SessionStats:
+    model: str
+    turns: int
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    cost: float
+    seconds: float
+    stop: str
+    files_changed: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "turns": self.turns,
+            "tokens": {
+                "input": self.input,
+                "output": self.output,
+                "cache_read": self.cache_read,
+                "cache_write": self.cache_write,
+            },
+            "cost_usd": round(self.cost, 6),
+            "seconds": round(self.seconds, 3),
+            "stop": self.stop,
+            "files_changed": self.files_changed,
+        }
+
+
+@dataclass
+class LiveReport:
+    session: str
+    recorded: SessionStats
+    live: SessionStats
+    #: Unified diff from the recorded session's final workspace (the project as it is now) to
+    #: the live run's, over the files either changed.
+    final_diff: str
+    tools_why: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "recorded": self.recorded.to_json(),
+            "live": self.live.to_json(),
+            "same_final_workspace": not self.final_diff,
+            "final_diff": self.final_diff,
+            "start": self.tools_why,
+            "notes": self.notes,
+        }
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every regular file under `root` (`.git` left out), by relative path."""
+    out: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def _changed(start: dict[str, bytes], end: dict[str, bytes]) -> list[str]:
+    return sorted(p for p in start.keys() | end.keys() if start.get(p) != end.get(p))
+
+
+def _file_diff(path: str, old: bytes | None, new: bytes | None) -> str:
+    from keel.replay.diff import unified
+
+    def lines(data: bytes | None) -> list[str]:
+        return [] if data is None else data.decode(errors="replace").splitlines()
+
+    return unified(lines(old), lines(new), f"recorded/{path}", f"live/{path}")
+
+
+def stats(records: list[Record], model: str, changed: list[str]) -> SessionStats:
+    from keel.llm.messages import Usage
+    from keel.session.records import TerminalRecord
+
+    usage, cost, turns, stop = Usage(), 0.0, 0, ""
+    for record in records:
+        p = record.payload
+        if isinstance(p, AssistantRecord):
+            usage, cost, turns = usage + p.usage, cost + p.cost, turns + 1
+        elif isinstance(p, TerminalRecord):
+            stop = p.reason
+
+    def when(ts: str) -> float:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+    seconds = when(records[-1].ts) - when(records[0].ts) if records else 0.0
+    return SessionStats(
+        model,
+        turns,
+        usage.input,
+        usage.output,
+        usage.cache_read,
+        usage.cache_write,
+        cost,
+        max(seconds, 0.0),
+        stop,
+        changed,
+    )
+
+
+async def live(
+    path: Path, model: str, *, mode: str | None = None, keep: Path | None = None
+) -> LiveReport:
+    """Send the recorded session's prompts (not its replies) to `model`, in a scratch copy put
+    back to the session's start, and report both sessions side by side."""
+    from keel.app.assembly import open_agent
+    from keel.app.options import Options
+    from keel.session.store import SessionLog
+
+    mode = mode or DEFAULT_MODE
+    if mode == "bypass":
+        raise UserError(
+            "--live runs a real model's tool calls: --mode bypass would run them without asking",
+            hint="use accept-edits (the default) or default",
+        )
+    records = read_session(path)
+    meta = records[0].payload
+    assert isinstance(meta, Meta)
+    expected = expected_requests(records)
+    with scratch_dir() as scratch:
+        plan = _plan(path, records[0].ts, meta, expected, "auto", scratch)
+        notes = list(plan.notes)
+        if plan.tools != "run-tools":
+            notes.append(f"the live run starts from the project as it is now: {plan.why}")
+        start = _tree(plan.paths_scratch_root())
+        options = Options(cwd=plan.scratch_cwd, model=model, mode=mode, no_session=True)
+        agent = await open_agent(options)
+        try:
+            agent.session = SessionLog.create(
+                cwd=plan.scratch_cwd,
+                model=model,
+                fingerprint=agent.fingerprint(),
+                directory=scratch / "journal",
+            )
+            for prompt in prompts(records):
+                result = await agent.run(prompt)
+                if result.stop_reason not in ("end_turn", "max_tokens", "refusal"):
+                    notes.append(f"the live run stopped: {result.stop_reason} {result.error or ''}")
+                    break
+            live_path = agent.session.path
+        finally:
+            await agent.aclose()
+        live_end = _tree(plan.paths_scratch_root())
+        recorded_end = _tree(plan.root)
+        live_records = read_session(live_path)
+        if keep is not None:
+            shutil.copytree(scratch, keep, symlinks=True, dirs_exist_ok=True)
+    recorded_changed = _changed(start, recorded_end)
+    live_changed = _changed(start, live_end)
+    diffs = [
+        _file_diff(p, recorded_end.get(p), live_end.get(p))
+        for p in sorted(set(recorded_changed) | set(live_changed))
+        if recorded_end.get(p) != live_end.get(p)
+    ]
+    return LiveReport(
+        session=meta.id,
+        recorded=stats(records, meta.model, recorded_changed),
+        live=stats(live_records, model, live_changed),
+        final_diff="\n".join(diffs),
+        tools_why=plan.why,
         notes=notes,
     )
