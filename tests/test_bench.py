@@ -99,6 +99,9 @@ def test_the_oracle_passes_every_built_in_task(tmp_path: Path) -> None:
     # The compaction task really compacted; the subagent task's report came back.
     assert by_task["compaction-retention"]["compactions"] == 1
     assert by_task["compaction-retention"]["peak_context"] == 5600  # the summary request
+    # Tokens count every request: the summary's, and the subagent's two (400 in a request).
+    assert by_task["compaction-retention"]["usage"]["cache_read"] == 5300
+    assert by_task["subagent-ports"]["usage"]["input"] == 5 * 400
     # The report and the plot are written next to each other.
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
         "plot.svg",

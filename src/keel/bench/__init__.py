@@ -604,7 +604,12 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
 
 
 def _measure(result: RunResult, final: Mapping[str, Any]) -> None:
-    """Fill the run's numbers from keel's result object and its session journal."""
+    """Fill the run's numbers from keel's result object and its session journals.
+
+    Tokens and cost are summed over every model request the journals hold: the turns, any
+    compaction summary, and the subagents' requests (their own files), so nothing is counted
+    twice or missed. Model time and peak context are the main agent's (subagents run beside
+    it, so their time would overlap)."""
     usage = final.get("usage") or {}
     result.usage = {k: int(usage.get(k, 0)) for k in result.usage}
     result.turns = int(final.get("turns", 0))
@@ -616,20 +621,31 @@ def _measure(result: RunResult, final: Mapping[str, Any]) -> None:
     from keel.session.journal import read_records
     from keel.session.records import AssistantRecord, CompactionRecord
 
-    for record in read_records(Path(path)).records:
-        payload = record.payload
-        if isinstance(payload, AssistantRecord):
+    session = Path(path)
+    totals = dict.fromkeys(result.usage, 0)
+    cost = 0.0
+    for file in [session, *_subagent_files(session)]:
+        main = file == session
+        for record in read_records(file).records:
+            payload = record.payload
+            if not isinstance(payload, AssistantRecord | CompactionRecord):
+                continue
             u = payload.usage
+            for key in totals:
+                totals[key] += getattr(u, key)
+            cost += payload.cost
+            if not main:
+                continue
             result.peak_context = max(result.peak_context, u.input + u.cache_read + u.cache_write)
-            if payload.timing is not None:
+            if isinstance(payload, CompactionRecord):
+                result.compactions += 1
+            elif payload.timing is not None:
                 result.model_s += payload.timing.duration_ms / 1000
-        elif isinstance(payload, CompactionRecord):
-            # The summary request is not in the turn's usage; it is in the run's tokens.
-            result.compactions += 1
-            for key in result.usage:
-                result.usage[key] += getattr(payload.usage, key)
-            u = payload.usage
-            result.peak_context = max(result.peak_context, u.input + u.cache_read + u.cache_write)
+    result.usage, result.cost_usd = totals, cost
+
+
+def _subagent_files(session: Path) -> list[Path]:
+    return sorted(session.parent.glob(f"{session.stem}.agents/**/*.jsonl"))
 
 
 def tool_calls(session: Path) -> list[dict[str, Any]]:
@@ -640,7 +656,7 @@ def tool_calls(session: Path) -> list[dict[str, Any]]:
     from keel.session.records import AssistantRecord
 
     calls: list[dict[str, Any]] = []
-    files = [session, *sorted(session.parent.glob(f"{session.stem}.agents/**/*.jsonl"))]
+    files = [session, *_subagent_files(session)]
     for path in files:
         agent = "" if path == session else path.stem
         for record in read_records(path).records:
@@ -852,10 +868,8 @@ class Report:
 
 
 def _fmt(spread: Mapping[str, float], pattern: str) -> str:
-    med = pattern.format(spread["median"])
-    if spread["min"] == spread["max"]:
-        return med
-    return f"{med} [{pattern.format(spread['min'])}–{pattern.format(spread['max'])}]"
+    med, low, high = (pattern.format(spread[k]) for k in ("median", "min", "max"))
+    return med if low == high else f"{med} [{low}–{high}]"
 
 
 def write_report(report: Report, out: Path) -> dict[str, Path]:
