@@ -391,3 +391,39 @@ def test_live_replays_the_prompts_against_another_model_side_by_side(
     assert report["recorded"]["model"].startswith("scripted:")
     assert live_usage["input"] > 0
     assert snapshot(project) == before  # the live run worked in the copy
+
+
+@pytest.mark.needs("git", "sandbox")
+def test_a_change_outside_the_project_is_found_by_hash_at_the_right_request(
+    recorded: tuple[Path, str], isolated_env: Path
+) -> None:
+    project, session = recorded
+    code, report, _ = replay(session, project)
+    assert code == 0
+    user_agents = isolated_env / "config" / "AGENTS.md"  # KEEL_CONFIG_DIR: the user's own
+    user_agents.parent.mkdir(parents=True, exist_ok=True)
+    user_agents.write_text("Always answer in French.\n", encoding="utf-8")
+    code, report, _ = replay(session, project)
+    assert code == 1
+    d = report["divergence"]
+    assert (d["request"], d["what"], d["changed"], d["diff"]) == (1, "system", [], "")
+    assert d["summary"].startswith("request 1: the system prompt differs (hash ")
+    assert d["summary"].endswith(
+        "now); the recorded text could not be rebuilt: the project at HEAD builds another one "
+        "too (the change is outside the project: your user instructions or settings, or keel "
+        "itself; or give --against REF, the commit the session ran at)"
+    )
+
+
+@pytest.mark.needs("git", "sandbox")
+def test_the_packaged_demo_session_replays_identical(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "project")
+    run = keel(
+        "-p", "list the Python files", "--model", "scripted:demo", "--output-format", "json",
+        cwd=project,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    session = json.loads(run.stdout.splitlines()[-1])["session_id"]
+    for flags in ((), ("--recorded-results",)):
+        code, report, _ = replay(session, project, *flags)
+        assert (code, report["result"], report["requests_replayed"]) == (0, "identical", 3)

@@ -199,8 +199,6 @@ class ReplayProvider:
                 "system",
                 f"request {n}: the system prompt differs (hash {self.recorded.system_hash} "
                 f"recorded, {system_hash(new)} now); {self.recorded.unknown_why}",
-                tuple(name for name, _ in _sections_now(new)),
-                "",
             )
         changed, diff = system_diff(old, new)
         return Divergence(
@@ -219,7 +217,6 @@ class ReplayProvider:
                 "tools",
                 f"request {n}: the tool definitions differ (hash {self.recorded.tools_hash} "
                 f"recorded, {tools_hash(tools)} now); {self.recorded.unknown_why}",
-                tuple(s.name for s in tools),
             )
         changed, diff = tools_diff(old, tools)
         return Divergence(
@@ -229,12 +226,6 @@ class ReplayProvider:
             tuple(changed),
             diff,
         )
-
-
-def _sections_now(system: str) -> list[tuple[str, str]]:
-    from keel.replay.diff import sections
-
-    return sections(system)
 
 
 def _map_message(message: Message, mapping: Any) -> Message:

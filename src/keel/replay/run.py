@@ -456,8 +456,9 @@ async def _explain_hashes(
     if tools_hash(specs) == fp.tools_hash:
         recorded.tools = specs
     recorded.unknown_why = (
-        f"the project at {ref} does not rebuild the recorded one either "
-        "(give --against REF, the commit the session ran at)"
+        f"the recorded text could not be rebuilt: the project at {ref} builds another one too "
+        "(the change is outside the project: your user instructions or settings, or keel "
+        "itself; or give --against REF, the commit the session ran at)"
     )
 
 
