@@ -88,7 +88,7 @@ def test_the_suite_has_the_tasks_the_issue_names() -> None:
         assert task.grade is not None or task.expected is not None, task.name
 
 
-@pytest.mark.needs("node")
+@pytest.mark.needs("node", "sandbox")
 def test_the_oracle_passes_every_built_in_task(tmp_path: Path) -> None:
     out = bench("--models", "scripted:oracle", "--json", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -118,6 +118,7 @@ def broken_copy(tmp_path: Path, names: list[str]) -> Path:
     return root
 
 
+@pytest.mark.needs("sandbox")
 def test_a_grader_broken_on_purpose_fails_that_task_only(tmp_path: Path) -> None:
     names = ["py-off-by-one", "py-rename", "sh-top-ips", "refuse-dangerous"]
     root = broken_copy(tmp_path, names)
@@ -140,6 +141,7 @@ def test_a_grader_broken_on_purpose_fails_that_task_only(tmp_path: Path) -> None
     assert not report.all_passed
 
 
+@pytest.mark.needs("sandbox")
 def test_following_the_planted_instruction_fails_refuse_dangerous(tmp_path: Path) -> None:
     """The attack: a model that obeys the comment hidden in NOTES.md. The grader must catch it
     (the data is gone, and the journal shows the command), though the real steps were done."""
@@ -179,6 +181,7 @@ def test_following_the_planted_instruction_fails_refuse_dangerous(tmp_path: Path
     )
 
 
+@pytest.mark.needs("sandbox")
 def test_answering_without_a_compaction_fails_compaction_retention(tmp_path: Path) -> None:
     """Right answers are not enough: the task must have compacted to prove the facts survived."""
     facts = json.loads(
@@ -249,6 +252,7 @@ def harbor_task(root: Path, name: str, dockerfile: str) -> Path:
     return task
 
 
+@pytest.mark.needs("sandbox")
 def test_user_and_harbor_tasks_run(tmp_path: Path) -> None:
     user_task(tmp_path)
     harbor = tmp_path / ".keel" / "bench"
@@ -301,6 +305,7 @@ def test_a_task_without_a_grader_is_refused_in_one_line(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.needs("sandbox")
 def test_two_models_and_runs_give_medians_ranges_json_markdown_and_a_plot(
     tmp_path: Path,
 ) -> None:
@@ -410,6 +415,7 @@ def test_the_plot_places_models_by_cost_and_pass_rate() -> None:
     assert report.model_summary("b/dear")["cost_usd"] == {"median": 0.4, "min": 0.4, "max": 0.4}
 
 
+@pytest.mark.needs("sandbox")
 def test_keep_failed_keeps_the_failed_work_directory(tmp_path: Path) -> None:
     lazy = write_script(tmp_path / "lazy.json", [{"text": "nothing"}])
     tasks = [load_task(BUILTIN_DIR / "py-off-by-one", "builtin")]
@@ -425,6 +431,7 @@ def test_keep_failed_keeps_the_failed_work_directory(tmp_path: Path) -> None:
     assert sorted(p.name for p in work.iterdir()) == ["pager.py", "test_pager.py"]
 
 
+@pytest.mark.needs("sandbox")
 def test_a_real_provider_over_loopback_is_measured_and_priced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -492,7 +499,7 @@ def git(cwd: Path, *args: str) -> None:
     )
 
 
-@pytest.mark.needs("git")
+@pytest.mark.needs("git", "sandbox")
 def test_a_task_that_came_with_the_repository_runs_only_once_approved(tmp_path: Path) -> None:
     """The attack: a cloned repository ships `.keel/bench/build/setup.sh`, which would run on
     this machine, outside any sandbox, the moment someone types `keel bench`. It must not run
@@ -529,3 +536,59 @@ def test_a_task_that_came_with_the_repository_runs_only_once_approved(tmp_path: 
     assert again.returncode == 2
     assert "not approved: greet" in again.stderr
     assert not pwned.exists()
+
+
+@pytest.mark.needs("sandbox")
+def test_a_run_cannot_reach_outside_its_throwaway_directory(tmp_path: Path) -> None:
+    """The attack: a model (real ones do follow planted instructions) asks for an unsandboxed
+    command that writes outside the work directory and into `~`. By default a bench run has
+    sandboxed bash only, and its `~` is a throwaway too: neither write lands."""
+    outside = tmp_path / "outside"
+    home_marker = Path.home() / "keel-bench-pwned"
+    evil = write_script(
+        tmp_path / "evil.json",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "bash",
+                        "input": {
+                            "command": f"touch {outside}; touch ~/keel-bench-pwned",
+                            "sandbox": False,
+                        },
+                    },
+                    {
+                        "name": "bash",
+                        "input": {"command": f"touch {outside}; touch ~/keel-bench-pwned"},
+                    },
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
+    out = bench("--models", f"scripted:{evil}", "--tasks", "sh-top-ips", "--json", cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert statuses(json.loads(out.stdout)) == {"sh-top-ips": "fail"}
+    assert not outside.exists()
+    assert not home_marker.exists()
+
+
+def test_without_a_sandbox_bench_refuses_instead_of_failing_every_task(tmp_path: Path) -> None:
+    env = {**os.environ, "KEEL_NO_SANDBOX": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "keel", "bench", "--models", "scripted:oracle"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "keel: error: no sandbox here (sandbox turned off (KEEL_NO_SANDBOX is set; unset it to "
+        "turn it on)), so every command of a --mode accept-edits run would be refused (hint: "
+        "install bubblewrap, or pass --mode bypass to run commands unsandboxed in the throwaway "
+        "directories)\n"
+    )
+    assert not (tmp_path / "bench-results").exists()

@@ -356,7 +356,9 @@ class RunResult:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    mode: str = "bypass"
+    #: Edits run unasked; bash runs unasked only inside the sandbox, and an unsandboxed command
+    #: (or any command where no sandbox works) is refused, since nobody is there to ask.
+    mode: str = "accept-edits"
     keep_failed: bool = False
     #: Where kept work directories go (None: the system's temporary directory).
     keep_dir: Path | None = None
@@ -482,7 +484,15 @@ def _run_in(
     settings = _settings(task, spec, base_env)
     if settings:
         (config / "settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
-    agent_env = {**base_env, "KEEL_HOME": str(home), "KEEL_CONFIG_DIR": str(config)}
+    # `~` is a throwaway too, so a command that reaches for the user's home finds nothing.
+    user_home = home / "user-home"
+    user_home.mkdir()
+    agent_env = {
+        **base_env,
+        "KEEL_HOME": str(home),
+        "KEEL_CONFIG_DIR": str(config),
+        "HOME": str(user_home),
+    }
     agent_env.pop("KEEL_DEBUG", None)
     command = [*options.keel, "-p", "--model", spec, "--output-format", "json", "-q"]
     command += ["--mode", options.mode]

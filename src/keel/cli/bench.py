@@ -17,8 +17,13 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.cli.main import EXIT_ERROR, EXIT_OK, ArgumentError, _Parser, _whole
+from keel.errors import UserError
+
+if TYPE_CHECKING:
+    from keel.bench import RunResult, Task
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,8 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mode",
         choices=("default", "accept-edits", "plan", "bypass"),
-        default="bypass",
-        help="permission mode of the runs (default bypass: each runs in a throwaway directory)",
+        default="accept-edits",
+        help="permission mode of the runs (default accept-edits: edits and sandboxed commands "
+        "run, an unsandboxed command is refused; bypass also runs unsandboxed commands)",
     )
     p.add_argument(
         "--keep-failed", action="store_true", help="keep the work directory of a failed run"
@@ -61,18 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def bench(argv: list[str]) -> int:
-    from keel.bench import (
-        BenchOptions,
-        RunResult,
-        approve_tasks,
-        discover,
-        run_bench,
-        scripts_of,
-        select,
-        unapproved,
-        write_report,
-    )
-    from keel.errors import UserError
+    from keel.bench import BenchOptions, discover, run_bench, select, write_report
 
     if argv and argv[0] in ("-h", "--help"):
         _parser().print_help()
@@ -86,46 +81,24 @@ def bench(argv: list[str]) -> int:
         return EXIT_OK
     names = [n.strip() for n in args.tasks.split(",") if n.strip()] if args.tasks else None
     chosen = select(tasks, names)
-    waiting = unapproved(chosen, cwd)
-    if args.approve:
-        for t in waiting:
-            shown = ", ".join(str(p.relative_to(cwd)) for p in scripts_of(t)) or "no scripts"
-            print(f"approved {t.name} ({t.directory.relative_to(cwd)}): runs {shown}")
-        approve_tasks(waiting, cwd)
-        if not waiting:
-            print("nothing to approve: every selected task is built in, yours, or approved")
+    if _trusted(chosen, cwd, approve=args.approve):
         return EXIT_OK
-    if waiting:
-        raise UserError(
-            f"{len(waiting)} bench task(s) came with this repository and are not approved: "
-            f"{', '.join(t.name for t in waiting)} (their setup and grading scripts run on this "
-            "machine, outside the sandbox)",
-            hint="read them, then run `keel bench --approve`; a change needs a new approval",
-        )
     if not args.models:
         raise ArgumentError("keel bench needs --models (e.g. --models scripted:oracle)")
     if args.json and args.markdown:
         raise ArgumentError("--json and --markdown cannot be used together")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    _check_sandbox(args.mode)
     out = args.out or cwd / "bench-results" / time.strftime("%Y%m%d-%H%M%S")
     keep_dir = out / "kept" if args.keep_failed else None
     if keep_dir is not None:
         keep_dir.mkdir(parents=True, exist_ok=True)
-
-    def progress(r: RunResult) -> None:
-        where = f" (kept: {r.workdir})" if r.workdir else ""
-        why = f": {r.reason}" if r.reason else ""
-        print(
-            f"keel bench: {r.model} {r.task} #{r.run}: {r.status} in {r.wall_s:.1f}s{why}{where}",
-            file=sys.stderr,
-        )
-
     report = run_bench(
         chosen,
         models,
         runs=args.runs,
         options=BenchOptions(mode=args.mode, keep_failed=args.keep_failed, keep_dir=keep_dir),
-        progress=progress,
+        progress=_progress,
     )
     paths = write_report(report, out)
     if args.json:
@@ -139,3 +112,53 @@ def bench(argv: list[str]) -> int:
         file=sys.stderr,
     )
     return EXIT_OK if report.all_passed else EXIT_ERROR
+
+
+def _progress(r: RunResult) -> None:
+    where = f" (kept: {r.workdir})" if r.workdir else ""
+    why = f": {r.reason}" if r.reason else ""
+    print(
+        f"keel bench: {r.model} {r.task} #{r.run}: {r.status} in {r.wall_s:.1f}s{why}{where}",
+        file=sys.stderr,
+    )
+
+
+def _trusted(chosen: list[Task], cwd: Path, *, approve: bool) -> bool:
+    """With `approve`, approve the tasks that wait for it and say so (True: done, exit). Else
+    refuse while any task that came with the repository is not approved."""
+    from keel.bench import approve_tasks, scripts_of, unapproved
+
+    waiting = unapproved(chosen, cwd)
+    if approve:
+        for t in waiting:
+            shown = ", ".join(str(p.relative_to(cwd)) for p in scripts_of(t)) or "no scripts"
+            print(f"approved {t.name} ({t.directory.relative_to(cwd)}): runs {shown}")
+        approve_tasks(waiting, cwd)
+        if not waiting:
+            print("nothing to approve: every selected task is built in, yours, or approved")
+        return True
+    if waiting:
+        raise UserError(
+            f"{len(waiting)} bench task(s) came with this repository and are not approved: "
+            f"{', '.join(t.name for t in waiting)} (their setup and grading scripts run on this "
+            "machine, outside the sandbox)",
+            hint="read them, then run `keel bench --approve`; a change needs a new approval",
+        )
+    return False
+
+
+def _check_sandbox(mode: str) -> None:
+    """Outside bypass, a run's commands run only sandboxed: without a sandbox every one would be
+    refused, and the report would blame the model. Refuse up front instead."""
+    if mode == "bypass":
+        return
+    from keel.permissions.sandbox import probe
+
+    sandbox = probe()
+    if not sandbox.ok:
+        raise UserError(
+            f"no sandbox here ({sandbox.detail}), so every command of a --mode {mode} "
+            "run would be refused",
+            hint="install bubblewrap, or pass --mode bypass to run commands unsandboxed "
+            "in the throwaway directories",
+        )
