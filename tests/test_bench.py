@@ -536,6 +536,12 @@ def test_a_task_that_came_with_the_repository_runs_only_once_approved(tmp_path: 
     assert again.returncode == 2
     assert "not approved: greet" in again.stderr
     assert not pwned.exists()
+    # Approve the new content, then revoke: refused again.
+    assert bench("--approve", cwd=repo).returncode == 0
+    assert bench("--models", "scripted:oracle", "--tasks", "greet", cwd=repo).returncode == 0
+    revoked = bench("--revoke", cwd=repo)
+    assert revoked.stdout == "revoked 2 bench task approval(s) for this project\n"
+    assert bench("--models", "scripted:oracle", "--tasks", "greet", cwd=repo).returncode == 2
 
 
 @pytest.mark.needs("sandbox")

@@ -271,6 +271,14 @@ def approve_tasks(tasks: Sequence[Task], cwd: Path, env: Mapping[str, str] | Non
         approve(path, TRUST_KIND, task_pin(task))
 
 
+def revoke_tasks(cwd: Path, env: Mapping[str, str] | None = None) -> int:
+    """Forget every bench approval of the project at `cwd`; how many there were."""
+    from keel.config.settings import user_config_dir
+    from keel.config.trust import approvals_file, project_key, revoke
+
+    return revoke(approvals_file(user_config_dir(env), project_key(cwd)), TRUST_KIND)
+
+
 def scripts_of(task: Task) -> list[Path]:
     """The files of a task that run on this machine outside the agent's sandbox."""
     found = [task.setup, task.oracle_script]
@@ -903,16 +911,23 @@ def write_report(report: Report, out: Path) -> dict[str, Path]:
 __all__ = [
     "BUILTIN_DIR",
     "ORACLE",
+    "TRUST_KIND",
     "BenchOptions",
     "Report",
     "RunResult",
     "Task",
+    "approve_tasks",
+    "came_with_repo",
     "discover",
     "grade",
     "load_task",
+    "revoke_tasks",
     "run_bench",
     "run_one",
+    "scripts_of",
     "select",
+    "task_pin",
     "tool_calls",
+    "unapproved",
     "write_report",
 ]

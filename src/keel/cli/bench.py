@@ -1,7 +1,7 @@
 """`keel bench`: run graded tasks against models and report (docs/bench.md).
 
 keel bench --models a,b [--runs N] [--tasks t1,t2] [--mode MODE] [--keep-failed]
-           [--json | --markdown] [--out DIR] [--list] [--approve]
+           [--json | --markdown] [--out DIR] [--list] [--approve | --revoke]
 
 Tasks that came with the repository (`.keel/bench/` files git tracks) run their scripts on this
 machine, so they run only once approved, pinned to their content (`--approve`).
@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         help="approve the selected tasks that came with this repository (they run their setup "
         "and grading scripts on this machine), then exit",
     )
+    p.add_argument(
+        "--revoke", action="store_true", help="forget this project's bench task approvals"
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return p
 
@@ -74,6 +77,11 @@ def bench(argv: list[str]) -> int:
         return EXIT_OK
     args = _parser().parse_args(argv)
     cwd = Path.cwd()
+    if args.revoke:
+        from keel.bench import revoke_tasks
+
+        print(f"revoked {revoke_tasks(cwd)} bench task approval(s) for this project")
+        return EXIT_OK
     tasks = discover(cwd)
     if args.list:
         for t in tasks:
