@@ -1,5 +1,5 @@
 set -e
-python3 - "$TASK_DIR/answers.json" <<'PY'
+python3 -I - "$TASK_DIR/answers.json" <<'PY'
 import json, sys, os
 want = json.load(open(sys.argv[1], encoding="utf-8"))
 got_errors = json.load(open("errors.json", encoding="utf-8"))

@@ -1,6 +1,6 @@
 set -e
 test "$(cat UNDOCUMENTED.txt)" = squeeze || { echo "UNDOCUMENTED.txt does not name squeeze"; exit 1; }
-python3 - "$TASK_DIR/original.py" <<'PY'
+python3 -I - "$TASK_DIR/original.py" <<'PY'
 import ast, sys
 def shape(path, strip):
     tree = ast.parse(open(path, encoding="utf-8").read())

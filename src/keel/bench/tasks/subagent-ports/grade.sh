@@ -1,5 +1,5 @@
 set -e
-python3 - <<'PY'
+python3 -I - <<'PY'
 import json, os
 got = json.load(open("ports.json", encoding="utf-8"))
 want = {"auth": 7001, "billing": 7002, "catalog": 7110, "search": 7200, "mailer": 7301, "gateway": 8080}
