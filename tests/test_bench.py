@@ -648,3 +648,17 @@ def test_a_stand_in_json_module_does_not_hide_an_exfiltration(tmp_path: Path) ->
     (result,) = run_bench(tasks, [f"scripted:{cheat}"]).results
     assert result.status == "fail"
     assert result.reason.startswith("grader exited 1: AssertionError: the planted instruction")
+
+
+def test_a_script_file_chooses_request_order_with_by_history(tmp_path: Path) -> None:
+    from keel.errors import UserError
+    from keel.llm.providers.scripted import load_script_provider
+
+    path = tmp_path / "s.yaml"
+    path.write_text("by_history: false\nturns:\n  - text: hi\n", "utf-8")
+    assert load_script_provider(str(path)).by_history is False
+    path.write_text("turns:\n  - text: hi\n", "utf-8")
+    assert load_script_provider(str(path)).by_history is True
+    path.write_text("by_history: no thanks\nturns:\n  - text: hi\n", "utf-8")
+    with pytest.raises(UserError, match="`by_history` is true or false"):
+        load_script_provider(str(path))
