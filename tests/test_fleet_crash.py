@@ -29,14 +29,18 @@ from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 pytestmark = [pytest.mark.needs("nats-server")]
 
 
-def _runs_script(tmp: Path, name: str, steps: int, side: Path) -> str:
+def _runs_script(tmp: Path, name: str, steps: int, side: Path, step_sleep: float = 0.0) -> str:
     turns: list[dict[str, Any]] = [
         {
             "tool_calls": [
                 {
                     "id": f"toolu_{name}_{i}",
                     "name": "bash",
-                    "input": {"command": f"echo '{name} {i}' >> {side}", "description": "step"},
+                    "input": {
+                        "command": f"echo '{name} {i}' >> {side}"
+                        + (f" && sleep {step_sleep}" if step_sleep else ""),
+                        "description": "step",
+                    },
                 }
             ]
         }
@@ -105,6 +109,7 @@ def campaign(
     kills: int,
     seed: int,
     pause: tuple[float, float] = (0.3, 1.5),
+    step_sleep: float = 0.0,
 ) -> dict[str, Any]:
     """Kill a random worker every `pause` seconds (restarting it) until `kills` kills or the
     drain ends, whichever comes first."""
@@ -117,7 +122,7 @@ def campaign(
         side = tmp / "ws" / name / "side.txt"
         out = keel(
             "submit", "--nats", url, f"run {name}",
-            "--model", _runs_script(tmp, name, steps, side),
+            "--model", _runs_script(tmp, name, steps, side, step_sleep),
             "--mode", "bypass", "--workspace", f"path:{tmp / 'ws' / name}",
         )  # fmt: skip
         assert out.returncode == 0, out
@@ -142,7 +147,12 @@ def campaign(
             assert time.monotonic() - started < 600, (Counter(statuses.values()), killed)
             if killed < kills:
                 time.sleep(rng.uniform(*pause))
-                victim = rng.randrange(workers)
+                # A worker that is up (and so holds a run while the queue has any): a kill of
+                # one still starting would test nothing.
+                ready = [i for i, w in enumerate(pool) if "takes runs from" in w.log()]
+                if not ready:
+                    continue
+                victim = rng.choice(ready)
                 pool[victim].kill()
                 pool[victim].close()
                 killed += 1
@@ -175,7 +185,12 @@ def campaign(
 
 
 def test_random_worker_kills_lose_no_run(nats_url: str, tmp_path: Path) -> None:  # noqa: F811
-    result = campaign(nats_url, tmp_path, runs=12, steps=4, workers=2, kills=3, seed=7)
+    # Steps that take a moment, so that the kills land while runs are in flight on any machine
+    # (without a sandbox, bash is fast enough for the drain to beat the kills).
+    result = campaign(
+        nats_url, tmp_path, runs=12, steps=4, workers=2, kills=3, seed=7, step_sleep=0.25,
+        pause=(0.3, 0.8),
+    )  # fmt: skip
     print("campaign", result)
     assert result["kills"] == 3
     assert result["claims"] >= 1, result  # someone took over a run a kill interrupted

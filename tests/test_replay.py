@@ -342,7 +342,7 @@ def test_a_session_with_a_real_provider_replays_offline_with_no_key(tmp_path: Pa
     assert report["tools"] == "run-tools"
 
 
-@pytest.mark.needs("git")
+@pytest.mark.needs("git", "sandbox")
 def test_live_replays_the_prompts_against_another_model_side_by_side(
     recorded: tuple[Path, str],
 ) -> None:
