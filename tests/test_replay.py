@@ -216,6 +216,27 @@ def test_a_new_skill_is_reported_as_a_new_tool_and_a_new_system_section(
 
 
 @pytest.mark.needs("git", "sandbox")
+def test_a_changed_tool_description_is_reported_with_the_tool_s_diff(
+    recorded: tuple[Path, str],
+) -> None:
+    project, session = recorded
+    # A new agent definition changes the `task` tool's description (its agent types) in place.
+    agents = project / ".keel" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "tester.md").write_text(
+        "---\nname: tester\ndescription: Runs the tests.\n---\nRun them.\n", encoding="utf-8"
+    )
+    code, report, _ = replay(session, project)
+    assert code == 1
+    d = report["divergence"]
+    assert (d["request"], d["parts"]) == (1, ["tools"]), d
+    assert d["changed"] == ["task"], d  # changed in place: neither added nor removed
+    lines = d["diff"].splitlines()
+    assert any(line.startswith("-") and "Agent types:" in line for line in lines), d["diff"]
+    assert any(line.startswith("+") and "tester" in line for line in lines), d["diff"]
+
+
+@pytest.mark.needs("git", "sandbox")
 def test_a_changed_setting_is_reported_where_the_run_stops_differently(
     recorded: tuple[Path, str],
 ) -> None:
