@@ -10,7 +10,11 @@ The per-call deadline is a wall clock from the request's start: every wait on th
 `asyncio.timeout_at` of the same deadline, so a server that accepts and then says nothing ends the
 call at the deadline (`CallTimeout`), not when a byte finally arrives. No timeout context spans a
 `yield`: the consumer's own work between events is never cancelled by it. The stall timeout (no
-byte for N seconds, `StallError`) is separate and is httpx's read timeout.
+byte for N seconds, `StallError`) is separate and is the transport's read timeout.
+
+The transport: with no proxy configured, model calls go over aiohttp (`keel.llm.aio`, about half
+httpx's CPU per streamed request); with a proxy, over httpx, which honours *_PROXY and NO_PROXY.
+`_http()` (httpx) also serves `prepare`'s small requests (a local server's model facts).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import functools
 import json
 import os
 import socket
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -45,6 +50,7 @@ from keel.llm.request import Request, Sampling
 if TYPE_CHECKING:
     import ssl
 
+    import aiohttp
     import httpx
 
 #: No bytes for this long abandons a request (keep-alives count as bytes).
@@ -191,7 +197,39 @@ def proxies_configured() -> bool:
     return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARS)
 
 
-def _describe_transport_error(exc: Exception) -> str:
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The transport failures a model call maps to keel's errors: aiohttp's, and httpx's when
+    httpx is loaded (a `prepare` request or the proxy path), without importing it for this."""
+    from keel.llm import aio
+
+    httpx = sys.modules.get("httpx")
+    return (*aio.TRANSPORT_ERRORS, httpx.HTTPError) if httpx is not None else aio.TRANSPORT_ERRORS
+
+
+def _failure_kind(exc: BaseException) -> str:
+    """Which bucket an httpx or aiohttp failure falls in (see `keel.llm.aio.classify`)."""
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(exc, httpx.HTTPError):
+        if isinstance(exc, httpx.ReadTimeout):
+            return "stall"
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return "connect"
+        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+            return "lost"
+        if isinstance(exc, httpx.TimeoutException):
+            return "timeout"
+        return "failed"
+    from keel.llm import aio
+
+    return aio.classify(exc)
+
+
+async def _release(response: aiohttp.ClientResponse) -> None:
+    """Give the connection back (to the pool if the body was read to its end, else closed)."""
+    response.release()
+
+
+def _describe_transport_error(exc: BaseException) -> str:
     text = str(exc).strip()
     return text or type(exc).__name__
 
@@ -264,6 +302,7 @@ class HTTPProvider(ABC):
         #: own values win.
         self.sampling = Sampling()
         self._client: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
 
     # -- what a wire API supplies -------------------------------------------------------------
 
@@ -323,12 +362,99 @@ class HTTPProvider(ABC):
                 )
         return self._client
 
+    def _uses_aiohttp(self) -> bool:
+        """Whether model calls go over aiohttp: yes once a session is open, else unless a proxy
+        is configured (httpx honours *_PROXY and NO_PROXY; aiohttp is never asked to)."""
+        return self._session is not None or not proxies_configured()
+
+    def _aio(self) -> aiohttp.ClientSession:
+        """The aiohttp session model calls stream over (opened at the first call)."""
+        if self._session is None:
+            from keel.llm import aio
+
+            s = self.settings
+            self._session = aio.open_session(
+                ssl_context=shared_ssl_context() if self.base_url.startswith("https:") else None,
+                connect_timeout=s.connect_timeout,
+                stall_timeout=None if s.stall_timeout < 0 else s.stall_timeout,
+            )
+        return self._session
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
 
-    async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+    def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        # The chosen transport's generator itself (no wrapper): closing it closes the call.
+        if self._uses_aiohttp():
+            return self._stream_aio(request)
+        return self._stream_httpx(request)
+
+    async def _stream_aio(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
+        from keel.llm import aio
+
+        session = self._aio()
+
+        request = self.sampling.apply(request)
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers.update(self.headers())
+        deadline = asyncio.get_running_loop().time() + self.settings.call_timeout
+        observer = HTTP_OBSERVER.get()
+        exchange: HTTPExchange | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await self.prepare(request)
+                        url = self.endpoint(request)
+                        body = self.build_body(request)
+                        if observer is not None:
+                            exchange = observer.exchange("POST", url, headers, body)
+                        response = await aio.post(session, url, body, headers)
+                        stack.push_async_callback(_release, response)
+                        if exchange is not None:
+                            exchange.response(
+                                response.status, response.headers, response.request_info.headers
+                            )
+                        if response.status >= 400:
+                            payload = await response.read()
+                            if exchange is not None:
+                                exchange.received(payload)
+                            raise self.error_from_response(
+                                response.status, payload, response.headers
+                            )
+                except TimeoutError as exc:
+                    if aio.is_transport_timeout(exc):
+                        raise
+                    raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
+                chunks = self._guarded_aio(response, deadline)
+                if exchange is not None:
+                    chunks = _observed(chunks, exchange)
+                events = self.decode(request, chunks)
+                async with contextlib.aclosing(chunks), contextlib.aclosing(events):
+                    async for event in events:
+                        yield self._stamped(event, request) if isinstance(event, Done) else event
+        except BaseException as exc:
+            # Looked up here: a `prepare` request may have loaded httpx since the call began.
+            if not isinstance(exc, _transport_errors()):
+                if exchange is not None:
+                    exchange.finished(_exchange_error(exc))
+                    exchange = None
+                raise
+            failure = self._transport_failure(exc)
+            if exchange is not None:
+                exchange.finished(_exchange_error(failure))
+                exchange = None
+            raise failure from exc
+        finally:
+            if exchange is not None:  # a normal end (failures were told above)
+                exchange.finished()
+
+    async def _stream_httpx(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         import httpx
 
         request = self.sampling.apply(request)
@@ -386,13 +512,12 @@ class HTTPProvider(ABC):
             if exchange is not None:  # a normal end (failures were told above)
                 exchange.finished()
 
-    def _transport_failure(self, exc: httpx.HTTPError) -> LLMError:
-        """keel's error for a transport failure of a model call."""
-        import httpx
-
-        if isinstance(exc, httpx.ReadTimeout):
+    def _transport_failure(self, exc: BaseException) -> LLMError:
+        """keel's error for a transport failure of a model call (httpx's or aiohttp's)."""
+        kind = _failure_kind(exc)
+        if kind == "stall":
             return StallError(self.settings.stall_timeout, provider=self.name)
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        if kind == "connect":
             if _refused(exc):
                 return ConnectionRefused(
                     f"cannot reach {self.name} at {self.base_url}: connection refused (nothing "
@@ -409,14 +534,14 @@ class HTTPProvider(ABC):
                 provider=self.name,
                 hint=self.unreachable_hint,
             )
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        if kind == "lost":
             return APIError(
                 f"connection to {self.name} lost: {_describe_transport_error(exc)}",
                 status=0,
                 retryable=True,
                 provider=self.name,
             )
-        if isinstance(exc, httpx.TimeoutException):
+        if kind == "timeout":
             return APIError(
                 f"{self.name} request timed out: {_describe_transport_error(exc)}",
                 status=408,
@@ -476,6 +601,52 @@ class HTTPProvider(ABC):
                     if expired or loop.time() > deadline:
                         raise timed_out
                     yield chunk
+        finally:
+            timer.cancel()
+
+    async def _guarded_aio(
+        self, response: aiohttp.ClientResponse, deadline: float
+    ) -> AsyncGenerator[bytes, None]:
+        """`_guarded` for an aiohttp response: the same deadline timer on the socket."""
+        from keel.llm import aio
+
+        loop = asyncio.get_running_loop()
+        timed_out = CallTimeout(self.settings.call_timeout, provider=self.name)
+        content = response.content
+        sock = aio.socket_of(response)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = loop.call_at(deadline, expire)
+        try:
+            while True:
+                try:
+                    if sock is None:
+                        async with asyncio.timeout_at(deadline):
+                            chunk = await content.readany()
+                    else:
+                        chunk = await content.readany()
+                except TimeoutError as exc:
+                    if expired or not aio.is_transport_timeout(exc):
+                        raise timed_out from exc
+                    raise
+                except aio.TRANSPORT_ERRORS as exc:
+                    if expired:  # the read the timer cut short
+                        raise timed_out from exc
+                    raise
+                if not chunk:
+                    if expired:
+                        raise timed_out
+                    return
+                if expired or loop.time() > deadline:
+                    raise timed_out
+                yield chunk
         finally:
             timer.cancel()
 

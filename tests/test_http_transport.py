@@ -1,0 +1,437 @@
+"""Model calls over aiohttp (no proxy) and over httpx (a proxy configured): which transport
+carries a call, that both send the same request, that both fail with the same keel errors, and
+that aiohttp is not imported before the first model call.
+
+Every test talks real HTTP on 127.0.0.1. The httpx path is reached the way a user reaches it: a
+proxy variable set, here with NO_PROXY covering 127.0.0.1 so the call still goes straight to the
+loopback server and the two transports can be compared on the same server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.llm.errors import LLMError
+from keel.llm.events import Done, StreamEvent
+from keel.llm.http import HTTP_OBSERVER, HTTPExchange, HTTPSettings
+from keel.llm.messages import Message, Text
+from keel.llm.providers.anthropic import AnthropicProvider
+from keel.llm.request import Request
+from keel.llm.script import Fault, reply
+from keel.testing.anthropic_server import AnthropicServer
+from tests.helpers import free_port
+
+KEY = "sk-ant-test"
+
+
+def request() -> Request:
+    return Request(model="claude-haiku-4-5", system="s", messages=(Message("user", (Text("hi"),)),))
+
+
+@pytest.fixture
+def direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy variables: the aiohttp path."""
+    for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+def use_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy configured (so httpx carries the call) that loopback bypasses."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+
+
+class Exchange:
+    def __init__(self, log: list[tuple[str, Any]]) -> None:
+        self.log = log
+
+    def response(self, status: int, headers: Any, sent_headers: Any) -> None:
+        sent = {k.lower(): v for k, v in sent_headers.items()}
+        self.log.append(("response", (status, headers["content-type"], sent)))
+
+    def received(self, chunk: bytes) -> None:
+        self.log.append(("received", len(chunk) > 0))
+
+    def finished(self, error: str = "") -> None:
+        self.log.append(("finished", error))
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Any]] = []
+
+    def exchange(self, method: str, url: str, headers: Any, body: bytes) -> HTTPExchange:
+        self.log.append(("exchange", (method, url.rsplit(":", 1)[0], len(body))))
+        return Exchange(self.log)
+
+
+async def one_call(
+    url: str, settings: HTTPSettings | None = None
+) -> tuple[list[StreamEvent], AnthropicProvider, list[tuple[str, Any]]]:
+    provider = AnthropicProvider(base_url=url, api_key=KEY, settings=settings or HTTPSettings())
+    observer = Observer()
+    token = HTTP_OBSERVER.set(observer)
+    try:
+        events = [e async for e in provider.stream(request())]
+    finally:
+        HTTP_OBSERVER.reset(token)
+    return events, provider, observer.log
+
+
+def session_of(provider: AnthropicProvider) -> object:
+    return provider._session
+
+
+def collapsed(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The observer's log with runs of `received` folded into one (chunking is the transport's
+    business, not the observer's contract)."""
+    out: list[tuple[str, Any]] = []
+    for entry in log:
+        if not (entry[0] == "received" and out and out[-1][0] == "received"):
+            out.append(entry)
+    return out
+
+
+async def test_both_transports_send_the_same_request_and_tell_the_observer_the_same(
+    direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aiohttp
+    import httpx
+
+    with AnthropicServer([reply("one"), reply("one")], api_key=KEY) as server:
+        aio_events, aio_provider, aio_log = await one_call(server.url)
+        try:
+            assert isinstance(aio_provider._session, aiohttp.ClientSession)
+            assert aio_provider._client is None  # httpx was never built for this call
+        finally:
+            await aio_provider.aclose()
+        assert session_of(aio_provider) is None  # aclose closed and dropped it
+
+        use_httpx(monkeypatch)
+        httpx_events, httpx_provider, httpx_log = await one_call(server.url)
+        try:
+            assert httpx_provider._session is None
+            assert isinstance(httpx_provider._client, httpx.AsyncClient)
+        finally:
+            await httpx_provider.aclose()
+
+        first, second = server.model_requests
+    assert aio_events == httpx_events
+    done = aio_events[-1]
+    assert isinstance(done, Done)
+    assert done.message.text == "one"
+    assert (first.method, first.path, first.body) == (second.method, second.path, second.body)
+    assert first.headers == second.headers
+    assert first.headers["user-agent"] == f"python-httpx/{httpx.__version__}"
+    assert collapsed(aio_log) == collapsed(httpx_log)
+    sent = first.headers | {}
+    assert collapsed(aio_log) == [
+        ("exchange", ("POST", "http://127.0.0.1", len(first.body))),
+        ("response", (200, "text/event-stream", sent)),
+        ("received", True),
+        ("finished", ""),
+    ]
+
+
+class CountingServer(AnthropicServer):
+    """Counts the TCP connections it accepted."""
+
+    connections = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await super()._serve(reader, writer)
+
+
+async def test_the_pool_keeps_one_connection_for_consecutive_calls(direct: None) -> None:
+    with CountingServer([reply("a"), reply("b"), reply("c")], api_key=KEY) as server:
+        provider = AnthropicProvider(base_url=server.url, api_key=KEY, settings=HTTPSettings())
+        try:
+            texts = []
+            for _ in range(3):
+                events = [e async for e in provider.stream(request())]
+                done = events[-1]
+                assert isinstance(done, Done)
+                texts.append(done.message.text)
+            session = provider._session
+            assert session is not None
+            connector = session.connector
+            assert connector is not None
+            assert (connector.limit, connector.limit_per_host) == (64, 0)
+        finally:
+            await provider.aclose()
+        assert texts == ["a", "b", "c"]
+        assert len(server.model_requests) == 3
+        assert server.connections == 1
+
+
+# -- the same failures, the same errors -----------------------------------------------------------
+
+
+def error_shape(exc: BaseException) -> dict[str, Any]:
+    """What a caller (retries, the user's one line) reads from a keel error. The text after the
+    first colon is the transport's own description and may be worded differently."""
+    assert isinstance(exc, LLMError), repr(exc)
+    text = str(exc)
+    return {
+        "type": type(exc).__name__,
+        "message": text if "refused" in text else text.split(": ")[0],
+        "status": getattr(exc, "status", None),
+        "retryable": getattr(exc, "retryable", None),
+        "retry_after": getattr(exc, "retry_after", None),
+        "hint": getattr(exc, "hint", None),
+        "seconds": getattr(exc, "seconds", None),
+        "provider": getattr(exc, "provider", None),
+    }
+
+
+async def failure(url: str, settings: HTTPSettings) -> tuple[list[StreamEvent], dict[str, Any]]:
+    provider = AnthropicProvider(base_url=url, api_key=KEY, settings=settings)
+    events: list[StreamEvent] = []
+    try:
+        async for event in provider.stream(request()):
+            events.append(event)
+    except LLMError as exc:
+        return events, error_shape(exc)
+    finally:
+        await provider.aclose()
+    raise AssertionError(f"no error: {events}")
+
+
+async def both(
+    monkeypatch: pytest.MonkeyPatch, url: str, settings: HTTPSettings
+) -> tuple[tuple[list[StreamEvent], dict[str, Any]], tuple[list[StreamEvent], dict[str, Any]]]:
+    over_aiohttp = await failure(url, settings)
+    use_httpx(monkeypatch)
+    over_httpx = await failure(url, settings)
+    return over_aiohttp, over_httpx
+
+
+async def test_connection_refused_is_the_same_error(
+    direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    aio, hx = await both(monkeypatch, url, HTTPSettings())
+    assert aio == hx
+    assert aio == (
+        [],
+        {
+            "type": "ConnectionRefused",
+            "message": f"cannot reach anthropic at {url}: connection refused (nothing is "
+            "listening there)",
+            "status": 0,
+            "retryable": True,
+            "retry_after": None,
+            "hint": AnthropicProvider.unreachable_hint,
+            "seconds": None,
+            "provider": "anthropic",
+        },
+    )
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """A socket that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_no_response_head_is_a_stall_on_both(
+    direct: None, monkeypatch: pytest.MonkeyPatch, silent_listener: str
+) -> None:
+    settings = HTTPSettings(stall_timeout=0.3, call_timeout=10)
+    aio, hx = await both(monkeypatch, silent_listener, settings)
+    assert aio == hx
+    assert aio == (
+        [],
+        {
+            "type": "StallError",
+            "message": "anthropic sent nothing for 0.3 s; request abandoned",
+            "status": None,
+            "retryable": None,
+            "retry_after": None,
+            "hint": "the server may be overloaded; raise stall_timeout for slow local models",
+            "seconds": 0.3,
+            "provider": "anthropic",
+        },
+    )
+
+
+async def test_the_call_deadline_ends_a_silent_server_on_both(
+    direct: None, monkeypatch: pytest.MonkeyPatch, silent_listener: str
+) -> None:
+    settings = HTTPSettings(stall_timeout=30, call_timeout=0.4)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    aio, hx = await both(monkeypatch, silent_listener, settings)
+    assert loop.time() - start < 5
+    assert aio == hx
+    assert aio[1]["type"] == "CallTimeout"
+    assert aio[1]["seconds"] == 0.4
+
+
+async def test_a_stall_mid_stream_and_a_dropped_connection_are_the_same_errors(
+    direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = [
+        Fault("stall", after_events=2, seconds=3, reply=reply("a long answer")),
+        Fault("disconnect", after_events=2, reply=reply("a long answer")),
+        Fault("status", status=429, retry_after=7),
+        Fault("status", status=500),
+    ]
+    with AnthropicServer(steps + steps, api_key=KEY) as server:
+        settings = HTTPSettings(stall_timeout=0.3, call_timeout=10)
+        over_aio = [await failure(server.url, settings) for _ in steps]
+        use_httpx(monkeypatch)
+        over_httpx = [await failure(server.url, settings) for _ in steps]
+    assert over_aio == over_httpx
+    assert [shape["type"] for _, shape in over_aio] == [
+        "StallError",
+        "APIError",
+        "APIError",
+        "APIError",
+    ]
+    stalled, dropped, limited, failed = (shape for _, shape in over_aio)
+    assert (stalled["seconds"], stalled["message"]) == (
+        0.3,
+        "anthropic sent nothing for 0.3 s; request abandoned",
+    )
+    assert (dropped["message"], dropped["status"], dropped["retryable"]) == (
+        "connection to anthropic lost",
+        0,
+        True,
+    )
+    assert (limited["status"], limited["retryable"], limited["retry_after"]) == (429, True, 7.0)
+    assert (failed["status"], failed["retryable"]) == (500, True)
+
+
+async def test_a_malformed_response_is_a_lost_connection_on_both(
+    direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        aio, hx = await both(monkeypatch, f"http://127.0.0.1:{port}", HTTPSettings())
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert aio == hx
+    assert (aio[1]["type"], aio[1]["message"], aio[1]["status"], aio[1]["retryable"]) == (
+        "APIError",
+        "connection to anthropic lost",
+        0,
+        True,
+    )
+
+
+# -- lazy import ----------------------------------------------------------------------------------
+
+LAZY = """
+import asyncio, sys
+from keel.llm.http import HTTPSettings
+from keel.llm.messages import Message, Text
+from keel.llm.providers.anthropic import AnthropicProvider
+from keel.llm.request import Request
+
+async def main():
+    p = AnthropicProvider(base_url=sys.argv[1], api_key="k", settings=HTTPSettings())
+    before = "aiohttp" in sys.modules
+    r = Request(model="claude-haiku-4-5", system="s", messages=(Message("user", (Text("hi"),)),))
+    events = [e async for e in p.stream(r)]
+    await p.aclose()
+    print(before, "aiohttp" in sys.modules, "httpx" in sys.modules, events[-1].message.text)
+
+asyncio.run(main())
+"""
+
+
+def lazy_run(url: str, env: dict[str, str]) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", LAZY, url], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_aiohttp_is_imported_at_the_first_model_call_and_not_with_a_proxy() -> None:
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    with AnthropicServer([reply("direct"), reply("proxied")]) as server:
+        # Direct: aiohttp only once a call is made; httpx not at all.
+        assert lazy_run(server.url, env) == "False True False direct"
+        # A proxy configured: httpx carries the call and aiohttp is never imported.
+        proxied = env | {"HTTP_PROXY": f"http://127.0.0.1:{free_port()}", "NO_PROXY": "127.0.0.1"}
+        assert lazy_run(server.url, proxied) == "False False True proxied"
+
+
+def test_keel_version_and_an_offline_run_do_not_import_aiohttp(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    for args in (["--version"], ["-p", "hi", "--model", "scripted:demo", "-q"]):
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "keel", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
+        assert "keel.cli.main" in imported
+        assert sorted(m for m in imported if m.split(".")[0] == "aiohttp") == [], args
+
+
+async def test_a_redirect_is_not_followed_so_the_key_stays_with_the_configured_server(
+    direct: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: the configured server answers 307 to another host. httpx follows no redirect;
+    aiohttp would by default, re-sending the body and the x-api-key header there."""
+    with AnthropicServer([reply("stolen"), reply("stolen")]) as elsewhere:
+
+        async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 307 Temporary Redirect\r\nlocation: "
+                + f"{elsewhere.url}/v1/messages".encode()
+                + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(redirect, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            aio, hx = await both(monkeypatch, f"http://127.0.0.1:{port}", HTTPSettings())
+        finally:
+            server.close()
+            await server.wait_closed()
+        assert elsewhere.requests == []
+    assert aio == hx
+    # The 307's empty body is read as a stream that ended before its end: retryable, like httpx.
+    assert aio[1] == {
+        "type": "APIError",
+        "message": "anthropic stream ended early (no message_stop)",
+        "status": 0,
+        "retryable": True,
+        "retry_after": None,
+        "hint": "",
+        "seconds": None,
+        "provider": "anthropic",
+    }
