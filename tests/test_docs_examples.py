@@ -11,7 +11,8 @@ servers on 127.0.0.1 (Anthropic, OpenAI, Gemini, Ollama) that answer every reque
 
 A Python or shell block that cannot run that way says why, just above it:
 `<!-- not runnable: REASON -->`; a block with neither marker fails
-`test_every_example_is_marked`.
+`test_every_example_is_marked`. One that needs what `needs(...)` names in tests/conftest.py says
+so: `<!-- runnable (needs sandbox) -->`, and is skipped with the reason where it is missing.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from keel.testing.server import RecordedRequest, ScriptedHTTPServer
 REPO = Path(__file__).resolve().parents[1]
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = "<!-- runnable -->"
+RUNNABLE_NEEDING = re.compile(r"<!-- runnable \(needs (?P<needs>[a-z-]+(?:, [a-z-]+)*)\) -->")
 NOT_RUNNABLE = re.compile(r"<!-- not runnable: (?P<why>.+\S) -->")
 LANGUAGES = {"python": "python", "py": "python", "sh": "shell", "bash": "shell", "shell": "shell"}
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>[^`]*)$")
@@ -48,7 +50,8 @@ class Example:
     line: int  # of the opening fence, 1-based
     language: str  # python or shell; "" for other blocks
     code: str
-    marker: str  # the comment line above the fence, or ""
+    marker: str  # the comment line above the fence, or "" (RUNNABLE also for "needs" ones)
+    needs: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -73,7 +76,10 @@ def examples() -> list[Example]:
             language = LANGUAGES.get(fence["info"].split(" ")[0].strip(), "")
             above = lines[i - 1].strip() if i > 0 else ""
             marker = above if above == RUNNABLE or NOT_RUNNABLE.fullmatch(above) else ""
-            found.append(Example(path, i + 1, language, code, marker))
+            needs: tuple[str, ...] = ()
+            if wanting := RUNNABLE_NEEDING.fullmatch(above):
+                marker, needs = RUNNABLE, tuple(wanting["needs"].split(", "))
+            found.append(Example(path, i + 1, language, code, marker, needs))
             i = end + 1
     return found
 
@@ -143,6 +149,11 @@ def example_project(root: Path) -> Path:
 def test_example_runs(
     example: Example, servers: dict[str, ScriptedHTTPServer], tmp_path: Path
 ) -> None:
+    from tests.conftest import missing
+
+    for need in example.needs:
+        if (why := missing(need)) is not None:
+            pytest.skip(why)
     project = example_project(tmp_path / "project")
     env = {
         **os.environ,
