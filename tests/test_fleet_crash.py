@@ -206,6 +206,7 @@ def test_kill_campaign_4_workers_200_runs(nats_url: str, tmp_path: Path) -> None
     assert result["claims"] >= 10, result
 
 
+@pytest.mark.slow  # long: it runs in `pytest -m slow` (.ci/run)
 def test_a_stalled_worker_that_wakes_after_a_takeover_is_fenced_and_acks_nothing(
     nats_url: str,  # noqa: F811
     tmp_path: Path,

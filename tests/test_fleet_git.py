@@ -306,6 +306,7 @@ def mixed_script(tmp: Path, name: str) -> str:
     )
 
 
+@pytest.mark.slow  # long: it runs in `pytest -m slow` (.ci/run)
 def test_an_edit_finished_in_the_round_in_flight_is_on_the_branch_or_the_model_is_told(
     nats_url: str,  # noqa: F811
     tmp_path: Path,

@@ -524,6 +524,7 @@ async def _retry(what: Callable[[], Awaitable[T]], within: float = 30) -> tuple[
             await asyncio.sleep(0.2)
 
 
+@pytest.mark.slow  # long: it runs in `pytest -m slow` (.ci/run)
 async def test_cluster_replicated_streams_survive_a_node_kill(nats_cluster: NatsCluster) -> None:  # noqa: F811
     import nats
     import nats.errors

@@ -368,6 +368,7 @@ async def _runs_leader(url: str) -> str:
         await nc.close()
 
 
+@pytest.mark.slow  # long: it runs in `pytest -m slow` (.ci/run)
 def test_a_3_node_cluster_loses_its_journal_leader_mid_drain_and_no_run_is_lost(
     tmp_path: Path,
 ) -> None:
