@@ -574,8 +574,9 @@ async def test_cluster_replicated_streams_survive_a_node_kill(nats_cluster: Nats
             return int(ack.seq)
 
         for n in range(1, 21):
-            last = await append(n)
-            await js.publish(streams.QUEUE_SUBJECT, f"q{n}".encode())
+            # A stream just elected may still say "no responders" for a moment (seen in CI).
+            last, _ = await _retry(functools.partial(append, n))
+            await _retry(functools.partial(js.publish, streams.QUEUE_SUBJECT, f"q{n}".encode()))
 
         # SIGKILL the node leading the journal stream: its replicas elect another leader.
         leader = (await js.stream_info(streams.RUNS_STREAM)).cluster.leader  # type: ignore[union-attr]
