@@ -392,7 +392,16 @@ class Worker:
         )
         try:
             meta = Meta(req.run, str(cwd), str(ref), agent.fingerprint(), None, None, __version__)
-            journal = await asyncio.to_thread(self._store.create, meta)
+            try:
+                journal = await asyncio.to_thread(self._store.create, meta)
+            except UserError:
+                if not await asyncio.to_thread(self._store.exists, req.run):
+                    raise
+                # Another worker started it first (a redelivery while this one was starting):
+                # it is theirs; let it go as a fenced attempt does (no ack, no summary).
+                active.fenced = True
+                self.say(f"run {req.run} was started by another worker; this worker let it go")
+                return
             agent.session = SessionLog(journal, req.run)
             _journal_saved(active, agent)
             await self._summary(
