@@ -138,14 +138,18 @@ def test_subagents_demo_offline(project: Path, isolated_env: Path) -> None:
         "  ↳ [explore] glob **/*.md",
         "  ↳ [explore] glob **/*.py",
     ]
-    assert [line for line in lines if "↳" not in line] == [
-        "⏺ task find the Python files",
-        "⏺ task find the Markdown files",
+    parents = [line for line in lines if "↳" not in line]
+    assert parents[:2] == ["⏺ task find the Python files", "⏺ task find the Markdown files"]
+    # The two run at once: each result is printed when it finishes, in either order.
+    python_done = [
         "⏺ task find the Python files",
         "  └ ✓ Ts  The glob above lists the Python files.",
+    ]
+    markdown_done = [
         "⏺ task find the Markdown files",
         "  └ ✓ Ts  The glob above lists the Markdown files.",
     ]
+    assert parents[2:] in (python_done + markdown_done, markdown_done + python_done), parents
     (parent,) = session_files(isolated_env)
     children = sorted(parent.with_name(f"{parent.stem}.agents").glob("*.jsonl"))
     assert len(children) == 2
@@ -279,7 +283,8 @@ def test_keel_piped_into_head(project: Path, isolated_env: Path, tmp_path: Path)
     end = read_records(path).records[-1].payload
     assert isinstance(end, TerminalRecord)
     assert (end.reason, end.message) == ("interrupted", "output closed")
-    resume_finishes(project, isolated_env, script)
+    # No resume here: head usually leaves before the command starts, and a resume would then
+    # run the whole 30 s command; resuming after "output closed" is the test above.
 
 
 def test_sigpipe_stops_the_run_as_its_reader_leaving(

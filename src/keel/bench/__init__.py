@@ -465,6 +465,10 @@ def run_one(task: Task, model: str, run: int, options: BenchOptions) -> RunResul
     return result
 
 
+#: What an installer's byte-compiling leaves in a packaged task's files: never part of the task.
+_BYTECODE = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
 def _run_in(
     scratch: Path, task: Task, model: str, result: RunResult, options: BenchOptions
 ) -> bool:
@@ -472,7 +476,7 @@ def _run_in(
     home.mkdir()
     grade_dir.mkdir()
     if task.tree is not None:
-        shutil.copytree(task.tree, work, symlinks=True)
+        shutil.copytree(task.tree, work, symlinks=True, ignore=_BYTECODE)
     else:
         work.mkdir()
     base_env = dict(options.env if options.env is not None else os.environ)
@@ -517,7 +521,7 @@ def _run_in(
         return options.keep_failed
     _measure(result, final)
     if task.grade_files is not None:
-        shutil.copytree(task.grade_files, grade_dir / task.grade_files.name)
+        shutil.copytree(task.grade_files, grade_dir / task.grade_files.name, ignore=_BYTECODE)
     session = final.get("session_path") or ""
     calls = grade_dir / "calls.jsonl"
     calls.write_text(

@@ -13,6 +13,7 @@ only, and this module only when the backend is chosen. Connecting waits at most 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import Iterator
@@ -89,19 +90,27 @@ class NatsStore:
         import nats
         from nats.js.errors import BadRequestError, BucketNotFoundError
 
+        from keel.natsurl import refused
+
+        if (why := await refused(self.url, CONNECT_TIMEOUT)) is not None:
+            raise StoreUnavailable(f"cannot reach the memory server {self.url}: {why}")
         try:
-            nc = await nats.connect(
-                self.url,
-                connect_timeout=CONNECT_TIMEOUT,
-                allow_reconnect=False,
-                # nats' default reports each failure as a logged traceback on stderr; keel says
-                # it in one line (the exception below, or the call that failed).
-                error_cb=_quiet,
+            # Bounded: nats-py may retry a failed first connect despite allow_reconnect=False.
+            nc = await asyncio.wait_for(
+                nats.connect(
+                    self.url,
+                    connect_timeout=CONNECT_TIMEOUT,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=1,
+                    # nats' default reports each failure as a logged traceback on stderr; keel
+                    # says it in one line (the exception below, or the call that failed).
+                    error_cb=_quiet,
+                ),
+                CONNECT_TIMEOUT * 2,
             )
         except Exception as exc:  # nats raises several unrelated types for one cause
-            raise StoreUnavailable(
-                f"cannot reach the memory server {self.url}: {type(exc).__name__}: {exc}"
-            ) from exc
+            why = "no answer" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+            raise StoreUnavailable(f"cannot reach the memory server {self.url}: {why}") from exc
         self._nc = nc
         js = nc.jetstream()
         try:

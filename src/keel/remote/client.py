@@ -474,39 +474,15 @@ async def connect(url: str, *, name: str = "keel") -> Client:
     no server there."""
     import nats
 
-    if (refused := await _refused(url)) is not None:  # said at once, not after the timeout
+    from keel.natsurl import refused as _refused
+
+    if (refused := await _refused(url, CONNECT_TIMEOUT)) is not None:  # said at once
         raise RemoteError("unavailable", f"cannot connect to NATS at {url} ({refused})")
     try:  # bounded: with reconnects on, nats-py would retry a first connect forever
         return await asyncio.wait_for(_connect(nats, url, name), CONNECT_TIMEOUT)
     except Exception as exc:  # nats-py raises several kinds; all mean "no server there"
         why = "no answer" if isinstance(exc, TimeoutError) else type(exc).__name__
         raise RemoteError("unavailable", f"cannot connect to NATS at {url} ({why})") from None
-
-
-async def _refused(url: str) -> str | None:
-    """Why nothing listens at a `nats://` or `tls://` URL's first address (a refused
-    connection), else None (a listener, or a URL this check does not read)."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url.split(",")[0].strip())
-        host, port = parts.hostname, parts.port or 4222
-    except ValueError:
-        return None
-    if parts.scheme not in ("nats", "tls") or not host:
-        return None
-    try:
-        _reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), CONNECT_TIMEOUT
-        )
-    except (OSError, TimeoutError) as exc:
-        if isinstance(exc, ConnectionRefusedError):
-            return "connection refused"
-        return None  # let nats-py try, and say what it found
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return None
 
 
 async def _connect(nats: Any, url: str, name: str) -> Client:
