@@ -128,3 +128,49 @@ async def test_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatc
         (recorded,) = proxy.model_requests
         assert recorded.proxied_to == "http://api.anthropic.invalid"
         assert recorded.path == "/v1/messages"
+
+
+def context_shape(context: ssl.SSLContext) -> dict[str, object]:
+    """What decides whom a client context trusts and how it talks."""
+    return {
+        "store": context.cert_store_stats(),
+        "ca_names": sorted(str(c.get("subject")) for c in context.get_ca_certs()),
+        "verify_mode": context.verify_mode,
+        "check_hostname": context.check_hostname,
+        "options": context.options,
+        "minimum_version": context.minimum_version,
+        "maximum_version": context.maximum_version,
+        "verify_flags": context.verify_flags,
+        "protocol": context.protocol,
+    }
+
+
+@pytest.mark.parametrize("source", ["SSL_CERT_FILE", "SSL_CERT_DIR", "certifi"])
+def test_the_tls_context_is_the_one_httpx_builds(
+    source: str, cert: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """keel builds its context itself (an https run does not import httpx for it); it must trust
+    exactly what httpx's `create_ssl_context(trust_env=True)` trusts, from the same source."""
+    import httpx
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    if source == "SSL_CERT_FILE":
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert[0]))
+    elif source == "SSL_CERT_DIR":
+        # A hashed directory is read lazily (on a handshake); one file, loaded the same way.
+        folder = tmp_path / "certs"
+        folder.mkdir()
+        (folder / "keel.pem").write_bytes(cert[0].read_bytes())
+        monkeypatch.setenv("SSL_CERT_DIR", str(folder))
+    shared_ssl_context.cache_clear()
+    try:
+        mine = shared_ssl_context()
+    finally:
+        shared_ssl_context.cache_clear()
+    theirs = httpx.create_ssl_context(trust_env=True)
+    assert context_shape(mine) == context_shape(theirs)
+    if source == "SSL_CERT_FILE":
+        assert mine.cert_store_stats()["x509_ca"] == 1  # only the file named
+    if source == "certifi":
+        assert mine.cert_store_stats()["x509_ca"] > 50  # the bundle, not an empty store

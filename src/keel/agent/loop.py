@@ -66,6 +66,7 @@ from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
 from keel.session.store import SessionLog, new_session_id
+from keel.startup import resume_gc
 from keel.tools.background import BackgroundTasks
 from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
@@ -1044,6 +1045,7 @@ class Agent:
             raise
         if done is None:
             raise LLMError(f"{self.provider.name} stream ended without a final message")
+        resume_gc()  # paused by `keel -p`'s start-up until the first reply (keel.startup)
         timing = clock.timing(done.usage.output)
         message = done.message
         if not message.blocks:

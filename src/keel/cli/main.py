@@ -214,6 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # installed, which the mcp package brings in. keel never runs it; this process is ours.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     debug = "--debug" in args_list or os.environ.get("KEEL_DEBUG") == "1"
+    if argv is None and _headless(args_list):  # this process is `keel -p`, not a caller's
+        from keel.startup import pause_gc
+
+        pause_gc()  # until the first model reply (keel.startup)
     try:
         return _dispatch(args_list)
     except ArgumentError as exc:
@@ -240,7 +244,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return EXIT_ERROR
     finally:
+        if (startup := sys.modules.get("keel.startup")) is not None:
+            startup.resume_gc()  # a run that ended before any reply
         _flush_exports()
+
+
+def _headless(argv: list[str]) -> bool:
+    """A one-shot run (`keel -p`, `keel resume`): the ones whose start-up pauses the collector.
+    Never the TUI, the server or a worker, which may wait long before their first reply."""
+    if argv and argv[0] in SUBCOMMANDS:
+        return argv[0] == "resume"
+    return any(
+        a in ("-p", "--print") or (a.startswith("-p") and not a.startswith("--")) for a in argv
+    )
 
 
 def _flush_exports() -> None:

@@ -12,7 +12,7 @@ imported before the first model call (aiohttp's import costs ~90 ms); nothing he
 from __future__ import annotations
 
 import functools
-import importlib.metadata
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,28 @@ def default_headers() -> dict[str, str]:
     return {
         "accept-encoding": "gzip, deflate",
         "connection": "keep-alive",
-        "user-agent": f"python-httpx/{importlib.metadata.version('httpx')}",
+        "user-agent": f"python-httpx/{_httpx_version()}",
     }
+
+
+def _httpx_version() -> str:
+    """httpx's version without importing httpx (~80 ms) or importlib.metadata (~6 ms): its
+    `__version__.py`, found by the import system; the metadata lookup if that cannot be read."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("httpx")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            try:
+                with open(f"{folder}/__version__.py", encoding="utf-8") as f:
+                    found = re.search(r'^__version__ = "([^"]+)"', f.read(), re.MULTILINE)
+            except OSError:
+                continue
+            if found:
+                return found.group(1)
+    import importlib.metadata
+
+    return importlib.metadata.version("httpx")
 
 
 def open_session(

@@ -184,10 +184,19 @@ async def iter_ndjson(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[dict
 
 @functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
-    """One verifying TLS context per process (honours SSL_CERT_FILE / SSL_CERT_DIR)."""
-    import httpx
+    """One verifying TLS context per process, the one httpx builds with `trust_env`:
+    `SSL_CERT_FILE`, else `SSL_CERT_DIR`, else certifi's bundle. Built here, because importing
+    httpx for it would cost ~80 ms of an https run's start-up (tests/llm/test_transport.py
+    compares the two)."""
+    import ssl
 
-    return httpx.create_ssl_context(trust_env=True)
+    if cafile := os.environ.get("SSL_CERT_FILE"):
+        return ssl.create_default_context(cafile=cafile)
+    if capath := os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(capath=capath)
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 _PROXY_VARS = ("https_proxy", "http_proxy", "all_proxy")
