@@ -66,13 +66,13 @@ def _hook(event, args):
     if isinstance(addr, tuple) and len(addr) >= 2 and addr[1] == _port:
         _done.append(1)
         with open(_out, "w", encoding="utf-8") as f:
-            f.write("\n".join(sorted(sys.modules)))
+            f.write("\n".join(sorted(k for k, v in sys.modules.items() if v is not None)))
 sys.addaudithook(_hook)
 from keel.cli.main import main
 rc = main(sys.argv[1:])
 if _port == 0:
     with open(_out, "w", encoding="utf-8") as f:
-        f.write("\n".join(sorted(sys.modules)))
+        f.write("\n".join(sorted(k for k, v in sys.modules.items() if v is not None)))
 sys.exit(rc)
 """
 
