@@ -474,10 +474,10 @@ async def connect(url: str, *, name: str = "keel") -> Client:
     no server there."""
     import nats
 
-    from keel.natsurl import refused as _refused
+    from keel.natsurl import refused
 
-    if (refused := await _refused(url, CONNECT_TIMEOUT)) is not None:  # said at once
-        raise RemoteError("unavailable", f"cannot connect to NATS at {url} ({refused})")
+    if (why := await refused(url, CONNECT_TIMEOUT)) is not None:  # said at once
+        raise RemoteError("unavailable", f"cannot connect to NATS at {url} ({why})")
     try:  # bounded: with reconnects on, nats-py would retry a first connect forever
         return await asyncio.wait_for(_connect(nats, url, name), CONNECT_TIMEOUT)
     except Exception as exc:  # nats-py raises several kinds; all mean "no server there"
