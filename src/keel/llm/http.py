@@ -30,7 +30,7 @@ import socket
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -207,12 +207,45 @@ def proxies_configured() -> bool:
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The transport failures a model call maps to keel's errors: aiohttp's, and httpx's when
-    httpx is loaded (a `prepare` request or the proxy path), without importing it for this."""
-    from keel.llm import aio
-
+    """The transport failures a model call maps to keel's errors: aiohttp's and httpx's, each
+    when it is loaded (a transport that was never imported raised nothing), importing neither."""
+    aio = sys.modules.get("keel.llm.aio")
     httpx = sys.modules.get("httpx")
-    return (*aio.TRANSPORT_ERRORS, httpx.HTTPError) if httpx is not None else aio.TRANSPORT_ERRORS
+    errors: tuple[type[BaseException], ...] = aio.TRANSPORT_ERRORS if aio is not None else ()
+    return (*errors, httpx.HTTPError) if httpx is not None else errors
+
+
+def _is_transport_timeout(exc: TimeoutError) -> bool:
+    """Whether a TimeoutError is aiohttp's own (its connect and stall timeouts subclass it)
+    rather than the call's deadline. httpx's timeouts are not TimeoutErrors."""
+    aio = sys.modules.get("keel.llm.aio")
+    return aio is not None and bool(aio.is_transport_timeout(exc))
+
+
+class _Head:
+    """A response whose head has arrived, as the shared call path needs it from either
+    transport: status, headers (the server's and those sent), the whole body (an error's) and
+    the body's bytes under the call's deadline."""
+
+    __slots__ = ("body", "headers", "read", "request_headers", "status")
+
+    def __init__(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        request_headers: Mapping[str, str],
+        read: Callable[[], Awaitable[bytes]],
+        body: AsyncGenerator[bytes, None],
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.request_headers = request_headers
+        self.read = read
+        self.body = body
+
+
+#: Opens a call on one transport: (exit stack, url, body, headers, deadline) → its head.
+_Opener = Callable[[contextlib.AsyncExitStack, str, bytes, dict[str, str], float], Awaitable[_Head]]
 
 
 def _failure_kind(exc: BaseException) -> str:
@@ -398,16 +431,14 @@ class HTTPProvider(ABC):
             await session.close()
 
     def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
-        # The chosen transport's generator itself (no wrapper): closing it closes the call.
-        if self._uses_aiohttp():
-            return self._stream_aio(request)
-        return self._stream_httpx(request)
+        # The call's generator itself (no wrapper): closing it closes the call.
+        return self._stream(request, self._open_aio if self._uses_aiohttp() else self._open_httpx)
 
-    async def _stream_aio(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
-        from keel.llm import aio
-
-        session = self._aio()
-
+    async def _stream(
+        self, request: Request, open_head: _Opener
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """One streamed call over the transport `open_head` stands for: the request, the
+        observer's view of it, the call's deadline, the error mapping; both transports share it."""
         request = self.sampling.apply(request)
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self.headers())
@@ -423,24 +454,20 @@ class HTTPProvider(ABC):
                         body = self.build_body(request)
                         if observer is not None:
                             exchange = observer.exchange("POST", url, headers, body)
-                        response = await aio.post(session, url, body, headers)
-                        stack.push_async_callback(_release, response)
+                        head = await open_head(stack, url, body, headers, deadline)
                         if exchange is not None:
-                            exchange.response(
-                                response.status, response.headers, response.request_info.headers
-                            )
-                        if response.status >= 400:
-                            payload = await response.read()
+                            exchange.response(head.status, head.headers, head.request_headers)
+                        if head.status >= 400:
+                            payload = await head.read()
                             if exchange is not None:
                                 exchange.received(payload)
-                            raise self.error_from_response(
-                                response.status, payload, response.headers
-                            )
+                            raise self.error_from_response(head.status, payload, head.headers)
                 except TimeoutError as exc:
-                    if aio.is_transport_timeout(exc):
+                    if _is_transport_timeout(exc):  # aiohttp's connect or stall timeout
                         raise
                     raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
-                chunks = self._guarded_aio(response, deadline)
+                # Close the decoder chain here, not later from the garbage collector.
+                chunks = head.body
                 if exchange is not None:
                     chunks = _observed(chunks, exchange)
                 events = self.decode(request, chunks)
@@ -463,63 +490,46 @@ class HTTPProvider(ABC):
             if exchange is not None:  # a normal end (failures were told above)
                 exchange.finished()
 
-    async def _stream_httpx(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
-        import httpx
+    async def _open_aio(
+        self,
+        stack: contextlib.AsyncExitStack,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        deadline: float,
+    ) -> _Head:
+        """POST over aiohttp, up to the response head; the connection goes back with `stack`."""
+        from keel.llm import aio
 
-        request = self.sampling.apply(request)
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        headers.update(self.headers())
-        deadline = asyncio.get_running_loop().time() + self.settings.call_timeout
-        client = self._http()
-        observer = HTTP_OBSERVER.get()
-        exchange: HTTPExchange | None = None
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await self.prepare(request)
-                        url = self.endpoint(request)
-                        body = self.build_body(request)
-                        if observer is not None:
-                            exchange = observer.exchange("POST", url, headers, body)
-                        response = await stack.enter_async_context(
-                            client.stream("POST", url, content=body, headers=headers)
-                        )
-                        if exchange is not None:
-                            exchange.response(
-                                response.status_code, response.headers, response.request.headers
-                            )
-                        if response.status_code >= 400:
-                            payload = await response.aread()
-                            if exchange is not None:
-                                exchange.received(payload)
-                            raise self.error_from_response(
-                                response.status_code, payload, response.headers
-                            )
-                except TimeoutError as exc:
-                    raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
-                # Close the decoder chain here, not later from the garbage collector.
-                chunks = self._guarded(response, deadline)
-                if exchange is not None:
-                    chunks = _observed(chunks, exchange)
-                events = self.decode(request, chunks)
-                async with contextlib.aclosing(chunks), contextlib.aclosing(events):
-                    async for event in events:
-                        yield self._stamped(event, request) if isinstance(event, Done) else event
-        except httpx.HTTPError as exc:
-            failure = self._transport_failure(exc)
-            if exchange is not None:
-                exchange.finished(_exchange_error(failure))
-                exchange = None
-            raise failure from exc
-        except BaseException as exc:
-            if exchange is not None:
-                exchange.finished(_exchange_error(exc))
-                exchange = None
-            raise
-        finally:
-            if exchange is not None:  # a normal end (failures were told above)
-                exchange.finished()
+        response = await aio.post(self._aio(), url, body, headers)
+        stack.push_async_callback(_release, response)
+        return _Head(
+            response.status,
+            response.headers,
+            response.request_info.headers,
+            response.read,
+            self._guarded_aio(response, deadline),
+        )
+
+    async def _open_httpx(
+        self,
+        stack: contextlib.AsyncExitStack,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        deadline: float,
+    ) -> _Head:
+        """POST over httpx (the proxy path), up to the response head; closed with `stack`."""
+        response = await stack.enter_async_context(
+            self._http().stream("POST", url, content=body, headers=headers)
+        )
+        return _Head(
+            response.status_code,
+            response.headers,
+            response.request.headers,
+            response.aread,
+            self._guarded(response, deadline),
+        )
 
     def _transport_failure(self, exc: BaseException) -> LLMError:
         """keel's error for a transport failure of a model call (httpx's or aiohttp's)."""
