@@ -222,6 +222,28 @@ def _is_transport_timeout(exc: TimeoutError) -> bool:
     return aio is not None and bool(aio.is_transport_timeout(exc))
 
 
+class _SocketDeadline:
+    """One timer per call that shuts the call's socket down at its deadline (loop time), so a
+    read waiting past it fails at once; `expired` tells such a failure from a transport's own.
+    Without a socket it only marks the time (each read then gets its own timeout)."""
+
+    __slots__ = ("_sock", "_timer", "expired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: Any, deadline: float) -> None:
+        self.expired = False
+        self._sock = sock
+        self._timer = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class _Head:
     """A response whose head has arrived, as the shared call path needs it from either
     transport: status, headers (the server's and those sent), the whole body (an error's) and
@@ -588,16 +610,7 @@ class HTTPProvider(ABC):
         # An async generator (typed as an iterator): closed here, not by the garbage collector.
         body = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
         sock = _socket_of(response)
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-        timer = loop.call_at(deadline, expire)
+        timer = _SocketDeadline(loop, sock, deadline)
         try:
             async with contextlib.aclosing(body):
                 while True:
@@ -608,16 +621,16 @@ class HTTPProvider(ABC):
                         else:
                             chunk = await anext(body)
                     except StopAsyncIteration:
-                        if expired:
+                        if timer.expired:
                             raise timed_out from None
                         return
                     except TimeoutError as exc:
                         raise timed_out from exc
                     except httpx.TransportError as exc:
-                        if expired:  # the read the timer cut short
+                        if timer.expired:  # the read the timer cut short
                             raise timed_out from exc
                         raise
-                    if expired or loop.time() > deadline:
+                    if timer.expired or loop.time() > deadline:
                         raise timed_out
                     yield chunk
         finally:
@@ -633,16 +646,7 @@ class HTTPProvider(ABC):
         timed_out = CallTimeout(self.settings.call_timeout, provider=self.name)
         content = response.content
         sock = aio.socket_of(response)
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-        timer = loop.call_at(deadline, expire)
+        timer = _SocketDeadline(loop, sock, deadline)
         try:
             while True:
                 try:
@@ -652,18 +656,18 @@ class HTTPProvider(ABC):
                     else:
                         chunk = await content.readany()
                 except TimeoutError as exc:
-                    if expired or not aio.is_transport_timeout(exc):
+                    if timer.expired or not aio.is_transport_timeout(exc):
                         raise timed_out from exc
                     raise
                 except aio.TRANSPORT_ERRORS as exc:
-                    if expired:  # the read the timer cut short
+                    if timer.expired:  # the read the timer cut short
                         raise timed_out from exc
                     raise
                 if not chunk:
-                    if expired:
+                    if timer.expired:
                         raise timed_out
                     return
-                if expired or loop.time() > deadline:
+                if timer.expired or loop.time() > deadline:
                     raise timed_out
                 yield chunk
         finally:
