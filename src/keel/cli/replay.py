@@ -9,8 +9,9 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from keel.cli.main import ArgumentError, _Parser
 from keel.errors import KeelError
@@ -92,27 +93,21 @@ def replay(argv: list[str]) -> int:
         print("keel: error: --until must be 1 or more", file=sys.stderr)
         return EXIT_FAILED
     tools: ToolsMode = "recorded" if args.recorded_results else "run" if args.run_tools else "auto"
-    try:
-        report = asyncio.run(
-            run_replay(
-                _path(args.session),
-                until=args.until,
-                tools=tools,
-                against=args.against,
-                mode=args.mode,
-                keep=Path(args.keep) if args.keep else None,
-            )
-        )
-    except (KeelError, OSError) as exc:
-        if args.debug:
-            raise
-        line = exc.one_line() if isinstance(exc, KeelError) else f"{type(exc).__name__}: {exc}"
-        print(f"keel: error: {line}", file=sys.stderr)
+    keep = Path(args.keep) if args.keep else None
+    report = _report(
+        args,
+        lambda: run_replay(
+            _path(args.session),
+            until=args.until,
+            tools=tools,
+            against=args.against,
+            mode=args.mode,
+            keep=keep,
+        ),
+        render,
+    )
+    if report is None:
         return EXIT_FAILED
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        print(render(report))
     return EXIT_IDENTICAL if report.identical else EXIT_DIVERGED
 
 
@@ -129,26 +124,30 @@ def _live(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+    keep = Path(args.keep) if args.keep else None
+    report = _report(
+        args, lambda: live(_path(args.session), args.model, mode=args.mode, keep=keep), render_live
+    )
+    return EXIT_FAILED if report is None else EXIT_IDENTICAL
+
+
+def _report(
+    args: argparse.Namespace,
+    work: Callable[[], Coroutine[Any, Any, Any]],
+    show: Callable[[Any], str],
+) -> Any:
+    """Run `work` and print its report (`--json`, or `show`); None after a one-line error
+    (`--debug`: the traceback)."""
     try:
-        report = asyncio.run(
-            live(
-                _path(args.session),
-                args.model,
-                mode=args.mode,
-                keep=Path(args.keep) if args.keep else None,
-            )
-        )
+        report = asyncio.run(work())
     except (KeelError, OSError) as exc:
         if args.debug:
             raise
         line = exc.one_line() if isinstance(exc, KeelError) else f"{type(exc).__name__}: {exc}"
         print(f"keel: error: {line}", file=sys.stderr)
-        return EXIT_FAILED
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        print(render_live(report))
-    return EXIT_IDENTICAL
+        return None
+    print(json.dumps(report.to_json(), indent=2) if args.json else show(report))
+    return report
 
 
 def render_live(report: object) -> str:
