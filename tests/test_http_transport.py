@@ -217,6 +217,27 @@ async def both(
     return over_aiohttp, over_httpx
 
 
+async def both_against(
+    monkeypatch: pytest.MonkeyPatch, answer: bytes
+) -> tuple[tuple[list[StreamEvent], dict[str, Any]], tuple[list[StreamEvent], dict[str, Any]]]:
+    """`both` against a raw loopback server that reads each request's head, writes `answer`
+    and closes the connection."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        return await both(monkeypatch, f"http://127.0.0.1:{port}", HTTPSettings())
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 async def test_connection_refused_is_the_same_error(
     direct: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,19 +341,7 @@ async def test_a_stall_mid_stream_and_a_dropped_connection_are_the_same_errors(
 async def test_a_malformed_response_is_a_lost_connection_on_both(
     direct: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        aio, hx = await both(monkeypatch, f"http://127.0.0.1:{port}", HTTPSettings())
-    finally:
-        server.close()
-        await server.wait_closed()
+    aio, hx = await both_against(monkeypatch, b"NOT HTTP AT ALL\r\n\r\n")
     assert aio == hx
     assert (aio[1]["type"], aio[1]["message"], aio[1]["status"], aio[1]["retryable"]) == (
         "APIError",
@@ -404,24 +413,12 @@ async def test_a_redirect_is_not_followed_so_the_key_stays_with_the_configured_s
     """Attack: the configured server answers 307 to another host. httpx follows no redirect;
     aiohttp would by default, re-sending the body and the x-api-key header there."""
     with AnthropicServer([reply("stolen"), reply("stolen")]) as elsewhere:
-
-        async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(
-                b"HTTP/1.1 307 Temporary Redirect\r\nlocation: "
-                + f"{elsewhere.url}/v1/messages".encode()
-                + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            )
-            await writer.drain()
-            writer.close()
-
-        server = await asyncio.start_server(redirect, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            aio, hx = await both(monkeypatch, f"http://127.0.0.1:{port}", HTTPSettings())
-        finally:
-            server.close()
-            await server.wait_closed()
+        aio, hx = await both_against(
+            monkeypatch,
+            b"HTTP/1.1 307 Temporary Redirect\r\nlocation: "
+            + f"{elsewhere.url}/v1/messages".encode()
+            + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
         assert elsewhere.requests == []
     assert aio == hx
     # The 307's empty body is read as a stream that ended before its end: retryable, like httpx.
