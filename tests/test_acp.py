@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ class Client:
         self.updates: list[Json] = []
         #: Requests keel sent us (session/request_permission), in order.
         self.requests: list[Json] = []
+        #: Errors keel answered with id null (to lines that were not requests), in order.
+        self.refusals: list[Json] = []
         self.answer: Callable[[Json], Json | None] = lambda _msg: None
         self._next = 0
         self._waiting: dict[int, asyncio.Future[Json]] = {}
@@ -55,7 +58,9 @@ class Client:
         while line := await self.proc.stdout.readline():
             message = json.loads(line)  # every stdout line is JSON-RPC: nothing else gets there
             assert message["jsonrpc"] == "2.0", message
-            if "method" not in message:
+            if "method" not in message and message["id"] is None:
+                self.refusals.append(message)
+            elif "method" not in message:
                 self._waiting.pop(message["id"]).set_result(message)
             elif message["method"] == "session/update":
                 assert "id" not in message
@@ -68,8 +73,11 @@ class Client:
             self._arrived.set()
 
     async def send(self, message: Json) -> None:
+        await self.send_raw((json.dumps(message) + "\n").encode())
+
+    async def send_raw(self, line: bytes) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.write(line)
         await self.proc.stdin.drain()
 
     async def call(self, method: str, params: Json) -> Json:
@@ -757,6 +765,57 @@ async def test_bad_requests_get_errors_not_a_crash(
     assert image["error"]["data"] == {"details": "images are not supported by keel over ACP yet"}
     rc, stderr = await client.close()
     assert rc == 0, stderr
+
+
+def refusal(code: int, message: str) -> Json:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+async def test_a_line_that_is_not_a_request_is_answered_and_serving_goes_on(
+    connect: Callable[..., Any],
+) -> None:
+    client = await connect()
+    for line in (b"[1,2]", b"42", b'"x"', b"null", b"{}", b'{"id": [1], "result": 1}', b"{no"):
+        await client.send_raw(line + b"\n")
+    assert (await client.initialize())["result"]["protocolVersion"] == 1
+    not_object = refusal(-32600, "Invalid Request: a JSON-RPC message is a JSON object")
+    assert client.refusals == [
+        *[not_object] * 4,
+        refusal(-32600, "Invalid Request: a message needs a method (a request) or an id"),
+        refusal(-32600, "Invalid Request: an id is a string, a number or null"),
+        refusal(-32700, "Parse error: not JSON"),
+    ]
+    rc, stderr = await client.close()
+    assert (rc, stderr) == (0, "")
+
+
+def peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/<pid>/status")
+async def test_a_line_over_the_limit_is_refused_without_being_kept(
+    connect: Callable[..., Any],
+) -> None:
+    """A 100 MiB line is skipped as it streams past (never held whole), answered with one error,
+    and the next request is answered at once."""
+    client = await connect()
+    await client.initialize()
+    before = peak_rss_kib(client.proc.pid)
+    started = time.monotonic()
+    huge = b"x" * (100 << 20)
+    await client.send_raw(b'{"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": "' + huge)
+    await client.send_raw(b'"}\n')
+    del huge
+    assert (await client.initialize())["result"]["protocolVersion"] == 1
+    assert time.monotonic() - started < 10
+    assert client.refusals == [
+        refusal(-32600, "Invalid Request: a message is at most 16 MiB (this line was longer)")
+    ]
+    assert peak_rss_kib(client.proc.pid) - before < 40 << 10
+    rc, stderr = await client.close()
+    assert (rc, stderr) == (0, "")
 
 
 def test_stdio_is_taken_for_the_protocol(tmp_path: Path) -> None:

@@ -13,13 +13,11 @@ import logging
 import os
 import stat
 import sys
-import threading
+from collections.abc import Awaitable, Callable
 from typing import IO, cast
 
 from keel.acp.agent import Defaults, KeelAcpAgent
-
-#: Messages can carry whole files (embedded context); asyncio's default line limit is 64 KiB.
-LINE_LIMIT = 50 * 1024 * 1024
+from keel.acp.lines import JsonLineTransport, LineReader
 
 
 def claim_stdio() -> tuple[IO[bytes], IO[bytes]]:
@@ -37,16 +35,22 @@ def claim_stdio() -> tuple[IO[bytes], IO[bytes]]:
 
 async def open_streams(
     rpc_in: IO[bytes], rpc_out: IO[bytes]
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Asyncio streams over the protocol's descriptors: pipes (as an editor starts keel) read
-    and written without blocking; a regular file (`keel acp < requests.jsonl > replies`) read
-    by a thread and written directly."""
+) -> tuple[LineReader, asyncio.StreamWriter]:
+    """Capped lines from the protocol's input and a writer for its output: pipes (as an editor
+    starts keel) read and written without blocking; a regular file (`keel acp <
+    requests.jsonl > replies`) read in a worker thread and written directly. Input is read
+    only as lines are asked for, so a client that writes faster than keel reads is held back."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
+    read: Callable[[int], Awaitable[bytes]]
     if _is_file(rpc_in):
-        _feed_from_thread(loop, reader, rpc_in)
+
+        async def read(size: int) -> bytes:
+            return await loop.run_in_executor(None, rpc_in.read, size)
+
     else:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), rpc_in)
+        pipe = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(pipe), rpc_in)
+        read = pipe.read
     protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
     transport: asyncio.WriteTransport
     if _is_file(rpc_out):
@@ -54,24 +58,11 @@ async def open_streams(
         protocol.connection_made(transport)
     else:
         transport, _ = await loop.connect_write_pipe(lambda: protocol, rpc_out)
-    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
+    return LineReader(read), asyncio.StreamWriter(transport, protocol, None, loop)
 
 
 def _is_file(f: IO[bytes]) -> bool:
     return stat.S_ISREG(os.fstat(f.fileno()).st_mode)
-
-
-def _feed_from_thread(
-    loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, source: IO[bytes]
-) -> None:
-    def feed() -> None:
-        try:
-            for line in iter(source.readline, b""):
-                loop.call_soon_threadsafe(reader.feed_data, line)
-        finally:
-            loop.call_soon_threadsafe(reader.feed_eof)
-
-    threading.Thread(target=feed, name="acp-stdin", daemon=True).start()
 
 
 class _FileTransport(asyncio.WriteTransport):
@@ -99,12 +90,12 @@ async def serve(defaults: Defaults, rpc_in: IO[bytes], rpc_out: IO[bytes]) -> No
     """Serve one client until it closes the connection, then end every session."""
     import acp
 
-    reader, writer = await open_streams(rpc_in, rpc_out)
+    lines, writer = await open_streams(rpc_in, rpc_out)
     agent = KeelAcpAgent(defaults)
     try:
         # The router looks each method up on the agent: those keel leaves out (session/list,
         # config options, the unstable fork/resume/close) answer "method not found".
-        await acp.run_agent(cast(acp.Agent, agent), writer, reader)
+        await acp.run_agent(cast(acp.Agent, agent), JsonLineTransport(lines, writer))
     finally:
         await agent.close()
 
@@ -120,4 +111,4 @@ def run(defaults: Defaults) -> int:
     return 0
 
 
-__all__ = ["LINE_LIMIT", "claim_stdio", "open_streams", "run", "serve"]
+__all__ = ["claim_stdio", "open_streams", "run", "serve"]
