@@ -215,6 +215,24 @@ SECRETS = [
     ("postgres://app:s3cretpw@db:5432/app", "a URL with a password"),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N", "a JSON web token"),
     ("use Zq8Xv2Lp9Rt4Wm7Kc1Nb6Hy3Gd5Fs0Ja8Qe2Uo", "a long random-looking token"),
+    # Written apart, in another case, as hex or as a key: value line.
+    ("s k - a n t - a p i 0 3 - A b C d E f G h I j K l M n O p Q r", "an Anthropic API key"),
+    ("sk-ant- api03- AbCdEfGh IjKlMnOp QrStUvWx", "an Anthropic API key"),
+    ("A K I A I O S F O D N N 7 E X A M P L E", "an AWS access key id"),
+    ("key s k - p r o j - a b c d e f g h i j k l m n o p q r s t u v", "an API key starting sk-"),
+    ("-----begin rsa private key-----", "a private key"),
+    (
+        "eyJhbGciOiJIUzI1NiJ9 . eyJzdWIiOiIxMjM0In0 . dozjgNryP4J3jVmNHl0w5N",
+        "a JSON web token",
+    ),
+    ("password: hunter2hunter", "a password or secret assignment"),
+    ("password: hunter2 for staging", "a password or secret assignment"),
+    ('db_password: "s3cr3t"', "a password or secret assignment"),
+    ("DB_PASSWORD=correcthorse", "a password or secret assignment"),
+    ("refresh_token = abcdef123456", "a password or secret assignment"),
+    ("x-api-key: q8Zt2mWv", "a password or secret assignment"),
+    ("signing key 4f3a9c1e8b7d6a5f4e3d2c1b0a9f8e7d", "a hex-encoded key"),
+    ("it is 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "a long hex value"),
 ]
 NOT_SECRETS = [
     "commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 fixed it",
@@ -224,6 +242,22 @@ NOT_SECRETS = [
     "the password is in 1Password under 'staging db'",
     "set the token with export GH_TOKEN=$(pass gh)",
     "run pytest -q -x tests/test_memory_and_everything_else_here.py",
+    "fixed in 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+    "commit 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 fixed the token refresh",
+    "the key rotation landed in sha 3f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39",
+    "the password reset flow lives in auth/reset.py",
+    "use token bucket rate limiting",
+    "max_tokens: 4096 for the summariser",
+    "tokenizer: cl100k_base",
+    "Password: stored in 1Password under staging",
+    "secret: none",
+    'password: ""',
+    "api_key = os.environ['API_KEY'] in settings.py",
+    "token = settings.github.token",
+    "pwd: /home/dev/project",
+    "secret: https://vault.internal/app/db",
+    "THE ASIA PACIFIC REGION TEAM OWNS THE DEPLOYS",
+    "a b c d e f g h i j k l m n o p",
 ]
 
 

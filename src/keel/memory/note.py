@@ -105,7 +105,9 @@ def check_note(note: Note) -> Note:
 
 @functools.cache
 def _patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """Compiled at the first check, not at import (a run that saves nothing never pays)."""
+    """Keys known by their prefix or shape, matched on the text as written and on the text with
+    a run of characters written apart (`s k - a n t - …`) joined up. Compiled at the first
+    check, not at import (a run that saves nothing never pays)."""
     return (
         ("an Anthropic API key", re.compile(r"sk-ant-[A-Za-z0-9_-]{16,}")),
         ("an API key starting sk-", re.compile(r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_-]{20,}")),
@@ -113,21 +115,57 @@ def _patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
         ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[\w]{40,})")),
         ("a Slack token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
         ("a Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-        ("a private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
-        (
-            "a JSON web token",
-            re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-        ),
-        (
-            "a password or secret assignment",
-            re.compile(
-                r"(?i)\b(?:password|passwd|pwd|secret|client_secret|api[_-]?key|access[_-]?token|"
-                r"auth[_-]?token)\b[\"']?\s*(?:=|:\s*[\"'])\s*[\"']?[^\s\"'<>$]{4,}"
-            ),
-        ),
         ("a URL with a password", re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s/@]{3,}@")),
     )
 
+
+@functools.cache
+def _compact_patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """Keys whose prefix is distinctive enough to find in the text with all whitespace taken
+    out (a key split into groups, a JWT with spaces round its dots), in any case where the
+    format allows it."""
+    return (
+        ("an Anthropic API key", re.compile(r"sk-ant-[A-Za-z0-9_-]{16,}")),
+        # Words run together can spell AKIA…; a real key id almost always holds a digit.
+        ("an AWS access key id", re.compile(r"(?:AKIA|ASIA)(?=[A-Z]{0,15}[0-9])[0-9A-Z]{16}")),
+        ("a GitHub token", re.compile(r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[\w]{40,})")),
+        ("a Slack token", re.compile(r"xox[abprs]-[A-Za-z0-9-]{10,}")),
+        ("a Google API key", re.compile(r"AIza[0-9A-Za-z_-]{35}")),
+        ("a private key", re.compile(r"(?i)-----begin[a-z0-9]*privatekey(?:block)?-----")),
+        (
+            "a JSON web token",
+            re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        ),
+    )
+
+
+#: Six or more single characters written apart by spaces or tabs.
+_SPACED_OUT = r"(?<!\S)(?:\S[ \t]+){5,}\S(?!\S)"
+
+#: `key = value` or `key: value` where the key names a secret (`db_password`, `"api_key"`,
+#: `x-api-key`, `REFRESH_TOKEN`); not `max_tokens` or `tokenizer` (the word must end the key).
+_ASSIGNMENT = (
+    r"(?i)(?<![\w.-])[\w.-]*?(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|"
+    r"access[_-]?key|private[_-]?key)[\"']?[ \t]*(?P<op>[:=])[ \t]*(?P<quote>[\"']?)"
+    r"(?P<value>[^\s\"'<>$]*)(?P<rest>[^\n]*)"
+)
+#: Values that name no secret: placeholders, and code or places that hold one.
+_NOT_A_VALUE = (
+    r"(?i)(?:none|null|nil|true|false|redacted|string|[*x.]+)"
+    r"|.*[(\[{].*|[a-z_]\w*(?:\.[a-z_]\w*)+|[/~.].*|.*://.*"
+)
+
+#: A run of 32 or more hex digits (a hash, or a key written in hex).
+_HEX = r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])"
+#: Words that introduce a hash, so the hex after them is one (commit 3f2a…, sha256 9f86…).
+_HASH_WORD = (
+    r"(?i)\b(?:commit|commits|sha|sha-?1|sha-?256|sha-?512|hash|digest|checksum|md5|rev|"
+    r"revision|object|blob|tree|head|merge|fingerprint|etag)\b"
+)
+#: Words that say the hex next to them is a key.
+_KEY_WORD = (
+    r"(?i)(?<![a-z])(?:key|secret|token|password|passwd|passphrase|credentials?|hmac)s?(?![a-z])"
+)
 
 #: A long run of token characters with high entropy (a generated secret), checked apart.
 _TOKEN = r"[A-Za-z0-9+/=_-]{32,}"
@@ -139,11 +177,22 @@ def _entropy(text: str) -> float:
 
 
 def credential_reason(text: str) -> str | None:
-    """What in `text` looks like a credential, or None. Plain hex (commit ids, checksums) and
-    words joined by `-`/`_` are not tokens; a long mixed-case-and-digits run of high entropy is."""
+    """What in `text` looks like a credential, or None. Whitespace inside a key does not hide
+    it, nor does the case of a marker; hex is a key next to a key word or at 64 digits and
+    more, unless a hash word introduces it (commit ids, checksums); words joined by `-`/`_`
+    are not tokens; a long mixed-case-and-digits run of high entropy is."""
+    joined = re.sub(_SPACED_OUT, lambda m: re.sub(r"\s", "", m.group(0)), text)
     for why, pattern in _patterns():
-        if pattern.search(text):
+        if pattern.search(text) or pattern.search(joined):
             return why
+    compact = re.sub(r"\s", "", text)
+    for why, pattern in _compact_patterns():
+        if pattern.search(compact):
+            return why
+    if any(_assigns_a_secret(m) for m in re.finditer(_ASSIGNMENT, text)):
+        return "a password or secret assignment"
+    if (hex_why := _hex_reason(text)) is not None:
+        return hex_why
     for match in re.finditer(_TOKEN, text):
         token = match.group(0)
         if re.fullmatch(r"[0-9a-fA-F]+", token):
@@ -151,6 +200,36 @@ def credential_reason(text: str) -> str | None:
         classes = sum(bool(re.search(p, token)) for p in ("[a-z]", "[A-Z]", "[0-9]"))
         if classes == 3 and _entropy(token) >= 4.3:
             return "a long random-looking token"
+    return None
+
+
+def _assigns_a_secret(match: re.Match[str]) -> bool:
+    value = match["value"]
+    if re.fullmatch(_NOT_A_VALUE, value):
+        return False
+    if match["quote"]:
+        return bool(value)
+    if len(value) < 4:
+        return False
+    if match["op"] == "=":
+        return True
+    # `key: value` in prose ("Password: stored in 1Password") is a secret when the value is
+    # the whole rest of the line, or a word no prose has (one with a digit or a symbol).
+    return not match["rest"].strip() or not value.isalpha()
+
+
+def _hex_reason(text: str) -> str | None:
+    for match in re.finditer(_HEX, text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        line_end = text.find("\n", match.end())
+        before = text[max(line_start, match.start() - 40) : match.start()]
+        after = text[match.end() : min(match.end() + 24, len(text) if line_end < 0 else line_end)]
+        if re.search(_HASH_WORD, before):
+            continue
+        if re.search(_KEY_WORD, before) or re.search(_KEY_WORD, after):
+            return "a hex-encoded key"
+        if len(match.group(0)) >= 64:
+            return "a long hex value"
     return None
 
 
