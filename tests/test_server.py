@@ -818,6 +818,18 @@ def test_malformed_bodies_get_a_400_with_one_line(served: Served) -> None:
             (
                 f"/v1/sessions/{sid}/prompt",
                 "POST",
+                b"[" * 100_000 + b"]" * 100_000,
+                {"error": "malformed JSON body: nested too deep", "hint": "send one JSON object"},
+            ),
+            (
+                "/v1/sessions",
+                "POST",
+                b'{"a": ' * 100_000 + b"1" + b"}" * 100_000,
+                {"error": "malformed JSON body: nested too deep", "hint": "send one JSON object"},
+            ),
+            (
+                f"/v1/sessions/{sid}/prompt",
+                "POST",
                 b"\xff\xfe",
                 {"error": "malformed JSON body: not UTF-8", "hint": "send one JSON object"},
             ),

@@ -154,6 +154,10 @@ async def read_body(request: Request, fields: dict[str, tuple[type, ...]]) -> di
         raise ApiError(400, "malformed JSON body: not UTF-8", "send one JSON object") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON body: {exc}", "send one JSON object") from None
+    except RecursionError:  # `[[[[…` thousands deep: the parser runs out of stack
+        raise ApiError(
+            400, "malformed JSON body: nested too deep", "send one JSON object"
+        ) from None
     if not isinstance(body, dict):
         raise ApiError(
             400,
