@@ -4,6 +4,7 @@ record, `Agent(cwd=…)` given a string, and the record version docs/sessions.md
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,8 @@ import pytest
 from tests.fleet_helpers import keel, keel_json, setup_fleet
 from tests.helpers import free_port
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
+from tests.test_cli import keel as cli
+from tests.test_cli import session_files, write_script
 
 # -- keel submit: a prompt over the server's max_payload -------------------------------------------
 
@@ -77,3 +80,36 @@ def test_the_limit_is_the_one_the_server_announces(tmp_path: Path) -> None:
             "keel: error: the prompt is 100,000 bytes: too long for one message on the fleet's "
             "NATS server (at most 65,536 bytes, the run's request included)"
         ), out.stderr
+
+
+# -- a session complete but for its terminal record ------------------------------------------------
+
+
+def test_a_session_missing_only_its_terminal_record_lists_and_resumes_as_a_completed_one(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    """Two identical runs; one file loses its terminal record (the last line). Both list as
+    `completed`, a bare `keel resume` answers both alike, and a prompt continues both. Without
+    the sandbox too (tests/test_resume_safety.py gets there by a kill, which needs bash)."""
+    script = write_script(tmp_path / "s.json", [{"text": "First answer."}, {"text": "Again."}])
+    for _ in range(2):
+        out = cli("-p", "go", "--model", f"scripted:{script}", cwd=project)
+        assert out.returncode == 0, out.stderr
+    whole, cut = session_files(isolated_env)
+    lines = cut.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert '"type":"terminal"' in lines[-1]
+    cut.write_text("".join(lines[:-1]), encoding="utf-8")
+
+    listing = cli("sessions", "list", "--json", cwd=project)
+    statuses = {e["id"]: e["status"] for e in map(json.loads, listing.stdout.splitlines())}
+    assert statuses == {whole.stem: "completed", cut.stem: "completed"}
+    for path in (whole, cut):
+        bare = cli("resume", path.stem, cwd=project)
+        assert (bare.returncode, bare.stdout, bare.stderr) == (
+            2,
+            "",
+            f"keel: error: session {path.stem} has nothing left to resume: its last turn "
+            f'completed (hint: continue it with a prompt: keel -p --resume {path.stem} "…")\n',
+        )
+        more = cli("resume", path.stem, "and then?", cwd=project)
+        assert (more.returncode, more.stdout) == (0, "Again.\n"), more.stderr
