@@ -9,12 +9,18 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from keel import Agent
+from keel.agent.events import Event, ToolFinished
+from keel.errors import UserError
+from keel.testing import ScriptedProvider, reply
+from keel.tools.builtin import builtin_tools
 from tests.fleet_helpers import keel, keel_json, setup_fleet
 from tests.helpers import free_port
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
@@ -113,3 +119,48 @@ def test_a_session_missing_only_its_terminal_record_lists_and_resumes_as_a_compl
         )
         more = cli("resume", path.stem, "and then?", cwd=project)
         assert (more.returncode, more.stdout) == (0, "Again.\n"), more.stderr
+
+
+# -- Agent(cwd=…) takes any path ----------------------------------------------------------------
+
+
+class _Where:
+    """An os.PathLike that is not a Path."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+@pytest.mark.parametrize("given", [str, _Where, Path])
+async def test_agent_cwd_may_be_a_string_or_any_path_like(
+    project: Path, isolated_env: Path, given: Callable[[Path], Any]
+) -> None:
+    provider = ScriptedProvider([reply("", ("read", {"path": "util.py"})), reply("done")])
+    agent = Agent(
+        provider=provider,
+        model="scripted",
+        tools=builtin_tools(),
+        cwd=given(project / "." / ".." / "project"),
+    )
+    events: list[Event] = []
+    try:
+        await agent.run("read util.py", events.append)
+    finally:
+        await agent.aclose()
+    assert (agent.cwd, agent.ctx.cwd) == (project.resolve(), project.resolve())
+    assert [(e.result.is_error, e.result.text) for e in events if isinstance(e, ToolFinished)] == [
+        (False, "     1\tX = 1")
+    ]
+
+
+@pytest.mark.parametrize(("bad", "kind"), [(5, "int"), (b"/tmp", "bytes"), (["/tmp"], "list")])
+def test_agent_cwd_of_another_type_is_refused_naming_the_parameter(bad: object, kind: str) -> None:
+    with pytest.raises(UserError) as caught:
+        Agent(provider=ScriptedProvider([]), model="scripted", cwd=bad)  # type: ignore[arg-type]
+    assert caught.value.one_line() == (
+        f"Agent(cwd=…) takes a directory as a str or os.PathLike, not {kind} "
+        '(hint: e.g. Agent(..., cwd="path/to/project"))'
+    )

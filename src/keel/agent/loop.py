@@ -176,6 +176,19 @@ class _TurnState:
     loop_warned: bool = False
 
 
+def _directory(cwd: object) -> Path:
+    """`Agent(cwd=…)` as a resolved Path (None: the process's working directory)."""
+    if cwd is None:
+        return Path.cwd().resolve()
+    path = os.fspath(cwd) if isinstance(cwd, str | os.PathLike) else cwd
+    if not isinstance(path, str):
+        raise UserError(
+            f"Agent(cwd=…) takes a directory as a str or os.PathLike, not {type(path).__name__}",
+            hint='e.g. Agent(..., cwd="path/to/project")',
+        )
+    return Path(path).resolve()
+
+
 class Agent:
     """One conversation with one model. Not safe for two prompts at once."""
 
@@ -185,7 +198,7 @@ class Agent:
         provider: Provider,
         model: str,
         tools: Iterable[Tool] | None = None,
-        cwd: Path | None = None,
+        cwd: str | os.PathLike[str] | None = None,
         system: str | None = None,
         limits: Limits | None = None,
         session: SessionLog | None = None,
@@ -199,7 +212,7 @@ class Agent:
         self.provider = provider
         self.model = model
         self.info = info or lookup(model)
-        self.cwd = (cwd or Path.cwd()).resolve()
+        self.cwd = _directory(cwd)
         self.limits = limits or Limits()
         self.session = session
         self.session_id = session.id if session else (session_id or new_session_id())
