@@ -4,7 +4,9 @@ record, `Agent(cwd=…)` given a string, and the record version docs/sessions.md
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -12,13 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from keel import Agent
 from keel.agent.events import Event, ToolFinished
 from keel.errors import UserError
+from keel.session import records
 from keel.testing import ScriptedProvider, reply
 from keel.tools.builtin import builtin_tools
 from tests.fleet_helpers import keel, keel_json, setup_fleet
@@ -164,3 +167,41 @@ def test_agent_cwd_of_another_type_is_refused_naming_the_parameter(bad: object, 
         f"Agent(cwd=…) takes a directory as a str or os.PathLike, not {kind} "
         '(hint: e.g. Agent(..., cwd="path/to/project"))'
     )
+
+
+# -- docs/sessions.md names the record format the code writes ----------------------------------
+
+SESSIONS_DOC = Path(__file__).parent.parent / "docs" / "sessions.md"
+
+
+def test_the_sessions_doc_names_the_current_record_format_and_each_newer_type() -> None:
+    """The formats a line can carry, the example of a file too new to read, and the format of
+    every record type and terminal reason newer than format 1: as `keel.session.records` has
+    them, so the doc cannot fall behind a new format again."""
+    text = SESSIONS_DOC.read_text(encoding="utf-8")
+    doc = " ".join(text.split())
+    formats = ", ".join(str(n) for n in range(1, records.FORMAT)) + f" or {records.FORMAT}"
+    assert f"each line carries the lowest format that reads it, now {formats})" in doc
+    newer = re.findall(
+        r"record format (\d+) is newer than this keel reads \(keel [\d.]+ reads formats up to "
+        r"(\d+)\)",
+        doc,
+    )
+    assert newer == [(str(records.FORMAT + 1), str(records.FORMAT))]
+    rows = {
+        cells[1].strip(" `"): line
+        for line in text.splitlines()
+        if line.startswith("| `") and (cells := line.split("|"))[2].strip() != "Fields"
+    }
+    kinds = {
+        f.default
+        for t in get_args(records.Payload)
+        for f in dataclasses.fields(t)
+        if f.name == "type"
+    }
+    assert set(rows) == kinds  # every record type has its row
+    for kind, version in records._TYPE_FORMAT.items():
+        assert f"| Format {version}. " in rows[kind], kind
+    for reason in get_args(records.TerminalReason):
+        since = records._REASON_FORMAT.get(reason)
+        assert f"`{reason}`" + (f" (format {since})" if since else "") in rows["terminal"]
