@@ -26,6 +26,7 @@ from keel.permissions.shell import (
 )
 
 SUB = "command substitution $(…)"
+VARIABLE_SUBSCRIPT = "array subscript in a variable name can run a command"
 BACKQUOTE = "command substitution `…`"
 
 
@@ -361,6 +362,29 @@ APPROVAL = [
         approval=("array subscript in a variable name can run a command",),
     ),
     case("echo ${x@P}", "echo ${x@P}", approval=("prompt expansion ${…@P}",)),
+    case(
+        "echo ${s:i:2} ${#a[i]} ${s:0:2} ${s:-x}",
+        "echo ${s:i:2} ${#a[i]} ${s:0:2} ${s:-x}",
+        approval=("arithmetic on variables (${s:i:2})", "arithmetic on variables (${#a[i]})"),
+    ),
+    case("a=([k]=1 [0]=2)", approval=("arithmetic on variables (a=([k]=1 [0]=2))",)),
+    case("a=([$x]=1)", approval=("bash expands an array subscript twice (a=([$x]=1))",)),
+    case(
+        "RANDOM=$x OPTIND=1",
+        approval=(
+            "sets environment variable RANDOM",
+            "arithmetic on variables (RANDOM=$x)",
+            "sets environment variable OPTIND",
+        ),
+    ),
+    case(
+        "exec {a[i]}>/dev/null {fd}<f",
+        "exec",
+        approval=("arithmetic on variables ({a[i]})",),
+    ),
+    case("unset 'a[i]'", "unset 'a[i]'", approval=(VARIABLE_SUBSCRIPT,)),
+    case("[[ -v a[i] ]]", approval=(VARIABLE_SUBSCRIPT,)),
+    case('[[ -v HOME ]] && unset -v x && test -v "$x"', "unset -v x", "test -v $x"),
     case(
         "env -S 'rm x'",
         "env -S 'rm x'",
@@ -800,7 +824,10 @@ OPAQUE = [
     ("$(echo rm) x", (f"{NOT_LITERAL} ($(echo rm))",)),
     ('"$(echo rm)" x', (f"{NOT_LITERAL} ($(echo rm))",)),
     ("${x:-rm} y", (f"{NOT_LITERAL} (${{x:-rm}})",)),
-    ("${!x} y", (f"{NOT_LITERAL} (${{!x}})",)),
+    (
+        "${!x} y",
+        ("bash evaluates a variable name that is not literal (${!x})", f"{NOT_LITERAL} (${{!x}})"),
+    ),
     ("$(<f) x", (f"{NOT_LITERAL} ($(<f))",)),
     ('set -- rm x; "$@"', (f"{NOT_LITERAL} ($@)",)),
     ("{ $c x; } && ! $d", (f"{NOT_LITERAL} ($c)", f"{NOT_LITERAL} ($d)")),

@@ -2,9 +2,10 @@
 
 This module owns the reading of a command line for permission rules: which simple commands it
 would start (also inside chains, pipes, subshells, groups, `if`/`for`/`while`/`case`, command
-and process substitutions, `bash -c '…'`, `eval`, wrappers such as `timeout 5 …`, `xargs …`,
-`find … -exec …`), which constructs no rule may allow, how a rule pattern matches, the built-in
-read-only safe list and the rule an "always allow" button offers. It follows bash's grammar.
+and process substitutions, `bash -c '…'`, `eval`, `compgen -W '…'`, wrappers such as
+`timeout 5 …`, `xargs …`, `find … -exec …`), which constructs no rule may allow, how a rule
+pattern matches, the built-in read-only safe list and the rule an "always allow" button offers.
+It follows bash's grammar.
 
 It must never run, expand or rewrite a command, touch the file system or the environment, or
 import anything from keel but `keel.frozen`. When in doubt it asks: whatever it cannot follow
@@ -49,9 +50,11 @@ Needs approval (no allow rule can pass the line)
       `export`/`declare`: `PATH`, `LD_PRELOAD`, `GIT_*`, `BASH_ENV`… change what an allowed
       program does. Lower-case names are shell variables by convention and pass;
     - arithmetic that reads variables (`$((i+1))`, `((…))`, `let`, `[[ a -eq b ]]`, `${a[i]}`,
-      `declare -i`) and array subscripts holding `$` or a backquote in arguments of builtins
-      that take variable names (`unset`, `read`, `test -v`, `printf -v`…): bash evaluates them,
-      and a variable's value can hold `$(…)`; `${x@P}` likewise;
+      `${#a[i]}`, `${s:i:n}`, `a=([k]=v)`, `{a[i]}>f`, `declare -i`, `RANDOM=…`, `OPTIND=…`)
+      and array subscripts that read a variable in the names builtins evaluate (`unset`,
+      `read`, `test -v`, `[[ -v`, `wait -p`, `printf -v`…): bash evaluates them, and a
+      variable's value can hold `$(…)`; `${x@P}` likewise; a compound assignment's subscript
+      holding `$` or a backquote (`a=([$x]=1)`), which bash expands twice;
     - a line that cannot be parsed (unbalanced quotes, an unterminated substitution or
       here-document): `parse_error` is set.
     A here-document body is data unless a shell reads it, and only its expansions count when
@@ -84,8 +87,16 @@ Opaque to deny rules (`opaque_reasons`, `unreadable_arguments`)
       `for`, `printf -v`, `declare -n`);
     - a program or script that the line itself writes (`> s.sh`, `tee`, `cp`, `ln`, `chmod`,
       `dd of=`…; compared by base name) and runs (`sh s.sh`, `./s`, `cp /bin/rm r; ./r`);
-    - arithmetic, `${x@P}` or array subscripts that evaluate a variable when the line also
-      holds code as data (`x='a[$(rm y)]'; $((x))`), a substitution, or `read`/`mapfile`;
+    - a variable name that bash evaluates taken from a value, whatever the line holds (a
+      subscript in the name runs `$(…)`): `${!x}`, `${!1}` (not `${!prefix*}`, `${!a[@]}`,
+      `${!#}`), `[[ -v $x ]]`, `test -v "$x"`, `unset "$x"`, `wait -p "$x"`; `read "$x"`,
+      `declare "$x"=…` above; a compound assignment's subscript with `$` or a backquote
+      (`a=([$x]=1)`, `a=(['$(…)']=1)`), which bash expands twice;
+    - arithmetic, `${x@P}`, array subscripts, or a value where an option naming a variable may
+      stand (`printf "$f"`, `wait "$p"`, `[ "$o" "$x" ]`), when the line also holds code as
+      data: a literal `$` or backquote anywhere (`x='a[$(rm y)]'; $((x))`, `d='$'`,
+      `$'\\x24'`), a substitution, `read`/`mapfile`/`select`, a glob (a file name can hold
+      code), `${x@Q}`/`@E`/`@A`/`@K`, or `BASH_COMMAND` (the line's own text);
     - launchers keel does not unwrap (`strace`, `chroot`, `flock`, `busybox`, `parallel`…);
     - a line that does not parse.
     `unreadable_arguments(pattern, …)` names a command whose program is literal but whose
@@ -269,6 +280,7 @@ class _Word:
     splits: bool = False  # an expansion may become several words (unquoted, or `"$@"`)
     lead: str = ""  # the literal text before its first expansion
     base: str = ""  # a literal last path component after expansions (`"$HOME/bin/tool"`)
+    globs: bool = False  # an unquoted glob: pathname expansion fills it in from file names
 
 
 @frozen
@@ -411,7 +423,22 @@ _GLOB = re.compile(r"[*?]|\[[^\]]*\]")
 _BRACE = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
 _ARITH_VARIABLE = re.compile(r"[A-Za-z_$`]")
 _SUBSCRIPT_CODE = re.compile(r"\[[^\]]*[$`]")
-_INDEXED = re.compile(r"\$\{!?[A-Za-z_]\w*\[([^\]]*)\]")
+_INDEXED = re.compile(r"\$\{[!#]?[A-Za-z_]\w*\[([^\]]*)\]")
+# `${!name}` takes a variable name from a value; these forms only list names or keys, or read a
+# positional parameter (`${!#}`).
+_NAME_LISTING = re.compile(r"\$\{!(?:[A-Za-z_]\w*(?:[*@]|\[[*@]\])|#)\}")
+# `${name:offset:length}`: both are arithmetic (`${name:-…}`, `:=`, `:?`, `:+` are not this).
+_SUBSTRING = re.compile(
+    r"\$\{[!#]?(?:[A-Za-z_]\w*|\d+|[@*#?$!-])(?:\[[^\]]*\])?:(?![-=?+])(.*)\}", re.DOTALL
+)
+# `${x@Q}`, `${x@E}`…: new text, which can hold a `$(` that the line never shows.
+_REQUOTING = re.compile(r"@[QEAKk]\}\Z")
+# Variables that hold the line's own text, `$` included (`${BASH_COMMAND:5:1}`).
+_SELF_TEXT = re.compile(r"BASH_COMMAND|BASH_EXECUTION_STRING")
+# `{name[subscript]}>file`: bash stores the new descriptor in that element.
+_VARIABLE_FD = re.compile(r"\{[A-Za-z_]\w*\[(.*)\]\}", re.DOTALL)
+# The `[subscript]=` of an element of a compound assignment (`a=([k]=v)`).
+_ELEMENT_SUBSCRIPT = re.compile(r"\[(.*)\]\+?=", re.DOTALL)
 _INTEGER = re.compile(r"-?\d+")
 # Parameters that always hold a number (`$#`, `$?`, `${#name}`): safe in arithmetic.
 _NUMERIC_PARAMETER = re.compile(r"\$(?:[#?$!]|\{#\w*(?:\[[@*]\])?\})")
@@ -429,6 +456,10 @@ _DECLARATIONS = frozenset({"declare", "typeset", "local", "export", "readonly"})
 _INPUT_REDIRECTS = frozenset({"<", "<<<", "<&"})
 _HARMLESS_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _ARITH_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+# `test`/`[` operators between two operands: the word before one is an operand, not `-v`.
+_TEST_BINARY = _ARITH_TESTS | {"=", "==", "!=", "<", ">", "-a", "-o", "-nt", "-ot", "-ef"}
+# Variables with the integer attribute: bash evaluates what is assigned to them as arithmetic.
+_INTEGER_VARIABLES = frozenset({"RANDOM", "SRANDOM", "OPTIND", "HISTCMD"})
 # Assignments a rule may let through: they only change output format, locale or logging.
 # Anything else with an upper-case letter (PATH, LD_PRELOAD, GIT_*, PYTHONPATH, BASH_ENV…) can
 # make an allowed program run other code. Lower-case names are shell variables by convention.
@@ -465,19 +496,21 @@ class _WordBuf:
     def word(self, raw: str) -> _Word:
         if len(self.parts) == 1 and self.parts[0][0] == self._UNQUOTED:  # most words
             text = self.parts[0][1]
-            plain = not _GLOB.search(text) and not _BRACE.search(text)
-            return _Word(text, raw, text, plain, lead=text)
+            globs = bool(_GLOB.search(text))
+            plain = not globs and not _BRACE.search(text)
+            return _Word(text, raw, text, plain, lead=text, globs=globs)
         lead = "".join(
             t for _, t in itertools.takewhile(lambda p: p[0] != self._EXPANSION, self.parts)
         )
         has_expansion = any(kind == self._EXPANSION for kind, _ in self.parts)
         unquoted = "".join(t for kind, t in self.parts if kind == self._UNQUOTED)
         value = None if has_expansion else "".join(t for _, t in self.parts)
-        plain = value is not None and not _GLOB.search(unquoted) and not _BRACE.search(unquoted)
+        globs = bool(_GLOB.search(unquoted))
+        plain = value is not None and not globs and not _BRACE.search(unquoted)
         if value is not None and not _SHELL_SPECIAL.search(unquoted):
             # One spelling per literal word: `a\ b`, `"a b"` and `a' 'b` all read `'a b'`,
             # `r''m` and `\rm` read `rm`.
-            return _Word(shlex.quote(value), raw, value, plain, lead=value)
+            return _Word(shlex.quote(value), raw, value, plain, lead=value, globs=globs)
         rendered: list[str] = []
         for kind, group in itertools.groupby(self.parts, key=lambda part: part[0]):
             text = "".join(t for _, t in group)
@@ -488,7 +521,8 @@ class _WordBuf:
                 rendered[-1] = f"{rendered[-1][: tail.start()]}${{{tail.group(1)}}}"
             rendered.append(piece)
         base = self._literal_base() if has_expansion else ""
-        return _Word("".join(rendered) or "''", raw, value, plain, self.splits, lead, base)
+        text = "".join(rendered) or "''"
+        return _Word(text, raw, value, plain, self.splits, lead, base, globs)
 
     def _literal_base(self) -> str:
         """`tool` for `"$HOME/bin/tool"`: the file name after the last `/`, when nothing after
@@ -516,6 +550,8 @@ class _Parser:
         self.stdin_shell = ""  # set by the command just emitted when it is a shell reading stdin
 
     def parse_all(self) -> None:
+        if _SELF_TEXT.search(self.src):
+            self.out.unknown_values = True
         self._parse_list(_NO_CLOSERS)
         if self.heredocs:
             raise _ParseError(f"here-document without a body ({self.heredocs[0].delimiter})")
@@ -626,6 +662,8 @@ class _Parser:
             if op is not None:
                 break
             word = self._read_word(assignable=not words)
+            if self._variable_fd(word, here_strings, inputs):
+                continue
             is_assignment = _ASSIGNMENT.match(word.raw) is not None
             # `a=(1 2)`, also as an argument of `declare`, `local`…: an array, not a subshell.
             if is_assignment and word.raw.endswith("=") and self.src.startswith("(", self.pos):
@@ -670,18 +708,58 @@ class _Parser:
     def _read_array_literal(self, name: _Word) -> _Word:
         """`name=(a b …)`: the elements are words (their substitutions run), not commands."""
         self.pos += 1
-        elements: list[str] = []
+        elements: list[_Word] = []
         while True:
             self._skip_blanks()
             if self.pos >= len(self.src):
                 raise _ParseError("unterminated array '('")
             if self.src[self.pos] == ")":
                 self.pos += 1
-                return _Word(f"{name.text}({' '.join(elements)})", name.raw, None, False)
+                text = f"{name.text}({' '.join(e.text for e in elements)})"
+                self._check_elements(text, elements)
+                return _Word(text, name.raw, None, False, lead=name.raw)
             if self.src[self.pos] == "\n":
                 self.pos += 1
                 continue
-            elements.append(self._read_word().text)
+            elements.append(self._read_word())
+
+    def _check_elements(self, shown: str, elements: list[_Word]) -> None:
+        """`a=([$x]=1)`: bash expands a subscript here twice, so a `$(…)` in its value runs, and
+        evaluates it as arithmetic (an indexed array); `a=(*)` holds file names."""
+        for element in elements:
+            subscript = _ELEMENT_SUBSCRIPT.match(element.raw)
+            if subscript is None:
+                self._note_glob(element)
+            elif any(c in _NUMERIC_PARAMETER.sub("0", subscript[1]) for c in "$`"):
+                why = f"bash expands an array subscript twice ({_clip(shown)})"
+                self._reason(why)
+                self._opaque(why)
+            elif _reads_variables(subscript[1]):
+                self._variable_code(f"arithmetic on variables ({_clip(shown)})")
+
+    def _variable_fd(self, word: _Word, here_strings: list[_Word], inputs: list[_Word]) -> bool:
+        """`{a[i]}>file`: a redirection that stores the descriptor in an array element, whose
+        subscript bash evaluates. Read as the redirection it is; True when it was one."""
+        match = _VARIABLE_FD.fullmatch(word.raw)
+        redirect = self._peek_redirect() if match is not None else None
+        if match is None or redirect is None or redirect[0] not in "<>&":
+            return False
+        if _reads_variables(match[1]):
+            self._variable_code(f"arithmetic on variables ({_clip(word.raw)})")
+        self._read_redirection(redirect, here_strings, inputs)
+        return True
+
+    def _note_glob(self, word: _Word) -> None:
+        """A word that pathname expansion fills in (not an assignment: that is not expanded)."""
+        if word.globs and not _ASSIGNMENT.match(word.raw):
+            # A file name can hold code: `touch 'a[$(rm x)]'` in one call, `$((f))` in the next.
+            self.out.unknown_values = True
+
+    def _note_data(self, text: str) -> None:
+        """A literal `$` or backquote (`'$'`, `\\$`, `$'\\x24'`): text a later expansion can put
+        together into code (`d='$'; x="a[${d}(rm y)]"; $((x))`)."""
+        if "$" in text or "`" in text:
+            self.out.unknown_values = True
 
     # -- keywords
 
@@ -704,7 +782,11 @@ class _Parser:
             self._skip_blanks()
             if self.pos >= len(self.src) or self._peek_control() or self._peek_redirect():
                 return
-            self._read_word()
+            self._note_glob(self._read_word())
+
+    def _parse_select_header(self) -> None:
+        self.out.unknown_values = True  # `select` reads REPLY from standard input
+        self._parse_for_header()
 
     def _parse_case(self) -> None:
         self._skip_blanks()
@@ -768,7 +850,7 @@ class _Parser:
 
     def _parse_cond(self) -> None:
         """`[[ … ]]`: its words are operands, not commands; `<`, `>`, `(`, `&&` are operators."""
-        words: list[str] = []
+        tokens: list[tuple[str, str | None]] = []  # (text, value)
         while True:
             self._skip_blanks()
             if self.pos >= len(self.src):
@@ -782,9 +864,11 @@ class _Parser:
             operator = _COND_OPERATOR.match(self.src, self.pos)
             if operator is not None:
                 self.pos = operator.end()
-                words.append(operator.group())
+                tokens.append((operator.group(), operator.group()))
             else:
-                words.append(self._read_word().text)
+                operand = self._read_word()
+                tokens.append((operand.text, operand.value))
+        words = [text for text, _ in tokens]
         for index, word in enumerate(words):
             operands = words[index - 1 : index] + words[index + 1 : index + 2]
             numeric = all(_INTEGER.fullmatch(_NUMERIC_PARAMETER.sub("0", o)) for o in operands)
@@ -793,6 +877,14 @@ class _Parser:
                 self._variable_code(f"arithmetic on variables ({shown})")
         if any(_SUBSCRIPT_CODE.search(w) for w in words):
             self._variable_code("array subscript in a variable name can run a command")
+        for (first, _), (text, value) in itertools.pairwise(tokens):
+            if first != "-v":  # `[[ -v NAME ]]` evaluates a subscript in NAME
+                continue
+            if value is None:
+                shown = _clip(f"[[ -v {text} ]]")
+                self._opaque(f"bash evaluates a variable name that is not literal ({shown})")
+            elif _subscript_reads_variables(value):
+                self._variable_code("array subscript in a variable name can run a command")
 
     # -- commands found
 
@@ -857,13 +949,20 @@ class _Parser:
             self.out.written.add(name)
 
     def _check_arguments(self, words: tuple[_Word, ...]) -> None:
+        for word in words:
+            self._note_glob(word)
         check = _ARGUMENT_CHECKS.get(words[0].value or "")
         if check is not None:
             check(self, words[0].value or "", words[1:])
 
     def _check_variable_names(self, program: str, args: tuple[_Word, ...]) -> None:
-        if any(_SUBSCRIPT_CODE.search(w.text) for w in args):
+        evaluated = _evaluated_names(program, args)
+        if any(_SUBSCRIPT_CODE.search(w.text) for w in args) or any(
+            _subscript_reads_variables(w.value) for w in evaluated
+        ):
             self._variable_code("array subscript in a variable name can run a command")
+        if program in _NAME_TAKERS:
+            self._check_name_words(program, args, evaluated)
         if program in _VARIABLE_READERS:
             names = args[1:2] if program == "getopts" else _skip_option_arguments(args)
             self._check_lookup_variables(program, names)
@@ -872,11 +971,30 @@ class _Parser:
         ):
             self._opaque(f"{program} -C runs a command for each line")
 
+    def _check_name_words(
+        self, program: str, args: tuple[_Word, ...], names: tuple[_Word, ...]
+    ) -> None:
+        """`unset "$x"`, `test -v "$x"`, `wait -p "$x"`: a name taken from a value, whose
+        subscript bash evaluates, whatever the line holds. `wait "$o"`, `[ "$o" "$x" ]`: a value
+        where an option that names a variable may stand (o='-pa[$(…)]', o=-v)."""
+        shown = _clip(f"{program} {_shown(args)}")
+        if any(w.value is None for w in names):
+            self._opaque(f"bash evaluates a variable name that is not literal ({shown})")
+        elif _may_be_name_option(program, args):
+            self._may_name_variable(shown)
+
+    def _may_name_variable(self, shown: str) -> None:
+        """Like arithmetic on a variable, this matters when the line holds code as data; no
+        approval reason, as `printf "$format" …` is everyday shell."""
+        self.out.variable_code.append(f"a word that is not literal may name a variable ({shown})")
+
     def _check_lookup_variables(self, program: str, names: tuple[_Word, ...]) -> None:
         """`read PATH`, `for PATH in …`: a variable that decides which program runs."""
         for word in names:
             if word.value in _LOOKUP_ENV:
                 self._opaque(f"{program} sets {word.value}, which decides which program runs")
+            elif word.value in _INTEGER_VARIABLES:
+                self._variable_code(f"arithmetic on variables ({program} {word.value})")
             elif word.value is None:  # `read $v` with v=PATH
                 self._opaque(f"cannot tell which variable {program} sets ({_clip(word.text)})")
 
@@ -895,6 +1013,8 @@ class _Parser:
                 self._check_assignment(value)
 
     def _check_printf(self, program: str, args: tuple[_Word, ...]) -> None:
+        if args and args[0].value is None and not _numeric(args[0]):  # `printf "$f"`, f='-vNAME'
+            self._may_name_variable(_clip(f"{program} {_shown(args)}"))
         values = [w.value for w in args]
         if "-v" in values:  # only `printf -v NAME` assigns
             target = args[values.index("-v") + 1 :][:1]
@@ -916,6 +1036,19 @@ class _Parser:
         elif any(w.value is None for w in args):
             self._opaque(f"cannot tell what {program} does ({_clip(_shown(args))})")
 
+    def _check_compgen(self, program: str, args: tuple[_Word, ...]) -> None:
+        """`compgen -W LIST` expands LIST as bash words: a `$(…)` in it runs."""
+        self._check_hash(program, args)
+        for index, word in enumerate(args):
+            value = word.value or ""
+            if not value.startswith("-") or value.startswith("--") or "W" not in value:
+                continue
+            attached = value.partition("W")[2]
+            following = args[index + 1].value if index + 1 < len(args) else None
+            wordlist = attached or following
+            if wordlist:
+                _Parser(wordlist, self.out).scan_expanding_text()
+
     def _check_assignment(self, raw: str) -> None:
         match = _ASSIGNMENT.match(raw)
         if match is None:
@@ -924,6 +1057,8 @@ class _Parser:
         subscript = match.group(2)
         if subscript and _ARITH_VARIABLE.search(subscript):
             self._variable_code(f"arithmetic on variables ({_clip(match.group())})")
+        if match.group(1) in _INTEGER_VARIABLES and _reads_variables(raw[match.end() :]):
+            self._variable_code(f"arithmetic on variables ({_clip(raw)})")
 
     def _check_env_name(self, name: str) -> None:
         if name != name.lower() and name not in _SAFE_ENV and not name.startswith("LC_"):
@@ -932,7 +1067,7 @@ class _Parser:
             self._opaque(f"sets {name}, which decides which program runs")
 
     def _check_arith(self, display: str, body: str) -> None:
-        if _ARITH_VARIABLE.search(_NUMERIC_PARAMETER.sub("0", body)):
+        if _reads_variables(body):
             self._variable_code(f"arithmetic on variables ({_clip(display)})")
 
     def _variable_code(self, reason: str) -> None:
@@ -1305,10 +1440,7 @@ class _Parser:
                 self.pos = end
         if self.pos == start:
             raise _ParseError(f"unexpected {src[start : start + 1]!r}")
-        word = buf.word(src[start : self.pos])
-        if word.value is not None and ("$(" in word.value or "`" in word.value):
-            self.out.unknown_values = True  # code kept as data: `x='a[$(rm y)]'; $((x))`
-        return word
+        return buf.word(src[start : self.pos])
 
     def _read_subscript(self, buf: _WordBuf) -> None:
         src = self.src
@@ -1332,6 +1464,7 @@ class _Parser:
 
     def _read_escape(self, buf: _WordBuf) -> None:
         following = self.src[self.pos + 1 : self.pos + 2]
+        self._note_data(following)
         if following != "\n":  # a backslash-newline joins lines
             buf.lit(following or "\\", quoted=True)
         self.pos += 2 if following else 1
@@ -1340,6 +1473,7 @@ class _Parser:
         end = self.src.find("'", self.pos + 1)
         if end < 0:
             raise _ParseError("unterminated single quote")
+        self._note_data(self.src[self.pos + 1 : end])  # code kept as data: `x='a[$(rm y)]'`
         buf.lit(self.src[self.pos + 1 : end], quoted=True)
         self.pos = end + 1
 
@@ -1361,6 +1495,7 @@ class _Parser:
                 if following == "\n":  # a backslash-newline joins lines
                     self.pos += 2
                 elif following in ("$", "`", '"', "\\"):
+                    self._note_data(following)
                     buf.lit(following, quoted=True)
                     self.pos += 2
                 else:  # any other backslash is kept
@@ -1397,6 +1532,7 @@ class _Parser:
         else:
             match = _PARAMETER.match(src, at + 1)
             if match is None:
+                self._note_data("$")
                 buf.lit("$", quoted=in_dquote)
                 self.pos += 1
             else:
@@ -1476,8 +1612,10 @@ class _Parser:
                 end = src.find("'", self.pos + 1)
                 if end < 0:
                     raise _ParseError("unterminated single quote")
+                self._note_data(src[self.pos + 1 : end])
                 self.pos = end
             elif c == "\\":
+                self._note_data(src[self.pos + 1 : self.pos + 2])
                 self.pos += 1
             depth += (c == "[" == opener) - (c == closer)
             self.pos += 1
@@ -1491,8 +1629,15 @@ class _Parser:
     def _check_parameter(self, text: str) -> None:
         if text.endswith("@P}"):
             self._variable_code("prompt expansion ${…@P}")
+        elif _REQUOTING.search(text):
+            self.out.unknown_values = True
+        if text.startswith("${!") and not _NAME_LISTING.fullmatch(text):  # `${!x}`, `${!1}`
+            self._opaque(f"bash evaluates a variable name that is not literal ({_clip(text)})")
         indexed = _INDEXED.match(text)
-        if indexed and indexed.group(1) not in ("@", "*") and _ARITH_VARIABLE.search(indexed[1]):
+        if indexed and indexed.group(1) not in ("@", "*") and _reads_variables(indexed[1]):
+            self._variable_code(f"arithmetic on variables ({_clip(text)})")
+        substring = _SUBSTRING.fullmatch(text)
+        if substring and _reads_variables(substring[1]):  # `${s:x}`, `${@:$n:1}`
             self._variable_code(f"arithmetic on variables ({_clip(text)})")
 
     def _read_ansi_c(self, buf: _WordBuf) -> None:
@@ -1512,6 +1657,7 @@ class _Parser:
                 continue
             chars.append(c)
             index += 1
+        self._note_data("".join(chars))
         buf.lit("".join(chars), quoted=True)
         self.pos = index + 1
 
@@ -1541,7 +1687,7 @@ class _Parser:
 
 _KEYWORD_HANDLERS: dict[str, Callable[[_Parser], None]] = {
     "for": _Parser._parse_for_header,
-    "select": _Parser._parse_for_header,
+    "select": _Parser._parse_select_header,
     "case": _Parser._parse_case,
     "function": _Parser._parse_function_header,
     "time": _Parser._skip_time_options,
@@ -1722,7 +1868,7 @@ _ARGUMENT_CHECKS: dict[str, Callable[[_Parser, str, tuple[_Word, ...]], None]] =
     "let": _Parser._check_let,
     "hash": _Parser._check_hash,
     "enable": _Parser._check_hash,
-    "compgen": _Parser._check_hash,
+    "compgen": _Parser._check_compgen,
 }
 # -- what deny rules cannot see through (`opaque_reasons`)
 
@@ -1778,6 +1924,62 @@ def _skip_option_arguments(args: tuple[_Word, ...]) -> tuple[_Word, ...]:
         else:
             names.append(word)
     return tuple(names)
+
+
+# Builtins that take a variable name from an argument (`_evaluated_names`).
+_NAME_TAKERS = frozenset({"unset", "test", "[", "wait"})
+
+
+def _evaluated_names(program: str, args: tuple[_Word, ...]) -> tuple[_Word, ...]:
+    """The words `program` takes as variable names and evaluates, a subscript included (checked
+    against bash 5.2): `unset`'s names (not with `-f`), the operand of `test -v`, `wait -p
+    NAME`, `read`'s names, the `printf -v` target (`_check_printf` passes only that)."""
+    if program == "unset":
+        options = list(itertools.takewhile(lambda w: (w.value or "").startswith("-"), args))
+        if any("f" in _short_options(w.value) for w in options):
+            return ()
+        return args[len(options) :]
+    if program in ("test", "["):
+        return tuple(name for flag, name in itertools.pairwise(args) if flag.value == "-v")
+    if program == "wait":
+        return tuple(
+            name
+            for flag, name in itertools.pairwise(args)
+            if _short_options(flag.value) and (flag.value or "").endswith("p")
+        )
+    if program == "read":
+        return _skip_option_arguments(args)
+    return args if program == "printf" else ()
+
+
+def _may_be_name_option(program: str, args: tuple[_Word, ...]) -> bool:
+    """Whether a word that is not literal may be an option naming a variable: any in `wait`
+    but `$!` (`-pNAME`), one in `test`/`[` followed by an operand (`-v`)."""
+    if program == "wait":
+        return any(w.value is None and not _numeric(w) for w in args)
+    if program in ("test", "["):
+        operands = args[:-1] if program == "[" and args and args[-1].value == "]" else args
+        return any(
+            first.value is None and second.value not in _TEST_BINARY
+            for first, second in itertools.pairwise(operands)
+        )
+    return False
+
+
+def _numeric(word: _Word) -> bool:
+    """`$!`, `"$#"`: a parameter that always holds a number."""
+    return _INTEGER.fullmatch(_NUMERIC_PARAMETER.sub("0", word.text)) is not None
+
+
+def _reads_variables(expression: str) -> bool:
+    """Whether arithmetic on `expression` reads a variable, whose value bash evaluates in turn
+    (`$#` and `${#x}` only ever hold numbers)."""
+    return _ARITH_VARIABLE.search(_NUMERIC_PARAMETER.sub("0", expression)) is not None
+
+
+def _subscript_reads_variables(name: str | None) -> bool:
+    """`a[i]`, `a[$x]`: bash evaluates the subscript of a variable name as arithmetic."""
+    return name is not None and "[" in name and _reads_variables(name.partition("[")[2])
 
 
 def _xargs_replace_string(options: tuple[_Word, ...]) -> str | None:
