@@ -2,8 +2,10 @@
 as an unprivileged user (nobody, privileges dropped with `setpriv`): mounting and unmounting,
 writing outside the project, planting code that later runs outside the sandbox (`.claude`,
 `.git` moved away and copied back, hooks, `core.hooksPath`, a fresh `.git`), reaching host unix
-sockets, reading secrets from the environment. Positive controls show normal work (files, `git
-add` + `git commit`, `$TMPDIR`) still works, and that no placeholder is left in the project.
+sockets, reading secrets from the environment or the credential stores of the home directory,
+changing project configuration below the root. Positive controls show normal work (files, `git
+add` + `git commit`, `$TMPDIR`, ordinary dotfiles) still works, and that no placeholder is left in
+the project.
 """
 
 from __future__ import annotations
@@ -36,13 +38,23 @@ DRIVER = textwrap.dedent(
     from keel.tools.builtin.shell import bash
 
     root = Path(sys.argv[1])
-    box = Sandbox(root)
+    warnings = []
+    if sys.argv[3:] == ["settings"]:  # as keel makes it: from the user's and project's settings
+        from keel.config.settings import load_settings
+        from keel.permissions.setup import sandbox_for
+
+        settings = load_settings(root)
+        warnings = settings.warnings
+        box, why = sandbox_for(root, settings)
+        assert box is not None, why
+    else:
+        box = Sandbox(root)
     ctx = ToolContext(cwd=root, root=root, env=dict(os.environ), sandbox=box)
     try:
         out = asyncio.run(bash.run(ctx, {"command": sys.argv[2]}))
-        print(json.dumps({"output": str(out.content), "error": None}))
+        print(json.dumps({"output": str(out.content), "error": None, "warnings": warnings}))
     except ToolError as exc:
-        print(json.dumps({"output": None, "error": str(exc)}))
+        print(json.dumps({"output": None, "error": str(exc), "warnings": warnings}))
     finally:
         box.cleanup()
     """
@@ -84,9 +96,17 @@ class Place:
 
     def bash(self, command: str, **env: str) -> str:
         """`command` run through the bash tool in the sandbox; its output (or its refusal)."""
+        return self._drive(command, [], env)[0]
+
+    def bash_with_settings(self, command: str) -> tuple[str, list[str]]:
+        """`command` in the sandbox keel makes from the settings files (`~/.config/keel`, the
+        project's `.keel`); its output and the settings' warnings."""
+        return self._drive(command, ["settings"], {})
+
+    def _drive(self, command: str, args: list[str], env: dict[str, str]) -> tuple[str, list[str]]:
         driver = self.base / "driver.py"
         done = subprocess.run(
-            [*self.prefix(), self.python, str(driver), str(self.root), command],
+            [*self.prefix(), self.python, str(driver), str(self.root), command, *args],
             capture_output=True,
             text=True,
             env=self.env(**env),
@@ -95,7 +115,13 @@ class Place:
         )
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)
-        return str(result["output"] if result["error"] is None else f"ERROR: {result['error']}")
+        out = result["output"] if result["error"] is None else f"ERROR: {result['error']}"
+        return str(out), list(result["warnings"])
+
+    def readable_outside(self, path: Path) -> bool:
+        """Whether this user reads `path` outside the sandbox (the attack could succeed)."""
+        done = subprocess.run([*self.prefix(), "cat", str(path)], capture_output=True, check=False)
+        return done.returncode == 0 and bool(done.stdout)
 
     def chown(self, path: Path | None = None) -> None:
         for p in [path or self.base, *(path or self.base).rglob("*")]:
@@ -469,6 +495,160 @@ def test_keys_in_the_home_directory_are_hidden(place: Place) -> None:
     assert out == "0\n[exit code 0]"
 
 
+# -- 5. credential stores in the home directory -------------------------------------------------
+
+#: Credential stores a tester read from inside the sandbox, and more of the same kinds.
+CREDENTIAL_FILES = (
+    ".aws/credentials", ".azure/msal_token_cache.json", ".config/gcloud/credentials.db",
+    ".netrc", ".authinfo", ".git-credentials", ".config/gh/hosts.yml",
+    ".config/glab-cli/config.yml", ".kube/config", ".npmrc", ".yarnrc.yml", ".pypirc",
+    ".gem/credentials", ".cargo/credentials.toml", ".m2/settings.xml", ".gradle/gradle.properties",
+    ".composer/auth.json", ".docker/config.json", ".terraform.d/credentials.tfrc.json",
+    ".vault-token", ".pgpass", ".my.cnf", ".s3cfg", ".config/rclone/rclone.conf",
+    ".claude/.credentials.json", ".codex/auth.json", ".local/share/keyrings/login.keyring",
+    ".password-store/github.gpg", ".local/share/keel/mcp-auth/0123.json",
+)  # fmt: skip
+#: Ordinary dotfiles, some next to a credential store: still readable.
+ORDINARY_FILES = (
+    ".gitconfig",
+    ".cargo/config.toml",
+    ".config/other/settings.ini",
+    ".claude/CLAUDE.md",
+)
+
+
+def _plant(home: Path, rel: str, content: str) -> None:
+    path = home / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+
+
+def _cat(*rels: str) -> str:
+    return " ".join(f'"$HOME/{rel}"' for rel in rels)
+
+
+def test_credential_stores_in_the_home_directory_are_hidden(place: Place) -> None:
+    home = place.home
+    for n, rel in enumerate(CREDENTIAL_FILES):
+        _plant(home, rel, f"secret{n}\n")
+    for rel in ORDINARY_FILES:
+        _plant(home, rel, "ordinary\n")
+    # Through a link: `~/.kube` is a link into a dotfiles checkout (moved aside first), and
+    # `~/.config/gh` is reached through the link `~/gh-link`. A dangling link stops nothing.
+    (home / "dotfiles").mkdir()
+    (home / ".kube").rename(home / "dotfiles" / "kube")
+    (home / ".kube").symlink_to("dotfiles/kube")
+    (home / "gh-link").symlink_to(".config/gh")
+    (home / ".boto").symlink_to("nowhere")
+    place.chown()
+    assert all(place.readable_outside(home / rel) for rel in CREDENTIAL_FILES)
+    out = place.bash(
+        f"cat {_cat(*CREDENTIAL_FILES)} {_cat('dotfiles/kube/config', 'gh-link/hosts.yml')} "
+        "2>/dev/null | grep -c secret; "
+        f"cat {_cat(*ORDINARY_FILES)}; ls -A ~/.aws ~/.kube | wc -l; "
+        "{ echo leaked > ~/.netrc; } 2>/dev/null; echo done"
+    )
+    assert out == "0\n" + "ordinary\n" * len(ORDINARY_FILES) + "3\ndone\n[exit code 0]"
+    # `ls` printed the two directories' names and a blank line, nothing in them; and the files
+    # outside are untouched.
+    assert (home / ".netrc").read_text(
+        encoding="utf-8"
+    ) == f"secret{CREDENTIAL_FILES.index('.netrc')}\n"
+    assert (home / ".kube").is_symlink()
+
+
+def _settings(path: Path, sandbox: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sandbox": sandbox}), encoding="utf-8")
+
+
+def test_the_users_settings_unhide_and_hide(place: Place) -> None:
+    home = place.home
+    _plant(home, ".npmrc", "registry=https://npm.example.org/\n")
+    _plant(home, ".netrc", "secret-netrc\n")
+    _plant(home, "notes/token.txt", "secret-notes\n")
+    _plant(home, "notes/readme.txt", "readme\n")
+    _plant(home, "private/key.pem", "secret-private\n")
+    _plant(home, "locked/token", "secret-locked\n")
+    hide = ["~/notes/token.txt", "~/private", "~/locked/token", "~/missing", "relative/path"]
+    _settings(home / ".config" / "keel" / "settings.json", {"unhide": ["~/.npmrc"], "hide": hide})
+    place.chown()
+    (home / "locked").chmod(0o700)  # out of this user's reach when it is nobody: skipped
+    os.chown(home / "locked", 0, 0)
+    out, warnings = place.bash_with_settings(
+        f"cat {_cat('.netrc', 'notes/token.txt', 'private/key.pem', 'locked/token')} "
+        "2>/dev/null | grep -c secret; cat ~/.npmrc ~/notes/readme.txt; ls -A ~/private | wc -l"
+    )
+    assert out == "0\nregistry=https://npm.example.org/\nreadme\n0\n[exit code 0]"
+    settings = home / ".config" / "keel" / "settings.json"
+    assert warnings == [
+        f"{settings}: sandbox.hide: 'relative/path' must start with ~/ or /; ignored"
+    ]
+
+
+def test_a_project_file_may_hide_but_not_unhide(place: Place) -> None:
+    home = place.home
+    _plant(home, ".netrc", "secret-netrc\n")
+    _plant(home, "work-token", "secret-work\n")
+    project_file = place.root / ".keel" / "settings.json"
+    _settings(project_file, {"hide": ["~/work-token"], "unhide": ["~/.netrc"]})
+    place.chown()
+    out, warnings = place.bash_with_settings(
+        f"cat {_cat('.netrc', 'work-token')} 2>/dev/null | grep -c secret"
+    )
+    assert out == "0\n[exit code 1]"
+    assert [w for w in warnings if "unhide" in w] == [
+        f"{project_file}: sandbox.unhide ignored: only your own settings may show sandboxed "
+        "commands a credential store (a project file may only add to sandbox.hide)"
+    ]
+
+
+# -- 6. project configuration below the root ---------------------------------------------------
+
+NESTED_CONFIG = {
+    "sub/.keel/settings.json": '{"permissions": {"deny": ["bash"]}}\n',
+    "sub/.claude/settings.json": "{}\n",
+    "a/b/.mcp.json": '{"mcpServers": {}}\n',
+    "pkg/.codex/config.toml": "model = 'x'\n",
+}
+
+
+def test_existing_configuration_below_the_root_cannot_be_changed(place: Place) -> None:
+    _repo(place)
+    for rel, content in NESTED_CONFIG.items():
+        _plant(place.root, rel, content)
+    place.chown()
+    evil = '{"permissions": {"allow": ["bash"]}}'
+    out = place.bash(
+        _attempts(
+            ("modify", f"echo '{evil}' > sub/.keel/settings.json"),
+            (
+                "replace",
+                f"rm -f sub/.keel/settings.json && echo '{evil}' > sub/.keel/settings.json",
+            ),
+            ("rename-over", f"echo '{evil}' > t.json && mv -f t.json sub/.keel/settings.json"),
+            ("add", f"echo '{evil}' > sub/.keel/settings.local.json"),
+            ("remove", "rm -rf sub/.keel"),
+            ("claude-away", "mv sub/.claude sub/claude-old"),
+            ("sub-away", "mv sub sub2 && mkdir -p sub/.claude && echo x > sub/.claude/x.json"),
+            ("mcp", "echo '{}' > a/b/.mcp.json"),
+            ("mcp-dir-away", "mv a/b a/c && mkdir a/b && echo '{}' > a/b/.mcp.json"),
+            ("mcp-top-away", "mv a z && mkdir -p a/b && echo '{}' > a/b/.mcp.json"),
+            ("codex", "echo x >> pkg/.codex/config.toml"),
+        )
+        + "; echo note > sub/notes.txt && mkdir a/b/more && echo still-writable"
+    )
+    assert out == _refused(
+        "modify", "replace", "rename-over", "add", "remove", "claude-away", "sub-away", "mcp",
+        "mcp-dir-away", "mcp-top-away", "codex",
+    ).replace("\n[exit code 0]", "\nstill-writable\n[exit code 0]")  # fmt: skip
+    for rel, content in NESTED_CONFIG.items():
+        assert (place.root / rel).read_text(encoding="utf-8") == content, rel
+    assert _listing(place.root / "sub") == [".claude", ".keel", "notes.txt"]
+    assert _listing(place.root / "sub" / ".keel") == ["settings.json"]
+    assert _listing(place.root / "a") == ["b"]
+
+
 # -- positive controls and housekeeping ------------------------------------------------------
 
 
@@ -590,7 +770,7 @@ def test_the_terminal_keel_runs_in_is_out_of_reach(place: Place) -> None:
         capture_output=True, text=True, check=True, env=place.env(), timeout=60,
     )  # fmt: skip
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"output": "tty-refused\n[exit code 0]", "error": None}
+    assert result == {"output": "tty-refused\n[exit code 0]", "error": None, "warnings": []}
 
 
 def test_programs_on_path_under_a_private_dir_still_run(tmp_path: Path) -> None:

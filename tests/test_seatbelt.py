@@ -26,6 +26,8 @@ from keel.permissions.sandbox import (
     SandboxError,
     SandboxPolicy,
     bwrap_argv,
+    hidden_candidates,
+    hidden_targets,
     project_policy,
     seatbelt_argv,
     seatbelt_profile,
@@ -283,6 +285,89 @@ def test_seatbelt_and_bubblewrap_come_from_the_same_policy(tmp_path: Path) -> No
     assert hidden == masked == set(policy.hidden)
     assert "--unshare-net" in argv
     assert "(allow network" not in profile
+
+
+def test_hidden_files_and_configuration_below_the_root_come_from_the_same_policy(
+    tmp_path: Path,
+) -> None:
+    """A hidden file (bubblewrap: /dev/null over it; Seatbelt: denied like a directory), a hidden
+    directory reached through a link (its target is hidden), and configuration that exists below
+    the root (read-only, the directories on the way pinned, shallowest first)."""
+    root = (tmp_path / "project").resolve()
+    for rel in ("sub/.keel", "a/b", "node_modules/x/.claude", ".git/objects"):
+        (root / rel).mkdir(parents=True)
+    (root / "a" / "b" / ".mcp.json").write_text("{}", encoding="utf-8")
+    home = (tmp_path / "home").resolve()
+    (home / "dotfiles" / "kube").mkdir(parents=True)
+    (home / ".kube").symlink_to("dotfiles/kube")
+    (home / ".netrc").write_text("machine x password y\n", encoding="utf-8")
+    policy = project_policy(root, hidden=(home / ".kube", home / ".netrc", home / ".aws"))
+    assert policy.hidden == (home / "dotfiles" / "kube", home / ".netrc")
+    nested = [root / "sub" / ".keel", root / "a" / "b" / ".mcp.json"]
+    assert [p for p in policy.protected if p in nested] == nested  # node_modules not walked
+    assert not [p for p in policy.protected if "node_modules" in p.parts]
+    holder = Placeholders(root)
+    holder.hold(policy)
+    try:
+        argv = bwrap_argv(policy, ["true"], root, bwrap="bwrap")
+    finally:
+        holder.release()
+    pairs = list(zip(argv, argv[1:], argv[2:], strict=False))
+    binds = [Path(a) for flag, a, b in pairs if flag == "--bind" and a == b]
+    assert sorted(binds) == [root, root / ".git", root / "a", root / "a" / "b", root / "sub"]
+    depths = [len(p.parts) for p in binds]
+    assert depths == sorted(depths)  # `a` bound after `a/b` would cover the `a/b` bind
+    assert [(a, b) for flag, a, b in pairs if flag == "--ro-bind" and b.startswith(str(home))] == [
+        ("/dev/null", str(home / ".netrc"))
+    ]
+    assert [a for flag, a, _ in pairs if flag == "--tmpfs" and a.startswith(str(home))] == [
+        str(home / "dotfiles" / "kube")
+    ]
+    last_bind = max(i for i, flag in enumerate(argv) if flag in ("--bind", "--ro-bind"))
+    assert argv[last_bind : last_bind + 3] == ["--ro-bind", "/dev/null", str(home / ".netrc")]
+    profile = seatbelt_profile(policy)
+    for hidden in policy.hidden:
+        assert last_rule_for(profile, "file-read-data", str(hidden)) == "deny"
+    for path in nested:
+        assert last_rule_for(profile, "file-write-data", f"{path}/x") == "deny"
+    for pinned in (root / "a", root / "a" / "b", root / "sub"):
+        assert last_rule_for(profile, "file-write-unlink", str(pinned)) == "deny"
+    assert last_rule_for(profile, "file-write-data", f"{root}/a/b/notes.txt") == "allow"
+
+
+def test_what_is_hidden_follows_links_and_skips_what_is_missing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".config" / "gh").mkdir(parents=True)
+    (home / ".config" / "gh" / "hosts.yml").write_text("token\n", encoding="utf-8")
+    (home / ".npmrc").symlink_to("nowhere")  # dangling: nothing to hide
+    (home / ".aws").symlink_to(home)  # would hide the project: skipped
+    (home / "kube.yaml").write_text("token\n", encoding="utf-8")
+    elsewhere = tmp_path / "xdg-config"
+    env = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(elsewhere),
+        "KUBECONFIG": f"{home / 'kube.yaml'}:relative/ignored.yaml",
+        "CARGO_HOME": str(tmp_path / "cargo"),
+        "KEEL_HOME": str(tmp_path / "keel-data"),
+    }
+    named = hidden_candidates(
+        hide=(home / "extra", home / ".config"), unhide=(home / ".ssh", home / ".cargo"), env=env
+    )
+    assert home / ".ssh" not in named
+    assert not [p for p in named if p.is_relative_to(home / ".cargo")]
+    assert {
+        home / ".config" / "gh",
+        elsewhere / "gh",
+        home / "kube.yaml",
+        tmp_path / "cargo" / "credentials.toml",
+        tmp_path / "keel-data" / "mcp-auth",
+        home / ".gnupg",
+    } <= set(named)
+    assert named[-2:] == (home / "extra", home / ".config")  # `hide` last
+    root = home / "project"
+    root.mkdir()
+    # `.config` is hidden whole, so `.config/gh` inside it is left to it.
+    assert hidden_targets(named, root) == (home / "kube.yaml", home / ".config")
 
 
 def test_on_macos_the_sandbox_wraps_commands_in_sandbox_exec(

@@ -274,6 +274,35 @@ async def test_write_is_confined_to_the_project(
     assert list(outside.iterdir()) == []
 
 
+async def test_write_refuses_project_configuration_at_any_depth(
+    ctx: ToolContext, project: Path
+) -> None:
+    """`sub/.keel/settings.json` grants permissions as much as `.keel/settings.json` does, once
+    keel starts in `sub`; a link named like configuration is refused by its name too."""
+    (project / "notes.json").write_text("{}\n", encoding="utf-8")
+    (project / "sub").mkdir()
+    (project / "sub" / ".mcp.json").symlink_to("../notes.json")
+    refused = {
+        "sub/.keel/settings.json": "sub/.keel",
+        "a/b/.mcp.json": "a/b/.mcp.json",
+        "pkg/.claude/settings.local.json": "pkg/.claude",
+        "tools/.codex/config.toml": "tools/.codex",
+        "web/opencode.json": "web/opencode.json",
+        "sub/.mcp.json": "sub/.mcp.json",
+    }
+    for path, where in refused.items():
+        with pytest.raises(ToolError) as info:
+            await run(write, ctx, path=path, content="{}")
+        assert str(info.value).startswith(
+            f"{path} is in {where}, which keel protects in every mode"
+        ), path
+    assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*")) == [
+        "README.md", "app.py", "notes.json", "sub", "sub/.mcp.json", "util.py",
+    ]  # fmt: skip
+    out = await run(write, ctx, path="sub/keel-notes.md", content="fine\n")
+    assert out.content == "Created sub/keel-notes.md (1 lines)."
+
+
 async def test_write_keeps_file_mode_and_leaves_no_temp_files(
     ctx: ToolContext, project: Path
 ) -> None:

@@ -50,6 +50,8 @@ def doctor(argv: list[str]) -> int:
     if settings.sandbox:
         result = probe()
         print(f"sandbox: {'ok' if result.ok else 'NOT AVAILABLE'}: {result.detail}")
+        if result.ok:
+            _hidden(settings)
         if not result.ok:
             print("  without it, every bash command asks for permission (headless runs deny them)")
             ok = False
@@ -91,6 +93,22 @@ def _hooks(cwd: Path) -> None:
     for warning in config.warnings:
         if "does not support" not in warning:
             print(f"  warning: {warning}")
+
+
+def _hidden(settings: Settings) -> None:
+    """The credential stores on this machine that sandboxed commands cannot read."""
+    from keel.permissions.sandbox import hidden_candidates, hidden_targets
+    from keel.permissions.setup import hidden_settings, project_root
+
+    hide, unhide = hidden_settings(settings)
+    found = hidden_targets(hidden_candidates(hide=hide, unhide=unhide), project_root(Path.cwd()))
+    home = Path.home()
+    shown = [f"~/{p.relative_to(home)}" if p.is_relative_to(home) else str(p) for p in found]
+    print(
+        f"  hides {len(found)} credential store(s) found here from sandboxed commands"
+        f"{': ' + ', '.join(shown) if shown else ''} (sandbox.hide and sandbox.unhide in "
+        "your settings change the list)"
+    )
 
 
 def _trust(settings: Settings) -> None:

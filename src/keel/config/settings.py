@@ -95,7 +95,7 @@ CLAUDE_MODES = {
 #: Keys of Claude Code's settings files that keel reads elsewhere (hooks, the status line) or
 #: here (permissions); every other key is named in a warning.
 CLAUDE_KEYS = frozenset({"permissions", "hooks", "statusLine", "$schema"})
-SANDBOX_KEYS = frozenset({"enabled", "network", "env_passthrough", "env_deny"})
+SANDBOX_KEYS = frozenset({"enabled", "network", "env_passthrough", "env_deny", "hide", "unhide"})
 PROVIDER_KEYS = frozenset(
     {"base_url", "api_key_env", "stall_timeout", "call_timeout", "wire", "num_ctx"}
 )
@@ -245,6 +245,10 @@ class Settings:
     sandbox_env_passthrough: tuple[str, ...] = ()
     #: More patterns of variables sandboxed commands never see.
     sandbox_env_deny: tuple[str, ...] = ()
+    #: More paths (`~/...` or absolute) sandboxed commands cannot read; every file adds.
+    sandbox_hide: tuple[str, ...] = ()
+    #: Credential stores hidden by default that sandboxed commands may read (yours only).
+    sandbox_unhide: tuple[str, ...] = ()
     files: list[Path] = field(default_factory=list)
     #: Each settings file's `mcp_servers` value as written, with its path (keel.mcp parses them).
     mcp_servers: list[tuple[Path, object]] = field(default_factory=list)
@@ -956,6 +960,20 @@ class _Merge:
                     s.sandbox_env_deny += names
                 else:
                     s.sandbox_env_passthrough += names
+            elif k == "unhide" and self.untrusted:
+                w.append(
+                    f"{where}.unhide ignored: only your own settings may show sandboxed commands "
+                    "a credential store (a project file may only add to sandbox.hide)"
+                )
+            elif k in ("hide", "unhide"):
+                paths = _strings(v, f"{where}.{k}", w)
+                for bad in [p for p in paths if not p.startswith(("~/", "/"))]:
+                    w.append(f"{where}.{k}: {bad!r} must start with ~/ or /; ignored")
+                kept = tuple(p for p in paths if p.startswith(("~/", "/")))
+                if k == "hide":
+                    s.sandbox_hide += kept
+                else:
+                    s.sandbox_unhide += kept
             elif not isinstance(v, bool):
                 w.append(f"{where}.{k} must be true or false; ignored")
             elif k == "enabled":

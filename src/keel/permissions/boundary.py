@@ -4,13 +4,16 @@ asking anyone, in every mode).
 
 A path is inside when it is inside the project root after symlinks are resolved, so a link cannot
 lead a write out. Protected locations inside the project (code that runs later, configuration
-that grants permissions) are refused too.
+that grants permissions) are refused too: `PROTECTED` at the root, and project configuration
+(`keel.config.intake.CONFIG_DIRS`, `CONFIG_FILES`) at any depth, through a link or not.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from keel.config.intake import CONFIG_DIRS, CONFIG_FILES
 
 #: Entries of a `.git` directory that can make git run code or point it elsewhere (hooks,
 #: config with its `core.hooksPath`/`fsmonitor`/aliases, submodule and worktree git dirs, a
@@ -65,7 +68,8 @@ def outside_project(raw: str, cwd: Path, root: Path, also: tuple[Path, ...] = ()
 
 
 def protected_path(path: Path, root: Path) -> str | None:
-    """The protected location `path` (absolute, resolved) falls in, if any."""
+    """The protected location `path` (absolute) falls in, relative to `root`, if any: one of
+    `PROTECTED`, or project configuration at any depth (`sub/.keel`, `a/b/.mcp.json`)."""
     try:
         rel = path.relative_to(root.resolve()).as_posix()
     except ValueError:
@@ -73,15 +77,24 @@ def protected_path(path: Path, root: Path) -> str | None:
     for p in PROTECTED:
         if rel == p or rel.startswith(p + "/"):
             return p
-    return None
+    parts = rel.split("/")
+    for depth, part in enumerate(parts):
+        if part in CONFIG_DIRS:
+            return "/".join(parts[: depth + 1])
+    return rel if parts[-1] in CONFIG_FILES else None
 
 
 def refuse_write(raw: str, cwd: Path, root: Path, also: tuple[Path, ...] = ()) -> str | None:
-    """Why a write to `raw` is refused in every mode, or None."""
+    """Why a write to `raw` is refused in every mode, or None. Checked where the write lands
+    (links resolved) and where it is named, so a link cannot make protected configuration
+    (`sub/.mcp.json -> notes.json`) writable."""
     if (outside := outside_project(raw, cwd, root, also)) is not None:
         return outside
     resolved = resolve_in(raw, cwd).resolve()
     protected = protected_path(resolved, _container(resolved, root, also) or root)
+    if protected is None:
+        named = Path(os.path.normpath(resolve_in(raw, cwd.resolve())))
+        protected = protected_path(named, _container(named, root, also) or root)
     if protected is not None:
         return (
             f"{raw} is in {protected}, which keel protects in every mode (it could run code or "

@@ -11,18 +11,30 @@ ssh-agent, X11, tmux, databases) and `/tmp` read-only apart from `$TMPDIR`; a us
 every capability dropped and no nested user namespaces, so nothing can mount, unmount or remount
 (as root too); its own pid namespace and session; no network unless allowed; killed with keel.
 
+Credential stores (`DEFAULT_HIDDEN` in the home directory, the stores environment variables such
+as `KUBECONFIG` point at, keel's MCP sign-ins; `sandbox.hide` adds, the user's `sandbox.unhide`
+takes out) are hidden: each that exists, its links resolved, becomes an empty read-only
+directory or an empty file (/dev/null). One that is missing, dangling or unreachable needs
+nothing and is skipped without a word; none stops a command.
+
 The protected set (`PROTECTED`: `.keel`, `.claude`, `.git` apart from what `git add`/`commit`
 need, `.mcp.json`, `.vscode`, `.idea`, `.envrc`, shell rc files; plus a `core.hooksPath` inside
 the project) is re-bound read-only whether or not each path exists: a missing one is held by an
 empty placeholder created on the host for the command and removed afterwards when still empty.
 A mount point cannot be renamed or removed (EBUSY), and the directories between the root and a
-protected path are bound onto themselves, so nothing can be moved away and replaced. Listening
+protected path are bound onto themselves, so nothing can be moved away and replaced. Project
+configuration below the root (`keel.config.intake.CONFIG_DIRS`, `CONFIG_FILES`: `sub/.keel`,
+`a/b/.mcp.json`) is protected the same way when it already exists, as far as a bounded walk
+(`existing_config`: 5,000 directories or 50 ms, no dependencies, virtualenvs, build output or
+caches) finds it. Known limit: configuration missing below the root is not held, so a command
+can create `sub/.keel/settings.json`; the project intake (`keel.config.intake`) treats what it
+finds there as having come with the project, and the write tools refuse it at any depth. Listening
 host unix sockets elsewhere get /dev/null bound over them. The environment is filtered by an
 allow list with deny patterns on top. A probe runs `echo ok` in it once per process: if
 bubblewrap is missing or cannot start here, keel says so once and bash falls back to asking.
 
 On macOS the same policy becomes a Seatbelt profile (`(deny default)`, reads allowed but for the
-hidden directories, writes only to the project, `$TMPDIR` and caches, protected paths and the
+hidden paths, writes only to the project, `$TMPDIR` and caches, protected paths and the
 directories on the way to them denied after those allows, no network unless allowed and never
 host unix sockets) run as `/usr/bin/sandbox-exec -p PROFILE`. It cannot run on the Linux machines
 keel is tested on: the profile text is checked against the policy by golden tests
@@ -47,11 +59,14 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from keel.config.intake import CONFIG_DIRS, CONFIG_FILES
 from keel.permissions.boundary import GIT_PROTECTED, PROTECTED
 
 #: Variables a sandboxed command sees (case-insensitive fnmatch patterns): what programs need
@@ -90,8 +105,43 @@ DEFAULT_ENV_DENY: tuple[str, ...] = (
 #: A value that carries a password in a URL (`https://user:secret@host`) never gets in.
 _URL_WITH_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s@:]*:[^/\s@]+@")
 
-#: Directories in the home directory hidden (an empty tmpfs) because they hold keys or sockets.
-DEFAULT_HIDDEN: tuple[str, ...] = (".ssh", ".gnupg", ".docker")
+#: Credential stores in the home directory (relative to it), hidden from sandboxed commands: a
+#: directory becomes an empty read-only one, a file an empty one. `sandbox.unhide` in the user's
+#: settings takes entries out, `sandbox.hide` adds. Not hidden: `~/.config/pip` (pip.conf seldom
+#: holds a secret, and without it pip quietly falls back to the public index).
+DEFAULT_HIDDEN: tuple[str, ...] = (
+    # keys, agents, keyrings
+    ".ssh", ".gnupg", ".password-store", ".local/share/keyrings",
+    # cloud
+    ".aws", ".azure", ".config/gcloud", ".oci", ".config/doctl", ".config/hcloud", ".s3cfg",
+    ".boto", ".config/rclone", ".databrickscfg", ".pulumi/credentials.json", ".fly/config.yml",
+    # containers and clusters
+    ".docker", ".kube", ".config/containers/auth.json",
+    # git, forges, netrc
+    ".git-credentials", ".config/git/credentials", ".config/gh", ".config/glab-cli",
+    ".config/hub", ".netrc", ".authinfo", ".authinfo.gpg",
+    # package registries
+    ".npmrc", ".yarnrc.yml", ".pypirc", ".gem/credentials", ".cargo/credentials",
+    ".cargo/credentials.toml", ".m2/settings.xml", ".m2/settings-security.xml",
+    ".gradle/gradle.properties", ".nuget/NuGet/NuGet.Config", ".config/NuGet/NuGet.Config",
+    ".composer/auth.json", ".config/composer/auth.json",
+    # infrastructure, databases
+    ".terraform.d/credentials.tfrc.json", ".vault-token", ".pgpass", ".my.cnf", ".mylogin.cnf",
+    # tokens of coding agents and model hubs (keel's own MCP sign-ins: `_keel_credentials`)
+    ".claude/.credentials.json", ".codex/auth.json", ".gemini/oauth_creds.json",
+    ".config/github-copilot", ".cache/huggingface/token", ".huggingface/token",
+)  # fmt: skip
+
+#: Environment variables that move a credential store out of its default place, with what to
+#: hide inside the path each names ("": the path itself; `KUBECONFIG` may list several).
+_HIDDEN_FROM_ENV: dict[str, tuple[str, ...]] = {
+    "AWS_SHARED_CREDENTIALS_FILE": ("",), "AWS_CONFIG_FILE": ("",), "AZURE_CONFIG_DIR": ("",),
+    "CLOUDSDK_CONFIG": ("",), "GOOGLE_APPLICATION_CREDENTIALS": ("",), "KUBECONFIG": ("",),
+    "DOCKER_CONFIG": ("",), "GH_CONFIG_DIR": ("",), "GNUPGHOME": ("",),
+    "PASSWORD_STORE_DIR": ("",), "NETRC": ("",), "NPM_CONFIG_USERCONFIG": ("",),
+    "CARGO_HOME": ("credentials", "credentials.toml"), "GRADLE_USER_HOME": ("gradle.properties",),
+    "CLAUDE_CONFIG_DIR": (".credentials.json",), "CODEX_HOME": ("auth.json",), "HF_HOME": ("token",),
+}  # fmt: skip
 
 #: Placeholder files (relative to the project root) and their content, for protected paths that
 #: a program reads as a file when present; every other placeholder is an empty directory (git
@@ -125,7 +175,8 @@ class SandboxPolicy:
     protected: tuple[Path, ...] = ()
     #: Writable although inside a protected path (`.git` itself, for git's own files).
     writable_inside_protected: tuple[Path, ...] = ()
-    #: Hidden: an empty read-only directory instead (absolute).
+    #: Hidden (absolute, existing, links resolved: `hidden_targets`): a directory becomes an
+    #: empty read-only one, anything else an empty file.
     hidden: tuple[Path, ...] = ()
     #: Host unix sockets outside the project (listening ones, from /proc/net/unix): /dev/null
     #: is bound over each, because a read-only mount does not stop a connect().
@@ -161,10 +212,15 @@ def project_policy(
     network: bool = False,
     writable: tuple[Path, ...] = (),
     hidden: tuple[Path, ...] | None = None,
+    hide: tuple[Path, ...] = (),
+    unhide: tuple[Path, ...] = (),
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW,
     env_deny: tuple[str, ...] = DEFAULT_ENV_DENY,
+    config_walk: ConfigWalk | None = None,
 ) -> SandboxPolicy:
-    """The policy for a project as it is now (what `.git` is decides what is protected in it)."""
+    """The policy for a project as it is now (what `.git` is decides what is protected in it;
+    the configuration already below the root is protected too). `hidden` None: the credential
+    stores of `hidden_candidates` (less `unhide`), else exactly `hidden`; `hide` adds to both."""
     root = root.resolve()
     protected: list[Path] = []
     inside: list[Path] = []
@@ -180,21 +236,177 @@ def project_policy(
         protected += [git / rel for rel in GIT_PROTECTED]
     if git.exists() and (hooks := hooks_path(root)) is not None:
         protected.append(hooks)
-    if hidden is None:
-        home = Path.home()
-        hidden = tuple(home / name for name in DEFAULT_HIDDEN)
+    held = tuple(protected)
+    protected += [
+        p for p in existing_config(root, config_walk) if not any(_within(p, q) for q in held)
+    ]
+    named = hidden_candidates(hide=hide, unhide=unhide) if hidden is None else (*hidden, *hide)
+    hidden_paths = hidden_targets(named, root)
     return SandboxPolicy(
         readable=runtime_in_private_dirs(),
-        hidden_sockets=host_sockets(keep=(root, *hidden)),
+        hidden_sockets=host_sockets(keep=(root, *hidden_paths)),
         root=root,
         writable=writable,
         protected=tuple(protected),
         writable_inside_protected=tuple(inside),
-        hidden=hidden,
+        hidden=hidden_paths,
         network=network,
         env_allow=env_allow,
         env_deny=env_deny,
     )
+
+
+def hidden_candidates(
+    *,
+    hide: tuple[Path, ...] = (),
+    unhide: tuple[Path, ...] = (),
+    env: Mapping[str, str] | None = None,
+) -> tuple[Path, ...]:
+    """The credential stores sandboxed commands do not see, as named (existing or not, links not
+    resolved): `DEFAULT_HIDDEN` under the home directory (and under `$XDG_CONFIG_HOME` and
+    `$XDG_DATA_HOME` where those move `.config` and `.local/share`), the stores environment
+    variables point at, keel's own MCP sign-ins; less what `unhide` names or holds; plus `hide`
+    (absolute paths, `~` expanded by the caller)."""
+    env = os.environ if env is None else env
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    defaults = [home / rel for rel in DEFAULT_HIDDEN]
+    for var, prefix in (("XDG_CONFIG_HOME", ".config/"), ("XDG_DATA_HOME", ".local/share/")):
+        moved = Path(env.get(var) or ".")
+        if moved.is_absolute() and moved != home / prefix:
+            moved_rels = [r.removeprefix(prefix) for r in DEFAULT_HIDDEN if r.startswith(prefix)]
+            defaults += [moved / rel for rel in moved_rels]
+    for var, inside in _HIDDEN_FROM_ENV.items():
+        for value in env.get(var, "").split(os.pathsep):
+            base = Path(value)
+            if base.is_absolute():
+                defaults += [base / rel if rel else base for rel in inside]
+    defaults += _keel_credentials(env)
+    gone = [Path(os.path.normpath(u)) for u in unhide]
+    kept = [p for p in defaults if not any(p == u or p.is_relative_to(u) for u in gone)]
+    return tuple(dict.fromkeys([*kept, *hide]))
+
+
+def _keel_credentials(env: Mapping[str, str]) -> list[Path]:
+    """Where keel keeps its own secrets: the MCP servers' OAuth tokens (`keel.mcp.oauth`)."""
+    from keel.session.store import keel_home  # lazy: the sandbox needs only the path
+
+    return [keel_home(env) / "mcp-auth"]
+
+
+def hidden_targets(paths: tuple[Path, ...], root: Path) -> tuple[Path, ...]:
+    """What of `paths` to hide around the project at `root`: each existing one with its links
+    resolved (reading through a link reaches the target, so the target is what is hidden).
+    Skipped, silently: a path that is missing, dangling or out of this user's reach (a command,
+    with fewer rights, cannot read it either), one that holds the project or a private
+    directory (hiding it would hide the work), and one inside another hidden directory."""
+    keep = (root.resolve(), *(Path(p).resolve() for p in _PRIVATE_DIRS))
+    found: dict[Path, bool] = {}
+    for path in paths:
+        try:
+            target = Path(os.path.realpath(path))
+            is_dir = stat.S_ISDIR(target.stat().st_mode)
+        except (OSError, ValueError):  # ValueError: a NUL in the path
+            continue
+        if not any(_within(k, target) for k in keep):
+            found[target] = is_dir
+    dirs = [p for p, is_dir in found.items() if is_dir]
+    return tuple(p for p in found if not any(p != d and _within(p, d) for d in dirs))
+
+
+def _within(path: Path, base: Path) -> bool:
+    """`path.is_relative_to(base)` for absolute, normalised paths, without pathlib's cost (it
+    runs for every pair of paths on every command)."""
+    text, prefix = str(path), str(base)
+    return text == prefix or text.startswith(prefix if prefix.endswith("/") else prefix + "/")
+
+
+#: Directories the walk for project configuration below the root does not enter: version
+#: control, dependencies, virtual environments, build output (and hidden caches: `_skip_walk`).
+_WALK_SKIP = frozenset(
+    {
+        ".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".nox",
+        "target", "dist", "build", ".eggs", ".direnv", ".terraform", ".next", ".gradle",
+    }
+)  # fmt: skip
+#: The walk's bounds: what it found by then is protected (every command's start waits for it).
+_WALK_MAX_DIRS = 5000
+_WALK_SECONDS = 0.05
+#: A listing is remembered only when its directory's mtime is older than this (nanoseconds): a
+#: file system with a coarse clock could change a directory again within the same tick.
+_WALK_RACY_NS = 2_000_000_000
+
+
+@dataclass
+class ConfigWalk:
+    """What `existing_config` listed, kept between commands (one per `Sandbox`): a directory is
+    listed again only when its mtime changed (an entry was added, removed or renamed in it), so
+    a repeated walk costs a `stat` per directory."""
+
+    #: Per directory: its mtime, its subdirectories to walk, its configuration entries (with
+    #: whether each is a link, resolved on every walk).
+    listings: dict[str, tuple[int, list[str], list[tuple[str, bool]]]] = field(default_factory=dict)
+
+    def listing(self, path: str) -> tuple[list[str], list[tuple[str, bool]]] | None:
+        try:
+            mtime = os.stat(path, follow_symlinks=False).st_mtime_ns
+        except OSError:
+            return None
+        known = self.listings.get(path)
+        if known is not None and known[0] == mtime:
+            return known[1], known[2]
+        listed_at = time.time_ns()
+        subdirs: list[str] = []
+        config: list[tuple[str, bool]] = []
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    with contextlib.suppress(OSError):
+                        if entry.name in CONFIG_DIRS or entry.name in CONFIG_FILES:
+                            config.append((entry.path, entry.is_symlink()))
+                        elif entry.is_dir(follow_symlinks=False) and not _skip_walk(entry.name):
+                            subdirs.append(entry.path)
+        except OSError:
+            return None
+        if listed_at - mtime > _WALK_RACY_NS:
+            self.listings[path] = (mtime, subdirs, config)
+        return subdirs, config
+
+
+def existing_config(root: Path, walk: ConfigWalk | None = None) -> tuple[Path, ...]:
+    """Project configuration (`CONFIG_DIRS`, `CONFIG_FILES`) that exists below `root` now, found
+    breadth-first without entering `_WALK_SKIP`, hidden caches or the configuration itself, and
+    given up after `_WALK_MAX_DIRS` directories or `_WALK_SECONDS` (`walk` remembers listings
+    from the last time). A link counts by its target when that lies inside the project (a link
+    itself cannot be held in place)."""
+    walk = ConfigWalk() if walk is None else walk
+    deadline = time.monotonic() + _WALK_SECONDS
+    found: list[Path] = []
+    queue: deque[str] = deque([str(root)])
+    visited: set[str] = set()
+    while queue and len(visited) < _WALK_MAX_DIRS and time.monotonic() < deadline:
+        path = queue.popleft()
+        visited.add(path)
+        if (listing := walk.listing(path)) is None:
+            continue
+        subdirs, config = listing
+        queue.extend(subdirs)
+        for entry, is_link in config:
+            with contextlib.suppress(OSError):
+                found += _link_target(Path(entry), root) if is_link else [Path(entry)]
+    if not queue:  # a whole walk: directories gone since are forgotten
+        for gone in walk.listings.keys() - visited:
+            del walk.listings[gone]
+    return tuple(found)
+
+
+def _link_target(link: Path, root: Path) -> list[Path]:
+    target = Path(os.path.realpath(link))
+    inside = target != root and target.is_relative_to(root)
+    return [target] if inside and target.exists() else []
+
+
+def _skip_walk(name: str) -> bool:
+    return name in _WALK_SKIP or (name.startswith(".") and "cache" in name.lower())
 
 
 def runtime_in_private_dirs() -> tuple[Path, ...]:
@@ -288,24 +500,40 @@ def bwrap_argv(
     # The directories between the project and a protected path are bound onto themselves:
     # still writable, but a mount point cannot be renamed, so none can be moved away with
     # the protected path in it and replaced (`mv .git .git-old && mkdir .git`).
+    # Shallowest first: a bind is recursive from the host's tree, so binding `a` after `a/b`
+    # would cover the `a/b` bind.
     pinned = dict.fromkeys(a for path in policy.protected for a in _between(root, path))
     pinned.update(dict.fromkeys(policy.writable_inside_protected))
-    for writable in (root, *policy.writable, *pinned):
+    for writable in (root, *policy.writable, *sorted(pinned, key=lambda p: len(p.parts))):
         if writable.exists():
             args += ["--bind", str(writable), str(writable)]
-    # After the writable binds, so that neither hides inside a project or cache is undone.
-    for hidden in policy.hidden:
-        if hidden.is_dir() and not hidden.is_symlink():
-            args += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
     for sock in policy.hidden_sockets:
         args += ["--ro-bind", "/dev/null", str(sock)]
     for path in policy.protected:
         if path not in policy.writable_inside_protected and _must_bind(path):
             args += ["--ro-bind", str(path), str(path)]
+    # Last, so that no bind of a project, cache or protected path brings a hidden one back.
+    for hidden in policy.hidden:
+        args += _hide(hidden)
     for tmpfs in private:
         args += ["--remount-ro", tmpfs]
     args += ["--chdir", str(cwd), "--", *command]
     return args
+
+
+def _hide(path: Path) -> list[str]:
+    """bubblewrap's arguments that hide `path`: an empty read-only tmpfs over a directory,
+    /dev/null over anything else; nothing when it is gone or became a link since the policy
+    was made (then there is nothing to read, or the link's target is hidden itself)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return []
+    if stat.S_ISDIR(mode):
+        return ["--tmpfs", str(path), "--remount-ro", str(path)]
+    if stat.S_ISLNK(mode):
+        return []
+    return ["--ro-bind", "/dev/null", str(path)]
 
 
 def _private_dirs(policy: SandboxPolicy, private: list[str]) -> list[str]:
@@ -350,7 +578,10 @@ def _must_bind(path: Path) -> bool:
 
 def _between(root: Path, path: Path) -> list[Path]:
     """The directories strictly between `root` and `path`, nearest to `path` first."""
-    return [p for p in path.parents if p != root and p.is_relative_to(root)]
+    if not _within(path, root):
+        return []
+    parts = path.parts[len(root.parts) :]
+    return [root.joinpath(*parts[:n]) for n in range(len(parts) - 1, 0, -1)]
 
 
 #: Where macOS keeps `sandbox-exec` (an absolute path: never looked up on PATH).
@@ -647,9 +878,13 @@ class Sandbox:
     env_deny: tuple[str, ...] = DEFAULT_ENV_DENY
     #: Variables passed in by name whatever the patterns say (`sandbox.env_passthrough`).
     env_passthrough: tuple[str, ...] = ()
-    #: Home directories hidden inside (None: `DEFAULT_HIDDEN` under the home directory).
+    #: Credential stores hidden inside (None: `hidden_candidates`, less `unhide`).
     hidden: tuple[Path, ...] | None = None
+    #: More paths hidden (`sandbox.hide`), and defaults shown (`sandbox.unhide`, the user's).
+    hide: tuple[Path, ...] = ()
+    unhide: tuple[Path, ...] = ()
     _placeholders: Placeholders | None = field(default=None, init=False, repr=False)
+    _config_walk: ConfigWalk = field(default_factory=ConfigWalk, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # A keel killed while a command ran left that command's placeholders (an empty `.git`
@@ -663,8 +898,11 @@ class Sandbox:
             network=self.network,
             writable=(self.tmpdir, *self.extra_writable),
             hidden=self.hidden,
+            hide=self.hide,
+            unhide=self.unhide,
             env_allow=self.env_allow,
             env_deny=self.env_deny,
+            config_walk=self._config_walk,
         )
 
     def argv(self, command: list[str], cwd: Path) -> list[str]:

@@ -98,15 +98,26 @@ def sandbox_for(
     result = probe()
     if not result.ok:
         return None, result.detail
+    hide, unhide = hidden_settings(settings)
     sandbox = Sandbox(
         root,
         network=settings.sandbox_network,
         env_deny=(*DEFAULT_ENV_DENY, *settings.sandbox_env_deny),
         env_passthrough=settings.sandbox_env_passthrough,
+        hide=hide,
+        unhide=unhide,
     )
     if extra_writable:
         sandbox.extra_writable = (*sandbox.extra_writable, *extra_writable)
     return sandbox, None
+
+
+def hidden_settings(settings: Settings) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """`sandbox.hide` and `sandbox.unhide` as paths, `~` expanded."""
+    return (
+        tuple(Path(p).expanduser() for p in settings.sandbox_hide),
+        tuple(Path(p).expanduser() for p in settings.sandbox_unhide),
+    )
 
 
 def unsandboxed_line(why: str, mode: Mode) -> str:
@@ -161,6 +172,7 @@ __all__ = [
     "LIBRARY_HINT",
     "Permissions",
     "build_permissions",
+    "hidden_settings",
     "project_root",
     "sandbox_for",
     "unsandboxed_line",
