@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
+from pathlib import Path
 from typing import Any
 
 from keel.llm.events import StreamEvent
@@ -55,3 +57,9 @@ def unsandboxed_line_dropped(text: str) -> str:
     same on a machine with bubblewrap and on one without (the line itself is tested in
     test_library_safety)."""
     return "".join(line for line in text.splitlines(keepends=True) if not _UNSANDBOXED.match(line))
+
+
+def user_settings_file() -> Path:
+    """The user's own settings file (the test's isolated `KEEL_CONFIG_DIR`): what it configures
+    is the user's, unlike any file inside a project tree (`keel.config.intake`)."""
+    return Path(os.environ["KEEL_CONFIG_DIR"]) / "settings.json"

@@ -258,11 +258,17 @@ def test_user_and_harbor_tasks_run(tmp_path: Path) -> None:
     harbor = tmp_path / ".keel" / "bench"
     harbor_task(harbor, "harbor-answer", "FROM ubuntu:24.04\nWORKDIR /app\n")
     harbor_task(harbor, "harbor-container", "FROM python:3.12\nRUN pip install numpy\n")
+    # Tasks inside the project tree came with it (a git repository or not): approved first.
+    tasks = ("--tasks", "greet,harbor-answer,harbor-container")
+    refused = bench("--models", "scripted:oracle", *tasks, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "3 bench task(s) came with this project and are not approved" in refused.stderr
+    approved = bench("--models", "scripted:oracle", *tasks, "--approve", cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
     out = bench(
         "--models",
         "scripted:oracle",
-        "--tasks",
-        "greet,harbor-answer,harbor-container",
+        *tasks,
         "--json",
         "--out",
         str(tmp_path / "r"),
@@ -514,7 +520,7 @@ def test_a_task_that_came_with_the_repository_runs_only_once_approved(tmp_path: 
     refused = bench("--models", "scripted:oracle", "--tasks", "greet", cwd=repo)
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == (
-        "keel: error: 1 bench task(s) came with this repository and are not approved: greet "
+        "keel: error: 1 bench task(s) came with this project and are not approved: greet "
         "(their setup and grading scripts run on this machine, outside the sandbox) (hint: read "
         "them, then run `keel bench --approve`; a change needs a new approval)\n"
     )

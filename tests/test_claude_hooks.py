@@ -24,6 +24,7 @@ import pytest
 from keel.hooks import claude
 from keel.hooks.config import HookCommand
 from keel.hooks.runner import HookRunner
+from keel.permissions.sandbox import probe
 from tests.test_cli import keel, write_script
 
 PY_GUARD = """#!{python}
@@ -182,7 +183,7 @@ def test_node_guard_keeps_env_files_from_read_edit_and_write(
 
 
 @pytest.mark.needs("jq", "git")
-def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_once_approved(
+def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_before_and_after_approval(
     project: Path, home: Path, tmp_path: Path
 ) -> None:
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -197,13 +198,21 @@ def test_shell_jq_guard_from_the_project_blocks_git_reset_hard_once_approved(
     (project / "util.py").write_text("X = 2  # uncommitted work\n", encoding="utf-8")
     call = {"name": "bash", "input": {"command": "git reset --hard"}}
     allowed = ("--allowed-tools", "Bash(git *)")  # the user allows git: only the guard stands
-    # Not approved yet: it does not run, and keel says so.
+    # Not approved yet: the guard still guards (in a read-only sandbox, heard only when it
+    # blocks); where no sandbox runs it cannot, so the call is asked about (headless: refused).
     results, stderr = run(project, tmp_path, call, args=allowed)
-    assert "1 project hook(s) are not approved and will not run" in stderr
-    (reset,) = results
-    assert reset.startswith("HEAD is now at ")
-    assert (project / "util.py").read_text(encoding="utf-8") == "X = 1\n"  # the work is gone
-    (project / "util.py").write_text("X = 2  # uncommitted work\n", encoding="utf-8")
+    assert (
+        "1 project hook(s) are not approved: 1 guard hook(s) among them run in a read-only "
+        "sandbox and may only block" in stderr
+    )
+    (refused,) = results
+    if probe().ok:
+        assert refused == (
+            "denied by a PreToolUse hook: git reset --hard destroys uncommitted work; blocked"
+        )
+    else:
+        assert "no sandbox runs here to run it safely" in refused
+    assert (project / "util.py").read_text(encoding="utf-8") == "X = 2  # uncommitted work\n"
     approved = keel("hooks", "approve", cwd=project)
     assert approved.returncode == 0, approved.stderr
     results, _ = run(project, tmp_path, call, args=allowed)

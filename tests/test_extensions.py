@@ -15,6 +15,7 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
+from tests.helpers import user_settings_file
 from tests.test_cli import keel
 
 SERVER = str(Path(__file__).parent / "mcp_servers" / "tools_server.py")
@@ -197,7 +198,7 @@ def test_a_broken_mcp_server_costs_only_its_tools(
         "tools": {"command": sys.executable, "args": [SERVER, "stdio"]},
         "broken": {"command": sys.executable, "args": ["-c", "import sys; sys.exit('no config')"]},
     }
-    write(claude_project / ".keel/settings.local.json", json.dumps({"mcp_servers": servers}))
+    write(user_settings_file(), json.dumps({"mcp_servers": servers}))  # the user's own servers
     (claude_project / ".mcp.json").unlink()
     anthropic.add(reply("Done."))
     out = run(claude_project, anthropic, "-p", "hello")

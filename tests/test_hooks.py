@@ -151,17 +151,40 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
 
 
 def test_shared_hooks_need_an_approval_pinned_to_their_config(project: Path) -> None:
+    user, home = project.parent / "u", project.parent / "h"
     write_hooks(project, {"Stop": hook("echo shared")}, ".claude/settings.json")
-    write_hooks(project, {"Stop": hook("echo mine")}, ".keel/settings.local.json")
-    config = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
+    write_hooks(home, {"Stop": hook("echo mine")}, ".claude/settings.json")
+    config = load_hooks(project, keel_user_dir=user, home=home)
     pin = config.shared_hash()
     assert [h.command for h in config.runnable(set())] == ["echo mine"]
-    assert [h.command for h in config.runnable({pin})] == ["echo shared", "echo mine"]
+    assert [h.command for h in config.runnable({pin})] == ["echo mine", "echo shared"]
     write_hooks(project, {"Stop": hook("echo shared, changed")}, ".claude/settings.json")
-    changed = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
+    changed = load_hooks(project, keel_user_dir=user, home=home)
     assert changed.shared_hash() != pin
     assert [h.command for h in changed.runnable({pin})] == ["echo mine"]
     assert HookConfig().shared_hash() == ""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".keel/settings.local.json",
+        ".claude/settings.local.json",
+        "sub/.keel/settings.json",
+        "sub/.claude/settings.local.json",
+        "sub/deeper/.keel/settings.local.json",
+    ],
+)
+def test_every_project_file_holds_shared_hooks_at_any_depth(project: Path, name: str) -> None:
+    """A "personal" name or a subdirectory does not make a project file the user's: its hooks
+    are shared (they wait for approval) when keel starts at or below its directory."""
+    user, home = project.parent / "u", project.parent / "h"
+    write_hooks(project, {"Stop": hook("echo planted")}, name)
+    cwd = project / name.rpartition("/.")[0] if name.count("/") > 1 else project
+    cwd.mkdir(parents=True, exist_ok=True)
+    config = load_hooks(cwd, keel_user_dir=user, home=home)
+    assert [(h.command, h.source) for h in config.hooks] == [("echo planted", "shared")]
+    assert config.runnable(set()) == []
 
 
 # -- tool hooks ------------------------------------------------------------------------------------
@@ -426,7 +449,12 @@ async def test_notification_fires_before_the_user_is_asked(project: Path, tmp_pa
     from keel.permissions.gate import PermissionReply, PermissionRequest
 
     log = tmp_path / "notify.json"
-    write_hooks(project, {"Notification": hook(f"cat > {log}", matcher="permission_prompt")})
+    user_config = Path(os.environ["KEEL_CONFIG_DIR"])  # the user's own hooks run unapproved
+    write_hooks(
+        user_config,
+        {"Notification": hook(f"cat > {log}", matcher="permission_prompt")},
+        "settings.json",
+    )
     gate = PermissionGate("default", project, project)
     asked: list[str] = []
 

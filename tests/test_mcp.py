@@ -38,7 +38,7 @@ from keel.mcp import client as mcp_client
 from keel.mcp.tools import to_output
 from keel.tools.base import Tool, ToolContext, ToolError, ToolOutput
 from keel.tools.registry import Registry
-from tests.helpers import free_port
+from tests.helpers import free_port, user_settings_file
 
 #: Async tests share one event loop per module, so they can share the servers below.
 module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -145,7 +145,7 @@ def test_variables_are_expanded_and_a_missing_one_fails_only_its_server(tmp_path
     user_file = tmp_path / "user" / "settings.json"
     env = {"TOKEN": "s3cret", "BIN": "/opt/bin", "EMPTY": ""}
     servers, warnings = load_servers(
-        tmp_path,
+        tmp_path / "project",
         [
             (
                 user_file,
@@ -186,23 +186,29 @@ def test_variables_are_expanded_and_a_missing_one_fails_only_its_server(tmp_path
 
 
 def test_sources_precedence_and_the_approval_hash(tmp_path: Path) -> None:
+    root = tmp_path / "project"
     entry = {"command": "srv", "args": ["${ARG:-a}"]}
-    write_json(tmp_path / ".mcp.json", {"mcpServers": {"shared": entry, "both": entry}})
+    write_json(root / ".mcp.json", {"mcpServers": {"shared": entry, "both": entry}})
     user = tmp_path / "home" / "settings.json"
-    shared = tmp_path / ".keel" / "settings.json"
-    local = tmp_path / ".keel" / "settings.local.json"
+    shared = root / ".keel" / "settings.json"
+    local = root / ".keel" / "settings.local.json"
+    deep = root / "sub" / ".keel" / "settings.json"
     servers, warnings = load_servers(
-        tmp_path,
+        root,
         [
             (user, {"both": {"command": "user-srv"}, "mine": {"command": "m"}}),
             (shared, {"team": {"command": "t"}}),
             (local, {"both": {"command": "local-srv"}}),
+            (deep, {"deep": {"command": "d"}}),
         ],
         {},
     )
     assert warnings == []
+    # Every file inside the project tree came with it, whatever its name or depth: only the
+    # user's own files (outside the project) start servers without an approval.
     assert [(s.name, s.source, s.command) for s in servers] == [
-        ("both", "project-local", "local-srv"),
+        ("both", "project-shared", "local-srv"),
+        ("deep", "project-shared", "d"),
         ("mine", "user", "m"),
         ("shared", "project-shared", "srv"),
         ("team", "project-shared", "t"),
@@ -210,7 +216,8 @@ def test_sources_precedence_and_the_approval_hash(tmp_path: Path) -> None:
     by_name = {s.name: s for s in servers}
     assert not by_name["mine"].needs_approval
     assert by_name["mine"].approved(set())
-    assert not by_name["both"].needs_approval  # the personal file is trusted
+    assert by_name["both"].needs_approval
+    assert by_name["deep"].needs_approval
     pinned = by_name["shared"]
     assert pinned.needs_approval
     assert not pinned.approved(set())
@@ -218,8 +225,8 @@ def test_sources_precedence_and_the_approval_hash(tmp_path: Path) -> None:
     assert pinned.config_hash() == hashlib.sha256(pinned.canonical.encode()).hexdigest()
 
     def shared_hash(entry: dict[str, Any], env: dict[str, str]) -> str:
-        write_json(tmp_path / ".mcp.json", {"mcpServers": {"shared": entry}})
-        (server,), _ = load_servers(tmp_path, [], env)
+        write_json(root / ".mcp.json", {"mcpServers": {"shared": entry}})
+        (server,), _ = load_servers(root, [], env)
         return server.config_hash()
 
     # Hashes pin the entry as written: a different environment or `disabled` keep the approval,
@@ -368,7 +375,7 @@ async def manager(remote_servers: dict[str, int], project: Path) -> AsyncIterato
         project,
         [
             (
-                project / "user-settings.json",
+                project.parent / "user-settings.json",  # the user's own: outside the project
                 {
                     "main": {"command": PY, "args": [SERVER]},
                     "crashy": {"command": PY, "args": [SERVER]},
@@ -588,7 +595,7 @@ async def test_startup_failures_have_one_line_reasons(
         tmp_path,
         [
             (
-                tmp_path / "settings.json",
+                user_settings_file(),
                 {
                     "ghost": {"command": "no-such-mcp-server-xyz"},
                     "dies": {"command": PY, "args": ["-c", dies]},

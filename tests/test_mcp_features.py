@@ -61,7 +61,9 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def configs(root: Path, entries: dict[str, Any], env: dict[str, str]) -> list[ServerConfig]:
-    servers, warnings = load_servers(root, [(root / "user-settings.json", entries)], env)
+    servers, warnings = load_servers(
+        root, [(root.parent / f"{root.name}-user-settings.json", entries)], env
+    )
     assert warnings == []
     return servers
 

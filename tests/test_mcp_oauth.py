@@ -20,7 +20,7 @@ import pytest
 
 from keel.mcp import McpManager, load_servers
 from keel.mcp.oauth import token_path
-from tests.helpers import free_port
+from tests.helpers import free_port, user_settings_file
 
 SERVER = str(Path(__file__).parent / "mcp_servers" / "oauth_server.py")
 
@@ -49,7 +49,7 @@ def oauth_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def manager_for(tmp_path: Path, url: str, auth_dir: Path) -> McpManager:
     servers, warnings = load_servers(
-        tmp_path, [(tmp_path / "settings.json", {"remote": {"type": "http", "url": url}})], {}
+        tmp_path, [(user_settings_file(), {"remote": {"type": "http", "url": url}})], {}
     )
     assert warnings == []
     return McpManager(servers, root=tmp_path, env={}, log_dir=tmp_path / "logs", auth_dir=auth_dir)
@@ -136,7 +136,7 @@ async def test_a_server_with_its_own_authorization_header_gets_no_oauth(
         tmp_path,
         [
             (
-                tmp_path / "settings.json",
+                user_settings_file(),
                 {"remote": {"type": "http", "url": url, "headers": {"Authorization": "Bearer x"}}},
             )
         ],

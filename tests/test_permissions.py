@@ -510,9 +510,17 @@ def test_shared_project_settings_may_only_tighten(
     results = results_by_tool(isolated_env)
     assert results["edit"] == f"{HEADLESS} (needed to change app.py)"
     assert results["bash"] == f"denied by rule bash(python3*) ({shared})"
+    # A "personal" file the user did not get from keel came with the project too; the rule keel
+    # saves there for an "always allow" answer is the user's (recorded outside the project).
     (project / ".keel" / "settings.local.json").write_text(
         json.dumps({"permissions": {"allow": ["edit"]}}), encoding="utf-8"
     )
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert results_by_tool(isolated_env)["edit"] == f"{HEADLESS} (needed to change app.py)"
+    from keel.config.local_rules import save_local_rule
+
+    save_local_rule(project, "edit")
     out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project)
     assert out.returncode == 0, out.stderr
     assert results_by_tool(isolated_env)["edit"] == "Edited app.py: 1 replacement."

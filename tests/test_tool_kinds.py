@@ -52,6 +52,7 @@ from keel.tools.builtin import builtin_tools
 from keel.tools.effects import repeat_risk
 from keel.tools.registry import Registry
 from keel.tui.format import kind_label
+from tests.helpers import user_settings_file
 
 PY = sys.executable
 TOOLS_SERVER = str(Path(__file__).parent / "mcp_servers" / "tools_server.py")
@@ -139,9 +140,7 @@ async def peek_secret(ctx: ToolContext) -> str:
 
 
 async def mcp_manager(project: Path, servers: dict[str, Any]) -> McpManager:
-    configs, warnings = load_servers(
-        project, [(project / "user-settings.json", servers)], os.environ
-    )
+    configs, warnings = load_servers(project, [(user_settings_file(), servers)], os.environ)
     assert warnings == []
     manager = McpManager(
         configs, root=project, env=dict(os.environ), log_dir=project / "mcp-logs", max_restarts=0

@@ -167,7 +167,7 @@ async def test_an_mcp_answer_over_the_message_limit_fails_the_call_and_keeps_the
     from keel.mcp import client as mcp_client
 
     monkeypatch.setattr(mcp_client, "MAX_MESSAGE_BYTES", 1024 * 1024)
-    settings = tmp_path / "settings.json"
+    settings = tmp_path.parent / f"{tmp_path.name}-user-settings.json"  # outside the project
     servers, _ = load_servers(
         tmp_path, [(settings, {"main": {"command": sys.executable, "args": [SERVER]}})], os.environ
     )

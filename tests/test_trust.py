@@ -237,22 +237,38 @@ def test_shared_file_may_lower_limits(project: Path, isolated_env: Path) -> None
     assert SHARED_MAX_TURNS_CEILING == DEFAULT_MAX_TURNS
 
 
+@pytest.mark.parametrize("tracked", [True, False])
 @needs_git
-def test_a_committed_local_file_counts_as_shared(project: Path) -> None:
-    """`.keel/settings.local.json` is personal only while git does not track it."""
+def test_a_local_file_keel_did_not_write_came_with_the_project(
+    project: Path, tracked: bool
+) -> None:
+    """`.keel/settings.local.json` is not the user's by its name, nor by git's opinion: tracked
+    or not, what keel did not write there for the user waits for approval; the rules keel saved
+    ("always allow", recorded outside the project) apply at once."""
+    from keel.config.local_rules import save_local_rule
+
     git("init", "-q", cwd=project)
     local = hostile(
         project, {"permissions": {"allow": ["bash"]}, "effort": "low"}, "settings.local.json"
     )
-    git("add", "-f", ".keel/settings.local.json", cwd=project)
-    git("commit", "-qm", "x", cwd=project)
+    if tracked:
+        git("add", "-f", ".keel/settings.local.json", cwd=project)
+        git("commit", "-qm", "x", cwd=project)
     s = load_settings(project)
     assert s.allow == []
     assert s.effort == "low"
-    assert any(f"{local}: tracked by git" in w for w in s.warnings)
-    git("rm", "-q", "--cached", ".keel/settings.local.json", cwd=project)
+    assert [(p.path, [e.key for e in p.entries], p.approved) for p in s.pending] == [
+        (local, ["permissions.allow"], False)
+    ]
+    assert any(
+        w.startswith(f"{local}: not applied until you approve them: permissions.allow")
+        and "counts as yours only for what keel itself wrote into it" in w
+        for w in s.warnings
+    )
+    save_local_rule(project, "Bash(npm test:*)")
     s = load_settings(project)
-    assert s.allow == [("bash", str(local))]
+    assert s.allow == [("Bash(npm test:*)", str(local))]
+    assert [e.value for p in s.pending for e in p.entries] == [["bash"]]
 
 
 @needs_git
@@ -366,9 +382,9 @@ def test_wrongly_typed_settings_are_reported_and_skipped(project: Path, name: st
         "auto_compact must be true or false; ignored",
     ]
     got = [w.removeprefix(where) for w in s.warnings if w.startswith(where) and "approve" not in w]
-    if name == "settings.json":
-        # The shared file's gated entries wait for an approval before they are even checked.
-        expected = [e for e in expected if not e.startswith(_GATED_FIRST)]
+    # A project file's gated entries (either name: both came with the project) wait for an
+    # approval before they are even checked.
+    expected = [e for e in expected if not e.startswith(_GATED_FIRST)]
     assert got == expected
     assert s.max_turns is None
     assert s.budget_usd is None

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
 
+from keel.config.intake import find_root
 from keel.frozen import frozen
 
 ROLE = """\
@@ -53,19 +54,20 @@ BASE_PROMPT = f"{ROLE}\n\n{SAFETY}"
 
 
 def git_root(cwd: Path) -> Path | None:
-    """The enclosing git work tree, found by walking up for `.git` (no subprocess). The
-    sandbox's placeholder for a missing `.git` (an empty directory, while a command runs or
-    after a stalled keel left it) is not one: it must not change the system prompt."""
-    for d in (cwd, *cwd.parents):
-        dot = d / ".git"
-        if dot.exists():
-            if dot.is_dir() and not any(dot.iterdir()):
-                from keel.permissions.sandbox import is_placeholder
+    """The enclosing git work tree (`keel.config.intake.find_root`: found by looking, never by
+    asking git). The sandbox's placeholder for a missing `.git` (an empty directory, while a
+    command runs or after a stalled keel left it) is not one: it must not change the system
+    prompt."""
+    here = cwd.resolve()
 
-                if is_placeholder(dot, cwd.resolve()) or is_placeholder(dot, d.resolve()):
-                    continue
-            return d
-    return None
+    def placeholder(dot: Path, directory: Path) -> bool:
+        if not dot.is_dir() or any(dot.iterdir()):
+            return False
+        from keel.permissions.sandbox import is_placeholder
+
+        return is_placeholder(dot, here) or is_placeholder(dot, directory.resolve())
+
+    return find_root(cwd, skip=placeholder)
 
 
 def _platform() -> str:

@@ -278,6 +278,8 @@ class ToolRunner:
             call, finish(call, output, self.ctx.raw_dir), emit, time.monotonic() - start
         )
         done(call, result, time.monotonic() - start, output.display, started_at)
+        if output.notice:
+            emit(Notice(output.notice, "warning"))
 
     # -- calls of unknown outcome ----------------------------------------------------------------
 

@@ -337,31 +337,48 @@ def build_gate(
 
 
 def build_hooks(cwd: Path, gate: PermissionGate, notice: Notify) -> HookRunner | None:
-    """The hooks that may run here: personal ones, and the project's shared ones once approved
-    (`keel hooks approve`); says what it skipped and what awaits approval."""
+    """The hooks that may run here: personal ones, the project's once approved (`keel trust
+    approve hooks`), and until then the project's guards, sandboxed read-only and heard only
+    when they block; says what it skipped and what awaits approval."""
     from keel.config.settings import user_config_dir
     from keel.config.trust import project_key
     from keel.hooks.config import approved_pins, load_hooks
     from keel.hooks.runner import HookRunner
+    from keel.permissions import guard_sandbox
 
     user_dir = user_config_dir()
-    config = load_hooks(gate.root, keel_user_dir=user_dir)
+    config = load_hooks(cwd, keel_user_dir=user_dir)
     for warning in config.warnings:
         notice(Notice(warning, "warning"))
     pins = approved_pins(user_dir, project_key(gate.root), "hooks")
     runnable = config.runnable(pins)
+    guards = config.guards(pins)
     waiting = len(config.hooks) - len(runnable)
     if waiting:
+        state = (
+            f"not approved: {len(guards)} guard hook(s) among them run in a read-only sandbox "
+            "and may only block, the rest will not run"
+            if guards
+            else "not approved and will not run"
+        )
         notice(
             Notice(
-                f"{waiting} project hook(s) are not approved and will not run; review them "
-                "with `keel hooks list`, then `keel hooks approve`",
+                f"{waiting} project hook(s) are {state}; review them with `keel hooks list`, "
+                "then `keel hooks approve`",
                 "warning",
             )
         )
+    runnable += guards
     if not runnable:
         return None
-    runner = HookRunner(runnable, cwd, gate.root, dict(os.environ), mode=lambda: gate.mode)
+    runner = HookRunner(
+        runnable,
+        cwd,
+        gate.root,
+        dict(os.environ),
+        mode=lambda: gate.mode,
+        guard_box=guard_sandbox.running,
+    )
     if runner.has("Notification"):
         running: set[asyncio.Task[None]] = set()
 

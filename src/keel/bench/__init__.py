@@ -232,25 +232,17 @@ def task_pin(task: Task) -> str:
 
 
 def came_with_repo(directory: Path) -> bool:
-    """Whether git tracks any file of `directory` (the task came with the repository). False
-    outside a git work tree or without git: the task is then the user's own."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z", "--", "."],
-            cwd=directory,
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and bool(out.stdout.strip(b"\0"))
+    """Whether the task in `directory` came with the project it lies in (`keel.config.intake`:
+    by where it is, never by git's opinion; a task in keel's user folder is the user's own)."""
+    from keel.config.intake import intake_for
+
+    return intake_for(directory).supplied(directory)
 
 
 def unapproved(
     tasks: Sequence[Task], cwd: Path, env: Mapping[str, str] | None = None
 ) -> list[Task]:
-    """The user tasks that came with the repository and whose current content is not approved.
+    """The user tasks that came with the project and whose current content is not approved.
     Built-in tasks ship with keel and need none."""
     from keel.config.settings import user_config_dir
     from keel.config.trust import approved_pins, project_key

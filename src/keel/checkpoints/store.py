@@ -204,6 +204,8 @@ class Checkpoints:
         self._cache: dict[str, _Pre] = {}
         self._tops: dict[Path, Path | None] = {}
         self._bash_lock = asyncio.Lock()
+        #: The paths the last shell command changed (absolute), as `git status` saw them.
+        self.last_changed: tuple[str, ...] = ()
         if retention is not None:
             self.prune(older_than=retention)
         self._load()
@@ -498,6 +500,7 @@ class Checkpoints:
                 pre = base.dirty.get(path)
                 if pre is None or stamp(lstat(path)) != pre.stamp:
                     changed.append((path, pre))
+            self.last_changed = tuple(path for path, _ in changed)
             if not changed:
                 return
             if len(changed) > BASH_MAX_FILES:

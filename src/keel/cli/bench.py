@@ -3,7 +3,7 @@
 keel bench --models a,b [--runs N] [--tasks t1,t2] [--mode MODE] [--keep-failed]
            [--json | --markdown] [--out DIR] [--list] [--approve | --revoke]
 
-Tasks that came with the repository (`.keel/bench/` files git tracks) run their scripts on this
+Tasks that came with the project (`.keel/bench/` anywhere in the project tree, tracked by git or not) run their scripts on this
 machine, so they run only once approved, pinned to their content (`--approve`).
 
 This module only parses, prints progress on stderr and writes the report; keel.bench does the
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--approve",
         action="store_true",
-        help="approve the selected tasks that came with this repository (they run their setup "
+        help="approve the selected tasks that came with this project (they run their setup "
         "and grading scripts on this machine), then exit",
     )
     p.add_argument(
@@ -133,7 +133,7 @@ def _progress(r: RunResult) -> None:
 
 def _trusted(chosen: list[Task], cwd: Path, *, approve: bool) -> bool:
     """With `approve`, approve the tasks that wait for it and say so (True: done, exit). Else
-    refuse while any task that came with the repository is not approved."""
+    refuse while any task that came with the project is not approved."""
     from keel.bench import approve_tasks, scripts_of, unapproved
 
     waiting = unapproved(chosen, cwd)
@@ -147,7 +147,7 @@ def _trusted(chosen: list[Task], cwd: Path, *, approve: bool) -> bool:
         return True
     if waiting:
         raise UserError(
-            f"{len(waiting)} bench task(s) came with this repository and are not approved: "
+            f"{len(waiting)} bench task(s) came with this project and are not approved: "
             f"{', '.join(t.name for t in waiting)} (their setup and grading scripts run on this "
             "machine, outside the sandbox)",
             hint="read them, then run `keel bench --approve`; a change needs a new approval",

@@ -73,6 +73,7 @@ def doctor(argv: list[str]) -> int:
         for rule, source in rules:
             print(f"  {effect} {rule}  ({source})")
     _trust(settings)
+    _project_files(cwd, settings)
     _hooks(cwd)
     _instructions(cwd)
     return 0 if ok else 1
@@ -80,11 +81,10 @@ def doctor(argv: list[str]) -> int:
 
 def _hooks(cwd: Path) -> None:
     """How many hooks apply, and every Claude Code hook event or type keel does not run."""
-    from keel.agent.prompt import git_root
     from keel.config.settings import user_config_dir
     from keel.hooks.config import load_hooks
 
-    config = load_hooks(git_root(cwd) or cwd, keel_user_dir=user_config_dir())
+    config = load_hooks(cwd, keel_user_dir=user_config_dir())
     print(f"hooks: {len(config.hooks)} configured (`keel hooks list` shows them)")
     for file, event, count in config.unsupported:
         print(
@@ -109,6 +109,16 @@ def _hidden(settings: Settings) -> None:
         f"{': ' + ', '.join(shown) if shown else ''} (sandbox.hide and sandbox.unhide in "
         "your settings change the list)"
     )
+
+
+def _project_files(cwd: Path, settings: Settings) -> None:
+    """Every configuration file the project brings, at any depth, with its verdict."""
+    from keel.app.project_files import project_report, report_lines
+    from keel.config.settings import user_config_dir
+
+    report = project_report(cwd, settings, user_dir=user_config_dir())
+    for line in report_lines(report):
+        print(line)
 
 
 def _trust(settings: Settings) -> None:

@@ -9,7 +9,13 @@ from pathlib import Path
 from keel.agent.prompt import git_root
 from keel.config.settings import user_config_dir
 from keel.config.trust import project_key
-from keel.hooks.config import approvals_file, approve, approved_pins, load_hooks
+from keel.hooks.config import (
+    GUARD_ONLY_EVENTS,
+    approvals_file,
+    approve,
+    approved_pins,
+    load_hooks,
+)
 
 
 def hooks(argv: list[str]) -> int:
@@ -19,7 +25,7 @@ def hooks(argv: list[str]) -> int:
         return 2
     root = git_root(Path.cwd()) or Path.cwd()
     user_dir = user_config_dir()
-    config = load_hooks(root, keel_user_dir=user_dir)
+    config = load_hooks(Path.cwd(), keel_user_dir=user_dir)
     pin = config.shared_hash()
     approved = pin in approved_pins(user_dir, project_key(root), "hooks")
     if action == "approve":
@@ -40,6 +46,8 @@ def hooks(argv: list[str]) -> int:
         return 0
     for h in config.hooks:
         state = "runs" if h.source == "personal" or approved else "needs approval"
+        if state == "needs approval" and h.event in GUARD_ONLY_EVENTS and h.kind == "command":
+            state = "needs approval; until then runs sandboxed, may only block"
         matcher = f" [{h.matcher}]" if h.matcher else ""
         print(f"{h.event}{matcher}: {h.label}  ({h.file}, {state}, timeout {h.timeout:g} s)")
     if pin and not approved:

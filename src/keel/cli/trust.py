@@ -1,11 +1,14 @@
 """`keel trust [list | approve [KIND [NAME ...]] | revoke [KIND]]`: what came with this project
 and needs the user's approval before keel uses it, and approving or revoking it.
 
-Kinds: `settings` (entries of `.keel/settings.json` that send a credential somewhere, widen a
-permission or turn the sandbox down; `keel.config.trust`), `hooks` (the shared hooks of
-`.keel/settings.json` and `.claude/settings.json`), `mcp` (servers from `.mcp.json` and
-`.keel/settings.json`). Each approval is pinned to a hash of what was approved and kept in the
-user's config directory; any change to the approved entries needs a new one.
+`list` first shows every configuration file the project brings, at any depth, with its verdict
+(`keel.app.project_files`). Kinds: `settings` (entries of the project's settings files, both
+spellings, at every directory from the root down to here, that send a credential somewhere, widen
+a permission or turn the sandbox down; `keel.config.trust`), `hooks` (the hooks of those files),
+`mcp` (servers from `.mcp.json` and those files). Which files came with the project is decided by
+provenance (`keel.config.intake`), never by git. Each approval is pinned to a hash of what was
+approved and kept in the user's config directory under the project root's key; any change to the
+approved entries needs a new one.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ USAGE = "usage: keel trust [list | approve [settings|hooks|mcp [NAME ...]] | rev
 
 
 class _Project:
-    """What this project's untrusted files ask for, and where their approvals live."""
+    """What this project's files ask for, and where their approvals live (one place per project
+    root, whichever directory keel starts in)."""
 
     def __init__(self, cwd: Path) -> None:
         from keel.hooks.config import load_hooks
@@ -37,19 +41,18 @@ class _Project:
         self.root = git_root(cwd) or cwd
         self.user_dir = user_config_dir()
         self.settings: Settings = load_settings(cwd)
-        self.hooks: HookConfig = load_hooks(self.root, keel_user_dir=self.user_dir)
-        servers, self.mcp_warnings = load_servers(self.root, self.settings.mcp_servers, os.environ)
+        self.hooks: HookConfig = load_hooks(cwd, keel_user_dir=self.user_dir)
+        servers, self.mcp_warnings = load_servers(
+            self.root, self.settings.mcp_servers, os.environ, home=Path.home()
+        )
+        self.all_servers = servers
         self.servers: list[ServerConfig] = [s for s in servers if s.needs_approval]
 
     def file(self, kind: str) -> Path:
-        # Settings are read from the working directory; hooks and MCP servers from the git root.
-        return approvals_file(
-            self.user_dir, project_key(self.cwd if kind == "settings" else self.root)
-        )
+        return approvals_file(self.user_dir, project_key(self.root))
 
     def pins(self, kind: str) -> set[str]:
-        key = project_key(self.cwd if kind == "settings" else self.root)
-        return approved_pins(self.user_dir, key, kind)
+        return approved_pins(self.user_dir, project_key(self.root), kind)
 
 
 def trust(argv: list[str]) -> int:
@@ -80,6 +83,7 @@ def _list(project: _Project) -> int:
     settings, hooks = project.settings, project.hooks
     print(f"project: {project.root}")
     print(f"approvals: {project.file('settings')}")
+    _files(project)
     nothing = True
     for pending in settings.pending:
         nothing = False
@@ -108,6 +112,21 @@ def _list(project: _Project) -> int:
     if any(not p.approved for p in settings.pending) or _waiting(project):
         print("\nreview the entries above, then `keel trust approve` (or approve one kind)")
     return 0
+
+
+def _files(project: _Project) -> None:
+    """Every configuration file the project brings, at any depth, with what keel does with it."""
+    from keel.app.project_files import project_report, report_lines
+
+    report = project_report(
+        project.cwd,
+        project.settings,
+        user_dir=project.user_dir,
+        hooks=project.hooks,
+        servers=project.all_servers,
+    )
+    print("\n".join(report_lines(report)))
+    print()
 
 
 def _waiting(project: _Project) -> bool:

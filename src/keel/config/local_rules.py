@@ -1,13 +1,18 @@
 """The project's personal settings file (`.keel/settings.local.json`), where an "always allow"
 answer is saved, from whichever front end gave it (the TUI, `keel serve`, `keel acp`,
-stream-json input)."""
+stream-json input). Each rule saved is recorded by hash in the user's own config directory
+(`keel.config.intake`): that record, not the file's name or git's opinion, is what makes the
+rule the user's. Anything else in the file came with the project. The file is kept out of git by
+a `.gitignore` beside it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
+from keel.config.intake import intake_for
 from keel.errors import UserError
 
 LOCAL_SETTINGS = Path(".keel") / "settings.local.json"
@@ -36,7 +41,22 @@ def save_local_rule(cwd: Path, rule: str) -> Path:
     if rule not in allow:
         allow.append(rule)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Recorded before the file changes: a rule in the file is never the user's unrecorded.
+    intake_for(cwd).record_written(path, "permissions.allow", rule)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+    _ignore_locals(path.parent)
     return path
+
+
+def _ignore_locals(directory: Path) -> None:
+    """Keep keel's personal files out of `git status`: a `.gitignore` in `.keel/` naming them,
+    written once (an existing one is left as the user keeps it)."""
+    ignore = directory / ".gitignore"
+    if ignore.exists() or ignore.is_symlink():
+        return
+    text = "# keel's personal files, kept out of git (keel writes this once)\nsettings.local.json\n"
+    # Not being able to hide the file from git changes nothing keel relies on.
+    with contextlib.suppress(OSError):
+        ignore.write_text(text, encoding="utf-8")

@@ -25,21 +25,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from keel.config.trust import (
-    Gated,
-    approved_pins,
-    came_with_repo,
-    gated_entries,
-    project_key,
-    settings_pin,
-)
+from keel.config.intake import Intake, intake_for
+from keel.config.intake import user_config_dir as user_config_dir  # re-exported
+from keel.config.trust import Gated, approved_pins, gated_entries, settings_pin
 from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo
 from keel.llm.presets import PRESETS, WIRES
@@ -282,14 +276,6 @@ class Settings:
         return self.providers.get(name, ProviderConfig())
 
 
-def user_config_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("KEEL_CONFIG_DIR"):
-        return Path(env["KEEL_CONFIG_DIR"]).expanduser()
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "keel"
-
-
 def settings_files(
     project: Path,
     env: Mapping[str, str] | None = None,
@@ -298,18 +284,10 @@ def settings_files(
     home: Path | None = None,
 ) -> list[Path]:
     """keel's files and Claude Code's, in the order they are merged (later wins for a single
-    value; rules add up): user, shared project, personal project; Claude Code's before keel's
-    at each level. Hooks are read from the same files in the same order."""
-    if home is None:
-        home = Path(env["HOME"]) if env is not None and env.get("HOME") else Path.home()
-    return [
-        home / ".claude" / "settings.json",
-        (user_dir or user_config_dir(env)) / "settings.json",
-        project / ".claude" / "settings.json",
-        project / ".keel" / "settings.json",
-        project / ".claude" / "settings.local.json",
-        project / ".keel" / "settings.local.json",
-    ]
+    value; rules add up): user, then at each directory from the project root down to `project`
+    (the working directory) shared, then personal; Claude Code's before keel's at each level
+    (`keel.config.intake.Intake.settings_files`). Hooks are read from the same files."""
+    return intake_for(project, env, user_dir=user_dir, home=home).settings_files()
 
 
 def is_claude_file(path: Path) -> bool:
@@ -1042,57 +1020,74 @@ def _strings(value: Any, where: str, warnings: list[str]) -> list[str]:
     return list(value)
 
 
-def _untrusted(path: Path, home: Path) -> bool:
-    """A shared project file, or a personal one that git tracks (it came with the repo)."""
-    if path.parent.name not in (".keel", ".claude") or path.parent.parent == home:
-        return False
-    if path.name == "settings.json":
-        return True
-    return path.name == "settings.local.json" and came_with_repo(path)
+def _keel_written(
+    intake: Intake, path: Path, data: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Split off the `permissions.allow` rules keel itself saved into this project file for the
+    user ("always allow", recorded outside the project): (the rest of `data`, those rules)."""
+    permissions = data.get("permissions")
+    if not isinstance(permissions, dict) or not isinstance(permissions.get("allow"), list):
+        return data, []
+    allow = permissions["allow"]
+    mine = [r for r in allow if isinstance(r, str) and intake.written(path, "permissions.allow", r)]
+    if not mine:
+        return data, []
+    rest = [r for r in allow if r not in mine]
+    permissions = {k: v for k, v in permissions.items() if k != "allow" or rest}
+    if rest:
+        permissions["allow"] = rest
+    return {**data, "permissions": permissions}, mine
 
 
 def _gate(
-    settings: Settings, path: Path, data: dict[str, Any], approved: set[str]
+    settings: Settings, intake: Intake, path: Path, data: dict[str, Any], approved: set[str]
 ) -> dict[str, Any]:
-    """What of an untrusted file's `data` applies now: everything once its gated entries are
-    approved, else the rest (the gated entries wait in `settings.pending`, with a warning)."""
+    """What of a project-supplied file's `data` applies now: everything once its gated entries
+    are approved, else the rest (the gated entries wait in `settings.pending`, with a warning)."""
     safe, gated = gated_entries(data)
     if not gated:
         return data
-    pin = settings_pin(path, gated)
+    pin = settings_pin(path, gated, rel=intake.rel(path))
     ok = pin in approved
     settings.pending.append(PendingFile(path, pin, tuple(gated), ok))
     if ok:
         return data
     keys = ", ".join(g.key for g in gated)
+    personal = (
+        " (a settings.local.json counts as yours only for what keel itself wrote into it)"
+        if path.name == "settings.local.json"
+        else ""
+    )
     settings.warnings.append(
-        f"{path}: not applied until you approve them: {keys} (this file came with the project; "
-        "`keel trust list` shows why each needs approval, `keel trust approve` applies them)"
+        f"{path}: not applied until you approve them: {keys} (this file came with the "
+        f"project{personal}; `keel trust list` shows why each needs approval, "
+        "`keel trust approve` applies them)"
     )
     return safe
 
 
 def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settings:
+    """The settings for a run in `project` (the working directory): the user's files, then the
+    project's at every directory from the project root down to it. Every file inside the project
+    tree came with the project (`keel.config.intake`): what it says beyond tightening applies
+    only once approved, apart from the rules keel itself saved there for the user."""
     settings = Settings()
+    intake = intake_for(project, env)
     approved: set[str] | None = None
-    files = settings_files(project, env)
-    home = files[0].parent.parent
-    for path in files:
+    for path in intake.settings_files():
         data = read_json_object(path, settings.warnings, skipped="file skipped")
         if data is None:
             continue
         settings.files.append(path)
-        untrusted = _untrusted(path, home)
-        if untrusted:
-            if path.name == "settings.local.json":
-                settings.warnings.append(
-                    f"{path}: tracked by git, so it came with the repository; treated as the "
-                    "shared project file (untrack it with `git rm --cached` to make it yours)"
-                )
+        supplied = intake.supplied(path)
+        if supplied:
+            data, mine = _keel_written(intake, path, data)
+            if mine:
+                settings.allow += [(rule, str(path)) for rule in mine]
             if approved is None:
-                approved = approved_pins(user_config_dir(env), project_key(project), "settings")
-            data = _gate(settings, path, data, approved)
-        merge = _Merge(settings, path, untrusted=untrusted)
+                approved = approved_pins(intake.user_dir, intake.key, "settings")
+            data = _gate(settings, intake, path, data, approved)
+        merge = _Merge(settings, path, untrusted=supplied)
         if is_claude_file(path):
             merge.claude(data)
         else:

@@ -9,8 +9,7 @@ Owns three things:
   permission. Everything else in such a file (deny rules, a stricter sandbox, lower limits,
   catalog facts) applies at once.
 
-A "personal" project file (`.keel/settings.local.json`, `.claude/settings.local.json`) is trusted
-only while git does not track it: a committed one came with the repository (`came_with_repo`).
+Which files came with the project is decided by `keel.config.intake` (provenance), never here.
 
 It must never print, read a credential's value, or import anything above `keel.config`.
 """
@@ -20,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -198,28 +196,16 @@ def _why(name: str, key: str) -> str:
     }[key]
 
 
-def settings_pin(path: Path, gated: list[Gated]) -> str:
-    """The approval pin of one file's gated entries: changing any of them needs a new one."""
-    payload = json.dumps(
-        [path.name, path.parent.name, [(g.key, g.value) for g in gated]], sort_keys=True
-    )
+def settings_pin(path: Path, gated: list[Gated], *, rel: str = "") -> str:
+    """The approval pin of one file's gated entries: changing any of them needs a new one. A file
+    below the project root (`rel`, its path from the root) is pinned with that path, so the same
+    entries in another directory need an approval of their own; a file at the root keeps the
+    pin it always had."""
+    where: list[str] = [path.name, path.parent.name]
+    if rel.count("/") > 1:
+        where = [rel]
+    payload = json.dumps([*where, [(g.key, g.value) for g in gated]], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def came_with_repo(path: Path) -> bool:
-    """Whether git tracks `path` (a committed "personal" file came with the repository). False
-    outside a git work tree or without git: such a file is then taken as the user's own."""
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "--error-unmatch", "--", path.name],
-            cwd=path.parent,
-            capture_output=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0
 
 
 __all__ = [
@@ -228,7 +214,6 @@ __all__ = [
     "approvals_file",
     "approve",
     "approved_pins",
-    "came_with_repo",
     "gated_entries",
     "project_key",
     "read_approvals",

@@ -9,17 +9,20 @@ Handler types: `command` (run with bash), `http` (the payload POSTed as JSON to 
 Claude Code's other types (`agent`, `mcp_tool`) and events keel does not run are reported with
 the file, never skipped silently (keel.hooks.claude lists Claude Code's events).
 
-Sources: keel's user settings, `.keel/settings.json` (shared), `.keel/settings.local.json`
-(personal), and Claude Code's `~/.claude/settings.json`, `.claude/settings.json` (shared) and
-`.claude/settings.local.json` (personal). Hooks from shared files run only once approved: the
-approval is a hash of their configuration, kept in the user's own config directory (never in the
-project), so changing a shared hook needs a new approval. A "personal" project file that git
-tracks came with the repository and counts as shared. A problem in one entry is reported with
-its file and skipped; the rest load.
+Sources: the settings files (`keel.config.intake`): the user's own (`~/.claude/settings.json`,
+keel's user settings) are "personal"; every project file, both spellings, shared or "local", at
+any directory from the project root down to the working directory, came with the project and is
+"shared", whatever git says of it. Shared hooks run only once approved: the approval is a hash
+of their configuration, kept in the user's own config directory (never in the project), so
+changing a shared hook needs a new approval. Until then a shared guard (a `command` hook of
+PreToolUse or PermissionRequest) still runs, as `guard_only`: in a read-only sandbox, with only
+its blocking answers honoured (`HookConfig.guards`). A problem in one entry is reported with its
+file and skipped; the rest load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -28,14 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from keel.config.settings import read_json_object, settings_files
-from keel.config.trust import (
-    approvals_file,
-    approve,
-    approved_pins,
-    came_with_repo,
-    read_approvals,
-)
+from keel.config.intake import intake_for
+from keel.config.settings import read_json_object
+from keel.config.trust import approvals_file, approve, approved_pins, read_approvals
 from keel.frozen import frozen
 from keel.hooks.claude import CLAUDE_EVENTS, EVENTS, UNSUPPORTED_EVENTS
 
@@ -69,6 +67,9 @@ class HookCommand:
     allowed_env: tuple[str, ...] = ()
     #: prompt: the model that decides ("" = the `hooks_model` setting, else the session's).
     model: str = ""
+    #: An unapproved project guard: it runs in a read-only sandbox without network or secrets,
+    #: and only its blocking answers (deny, ask, exit 2) count.
+    guard_only: bool = False
 
     @property
     def label(self) -> str:
@@ -114,12 +115,31 @@ class HookConfig:
         ok = self.shared_hash() in approved
         return [h for h in self.hooks if h.source == "personal" or ok]
 
+    def guards(self, approved: set[str]) -> list[HookCommand]:
+        """The shared guard hooks that wait for approval, marked `guard_only`: a project's
+        PreToolUse and PermissionRequest command hooks protect the user from the model before
+        anyone approved them, but may only block."""
+        if not self.shared_hash() or self.shared_hash() in approved:
+            return []
+        return [
+            dataclasses.replace(h, guard_only=True)
+            for h in self.hooks
+            if h.source == "shared" and h.event in GUARD_ONLY_EVENTS and h.kind == "command"
+        ]
 
-def hook_files(project: Path, *, keel_user_dir: Path, home: Path) -> list[tuple[Path, Source]]:
-    """The settings files (`keel.config.settings.settings_files`, in their order) and whether
-    each is shared: the project's two `settings.json` files, third and fourth, are."""
-    files = settings_files(project, user_dir=keel_user_dir, home=home)
-    return [(path, "shared" if i in (2, 3) else "personal") for i, path in enumerate(files)]
+
+#: Events whose unapproved project hooks still run, sandboxed, for their blocking answers.
+GUARD_ONLY_EVENTS = ("PreToolUse", "PermissionRequest")
+
+
+def hook_files(cwd: Path, *, keel_user_dir: Path, home: Path) -> list[tuple[Path, Source]]:
+    """The settings files (`keel.config.intake.Intake.settings_files`, in their order) and
+    whether each is shared: every file that came with the project is."""
+    intake = intake_for(cwd, user_dir=keel_user_dir, home=home)
+    return [
+        (path, "shared" if intake.supplied(path) else "personal")
+        for path in intake.settings_files()
+    ]
 
 
 def _entries(data: Any, path: Path, source: Source, config: HookConfig) -> None:
@@ -229,13 +249,12 @@ def _hook(
     )
 
 
-def load_hooks(project: Path, *, keel_user_dir: Path, home: Path | None = None) -> HookConfig:
+def load_hooks(cwd: Path, *, keel_user_dir: Path, home: Path | None = None) -> HookConfig:
+    """The hooks of every settings file read for a run in `cwd` (the working directory)."""
     config = HookConfig()
-    for path, source in hook_files(project, keel_user_dir=keel_user_dir, home=home or Path.home()):
+    for path, source in hook_files(cwd, keel_user_dir=keel_user_dir, home=home or Path.home()):
         data = read_json_object(path, config.warnings, skipped="its hooks skipped")
         if data is not None and "hooks" in data:
-            if source == "personal" and path.is_relative_to(project) and came_with_repo(path):
-                source = "shared"  # committed: it came with the repository
             _entries(data["hooks"], path, source, config)
     return config
 
@@ -243,6 +262,7 @@ def load_hooks(project: Path, *, keel_user_dir: Path, home: Path | None = None) 
 __all__ = [
     "CLAUDE_EVENTS",
     "EVENTS",
+    "GUARD_ONLY_EVENTS",
     "UNSUPPORTED_EVENTS",
     "HookCommand",
     "HookConfig",

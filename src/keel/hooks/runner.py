@@ -15,6 +15,12 @@ timeout, as in Claude Code; for the events that can block (PreToolUse, Permissio
 failure, and output that looks like JSON but does not parse, is a warning naming the hook: a
 guard that failed never passes silently. This module runs hooks and interprets their answers;
 the loop decides what an answer does.
+
+A `guard_only` hook (a project's guard the user has not approved yet) runs through `guard_box`
+(a read-only sandbox without network or secrets, given by the assembly) and only its blocking
+answers count: exit 2, `decision: block`, a PreToolUse `deny` or `ask`, a PermissionRequest
+`deny`. Its allow, `updatedInput`, context, `continue: false` and messages are dropped. Where no
+such sandbox runs, a PreToolUse guard cannot judge, so the call asks (headless: is refused).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +48,14 @@ GUARD_EVENTS = frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit",
 
 #: Asks a model one question: (prompt, model or "") → its answer text.
 ModelCall = Callable[[str, str], Awaitable[str]]
+#: Wraps a command in a read-only sandbox: (argv, cwd, env) → a block yielding the wrapped
+#: (argv, env), or None where no sandbox runs (`keel.permissions.guard_sandbox.running`).
+GuardBox = Callable[
+    [list[str], Path, Mapping[str, str]],
+    AbstractContextManager[tuple[list[str], dict[str, str]] | None],
+]
+#: The error of a guard-only hook that could not run because no sandbox runs here.
+NO_GUARD_BOX = "no sandbox runs here, so this unapproved project guard could not run"
 
 PROMPT_SYSTEM = (
     "You are a hook that checks one event of a coding agent. Read the event (JSON) and the "
@@ -124,10 +139,29 @@ async def _run_command(
     """Run one hook command. Its deadline is `hook.timeout` of wall clock from the spawn: then
     its whole tree is killed (detached children included) and its pipes are let go, whoever
     still holds them; children it leaves behind when it exits get `DRAIN_GRACE` seconds."""
+    return await _spawn(hook, ["bash", "-c", hook.command], payload, cwd, env)
+
+
+async def _run_guard(
+    hook: HookCommand, payload: bytes, cwd: Path, env: Mapping[str, str], box: GuardBox | None
+) -> HookRun:
+    """Run an unapproved project guard inside the read-only sandbox, or not at all."""
+    if box is None:
+        return HookRun(hook, None, "", "", error=NO_GUARD_BOX)
+    with box(["bash", "-c", hook.command], cwd, env) as wrapped:
+        if wrapped is None:
+            return HookRun(hook, None, "", "", error=NO_GUARD_BOX)
+        argv, inner_env = wrapped
+        return await _spawn(hook, argv, payload, cwd, inner_env)
+
+
+async def _spawn(
+    hook: HookCommand, argv: list[str], payload: bytes, cwd: Path, env: Mapping[str, str]
+) -> HookRun:
     out, err = Head(MAX_OUTPUT), Head(MAX_OUTPUT)
     try:
         finished = await run_tree(
-            ["bash", "-c", hook.command],
+            argv,
             cwd=cwd,
             env=env,
             stdout=out,
@@ -227,6 +261,37 @@ async def _run_prompt(hook: HookCommand, payload: bytes, ask: ModelCall | None) 
 
 
 def _apply(result: HookResult, run: HookRun, event: str) -> None:
+    if run.hook.guard_only:
+        _apply_guard(result, run, event)
+        return
+    _apply_one(result, run, event)
+
+
+def _apply_guard(result: HookResult, run: HookRun, event: str) -> None:
+    """An unapproved project guard's answer: only what blocks is taken."""
+    alone = HookResult()
+    _apply_one(alone, run, event)
+    if run.error == NO_GUARD_BOX:
+        if event == "PreToolUse":
+            why = (
+                f"the project's guard hook `{_short(run.hook.label, 120)}` is not approved and "
+                "no sandbox runs here to run it safely; approve the project's hooks with "
+                "`keel trust approve hooks` to run it"
+            )
+            _permission(result, "ask", why)
+        result.errors.append(f"{event} hook `{_short(run.hook.label, 120)}`: {NO_GUARD_BOX}")
+        return
+    result.errors += alone.errors
+    if alone.block:
+        result.block = True
+        result.reasons += alone.reasons
+    if alone.permission in ("deny", "ask"):
+        _permission(result, alone.permission, alone.permission_reason)
+    if alone.request_decision == "deny":
+        _request(result, "deny", alone.request_message)
+
+
+def _apply_one(result: HookResult, run: HookRun, event: str) -> None:
     hook = run.hook
     label = f"{event} hook `{_short(hook.label, 200)}`"
     unguarded = " (it could not block; the action went ahead)" if event in GUARD_EVENTS else ""
@@ -339,6 +404,8 @@ class HookRunner:
     model: str = ""
     #: Told about every hook run (a tracer); None costs nothing.
     observer: Callable[[HookObservation], None] | None = None
+    #: Where `guard_only` hooks run (a read-only sandbox); None: they cannot run.
+    guard_box: GuardBox | None = None
 
     def has(self, event: str) -> bool:
         return any(h.event == event for h in self.hooks)
@@ -407,6 +474,8 @@ class HookRunner:
         return run
 
     async def _one(self, hook: HookCommand, data: bytes, env: Mapping[str, str]) -> HookRun:
+        if hook.guard_only:
+            return await _run_guard(hook, data, self.cwd, env, self.guard_box)
         if hook.kind == "http":
             return await _run_http(hook, data, {**os.environ, **env})
         if hook.kind == "prompt":

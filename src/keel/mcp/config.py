@@ -94,19 +94,14 @@ def mcp_json_path(project_root: Path) -> Path:
     return project_root / ".mcp.json"
 
 
-def source_of(settings_file: Path, project_root: Path) -> Source:
-    """The source of servers in a settings file: the project's shared `.keel/settings.json`,
-    its personal `.keel/settings.local.json`, or (anything else) the user's settings."""
-    keel_dir = (project_root / ".keel").resolve()
-    if settings_file.resolve().parent == keel_dir:
-        if settings_file.name == "settings.json":
-            return "project-shared"
-        if settings_file.name == "settings.local.json":
-            from keel.config.trust import came_with_repo
+def source_of(settings_file: Path, project_root: Path, *, home: Path | None = None) -> Source:
+    """The source of servers in a settings file, by provenance (`keel.config.intake`): any file
+    inside the project tree, at any depth, shared or "local", tracked by git or not, came with
+    the project ("project-shared": it needs an approval); anything else is the user's."""
+    from keel.config.intake import intake_for
 
-            # A committed "personal" file came with the repository: it is shared.
-            return "project-shared" if came_with_repo(settings_file) else "project-local"
-    return "user"
+    intake = intake_for(project_root, home=home, root=project_root)
+    return "project-shared" if intake.supplied(settings_file) else "user"
 
 
 def load_servers(
@@ -141,7 +136,7 @@ def load_servers(
         sections.append((3, claude_json, "project-local", claude_local))
     rank_of: dict[Source, int] = {"user": 0, "project-shared": 2, "project-local": 3}
     for path, value in settings_servers:
-        source = source_of(path, project_root)
+        source = source_of(path, project_root, home=home)
         sections.append((rank_of[source], path, source, value))
     order = 0
     for rank, path, source, value in sections:

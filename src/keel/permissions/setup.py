@@ -79,11 +79,11 @@ def build_permissions(
 
 
 def project_root(cwd: Path) -> Path:
-    """The enclosing git work tree (walking up for `.git`, as the agent does), else `cwd`."""
-    for d in (cwd, *cwd.parents):
-        if (d / ".git").exists():
-            return d
-    return cwd
+    """The enclosing git work tree (`keel.config.intake.find_root`, as every loader finds it),
+    else `cwd`."""
+    from keel.config.intake import find_root
+
+    return find_root(cwd) or cwd
 
 
 def sandbox_for(

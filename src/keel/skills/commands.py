@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from keel.agent.mentions import Attachment, attachment_blocks, mentions, read_mention
 from keel.agent.prompt import git_root, without_code
+from keel.config.intake import intake_for
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.skills.skills import (
@@ -261,9 +262,12 @@ def load_commands(
     user_roots = {(home / ".claude" / "commands").absolute()}
     if user_dir is not None:
         user_roots.add((user_dir / "commands").absolute())
+    intake = intake_for(cwd, user_dir=user_dir, home=home)
     for root in search_dirs(cwd, user_dir=user_dir, home=home, kind="commands"):
+        # The user's own folder, unless it lies inside the project tree (then it came with it).
+        user_level = root in user_roots and not intake.supplied(root)
         for path, name in markdown_files(root, warnings, max_depth=MAX_DEPTH):
-            command = _read_command(path, name, warnings, user_level=root in user_roots)
+            command = _read_command(path, name, warnings, user_level=user_level)
             if command is None:
                 continue
             if name in found:

@@ -112,6 +112,8 @@ class ToolOutput:
     content: str | tuple[Text | Image, ...]
     is_error: bool = False
     display: str | None = None
+    #: A warning for the user, shown as a notice when the call finishes ("" = none).
+    notice: str = ""
 
     def blocks(self) -> tuple[Text | Image, ...]:
         return (Text(self.content),) if isinstance(self.content, str) else self.content

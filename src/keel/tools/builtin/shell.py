@@ -216,12 +216,43 @@ async def bash(
         )
     text = text.rstrip("\n")
     sep = "\n" if text else ""
+    notice = _configuration_changed(ctx)
     if timed_out:
         return ToolOutput(
-            f"{text}{sep}[timed out after {timeout} s; process group killed]", is_error=True
+            f"{text}{sep}[timed out after {timeout} s; process group killed]",
+            is_error=True,
+            notice=notice,
         )
     # A failing command is a result the model should read, not a failed tool call.
-    return ToolOutput(f"{text}{sep}[exit code {code}]")
+    return ToolOutput(f"{text}{sep}[exit code {code}]", notice=notice)
+
+
+def _configuration_changed(ctx: ToolContext) -> str:
+    """A notice naming the project configuration the command just created or changed (settings,
+    hooks, MCP servers, instructions… at any depth), so the user sees it: it applies only once
+    approved (`keel.config.intake`). Seen through the checkpoint's `git status` comparison, so
+    only in a git repository, and not for ignored paths."""
+    if ctx.checkpoints is None or not ctx.checkpoints.last_changed:
+        return ""
+    from keel.config.intake import is_configuration
+
+    changed = [_relative(p, ctx.root) for p in ctx.checkpoints.last_changed]
+    found = [p for p in changed if is_configuration(Path(p))]
+    if not found:
+        return ""
+    names = ", ".join(found[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return (
+        f"a command created or changed project configuration: {names}{more}; nothing in it "
+        "applies until you approve it (`keel trust list` shows it)"
+    )
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return path
 
 
 def _checkpointed(ctx: ToolContext, command: str) -> contextlib.AbstractAsyncContextManager[None]:

@@ -1,0 +1,202 @@
+"""Every configuration file a project brings, at any depth, with keel's verdict on it: what
+`keel trust list` and `keel doctor` show, so that nothing from a project applies without
+appearing there (DESIGN.md, invariant 5).
+
+The files are found by `keel.config.intake.scan`; the verdicts come from the same loaders a run
+uses (settings with their pending approvals, hooks, MCP servers), never from a second opinion.
+It must never run or start anything.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from keel.config.intake import Intake, intake_for, scan
+from keel.config.settings import Settings, read_json_object
+from keel.config.trust import approved_pins
+from keel.frozen import frozen
+from keel.hooks.config import HookConfig, load_hooks
+from keel.mcp.config import ServerConfig, load_servers
+
+#: Kinds keel reads from the directories between the project root and the working directory.
+_CHAIN_KINDS = ("settings", "agents", "commands", "skills", "instructions")
+#: Kinds keel does not read yet, with what is lost.
+_UNSUPPORTED = {
+    "rules": "Claude Code rules are not supported yet; nothing in them reaches the model",
+    "output-styles": "Claude Code output styles are not supported yet; ignored",
+    "plugin": "Claude Code plugins are not supported yet; nothing in it is installed or runs",
+    "foreign": "another tool's configuration keel does not read yet; nothing in it applies",
+}
+
+
+@frozen
+class ProjectFile:
+    path: Path
+    kind: str
+    #: Whether it came with the project (always, inside the project tree, but for the user's own
+    #: configuration when the project is the home directory).
+    supplied: bool
+    #: What keel does with it, in a few words.
+    verdict: str
+    #: Whether something in it waits for the user's approval.
+    waiting: bool = False
+
+
+@frozen
+class ProjectReport:
+    root: Path
+    files: tuple[ProjectFile, ...]
+    #: The scan stopped early (a huge tree); files past that point are not listed.
+    cut_short: bool
+
+
+def project_report(
+    cwd: Path,
+    settings: Settings,
+    *,
+    user_dir: Path,
+    home: Path | None = None,
+    hooks: HookConfig | None = None,
+    servers: list[ServerConfig] | None = None,
+) -> ProjectReport:
+    """Every project configuration file under the project root of `cwd`, with its verdict."""
+    home = home or Path.home()
+    intake = intake_for(cwd, user_dir=user_dir, home=home)
+    if hooks is None:
+        hooks = load_hooks(cwd, keel_user_dir=user_dir, home=home)
+    if servers is None:
+        servers, _ = load_servers(intake.root, settings.mcp_servers, os.environ, home=home)
+    found, cut = scan(intake)
+    judge = _Judge(intake, settings, hooks, servers)
+    files = tuple(judge.verdict(path, kind) for path, kind in found)
+    return ProjectReport(intake.root, files, cut)
+
+
+class _Judge:
+    def __init__(
+        self, intake: Intake, settings: Settings, hooks: HookConfig, servers: list[ServerConfig]
+    ) -> None:
+        self.intake = intake
+        self.settings = settings
+        self.hooks = hooks
+        self.servers = servers
+        self.chain = set(intake.chain())
+        self.hook_pins = approved_pins(intake.user_dir, intake.key, "hooks")
+        self.mcp_pins = approved_pins(intake.user_dir, intake.key, "mcp")
+
+    def verdict(self, path: Path, kind: str) -> ProjectFile:
+        supplied = self.intake.supplied(path)
+        owner = _owner(path)
+        if kind in _UNSUPPORTED:
+            return ProjectFile(path, kind, supplied, _UNSUPPORTED[kind])
+        if kind == "bench":
+            return ProjectFile(
+                path, kind, supplied, "bench tasks: `keel bench` runs them only once approved"
+            )
+        if kind == "mcp":
+            if owner != self.intake.root:
+                why = "not read: keel reads `.mcp.json` only at the project root"
+                return ProjectFile(path, kind, supplied, why)
+            return self._servers(path, supplied)
+        if owner not in self.chain:
+            return ProjectFile(path, kind, supplied, self._elsewhere(owner))
+        if kind == "settings":
+            return self._settings(path, supplied)
+        if path.name == "AGENTS.override.md":
+            return ProjectFile(path, kind, supplied, "not read: keel does not support it yet")
+        if path.name == "CLAUDE.md" and (path.parent / "AGENTS.md").is_file():
+            return ProjectFile(path, kind, supplied, "not read: the AGENTS.md beside it is")
+        return ProjectFile(
+            path,
+            kind,
+            supplied,
+            "prompt text: read; whatever it makes the model do passes the permission gate",
+        )
+
+    def _elsewhere(self, owner: Path) -> str:
+        return (
+            f"not read in this directory (read when keel starts in {self.intake.rel(owner)}/ "
+            "or below it; then it is a project file like any other)"
+        )
+
+    def _settings(self, path: Path, supplied: bool) -> ProjectFile:
+        if path not in self.settings.files:
+            return ProjectFile(path, "settings", supplied, "not read: see the warning about it")
+        if not supplied:
+            return ProjectFile(path, "settings", supplied, "yours: applies")
+        parts: list[str] = []
+        waiting = False
+        for pending in self.settings.pending:
+            if pending.path == path:
+                keys = ", ".join(e.key for e in pending.entries)
+                if pending.approved:
+                    parts.append(f"approved: {keys}")
+                else:
+                    waiting = True
+                    parts.append(f"WAITS FOR APPROVAL: {keys}")
+        own = [h for h in self.hooks.hooks if h.file == str(path)]
+        if own:
+            if self.hooks.shared_hash() in self.hook_pins:
+                parts.append(f"{len(own)} hook(s): approved")
+            else:
+                waiting = True
+                guards = sum(1 for h in self.hooks.guards(set()) if h.file == str(path))
+                guarded = f" ({guards} guard(s) run read-only and may only block)" if guards else ""
+                parts.append(f"{len(own)} hook(s) WAIT FOR APPROVAL{guarded}")
+        mine = [s for s in self.servers if s.origin == str(path)]
+        for server in mine:
+            state = "approved" if server.config_hash() in self.mcp_pins else "WAITS FOR APPROVAL"
+            waiting = waiting or state != "approved"
+            parts.append(f"MCP server {server.name}: {state}")
+        rest = "what only tightens applies"
+        verdict = "; ".join([rest, *parts]) if parts else f"{rest}; nothing in it needs approval"
+        return ProjectFile(path, "settings", supplied, verdict, waiting)
+
+    def _servers(self, path: Path, supplied: bool) -> ProjectFile:
+        mine = [s for s in self.servers if s.origin == str(path)]
+        if not mine:
+            data = read_json_object(path, [], skipped="")
+            return ProjectFile(
+                path, "mcp", supplied, "no servers" if data is not None else "not readable"
+            )
+        parts = []
+        waiting = False
+        for server in mine:
+            ok = not server.needs_approval or server.config_hash() in self.mcp_pins
+            waiting = waiting or not ok
+            parts.append(f"{server.name}: {'starts' if ok else 'WAITS FOR APPROVAL'}")
+        return ProjectFile(path, "mcp", supplied, "MCP servers " + ", ".join(parts), waiting)
+
+
+def report_lines(report: ProjectReport, indent: str = "  ") -> list[str]:
+    """The report as lines: one per file, its path from the project root, kind and verdict."""
+    if not report.files:
+        return [
+            "project files: none (no settings, hooks, MCP servers, agents, commands, skills, "
+            "rules or instruction files anywhere in the project)"
+        ]
+    lines = [
+        f"project files ({len(report.files)}, at every depth; each came with the project "
+        "unless it says yours):"
+    ]
+    for f in report.files:
+        rel = f.path.relative_to(report.root) if f.path.is_relative_to(report.root) else f.path
+        lines.append(f"{indent}{rel} [{f.kind}]: {f.verdict}")
+    if report.cut_short:
+        lines.append(
+            f"{indent}(the project is too large to look through whole: files past this point "
+            "are not listed)"
+        )
+    return lines
+
+
+def _owner(path: Path) -> Path:
+    """The directory a configuration entry belongs to (`sub` for `sub/.keel/settings.json`)."""
+    for parent in path.parents:
+        if parent.name not in (".keel", ".claude", ".claude-plugin", ".codex", ".opencode"):
+            return parent
+    return path.parent
+
+
+__all__ = ["ProjectFile", "ProjectReport", "project_report", "report_lines"]
