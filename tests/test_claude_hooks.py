@@ -287,7 +287,7 @@ def test_post_tool_use_failure_gets_the_error(project: Path, home: Path, tmp_pat
     assert payload["hook_event_name"] == "PostToolUseFailure"
     assert payload["tool_name"] == "Bash"
     assert payload["tool_input"] == {"command": "echo oops >&2; exit 3"}
-    assert payload["error"] == "Exit code 3\noops\n[exit code 3]"
+    assert payload["error"] == "Exit code 3\noops"  # Claude Code's shape, no keel marker
     assert payload["is_interrupt"] is False
     assert "tool_response" not in payload
 

@@ -356,7 +356,9 @@ async def test_edit_errors_tell_the_model_what_to_do(ctx: ToolContext, project: 
 async def test_bash_reports_exit_code_and_merges_stderr(ctx: ToolContext) -> None:
     out = await run(bash, ctx, command="echo out; echo err >&2; exit 3")
     assert out.content == "out\nerr\n[exit code 3]"
-    assert out.is_error is False
+    assert out.is_error is True  # a failed command is a failure, as Claude Code reports it
+    ok = await run(bash, ctx, command="echo fine")
+    assert (ok.content, ok.is_error) == ("fine\n[exit code 0]", False)
 
 
 async def test_bash_runs_in_cwd_with_clean_env(ctx: ToolContext, project: Path) -> None:

@@ -375,7 +375,9 @@ class ToolRunner:
             "tool_use_id": call.id,
         }
         if failed:
-            error = f"Exit code {code}\n{result.text}" if code else result.text
+            # Claude Code's shape: "Exit code N" then the output, without keel's own marker.
+            output = claude.without_exit_code(result.text) if code is not None else result.text
+            error = f"Exit code {code}\n{output}".rstrip("\n") if code else result.text
             fields.update(error=error, is_interrupt=False)
         else:
             fields["tool_response"] = claude.tool_response(

@@ -252,6 +252,11 @@ def bash_exit_code(text: str) -> int | None:
     return int(found.group(1))
 
 
+def without_exit_code(text: str) -> str:
+    """keel's bash result without the `[exit code N]` line it ends with."""
+    return _EXIT.sub("", text)
+
+
 def tool_response(
     tool: str, args: dict[str, Any], text: str, cwd: Path, *, duration_ms: int = 0
 ) -> Any:

@@ -223,8 +223,9 @@ async def bash(
             is_error=True,
             notice=notice,
         )
-    # A failing command is a result the model should read, not a failed tool call.
-    return ToolOutput(f"{text}{sep}[exit code {code}]", notice=notice)
+    # A command that exits non-zero failed, as Claude Code reports it (is_error): the model
+    # still reads its output and the exit code.
+    return ToolOutput(f"{text}{sep}[exit code {code}]", is_error=code != 0, notice=notice)
 
 
 def _configuration_changed(ctx: ToolContext) -> str:
