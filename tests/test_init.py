@@ -656,3 +656,26 @@ async def test_grep_and_glob_do_not_follow_a_link_out_of_the_project(
     assert found.content == "No matches for 'TOPSECRET'."
     listed = await glob.run(ctx, {"pattern": "**/*.txt"})
     assert "notes.txt" not in str(listed.content)
+
+
+def test_without_a_model_the_hint_does_not_offer_the_offline_demo(repo: Path) -> None:
+    """The offline demo plays a fixed conversation and cannot write a project's AGENTS.md, so
+    `keel init` without a key says what does work instead of suggesting it."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_AUTH_TOKEN"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "keel", "init"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+        input="",
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "keel: error: no model chosen and no API key found (hint: keel init needs a real model: "
+        "set ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY, pass --model provider/model, "
+        "or run a local one (--model ollama/qwen3:8b; docs/providers.md))\n"
+    )
+    assert not (repo / "AGENTS.md").exists()

@@ -21,6 +21,7 @@ from keel.app.init import (
 )
 from keel.cli import main as cli
 from keel.cli.main import _dollars, _Parser, _whole
+from keel.errors import UserError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,7 +86,16 @@ def init(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     cwd = _cwd(args)
     settings = _settings(cwd)
-    ref = choose_model(args.model, settings)
+    try:
+        ref = choose_model(args.model, settings)
+    except UserError as exc:
+        # The offline demo plays a fixed conversation: it cannot write this project's AGENTS.md.
+        raise UserError(
+            exc.message,
+            hint="keel init needs a real model: set ANTHROPIC_API_KEY, OPENAI_API_KEY or "
+            "GEMINI_API_KEY, pass --model provider/model, or run a local one "
+            "(--model ollama/qwen3:8b; docs/providers.md)",
+        ) from exc
     printer = Printer("text", quiet=args.quiet, out=sys.stdout, err=sys.stderr)
     asking = not args.yes and sys.stdin.isatty()
     approve = terminal_approver(sys.stdin, sys.stdout) if asking else None
