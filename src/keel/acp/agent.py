@@ -378,7 +378,7 @@ class KeelAcpAgent:
             raise RequestError.invalid_params({"details": str(exc)}) from None
         text = given.text
         # Mentions are looked for in what was typed only, never in an attached buffer.
-        sent, attachments = attach(text, session.cwd)
+        sent, attachments = attach(text, session.cwd, refuse=agent.import_refusal)
         sent = "\n\n".join([sent, *given.attached])
         for a in attachments:  # as the TUI does: a file attached whole counts as read
             if a.complete and a.resolved.is_file():

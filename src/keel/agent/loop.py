@@ -258,6 +258,7 @@ class Agent:
             gate = Permissions.from_settings(self.cwd, env=self.ctx.env)
         self.gate: Gate = gate
         if isinstance(self.gate, PermissionGate):
+            self.ctx.content_denied = self.import_refusal  # grep, knowledge_search ask it
             if self.gate.record is None:
                 self.gate.record = self._record_decision
             if self.gate.sandbox is not None and self.ctx.sandbox is None:
@@ -355,10 +356,11 @@ class Agent:
         return self._system
 
     def import_refusal(self, path: Path) -> str | None:
-        """Why an instruction file may not import `path`: a deny rule for reading it."""
+        """Why the model may not see `path`'s content (an instruction file's import, an `@file`
+        mention, a file grep finds): a `read` deny rule (`PermissionGate.content_denied`)."""
         if not isinstance(self.gate, PermissionGate):
             return None
-        rule = self.gate.deny_rule("read", {"path": str(path)})
+        rule = self.gate.content_denied(path)
         return None if rule is None else f"denied by rule {rule} ({rule.source or 'settings'})"
 
     @property

@@ -4,14 +4,18 @@
 A mention is `@` at the start of the text or after whitespace, then a path (`@"a b.txt"` for a
 path with spaces). Each mention of a readable file attaches the file (up to `MAX_LINES` lines /
 `MAX_BYTES`) after the text in an `<attached-file>` block; a folder attaches its listing. The text
-itself is kept as written. Nothing here writes a file or decides what may be read: callers that
-attach on behalf of a file (not the user) filter the paths first.
+itself is kept as written. A file or folder whose content a `read` deny rule keeps from the
+model (`refuse`: the agent's `import_refusal`, which asks `PermissionGate.content_denied`) is not
+read: its block says it was refused and why. Nothing here writes a file or decides what may be
+read: callers that attach on behalf of a file (not the user) filter the paths first.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 from keel.frozen import frozen
 
@@ -33,6 +37,8 @@ class Attachment:
     text: str
     #: Whole file attached (so the model has read it all).
     complete: bool
+    #: Why it was not read (a `read` deny rule), or "" when it was.
+    refused: str = ""
 
 
 def mentions(text: str) -> list[str]:
@@ -45,17 +51,28 @@ def mentions(text: str) -> list[str]:
     return found
 
 
-def attach(text: str, cwd: Path) -> tuple[str, list[Attachment]]:
+#: Why the model may not see a path's content, or None (`Agent.import_refusal`).
+Refuse: TypeAlias = Callable[[Path], str | None]
+
+
+def attach(text: str, cwd: Path, *, refuse: Refuse | None = None) -> tuple[str, list[Attachment]]:
     """The prompt to send for `text`: the text as typed, then one block per mentioned file or
-    folder that exists. Mentions of missing paths stay plain text."""
-    attachments = [a for p in mentions(text) if (a := read_mention(p, cwd)) is not None]
+    folder that exists (a refused one's block says why it is not there). Mentions of missing
+    paths stay plain text."""
+    attachments = [
+        a for p in mentions(text) if (a := read_mention(p, cwd, refuse=refuse)) is not None
+    ]
     if not attachments:
         return text, []
     return text + "\n\n" + attachment_blocks(attachments), attachments
 
 
-def read_mention(path: str, cwd: Path) -> Attachment | None:
+def read_mention(path: str, cwd: Path, *, refuse: Refuse | None = None) -> Attachment | None:
     target = (cwd / Path(path).expanduser()).resolve()
+    if not target.exists():
+        return None
+    if refuse is not None and (why := refuse(target)) is not None:
+        return Attachment(path, target, f"(not attached: {why})", False, refused=why)
     if target.is_dir():
         entries = sorted(
             p.name + ("/" if p.is_dir() else "")
@@ -111,6 +128,7 @@ __all__ = [
     "MAX_LISTING",
     "SKIP_DIRS",
     "Attachment",
+    "Refuse",
     "attach",
     "attachment_blocks",
     "mentions",

@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -531,34 +531,58 @@ def open_index(db_path: Path) -> sqlite3.Connection:
 
 
 def search(
-    db_path: Path, query: str, *, top_k: int = 5, embedder: Embedder | None = None
+    db_path: Path,
+    query: str,
+    *,
+    top_k: int = 5,
+    embedder: Embedder | None = None,
+    exclude: Collection[str] = (),
 ) -> SearchResult:
     """The `top_k` best chunks for `query`: BM25 alone, or fused with cosine similarity by
     reciprocal rank fusion when an embedder is given and the index has its model's vectors.
-    An embeddings failure is a notice and lexical results, never an exception."""
+    An embeddings failure is a notice and lexical results, never an exception. Chunks of the
+    files `exclude` names (indexed paths) are never candidates: the best `top_k` of the rest
+    come back, so what they hold does not show in how many results there are."""
     db = open_index(db_path)
     try:
-        return _search(db, query, top_k, embedder)
+        return _search(db, query, top_k, embedder, sorted(set(exclude)))
+    finally:
+        db.close()
+
+
+def indexed_paths(db_path: Path) -> list[str]:
+    """The paths of the files in the index (relative to its project), sorted."""
+    db = open_index(db_path)
+    try:
+        return [p for (p,) in db.execute("SELECT path FROM files ORDER BY path")]
     finally:
         db.close()
 
 
 def _search(
-    db: sqlite3.Connection, query: str, top_k: int, embedder: Embedder | None
+    db: sqlite3.Connection,
+    query: str,
+    top_k: int,
+    embedder: Embedder | None,
+    exclude: list[str],
 ) -> SearchResult:
     expression = fts_query(query)
+    hidden = ""
+    if exclude:
+        marks = ", ".join("?" * len(exclude))
+        hidden = f" AND rowid NOT IN (SELECT id FROM chunks WHERE path IN ({marks}))"
     lexical: list[tuple[int, float]] = []
     if expression:
         lexical = db.execute(
             "SELECT rowid, bm25(chunks_fts, ?, ?) AS score FROM chunks_fts WHERE chunks_fts "
-            "MATCH ? ORDER BY score, rowid LIMIT ?",
-            (*BM25_WEIGHTS, expression, OVERFETCH),
+            f"MATCH ?{hidden} ORDER BY score, rowid LIMIT ?",
+            (*BM25_WEIGHTS, expression, *exclude, OVERFETCH),
         ).fetchall()
     notices: list[str] = []
     similar: list[tuple[int, float]] = []
     ranking = "lexical"
     if embedder is not None:
-        similar, notice = _similar(db, query, embedder)
+        similar, notice = _similar(db, query, embedder, exclude)
         if notice:
             notices.append(notice)
         else:
@@ -574,7 +598,7 @@ def _search(
 
 
 def _similar(
-    db: sqlite3.Connection, query: str, embedder: Embedder
+    db: sqlite3.Connection, query: str, embedder: Embedder, exclude: list[str]
 ) -> tuple[list[tuple[int, float]], str]:
     model = embedder.config.model
     stored = db.execute("SELECT count(*), max(dim) FROM vectors WHERE model = ?", (model,))
@@ -594,10 +618,13 @@ def _similar(
             "(rebuild it with `keel knowledge index`); lexical results only]"
         )
     query_vec = normalised(vector)
+    marks = ", ".join("?" * len(exclude))
+    hidden = f" AND chunk_id NOT IN (SELECT id FROM chunks WHERE path IN ({marks}))"
     scored = [
         (chunk_id, cosine(query_vec, unpack(blob)))
         for chunk_id, blob in db.execute(
-            "SELECT chunk_id, vec FROM vectors WHERE model = ?", (model,)
+            "SELECT chunk_id, vec FROM vectors WHERE model = ?" + (hidden if exclude else ""),
+            (model, *exclude),
         )
     ]
     scored.sort(key=lambda s: (-s[1], s[0]))

@@ -6,13 +6,17 @@ anything ("ignore previous instructions"), and what it says is quoted, never obe
 doc that looks like these tags is escaped so it cannot close the quote. The whole result is
 capped at `MAX_RESULT_CHARS` (about 4,000 tokens) and each chunk at `MAX_CHUNK_CHARS`, with a
 mark where text was clipped. No index, an unreadable one, or an embeddings endpoint that is down
-are results that say so and what to do, never a failed tool call. This module never writes.
+are results that say so and what to do, never a failed tool call. Sections of a file whose
+content a `read` deny rule keeps from the model (`ToolContext.content_denied`) are never
+returned, nor ranked: a line says how many indexed files that leaves out, a number that depends
+on the index, not on the query. This module never writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from keel.knowledge.embeddings import Embedder, EmbeddingsConfig
@@ -112,20 +116,32 @@ def knowledge_tool(
         if not re.search(r"\w", query):
             raise ToolError("the query has no words to search for; give a few keywords")
         top_k = max(1, min(top_k, MAX_TOP_K))
-        return await asyncio.to_thread(_run, db_path, root, query, top_k, embedder)
+        return await asyncio.to_thread(
+            _run, db_path, root, query, top_k, embedder, ctx.content_denied
+        )
 
     knowledge_search.__doc__ = DESCRIPTION
     return tool(name=NAME, read_only=True, kind="builtin")(knowledge_search)
 
 
-def _run(db_path: Path, root: Path, query: str, top_k: int, embedder: Embedder | None) -> str:
+def _run(
+    db_path: Path,
+    root: Path,
+    query: str,
+    top_k: int,
+    embedder: Embedder | None,
+    denied: Callable[[Path], str | None] | None,
+) -> str:
     import sqlite3
 
     from keel.errors import UserError
-    from keel.knowledge.index import search, stale_files
+    from keel.knowledge.index import indexed_paths, search, stale_files
 
     try:
-        result = search(db_path, query, top_k=top_k, embedder=embedder)
+        withheld = (
+            [p for p in indexed_paths(db_path) if denied(root / p) is not None] if denied else []
+        )
+        result = search(db_path, query, top_k=top_k, embedder=embedder, exclude=withheld)
         changed = set(stale_files(db_path, root, [h.path for h in result.hits]))
     except UserError as exc:  # no index, an index of another version, no FTS5
         return f"[knowledge index unavailable: {exc.one_line()}]"
@@ -138,4 +154,11 @@ def _run(db_path: Path, root: Path, query: str, top_k: int, embedder: Embedder |
         (h.cite, h.heading, h.start_line, h.end_line, h.text, h.path in changed)
         for h in result.hits
     ]
-    return render(query, rows, ranking=result.ranking, notices=result.notices)
+    notices = list(result.notices)
+    if withheld:
+        files = "1 indexed file" if len(withheld) == 1 else f"{len(withheld)} indexed files"
+        notices.append(
+            f"[{files} left out: a read deny rule keeps {'its' if len(withheld) == 1 else 'their'}"
+            f" content from you ({', '.join(withheld[:3])}{', …' if len(withheld) > 3 else ''})]"
+        )
+    return render(query, rows, ranking=result.ranking, notices=notices)

@@ -40,7 +40,16 @@ from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import ToolUse
 from keel.permissions.boundary import PROTECTED, outside_project, protected_path, refuse_write
-from keel.permissions.rules import FILE_TOOLS, READ_FAMILY, Rule, matches, suggest
+from keel.permissions.rules import (
+    FILE_TOOLS,
+    READ_FAMILY,
+    Rule,
+    covers_path,
+    covers_tool,
+    matches,
+    suggest,
+    target_path,
+)
 
 if TYPE_CHECKING:
     from keel.llm.events import Notice
@@ -286,6 +295,19 @@ class PermissionGate:
     def deny_rule(self, tool: str, args: dict[str, Any]) -> Rule | None:
         """The deny rule that forbids this call, if any (nothing is recorded or asked)."""
         return self._first("deny", tool, args)
+
+    def content_denied(self, path: Path) -> Rule | None:
+        """The `read` deny rule that keeps `path`'s content from the model, if any: the one
+        answer for everything that would show a file's content without a `read` call of its
+        own (matches of `grep`, sections of `knowledge_search`, `@file` mentions, files an
+        instruction file imports). A path relative to cwd; symlinks are resolved. The same
+        test as a `read` call of `path` meets at step 2 (`covers_tool`, `covers_path`), with the
+        path resolved once: grep asks it for every file of a tree."""
+        rules = [r for r in self.rules if r.effect == "deny" and covers_tool(r, "read")]
+        if not rules:
+            return None
+        target, root = target_path(path, self.cwd), self.root.resolve()
+        return next((r for r in rules if covers_path(r, target, root)), None)
 
     def _denied_by(self, tool: str, args: dict[str, Any]) -> Rule | None:
         return self._first("deny", tool, args)

@@ -5,14 +5,19 @@ matches. Rules are written in keel's spelling or Claude Code's (`bash(...)` or `
 - `bash(git commit*)`, `Bash(npm run test:*)`: a prefix pattern on each command of the command
   line (see `keel.permissions.shell`); deny and ask rules also look inside substitutions and
   `bash -c`.
-- File tools: `read(src/**)`, `Edit(./src/**)`: a gitignore-style glob. Anchors: `//x` is
-  absolute, `~/x` is below the home directory, `./x` and any pattern with a `/` inside are
-  relative to the project root, a pattern with no `/` (`*.env`, `.env`) matches at any depth,
-  and `/x` is relative to the folder that holds the settings file's `.claude/` (Claude Code's
-  files) or absolute (keel's own files). A match of a directory covers everything below it.
+- File tools: `read(src/**)`, `Edit(./src/**)`: a gitignore pattern with git's rules
+  (`keel.globs`: classes such as `[Ss]ecret.env`, the escapes `\\#`, `\\!` and `\\ `, `**`, a
+  trailing `/` for directories only). Anchors: `//x` is absolute, `~/x` is below the home
+  directory, `./x` and any pattern with a `/` inside are relative to the project root, a
+  pattern with no `/` (`*.env`, `.env`) matches at any depth, and `/x` is relative to the
+  folder that holds the settings file's `.claude/` (Claude Code's files) or absolute (keel's
+  own files). A match of a directory covers everything below it. A pattern keel cannot apply
+  (`Read(./[z-a])`, a negation `Read(!x)`) fails closed: a deny or ask rule with one covers
+  every path of its tool, an allow rule with one covers none (`Rule.problem` says why).
   Families: an `edit` rule covers every tool that writes files (`write`, `edit`, `multi_edit`);
   a deny or ask rule of `write` or `multi_edit` does too; a `read` rule covers the tools that
-  read files (`read`, `grep`, `glob`, `ls`).
+  read files (`read`, `grep`, `glob`, `ls`), and a `read` deny rule also keeps a file's content
+  out of every result that would quote it (`PermissionGate.content_denied`).
 - `web_fetch(domain:example.com)`: the domain and its subdomains.
 - `mcp__server` and `mcp__server__*`: every tool of that MCP server; `mcp__server__tool` one.
 - A bare tool name matches every call of that tool (or family).
@@ -31,7 +36,7 @@ from urllib.parse import urlsplit
 import keel.permissions.shell as shell
 from keel.errors import UserError
 from keel.frozen import frozen
-from keel.globs import translate
+from keel.globs import PatternError, escape, rule_pattern
 from keel.tools.names import CLAUDE_ONLY, from_claude
 
 Effect = Literal["allow", "ask", "deny"]
@@ -60,6 +65,9 @@ class Rule:
     source: str = ""
     #: The directory a Claude Code `/x` path pattern is relative to (None: `/x` is absolute).
     anchor: Path | None = None
+    #: Why the path pattern cannot be applied ("" when it can): the rule then fails closed (a
+    #: deny or ask rule covers every path of its tool, an allow rule none).
+    problem: str = ""
 
     def __str__(self) -> str:
         return f"{self.tool}({self.pattern})" if self.pattern is not None else self.tool
@@ -71,7 +79,8 @@ class Rule:
 
 
 def parse_rule(text: str, effect: Effect, source: str = "", *, anchor: Path | None = None) -> Rule:
-    """`bash(git commit*)`, `Read(./.env)`, `web_fetch(domain:x.org)`, `mcp__github`, `edit`."""
+    """`bash(git commit*)`, `Read(./.env)`, `web_fetch(domain:x.org)`, `mcp__github`, `edit`.
+    A path pattern keel cannot apply is not an error here: the rule carries the `problem`."""
     m = _RULE.match(text.strip())
     if not m or (m.group("pattern") is not None and not m.group("pattern").strip()):
         raise UserError(
@@ -86,7 +95,33 @@ def parse_rule(text: str, effect: Effect, source: str = "", *, anchor: Path | No
         mapped = from_claude(written)
         tool = written if mapped is None else mapped.lower()
     pattern = m.group("pattern")
-    return Rule(tool, pattern.strip() if pattern is not None else None, effect, source, anchor)
+    if pattern is None:
+        return Rule(tool, None, effect, source, anchor)
+    pattern = _trimmed(pattern)
+    problem = path_problem(pattern) if tool in FILE_TOOLS else ""
+    return Rule(tool, pattern, effect, source, anchor, problem)
+
+
+def _trimmed(pattern: str) -> str:
+    """`pattern` without surrounding whitespace, except a trailing space escaped with `\\`
+    (git's way to end a pattern with a space)."""
+    trimmed = pattern.strip()
+    backslashes = len(trimmed) - len(trimmed.rstrip("\\"))
+    if backslashes % 2 and len(pattern.rstrip()) < len(pattern):
+        trimmed += " "
+    return trimmed
+
+
+def path_problem(pattern: str) -> str:
+    """Why a file tool's path pattern cannot be applied, or "" when it can."""
+    _base_dir, rest, anchored = _base(pattern, Path("."), None)
+    if not rest.rstrip("/"):
+        return ""
+    try:
+        rule_pattern(("/" if anchored else "") + rest)
+    except PatternError as exc:
+        return str(exc)
+    return ""
 
 
 def parse_rules(texts: Iterable[str], effect: Effect, source: str = "") -> list[Rule]:
@@ -99,8 +134,10 @@ def settings_rules(
     """Rules as settings files wrote them, `(text, file)`, with the warnings about them. A deny
     or ask rule keel cannot read stops the run (UserError naming the file and the rule: skipping
     it would let through what it was meant to stop); an allow rule is skipped with a warning
-    (skipping it only asks more). A rule naming a Claude Code tool keel lacks is kept and named
-    in a warning (it matches nothing)."""
+    (skipping it only asks more). A deny or ask rule whose path pattern keel cannot apply is
+    kept and covers every path of its tool, with a warning; such an allow rule is skipped with
+    one. A rule naming a Claude Code tool keel lacks is kept and named in a warning (it matches
+    nothing)."""
     rules: list[Rule] = []
     warnings: list[str] = []
     for text, source in entries:
@@ -111,6 +148,14 @@ def settings_rules(
                 raise
             warnings.append(f"{exc.message}; skipped")
             continue
+        if rule.problem:
+            if effect == "allow":
+                warnings.append(f"{source}: allow rule {text!r}: {rule.problem}; skipped")
+                continue
+            warnings.append(
+                f"{source}: {effect} rule {text!r}: {rule.problem}; it covers every path of "
+                f"{rule.tool} until it is fixed"
+            )
         if rule.unknown_tool:
             warnings.append(
                 f"{source}: {effect} rule {text!r} names Claude Code's {rule.tool}, which keel "
@@ -142,23 +187,39 @@ def _base(pattern: str, root: Path, anchor: Path | None) -> tuple[Path, str, boo
 
 
 def path_matches(pattern: str, path: Path, root: Path, anchor: Path | None = None) -> bool:
-    """Whether `path` (absolute, resolved) matches a rule's path pattern (module docstring)."""
+    """Whether `path` (absolute, resolved) matches a rule's path pattern (module docstring);
+    `root` is resolved too. A pattern that cannot be applied raises PatternError (`path_problem`
+    says so beforehand)."""
     base, rest, anchored = _base(pattern, root, anchor)
     try:
-        rel = path.relative_to(base.resolve() if base != Path("/") else base).as_posix()
+        rel = path.relative_to(base if base in (root, Path("/")) else base.resolve()).as_posix()
     except ValueError:
         return False
-    dir_only = rest.endswith("/")
-    rest = rest.rstrip("/")
-    if not rest or rel == ".":
-        return not rest
-    regex = re.compile(("^" if anchored else "^(?:.*/)?") + translate(rest) + "$", re.DOTALL)
-    parts = rel.split("/")
-    # The path itself, then each directory above it (a matched directory covers its contents).
-    candidates = ["/".join(parts[:n]) for n in range(len(parts), 0, -1)]
-    if dir_only and not path.is_dir():
-        candidates = candidates[1:]
-    return any(regex.match(c) for c in candidates)
+    if not rest.rstrip("/"):
+        return True  # the base itself and everything below it
+    if rel == ".":
+        return False
+    compiled = rule_pattern(("/" if anchored else "") + rest)
+    # As a directory only when that is what makes it match (one stat, seldom).
+    return compiled.matches(rel, False) or (compiled.matches(rel, True) and path.is_dir())
+
+
+def target_path(raw: object, cwd: Path) -> Path:
+    """The file a file tool's path argument names: relative to cwd, `~` expanded, symlinks
+    resolved (what a rule's pattern is matched against)."""
+    target = Path(str(raw)).expanduser()
+    return (target if target.is_absolute() else cwd / target).resolve()
+
+
+def covers_path(rule: Rule, target: Path, root: Path) -> bool:
+    """Whether a file tool's rule takes in `target` (`target_path`), `root` resolved: a rule
+    without a pattern covers every path; one whose pattern cannot be applied fails closed (a
+    deny or ask rule covers every path, an allow rule none)."""
+    if rule.pattern is None:
+        return True
+    if rule.problem:
+        return rule.effect != "allow"
+    return path_matches(rule.pattern, target, root, rule.anchor)
 
 
 def _domain_matches(pattern: str, url: str) -> bool:
@@ -191,10 +252,7 @@ def matches(rule: Rule, tool: str, args: dict[str, Any], root: Path, cwd: Path) 
             return shell.rule_denies([rule.pattern], command) is not None
         return shell.rule_allows([rule.pattern], command)
     if tool in FILE_TOOLS:
-        raw = args.get(FILE_TOOLS[tool], ".")
-        target = Path(str(raw)).expanduser()
-        target = (target if target.is_absolute() else cwd / target).resolve()
-        return path_matches(rule.pattern, target, root.resolve(), rule.anchor)
+        return covers_path(rule, target_path(args.get(FILE_TOOLS[tool], "."), cwd), root.resolve())
     if tool == "web_fetch" and rule.pattern.startswith("domain:"):
         return _domain_matches(rule.pattern, str(args.get("url", "")))
     return rule.pattern == "*"
@@ -212,5 +270,5 @@ def suggest(tool: str, args: dict[str, Any], cwd: Path | None = None) -> str:
     if tool in READ_FAMILY and cwd is not None:
         target = (cwd / Path(str(args.get(FILE_TOOLS[tool]) or ".")).expanduser()).resolve()
         folder = target if target.is_dir() else target.parent
-        return f"{tool}(//{folder.as_posix().lstrip('/')}/**)"
+        return f"{tool}(//{escape(folder.as_posix().lstrip('/'))}/**)"
     return tool

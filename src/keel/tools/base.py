@@ -98,6 +98,10 @@ class ToolContext:
     on_process: Callable[[int], None] | None = None
     #: Directories besides the root that writes may go to (`permissions.additionalDirectories`).
     extra_roots: tuple[Path, ...] = ()
+    #: Why the model may not see a file's content (a `read` deny rule), or None: set by the
+    #: agent from its permission gate (`PermissionGate.content_denied`). Tools that return the
+    #: content of files they find themselves (grep, knowledge_search) ask it for each file.
+    content_denied: Callable[[Path], str | None] | None = None
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""

@@ -487,7 +487,7 @@ class Controller:
         self._ensure_session()
         if self._unfinished and not await self.resume_unfinished():
             return
-        sent, attachments = attach(text, agent.cwd)
+        sent, attachments = attach(text, agent.cwd, refuse=agent.import_refusal)
         from keel.tools.builtin.files import stamp
 
         for a in attachments:

@@ -1,7 +1,9 @@
 """`ls`: one directory's entries, directories first, with file sizes.
 
 What it hides by default is the same universe `glob` and `grep` search: entries ignored by a
-`.gitignore` (from the repository's top down to the listed directory) and VCS internals (`.git`).
+`.gitignore` (from the repository's top down to the listed directory, read with git's rules by
+`keel.globs`) and VCS internals (`.git`). It lists names only, so a `read` deny rule hides
+nothing here (the gate still refuses to list a directory such a rule covers).
 Dotfiles are shown: `.github/`, `.env.example` and `.gitignore` itself matter to a coding agent.
 Hidden entries are counted and named in a note, never dropped silently, and `all=true` shows
 everything. Listing a directory that is itself ignored shows all of it (the model asked for it).
@@ -17,7 +19,7 @@ from pathlib import Path
 from keel.tools.base import ToolContext, ToolError, ToolOutput, tool
 
 # The .gitignore matcher of the pure-Python search walk, so `ls` hides exactly what it skips.
-from keel.tools.builtin.search import ALWAYS_SKIPPED, IgnoreRule, is_ignored, load_ignore_rules
+from keel.tools.builtin.search import ALWAYS_SKIPPED, IgnoreFile, is_ignored, load_ignore_rules
 
 MAX_ENTRIES = 500
 MAX_BYTES = 30_000
@@ -68,7 +70,7 @@ def _repository_top(directory: Path, root: Path) -> Path:
     return root if directory.is_relative_to(root) else directory
 
 
-def _rules_for(directory: Path, root: Path) -> tuple[list[IgnoreRule], bool]:
+def _rules_for(directory: Path, root: Path) -> tuple[list[IgnoreFile], bool]:
     """The .gitignore rules that apply inside `directory`, and whether `directory` itself (or a
     directory on the way down to it) is ignored."""
     top = _repository_top(directory, root)
