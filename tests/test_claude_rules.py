@@ -214,8 +214,9 @@ def test_project_claude_rules_guard_a_run(
 
 
 def test_personal_claude_files_allow(project: Path, tmp_path: Path, isolated_env: Path) -> None:
-    """`~/.claude/settings.json` and an untracked `.claude/settings.local.json` are the user's:
-    their allow rules and mode apply."""
+    """`~/.claude/settings.json` is the user's: its allow rules apply. A project's
+    `.claude/settings.local.json` came with the project (keel did not write it): what only
+    tightens applies (the `default` mode), its allow rules wait for approval."""
     home = isolated_env / "user-home"
     claude_settings(home / ".claude", {"permissions": {"allow": ["Edit(./src/**)"]}})
     claude_settings(
@@ -236,7 +237,9 @@ def test_personal_claude_files_allow(project: Path, tmp_path: Path, isolated_env
     assert results_by_tool(isolated_env)["write"] == "Created src/new.py (1 lines)."
     s = load_settings(project)
     assert s.default_mode == "default"
-    assert [r for r, _ in s.allow] == ["Edit(./src/**)", "Read"]
+    assert [r for r, _ in s.allow] == ["Edit(./src/**)"]
+    local = project / ".claude" / "settings.local.json"
+    assert [(p.path, [e.value for e in p.entries]) for p in s.pending] == [(local, [["Read"]])]
 
 
 def test_an_unreadable_deny_rule_is_a_one_line_error(project: Path, tmp_path: Path) -> None:
