@@ -605,3 +605,14 @@ def test_intake_for_reads_the_users_directories_from_the_environment(tmp_path: P
     intake = intake_for(tmp_path / "p", env)
     assert intake.home == tmp_path / "h"
     assert intake.user_dir == tmp_path / "c"
+
+
+def test_a_project_reached_through_a_link_is_still_the_project(tmp_path: Path) -> None:
+    real = tmp_path / "srv" / "repo"
+    (real / ".git").mkdir(parents=True)
+    (real / ".git" / "HEAD").write_text("x", encoding="utf-8")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    intake = Intake(link, user_dir=tmp_path / "c", home=tmp_path / "h")
+    for path in (link / ".keel" / "settings.json", real / ".keel" / "settings.json"):
+        assert intake.supplied(path), path

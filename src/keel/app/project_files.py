@@ -19,8 +19,6 @@ from keel.frozen import frozen
 from keel.hooks.config import HookConfig, load_hooks
 from keel.mcp.config import ServerConfig, load_servers
 
-#: Kinds keel reads from the directories between the project root and the working directory.
-_CHAIN_KINDS = ("settings", "agents", "commands", "skills", "instructions")
 #: Kinds keel does not read yet, with what is lost.
 _UNSUPPORTED = {
     "rules": "Claude Code rules are not supported yet; nothing in them reaches the model",

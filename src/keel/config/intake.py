@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from keel.config.trust import approvals_file, approve, project_key, read_approvals
-from keel.frozen import frozen
 
 #: Directories of project configuration (keel's, or another tool's that keel reads: settings,
 #: hooks, MCP servers, agents, commands, skills, rules, plugins), at any depth of the project.
@@ -78,32 +77,19 @@ def is_configuration(path: Path) -> bool:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    """Whether `path` lies in `root`'s tree, as written or once symlinks are resolved."""
-    plain = Path(os.path.normpath(path.absolute()))
-    if plain == root or plain.is_relative_to(root):
-        return True
+    """Whether `path` lies in `root`'s tree, as written or once symlinks are resolved (either
+    side: the project may be reached through a link)."""
     try:
-        real = path.resolve()
+        real, real_root = path.resolve(), root.resolve()
     except (OSError, RuntimeError):
         return True  # a loop or an unreadable link: it cannot be shown to lie outside
-    return real == root or real.is_relative_to(root)
+    plain = Path(os.path.normpath(path.absolute()))
+    return any(p == r or p.is_relative_to(r) for p in (plain, real) for r in (root, real_root))
 
 
 def written_pin(rel: str, key: str, value: str) -> str:
     """The record of one entry keel wrote into the project file `rel` for the user."""
     return hashlib.sha256(f"{rel}\0{key}\0{value}".encode()).hexdigest()[:32]
-
-
-@frozen
-class Found:
-    """A project configuration file (or directory) `scan` found, and what keel does with it."""
-
-    path: Path
-    #: What it is: settings, mcp, instructions, agents, commands, skills, rules, plugin,
-    #: output-styles, foreign (another tool's configuration keel does not read yet).
-    kind: str
-    #: What keel does with it: read here, or why not.
-    verdict: str
 
 
 class Intake:
@@ -296,7 +282,6 @@ __all__ = [
     "INSTRUCTION_FILES",
     "SCAN_DIR_LIMIT",
     "WRITTEN_KIND",
-    "Found",
     "Intake",
     "find_root",
     "intake_for",
