@@ -86,15 +86,7 @@ HEADLESS = "permission needed, but keel is running non-interactively; allow it w
         ),
         ("default", call("bash", command="git status"), Allow("safe-list")),
         ("plan", call("read", path="app.py"), Allow("read-only")),
-        (
-            "plan",
-            call("bash", command="git status"),
-            Deny(
-                "bash is not available in plan mode: only reading tools run until the plan is "
-                "approved (call exit_plan_mode with the plan)",
-                "mode:plan",
-            ),
-        ),
+        ("plan", call("bash", command="git status"), Allow("mode:plan safe-list")),
         (
             "plan",
             call("web_fetch", url="https://example.org"),
@@ -431,8 +423,10 @@ def results_by_tool(home: Path) -> dict[str, str]:
             "plan",
             "edit is not available in plan mode: only reading tools run until the plan is approved "
             "(call exit_plan_mode with the plan)",
-            "bash is not available in plan mode: only reading tools run until the plan is approved "
-            "(call exit_plan_mode with the plan)",
+            "`python3 app.py` is refused in plan mode: keel cannot tell that it only reads, so "
+            "it may change something. Only commands keel knows to be read-only run until the plan "
+            "is approved (ls, cat, grep, wc, git status/diff/log/show and pipes between them, "
+            "without redirects to files); call exit_plan_mode with the plan",
             "hello",
         ),
         ("bypass", "Edited app.py: 1 replacement.", "bye\n[exit code 0]", "bye"),

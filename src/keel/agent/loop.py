@@ -86,8 +86,9 @@ NOT_RUN_SUMMARIZED = (
 LOOP_REPEATS = 4
 LOOP_WINDOW = 8
 PLAN_MODE_NOTE = (
-    "Plan mode is on: research with the read-only tools, change nothing, and when you know what "
-    "to do, call exit_plan_mode with your plan for the user to approve."
+    "Plan mode is on: research with the read-only tools and read-only commands (ls, git log, "
+    "grep…), change nothing, and when you know what to do, call exit_plan_mode with your plan "
+    "for the user to approve."
 )
 EMPTY_RESPONSE = "(empty response)"
 #: The prompt of the turn keel starts itself to deliver background results.

@@ -18,7 +18,8 @@ Decision order (first that applies wins; docs/permissions.md):
    too): allow, in every mode (a deny rule blocks it; docs/memory.md).
 7. A read-only tool: allow (a file tool reading outside the project and the additional
    directories asks, unless an allow rule covers it).
-8. `plan` mode: deny (web_fetch asks).
+8. `plan` mode: bash that only reads (the safe list) runs; any other bash line is refused (it
+   may change something); web_fetch asks; anything else is refused.
 9. Allow rules cover the call (for bash: every command of the line): allow.
 10. bash in the sandbox (unless the call asked for `sandbox: false`): allow.
 11. bash that only reads (the safe list): allow.
@@ -217,13 +218,7 @@ class PermissionGate:
         if read_only:
             return await self._read_only(call, tool, args)
         if self.mode == "plan":
-            if tool == "web_fetch":
-                return await self._ask(call, "fetch a web page in plan mode")
-            return Deny(
-                f"{tool} is not available in plan mode: only reading tools run until the plan "
-                "is approved (call exit_plan_mode with the plan)",
-                "mode:plan",
-            )
+            return await self._in_plan_mode(call, tool, args)
         if (allowed := self._allowed_without_asking(tool, args)) is not None:
             return allowed
         return await self._ask(call, self._why(tool, args))
@@ -254,6 +249,30 @@ class PermissionGate:
         if self.mode == "plan":
             return tool == "bash" and shell.is_read_only(str(args.get("command", "")))
         return self._allowed_without_asking(tool, args) is not None
+
+    async def _in_plan_mode(self, call: ToolUse, tool: str, args: dict[str, Any]) -> Decision:
+        """Step 8: what plan mode does with a call that is not read-only. bash runs when keel
+        can prove the line only reads (the safe list, as Claude Code runs read-only commands
+        while planning); allow rules and the sandbox do not widen it: they allow writes."""
+        if tool == "web_fetch":
+            return await self._ask(call, "fetch a web page in plan mode")
+        if tool == "bash":
+            command = str(args.get("command", ""))
+            if shell.is_read_only(command):
+                return Allow("mode:plan safe-list")
+            return Deny(
+                f"`{_clip(command)}` is refused in plan mode: keel cannot tell that it only "
+                "reads, so it may change something. Only commands keel knows to be read-only "
+                "run until the plan is approved (ls, cat, grep, wc, git status/diff/log/show "
+                "and pipes between them, without redirects to files); call exit_plan_mode with "
+                "the plan",
+                "mode:plan",
+            )
+        return Deny(
+            f"{tool} is not available in plan mode: only reading tools run until the plan "
+            "is approved (call exit_plan_mode with the plan)",
+            "mode:plan",
+        )
 
     def _allowed_without_asking(self, tool: str, args: dict[str, Any]) -> Allow | None:
         """Steps 7-10: allow rules, the sandbox, the safe list, accept-edits."""
