@@ -294,6 +294,43 @@ async def test_overflow_right_after_compaction_is_a_clear_error(project: Path) -
     )
 
 
+async def test_a_second_overflow_in_the_same_turn_ends_it_with_an_error(project: Path) -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def pre_compact(trigger: str, instructions: str) -> None:
+        seen.append((trigger, instructions))
+
+    agent, provider = agent_for(
+        project,
+        [
+            calls(ToolUse("t1", "glob", {"pattern": "*"})),
+            Fault("overflow", message="prompt is too long"),
+            say("<summary>first</summary>"),
+            calls(ToolUse("t2", "glob", {"pattern": "*"})),
+            Fault("overflow", message="prompt is too long again"),
+            # The next turn may recover once more.
+            Fault("overflow", message="prompt is too long"),
+            say("<summary>second</summary>"),
+            say("done"),
+        ],
+        info=ModelInfo(100_000, 4_000),
+    )
+    agent.pre_compact.append(pre_compact)
+    events: list[Event] = []
+    result = await agent.run("go", events.append)
+    assert result.stop_reason == "error"
+    assert result.error == (
+        "the conversation overflowed the context window again in this turn (it is compacted and "
+        "retried once per turn): prompt is too long again (hint: the next prompt may compact "
+        "again; ask for smaller tool outputs, or use a model with a larger window)"
+    )
+    assert [e.trigger for e in events if isinstance(e, ContextCompacted)] == ["overflow"]
+    assert len(provider.requests) == 5
+    result = await agent.run("go on")
+    assert (result.stop_reason, result.text) == ("end_turn", "done")
+    assert seen == [("overflow", ""), ("overflow", "")]
+
+
 async def test_overflow_on_the_first_request_says_the_prompt_is_too_long(project: Path) -> None:
     agent, provider = agent_for(project, [Fault("overflow", message="prompt is too long")])
     result = await agent.run("x" * 10)

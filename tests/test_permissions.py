@@ -100,6 +100,11 @@ HEADLESS = "permission needed, but keel is running non-interactively; allow it w
             Deny(f"{HEADLESS} (needed to approve a plan)", "headless"),
         ),
         (
+            "bypass",
+            call("exit_plan_mode", plan="1. do it"),
+            Deny(f"{HEADLESS} (needed to approve a plan)", "headless"),
+        ),
+        (
             "plan",
             call("exit_plan_mode", plan="  "),
             Deny("the plan is empty; write out the steps you will take", "validation"),
@@ -238,6 +243,22 @@ async def test_plan_approval_switches_to_the_chosen_mode(project: Path) -> None:
     assert await decide(g, call("edit", path="app.py", old_string="a", new_string="b")) == Allow(
         "mode:accept-edits", notable=True
     )
+
+
+async def test_the_plan_approval_is_asked_in_bypass_mode_too(project: Path) -> None:
+    asked: list[PermissionRequest] = []
+
+    async def asker(request: PermissionRequest) -> PermissionReply:
+        asked.append(request)
+        return PermissionReply(False, reason="plan the tests first")
+
+    g = gate(project, "bypass", asker=asker)
+    plan_call = call("exit_plan_mode", plan="1. edit app.py")
+    assert await decide(g, plan_call) == Deny("the user denied this: plan the tests first", "user")
+    assert asked == [
+        PermissionRequest(plan_call, "approve the plan", "exit_plan_mode", "1. edit app.py")
+    ]
+    assert g.mode == "bypass"
 
 
 def test_bad_rules_and_modes_are_clear_errors() -> None:

@@ -13,9 +13,9 @@ Decision order (first that applies wins; docs/permissions.md):
    answers remember the confirmation for this run only. Declined, the model gets a result that
    is not an error: the user's decision, not a failure of the tool.
 4. A PreToolUse hook said allow: allow; said ask: ask.
-5. `bypass` mode: allow.
-6. `exit_plan_mode`: ask (the question is the plan approval). `memory` (its saves and deletes
-   too): allow, in every mode (a deny rule blocks it; docs/memory.md).
+5. `exit_plan_mode`: ask, in every mode, `bypass` too (the question is the plan approval).
+6. `bypass` mode: allow. `memory` (its saves and deletes too): allow, in every mode (a deny
+   rule blocks it; docs/memory.md).
 7. A read-only tool: allow (a file tool reading outside the project and the additional
    directories asks, unless an allow rule covers it).
 8. `plan` mode: bash that only reads (the safe list) runs; any other bash line is refused (it
@@ -206,13 +206,14 @@ class PermissionGate:
             return Allow("hook", notable=True)
         if hook == "ask":
             return await self._ask(call, f"a PreToolUse hook asks about {tool}")
-        if self.mode == "bypass":
-            return Allow("mode:bypass")
         if tool == "exit_plan_mode":
+            # The question is the plan approval, so it is asked in every mode, bypass too.
             plan = str(args.get("plan", ""))
             if not plan.strip():
                 return Deny("the plan is empty; write out the steps you will take", "validation")
             return await self._ask(call, "approve the plan", plan=plan)
+        if self.mode == "bypass":
+            return Allow("mode:bypass")
         if tool in ALLOWED_BY_DEFAULT:
             return Allow("default")
         if read_only:

@@ -1,6 +1,6 @@
 """`exit_plan_mode`: the model presents its plan; the permission prompt is the approval.
 
-The gate always asks about this call (in every mode but bypass). An approval switches the
+The gate always asks about this call, in every mode (bypass too). An approval switches the
 session to the mode the user picks and the result tells the model to go ahead; a refusal keeps
 plan mode and the model sees the user's feedback as the error result.
 """
