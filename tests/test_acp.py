@@ -22,8 +22,13 @@ from typing import Any
 
 import pytest
 
+from keel.llm.catalog import BY_PROVIDER, parse_model
 from keel.llm.script import Fault, Reply, reply
+from keel.session.journal import read_records
+from keel.session.records import AssistantRecord
 from keel.testing.anthropic_server import AnthropicServer
+from keel.testing.openai_server import OpenAIResponsesServer
+from tests.test_cli import session_files
 
 MODEL = "anthropic/claude-sonnet-4-5"
 TIMEOUT = 30.0
@@ -217,7 +222,7 @@ def message(value: str) -> Json:
     return {"sessionUpdate": "agent_message_chunk", "content": text(value)}
 
 
-MODES = {
+MODES: Json = {
     "currentModeId": "default",
     "availableModes": [
         {
@@ -242,6 +247,43 @@ MODES = {
         },
     ],
 }
+
+
+MODE_CONFIG: Json = {
+    "id": "mode",
+    "name": "Mode",
+    "description": "How keel asks before it acts (the permission mode)",
+    "category": "mode",
+    "type": "select",
+    "currentValue": "default",
+    "options": [
+        {"value": m["id"], "name": m["name"], "description": m["description"]}
+        for m in MODES["availableModes"]
+    ],
+}
+
+
+def model_config(current: str, *named: str) -> Json:
+    """The `model` config option: the session's and `--model`'s models first, then the catalog's
+    models of their providers, each described by its window and prices."""
+    refs = [parse_model(spec) for spec in named]
+    providers = dict.fromkeys(r.provider for r in refs)
+    specs = [*named, *(f"{p}/{m}" for p in providers for m in BY_PROVIDER[p])]
+    options = []
+    for spec in dict.fromkeys(specs):
+        info = BY_PROVIDER[parse_model(spec).provider][parse_model(spec).model]
+        prices = f"${info.input_price:g} in / ${info.output_price:g} out per Mtok"
+        about = f"{info.window // 1000}k context window, {prices}"
+        options.append({"value": spec, "name": spec, "description": about})
+    return {
+        "id": "model",
+        "name": "Model",
+        "description": "The model the next request goes to (provider/model)",
+        "category": "model",
+        "type": "select",
+        "currentValue": current,
+        "options": options,
+    }
 
 
 def allow(option: str) -> Callable[[Json], Json]:
@@ -290,7 +332,15 @@ async def test_initialize_new_session_and_a_prompt_streams_text_tools_and_plan(
     }
     created = await client.call("session/new", {"cwd": str(project), "mcpServers": []})
     sid = created["result"]["sessionId"]
-    assert created == {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": sid, "modes": MODES}}
+    assert created == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "sessionId": sid,
+            "modes": MODES,
+            "configOptions": [MODE_CONFIG, model_config(MODEL, MODEL)],
+        },
+    }
 
     first = await client.prompt(sid, "hi")
     assert first == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
@@ -565,6 +615,16 @@ async def test_set_mode_accept_edits_writes_unasked_and_an_unknown_mode_is_refus
     )
     ok = await client.call("session/set_mode", {"sessionId": sid, "modeId": "accept-edits"})
     assert ok == {"jsonrpc": "2.0", "id": ok["id"], "result": {}}
+    # The mode's config option follows, before the answer.
+    assert [u["update"] for u in client.updates] == [
+        {
+            "sessionUpdate": "config_option_update",
+            "configOptions": [
+                {**MODE_CONFIG, "currentValue": "accept-edits"},
+                model_config(MODEL, MODEL),
+            ],
+        }
+    ]
     assert (await client.prompt(sid, "write it"))["result"] == {"stopReason": "end_turn"}
     assert client.requests == []
     assert (project / "new.txt").read_text(encoding="utf-8") == "hello\n"
@@ -642,6 +702,13 @@ async def test_plan_approval_switches_mode_and_tells_the_client(
             "content": [{"type": "content", "content": text(approved)}],
         },
         {"sessionUpdate": "current_mode_update", "currentModeId": "accept-edits"},
+        {
+            "sessionUpdate": "config_option_update",
+            "configOptions": [
+                {**MODE_CONFIG, "currentValue": "accept-edits"},
+                model_config(MODEL, MODEL),
+            ],
+        },
         write_call(sid, wid, project),
         {"sessionUpdate": "tool_call_update", "toolCallId": wid, "status": "in_progress"},
         {
@@ -685,7 +752,11 @@ async def test_load_replays_an_earlier_session_and_continues_it(
     loaded = await second.call(
         "session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}
     )
-    assert loaded == {"jsonrpc": "2.0", "id": loaded["id"], "result": {"modes": MODES}}
+    assert loaded == {
+        "jsonrpc": "2.0",
+        "id": loaded["id"],
+        "result": {"modes": MODES, "configOptions": [MODE_CONFIG, model_config(MODEL, MODEL)]},
+    }
     rid = call_id(read)
     assert for_session(second.updates, sid) == [
         {"sessionUpdate": "user_message_chunk", "content": text("what is X?")},
@@ -714,6 +785,107 @@ async def test_load_replays_an_earlier_session_and_continues_it(
     assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "user"]
     assert sent[-1]["content"][-1]["text"] == "and now?"
     await second.close()
+
+
+async def test_load_keeps_the_sessions_model_and_the_editor_switches_it(
+    connect: Callable[..., Any],
+    anthropic: AnthropicServer,
+    project: Path,
+    isolated_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Claude session loads in a `keel acp --model openai/gpt-5` and goes on with Claude; the
+    editor then switches the model through the `model` config option, and the next request goes
+    to OpenAI with the whole conversation."""
+    anthropic.add(reply("X is 1."))
+    first = await connect()
+    await first.initialize()
+    sid = await first.new_session(project)
+    assert (await first.prompt(sid, "what is X?"))["result"] == {"stopReason": "end_turn"}
+    await first.close()
+
+    with OpenAIResponsesServer(api_key="sk-openai-test") as openai:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", openai.url + "/v1")
+        second = await connect("--model", "openai/gpt-5")
+        await second.initialize()
+        loaded = await second.call(
+            "session/load", {"sessionId": sid, "cwd": str(project), "mcpServers": []}
+        )
+        assert loaded["result"]["modes"] == MODES
+        options = loaded["result"]["configOptions"]
+        assert options == [MODE_CONFIG, model_config(MODEL, MODEL, "openai/gpt-5")]
+        assert options[1]["options"][:2] == [
+            {
+                "value": MODEL,
+                "name": MODEL,
+                "description": "200k context window, $3 in / $15 out per Mtok",
+            },
+            {
+                "value": "openai/gpt-5",
+                "name": "openai/gpt-5",
+                "description": options[1]["options"][1]["description"],
+            },
+        ]
+
+        anthropic.add(reply("Still 1."))
+        assert (await second.prompt(sid, "and now?"))["result"] == {"stopReason": "end_turn"}
+        assert anthropic.model_requests[-1].json["model"] == "claude-sonnet-4-5"
+
+        second.updates.clear()
+        switch = {"sessionId": sid, "configId": "model", "value": "openai/gpt-5"}
+        switched = await second.call("session/set_config_option", switch)
+        assert switched["result"] == {
+            "configOptions": [MODE_CONFIG, model_config("openai/gpt-5", MODEL, "openai/gpt-5")]
+        }
+        openai.add(reply("gpt-5 here: X is 1."))
+        answer = await second.prompt(sid, "who answers?")
+        assert answer["result"] == {"stopReason": "end_turn"}
+        assert for_session(second.updates, sid) == [message("gpt-5 here: X is 1.")]
+        assert len(anthropic.model_requests) == 2
+        [request] = openai.model_requests
+        assert request.json["model"] == "gpt-5"
+        assert [(i["role"], i["content"][0]["text"]) for i in request.json["input"]] == [
+            ("user", "what is X?"),
+            ("assistant", "X is 1."),
+            ("user", "and now?"),
+            ("assistant", "Still 1."),
+            ("user", "who answers?"),
+        ]
+
+        # The mode is a config option too; unknown options and models are refused.
+        plan = await second.call(
+            "session/set_config_option", {"sessionId": sid, "configId": "mode", "value": "plan"}
+        )
+        assert plan["result"]["configOptions"][0]["currentValue"] == "plan"
+        assert second.updates[-1]["update"] == {
+            "sessionUpdate": "current_mode_update",
+            "currentModeId": "plan",
+        }
+        unknown = await second.call(
+            "session/set_config_option", {"sessionId": sid, "configId": "speed", "value": "x"}
+        )
+        assert unknown["error"]["data"] == {
+            "details": "unknown config option 'speed': keel has mode and model"
+        }
+        bad = await second.call(
+            "session/set_config_option",
+            {"sessionId": sid, "configId": "model", "value": "nowhere/model"},
+        )
+        assert bad["error"]["code"] == -32602
+        rc, stderr = await second.close()
+        assert rc == 0, stderr
+    [path] = session_files(isolated_env)
+    models = [
+        (r.payload.message.provider, r.payload.message.model)
+        for r in read_records(path).records
+        if isinstance(r.payload, AssistantRecord)
+    ]
+    assert models == [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai", "gpt-5"),
+    ]
 
 
 async def test_a_session_of_another_project_is_not_loaded(

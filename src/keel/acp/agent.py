@@ -1,7 +1,12 @@
 """`KeelAcpAgent`: keel's sessions served to an Agent Client Protocol client (an editor) on one
 connection. A front end: it opens agents through `keel.app`, turns their events into
 `session/update` notifications (keel.acp.updates), routes permission questions to the client
-(`session/request_permission`) and the answers back (`Agent.answer`), and nothing else.
+(`session/request_permission`) and the answers back (`Agent.answer`), and offers the permission
+mode and the model as session config options (`session/set_config_option`), and nothing else.
+
+A loaded session goes on with the model it was made with (its `meta` record names it), whatever
+`keel acp --model` says: that flag chooses the model of new sessions. The editor switches a
+session's model through the config option, between prompts, as `/model` does in the TUI.
 
 Each session has one outbox and one pump task that sends what the agent's events became, in
 order; a permission question is sent from the pump in its place in that order, and answered in a
@@ -15,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from acp.schema import (
     SessionCapabilities,
     SessionInfo,
     SessionListCapabilities,
+    SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     SseMcpServer,
     ToolCallStart,
@@ -61,6 +67,7 @@ from keel.agent.events import (
 )
 from keel.agent.loop import Agent, RunResult
 from keel.errors import KeelError, UserError
+from keel.llm.catalog import BY_PROVIDER, ModelRef, parse_model
 from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import ToolUse
 from keel.permissions.gate import Mode, PermissionGate, PermissionReply, parse_mode
@@ -111,6 +118,10 @@ class _Session:
     announced: set[str] = field(default_factory=set)
     #: The mode the client was last told.
     mode: str = "default"
+    #: The model (`provider/model`) the next request goes to.
+    model: str = ""
+    #: The model the session was opened with (always offered, so the editor can go back).
+    opened_with: str = ""
     #: Permission questions out with the client, by request id.
     asks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     running: asyncio.Task[RunResult] | None = None
@@ -212,8 +223,10 @@ class KeelAcpAgent:
                 names,
             )
 
-    def _register(self, agent: Agent, cwd: Path) -> _Session:
-        session = _Session(agent.session_id, agent, cwd, mode=_gate_mode(agent))
+    def _register(self, agent: Agent, cwd: Path, model: str) -> _Session:
+        session = _Session(
+            agent.session_id, agent, cwd, mode=_gate_mode(agent), model=model, opened_with=model
+        )
         session.pump = asyncio.create_task(self._pump(session), name=f"acp-pump-{session.id}")
         agent.on_background_event = lambda e: self._on_event(session, e)
         if isinstance(agent.gate, PermissionGate):
@@ -244,18 +257,24 @@ class KeelAcpAgent:
         mcp_servers: list[HttpMcpServer | SseMcpServer | McpServerStdio] | None = None,
         **kwargs: Any,
     ) -> NewSessionResponse:
-        from keel.app import open_agent
+        from keel.app import choose_model, open_agent, read_settings
 
         options = self._options(cwd)
         self._mcp_note(mcp_servers)
         notices: list[Event] = []
         try:
-            agent = await open_agent(options, notices.append)
+            settings = read_settings(options.cwd, notices.append)
+            ref = choose_model(options.model, settings)
+            agent = await open_agent(options, notices.append, settings=settings, ref=ref)
         except KeelError as exc:
             raise _user_error(exc) from None
-        session = self._register(agent, options.cwd)
+        session = self._register(agent, options.cwd, str(ref))
         self._held_notices(session, notices)
-        return NewSessionResponse(session_id=session.id, modes=up.mode_state(_mode(session.mode)))
+        return NewSessionResponse(
+            session_id=session.id,
+            modes=up.mode_state(_mode(session.mode)),
+            config_options=self._config_options(session),
+        )
 
     async def load_session(
         self,
@@ -293,10 +312,12 @@ class KeelAcpAgent:
         if session is None:
             notices: list[Event] = []
             try:
-                opened = await resume_agent(path, options, notices.append)
+                # With the model the session was made with, not `--model` (the editor may
+                # switch it afterwards through the config option).
+                opened = await resume_agent(path, replace(options, model=None), notices.append)
             except KeelError as exc:
                 raise _user_error(exc) from None
-            session = self._register(opened.agent, options.cwd)
+            session = self._register(opened.agent, options.cwd, str(opened.ref))
             session.unfinished = opened.agent.resumable
             self._held_notices(session, notices)
         for update in up.replay(records, options.cwd):
@@ -304,7 +325,9 @@ class KeelAcpAgent:
                 session.announced.add(update.tool_call_id)
             session.put(update)
         await self._flush(session)
-        return LoadSessionResponse(modes=up.mode_state(_mode(session.mode)))
+        return LoadSessionResponse(
+            modes=up.mode_state(_mode(session.mode)), config_options=self._config_options(session)
+        )
 
     def _held_notices(self, session: _Session, notices: list[Event]) -> None:
         """What opening the agent had to say: logged now, and shown with the first prompt (the
@@ -342,13 +365,90 @@ class KeelAcpAgent:
         self, mode_id: str, session_id: str, **kwargs: Any
     ) -> SetSessionModeResponse | None:
         session = self._session(session_id)
+        self._set_mode(session, mode_id)
+        # The mode is a config option too: the editor's view of it follows.
+        session.put(up.config_update(self._config_options(session)))
+        await self._flush(session)
+        return SetSessionModeResponse()
+
+    def _set_mode(self, session: _Session, value: str) -> None:
         try:
-            mode = parse_mode(mode_id)
+            mode = parse_mode(value)
             session.agent.set_mode(mode)
         except KeelError as exc:
             raise _user_error(exc) from None
         session.mode = mode
-        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> SetSessionConfigOptionResponse | None:
+        """`mode` (keel's permission modes) or `model` (`provider/model`); the answer holds
+        every option with its value now."""
+        session = self._session(session_id)
+        if config_id not in (up.MODE_OPTION, up.MODEL_OPTION):
+            raise RequestError.invalid_params(
+                {"details": f"unknown config option {config_id!r}: keel has mode and model"}
+            )
+        if not isinstance(value, str):
+            raise RequestError.invalid_params({"details": f"{config_id} takes a value id"})
+        if config_id == up.MODE_OPTION:
+            self._set_mode(session, value)
+            # For an editor that shows the session's modes rather than its config options.
+            session.put(up.mode_update(_mode(session.mode)))
+            await self._flush(session)
+        else:
+            await self._switch_model(session, value)
+        return SetSessionConfigOptionResponse(config_options=self._config_options(session))
+
+    async def _switch_model(self, session: _Session, spec: str) -> None:
+        """The session's next request goes to `spec`, as the TUI's `/model` does it; refused
+        while a prompt runs, and when the model cannot be used (the old one stays)."""
+        from keel.app import read_settings
+        from keel.llm.provider import RetryPolicy, make_provider, model_info
+
+        agent = session.agent
+        if session.running is not None or agent.busy:
+            raise RequestError.invalid_request(
+                {"details": "a prompt is running in this session; switch the model after it"}
+            )
+        try:
+            ref = parse_model(spec)
+            if str(ref) == session.model:
+                return
+            settings = read_settings(session.cwd, lambda _notice: None)
+            retries = self._options(str(session.cwd)).max_retries
+            provider = make_provider(
+                ref, settings=settings, retry=RetryPolicy(attempts=retries + 1), unattended=False
+            )
+        except KeelError as exc:
+            raise _user_error(exc) from None
+        old, agent.provider = agent.provider, provider
+        agent.model = ref.model
+        agent.info = model_info(ref, settings.models)
+        session.model = str(ref)
+        if old is not provider:
+            await old.aclose()
+        log.info("keel acp: session %s now uses %s", session.id, ref)
+
+    def _config_options(self, session: _Session) -> list[up.ConfigOption]:
+        return up.config_options(_mode(session.mode), session.model, self._models(session))
+
+    def _models(self, session: _Session) -> list[up.ModelChoice]:
+        """The models an editor is offered, in an order that stays put: the one the session was
+        opened with, `--model`'s, the one it uses now, then the catalog's models of their
+        providers (the ones keel is set up for here)."""
+        named: list[ModelRef] = []
+        for spec in (session.opened_with, self.defaults.model, session.model):
+            try:
+                named.append(parse_model(spec or ""))
+            except KeelError:
+                continue
+        catalog = [
+            ModelRef(provider, model)
+            for provider in dict.fromkeys(r.provider for r in named)
+            for model in BY_PROVIDER.get(provider, {})
+        ]
+        return [_model_choice(ref) for ref in dict.fromkeys([*named, *catalog])]
 
     def _session(self, session_id: str) -> _Session:
         session = self._sessions.get(session_id)
@@ -497,11 +597,13 @@ class KeelAcpAgent:
         session.put(up.announce(call, session.cwd, label=label))
 
     def _check_mode(self, session: _Session) -> None:
-        """Tell the client when the agent's mode changed (a plan approved)."""
+        """Tell the client when the agent's mode changed (a plan approved): as the session's
+        mode and as its config option."""
         mode = _gate_mode(session.agent)
         if mode != session.mode and mode in up.MODE_INFO:
             session.mode = mode
             session.put(up.mode_update(_mode(mode)))
+            session.put(up.config_update(self._config_options(session)))
 
     @staticmethod
     def _refuse_question(session: _Session, request_id: str, reply: asyncio.Future[Any]) -> None:
@@ -642,6 +744,18 @@ def _one_line(text: str, width: int = 80) -> str:
 
 def _mode(value: str) -> Mode:
     return parse_mode(value)
+
+
+def _model_choice(ref: ModelRef) -> up.ModelChoice:
+    """`ref` as the model option offers it, with its window and prices when the catalog knows
+    them."""
+    info = BY_PROVIDER.get(ref.provider, {}).get(ref.model)
+    if info is None:
+        return up.ModelChoice(str(ref))
+    about = f"{info.window // 1000}k context window"
+    if info.input_price is not None and info.output_price is not None:
+        about += f", ${info.input_price:g} in / ${info.output_price:g} out per Mtok"
+    return up.ModelChoice(str(ref), about)
 
 
 def _question(event: PermissionAsked, cwd: Path) -> ToolCallUpdate:

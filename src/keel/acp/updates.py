@@ -33,6 +33,7 @@ from acp.schema import (
     AgentPlanUpdate,
     AgentThoughtChunk,
     AudioContentBlock,
+    ConfigOptionUpdate,
     ContentToolCallContent,
     CurrentModeUpdate,
     EmbeddedResourceContentBlock,
@@ -40,6 +41,9 @@ from acp.schema import (
     ImageContentBlock,
     PlanEntry,
     ResourceContentBlock,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionMode,
     SessionModeState,
     StopReason,
@@ -70,6 +74,7 @@ Update: TypeAlias = (
     | ToolCallProgress
     | AgentPlanUpdate
     | CurrentModeUpdate
+    | ConfigOptionUpdate
 )
 PromptBlock: TypeAlias = (
     TextContentBlock
@@ -79,6 +84,7 @@ PromptBlock: TypeAlias = (
     | EmbeddedResourceContentBlock
 )
 ToolContent: TypeAlias = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
+ConfigOption: TypeAlias = SessionConfigOptionSelect | SessionConfigOptionBoolean
 
 # -- modes -----------------------------------------------------------------------------------------
 
@@ -106,6 +112,60 @@ def mode_state(current: Mode) -> SessionModeState:
 
 def mode_update(mode: Mode) -> CurrentModeUpdate:
     return CurrentModeUpdate(session_update="current_mode_update", current_mode_id=mode)
+
+
+# -- session config options: the mode and the model ------------------------------------------------
+
+#: The ids of keel's session config options (`session/set_config_option`).
+MODE_OPTION = "mode"
+MODEL_OPTION = "model"
+
+
+@frozen
+class ModelChoice:
+    """A model an editor may pick: `provider/model` as keel parses it, and what to say of it."""
+
+    spec: str
+    description: str | None = None
+
+
+def config_options(mode: Mode, model: str, models: Sequence[ModelChoice]) -> list[ConfigOption]:
+    """The session's config options: the permission mode (the same values as its modes) and
+    the model (`model` selected, offered first if `models` lacks it)."""
+    if model not in [m.spec for m in models]:
+        models = [ModelChoice(model), *models]
+    return [
+        SessionConfigOptionSelect(
+            id=MODE_OPTION,
+            name="Mode",
+            description="How keel asks before it acts (the permission mode)",
+            category="mode",
+            type="select",
+            current_value=mode,
+            options=[
+                SessionConfigSelectOption(
+                    value=m, name=MODE_INFO[m][0], description=MODE_INFO[m][1]
+                )
+                for m in MODES
+            ],
+        ),
+        SessionConfigOptionSelect(
+            id=MODEL_OPTION,
+            name="Model",
+            description="The model the next request goes to (provider/model)",
+            category="model",
+            type="select",
+            current_value=model,
+            options=[
+                SessionConfigSelectOption(value=m.spec, name=m.spec, description=m.description)
+                for m in models
+            ],
+        ),
+    ]
+
+
+def config_update(options: list[ConfigOption]) -> ConfigOptionUpdate:
+    return ConfigOptionUpdate(session_update="config_option_update", config_options=list(options))
 
 
 # -- stop reasons ----------------------------------------------------------------------------------
@@ -460,9 +520,13 @@ def assistant_updates(message: Message, cwd: Path, *, label: str = "") -> list[U
 
 __all__ = [
     "KINDS",
+    "MODEL_OPTION",
     "MODE_INFO",
+    "MODE_OPTION",
     "PLAN_TOOL",
     "STOP_REASONS",
+    "ConfigOption",
+    "ModelChoice",
     "Prompt",
     "PromptBlock",
     "UnsupportedContent",
@@ -470,6 +534,8 @@ __all__ = [
     "absolute",
     "announce",
     "assistant_updates",
+    "config_options",
+    "config_update",
     "diffs",
     "finished",
     "kind",
