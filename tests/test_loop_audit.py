@@ -30,7 +30,7 @@ from keel.session.resume import check_resume
 from keel.session.store import SessionLog
 from keel.testing.routing import RoutedProvider
 from keel.tools.builtin import builtin_tools
-from tests.helpers import unsandboxed_line_dropped
+from tests.helpers import unsandboxed_line_dropped, user_settings_file
 from tests.test_cli import keel, session_files, write_script
 from tests.test_hooks import agent_with, hook, script, write_hooks
 
@@ -155,7 +155,11 @@ async def test_a_suspend_during_the_model_reply_still_runs_its_tools(
 def test_keel_p_has_a_token_budget_by_default(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
-    big = {"input": 150_000, "output": 1_000}
+    # Two responses reach the budget: no compaction in between (it would summarize them away).
+    user_settings_file().parent.mkdir(parents=True, exist_ok=True)
+    user_settings_file().write_text(json.dumps({"auto_compact": False}), encoding="utf-8")
+    cap = DEFAULT_UNATTENDED_TOKENS
+    big = {"input": cap - 50_000, "output": 1_000}
     turns: list[dict[str, object]] = [
         {"tool_calls": [{"name": "bash", "input": {"command": "echo one >> log"}}], "usage": big},
         {
@@ -168,12 +172,20 @@ def test_keel_p_has_a_token_budget_by_default(
     out = keel("-p", "go", "--model", f"scripted:{script}", "--output-format", "json", cwd=project)
     assert out.returncode == 3, out.stderr
     assert json.loads(out.stdout)["stop_reason"] == "budget"
-    # All four tiers count: 151,000 + 50,000 = 201,000.
+    # All four tiers count: (cap - 49,000) + 50,000 = cap + 1,000.
+    sid = json.loads(out.stdout)["session_id"]
     lines = out.stderr.splitlines()
     assert lines[0] == "⏺ bash echo one >> log"
     assert lines[1].startswith("  └ ✓ ")
     assert lines[1].endswith("s  [exit code 0]")
-    assert lines[2:] == ["keel: warning: not run: budget reached: 201,000 tokens of 200,000 tokens"]
+    assert lines[2:] == [
+        f"keel: warning: {(cap - 49_000) / cap:.0%} of the token budget used "
+        f"({cap - 49_000:,} tokens of {cap:,} tokens)",
+        f"keel: warning: not run: budget reached: {cap + 1_000:,} tokens of {cap:,} tokens",
+        "keel: the session stopped at its budget; raise it with --max-tokens-budget N (or "
+        "budget.tokens in settings; 0 for none), and continue this session with: keel resume "
+        f"{sid} --max-tokens-budget {2 * cap}",
+    ]
     assert (project / "log").read_text(encoding="utf-8") == "one\n"  # the second call did not run
     (path,) = session_files(isolated_env)
     meta = read_records(path).records[0].payload
@@ -186,7 +198,7 @@ def test_keel_p_has_a_token_budget_by_default(
     (project / "log").unlink()
     settings = project / ".keel" / "settings.local.json"
     settings.parent.mkdir()
-    settings.write_text(json.dumps({"budget": {"tokens": 1_000_000}}), encoding="utf-8")
+    settings.write_text(json.dumps({"budget": {"tokens": 2 * cap}}), encoding="utf-8")
     out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project)
     assert (out.returncode, out.stdout) == (0, "done\n"), out.stderr
 
@@ -200,7 +212,7 @@ async def test_a_subagent_has_a_token_budget_of_its_own(project: Path) -> None:
                 reply("The child stopped."),
             ],
             "CHILD": [
-                reply("", ("ls", {}), usage=Usage(150_000, 1_000)),
+                reply("", ("ls", {}), usage=Usage(DEFAULT_UNATTENDED_TOKENS - 50_000, 1_000)),
                 reply("", ("ls", {}), usage=Usage(49_000, 1_000)),
                 reply("unreached"),
             ],
@@ -216,6 +228,7 @@ async def test_a_subagent_has_a_token_budget_of_its_own(project: Path) -> None:
         gate=AllowAll(),
     )
     assert agent.limits.max_tokens is None
+    agent.auto_compact = False  # the child's two responses reach the budget as they are
     enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "no-home"))
     result = await agent.run(parent)
     await agent.aclose()
@@ -224,11 +237,13 @@ async def test_a_subagent_has_a_token_budget_of_its_own(project: Path) -> None:
     report = provider.of(parent)[1].messages[-1].blocks[0]
     assert isinstance(report, ToolResult)
     assert report.is_error
+    cap = DEFAULT_UNATTENDED_TOKENS
     assert report.text.startswith(
-        "the general subagent stopped at its own token budget (budget reached: 201,000 tokens "
-        "of 200,000 tokens)"
+        f"the general subagent stopped at its own token budget (budget reached: {cap + 1_000:,} "
+        f"tokens of {cap:,} tokens)"
     )
-    assert agent.spend.usage.total == 201_000 + 2 * 120  # the child's spend counts in the parent's
+    # The child's spend counts in the parent's.
+    assert agent.spend.usage.total == cap + 1_000 + 2 * 120
 
 
 # -- 3. thinking and effort in the resume fingerprint ---------------------------------------------
@@ -287,7 +302,7 @@ def test_resume_with_another_effort_is_refused_unless_forced(
     out = keel("resume", sid, "--model", model, *force, cwd=project)
     assert out.returncode == 0, out.stderr
     assert unsandboxed_line_dropped(out.stderr).splitlines() == [
-        "keel: warning: resuming despite a changed configuration: max_turns: 1 -> 2",
+        "keel: resuming with max_turns: 1 -> 2 (as given)",  # a limit given needs no --force
         "keel: warning: resuming despite a changed configuration: effort: high -> low",
     ]
     assert out.stdout == "resumed\n"

@@ -117,7 +117,7 @@ def test_fingerprint_diff_and_the_provider_rule() -> None:
     assert fingerprint_diff(old, new) == [
         "provider: anthropic -> openai",
         "model: claude-sonnet-4-5 -> gpt-5",
-        "system prompt: changed (instruction files, working directory or keel version)",
+        "system prompt: changed (the session's file does not record which part)",
         "max_turns: 200 -> 100",
     ]
     thinking = Message(

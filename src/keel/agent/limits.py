@@ -19,8 +19,13 @@ from keel.frozen import frozen
 from keel.llm.messages import Usage
 
 DEFAULT_MAX_TURNS = 200
-#: The token budget of a run nobody watches (the second seed's default), all four tiers.
-DEFAULT_UNATTENDED_TOKENS = 200_000
+#: The token budget of a run nobody watches, all four tiers. Every request rereads the whole
+#: context (mostly as cache reads, which count), so a session spends about turns x context: a
+#: long coding task of 100-200 turns at a 30k-50k-token context counts 3M to 10M. 10M lets
+#: that finish and still stops a runaway (a loop on a 100k-token context after some 100 turns:
+#: about $3 at Sonnet-class cache-read prices, $30 uncached). The seed's 200,000 stopped a task
+#: on a 2 kB file after 37 turns.
+DEFAULT_UNATTENDED_TOKENS = 10_000_000
 
 
 @frozen

@@ -47,7 +47,7 @@ from keel.agent.events import (
     UsageUpdated,
 )
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
-from keel.agent.prompt import build_system_prompt, git_root
+from keel.agent.prompt import build_system_prompt, git_root, part_hashes, short_hash
 from keel.agent.questions import QuestionReply, Questions
 from keel.agent.timing import RequestClock, journal_timing, timed_reply
 from keel.agent.tool_runner import Choice, ToolRunner
@@ -371,9 +371,8 @@ class Agent:
         return self.conversation.messages
 
     def fingerprint(self) -> Fingerprint:
-        tools = json.dumps(
-            [[s.name, s.description, s.input_schema] for s in self._tool_specs], sort_keys=True
-        )
+        specs = [[s.name, s.description, s.input_schema] for s in self._tool_specs]
+        tools = json.dumps(specs, sort_keys=True)
         return Fingerprint(
             provider=self.provider.name,
             model=self.model,
@@ -386,6 +385,10 @@ class Agent:
             # does so that a diff names both.
             thinking="off" if self.effort is None else "on",
             effort=self.effort,
+            system_parts=part_hashes(self.system),
+            tool_hashes=tuple(
+                (str(spec[0]), short_hash(json.dumps(spec, sort_keys=True))) for spec in specs
+            ),
         )
 
     def restore(self, state: SessionState) -> None:

@@ -17,10 +17,15 @@ file of the project may import only files inside the project (and must itself be
 of it is not read): a repository must not send the user's other files (keys, notes) to the
 model; the user's own files may import anything. What is
 not followed is reported in `Instructions.warnings` (shown by `/context` and `keel doctor`),
-never silently."""
+never silently.
+
+The prompt is also read back here, one decision in one place: `sections` cuts a built prompt into
+its named parts (replay diffs them) and `part_hashes` hashes each part under a readable name (the
+resume fingerprint, so a refused resume names the part that changed)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -289,3 +294,82 @@ def build_system_prompt(
     parts += load_instructions(cwd, user_dir=user_dir, home=home, refuse=refuse).sections()
     parts += [s for s in extra_sections if s]
     return "\n\n".join(parts)
+
+
+# -- reading a built prompt back --------------------------------------------------------------------
+
+_SECTION = re.compile(r"(<env>\n.*?\n</env>|<instructions [^>]*>.*?</instructions>)", re.DOTALL)
+_SOURCE = re.compile(r'<instructions (source="([^"]*)"(?: imported-from="([^"]*)")?)')
+_TAG = re.compile(r"<([a-z][a-z0-9-]*)>")
+
+
+def sections(system: str) -> list[tuple[str, str]]:
+    """The system prompt as (name, text) sections: `base`, `env`, one per instruction file
+    (`instructions source="…"`), then the further sections: one opened by a tag on its first line
+    is named by that tag (`<skills>`, `<memory-index>`), any other `section N: first line`."""
+    out: list[tuple[str, str]] = []
+    extra = 0
+
+    def further(chunk: str) -> None:
+        nonlocal extra
+        if not out:
+            out.append(("base", chunk))
+            return
+        first = chunk.splitlines()[0]
+        tag = _TAG.fullmatch(first)
+        if tag is not None:
+            out.append((first, chunk))
+        else:
+            extra += 1
+            out.append((f"section {extra}: {first[:60]}", chunk))
+
+    pos = 0
+    for match in _SECTION.finditer(system):
+        before = system[pos : match.start()].strip("\n")
+        if before:
+            further(before)
+        text = match.group(0)
+        if text.startswith("<env>"):
+            out.append(("env", text))
+        else:
+            source = _SOURCE.match(text)
+            out.append((f"instructions {source.group(1) if source else ''}", text))
+        pos = match.end()
+    for chunk in system[pos:].split("\n\n"):
+        chunk = chunk.strip("\n")
+        if chunk:
+            further(chunk)
+    return out
+
+
+def part_hashes(system: str) -> tuple[tuple[str, str], ...]:
+    """A short hash of each part of the system prompt, under the name a user reads: `keel's base
+    prompt`, each `<env>` line by its label (`working directory`, `platform`, `date`, `git
+    repository`), `instruction file PATH` (`… (imported from PATH)`), `<skills> section`,
+    `<memory-index> section`, `section N: first line`. The resume gate compares them one by one."""
+    out: list[tuple[str, str]] = []
+    for name, text in sections(system):
+        if name == "base":
+            out.append(("keel's base prompt", short_hash(text)))
+        elif name == "env":
+            for line in text.splitlines()[1:-1]:
+                label, _, value = line.partition(": ")
+                out.append((label.lower(), short_hash(value)))
+        elif name.startswith("instructions "):
+            source = _SOURCE.match(text)
+            if source is None:
+                out.append((name, short_hash(text)))
+                continue
+            _, path, parent = source.groups()
+            label = f"instruction file {path}" + (f" (imported from {parent})" if parent else "")
+            out.append((label, short_hash(text)))
+        elif _TAG.fullmatch(name):
+            out.append((f"{name} section", short_hash(text)))
+        else:
+            out.append((name, short_hash(text)))
+    return tuple(out)
+
+
+def short_hash(text: str) -> str:
+    """The fingerprint's hashes: sha256, 16 hex digits."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -2,10 +2,10 @@
 
 A child gets a fresh system prompt for its agent type, a subset of the parent's tools, its own
 turn limit (100 unless its definition says otherwise), a token budget of its own (the session's
-token cap, else 200,000), and the parent's permission gate, hooks (`SubagentStop` instead of
-`Stop`), sandbox and checkpoint store. What it spends also counts in the parent's spend as it
-happens, and the parent's budgets hold over it. Only its final message comes
-back, cut like any tool output. It journals to its own session file beside the parent's
+token cap, else `DEFAULT_UNATTENDED_TOKENS`), and the parent's permission gate, hooks
+(`SubagentStop` instead of `Stop`), sandbox and checkpoint store. What it spends also counts in
+the parent's spend as it happens, and the parent's budgets hold over it. Only its final message
+comes back, cut like any tool output. It journals to its own session file beside the parent's
 (`<parent id>.agents/<child id>.jsonl`, `meta.parent` and `meta.agent` set).
 
 Agent types: the built-ins `general` (every tool) and `explore` (read-only tools), plus

@@ -468,15 +468,21 @@ def add_subagents(agent: Agent, notice: Notify) -> None:
 
 
 async def add_memory(
-    agent: Agent, settings: Settings, notice: Notify, *, resumed: bool = False
+    agent: Agent,
+    settings: Settings,
+    notice: Notify,
+    *,
+    resumed: bool = False,
+    lineage: Sequence[str] = (),
 ) -> None:
     """The `memory` tool and the notes' index in the system prompt, unless `memory` is off
-    (a resumed session keeps the index it started with; keel.memory)."""
+    (a resumed session keeps the index it started with, a fork the one of the sessions it was
+    forked from, `lineage`; keel.memory)."""
     if not settings.memory.enabled:
         return
     from keel.memory import add_memory as wire_memory
 
-    await wire_memory(agent, settings.memory, notice, resumed=resumed)
+    await wire_memory(agent, settings.memory, notice, resumed=resumed, lineage=lineage)
 
 
 def add_knowledge(agent: Agent, settings: Settings) -> None:
@@ -628,7 +634,8 @@ async def continue_session(
     the fingerprint is expected and accepted; any other is checked as usual. The journal is closed
     here when this fails."""
     from keel.session.fold import FoldError, fold
-    from keel.session.resume import check_resume, left_running, reap
+    from keel.session.fork import lineage
+    from keel.session.resume import check_resume, left_running, limits_diff, reap
     from keel.session.store import SessionLog
 
     agent: Agent | None = None
@@ -649,6 +656,10 @@ async def continue_session(
         settings = read_settings(cwd, notice)
         ref = parse_model(options.model or meta.model)
         stored = meta.fingerprint
+        # A fork goes on with the prompt its first ancestor started with: that day's date and,
+        # below, that session's memory index.
+        ancestors = lineage(journal.path, meta, state.created)
+        started = ancestors[-1][1] or state.created
         limits = Limits(
             max_turns=first(
                 options.max_turns, stored.max_turns if stored else None, DEFAULT_MAX_TURNS
@@ -665,11 +676,13 @@ async def continue_session(
             settings=settings,
             options=options,
             notice=notice,
-            today=date.fromisoformat(state.created[:10]) if state.created else None,
+            today=date.fromisoformat(started[:10]) if started else None,
             session_id=meta.id,
             provider=provider_for(ref) if provider_for is not None else None,
         )
-        await add_memory(agent, settings, notice, resumed=True)
+        await add_memory(
+            agent, settings, notice, resumed=True, lineage=[i for i, _ in ancestors[1:]]
+        )
         await connect_mcp(agent, settings, notice, interactive=options.interactive)
         await connect_remote(agent, settings, notice)
         agent.add_tools(tools)
@@ -678,14 +691,18 @@ async def continue_session(
         if moved:
             # The system prompt names the working directory: compare it as it reads with the
             # old one, so that a real change (an instruction file) is still caught.
-            import hashlib
+            from keel.agent.prompt import part_hashes, short_hash
 
             as_before = agent.system.replace(str(cwd), meta.cwd)
             current = dataclasses.replace(
-                current, system_hash=hashlib.sha256(as_before.encode()).hexdigest()[:16]
+                current, system_hash=short_hash(as_before), system_parts=part_hashes(as_before)
             )
+        given = limits_diff(stored, current) if stored else []
         for change in check_resume(state, current, force=options.force):
-            notice(Notice(f"resuming despite a changed configuration: {change}", "warning"))
+            if change in given:
+                notice(Notice(f"resuming with {change} (as given)"))
+            else:
+                notice(Notice(f"resuming despite a changed configuration: {change}", "warning"))
         agent.restore(state)
         resolve_unknown(agent, state, options)
         agent.session = SessionLog(journal, meta.id)

@@ -512,4 +512,26 @@ async def _run(
         return cli.EXIT_OUTPUT_CLOSED
     if result.stop_reason == "suspended":
         printer.say(f"keel: suspended; resume with: keel resume {result.session_id}")
+    elif result.stop_reason == "budget":
+        printer.say(budget_hint(agent, result.session_id if path else None))
     return EXIT_CODES[result.stop_reason]
+
+
+def budget_hint(agent: Agent, session_id: str | None) -> str:
+    """What to do after a `budget` stop: the flag that raises the budget that was reached, and the
+    command that continues this session with a higher one (`session_id`: None without a session
+    file)."""
+    limits, spend = agent.limits, agent.spend
+    if limits.max_tokens is not None and spend.usage.total >= limits.max_tokens:
+        flag, value = "--max-tokens-budget", str(max(2 * limits.max_tokens, spend.usage.total))
+        raised = f"{flag} N (or budget.tokens in settings; 0 for none)"
+    else:
+        cap = limits.max_usd or 0.0
+        flag, value = "--max-budget-usd", f"{max(2 * cap, spend.cost):g}"
+        raised = f"{flag} X (or budget.usd in settings)"
+    if session_id is None:
+        return f"keel: the run stopped at its budget; raise it with {raised}"
+    return (
+        f"keel: the session stopped at its budget; raise it with {raised}, and continue this "
+        f"session with: keel resume {session_id} {flag} {value}"
+    )

@@ -95,7 +95,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "--max-tokens-budget",
         type=_whole(0, 10**12, " (0: no token budget)"),
         help="stop once the session has used this many tokens (input + output + cache reads + "
-        "cache writes; keel -p default 200000, 0 for none)",
+        "cache writes; keel -p default 10000000, 0 for none)",
     )
     p.add_argument(
         "--max-retries",

@@ -6,15 +6,17 @@ backend (`store`), the NATS JetStream KV backend (`nats_store`, imported only wh
 and the environment (`open_store`) and giving an agent its memory (`add_memory`).
 
 The index is read once per fresh context and fixed with the system prompt; a resumed session
-keeps the index it started with (a snapshot by session id beside the notes), so its prompt
-prefix and resume fingerprint do not change because a note was saved since.
+keeps the index it started with (a snapshot by session id beside the notes; a fork, the one the
+session it was forked from started with), so its prompt prefix does not change because a note was
+saved since. The resume gate does not compare the index either (`keel.session.resume.
+NOT_COMPARED`): a session whose snapshot is gone resumes with none.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -121,9 +123,12 @@ async def add_memory(
     notice: Callable[[Event], None],
     *,
     resumed: bool = False,
+    lineage: Sequence[str] = (),
 ) -> MemoryStore | None:
     """Offer the `memory` tool and put the index into the system prompt (before its first
-    use). A store that cannot be reached is one warning, and the run goes on without memory."""
+    use). A store that cannot be reached is one warning, and the run goes on without memory.
+    `resumed`: the index the session started with, looked up by the session's id, then by the
+    ids in `lineage` (the sessions it was forked from, nearest first)."""
     if not config.enabled:
         return None
     from keel.llm.events import Notice
@@ -132,7 +137,11 @@ async def add_memory(
     store = open_store(config, agent.ctx.root, agent.ctx.env)
     try:
         if resumed:
-            section = load_snapshot(agent.session_id, agent.ctx.env)
+            section = ""
+            for session_id in dict.fromkeys((agent.session_id, *lineage)):
+                section = load_snapshot(session_id, agent.ctx.env)
+                if section:
+                    break
         else:
             project, user = await store.list("project"), await store.list("user")
             section = index_section(project, user)

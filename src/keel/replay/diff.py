@@ -1,20 +1,17 @@
-"""Readable diffs for replay: a system prompt cut into its named sections, tool definitions by
-name, messages as canonical JSON. Pure: strings in, strings out."""
+"""Readable diffs for replay: a system prompt cut into its named sections (`keel.agent.prompt.
+sections`), tool definitions by name, messages as canonical JSON. Pure: strings in, strings out."""
 
 from __future__ import annotations
 
 import difflib
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from keel.agent.prompt import sections
 from keel.llm.messages import Message, message_to_json
 from keel.llm.request import ToolSpec
-
-_SECTION = re.compile(r"(<env>\n.*?\n</env>|<instructions [^>]*>.*?</instructions>)", re.DOTALL)
-_SOURCE = re.compile(r'<instructions (source="[^"]*"(?: imported-from="[^"]*")?)')
 
 
 def system_hash(text: str) -> str:
@@ -44,41 +41,6 @@ def unified(old: Sequence[str], new: Sequence[str], old_name: str, new_name: str
     return "\n".join(
         difflib.unified_diff(list(old), list(new), old_name, new_name, n=2, lineterm="")
     )
-
-
-def sections(system: str) -> list[tuple[str, str]]:
-    """The system prompt as (name, text) sections: `base`, `env`, one per instruction file
-    (`instructions source="…"`), then the further sections (`section N: first line`)."""
-    out: list[tuple[str, str]] = []
-    pos, extra = 0, 0
-    for match in _SECTION.finditer(system):
-        before = system[pos : match.start()].strip("\n")
-        if before:
-            if not out:
-                out.append(("base", before))
-            else:
-                extra += 1
-                out.append((f"section {extra}: {before.splitlines()[0][:60]}", before))
-        text = match.group(0)
-        source = _SOURCE.match(text)
-        out.append(
-            (
-                "env"
-                if text.startswith("<env>")
-                else f"instructions {source.group(1) if source else ''}",
-                text,
-            )
-        )
-        pos = match.end()
-    for chunk in system[pos:].split("\n\n"):
-        chunk = chunk.strip("\n")
-        if chunk:
-            if not out:
-                out.append(("base", chunk))
-            else:
-                extra += 1
-                out.append((f"section {extra}: {chunk.splitlines()[0][:60]}", chunk))
-    return out
 
 
 def system_diff(old: str, new: str) -> tuple[list[str], str]:

@@ -138,8 +138,8 @@ def normalised_journal(records: list[Record], paths: Paths | None = None) -> str
 def normalised_lines(records: list[Record], paths: Paths | None = None) -> list[str]:
     """The journal, one JSON line a record, the journal with what differs by nature left out: timestamps, sequence
     numbers, the session id,
-    timing, tool durations, process ids, the keel version, the system prompt hash (it holds the
-    directory and the date; compared per request instead) and the scratch directory."""
+    timing, tool durations, process ids, the keel version, the system prompt's hashes (they hold
+    the directory and the date; compared per request instead) and the scratch directory."""
     from keel.session.records import encode
 
     lines = []
@@ -153,6 +153,7 @@ def normalised_lines(records: list[Record], paths: Paths | None = None) -> list[
                 d.pop(key, None)
             if isinstance(d.get("fingerprint"), dict):
                 d["fingerprint"].pop("system_hash", None)
+                d["fingerprint"].pop("system_parts", None)
         elif kind == "assistant":
             d.pop("timing", None)
         elif kind == "tool_result":
@@ -171,8 +172,8 @@ def settings_diff(recorded: Fingerprint, now: Fingerprint) -> list[str]:
     out = []
     a, b = recorded.to_json(), now.to_json()
     for key in a:
-        if key in ("system_hash", "tools_hash"):
-            continue
+        if key in ("system_hash", "tools_hash", "system_parts", "tool_hashes"):
+            continue  # compared per request, where a difference is shown with its diff
         if key in ("thinking",) and not a[key]:
             continue  # not recorded by older files
         if a[key] != b[key]:
@@ -509,22 +510,32 @@ async def _drive(
 ) -> tuple[list[Record], Fingerprint]:  # fmt: skip
     """Build the agent in the scratch copy and send the recorded prompts; the replay's records
     and its fingerprint."""
-    from keel.app.assembly import open_agent
-    from keel.app.options import Options
+    from keel.app.assembly import open_agent, read_settings
+    from keel.app.options import Options, first
     from keel.session.store import SessionLog
 
-    assert meta.fingerprint is not None
-    options = Options(cwd=plan.scratch_cwd, model=meta.model, mode=mode, no_session=True)
-    agent = await open_agent(options, provider=provider, session=False)
+    fp = meta.fingerprint
+    assert fp is not None
+    settings = read_settings(plan.scratch_cwd, lambda _event: None)
+    # A limit the settings do not set is the session's own: keel's default for it (a token
+    # budget for `keel -p`, none interactively, another in another keel) is not a change.
+    options = Options(
+        cwd=plan.scratch_cwd,
+        model=meta.model,
+        mode=mode,
+        no_session=True,
+        max_turns=first(settings.max_turns, fp.max_turns or None),
+        max_tokens_budget=first(settings.budget_tokens, fp.max_tokens, 0),
+        max_budget_usd=first(settings.budget_usd, fp.max_usd),
+    )
+    agent = await open_agent(options, provider=provider, session=False, settings=settings)
     try:
         if plan.tools == "recorded-results":
             results = recorded_results(records)
             for tool in list(agent.registry):
                 agent.registry.remove(tool.name)
                 agent.registry.add(RecordedTool(tool, results, plan.paths))
-        await _explain_hashes(
-            agent, meta.fingerprint, provider.recorded, plan, meta, against, scratch
-        )
+        await _explain_hashes(agent, fp, provider.recorded, plan, meta, against, scratch)
         agent.session = SessionLog.create(
             cwd=plan.scratch_cwd,
             model=meta.model,

@@ -316,22 +316,33 @@ class Host:
             )
         return path
 
-    async def resume(self, session_id: str | None, *, latest: bool = False) -> tuple[Hosted, bool]:
+    async def resume(
+        self, session_id: str | None, *, latest: bool = False, force: bool = False
+    ) -> tuple[Hosted, bool]:
         """The session `session_id` (or the latest), loaded: as it is when it already is
-        (False), else reopened from its journal (True), its unfinished run resumed."""
+        (False), else reopened from its journal (True), its unfinished run resumed. `force`:
+        despite a changed configuration (`keel resume --force`); without it such a session is a
+        409 naming each change."""
         from keel.app import resume_agent
         from keel.session.journal import SessionLocked
+        from keel.session.resume import ConfigurationChanged
 
         async with self._opening:
             path = self._session_path(session_id, latest)
             if path.stem in self.sessions:
                 return self.sessions[path.stem], False
-            options = self._options(self.cwd)
+            options = self._options(self.cwd, force=force)
             notices: list[Event] = []
             try:
                 opened = await resume_agent(path, options, notice=notices.append)
             except SessionLocked as exc:
                 raise ApiError.of(exc, 409) from exc
+            except ConfigurationChanged as exc:
+                raise ApiError(
+                    409,
+                    exc.message,
+                    'load it with "force": true to go on with the configuration as it is now',
+                ) from exc
             except KeelError as exc:
                 raise ApiError.of(exc) from exc
             agent = opened.agent  # the undo notes the model was not told yet are queued

@@ -283,12 +283,13 @@ class Api:
                 "mode": OPT_STR,
                 "resume": STR,
                 "continue": (bool,),
+                "force": (bool,),
                 "cwd": OPT_STR,
             },
         )
         opening = [k for k in ("resume", "continue") if body.get(k)]
         if opening:
-            others = sorted(set(body) - {"resume", "continue"})
+            others = sorted(set(body) - {"resume", "continue", "force"})
             if len(opening) > 1 or others:
                 raise ApiError(
                     400,
@@ -296,9 +297,13 @@ class Api:
                     "a reopened session keeps its model, effort and mode; PATCH it afterwards",
                 )
             hosted, opened = await self.host.resume(
-                body.get("resume"), latest="continue" in opening
+                body.get("resume"), latest="continue" in opening, force=bool(body.get("force"))
             )
             return JSONResponse(hosted.describe(), 201 if opened else 200)
+        if body.get("force"):
+            raise ApiError(
+                400, "force applies to loading a session", 'give it with "resume" or "continue"'
+            )
         mode = body.get("mode")
         effort = body.get("effort")
         _check_mode_effort(mode, effort)
@@ -538,7 +543,9 @@ class Api:
 
     async def fork(self, request: Request) -> Response:
         session_id = request.path_params["id"]
-        body = await read_body(request, {"at": (int, NONE)})
+        body = await read_body(request, {"at": (int, NONE), "load": (bool,), "force": (bool,)})
+        if body.get("force") and not body.get("load"):
+            raise ApiError(400, "force applies to loading the fork", 'give it with "load": true')
         hosted = self.host.sessions.get(session_id)
         path = hosted.path if hosted is not None else None
         if path is None:
@@ -549,9 +556,13 @@ class Api:
             new_path, prompt = fork_session(path, body.get("at"))
         except UserError as exc:
             raise ApiError.of(exc) from exc
-        return JSONResponse(
-            {"id": new_path.stem, "parent": path.stem, "prompt": prompt, "loaded": False}, 201
-        )
+        fork = {"id": new_path.stem, "parent": path.stem, "prompt": prompt, "loaded": False}
+        if body.get("load"):
+            # A fork that cannot be loaded (a changed configuration: 409) stays on disk; load
+            # it later with POST /v1/sessions {"resume": ID, "force": true}.
+            loaded, _ = await self.host.resume(new_path.stem, force=bool(body.get("force")))
+            fork = {**fork, "loaded": True, "session": loaded.describe()}
+        return JSONResponse(fork, 201)
 
     async def tasks(self, request: Request) -> Response:
         hosted = self.hosted(request)

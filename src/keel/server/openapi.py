@@ -71,15 +71,38 @@ def _create_op() -> dict[str, Any]:
         body={
             "oneOf": [
                 _obj(model=OPT_STR, effort=OPT_STR, mode=OPT_STR, cwd=OPT_STR),
-                _obj(("resume",), resume=STR),
-                _obj(("continue",), **{"continue": BOOL}),
+                _obj(("resume",), resume=STR, force=BOOL),
+                _obj(("continue",), force=BOOL, **{"continue": BOOL}),
             ]
         },
         status="201",
         params=(),
     )
     op["responses"]["200"] = _json(_ref("Session"), "Already loaded: as it is")
-    op["responses"]["409"] = _json(_ref("Error"), "The session is held by another process")
+    op["responses"]["409"] = _json(
+        _ref("Error"),
+        "The session is held by another process, or was made with a different configuration "
+        '(the error names each change; "force": true loads it anyway)',
+    )
+    return op
+
+
+def _fork_op() -> dict[str, Any]:
+    op = _op(
+        "Fork the session before prompt seq `at` (null: after its end); loaded with `load` "
+        "(`force`: despite a changed configuration)",
+        _json(
+            _obj(id=STR, parent=STR, prompt=STR, loaded=BOOL, session=_ref("Session")),
+            "The fork (`session`: as loaded, with `load`)",
+        ),
+        body=_obj(at={"type": ["integer", "null"]}, load=BOOL, force=BOOL),
+        status="201",
+    )
+    op["responses"]["409"] = _json(
+        _ref("Error"),
+        "The fork was made but not loaded: its configuration changed (the error names each "
+        'change; "force": true loads it anyway) or another process holds it',
+    )
     return op
 
 
@@ -365,12 +388,7 @@ def spec() -> dict[str, Any]:
                 )
             },
             f"{sid}/fork": {
-                "post": _op(
-                    "Fork the session before prompt seq `at` (null: after its end); not loaded",
-                    _json(_obj(id=STR, parent=STR, prompt=STR, loaded=BOOL), "The fork"),
-                    body=_obj(at={"type": ["integer", "null"]}),
-                    status="201",
-                )
+                "post": _fork_op(),
             },
             f"{sid}/tasks": {
                 "get": _op(

@@ -1,5 +1,7 @@
 """Forking a session: a new session file holding a copy of another's records up to a prompt
-boundary (`keel sessions fork`, the TUI's `/rewind`, the server's fork route)."""
+boundary (`keel sessions fork`, the TUI's `/rewind`, the server's fork route), and reading a
+fork's lineage back (`lineage`: a resumed fork rebuilds the prompt its first ancestor started
+with: that session's date and memory index)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 
 from keel.errors import UserError
 from keel.session.journal import Journal, read_records
-from keel.session.records import DecisionRecord, Meta, UserRecord
+from keel.session.records import DecisionRecord, Meta, RecordError, UserRecord, decode
 from keel.session.store import new_session_id
 
 
@@ -64,3 +66,28 @@ def fork_session(path: Path, at: int | None) -> tuple[Path, str]:
     finally:
         journal.close()
     return new_path, at_prompt
+
+
+#: How many forks back `lineage` follows (a cycle cannot happen, a very long chain is cut).
+MAX_LINEAGE = 100
+
+
+def lineage(path: Path, meta: Meta, started: str) -> list[tuple[str, str]]:
+    """(id, start time) of the session in `path` (`meta`, `started`) and of each session it was
+    forked from, nearest first, as far as their files are still beside it. A subagent's session
+    names the session that ran it as its parent, not one it was copied from: it is not followed."""
+    out = [(meta.id, started)]
+    seen = {meta.id}
+    while meta.parent and not meta.agent and len(out) < MAX_LINEAGE:
+        parent = path.with_name(f"{meta.parent}.jsonl")
+        try:
+            with parent.open("rb") as f:
+                first = decode(f.readline())
+        except (OSError, RecordError):
+            break
+        if not isinstance(first.payload, Meta) or first.payload.id in seen:
+            break
+        meta = first.payload
+        seen.add(meta.id)
+        out.append((meta.id, first.ts))
+    return out

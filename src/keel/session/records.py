@@ -64,9 +64,14 @@ class Fingerprint:
     #: recorded (not compared then).
     thinking: str = ""
     effort: str | None = None
+    #: (name, hash) of each part of the system prompt (`keel.agent.prompt.part_hashes`) and of
+    #: each tool definition, so that a refused resume names what changed; empty in files written
+    #: before they were recorded (then `system_hash` and `tools_hash` are compared whole).
+    system_parts: tuple[tuple[str, str], ...] = ()
+    tool_hashes: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "provider": self.provider,
             "model": self.model,
             "system_hash": self.system_hash,
@@ -77,6 +82,11 @@ class Fingerprint:
             "thinking": self.thinking,
             "effort": self.effort,
         }
+        if self.system_parts:
+            out["system_parts"] = dict(self.system_parts)
+        if self.tool_hashes:
+            out["tool_hashes"] = dict(self.tool_hashes)
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Fingerprint:
@@ -90,7 +100,16 @@ class Fingerprint:
             d.get("max_usd"),
             str(d.get("thinking") or ""),
             d.get("effort"),
+            _pairs(d.get("system_parts")),
+            _pairs(d.get("tool_hashes")),
         )
+
+
+def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """A recorded name -> hash object as pairs, in the recorded order (anything else: none)."""
+    if not isinstance(value, dict):
+        return ()
+    return tuple((str(k), str(v)) for k, v in value.items())
 
 
 @frozen

@@ -1,10 +1,12 @@
 """The resume gate: whether a session may continue under the current configuration.
 
-A resumed run must replay faithfully, so the fingerprint stored in `meta` (provider, model,
-hashes of the system prompt and the tool definitions, limits, thinking mode and effort) is compared
-with the current one.
-Any difference is refused with a per-field diff unless forced. A provider change is refused even
-when forced where the stored blocks cannot be replayed to the new provider.
+A resumed run must replay faithfully, so the fingerprint stored in `meta` (provider, model, a
+hash of each part of the system prompt and of each tool definition, limits, thinking mode and
+effort) is compared with the current one. A difference that decides whether the conversation can
+go on is refused unless forced, naming exactly what changed (the instruction file, the working
+directory, keel's base prompt and version, the tool); the memory index, the platform line and the
+date are not compared (`NOT_COMPARED`), and limits given on resume are accepted. A provider change
+is refused even when forced where the stored blocks cannot be replayed to the new provider.
 
 Before a resumed run re-runs anything, `reap` kills the process groups the dead run left running
 (recorded by `process` records, recognised by start time, never by name).
@@ -25,39 +27,115 @@ from keel.llm.messages import Thinking
 from keel.session.fold import SessionState
 from keel.session.records import Fingerprint, ProcessRecord
 
+#: Parts of the system prompt that do not decide whether a conversation can go on, so a resume
+#: does not compare them: the memory index (a snapshot of the notes when the session started: a
+#: note saved since is in the conversation already, as the memory tool's call and result), the
+#: platform line (a kernel update changes nothing the conversation relies on) and the date (the
+#: day the session, or the one it was forked from, started).
+NOT_COMPARED = frozenset({"<memory-index> section", "platform", "date"})
+#: The limits: a resume keeps the session's own unless a flag gives others, and a flag given is
+#: the user's choice (a higher budget after a `budget` stop), never a reason to refuse.
+LIMITS = ("max_turns", "max_tokens", "max_usd")
 
-def fingerprint_diff(stored: Fingerprint, current: Fingerprint) -> list[str]:
-    """One line per field that differs, in the order a user reads them."""
-    out = []
+
+class ConfigurationChanged(UserError):
+    """The session was made under another configuration; `changes` names each difference."""
+
+    def __init__(self, session_id: str, changes: list[str]) -> None:
+        super().__init__(
+            f"session {session_id} was made with a different configuration: " + "; ".join(changes),
+            hint="resume with the same model and settings, or pass --force to accept the change",
+        )
+        self.session_id = session_id
+        self.changes = changes
+
+
+def fingerprint_diff(
+    stored: Fingerprint, current: Fingerprint, *, keel_version: str = ""
+) -> list[str]:
+    """One line per difference, in the order a user reads them. `keel_version`: the version that
+    made the session, named when keel's base prompt changed."""
+    setup, reasoning = _config_diff(stored, current, keel_version)
+    return setup + limits_diff(stored, current) + reasoning
+
+
+def config_diff(stored: Fingerprint, current: Fingerprint, *, keel_version: str = "") -> list[str]:
+    """The differences that make a resume refuse unless forced: provider, model, each part of the
+    system prompt that changed (`NOT_COMPARED` left out), each tool definition, thinking and
+    effort."""
+    setup, reasoning = _config_diff(stored, current, keel_version)
+    return setup + reasoning
+
+
+def _config_diff(
+    stored: Fingerprint, current: Fingerprint, keel_version: str
+) -> tuple[list[str], list[str]]:
+    setup = []
     if stored.provider != current.provider:
-        out.append(f"provider: {stored.provider} -> {current.provider}")
+        setup.append(f"provider: {stored.provider} -> {current.provider}")
     if stored.model != current.model:
-        out.append(f"model: {stored.model} -> {current.model}")
-    if stored.system_hash != current.system_hash:
-        out.append("system prompt: changed (instruction files, working directory or keel version)")
-    if stored.tools_hash != current.tools_hash:
-        out.append("tool definitions: changed")
-    for name in ("max_turns", "max_tokens", "max_usd"):
+        setup.append(f"model: {stored.model} -> {current.model}")
+    if stored.system_parts and current.system_parts:
+        setup += _parts_diff(
+            "system prompt", stored.system_parts, current.system_parts, keel_version
+        )
+    elif stored.system_hash != current.system_hash:
+        # A file from before the parts were recorded: only the whole prompt's hash is known.
+        setup.append("system prompt: changed (the session's file does not record which part)")
+    if stored.tool_hashes and current.tool_hashes:
+        setup += _parts_diff("tool", stored.tool_hashes, current.tool_hashes, "")
+    elif stored.tools_hash != current.tools_hash:
+        setup.append("tool definitions: changed")
+    reasoning = []
+    if stored.thinking:  # recorded (files from before it was are not compared)
+        if stored.thinking != current.thinking:
+            reasoning.append(f"thinking: {stored.thinking} -> {current.thinking}")
+        if stored.effort != current.effort:
+            reasoning.append(f"effort: {stored.effort or 'none'} -> {current.effort or 'none'}")
+    return setup, reasoning
+
+
+def limits_diff(stored: Fingerprint, current: Fingerprint) -> list[str]:
+    """The limits that differ (`max_tokens: 10000000 -> 20000000`)."""
+    out = []
+    for name in LIMITS:
         old, new = getattr(stored, name), getattr(current, name)
         if old != new:
             out.append(f"{name}: {old} -> {new}")
-    if stored.thinking:  # recorded (files from before it was are not compared)
-        if stored.thinking != current.thinking:
-            out.append(f"thinking: {stored.thinking} -> {current.thinking}")
-        if stored.effort != current.effort:
-            out.append(f"effort: {stored.effort or 'none'} -> {current.effort or 'none'}")
+    return out
+
+
+def _parts_diff(
+    what: str,
+    stored: tuple[tuple[str, str], ...],
+    current: tuple[tuple[str, str], ...],
+    keel_version: str,
+) -> list[str]:
+    """`system prompt: instruction file /p/AGENTS.md changed`, `tool: task added`, …"""
+    from keel import __version__
+
+    before, after = dict(stored), dict(current)
+    out = []
+    for name in [*before, *(n for n in after if n not in before)]:
+        if name in NOT_COMPARED or before.get(name) == after.get(name):
+            continue
+        how = "added" if name not in before else "removed" if name not in after else "changed"
+        if name == "keel's base prompt" and keel_version and keel_version != __version__:
+            how += f" (keel {keel_version} -> {__version__})"
+        out.append(f"{what}: {name} {how}")
     return out
 
 
 def check_resume(state: SessionState, current: Fingerprint, *, force: bool) -> list[str]:
-    """Raise `UserError` if the session may not resume under `current`; otherwise return the
-    differences that `force` accepted (empty when none)."""
+    """Raise `ConfigurationChanged` if the session may not resume under `current` (a
+    `UserError` when even `force` cannot help); otherwise return the differences accepted:
+    the limits given, and with `force` the rest (empty when none)."""
     stored = state.meta.fingerprint
     if stored is None:
         return []
-    diff = fingerprint_diff(stored, current)
-    if not diff:
-        return []
+    config = config_diff(stored, current, keel_version=state.meta.keel_version)
+    if not config:
+        return limits_diff(stored, current)
     pending = state.pending
     if (
         stored.provider != current.provider
@@ -72,11 +150,8 @@ def check_resume(state: SessionState, current: Fingerprint, *, force: bool) -> l
             "then switch",
         )
     if not force:
-        raise UserError(
-            f"session {state.meta.id} was made with a different configuration: " + "; ".join(diff),
-            hint="resume with the same model and settings, or pass --force to accept the change",
-        )
-    return diff
+        raise ConfigurationChanged(state.meta.id, config)
+    return fingerprint_diff(stored, current, keel_version=state.meta.keel_version)
 
 
 # -- what a dead run left running --------------------------------------------------------------

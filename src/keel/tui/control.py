@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from keel.config.settings import Settings
     from keel.llm.provider import Provider
     from keel.session.records import Record
+    from keel.session.resume import ConfigurationChanged
 
 #: Seconds a `!cmd` line may run.
 SHELL_TIMEOUT = 600.0
@@ -153,15 +154,18 @@ class AgentFactory:
             session=False,
         )
 
-    async def open(self, path: Path) -> tuple[Agent, ModelRef, list[Record], bool]:
+    async def open(
+        self, path: Path, *, force: bool = False
+    ) -> tuple[Agent, ModelRef, list[Record], bool]:
         """The session in `path`, locked and rebuilt: (agent, model, its records, whether its
         last turn left tool calls unanswered). Notes of undos the model was not told of yet are
-        queued again."""
+        queued again. `force`: despite a changed configuration (`keel resume --force`)."""
+        from dataclasses import replace
+
         from keel.session.journal import read_records
 
-        opened = await resume_agent(
-            path, self.options, self._notify, provider_for=self.provider_for
-        )
+        options = replace(self.options, force=True) if force else self.options
+        opened = await resume_agent(path, options, self._notify, provider_for=self.provider_for)
         return (
             opened.agent,
             opened.ref,
@@ -804,9 +808,9 @@ class Controller:
         self._use(new)
         self._ui.reset([Notice("a fresh context: the conversation so far is in the last session")])
 
-    async def _switch_to(self, path: Path, reason: str) -> None:
+    async def _switch_to(self, path: Path, reason: str, *, force: bool = False) -> None:
         old = self.agent
-        agent, ref, records, unfinished = await self.factory.open(path)
+        agent, ref, records, unfinished = await self.factory.open(path, force=force)
         await old.aclose(reason)
         self.ref = ref
         self._use(agent)
@@ -845,6 +849,7 @@ class Controller:
         from keel.session.fork import fork_session
         from keel.session.journal import read_records
         from keel.session.records import UserRecord
+        from keel.session.resume import ConfigurationChanged
 
         session = self.agent.session
         if session is None:
@@ -866,7 +871,21 @@ class Controller:
         if not picked.isdigit():
             raise UserError(f"/rewind {picked}: not a prompt number", hint="/rewind opens a list")
         new_path, prompt = fork_session(session.path, int(picked))
-        await self._switch_to(new_path, "other")
+        try:
+            await self._switch_to(new_path, "other")
+        except ConfigurationChanged as exc:
+            # The way through: an explicit yes goes on as `keel resume --force` would.
+            if not await self._go_on_despite(exc):
+                self.show(
+                    Notice(
+                        f"not rewound; the fork {new_path.stem} is kept (keel -p --resume "
+                        f'{new_path.stem} --force "…" continues it)'
+                    )
+                )
+                return
+            await self._switch_to(new_path, "other", force=True)
+            for change in exc.changes:  # shown after the fork's transcript replaced the view
+                self.show(Notice(f"rewound despite a changed configuration: {change}", "warning"))
         self._ui.set_input(typed_prompt(prompt))
         self.show(
             Notice(
@@ -874,6 +893,18 @@ class Controller:
                 "files back)"
             )
         )
+
+    async def _go_on_despite(self, exc: ConfigurationChanged) -> bool:
+        """Ask whether to go on with a session made under another configuration (each change
+        named); True only for an explicit yes."""
+        picked = await self._ui.pick(
+            f"The configuration changed since this session began: {'; '.join(exc.changes)}",
+            [
+                Choice("force", "Go on anyway", "with the configuration as it is now"),
+                Choice("cancel", "Cancel", "keep the session open now"),
+            ],
+        )
+        return picked == "force"
 
     async def _cmd_init(self, args: str) -> None:
         """`/init [AGENTS.md|CLAUDE.md]`: a read-only agent of its own (keel.cli.init) studies
