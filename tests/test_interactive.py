@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -237,8 +238,9 @@ def hooks_file(project: Path, log: Path) -> None:
     """SessionStart and Notification hooks that append what they get to `log`."""
     record = f"cat >> {log}; echo >> {log}"
     entry = [{"matcher": "", "hooks": [{"type": "command", "command": record}]}]
-    path = project / ".keel" / "settings.local.json"
-    path.parent.mkdir(exist_ok=True)
+    # The user's own settings: a project file's hooks would wait for approval.
+    path = Path(os.environ["KEEL_CONFIG_DIR"]) / "settings.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"hooks": {"SessionStart": entry, "Notification": entry}}))
 
 

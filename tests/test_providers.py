@@ -242,11 +242,17 @@ async def test_a_server_without_model_info_leaves_the_catalog_window() -> None:
 # Custom providers from settings
 
 
+def user_settings(project: Path) -> Path:
+    """The user's own settings file (custom providers are the user's: in a project file their
+    URL and key variable wait for approval)."""
+    return Path(os.environ["KEEL_CONFIG_DIR"]) / "settings.json"
+
+
 def write_settings(project: Path, data: dict[str, Any]) -> Settings:
-    folder = project / ".keel"
-    folder.mkdir(exist_ok=True)
-    (folder / "settings.local.json").write_text(json.dumps(data), encoding="utf-8")
-    settings = load_settings(project, env={"KEEL_CONFIG_DIR": str(project / "no-user-config")})
+    path = user_settings(project)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    settings = load_settings(project, env=os.environ)
     assert settings.warnings == []
     return settings
 
@@ -316,13 +322,13 @@ def test_custom_provider_mistakes_are_one_line(project: Path) -> None:
     assert unknown.value.one_line().startswith(
         "unknown provider 'elsewhere' in model 'elsewhere/m' (hint: known providers: anthropic, "
     )
-    (project / ".keel" / "settings.local.json").write_text(
+    user_settings(project).write_text(
         json.dumps({"providers": {"gw": {"base_url": "http://x/v1", "wire": "grpc"}}}),
         encoding="utf-8",
     )
-    bad = load_settings(project, env={"KEEL_CONFIG_DIR": str(project / "none")})
+    bad = load_settings(project, env=os.environ)
     assert bad.warnings == [
-        f"{project / '.keel' / 'settings.local.json'}: providers.gw.wire must be one of "
+        f"{user_settings(project)}: providers.gw.wire must be one of "
         "anthropic, openai-responses, openai-chat, gemini, ollama; ignored"
     ]
 
@@ -353,12 +359,12 @@ async def test_settings_for_ollama_sampling_and_fallbacks(project: Path) -> None
     }
     assert done.window == 16_384
 
-    (project / ".keel" / "settings.local.json").write_text(
+    user_settings(project).write_text(
         json.dumps({"providers": {"ollama": {"num_ctx": "big"}}, "fallbacks": {"a/b": [1]}}),
         encoding="utf-8",
     )
-    bad = load_settings(project, env={"KEEL_CONFIG_DIR": str(project / "none")})
-    where = project / ".keel" / "settings.local.json"
+    bad = load_settings(project, env=os.environ)
+    where = user_settings(project)
     assert bad.warnings == [
         f"{where}: providers.ollama.num_ctx must be a positive number of tokens; ignored",
         f"{where}: fallbacks.a/b must be a list of strings; ignored",

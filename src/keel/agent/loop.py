@@ -175,8 +175,6 @@ class _TurnState:
     last_text: str = ""
     stop_continuations: int = 0
     loop_warned: bool = False
-    #: A context overflow was compacted and retried: the turn's one recovery is spent.
-    overflow_recovered: bool = False
 
 
 def _directory(cwd: object) -> Path:
@@ -865,19 +863,15 @@ class Agent:
             )
 
     async def _ask_model(self, emit: Emit) -> Done:
-        """One model request, compacting first when the context is nearly full. When the
-        provider says the prompt no longer fits, it compacts and retries, once per turn: a
-        second overflow in the same turn ends it with an error."""
+        """One model request, compacting first when the context is nearly full, and once more
+        (then retrying once) when the provider says the prompt no longer fits."""
         await self._maybe_compact(emit, mid_turn=True)
         try:
             return await self._query(emit)
         except ContextOverflow as exc:
-            if self._state.overflow_recovered:
-                raise _overflow_error(exc, nothing_to_compact=False, again=True) from exc
             # Nothing to compact, or it was just compacted: another summary would not help.
             if len(self.messages) < 2 or self._just_compacted:
                 raise _overflow_error(exc, nothing_to_compact=len(self.messages) < 2) from exc
-        self._state.overflow_recovered = True
         emit(
             Notice(
                 "the prompt no longer fits the context window; compacting and retrying", "warning"
@@ -1268,20 +1262,11 @@ class Agent:
             pass  # the run already failed on the journal; the file stays readable
 
 
-def _overflow_error(
-    exc: ContextOverflow, *, nothing_to_compact: bool, again: bool = False
-) -> RunError:
+def _overflow_error(exc: ContextOverflow, *, nothing_to_compact: bool) -> RunError:
     if nothing_to_compact:
         return RunError(
             f"the prompt alone does not fit the model's context window: {exc}",
             hint="shorten the prompt, or use a model with a larger window",
-        )
-    if again:
-        return RunError(
-            "the conversation overflowed the context window again in this turn (it is "
-            f"compacted and retried once per turn): {exc}",
-            hint="the next prompt may compact again; ask for smaller tool outputs, or use a "
-            "model with a larger window",
         )
     return RunError(
         f"the conversation does not fit the context window even after compacting: {exc}",
