@@ -787,6 +787,34 @@ async def test_load_replays_an_earlier_session_and_continues_it(
     await second.close()
 
 
+async def test_load_names_what_changed_and_force_goes_on(
+    connect: Callable[..., Any], anthropic: AnthropicServer, project: Path
+) -> None:
+    """A session whose instructions changed since it ran is refused with the change named;
+    `keel acp --force` loads it anyway (an editor has no other way to say "go on")."""
+    anthropic.add(reply("Hi."))
+    first = await connect()
+    await first.initialize()
+    sid = await first.new_session(project)
+    assert (await first.prompt(sid, "hi"))["result"] == {"stopReason": "end_turn"}
+    await first.close()
+    (project / "AGENTS.md").write_text("Always answer in French.\n", encoding="utf-8")
+    params = {"sessionId": sid, "cwd": str(project), "mcpServers": []}
+    second = await connect()
+    await second.initialize()
+    refused = await second.call("session/load", params)
+    assert "error" in refused, refused
+    assert "AGENTS.md" in json.dumps(refused["error"])
+    await second.close()
+    third = await connect("--force")
+    await third.initialize()
+    loaded = await third.call("session/load", params)
+    assert "result" in loaded, loaded
+    anthropic.add(reply("Bonjour."))
+    assert (await third.prompt(sid, "again"))["result"] == {"stopReason": "end_turn"}
+    await third.close()
+
+
 async def test_load_keeps_the_sessions_model_and_the_editor_switches_it(
     connect: Callable[..., Any],
     anthropic: AnthropicServer,

@@ -88,6 +88,8 @@ class Defaults:
     allowed_tools: list[str] = field(default_factory=list)
     disallowed_tools: list[str] = field(default_factory=list)
     debug: bool = False
+    #: `session/load` goes on when the configuration changed since the session ran (`--force`).
+    force: bool = False
 
 
 @dataclass
@@ -212,6 +214,7 @@ class KeelAcpAgent:
             disallowed_tools=list(d.disallowed_tools),
             interactive=True,
             debug=d.debug,
+            force=d.force,
         )
 
     def _mcp_note(self, servers: list[Any] | None) -> None:

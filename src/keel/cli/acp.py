@@ -27,6 +27,12 @@ def acp_parser() -> argparse.ArgumentParser:
     p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")
     add_rule_flags(p)
     p.add_argument("--debug", action="store_true", help="log the protocol's work to stderr")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="load sessions whose configuration changed since they ran (instruction files, "
+        "tools, keel's version); the refusal names what changed",
+    )
     return p
 
 
@@ -43,5 +49,6 @@ def acp(argv: list[str]) -> int:
             allowed_tools=list(args.allowed_tools),
             disallowed_tools=list(args.disallowed_tools),
             debug=args.debug,
+            force=args.force,
         )
     )
