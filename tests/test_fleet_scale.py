@@ -466,7 +466,9 @@ def test_a_worker_outlives_its_queue_consumer_being_unavailable_for_a_moment(
         asyncio.run(_recreate_consumer(nats_url, pause=3.0))
         assert worker.proc.poll() is None, worker.log()
         model = script(tmp_path / "after.json", [{"text": "still here."}])
-        out = keel("submit", "--nats", nats_url, "hello", "--model", model, "--wait")
+        out = keel(
+            "submit", "--nats", nats_url, "hello", "--model", model, "--workspace", "none", "--wait"
+        )
         assert (out.returncode, out.stdout) == (0, "still here.\n"), (out, worker.log())
     finally:
         worker.terminate(20)

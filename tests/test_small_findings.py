@@ -34,6 +34,8 @@ from tests.test_cli import session_files, write_script
 
 #: One argument may be at most 128 KiB (Linux's MAX_ARG_STRLEN): a long prompt comes in parts.
 PART = "x" * 100_000
+#: What `keel submit` needs besides the prompt (a fleet on loopback: the model is checked here).
+QUEUED = ("--workspace", "none", "--model", "scripted:demo")
 
 
 @contextmanager
@@ -65,7 +67,7 @@ def test_a_prompt_over_the_servers_max_payload_is_refused_before_anything_is_que
     nats_url: str,  # noqa: F811
 ) -> None:
     setup_fleet(nats_url)
-    out = keel("submit", "--nats", nats_url, *[PART] * 11)
+    out = keel("submit", "--nats", nats_url, *[PART] * 11, *QUEUED)
     assert (out.returncode, out.stdout) == (2, ""), out.stderr[-500:]
     assert out.stderr == (
         "keel: error: the prompt is 1,100,010 bytes: too long for one message on the fleet's "
@@ -74,7 +76,7 @@ def test_a_prompt_over_the_servers_max_payload_is_refused_before_anything_is_que
         "name it)\n"
     )
     assert keel_json("runs", "--nats", nats_url, "list") == []
-    fits = keel("submit", "--nats", nats_url, *[PART] * 10)
+    fits = keel("submit", "--nats", nats_url, *[PART] * 10, *QUEUED)
     assert fits.returncode == 0, fits.stderr[-500:]
 
 
@@ -83,7 +85,7 @@ def test_the_limit_is_the_one_the_server_announces(tmp_path: Path) -> None:
     """A server configured with a smaller max_payload: its limit is the one refused at (before
     any fleet stream is looked up: this server has none)."""
     with limited_nats(tmp_path, 64 * 1024) as url:
-        out = keel("submit", "--nats", url, PART)
+        out = keel("submit", "--nats", url, PART, *QUEUED)
         assert out.returncode == 2, out.stderr[-500:]
         assert out.stderr.startswith(
             "keel: error: the prompt is 100,000 bytes: too long for one message on the fleet's "

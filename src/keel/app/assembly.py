@@ -349,7 +349,8 @@ def build_hooks(cwd: Path, gate: PermissionGate, notice: Notify) -> HookRunner |
     user_dir = user_config_dir()
     config = load_hooks(cwd, keel_user_dir=user_dir)
     for warning in config.warnings:
-        notice(Notice(warning, "warning"))
+        if warning not in config.unreadable:  # the settings' own warnings said it
+            notice(Notice(warning, "warning"))
     pins = approved_pins(user_dir, project_key(gate.root), "hooks")
     runnable = config.runnable(pins)
     guards = config.guards(pins)

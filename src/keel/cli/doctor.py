@@ -1,6 +1,8 @@
 """`keel doctor`: what keel sees on this machine: version, Python, settings files (and what was
-skipped), provider keys (by name only, never the value), ripgrep, whether the bash sandbox
-really starts, every permission rule with its file, and what project settings wait for approval. Exit 0 when everything needed to work is there, 1 otherwise."""
+skipped, and why), provider keys (by name only, never the value), ripgrep, whether the bash
+sandbox really starts, every permission rule with its file, and what project settings wait for
+approval. Exit 0 when everything needed to work is there, 1 otherwise (a settings file that
+cannot be read, a sandbox that does not start)."""
 
 from __future__ import annotations
 
@@ -34,13 +36,9 @@ def doctor(argv: list[str]) -> int:
     print(f"keel {__version__} on Python {platform.python_version()} ({sys.platform})")
     print(f"sessions: {keel_home() / 'sessions'}")
     print("settings files:")
-    for path in settings_files(cwd):
-        state = (
-            "loaded" if path in settings.files else ("missing" if not path.exists() else "skipped")
-        )
-        print(f"  {state:<8} {path}")
-    for warning in settings.warnings:
-        print(f"  warning: {warning}")
+    broken = _settings_files(cwd, settings)
+    if broken:
+        ok = False
     present = [v for v in KEY_VARIABLES if os.environ.get(v)]
     print(f"provider keys: {', '.join(present) if present else 'none set'}")
     if settings.model:
@@ -79,6 +77,32 @@ def doctor(argv: list[str]) -> int:
     return 0 if ok else 1
 
 
+def _settings_files(cwd: Path, settings: Settings) -> bool:
+    """Each settings file: loaded, missing, or skipped with why (the warning that named it);
+    then the other warnings. True when a file that is there could not be read (broken)."""
+    said: set[str] = set()
+    broken = False
+    for path in settings_files(cwd):
+        if path in settings.files:
+            print(f"  loaded   {path}")
+            continue
+        if not path.exists():
+            print(f"  missing  {path}")
+            continue
+        why = [w for w in settings.warnings if w.startswith(f"{path}:")]
+        said.update(why)
+        if why:
+            broken = True
+            for reason in why:
+                print(f"  skipped  {reason.removesuffix('; file skipped')}")
+        else:  # the sandbox's placeholder for a missing protected file
+            print(f"  skipped  {path}: an empty folder in its place (read as missing)")
+    for warning in settings.warnings:
+        if warning not in said:
+            print(f"  warning: {warning}")
+    return broken
+
+
 def _hooks(cwd: Path) -> None:
     """How many hooks apply, and every Claude Code hook event or type keel does not run."""
     from keel.config.settings import user_config_dir
@@ -91,7 +115,8 @@ def _hooks(cwd: Path) -> None:
             f"  not supported: {event} ({count} hook(s) in {file}): a Claude Code event keel does not run"
         )
     for warning in config.warnings:
-        if "does not support" not in warning:
+        # A file that cannot be read was named under "settings files" already.
+        if "does not support" not in warning and warning not in config.unreadable:
             print(f"  warning: {warning}")
 
 

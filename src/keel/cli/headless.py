@@ -276,6 +276,7 @@ def _printer(args: argparse.Namespace) -> Printer:
 
 def run_headless(args: argparse.Namespace) -> int:
     cwd = _cwd(args)
+    _check_data_folder(args)
     if args.resume or args.continue_session:
         prompt_text = read_prompt(args.prompt_words, sys.stdin, required=False)
         return run_resume(resume_target(args.resume, cwd), prompt_text, args)
@@ -302,6 +303,15 @@ def run_headless(args: argparse.Namespace) -> int:
         return await _run(agent, [prompt], printer, str(ref), wait=not args.no_wait)
 
     return asyncio.run(fresh())
+
+
+def _check_data_folder(args: argparse.Namespace) -> None:
+    """A data folder keel cannot use is one line now, before any model request (sessions in
+    JetStream, `KEEL_STORE=nats://…`, write no session file)."""
+    from keel.app.stores import jetstream_url
+    from keel.cli.datafolder import check_data_folder
+
+    check_data_folder(writing=not args.no_session and not jetstream_url())
 
 
 def _options(args: argparse.Namespace) -> Options:

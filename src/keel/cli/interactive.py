@@ -109,6 +109,9 @@ def run_interactive(args: argparse.Namespace) -> int:
         except FirstRun:
             sys.stderr.write(FIRST_RUN.format(settings=user_config_dir() / "settings.json"))
             return cli.EXIT_OK  # nothing went wrong: there is just nothing to talk to yet
+    from keel.cli.datafolder import check_data_folder
+
+    check_data_folder(writing=not args.no_session)  # before any screen opens
     prompt = " ".join(args.prompt_words).strip()
     _prune_checkpoints()
     return asyncio.run(_session(args, cwd, settings, ref, session, prompt))

@@ -136,12 +136,65 @@ def add_rule_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+#: `keel --help`'s list of subcommands: (`keel …` usage, what it does). Every command
+#: `SUBCOMMANDS` dispatches is here (a test checks it).
+COMMAND_HELP: tuple[tuple[str, str], ...] = (
+    ("init [--yes]", "write or update AGENTS.md"),
+    ("resume ID [PROMPT]", "continue a session that stopped"),
+    ("suspend ID", "stop a running session at a safe point"),
+    ("fork ID [--at SEQ]", "copy a session (up to prompt SEQ)"),
+    ("compact ID", "summarize a stopped session now"),
+    ("undo ID [--list] [N]", "put back the files a session changed"),
+    ("sessions list|show|rm|path", "this project's sessions (--all: all)"),
+    ("replay ID", "re-drive a session offline: the diff"),
+    ("trace [ID] [stats|--html|--atif]", "a session's debug trace"),
+    ("doctor", "what keel sees here, and what is wrong"),
+    ("trust [list|approve|revoke]", "approve what the project asks for"),
+    ("hooks [list|approve]", "the hooks that apply here"),
+    ("mcp [list|approve|login NAME]", "the MCP servers that apply here"),
+    ("skills", "skills and custom commands found here"),
+    ("models [PROVIDER] [--json]", "models keel knows: window, prices"),
+    ("worktrees [list|rm]", "subagents' worktrees kept for review"),
+    ("memory list|show|rm", "notes the model keeps across sessions"),
+    ("knowledge index|search|status", "a search index of the project's docs"),
+    ("bench --models M[,M…]", "graded tasks: a report per model"),
+    ("serve [--port N]", "an HTTP + SSE API for UIs and scripts"),
+    ("acp", "an agent for editors (ACP)"),
+    ("serve-tools --identity NAME", "serve tools to keel agents over NATS"),
+    ("fleet up|down|status|init", "the fleet's NATS server"),
+    ("submit PROMPT --workspace W", "queue a run for the fleet's workers"),
+    ("worker [--concurrency N]", "take queued runs until SIGTERM"),
+    ("runs list|show|wait|cancel|answer", "the fleet's runs"),
+)
+
+PROMPT_OR_COMMAND = """\
+Prompt or command: `keel WORDS…` is a prompt, unless its first word is a
+command of other tools (login, update, config, help…) or close to one of
+keel's (sesions), and nothing follows it but arguments (list, show, ids,
+paths, options): that is an unknown command (one line, exit 2, nothing is
+sent to a model). A sentence is a prompt (keel explain this code), and so is
+every word after -- (keel -- login)."""
+
+
+def _epilog() -> str:
+    width = max(len(usage) for usage, _ in COMMAND_HELP) + len("keel ")
+    lines = [f"  {'keel ' + usage:<{width}}  {what}" for usage, what in COMMAND_HELP]
+    return "\n".join(
+        [
+            "commands (`keel COMMAND --help` for each; ID and RUN: an id or a unique prefix):",
+            *lines,
+            "",
+            PROMPT_OR_COMMAND,
+        ]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="keel",
         description="keel: a coding agent and durable agent runtime.",
-        epilog="Subcommands: keel init [--yes], keel resume ID, keel suspend ID, keel fork ID, keel sessions "
-        "list|show|rm|path, keel compact ID, keel undo ID [--list] [N], keel hooks [list|approve], keel mcp [list|approve], keel trust [list|approve|revoke], keel skills, keel models [PROVIDER] [--json], keel worktrees [list|rm], keel trace [ID] [stats|--html|--atif], keel knowledge index|search|status, keel bench --models M[,M…], keel memory list|show|rm, keel acp, keel serve [--port N], keel serve-tools --identity NAME, keel fleet up|down|status|init, keel doctor. `keel SUBCOMMAND --help` for each.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "prompt_words",
@@ -218,11 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from keel.startup import pause_gc
 
         pause_gc()  # until the first model reply (keel.startup)
+    fmt = _output_format(args_list)
     try:
         return _dispatch(args_list)
     except ArgumentError as exc:
-        _error(f"{exc}", "run `keel --help` for usage")
-        return EXIT_USAGE
+        return _fail(EXIT_USAGE, f"{exc}", "run `keel --help` for usage", fmt)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `keel sessions list | head`: the reader has what it wanted
@@ -235,14 +288,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        if isinstance(exc, KeelError):
-            print(f"keel: error: {exc.one_line()}", file=sys.stderr)
-            return EXIT_USAGE if isinstance(exc, UserError) else EXIT_ERROR
-        if not debug:
-            _error(
-                f"internal error: {type(exc).__name__}: {exc}", "run with --debug for the traceback"
-            )
-        return EXIT_ERROR
+        error: Exception = exc
+        if isinstance(exc, OSError):  # a data folder keel cannot write, found late
+            from keel.cli.datafolder import data_folder_error
+
+            error = data_folder_error(exc) or exc
+        if isinstance(error, KeelError):
+            code = EXIT_USAGE if isinstance(error, UserError) else EXIT_ERROR
+            return _fail(code, error.message.replace("\n", " "), error.hint, fmt)
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        if debug:  # the traceback is on stderr already
+            return _fail(EXIT_ERROR, message, "", fmt, say=False)
+        return _fail(EXIT_ERROR, message, "run with --debug for the traceback", fmt)
     finally:
         if (startup := sys.modules.get("keel.startup")) is not None:
             startup.resume_gc()  # a run that ended before any reply
@@ -280,6 +337,62 @@ def _quiet_stdout() -> None:
 def _error(message: str, hint: str = "") -> None:
     suffix = f" (hint: {hint})" if hint else ""
     print(f"keel: error: {message}{suffix}", file=sys.stderr)
+
+
+#: The output formats that print JSON on stdout (docs/headless.md).
+JSON_FORMATS = ("json", "stream-json")
+
+
+def _output_format(argv: list[str]) -> str:
+    """The JSON `--output-format` this invocation asks for ("" for text or none), read before
+    parsing: an error in the arguments themselves must still answer in JSON."""
+    fmt = ""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if len(name) > len("--o") and "--output-format".startswith(name):
+            fmt = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return fmt if fmt in JSON_FORMATS else ""
+
+
+def error_result(message: str, hint: str, exit_code: int) -> dict[str, object]:
+    """The `result` object of a run that never ran (bad input, exit 2) or failed outside the
+    loop: the keys of a finished run's (`keel.app.jsonout.result_json`), plus `subtype`,
+    `hint` and `exit_code`."""
+    return {
+        "type": "result",
+        "subtype": "error",
+        "result": "",
+        "stop_reason": None,
+        "is_error": True,
+        "error": message,
+        "hint": hint,
+        "exit_code": exit_code,
+        "session_id": None,
+        "session_path": None,
+        "model": None,
+        "turns": 0,
+        "usage": {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0},
+        "cache_read_share": 0.0,
+        "cost_usd": 0.0,
+        "duration_ms": 0,
+    }
+
+
+def _fail(code: int, message: str, hint: str, fmt: str, *, say: bool = True) -> int:
+    """Report an error: one line on stderr; with a JSON output format, also its `result`
+    object on stdout, so a script reading stdout learns what went wrong."""
+    if say:
+        _error(message, hint)
+    if fmt:
+        import json
+
+        try:
+            print(json.dumps(error_result(message, hint, code), ensure_ascii=False), flush=True)
+        except BrokenPipeError:
+            _quiet_stdout()
+    return code
 
 
 def _resume(argv: list[str]) -> int:
@@ -472,15 +585,32 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
+def _mistyped(argv: list[str], words: list[str]) -> Exception | None:
+    """The error for prompt `words` that read as a mistyped command (keel.cli.mistyped);
+    never after `--` (`keel -- login`: the words are a prompt, whatever they are)."""
+    if "--" in argv or not words or words[0].startswith("-"):
+        return None
+    from keel.cli.mistyped import mistyped_command
+
+    return mistyped_command(words, SUBCOMMANDS)
+
+
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         return SUBCOMMANDS[argv[0]](argv[1:])
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except ArgumentError:  # `keel sesions list --all`: the typo is the error to report
+        if (mistyped := _mistyped(argv, argv)) is not None:
+            raise mistyped from None
+        raise
     if args.version:
         print(f"keel {__version__}")
         return EXIT_OK
     if args.resume and args.continue_session:
         raise ArgumentError("--resume and --continue cannot be used together")
+    if (mistyped := _mistyped(argv, args.prompt_words)) is not None:
+        raise mistyped
     if not args.headless:
         from keel.cli.interactive import run_interactive
 

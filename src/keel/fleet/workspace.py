@@ -328,15 +328,61 @@ def check_under_roots(path: Path, roots: tuple[Path, ...], what: str) -> Path:
     """`path` when it lies under one of `roots` once symlinks are resolved; refused otherwise
     (a run request must not point the agent, or git outside the sandbox, at any directory of
     the worker it likes)."""
-    resolved = path.resolve()
-    for root in roots:
-        if resolved.is_relative_to(root.resolve()):
-            return path
+    if under_roots(path, roots):
+        return path
     shared = ", ".join(str(r) for r in roots) if roots else "none are set"
     raise WorkspaceError(
         f"{what} {path} is not under a directory this worker shares with runs ({shared})",
         hint=f"the worker's operator lists them in {ROOTS_ENV}=/shared/dir[:/other]",
     )
+
+
+def under_roots(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether `path` lies under one of `roots` once symlinks are resolved."""
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(root.resolve()) for root in roots)
+
+
+def check_here(spec: WorkspaceSpec, env: Mapping[str, str] | None = None) -> list[str]:
+    """Check, on the machine that submits a run whose workers run here too (a local fleet), what
+    a worker started from this shell would check later: a path workspace or a local git remote
+    exists (a directory; a git repository) and lies under `KEEL_WORKSPACE_ROOTS`. A
+    `WorkspaceError` for what is certain; returns the warnings for what depends on the workers'
+    own environment (no roots set in this one)."""
+    if spec.kind == "path":
+        where, what = Path(spec.path), "workspace path"
+        if not where.is_dir():
+            raise WorkspaceError(
+                f"workspace path {where} is not a directory",
+                hint="a path workspace names a directory that exists on the workers (here)",
+            )
+    elif spec.kind == "git" and (local := _local_path(spec.url)) is not None:
+        where, what = local, "git workspace"
+        if not where.is_dir():
+            raise WorkspaceError(
+                f"git workspace {where} does not exist",
+                hint=f"name a repository that exists, or make one: git clone --bare REPO {where}",
+            )
+        if not ((where / "HEAD").is_file() or (where / ".git").exists()):
+            raise WorkspaceError(
+                f"git workspace {where} is not a git repository",
+                hint=f"make one: git clone --bare REPO {where}",
+            )
+    else:
+        return []
+    roots = allowed_roots(env)
+    if not roots:
+        return [
+            f"{ROOTS_ENV} is not set here: a worker started from this shell refuses {what} "
+            f"{where} (start the workers with {ROOTS_ENV}={where} or a folder above it)"
+        ]
+    if not under_roots(where, roots):
+        raise WorkspaceError(
+            f"{what} {where} is not under {ROOTS_ENV} "
+            f"({', '.join(str(r) for r in roots)}): a worker would refuse it",
+            hint=f"name one under those folders, or add a folder above it to {ROOTS_ENV}",
+        )
+    return []
 
 
 def _local_path(url: str) -> Path | None:

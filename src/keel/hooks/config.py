@@ -97,6 +97,10 @@ class HookCommand:
 class HookConfig:
     hooks: list[HookCommand] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: The warnings (also in `warnings`) about a settings file that could not be read at all:
+    #: the settings loader says the same of the same file, so a front end that shows its
+    #: warnings leaves these out.
+    unreadable: list[str] = field(default_factory=list)
     #: Claude Code events keel does not run, as (file, event, number of hooks).
     unsupported: list[tuple[str, str, int]] = field(default_factory=list)
 
@@ -253,7 +257,10 @@ def load_hooks(cwd: Path, *, keel_user_dir: Path, home: Path | None = None) -> H
     """The hooks of every settings file read for a run in `cwd` (the working directory)."""
     config = HookConfig()
     for path, source in hook_files(cwd, keel_user_dir=keel_user_dir, home=home or Path.home()):
-        data = read_json_object(path, config.warnings, skipped="its hooks skipped")
+        problems: list[str] = []
+        data = read_json_object(path, problems, skipped="its hooks skipped")
+        config.warnings += problems
+        config.unreadable += problems
         if data is not None and "hooks" in data:
             _entries(data["hooks"], path, source, config)
     return config
