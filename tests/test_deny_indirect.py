@@ -370,5 +370,6 @@ async def test_serve_tools_refuses_them_and_the_victim_survives(
     why = refusal(name("[[ -v $x ]]"), f"deny rule bash(rm *) ({shared})").reason
     assert (refused.is_error, refused.content) == (True, f"refused by the serving agent: {why}")
     assert (guarded / "victim").exists()
-    assert not ran.is_error, ran.content
+    # It ran (the test itself is false: exit 1, a failed call) and took the victim with it.
+    assert (ran.is_error, ran.content) == (True, "[exit code 1]")
     assert not (open_ / "victim").exists()

@@ -69,7 +69,7 @@ async def test_library_bash_outside_the_project_is_sandboxed(tmp_path: Path) -> 
     finally:
         shutil.rmtree(elsewhere)
     [(name, is_error, text)] = _results(events)
-    assert (name, is_error) == ("bash", False)
+    assert (name, is_error) == ("bash", True)  # touch failed: a failed call
     assert text == f"touch: cannot touch '{target}': Read-only file system\n[exit code 1]"
     assert isinstance(agent.gate, PermissionGate)
     assert (agent.gate.mode, agent.gate.sandboxed, agent.gate.asker) == ("default", True, None)
