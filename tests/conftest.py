@@ -1,6 +1,11 @@
 """Shared fixtures. Every test runs with its own KEEL_HOME and config dir, and with no provider
 credentials from the developer's environment, so nothing leaks in or out.
 
+Tests that cannot share the machine (they measure memory or timing, or drive a real terminal or
+browser) are marked `serial` (the modules in `SERIAL_MODULES`, or the marker itself): a parallel
+run (`pytest -n auto`, pytest-xdist) skips them with the reason, and `pytest -m serial` runs them
+alone afterwards. A plain `pytest` runs everything in one process.
+
 Also the `needs` marker: a test that uses a system program declares it,
 `@pytest.mark.needs("rg")` (or several: `needs("node", "npm")`), and is skipped with the reason
 and the package to install when the program is not on PATH. `needs("sandbox")` asks for a
@@ -35,6 +40,21 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 SANDBOX = "sandbox"
 
+#: Test modules that cannot share the machine with other tests: they measure a process's memory
+#: or time a deadline tightly, or drive a real terminal or browser whose rendering waits on CPU.
+SERIAL_MODULES = frozenset(
+    {
+        "test_tool_memory.py",
+        "test_timing.py",
+        "test_startup_gc.py",
+        "test_perf_paths.py",
+        "test_hangs.py",
+        "test_call_deadline.py",
+        "test_tui_tmux.py",
+        "test_trace_viewer.py",
+    }
+)
+
 
 @functools.cache
 def missing(need: str) -> str | None:
@@ -50,7 +70,20 @@ def missing(need: str) -> str | None:
     return f"needs {need}: not on PATH (install {package})"
 
 
+def _parallel(config: pytest.Config) -> bool:
+    """Whether this is a pytest-xdist run (the controller or one of its workers)."""
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    parallel = _parallel(config)
+    for item in items:
+        if item.path.name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+        if parallel and item.get_closest_marker("serial") is not None:
+            item.add_marker(
+                pytest.mark.skip(reason="cannot share the machine: run `pytest -m serial` alone")
+            )
     for item in items:
         for marker in item.iter_markers("needs"):
             if not marker.args or marker.kwargs:
