@@ -69,6 +69,18 @@ def status_text(app: KeelApp) -> str:
     return str(app.query_one(StatusBar).render())
 
 
+def hint_shown(app: KeelApp) -> bool:
+    return bool(app.key_hint.display)
+
+
+def running(app: KeelApp) -> bool:
+    return app.is_running
+
+
+def following(app: KeelApp) -> bool:
+    return app.transcript.following
+
+
 async def test_a_streamed_answer_renders_as_markdown_with_thinking_folded(project: Path) -> None:
     answer = "# Summary\n\nThe project has **two** modules:\n\n- `app.py`\n- `util.py`\n"
     provider = scripted(reply(answer, thinking="Let me look at the files first."))
@@ -222,7 +234,7 @@ async def test_escape_mid_tool_stops_the_command(project: Path) -> None:
     assert len(provider.requests) == 1  # the model was not asked again
 
 
-async def test_double_escape_and_ctrl_c_on_an_empty_prompt_offer_to_quit(project: Path) -> None:
+async def test_double_escape_offers_to_quit_and_ctrl_c_twice_quits(project: Path) -> None:
     controller = await make_controller(project, scripted())
     app = KeelApp(controller)
     async with app.run_test(size=SIZE) as pilot:
@@ -238,13 +250,88 @@ async def test_double_escape_and_ctrl_c_on_an_empty_prompt_offer_to_quit(project
         await pilot.press("ctrl+c")  # clears the prompt first
         await pilot.pause()
         assert app.prompt.text == ""
-        assert not on_screen(app, QuitScreen)
-        await pilot.press("ctrl+c")
+        assert not hint_shown(app)
+        await pilot.press("ctrl+c")  # on an empty prompt: a hint, not a question
         await pilot.pause()
-        assert on_screen(app, QuitScreen)
-        await pilot.press("y")
+        assert not on_screen(app, QuitScreen)
+        assert hint_shown(app)
+        assert str(app.key_hint.render()) == "press Ctrl+C again to quit"
+        assert running(app)
+        await pilot.press("ctrl+c")  # again within the window: quits
         await pilot.pause()
     assert app.return_value == 0
+    assert not running(app)
+
+
+async def test_the_quit_hint_goes_after_its_window_and_ctrl_c_starts_over(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.tui import app as tui_app
+
+    monkeypatch.setattr(tui_app, "QUIT_WINDOW", 0.3)
+    controller = await make_controller(project, scripted())
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert hint_shown(app)
+        await pilot.pause(0.5)  # the window passed: the hint is gone, the next Ctrl+C arms again
+        assert not hint_shown(app)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert running(app)
+        assert hint_shown(app)
+
+
+@pytest.mark.parametrize("what", ["model", "tool"])
+async def test_ctrl_c_interrupts_what_runs_and_a_second_one_quits(project: Path, what: str) -> None:
+    # The bug: with the prompt empty, Ctrl+C while a tool ran offered to quit (and left the
+    # tool running). As in Claude Code and Codex, it stops the turn; a second one quits.
+    if what == "model":
+        provider: object = HangingProvider(Hang("The answer starts like this and"))
+    else:
+        provider = scripted(
+            reply("Waiting.", ("bash", {"command": "sleep 30", "description": "wait"}))
+        )
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    app = KeelApp(controller)
+    events: list[object] = []
+    async with app.run_test(size=SIZE) as pilot:
+        original = app.show
+
+        def spy(event: ViewEvent) -> None:
+            events.append(event)
+            original(event)
+
+        app.show = spy  # type: ignore[method-assign]
+        await send(pilot, app, "go")
+        for _ in range(100):
+            if what == "model" and app.query(ReplyWidget):
+                break
+            if (
+                what == "tool"
+                and app.query(ToolCard)
+                and app.query_one(ToolCard).state == "running"
+            ):
+                break
+            await pilot.pause(0.05)
+        assert busy(controller)
+        await pilot.press("ctrl+c")
+        assert not on_screen(app, QuitScreen)
+        await asyncio.wait_for(app.idle(), 5)  # the turn stops at once
+        await pilot.pause()
+        assert not busy(controller)
+        assert not on_screen(app, QuitScreen)
+        assert running(app)
+        finished = [e for e in events if isinstance(e, TurnFinished)]
+        assert [f.stop_reason for f in finished] == ["interrupted"]
+        if what == "tool":
+            assert app.query_one(ToolCard).state == "error"
+        assert str(app.key_hint.render()) == "press Ctrl+C again to quit"
+        await pilot.press("ctrl+c")  # idle now, the prompt empty: quits
+        await pilot.pause()
+    assert app.return_value == 0
+    assert not running(app)
 
 
 async def test_undo_restores_the_file_and_tells_the_model(project: Path) -> None:
@@ -661,7 +748,7 @@ async def test_after_help_and_ctrl_o_the_transcript_still_follows_new_output(
         await asyncio.wait_for(provider.streaming.wait(), 5)
         await pilot.pause(0.5)
         assert [r.text for r in app.query(ReplyWidget)][-1] == long_answer
-        assert app.transcript.following
+        assert following(app)
         assert at_bottom(app), (app.transcript.scroll_y, app.transcript.max_scroll_y)
         await pilot.press("escape")
         await settle(pilot, app)
@@ -857,3 +944,331 @@ async def test_the_line_mode_shows_how_long_an_interrupted_call_ran(project: Pat
     assert lines[1].startswith("  └ ✗ 1.")
     assert lines[1].endswith("s  interrupted by user")
     await controller.close()
+
+
+# -- issue 26, item 8 ------------------------------------------------------------------------------
+
+
+async def test_each_subagents_tool_calls_show_under_its_own_task_card(project: Path) -> None:
+    # The bug: `↳` lines were added at the end of the transcript, below every task card.
+    (project / "other.py").write_text("Y = 2\n")
+    explorer = scripted(reply("", ("read", {"path": "util.py"})), reply("X is 1.\nIn util.py."))
+    checker = scripted(
+        reply("", ("grep", {"pattern": "Y", "path": "other.py"})),
+        reply("", ("read", {"path": "other.py"})),
+        reply("Y is 2.\nIn other.py."),
+    )
+    provider = ScriptedProvider(
+        [
+            reply(
+                "",
+                ("task", {"description": "find X", "prompt": "look for X in util.py"}),
+                ("task", {"description": "find Y", "prompt": "look for Y in other.py"}),
+            ),
+            reply("X is 1 and Y is 2."),
+        ],
+        model=MODEL.model,
+        agents={"look for X": explorer, "look for Y": checker},
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "what are X and Y?")
+        await settle(pilot, app)
+        cards = list(app.query(ToolCard))
+        assert [(c.tool_name, c.argument, c.state) for c in cards] == [
+            ("task", "find X", "done"),
+            ("task", "find Y", "done"),
+        ]
+        nested = [[str(n.render()) for n in c.query(NoticeLine)] for c in cards]
+        assert nested == [
+            ["· ↳ [general] read util.py"],
+            ["· ↳ [general] grep other.py", "· ↳ [general] read other.py"],
+        ]
+        # In the card, between its header and its folded output; none outside the cards.
+        assert [[type(w).__name__ for w in c.children] for c in cards] == [
+            ["Static", "NoticeLine", "Fold"],
+            ["Static", "NoticeLine", "NoticeLine", "Fold"],
+        ]
+        loose = [
+            str(n.render()) for n in app.transcript.query(NoticeLine) if n.parent is app.transcript
+        ]
+        assert not [n for n in loose if "↳" in n]
+
+
+async def _resumed_app(project: Path, provider: object) -> tuple[Controller, KeelApp]:
+    """A session with thinking and tool output (what Ctrl+O opens), reopened as `--continue`
+    does, its next model turn answered by `provider`."""
+    first = scripted(
+        *(
+            step
+            for n in range(3)
+            for step in (
+                reply("", ("read", {"path": "app.py"}), thinking=f"Look at app.py ({n}). " * 8),
+                reply(f"Read it ({n}).\n\n" + "\n\n".join(f"Point {i}." for i in range(6))),
+            )
+        )
+    )
+    controller = await make_controller(project, first)
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        for n in range(3):
+            await send(pilot, app, f"read app.py ({n})")
+            await settle(pilot, app)
+    await controller.close()
+    again = await make_controller(project, provider, start=False)
+    await again.start_session(controller_session_path(project))
+    return again, KeelApp(again)
+
+
+async def test_a_resumed_transcript_follows_new_output_after_help_ctrl_o_and_textuals_own_scrolls(
+    project: Path,
+) -> None:
+    # The bug: in a resumed session, after /help and Ctrl+O, the transcript stood still while
+    # the answer streamed. Whether it followed was read off every change of the scroll
+    # position, and Textual moves that by itself: scrolling a fold it toggles into view (as it
+    # does for a click on the fold's title, and did for Ctrl+O before c76877d), or a region or
+    # a focused widget. One such scroll that left the view above the end stopped it for good.
+    # Here the sequence runs with such scrolls in it, at fixed points.
+    long_answer = "\n\n".join(f"Paragraph {i} of the answer." for i in range(40))
+    provider = HangingProvider(Hang(long_answer))
+    controller, app = await _resumed_app(project, provider)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        folds = list(app.transcript.query(Collapsible))
+        assert len(folds) >= 4  # the thinking blocks and the first read's output
+        await send(pilot, app, "/help")
+        await settle(pilot, app)
+        await pilot.pause(0.2)
+        assert at_bottom(app)
+        await pilot.press("ctrl+o")
+        await pilot.pause(0.2)
+        assert not any(f.collapsed for f in folds)
+        assert at_bottom(app), (app.transcript.scroll_y, app.transcript.max_scroll_y)
+        # Textual's own scrolls: a fold toggled (and scrolled into view, animated) as a click on
+        # its title does, and a region far above the end scrolled into view.
+        folds[0].collapsed = True
+        app.transcript.scroll_to_widget(folds[1], animate=False)
+        await pilot.pause(0.3)
+        assert following(app)
+        await send(pilot, app, "tell me everything")
+        await asyncio.wait_for(provider.streaming.wait(), 5)
+        await pilot.pause(0.5)
+        assert [r.text for r in app.query(ReplyWidget)][-1] == long_answer
+        assert following(app)
+        assert at_bottom(app), (app.transcript.scroll_y, app.transcript.max_scroll_y)
+        await pilot.press("escape")
+        await settle(pilot, app)
+    await controller.close()
+
+
+async def test_the_transcript_stays_where_the_user_scrolled_and_follows_again_at_the_end(
+    project: Path,
+) -> None:
+    from keel.llm.events import Notice
+
+    controller, app = await _resumed_app(project, scripted())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.pause(0.2)
+        transcript = app.transcript
+        assert at_bottom(app)
+        await pilot.press("pageup")  # the user scrolls up: new output does not move the view
+        await pilot.pause(0.5)
+        assert not following(app)
+        where = transcript.scroll_y
+        assert where < transcript.max_scroll_y - 1
+        for i in range(5):
+            app.show(Notice(f"new line {i}"))
+        await settle(pilot, app)
+        await pilot.pause(0.3)
+        assert transcript.scroll_y == where
+        assert not following(app)
+        for _ in range(20):  # back to the end: it follows again
+            await pilot.press("pagedown")
+            await pilot.pause(0.3)
+            if following(app):
+                break
+        assert following(app)
+        app.show(Notice("and one more"))
+        await settle(pilot, app)
+        await pilot.pause(0.3)
+        assert at_bottom(app)
+        assert str(app.query(NoticeLine).last().render()) == "· and one more"
+    await controller.close()
+
+
+def card_details(app: KeelApp) -> list[tuple[str, str, str, str]]:
+    """Each tool card: name, argument, state and what its fold shows (a diff, or output)."""
+    shown = []
+    for card in app.query(ToolCard):
+        body = card.query(".tool-output")
+        text = str(body.first().render()) if body else ""
+        shown.append((card.tool_name, card.argument, card.state, text))
+    return shown
+
+
+async def test_a_resumed_session_shows_its_cards_with_the_detail_they_had_live(
+    project: Path,
+) -> None:
+    # The bug: reopened, a call Esc cut off said 0.0s, edits had no diff, and the undo listed
+    # absolute paths.
+    provider = scripted(
+        reply(
+            "",
+            ("edit", {"path": "util.py", "old_string": "X = 1", "new_string": "X = 2"}),
+            ("write", {"path": str(project / "new.py"), "content": "print('new')\nY = 3\n"}),
+        ),
+        reply("Changed."),
+        reply("Waiting.", ("bash", {"command": "sleep 30", "description": "wait"})),
+    )
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "change @util.py")
+        await settle(pilot, app)
+        await send(pilot, app, "wait a while")
+        for _ in range(100):
+            shown = app.query(ToolCard)
+            if len(shown) == 3 and shown.last().state == "running":
+                break
+            await pilot.pause(0.05)
+        await pilot.pause(1.2)
+        await pilot.press("escape")
+        await settle(pilot, app)
+        await send(pilot, app, "/undo")
+        await settle(pilot, app)
+        live_cards = card_details(app)
+        live_undo = app.query(CommandOutput).last().text
+        live_ran = app.query(ToolCard).last().seconds
+    await controller.close()
+    assert "restored `util.py`" in live_undo
+    assert live_ran is not None
+    assert live_ran >= 1.2
+
+    again = await make_controller(project, scripted(), start=False)
+    await again.start_session(controller_session_path(project))
+    app2 = KeelApp(again)
+    async with app2.run_test(size=SIZE) as pilot:
+        await settle(pilot, app2)
+        cards = card_details(app2)
+        # The new file's diff is the one shown live; an edit's hunks have no line numbers (the
+        # journal does not keep the file around it), the rest is the same.
+        assert (
+            cards[1]
+            == live_cards[1]
+            == (
+                "write",
+                str(project / "new.py"),
+                "done",
+                "--- a/new.py\n+++ b/new.py\n@@ -0,0 +1,2 @@\n+print('new')\n+Y = 3",
+            )
+        )
+        assert live_cards[0][3] == "--- a/util.py\n+++ b/util.py\n@@ -1 +1 @@\n-X = 1\n+X = 2"
+        assert cards[0] == (
+            "edit",
+            "util.py",
+            "done",
+            "--- a/util.py\n+++ b/util.py\n@@\n-X = 1\n+X = 2",
+        )
+        assert cards[2][:3] == live_cards[2][:3] == ("bash", "sleep 30", "error")
+        ran = app2.query(ToolCard).last().seconds
+        assert ran is not None
+        assert 1.2 <= ran < live_ran + 1
+        header = str(app2.query(ToolCard).last().header.render())
+        assert "0.0s" not in header
+        undo = app2.query(CommandOutput).last()
+        assert undo.border_title == "/undo"
+        assert undo.text == live_undo  # relative paths, as live
+    await again.close()
+
+
+async def test_thought_for_shows_only_for_a_model_that_thought_and_above_its_reply(
+    project: Path,
+) -> None:
+    # The bug: "thought for 1s" came under every slow reply, even from a model that does not
+    # think (the time was the prompt being read), and under the reply instead of above it.
+    from keel.llm.messages import Message, Text, Thinking
+
+    def answer(text: str, *, hidden_thinking: bool) -> Reply:
+        blocks: tuple[Text | Thinking, ...] = (Text(text),)
+        if hidden_thinking:  # reasoning the provider keeps encrypted: no text to show
+            blocks = (Thinking("", "encrypted-reasoning", source="openai"), *blocks)
+        return Reply(Message("assistant", blocks), delay=1.1)
+
+    provider = scripted(
+        answer("Slow, no thinking.", hidden_thinking=False),
+        answer("Slow, after thinking.", hidden_thinking=True),
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+
+    def shown(app: KeelApp) -> list[str]:
+        out = []
+        for widget in app.transcript.children:
+            if isinstance(widget, ReplyWidget):
+                out.append(f"reply: {widget.text}")
+            elif isinstance(widget, NoticeLine):
+                out.append(str(widget.render()))
+        return out
+
+    async with app.run_test(size=SIZE) as pilot:
+        for prompt in ("first", "second"):
+            await send(pilot, app, prompt)
+            await settle(pilot, app)
+        live = shown(app)
+    await controller.close()
+    expected = [
+        "reply: Slow, no thinking.",
+        "· thought for 1s",
+        "reply: Slow, after thinking.",
+    ]
+    assert live == expected
+
+    again = await make_controller(project, scripted(), start=False)
+    await again.start_session(controller_session_path(project))
+    app2 = KeelApp(again)
+    async with app2.run_test(size=SIZE) as pilot:
+        await settle(pilot, app2)
+        assert shown(app2) == expected
+    await again.close()
+
+
+def test_the_line_mode_uses_the_terminals_width_and_does_not_pad(
+    project: Path, tmp_path: Path
+) -> None:
+    # The bug: lines were cut at 80 columns whatever the terminal's width, and Markdown was
+    # padded with blanks to 80.
+    from tests.test_cli import keel, write_script
+
+    command = "echo " + "word " * 25 + "&& echo done"  # 142 characters
+    call = {"name": "bash", "input": {"command": command}}
+    script = write_script(tmp_path / "script.json", [{"tool_calls": [call]}, {"text": "Done."}])
+    out = keel(
+        "--no-tui",
+        "--model",
+        f"scripted:{script}",
+        "--mode",
+        "bypass",
+        cwd=project,
+        stdin="run it\n/help\n",
+        env={"COLUMNS": "160"},
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert f"⏺ bash {command}" in lines  # whole: the terminal is 160 wide
+    assert not [line for line in lines if line != line.rstrip()]  # nothing padded
+    assert "• /help: commands, keys and skills" in [line.strip() for line in lines]
+    narrow = keel(
+        "--no-tui",
+        "--model",
+        f"scripted:{script}",
+        "--mode",
+        "bypass",
+        cwd=tmp_path,
+        stdin="run it\n",
+        env={"COLUMNS": "60"},
+    )
+    tool_line = next(line for line in narrow.stdout.splitlines() if line.startswith("⏺ bash"))
+    assert len(tool_line) == 60
+    assert tool_line.endswith("…")

@@ -120,9 +120,9 @@ def test_keel_in_a_real_terminal(terminal: Terminal, project: Path) -> None:
         terminal.keys("BTab")  # shift+tab: the next mode
         terminal.wait_for("accept edits")
 
-        terminal.keys("C-c")  # on an empty prompt: offers to quit
-        terminal.wait_for("Quit keel?")
-        terminal.keys("y")
+        terminal.keys("C-c")  # on an empty prompt: says how to quit
+        terminal.wait_for("press Ctrl+C again to quit")
+        terminal.keys("C-c")
         deadline = time.monotonic() + 10
         while not terminal.exited() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -165,3 +165,60 @@ def test_continue_in_a_real_terminal_shows_the_session(
     while not terminal.exited() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert terminal.exited()
+
+
+def test_keys_typed_while_keel_starts_end_up_in_the_prompt(
+    terminal: Terminal, project: Path, tmp_path: Path
+) -> None:
+    # The bug: keys typed before the prompt was on screen went to the transcript (the first
+    # widget that takes the focus) and were lost.
+    script = tmp_path / "script.yaml"
+    script.write_text("model: demo\nturns:\n  - text: 'Heard you.'\n", encoding="utf-8")
+    env = {k: os.environ[k] for k in ("KEEL_HOME", "KEEL_CONFIG_DIR", "HOME", "PATH")}
+    terminal.start(keel_argv("--model", f"scripted:{script}"), {**env, "TERM": "xterm-256color"})
+    terminal.type("typed before the prompt was there")  # at once: keel is still starting
+    screen = terminal.wait_for("/help for commands")
+    screen = terminal.wait_for(lambda s: "│ typed before the prompt was there" in s, timeout=10)
+    prompt_line = next(line for line in screen.splitlines() if "typed before" in line)
+    assert prompt_line.strip().startswith("│ typed before the prompt was there"), screen
+    terminal.keys("Enter")
+    done = terminal.wait_for("Heard you.")
+    assert "typed before the prompt was there" in done
+    session = latest_session(project)
+    records = read_records(session).records
+    prompts = [r.payload.message.text for r in records if r.payload.type == "user"]
+    assert prompts == ["typed before the prompt was there"]
+
+
+def test_ctrl_c_stops_a_running_tool_and_a_second_one_quits(
+    terminal: Terminal, project: Path
+) -> None:
+    with AnthropicServer(api_key=KEY) as server:
+        server.add(reply("Waiting.", ("bash", {"command": "sleep 30", "description": "wait"})))
+        env = {
+            "ANTHROPIC_API_KEY": KEY,
+            "ANTHROPIC_BASE_URL": server.url,
+            "TERM": "xterm-256color",
+            **{k: os.environ[k] for k in ("KEEL_HOME", "KEEL_CONFIG_DIR", "HOME", "PATH")},
+        }
+        argv = keel_argv("--model", "anthropic/claude-sonnet-4-5", "--mode", "bypass")
+        terminal.start(argv, env)
+        terminal.wait_for("/help for commands")
+        terminal.type("wait a while")
+        terminal.keys("Enter")
+        terminal.wait_for("Esc to interrupt")
+        terminal.wait_for("sleep 30")
+        started = time.monotonic()
+        terminal.keys("C-c")
+        screen = terminal.wait_for("⚠ interrupted", timeout=10)
+        assert time.monotonic() - started < 10
+        assert "✗ bash" in screen
+        assert "Quit keel?" not in screen
+        assert "press Ctrl+C again to quit" in screen
+        assert not terminal.exited()
+        terminal.keys("C-c")
+        deadline = time.monotonic() + 10
+        while not terminal.exited() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert terminal.exited()
+    assert not server.errors

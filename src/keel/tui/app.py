@@ -4,8 +4,9 @@ with modal cards for permission questions, plan approval and pickers.
 `KeelApp` is a `FrontEnd` of `keel.tui.control.Controller`: events arrive through `show` (in
 order, from the loop's task) and are rendered one at a time by a single worker, which coalesces
 stream deltas so a fast model never outruns the screen. Keys: Enter sends, Esc interrupts (twice
-within a second: quit?), Ctrl+C clears the prompt (on an empty prompt: quit?), Shift+Tab cycles
-the permission mode, Ctrl+O folds or unfolds thinking and tool output.
+within a second: quit?), Ctrl+C interrupts what runs, else clears the prompt (on an empty prompt,
+a second Ctrl+C within `QUIT_WINDOW` quits), Shift+Tab cycles the permission mode, Ctrl+O folds
+or unfolds thinking and tool output. Keys typed before the prompt is on screen wait for it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Collapsible, TextArea
 
@@ -64,6 +66,7 @@ from keel.tui.widgets import (
     CommandOutput,
     Completions,
     Fold,
+    KeyHint,
     NoticeLine,
     PromptInput,
     Reply,
@@ -82,6 +85,9 @@ if TYPE_CHECKING:
 
 #: Esc twice within this many seconds offers to quit.
 DOUBLE_ESCAPE = 1.0
+#: Ctrl+C on an empty prompt quits when pressed again within this many seconds.
+QUIT_WINDOW = 2.0
+QUIT_HINT = "press Ctrl+C again to quit"
 #: Seconds a listing of the project's files is reused for `@` completion.
 FILES_TTL = 10.0
 
@@ -126,14 +132,21 @@ Screen { layout: vertical; }
 #prompt { height: auto; min-height: 3; max-height: 12; margin: 0 1; border: round $accent; }
 #prompt:focus { border: round $accent-lighten-1; }
 #status { height: 1; padding: 0 2; color: $text-muted; }
+#key-hint { height: 1; padding: 0 2; }
+.tool-card .notice { margin: 0 0 0 3; }
 #statusline { height: 1; padding: 0 2; display: none; }
 """
 
 
 class Transcript(VerticalScroll):
     """The conversation. It follows new output (and output that grows, such as Markdown still
-    laying out) while the view is at the bottom; scrolling up stops that until the user
-    scrolls back down."""
+    laying out) until the user scrolls up, and again once they are back at the end.
+
+    Only the user's own scrolling (wheel, scrollbar, keys) stops it following. Whether it
+    follows used to be read off every change of the scroll position, and Textual moves that by
+    itself too (it scrolls a fold it toggles, a region or a focused widget into view, animated):
+    one such move that left the view above the end stopped it following for good, the
+    transcript that stood still after /help and Ctrl+O. Now `follow` undoes such a move."""
 
     def __init__(self, *, id: str) -> None:
         super().__init__(id=id)
@@ -141,13 +154,65 @@ class Transcript(VerticalScroll):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        self.following = new_value >= self.max_scroll_y - 1
+        if new_value >= self.max_scroll_y - 1:
+            self.following = True  # at the end, however it got there
 
     def follow(self) -> None:
         """Scroll to the end if following and not there (called after each render and on the
-        app's tick, which catches content that finished laying out later)."""
+        app's tick, which catches content that finished laying out later). A scroll of
+        Textual's own that moved the view away is undone here."""
         if self.following and self.scroll_y < self.max_scroll_y:
             self.scroll_end(animate=False, immediate=True)
+
+    def _user_scrolled(self) -> None:
+        """After the user scrolled: follow if they went to the end, else stay where they are.
+        (The target, not the position: a wheel or page scroll may still be under way.)"""
+        self.following = self.scroll_target_y >= self.max_scroll_y - 1
+
+    def _after_user_scroll(self) -> None:
+        # Textual starts some of these scrolls after the next refresh: decide after that.
+        self.call_after_refresh(self._user_scrolled)
+
+    # The ways a user scrolls. Textual's own handlers (`_on_…`) run after these ones, so the
+    # decision waits for the scroll they start.
+    def on_mouse_scroll_up(self, _event: events.MouseScrollUp) -> None:
+        self.call_next(self._after_user_scroll)
+
+    def on_mouse_scroll_down(self, _event: events.MouseScrollDown) -> None:
+        self.call_next(self._after_user_scroll)
+
+    def on_scroll_to(self, _message: Message) -> None:
+        self.call_next(self._after_user_scroll)  # the scrollbar dragged
+
+    def on_scroll_up(self, _message: Message) -> None:
+        self.call_next(self._after_user_scroll)  # a click on the scrollbar above its handle
+
+    def on_scroll_down(self, _message: Message) -> None:
+        self.call_next(self._after_user_scroll)
+
+    def action_scroll_up(self) -> None:
+        super().action_scroll_up()
+        self._after_user_scroll()
+
+    def action_scroll_down(self) -> None:
+        super().action_scroll_down()
+        self._after_user_scroll()
+
+    def action_page_up(self) -> None:
+        super().action_page_up()
+        self._after_user_scroll()
+
+    def action_page_down(self) -> None:
+        super().action_page_down()
+        self._after_user_scroll()
+
+    def action_scroll_home(self) -> None:
+        super().action_scroll_home()
+        self._after_user_scroll()
+
+    def action_scroll_end(self) -> None:
+        super().action_scroll_end()
+        self._after_user_scroll()
 
 
 class KeelApp(App[int]):
@@ -175,11 +240,19 @@ class KeelApp(App[int]):
         self._idle.set()
         self._attached = False
         self._cards: dict[str, ToolCard] = {}
+        #: The first widget of the reply being streamed (a "thought for" line goes above it).
+        self._message_start: Widget | None = None
+        self._in_request = False
+        #: Keys (and pastes) that came before the prompt was on screen, in order; None once
+        #: they went to it.
+        self._typeahead: list[events.Event] | None = []
         #: Questions of MCP servers being shown (each waits for its form).
         self._questions: set[asyncio.Future[None]] = set()
         self._reply: Reply | None = None
         self._thinking: ThinkingBlock | None = None
         self._last_escape = 0.0
+        #: When Ctrl+C last armed the quit (monotonic; 0: not armed).
+        self._quit_armed = 0.0
         self._expanded = False
         self._files: list[str] = []
         self._files_at = 0.0
@@ -198,15 +271,17 @@ class KeelApp(App[int]):
         self.prompt = PromptInput(self.history.entries)
         self.status_bar = StatusBar()
         self.status_line_bar = StatusLineBar()
+        self.key_hint = KeyHint()
         yield self.transcript
         yield self.todos
         yield self.activity
         yield self.completions
         yield self.prompt
+        yield self.key_hint
         yield self.status_line_bar
         yield self.status_bar
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
         if self.is_headless:
             self.prompt.cursor_blink = False
         self.run_worker(self._render_loop(), name="render", group="render")
@@ -214,8 +289,31 @@ class KeelApp(App[int]):
         self._attached = True
         self._start_status_line()
         self.controller.attach(self)
-        self.prompt.focus()
+        self.set_focus(self.prompt)
+        await self._release_typeahead()
         self.controller.begin(self.initial_prompt)
+
+    # -- keys typed early ------------------------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        # Keys typed while keel starts reach the app before the prompt has the focus (the first
+        # focusable widget, the transcript, had it, and dropped them): they wait for the prompt.
+        typeahead = self._typeahead
+        if (
+            typeahead is not None
+            and isinstance(event, events.Key | events.Paste)
+            and not event.is_forwarded
+        ):
+            typeahead.append(event)
+            return
+        await super().on_event(event)
+
+    async def _release_typeahead(self) -> None:
+        """The prompt has the focus: the keys typed so far go to it, in order, as if typed now
+        (a priority binding such as Ctrl+C still acts on its key)."""
+        pending, self._typeahead = self._typeahead or [], None
+        for event in pending:
+            await super().on_event(event)
 
     # -- FrontEnd ------------------------------------------------------------------------------
 
@@ -350,6 +448,8 @@ class KeelApp(App[int]):
 
     async def _add(self, widget: Widget) -> None:
         await self.transcript.mount(widget)
+        if self._in_request and self._message_start is None:
+            self._message_start = widget
 
     def _close_segments(self) -> None:
         if self._thinking is not None:
@@ -359,15 +459,16 @@ class KeelApp(App[int]):
 
     async def _render(self, event: ViewEvent | _Reset) -> None:  # noqa: C901 - one case per event
         match event:
-            case _Reset(events):
+            case _Reset(replayed):
                 await self.transcript.remove_children()
                 self._cards.clear()
+                self._in_request, self._message_start = False, None
                 self._close_segments()
                 self.todos.todos = []
                 self.todos.refresh_list()
                 status = self.controller.status()
                 await self._add(Welcome(status.model, self.controller.agent.cwd, __version__))
-                for e in events:
+                for e in replayed:
                     await self._render(e)
                 self.refresh_status()
             case PromptSubmitted(text, attachments):
@@ -377,8 +478,9 @@ class KeelApp(App[int]):
                 await self._add(NoticeLine("continuing the interrupted turn"))
             case RequestStarted():
                 self._close_segments()
+                self._in_request, self._message_start = True, None
                 self.refresh_status()
-            case ThinkingDelta(text):
+            case ThinkingDelta(text) if text:  # (thinking it does not show streams nothing)
                 if self._thinking is None:
                     self._reply = None
                     self._thinking = ThinkingBlock()
@@ -397,6 +499,7 @@ class KeelApp(App[int]):
                 pass
             case AssistantMessage(message, _usage, _stop, _cost, timing):
                 await self._assistant(message.blocks, timing)
+                self._in_request, self._message_start = False, None
             case ToolStarted(call, _started_at, kind):
                 card = await self._card(call.id, call.name)
                 card.set_call(call, kind)
@@ -424,9 +527,14 @@ class KeelApp(App[int]):
                 if line:
                     await self._add(NoticeLine(line, "warning"))
                 self.refresh_status()
-            case SubagentEvent(_call_id, agent, _description, ToolStarted(call)):
+            case SubagentEvent(call_id, agent, _description, ToolStarted(call)):
                 argument = key_argument(call)
-                await self._add(NoticeLine(f"↳ [{agent}] {call.name} {argument}".rstrip()))
+                nested = NoticeLine(f"↳ [{agent}] {call.name} {argument}".rstrip())
+                task = self._cards.get(call_id)
+                if task is not None:
+                    await task.add_line(nested)  # under its own task's card
+                else:
+                    await self._add(nested)
             case SubagentEvent(_call_id, agent, _description, Notice(text, "warning")):
                 await self._add(NoticeLine(f"[{agent}] {text}", "warning"))
             case BackgroundFinished(task_id, kind, status, description):
@@ -449,12 +557,24 @@ class KeelApp(App[int]):
     async def _assistant(self, blocks: Sequence[object], timing: RequestTiming | None) -> None:
         """The stored message: what streamed is already on screen; a replayed one is drawn
         whole (thinking folded, the text as Markdown, a card per call). How long the model
-        thought (the loop's timing, or the journal's) titles a replayed thinking block, and is a
-        line of its own under a reply whose thinking is not shown."""
+        thought (the loop's timing, or the journal's) titles a thinking block, and is a line of
+        its own above the reply when the model thought without showing it (encrypted or
+        redacted reasoning). A model that did not think gets no such line: the time to its
+        first word is the prompt being read, not thinking."""
         calls = [b for b in blocks if isinstance(b, ToolUse)]
         streamed = self._reply is not None or self._thinking is not None
         streamed = streamed or any(c.id in self._cards for c in calls)
         thought = thought_seconds(timing)
+        hidden = any(isinstance(b, Thinking) for b in blocks) and not any(
+            isinstance(b, Thinking) and b.text for b in blocks
+        )
+        if hidden and thought is not None:
+            line = NoticeLine(f"thought for {thought}s")
+            start = self._message_start if streamed else None
+            if start is not None and start.parent is self.transcript:
+                await self.transcript.mount(line, before=start)
+            else:
+                await self._add(line)
         if not streamed:
             for block in blocks:
                 if isinstance(block, Thinking) and block.text:
@@ -475,8 +595,6 @@ class KeelApp(App[int]):
         cited = sources([c for b in blocks if isinstance(b, Text) for c in b.citations])
         if cited:
             await self._add(NoticeLine(cited, "info"))
-        if thought is not None and not any(isinstance(b, Thinking) and b.text for b in blocks):
-            await self._add(NoticeLine(f"thought for {thought}s"))
 
     def _tick(self) -> None:
         self.transcript.follow()
@@ -584,18 +702,37 @@ class KeelApp(App[int]):
         self._last_escape = now
 
     def action_ctrl_c(self) -> None:
+        """As in Claude Code and Codex: the first Ctrl+C stops what runs (a model's stream, a
+        tool, a `!cmd`); on an idle, empty prompt a second one within `QUIT_WINDOW` quits (the
+        first says so under the prompt). With text in the prompt, it clears the prompt."""
         screen = self.screen
+        now = time.monotonic()
         if isinstance(screen, QuitScreen):
             screen.dismiss(True)
         elif isinstance(screen, _Question):
-            screen.action_interrupt()
+            screen.action_interrupt()  # stops the turn the question belongs to
+            self._arm_quit(now)
         elif isinstance(screen, PickerScreen):
             screen.action_cancel()
+        elif self.controller.interrupt():
+            self._arm_quit(now)
         elif self.prompt.text:
             self.prompt.clear_prompt()
             self._offer([])
+        elif self._quit_armed and now - self._quit_armed < QUIT_WINDOW:
+            self.exit(0)
         else:
-            self._offer_quit()
+            self._arm_quit(now)
+
+    def _arm_quit(self, now: float) -> None:
+        self._quit_armed = now
+        self.key_hint.say(QUIT_HINT)
+        self.set_timer(QUIT_WINDOW, lambda: self._disarm_quit(now))
+
+    def _disarm_quit(self, armed: float) -> None:
+        if self._quit_armed == armed:  # not re-armed since
+            self._quit_armed = 0.0
+            self.key_hint.say("")
 
     def action_ctrl_d(self) -> None:
         if not self.prompt.text:
@@ -626,9 +763,9 @@ class KeelApp(App[int]):
 
     def action_scroll_transcript(self, direction: int) -> None:
         if direction < 0:
-            self.transcript.scroll_page_up()
+            self.transcript.action_page_up()
         else:
-            self.transcript.scroll_page_down()
+            self.transcript.action_page_down()
 
 
 __all__ = ["KeelApp"]

@@ -69,7 +69,7 @@ KEYS = (
     ("Esc", "interrupt the running prompt (twice: quit)"),
     ("Shift+Tab", "next permission mode"),
     ("Ctrl+O", "expand or collapse thinking and tool output"),
-    ("Ctrl+C", "clear the prompt; on an empty prompt, quit"),
+    ("Ctrl+C", "interrupt what runs; else clear the prompt; twice on an empty prompt: quit"),
     ("@path", "attach a file or folder (Tab completes)"),
     ("!command", "run a shell command; the model sees its output with your next prompt"),
 )

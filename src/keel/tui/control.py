@@ -277,7 +277,7 @@ class Controller:
     def _load_transcript(self, records: list[Record]) -> None:
         from keel.tui.replay import replay
 
-        events = replay(records, self.agent.info)
+        events = replay(records, self.agent.info, self.agent.cwd)
         self.context = next((e.context for e in reversed(events) if isinstance(e, UsageUpdated)), 0)
         self._ui.reset(events)
 

@@ -1,13 +1,16 @@
 """The line mode (`keel --no-tui`, or when stdout is not a terminal): the same session as the
 terminal UI, printed line by line with rich, with prompts, permission questions and picks read
 from stdin. A line ending in `\\` continues on the next one. Ctrl+C interrupts a running prompt;
-at the prompt, Ctrl+D (end of input) or `/exit` quits.
+at the prompt, Ctrl+D (end of input) or `/exit` quits. Lines are as wide as the terminal
+(`COLUMNS`, else the terminal on stdout, stderr or stdin) and never padded to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -15,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markdown import Markdown
 from rich.text import Text
 
@@ -23,6 +26,7 @@ from keel.agent.events import (
     AssistantMessage,
     BackgroundFinished,
     QuestionRequest,
+    RequestStarted,
     SubagentEvent,
     ToolFinished,
     ToolStarted,
@@ -31,7 +35,7 @@ from keel.agent.events import (
 from keel.agent.timing import thought_seconds
 from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import Text as TextBlock
-from keel.llm.messages import Thinking
+from keel.llm.messages import Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui.control import Controller, finished_text
 from keel.tui.format import (
@@ -49,6 +53,22 @@ from keel.tui.view import Choice, Output, PromptSubmitted, ShellRan, ViewEvent
 DIFF_STYLES = {"add": "green", "remove": "red", "hunk": "cyan", "header": "bold", "context": ""}
 #: Lines of a diff or an output shown in line mode.
 MAX_SHOWN = 40
+
+
+def terminal_width() -> int:
+    """The width to print at: `COLUMNS`, else the terminal's (whichever of stdout, stderr and
+    stdin is one: stdout may be a pipe), else `shutil`'s fallback of 80."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    for stream in (sys.stdout, sys.stderr, sys.stdin):
+        try:
+            width = os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # not a terminal (or no file at all)
+            continue
+        if width > 0:
+            return width
+    return shutil.get_terminal_size().columns
 
 
 class LineReader:
@@ -115,11 +135,19 @@ class LineFrontEnd:
     """Renders view events as lines; asks questions on stdin."""
 
     def __init__(
-        self, controller: Controller, console: Console, reader: LineReader, *, echo: bool
+        self,
+        controller: Controller,
+        console: Console,
+        reader: LineReader,
+        *,
+        echo: bool,
+        width: Callable[[], int] | None = None,
     ) -> None:
         self.controller = controller
         self.console = console
         self.reader = reader
+        #: Where the width to print at comes from (None: the console's own).
+        self._width = width
         #: Print prompts as they are sent (stdin is not a terminal that already shows them).
         self.echo = echo
         self.exited = False
@@ -127,6 +155,10 @@ class LineFrontEnd:
         self._streaming: str = ""  # "text" or "thinking" while deltas arrive
         #: When each running call started (monotonic): a cut-off call reports no duration.
         self._started: dict[str, float] = {}
+        #: When the model request now streaming was sent (monotonic), and whether the time it
+        #: thought was printed already (before its reply).
+        self._request_at: float | None = None
+        self._thought_shown = False
 
     # -- FrontEnd ------------------------------------------------------------------------------
 
@@ -135,9 +167,15 @@ class LineFrontEnd:
             self._delta(event.text, "text", "")
             return
         if isinstance(event, ThinkingDelta):
-            self._delta(event.text, "thinking", "dim italic")
+            if event.text:  # (thinking it does not show streams nothing)
+                self._delta(event.text, "thinking", "dim italic")
+            return
+        if isinstance(event, RequestStarted):
+            self._request_at, self._thought_shown = time.monotonic(), False
             return
         self._end_line()
+        if self._width is not None:
+            self.console.width = self._width()  # the terminal may have been resized
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(event)
@@ -167,8 +205,9 @@ class LineFrontEnd:
     def _subagent(self, event: SubagentEvent) -> None:
         inner = event.event
         if isinstance(inner, ToolStarted):
-            argument = key_argument(inner.call)
-            line = f"  ↳ [{event.agent}] {inner.call.name} {argument}".rstrip()
+            prefix = f"  ↳ [{event.agent}] {inner.call.name} "
+            argument = key_argument(inner.call, self._room(prefix))
+            line = f"{prefix}{argument}".rstrip()
             self.console.print(Text(line, style="dim"))
         elif isinstance(inner, Notice) and inner.level == "warning":
             self.console.print(Text(f"⚠ [{event.agent}] {inner.text}", style="yellow"))
@@ -178,30 +217,45 @@ class LineFrontEnd:
         self.console.print(Text(line, style="dim"))
 
     def _assistant(self, event: AssistantMessage) -> None:
+        """The stored message (replayed from a session file: nothing streamed, so it is printed
+        whole). How long the model thought goes before its reply, and only when it thought:
+        for a model that did not, that time is its reading of the prompt."""
         shown = bool(self._streaming)
         self._streaming = ""
+        blocks = event.message.blocks
+        thinks = any(isinstance(b, Thinking) for b in blocks)
+        thought = thought_seconds(event.timing) if thinks and not self._thought_shown else None
+        self._request_at, self._thought_shown = None, False
         if not shown:
-            for block in event.message.blocks:  # replayed from a session file: nothing streamed
+            for block in blocks:
                 if isinstance(block, Thinking) and block.text:
                     self.console.print(Text(f"✻ {block.text}", style="dim italic"))
                 elif isinstance(block, TextBlock) and block.text:
-                    self.console.print(Markdown(block.text))
+                    if thought is not None:
+                        self._thought(thought)
+                        thought = None
+                    self._markdown(Markdown(block.text))
         from keel.tools.builtin.web_search import sources
 
         if cited := sources(event.message.citations):  # the provider's web search
             self.console.print(Text(cited, style="dim"))
-        if (seconds := thought_seconds(event.timing)) is not None:
-            self.console.print(Text(f"✻ thought for {seconds}s", style="dim"))
+        if thought is not None:
+            # Thinking the model did not show (no deltas came) is known only now, after the
+            # text; or the message has no text (its tool calls come next).
+            self._thought(thought)
+
+    def _thought(self, seconds: int) -> None:
+        self.console.print(Text(f"✻ thought for {seconds}s", style="dim"))
 
     def _tool_started(self, event: ToolStarted) -> None:
         self._started[event.call.id] = time.monotonic()
-        self._tool_line(event.call.name, key_argument(event.call), event.kind)
+        self._tool_line(event.call.name, event.call, event.kind)
 
     def _tool_finished(self, event: ToolFinished) -> None:
         call, result = event.call, event.result
         started = self._started.pop(call.id, None)
         if started is None:
-            self._tool_line(call.name, key_argument(call), event.kind)
+            self._tool_line(call.name, call, event.kind)
         seconds = event.seconds
         if seconds <= 0 and started is not None:
             seconds = time.monotonic() - started  # interrupted: it ran until now
@@ -237,7 +291,7 @@ class LineFrontEnd:
         elif event.kind == "text":
             self.console.print(Text(event.text))
         else:
-            self.console.print(Markdown(event.text))
+            self._markdown(Markdown(event.text))
 
     def reset(self, events: Sequence[ViewEvent]) -> None:
         self._end_line()
@@ -268,10 +322,12 @@ class LineFrontEnd:
         call = request.call
         if plan:
             self.console.print(Text("? The plan (approve it to leave plan mode):", style="bold"))
-            self.console.print(Markdown(request.plan))
+            self._markdown(Markdown(request.plan))
             options = "[a] yes, and accept edits  [y] yes, ask before each edit  [n] no, keep planning (n FEEDBACK)"
         else:
-            head = f"? Allow {call.name} {key_argument(call, 60)}".rstrip()
+            start = f"? Allow {call.name} "
+            argument = key_argument(call, self._room(start, len(request.reason) + 4))
+            head = f"{start}{argument}".rstrip()
             self.console.print(Text(f"{head}  ({request.reason})", style="bold"))
             self._preview(call_preview(call, MAX_SHOWN))
             always = "" if request.confirm else f"[a] always allow {request.suggestion}  "
@@ -317,6 +373,12 @@ class LineFrontEnd:
     def _delta(self, text: str, kind: str, style: str) -> None:
         if self._streaming != kind:
             self._end_line()
+            if kind == "text" and self._streaming == "thinking" and self._request_at is not None:
+                # The reply begins: how long the model thought goes above it.
+                seconds = time.monotonic() - self._request_at
+                if seconds >= 1:
+                    self._thought(round(seconds))
+                self._thought_shown = True
             self._streaming = kind
             if kind == "thinking":
                 self.console.print(Text("✻ ", style=style), end="")
@@ -330,8 +392,24 @@ class LineFrontEnd:
             self.console.print()
             self._mid_line = False
 
-    def _tool_line(self, name: str, argument: str, kind: str = "") -> None:
+    def _room(self, prefix: str, reserved: int = 0) -> int:
+        """Characters left on a line after `prefix` (and `reserved` more), never below 20."""
+        return max(20, self.console.width - len(prefix) - reserved)
+
+    def _markdown(self, markdown: RenderableType) -> None:
+        """Markdown as wide as the terminal, each line without the blanks rich pads it with."""
+        console = self.console
+        for line in console.render_lines(markdown, console.options, pad=False):
+            text = Text()
+            for segment in line:
+                if not segment.control:
+                    text.append(segment.text, segment.style)
+            text.rstrip()
+            console.print(text, soft_wrap=True)
+
+    def _tool_line(self, name: str, call: ToolUse, kind: str = "") -> None:
         label, shown = kind_label(kind, name)
+        argument = key_argument(call, self._room(f"⏺ {label + ' · ' if label else ''}{shown} "))
         self.console.print(
             Text("⏺ ", style="cyan")
             + Text(f"{label} · " if label else "", style="dim")
@@ -343,8 +421,10 @@ class LineFrontEnd:
         self, name: str, text: str, is_error: bool, seconds: float, display: str | None
     ) -> None:
         mark = Text("  └ ✗ " if is_error else "  └ ✓ ", style="red" if is_error else "green")
-        first = one_line(text.strip().splitlines()[0] if text.strip() else "", 100)
-        self.console.print(mark + Text(f"{duration(seconds)}  ", style="dim") + Text(first))
+        took = f"{duration(seconds)}  "
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        first = one_line(first, self._room(mark.plain + took))
+        self.console.print(mark + Text(took, style="dim") + Text(first))
         if display and name == "todo_write":
             self._todos(display)
         elif display:
@@ -392,8 +472,8 @@ async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | 
     stdin = stdin or sys.stdin
     loop = asyncio.get_running_loop()
     reader = LineReader(stdin, loop)
-    console = Console(highlight=False, soft_wrap=True)
-    ui = LineFrontEnd(controller, console, reader, echo=not stdin.isatty())
+    console = Console(highlight=False, soft_wrap=True, width=terminal_width())
+    ui = LineFrontEnd(controller, console, reader, echo=not stdin.isatty(), width=terminal_width)
     controller.attach(ui)
     last_sigint = 0.0
 

@@ -80,10 +80,11 @@ class SessionUndo:
         cwd = self.agent.cwd
         return Undone(
             " ".join(summary.label.split()),
-            tuple(_rel(p, cwd) for p in summary.restored),
-            tuple(_rel(p, cwd) for p in summary.removed),
-            tuple(f"`{_rel(f.path, cwd)}`: {f.why}" for f in summary.failed),
-            tuple(f"`{_rel(f.path, cwd)}`: {f.why}" for f in summary.overwritten) + summary.notes,
+            tuple(relative(p, cwd) for p in summary.restored),
+            tuple(relative(p, cwd) for p in summary.removed),
+            tuple(f"`{relative(f.path, cwd)}`: {f.why}" for f in summary.failed),
+            tuple(f"`{relative(f.path, cwd)}`: {f.why}" for f in summary.overwritten)
+            + summary.notes,
         )
 
     def close(self) -> None:
@@ -92,8 +93,9 @@ class SessionUndo:
             self.store.close()
 
 
-def _rel(path: Path, cwd: Path) -> str:
-    return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+def relative(path: Path, cwd: Path | None) -> str:
+    """`path` as the transcript shows it: relative to the project when inside it."""
+    return str(path.relative_to(cwd)) if cwd is not None and path.is_relative_to(cwd) else str(path)
 
 
-__all__ = ["SessionUndo", "Undone"]
+__all__ = ["SessionUndo", "Undone", "relative"]

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual import events
 from textual.containers import Vertical
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
@@ -205,6 +206,14 @@ class ToolCard(Vertical):
         self.output = Fold(Static(body, classes="tool-output"), title=title, collapsed=collapsed)
         self.mount(self.output)
 
+    async def add_line(self, line: Widget) -> None:
+        """A line that belongs to this call (a subagent's tool call, under its `task`): below
+        the header and the lines before it, above the output."""
+        if self.output is not None and self.output.parent is self:
+            await self.mount(line, before=self.output)
+        else:
+            await self.mount(line)
+
     def _render_header(self) -> None:
         marks = {
             "pending": ("○", "dim"),
@@ -344,6 +353,21 @@ class Activity(Static):
         text.append(f"{spin} {self.label} ", style="dark_cyan")
         text.append(f"{duration(elapsed)} · Esc to interrupt", style="dim")
         self.update(text)
+
+
+class KeyHint(Static):
+    """A hint about the key just pressed (`press Ctrl+C again to quit`), under the prompt while
+    the key's second press would act."""
+
+    def __init__(self) -> None:
+        super().__init__(id="key-hint")
+        self.display = False
+        self.text = ""
+
+    def say(self, text: str) -> None:
+        self.text = text
+        self.update(Text(text, style="dim"))
+        self.display = bool(text)
 
 
 class StatusBar(Static):
@@ -527,6 +551,7 @@ __all__ = [
     "CommandOutput",
     "Completions",
     "Fold",
+    "KeyHint",
     "NoticeLine",
     "PromptInput",
     "Reply",
