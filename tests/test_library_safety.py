@@ -351,3 +351,25 @@ async def test_a_worktree_subagent_runs_bash_in_a_sandbox_of_its_own(tmp_path: P
     assert bash_results == [
         f"touch: cannot touch '{target}': Read-only file system\na.py\ninside.txt\n[exit code 0]"
     ]
+
+
+async def test_an_agent_is_an_async_context_manager_that_closes_itself(project: Path) -> None:
+    """`async with Agent(...) as agent:` closes the agent however the block ends (the README's
+    snippet used to end with aiohttp's "Unclosed client session" warnings)."""
+    from keel import Agent
+    from keel.testing import ScriptedProvider, reply
+
+    closed: list[str] = []
+
+    class Provider(ScriptedProvider):
+        async def aclose(self) -> None:
+            closed.append("provider")
+
+    async with Agent(provider=Provider([reply("hi")]), model="scripted", cwd=project) as agent:
+        assert (await agent.run("hello")).text == "hi"
+        assert closed == []
+    assert closed == ["provider"]
+    with pytest.raises(RuntimeError, match="boom"):
+        async with Agent(provider=Provider([]), model="scripted", cwd=project):
+            raise RuntimeError("boom")
+    assert closed == ["provider", "provider"]

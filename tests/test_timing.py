@@ -666,8 +666,12 @@ async def test_the_tui_says_how_long_the_model_thought_live_and_when_reopened(
     from tests.tui_helpers import make_controller
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    slow = Reply(reply("Forty-two.").message, delay=1.1)  # over a second before the answer
-    provider = ScriptedProvider([slow, reply("Quick.")], model=MODEL)
+    # Over a second before the answer: said for a model that thought (here without showing
+    # it, as encrypted reasoning is), not for one that did not (that time is prompt reading).
+    thinking = Thinking("", "encrypted", source="openai")
+    slow = Reply(Message("assistant", (thinking, Text("Forty-two."))), delay=1.1)
+    unthinking = Reply(reply("Forty-three.").message, delay=1.1)
+    provider = ScriptedProvider([slow, unthinking, reply("Quick.")], model=MODEL)
     controller = await make_controller(project, provider)
     app = KeelApp(controller)
 
@@ -675,14 +679,14 @@ async def test_the_tui_says_how_long_the_model_thought_live_and_when_reopened(
         return [str(n.render()) for n in app.query(NoticeLine) if "thought" in str(n.render())]
 
     async with app.run_test(size=(100, 36)) as pilot:
-        for prompt in ("what is it?", "and quickly?"):
+        for prompt in ("what is it?", "and the next?", "and quickly?"):
             app.prompt.load_text(prompt)
             await pilot.press("enter")
             await app.idle()
             await pilot.pause()
             while controller.busy:
                 await pilot.pause(0.05)
-        assert notices(app) == ["· thought for 1s"]  # the quick reply says nothing
+        assert notices(app) == ["· thought for 1s"]  # the others say nothing
     await controller.close()
 
     session = latest_session(project)
@@ -711,11 +715,13 @@ async def test_line_mode_says_how_long_the_model_thought(project: Path) -> None:
     out = io.StringIO()
     reader = LineReader(io.StringIO(""), asyncio.get_running_loop())
     front = LineFrontEnd(controller, Console(file=out, width=100), reader, echo=False)
-    message = Message("assistant", (Text("Done."),), "anthropic", MODEL)
-    for thinking_ms in (2400.0, 400.0):  # only the first is worth a line
+    thought = Message("assistant", (Thinking("", "sig"), Text("Done.")), "anthropic", MODEL)
+    plain = Message("assistant", (Text("Done."),), "anthropic", MODEL)
+    for message, thinking_ms in ((thought, 2400.0), (thought, 400.0), (plain, 2400.0)):
+        # Only the first is worth a line: the second was quick, the third did not think.
         timing = RequestTiming(1.0, 300.0, thinking_ms, 50.0, thinking_ms + 50.0, None)
         front.show(AssistantMessage(message, Usage(1, 1), "end_turn", 0.0, timing))
-    front.show(AssistantMessage(message, Usage(1, 1), "end_turn", 0.0))  # no timing: none
-    lines = [line.rstrip() for line in out.getvalue().splitlines()]  # Markdown pads its lines
-    assert lines == ["Done.", "✻ thought for 2s", "Done.", "Done."]
+    front.show(AssistantMessage(thought, Usage(1, 1), "end_turn", 0.0))  # no timing: none
+    lines = out.getvalue().splitlines()
+    assert lines == ["✻ thought for 2s", "Done.", "Done.", "Done.", "Done."]  # above the reply
     await controller.close()

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, assert_never
+from typing import TYPE_CHECKING, Any, Protocol, Self, assert_never
 
 from keel.agent.compaction import (
     MIN_MESSAGES,
@@ -582,6 +582,14 @@ class Agent:
             self._interrupt_requested = True
             self._interrupt_detail = detail
             self._task.cancel()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """`async with Agent(...) as agent:` closes it (provider connections, MCP servers,
+        background tasks, the session file) however the block ends."""
+        await self.aclose()
 
     async def aclose(self, reason: str = "exit") -> None:
         self.questions.cancel_all("the session closed")
