@@ -41,7 +41,8 @@ PROGRAMS: dict[str, tuple[tuple[str, ...], str]] = {
 SANDBOX = "sandbox"
 
 #: Test modules that cannot share the machine with other tests: they measure a process's memory
-#: or time a deadline tightly, or drive a real terminal or browser whose rendering waits on CPU.
+#: or time a deadline tightly, kill workers on a schedule, or drive a real terminal or browser
+#: (or a headless UI's snapshots) whose rendering waits on CPU.
 SERIAL_MODULES = frozenset(
     {
         "test_tool_memory.py",
@@ -51,7 +52,9 @@ SERIAL_MODULES = frozenset(
         "test_hangs.py",
         "test_call_deadline.py",
         "test_tui_tmux.py",
+        "test_tui_snapshots.py",
         "test_trace_viewer.py",
+        "test_fleet_crash.py",
     }
 )
 
