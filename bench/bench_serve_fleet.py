@@ -106,7 +106,7 @@ def main() -> int:
         assert serve.stdout is not None
         url = serve.stdout.readline().split()[4]
         serve.stdout.readline()
-        body = {"prompt": "say done", "model": model, "mode": "bypass"}
+        body = {"prompt": "say done", "model": model, "mode": "bypass", "workspace": "none"}
         with httpx.Client(
             base_url=url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=120
         ) as c:

@@ -498,7 +498,8 @@ def test_cancel_and_wait_over_http(served: Served, fleet: str, tmp_path: Path) -
     model = _edit_script(tmp_path, "never", "never")
     with served.client() as c:
         run = c.post(
-            "/v1/runs", json={"prompt": "x", "model": model, "mode": "accept-edits"}
+            "/v1/runs",
+            json={"prompt": "x", "model": model, "mode": "accept-edits", "workspace": "none"},
         ).json()["id"]
         # No worker: the wait answers after its timeout with the run as it is.
         started = time.monotonic()
@@ -548,6 +549,7 @@ def test_bad_run_requests_are_400_in_one_line_and_nothing_is_queued(
     cases: list[tuple[Any, str]] = [
         ({"model": "scripted:hello"}, "prompt is missing or empty"),
         ({"prompt": "  "}, "prompt is missing or empty"),
+        ({"prompt": "p"}, "workspace is missing"),
         ({"prompt": "p", "mode": "yolo"}, "unknown mode 'yolo'"),
         ({"prompt": "p", "stream": True}, "unknown field 'stream'"),
         ({"prompt": "p", "workspace": "ext::sh -c 'touch /tmp/pwned'"}, "ext"),
@@ -557,11 +559,26 @@ def test_bad_run_requests_are_400_in_one_line_and_nothing_is_queued(
             {"prompt": "p", "workspace": {"path": "/x", "git": "https://h/r"}},
             "unknown or conflicting",
         ),
-        ({"prompt": "p", "max_turns": 0}, "max_turns must be from 1 to 100000 turns, not 0"),
-        ({"prompt": "p", "max_turns": True}, "max_turns must be a whole number or null"),
-        ({"prompt": "p", "max_turns": 2.5}, "max_turns must be a whole number or null"),
-        ({"prompt": "p", "max_tokens_budget": -1}, "max_tokens_budget must be from 0"),
-        ({"prompt": "p", "max_budget_usd": 0}, "max_budget_usd must be a positive amount"),
+        (
+            {"prompt": "p", "workspace": "none", "max_turns": 0},
+            "max_turns must be from 1 to 100000 turns, not 0",
+        ),
+        (
+            {"prompt": "p", "workspace": "none", "max_turns": True},
+            "max_turns must be a whole number or null",
+        ),
+        (
+            {"prompt": "p", "workspace": "none", "max_turns": 2.5},
+            "max_turns must be a whole number or null",
+        ),
+        (
+            {"prompt": "p", "workspace": "none", "max_tokens_budget": -1},
+            "max_tokens_budget must be from 0",
+        ),
+        (
+            {"prompt": "p", "workspace": "none", "max_budget_usd": 0},
+            "max_budget_usd must be a positive amount",
+        ),
         ({"prompt": 7}, "prompt must be a string, not a number"),
         (["p"], "the body must be a JSON object"),
     ]
@@ -575,8 +592,8 @@ def test_bad_run_requests_are_400_in_one_line_and_nothing_is_queued(
             assert "\n" not in error["error"] + error["hint"], error
         # Python's json reads NaN and Infinity: they are not amounts.
         for raw in (
-            b'{"prompt": "p", "max_budget_usd": NaN}',
-            b'{"prompt": "p", "max_budget_usd": Infinity}',
+            b'{"prompt": "p", "workspace": "none", "max_budget_usd": NaN}',
+            b'{"prompt": "p", "workspace": "none", "max_budget_usd": Infinity}',
         ):
             r = c.post("/v1/runs", content=raw, headers={"content-type": "application/json"})
             assert r.status_code == 400, r.text
@@ -612,7 +629,11 @@ def test_without_fleet_the_run_routes_are_404_with_a_hint(servers: Servers) -> N
             ("GET", "/v1/runs/20260101T000000-abcdefgh/wait"),
             ("GET", "/v1/runs/not.a.run/wait"),
         ):
-            r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+            r = c.request(
+                method,
+                path,
+                json={"prompt": "p", "workspace": "none"} if method == "POST" else None,
+            )
             assert (r.status_code, r.json()) == (404, no_fleet), (method, path)
 
 
@@ -620,14 +641,18 @@ def test_the_fleet_routes_need_the_token_and_the_host(served: Served) -> None:
     for token in (None, "wrong-token-0123456789abcdef"):
         with served.client(token) as c:
             for method, path in (("GET", "/v1/runs"), ("POST", "/v1/runs")):
-                r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+                r = c.request(
+                    method,
+                    path,
+                    json={"prompt": "p", "workspace": "none"} if method == "POST" else None,
+                )
                 assert r.status_code == 401, (token, path, r.text)
                 assert r.json()["error"] == (
                     "no bearer token" if token is None else "wrong bearer token"
                 )
                 assert r.headers["www-authenticate"] == "Bearer"
     with served.client(host="evil.example") as c:
-        r = c.post("/v1/runs", json={"prompt": "p"})
+        r = c.post("/v1/runs", json={"prompt": "p", "workspace": "none"})
         assert r.status_code == 403, r.text
     with served.client(None) as c:
         r = c.get("/v1/runs", params={"token": TOKEN})
@@ -659,7 +684,11 @@ def test_nats_down_is_503_in_one_line_without_the_password_and_the_server_reconn
             ("POST", "/v1/runs"),
             ("GET", "/v1/runs/20260101T000000-abcdefgh/wait"),
         ):
-            r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+            r = c.request(
+                method,
+                path,
+                json={"prompt": "p", "workspace": "none"} if method == "POST" else None,
+            )
             assert r.status_code == 503, (path, r.text)
             body = r.json()
             assert set(body) == {"error", "hint"}, body
@@ -684,7 +713,11 @@ def test_a_nats_server_without_the_fleets_streams_is_503_with_the_setup_hint(
     served = servers.start("--fleet", nats_url, lines=2)
     with served.client() as c:
         for method, path in (("GET", "/v1/runs"), ("POST", "/v1/runs")):
-            r = c.request(method, path, json={"prompt": "p"} if method == "POST" else None)
+            r = c.request(
+                method,
+                path,
+                json={"prompt": "p", "workspace": "none"} if method == "POST" else None,
+            )
             assert (r.status_code, r.json()) == (
                 503,
                 {
@@ -761,7 +794,7 @@ def test_openapi_lists_the_fleet_routes(served: Served) -> None:
     }
     submit = document["paths"]["/v1/runs"]["post"]
     schema = submit["requestBody"]["content"]["application/json"]["schema"]
-    assert schema["required"] == ["prompt"]
+    assert schema["required"] == ["prompt", "workspace"]
     assert sorted(schema["properties"]) == sorted(
         ["prompt", "model", "mode", "workspace", "max_turns", "max_tokens_budget", "max_budget_usd"]
     )

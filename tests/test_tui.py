@@ -1108,6 +1108,7 @@ def card_details(app: KeelApp) -> list[tuple[str, str, str, str]]:
     return shown
 
 
+@pytest.mark.serial  # failed once under a parallel run's load (its pilot waits on rendering)
 async def test_a_resumed_session_shows_its_cards_with_the_detail_they_had_live(
     project: Path,
 ) -> None:

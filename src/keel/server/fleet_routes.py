@@ -354,7 +354,16 @@ def run_request(body: dict[str, Any]) -> Any:
             from keel.llm.catalog import parse_model
 
             parse_model(body["model"])
-        spec = parse_workspace(body.get("workspace"))
+        if body.get("workspace") is None:
+            # As `keel submit --workspace`: a run in an empty directory is asked for, never a
+            # silent default.
+            raise ApiError(
+                400,
+                "workspace is missing",
+                'send "workspace": "git:URL#REF", "path:/shared/dir", an object '
+                '({"git": URL, "ref": REF} or {"path": DIR}), or "none" for an empty directory',
+            )
+        spec = parse_workspace(body["workspace"])
     except UserError as exc:
         raise ApiError.of(exc) from exc
     turns = _whole(body, "max_turns", *TURNS, "turns")

@@ -148,13 +148,13 @@ def _run_paths() -> dict[str, Any]:
                 "request names a model, never a key)",
                 _json(_ref("RunSummary"), "Queued: the summary, with the run's `id`"),
                 body=_obj(
-                    ("prompt",),
+                    ("prompt", "workspace"),
                     prompt=STR,
                     model=OPT_STR,
                     mode=OPT_STR,
                     workspace={
                         "oneOf": [
-                            {"type": ["string", "null"]},
+                            {"type": "string"},
                             _obj(("git",), git=STR, ref=STR),
                             _obj(("path",), path=STR),
                             _obj(),
