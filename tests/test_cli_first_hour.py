@@ -110,6 +110,9 @@ def test_other_tools_commands_say_what_to_do_instead(
         (["update"], "unknown command 'update'"),
         (["version"], "unknown command 'version'"),
         (["list"], "unknown command 'list'"),
+        # A command given as the prompt of `keel -p` (never "did you mean" itself).
+        (["init"], "'init' is a keel command, not a prompt"),
+        (["doctor"], "'doctor' is a keel command, not a prompt"),
         # Prompts: sentences, quoted sentences, words far from every command.
         (["explain", "this", "code"], None),
         (["fix", "the", "bug"], None),

@@ -116,6 +116,12 @@ def mistyped_command(words: Sequence[str], commands: Collection[str]) -> UserErr
     word = words[0].lower()
     if word in FOREIGN:
         return UserError(f"unknown command '{words[0]}'", hint=FOREIGN[word])
+    if words[0] in commands:
+        # Only reached with -p (`keel init` itself runs the command): a command as the prompt.
+        return UserError(
+            f"'{words[0]}' is a keel command, not a prompt",
+            hint=f"run `keel {word}`, or `keel -p -- {' '.join(words)}` to send it to the model",
+        )
     close = _closest(word, commands)
     if close is None:
         return None
