@@ -616,3 +616,20 @@ def test_a_project_reached_through_a_link_is_still_the_project(tmp_path: Path) -
     intake = Intake(link, user_dir=tmp_path / "c", home=tmp_path / "h")
     for path in (link / ".keel" / "settings.json", real / ".keel" / "settings.json"):
         assert intake.supplied(path), path
+
+
+async def test_the_configuration_notice_never_names_an_earlier_commands_changes(
+    tmp_path: Path,
+) -> None:
+    """A command whose changes were not captured (the baseline was skipped) clears what the
+    previous command changed, so its notice cannot repeat them."""
+    from keel.checkpoints.store import Checkpoints, _Baseline
+
+    store = Checkpoints.temporary()
+    try:
+        earlier: tuple[str, ...] = (str(tmp_path / "sub" / ".keel" / "settings.json"),)
+        store.last_changed = earlier
+        await store._record_command(_Baseline(tmp_path, 0, {}, skipped="too many files"))
+        assert store.last_changed == ()
+    finally:
+        store.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from keel.config.intake import Intake, intake_for, scan
+from keel.config.intake import CONFIG_DIRS, Intake, intake_for, scan
 from keel.config.settings import Settings, read_json_object
 from keel.config.trust import approved_pins
 from keel.frozen import frozen
@@ -139,7 +139,7 @@ class _Judge:
                 parts.append(f"{len(own)} hook(s): approved")
             else:
                 waiting = True
-                guards = sum(1 for h in self.hooks.guards(set()) if h.file == str(path))
+                guards = sum(1 for h in own if h.can_guard)
                 guarded = f" ({guards} guard(s) run read-only and may only block)" if guards else ""
                 parts.append(f"{len(own)} hook(s) WAIT FOR APPROVAL{guarded}")
         mine = [s for s in self.servers if s.origin == str(path)]
@@ -192,7 +192,7 @@ def report_lines(report: ProjectReport, indent: str = "  ") -> list[str]:
 def _owner(path: Path) -> Path:
     """The directory a configuration entry belongs to (`sub` for `sub/.keel/settings.json`)."""
     for parent in path.parents:
-        if parent.name not in (".keel", ".claude", ".claude-plugin", ".codex", ".opencode"):
+        if parent.name not in CONFIG_DIRS:
             return parent
     return path.parent
 

@@ -490,6 +490,7 @@ class Checkpoints:
         return _Baseline(top, start, dirty)
 
     async def _record_command(self, base: _Baseline) -> None:
+        self.last_changed = ()  # never an earlier command's, whichever way this one ends
         if base.skipped is not None:
             self._note(f"Changes made by shell commands were not captured: {base.skipped}.")
             return

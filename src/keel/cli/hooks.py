@@ -9,13 +9,7 @@ from pathlib import Path
 from keel.agent.prompt import git_root
 from keel.config.settings import user_config_dir
 from keel.config.trust import project_key
-from keel.hooks.config import (
-    GUARD_ONLY_EVENTS,
-    approvals_file,
-    approve,
-    approved_pins,
-    load_hooks,
-)
+from keel.hooks.config import approvals_file, approve, approved_pins, load_hooks
 
 
 def hooks(argv: list[str]) -> int:
@@ -46,7 +40,7 @@ def hooks(argv: list[str]) -> int:
         return 0
     for h in config.hooks:
         state = "runs" if h.source == "personal" or approved else "needs approval"
-        if state == "needs approval" and h.event in GUARD_ONLY_EVENTS and h.kind == "command":
+        if state == "needs approval" and h.can_guard:
             state = "needs approval; until then runs sandboxed, may only block"
         matcher = f" [{h.matcher}]" if h.matcher else ""
         print(f"{h.event}{matcher}: {h.label}  ({h.file}, {state}, timeout {h.timeout:g} s)")

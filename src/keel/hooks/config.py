@@ -82,6 +82,11 @@ class HookCommand:
             return base  # as before: existing approvals stay valid
         return (*base, self.kind, list(self.headers), list(self.allowed_env), self.model)
 
+    @property
+    def can_guard(self) -> bool:
+        """A guard that may run before its project is approved (`HookConfig.guards`)."""
+        return self.event in GUARD_ONLY_EVENTS and self.kind == "command"
+
     def matches(self, value: str) -> bool:
         """Claude Code's matcher: case-insensitive and anchored; empty or `*` matches all; an
         invalid regex falls back to an exact comparison."""
@@ -128,7 +133,7 @@ class HookConfig:
         return [
             dataclasses.replace(h, guard_only=True)
             for h in self.hooks
-            if h.source == "shared" and h.event in GUARD_ONLY_EVENTS and h.kind == "command"
+            if h.source == "shared" and h.can_guard
         ]
 
 
