@@ -18,6 +18,7 @@ from keel.fleet.connect import is_loopback
 from keel.fleet.workspace import WorkspaceError, WorkspaceSpec, check_here
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
+from tests.helpers import unsandboxed_line_dropped
 from tests.test_cli import keel
 
 # -- a mistyped command ---------------------------------------------------------------------------
@@ -304,7 +305,7 @@ def broken_settings(isolated_env: Path) -> Path:
 def test_a_broken_settings_file_is_reported_once(broken_settings: Path, project: Path) -> None:
     out = keel("-p", "hi", "--model", "scripted:demo", "-q", cwd=project)
     assert out.returncode == 0, out.stderr
-    assert out.stderr == (
+    assert unsandboxed_line_dropped(out.stderr) == (
         f"keel: warning: {broken_settings}:2:1: invalid JSON (Expecting value); file skipped\n"
     )
     line = keel("--no-tui", "--model", "scripted:demo", cwd=project, stdin="hi\n")

@@ -25,7 +25,7 @@ from keel.session import records
 from keel.testing import ScriptedProvider, reply
 from keel.tools.builtin import builtin_tools
 from tests.fleet_helpers import keel, keel_json, setup_fleet
-from tests.helpers import free_port
+from tests.helpers import free_port, unsandboxed_line_dropped
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 from tests.test_cli import keel as cli
 from tests.test_cli import session_files, write_script
@@ -116,7 +116,7 @@ def test_a_session_missing_only_its_terminal_record_lists_and_resumes_as_a_compl
     assert statuses == {whole.stem: "completed", cut.stem: "completed"}
     for path in (whole, cut):
         bare = cli("resume", path.stem, cwd=project)
-        assert (bare.returncode, bare.stdout, bare.stderr) == (
+        assert (bare.returncode, bare.stdout, unsandboxed_line_dropped(bare.stderr)) == (
             2,
             "",
             f"keel: error: session {path.stem} has nothing left to resume: its last turn "

@@ -219,7 +219,11 @@ class ToolRunner:
             opinion = hook.permission if hook is not None and hook.permission != "deny" else None
             meta = tool_meta(checked)
             decision = await self.gate.authorize(
-                call, read_only=meta.read_only, hook=opinion, confirm=meta.confirm
+                call,
+                read_only=meta.read_only,
+                hook=opinion,
+                confirm=meta.confirm,
+                hook_reason=hook.permission_reason if hook is not None else "",
             )
             if isinstance(decision, Deny):
                 result = tool_result(call.id, decision.reason, is_error=decision.is_error)

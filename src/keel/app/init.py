@@ -258,7 +258,12 @@ class InitGate(PermissionGate):
     yes: bool = False
 
     async def _decide(
-        self, call: ToolUse, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+        self,
+        call: ToolUse,
+        read_only: bool,
+        hook: HookOpinion = None,
+        confirm: bool = False,
+        hook_reason: str = "",
     ) -> Decision:
         args: dict[str, Any] = call.input or {}
         if call.name == PROPOSE_TOOL:

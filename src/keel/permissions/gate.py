@@ -92,7 +92,13 @@ class Gate(Protocol):
     """`confirm`: the tool needs the user's confirmation for every call (its metadata)."""
 
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+        self,
+        call: ToolUse,
+        *,
+        read_only: bool,
+        hook: HookOpinion = None,
+        confirm: bool = False,
+        hook_reason: str = "",
     ) -> Decision: ...
 
 
@@ -102,7 +108,13 @@ class AllowAll:
     gated like `keel -p`. Tools that need confirmation run unasked too, as in `bypass`."""
 
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+        self,
+        call: ToolUse,
+        *,
+        read_only: bool,
+        hook: HookOpinion = None,
+        confirm: bool = False,
+        hook_reason: str = "",
     ) -> Decision:
         return Allow("allow-all")
 
@@ -177,12 +189,18 @@ class PermissionGate:
     )
 
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+        self,
+        call: ToolUse,
+        *,
+        read_only: bool,
+        hook: HookOpinion = None,
+        confirm: bool = False,
+        hook_reason: str = "",
     ) -> Decision:
         """`hook` is what PreToolUse hooks said (a hook's deny never reaches the gate: it wins
-        over everything). A hook's allow or ask comes after deny rules and before the mode.
-        `confirm`: the tool needs the user's confirmation (step 3)."""
-        decision = await self._decide(call, read_only, hook, confirm)
+        over everything), `hook_reason` why. A hook's allow or ask comes after deny rules and
+        before the mode. `confirm`: the tool needs the user's confirmation (step 3)."""
+        decision = await self._decide(call, read_only, hook, confirm, hook_reason)
         notable = isinstance(decision, Deny) or decision.notable
         if notable and self.record is not None:
             outcome = "deny" if isinstance(decision, Deny) else "allow"
@@ -191,7 +209,12 @@ class PermissionGate:
         return decision
 
     async def _decide(
-        self, call: ToolUse, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+        self,
+        call: ToolUse,
+        read_only: bool,
+        hook: HookOpinion = None,
+        confirm: bool = False,
+        hook_reason: str = "",
     ) -> Decision:
         args: dict[str, Any] = call.input or {}
         tool = call.name
@@ -205,7 +228,8 @@ class PermissionGate:
         if hook == "allow":
             return Allow("hook", notable=True)
         if hook == "ask":
-            return await self._ask(call, f"a PreToolUse hook asks about {tool}")
+            why = f": {hook_reason}" if hook_reason else ""
+            return await self._ask(call, f"run {tool}, which a PreToolUse hook asks about{why}")
         if tool == "exit_plan_mode":
             # The question is the plan approval, so it is asked in every mode, bypass too.
             plan = str(args.get("plan", ""))

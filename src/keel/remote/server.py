@@ -194,14 +194,22 @@ class ServingGate:
         )
 
     async def authorize(
-        self, call: ToolUse, *, read_only: bool, hook: HookOpinion = None, confirm: bool = False
+        self,
+        call: ToolUse,
+        *,
+        read_only: bool,
+        hook: HookOpinion = None,
+        confirm: bool = False,
+        hook_reason: str = "",
     ) -> Decision:
         if confirm:  # never served; refused here too should one slip through
             return Deny(
                 f"refused by the serving agent: {call.name} needs the user's confirmation",
                 "serving",
             )
-        decision = await self.inner.authorize(call, read_only=read_only, hook=hook)
+        decision = await self.inner.authorize(
+            call, read_only=read_only, hook=hook, hook_reason=hook_reason
+        )
         if isinstance(decision, Deny):
             return Deny(f"refused by the serving agent: {decision.reason}", decision.source)
         if (
