@@ -4,9 +4,14 @@ platform, date, git root), the user's and the project's instruction files, then 
 (the skills index, the memory index) passed in by their owners.
 
 Instruction files, in Claude Code's order (user memory first, then the project from its root
-down): `~/.claude/CLAUDE.md`, `~/.config/keel/AGENTS.md`; then, in each directory from the git
-root down to the working directory, `AGENTS.md` (or `CLAUDE.md` where there is no `AGENTS.md`),
-`.claude/CLAUDE.md` and `CLAUDE.local.md`. Each is wrapped in `<instructions source="…">`.
+down): `~/.claude/CLAUDE.md` and the always-on rules of `~/.claude/rules/`, Codex's
+`~/.codex/AGENTS.override.md` (else `~/.codex/AGENTS.md`), OpenCode's `~/.config/opencode/AGENTS.md`
+and the files its `instructions` name, `~/.config/keel/AGENTS.md`; then, in each directory from
+the git root down to the working directory, `AGENTS.override.md` (else `AGENTS.md`, else
+`CLAUDE.md`), `.claude/CLAUDE.md`, `CLAUDE.local.md` and the always-on rules of `.claude/rules/`
+(`keel.agent.rules`); then the files named by the `instructions` of the project's
+`opencode.json`. Each is wrapped in `<instructions source="…">`. Whose a file is comes from the
+project intake (`keel.config.intake`), never from where it was found.
 
 `@path` imports, as in Claude Code: `@path` at the start of a line or after whitespace, outside
 code spans and fenced code blocks, naming a file relative to the importing file (or `~/…`, or
@@ -32,7 +37,8 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from pathlib import Path
 
-from keel.config.intake import find_root
+from keel.agent.rules import RULES_DIR, Rule, read_rule, rule_files
+from keel.config.intake import Intake, find_root, user_config_dir
 from keel.frozen import frozen
 
 ROLE = """\
@@ -129,30 +135,137 @@ class Instructions:
 def instruction_files(cwd: Path, *, user_dir: Path | None, home: Path | None = None) -> list[Path]:
     """The top-level instruction files that apply in `cwd`, in the order they are included
     (imports not counted). No user files without `user_dir`; `home` defaults to the user's."""
-    return [path for path, _ in _top_level(cwd, user_dir=user_dir, home=home)]
+    return [path for path, _ in _top_level(cwd, user_dir=user_dir, home=home, warnings=[])]
 
 
-def _top_level(cwd: Path, *, user_dir: Path | None, home: Path | None) -> list[tuple[Path, bool]]:
-    """(file, whether it is the user's own) for each top-level file, in order."""
-    found: list[tuple[Path, bool]] = []
-    if user_dir is not None:
-        home = home if home is not None else Path.home()
-        for candidate in (home / ".claude" / "CLAUDE.md", user_dir / "AGENTS.md"):
-            if candidate.is_file():
-                found.append((candidate, True))
+def directory_files(directory: Path) -> list[Path]:
+    """One directory's instruction files, in order: `AGENTS.override.md` (Codex: it replaces the
+    `AGENTS.md` beside it), else `AGENTS.md`, else `CLAUDE.md`; then `.claude/CLAUDE.md` and
+    `CLAUDE.local.md`."""
+    found = [directory / n for n in ("AGENTS.override.md", "AGENTS.md", "CLAUDE.md")]
+    first = [p for p in found if p.is_file()][:1]
+    rest = [directory / ".claude" / "CLAUDE.md", directory / "CLAUDE.local.md"]
+    return first + [p for p in rest if p.is_file()]
+
+
+def project_chain(cwd: Path) -> list[Path]:
+    """The directories whose instruction files join the system prompt: from the project root
+    (the git root, else `cwd`) down to `cwd`."""
     root = git_root(cwd) or cwd
     chain = [cwd, *cwd.parents]
-    dirs = list(reversed(chain[: chain.index(root) + 1])) if root in chain else [cwd]
-    for directory in dirs:
-        for name in ("AGENTS.md", "CLAUDE.md"):
-            candidate = directory / name
-            if candidate.is_file():
-                found.append((candidate, False))
-                break
-        for candidate in (directory / ".claude" / "CLAUDE.md", directory / "CLAUDE.local.md"):
-            if candidate.is_file():
-                found.append((candidate, False))
+    return list(reversed(chain[: chain.index(root) + 1])) if root in chain else [cwd]
+
+
+def rule_dirs(cwd: Path, *, user_dir: Path | None, home: Path | None = None) -> list[Path]:
+    """The `.claude/rules/` folders read for `cwd`: the user's (with `user_dir`), then the
+    project's from its root down to `cwd`."""
+    home = home if home is not None else Path.home()
+    mine = [home / RULES_DIR] if user_dir is not None else []
+    return mine + [d / RULES_DIR for d in project_chain(cwd)]
+
+
+def load_rules(directory: Path, warnings: list[str]) -> list[Rule]:
+    """The rules under one `.claude/rules/` folder, in path order."""
+    rules = [read_rule(path, warnings) for path in rule_files(directory)]
+    return [r for r in rules if r is not None]
+
+
+def _top_level(
+    cwd: Path, *, user_dir: Path | None, home: Path | None, warnings: list[str]
+) -> list[tuple[Path, str | None]]:
+    """(file, its text where it is not the file's: an always-on rule's body) for each top-level
+    file, in order: the user's (Claude Code's, Codex's, OpenCode's, keel's), then each directory
+    from the project root down with its always-on rules, then OpenCode's `instructions`."""
+    found: list[tuple[Path, str | None]] = []
+
+    def files(paths: Sequence[Path]) -> None:
+        found.extend((p, None) for p in paths if p.is_file())
+
+    def always_on(directory: Path) -> None:
+        found.extend((r.path, r.text) for r in load_rules(directory, warnings) if not r.patterns)
+
+    root = git_root(cwd) or cwd
+    if user_dir is not None:
+        home = home if home is not None else Path.home()
+        codex, opencode = home / ".codex", home / ".config" / "opencode"
+        files([home / ".claude" / "CLAUDE.md"])
+        always_on(home / RULES_DIR)
+        files([next((codex / n for n in _CODEX if (codex / n).is_file()), codex / _CODEX[0])])
+        files([opencode / "AGENTS.md"])
+        files(opencode_instructions(opencode, home=home, warnings=warnings))
+        files([user_dir / "AGENTS.md"])
+    for directory in project_chain(cwd):
+        files(directory_files(directory))
+        always_on(directory / RULES_DIR)
+    files(opencode_instructions(root, home=None, warnings=warnings))
     return found
+
+
+#: Codex's user instruction files in `~/.codex`, the first one found used.
+_CODEX = ("AGENTS.override.md", "AGENTS.md")
+#: OpenCode's configuration files, the first one found read.
+OPENCODE_FILES = ("opencode.json", "opencode.jsonc")
+
+
+def opencode_instructions(directory: Path, *, home: Path | None, warnings: list[str]) -> list[Path]:
+    """The files named by the `instructions` of OpenCode's configuration in `directory` (paths
+    and globs relative to it; `~/` and absolute paths only in the user's own, `home` given).
+    A URL is named in a warning: keel does not fetch instructions."""
+    config = next((directory / n for n in OPENCODE_FILES if (directory / n).is_file()), None)
+    if config is None:
+        return []
+    data = read_jsonc(config, warnings)
+    entries = data.get("instructions", []) if data is not None else []
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        warnings.append(f"{config}: instructions must be a list of paths; ignored")
+        return []
+    found: list[Path] = []
+    for entry in entries:
+        if entry.startswith(("http://", "https://")):
+            warnings.append(f"{config}: instructions {entry} not fetched: keel reads local files")
+            continue
+        pattern = str(Path(entry).expanduser()) if home is not None else entry
+        if Path(pattern).is_absolute() and home is None:
+            warnings.append(f"{config}: instructions {entry} not read: not inside the project")
+            continue
+        base = Path("/") if Path(pattern).is_absolute() else directory
+        rel = pattern.lstrip("/") if Path(pattern).is_absolute() else pattern
+        matches = sorted(p for p in base.glob(rel) if p.is_file()) if rel else []
+        if not matches:
+            warnings.append(f"{config}: instructions {entry} matches no file")
+        for match in (Path(os.path.normpath(p)) for p in matches):
+            if home is None and not _inside(match.resolve(), directory.resolve()):
+                warnings.append(f"{config}: instructions {match} not read: outside the project")
+            elif match not in found:
+                found.append(match)
+    return found
+
+
+_JSONC_COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.DOTALL)
+_JSONC_COMMA = re.compile(r'("(?:\\.|[^"\\])*")|,(\s*[}\]])')
+
+
+def read_jsonc(path: Path, warnings: list[str]) -> dict[str, object] | None:
+    """A JSON object from a file that may hold comments and trailing commas (OpenCode reads its
+    configuration so); None with a warning naming the file when it is not one."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        warnings.append(f"{path}: unreadable ({exc.strerror}); not read")
+        return None
+    text = _JSONC_COMMENT.sub(lambda m: m.group(1) or "", text)
+    text = _JSONC_COMMA.sub(lambda m: m.group(1) or m.group(2), text)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        warnings.append(f"{path}: not valid JSON ({exc}); not read")
+        return None
+    if not isinstance(data, dict):
+        warnings.append(f"{path}: not a JSON object; not read")
+        return None
+    return data
 
 
 def load_instructions(
@@ -165,23 +278,68 @@ def load_instructions(
     """Every instruction file for `cwd` with its imports, in the order they are sent. `refuse`
     says why a project file may not import a path (the permission gate's deny rules for `read`:
     `Read(./.env)` keeps `@.env` out of the prompt too), or None."""
-    project = (git_root(cwd) or cwd).resolve()
     home = home if home is not None else Path.home()
-    files: list[InstructionFile] = []
     warnings: list[str] = []
-    seen: set[Path] = set()
+    top = _top_level(cwd, user_dir=user_dir, home=home, warnings=warnings)
+    reader = InstructionReader(cwd, user_dir=user_dir, home=home, refuse=refuse)
+    files = [f for path, text in top for f in reader.read(path, text, warnings)]
+    return Instructions(tuple(files), tuple(warnings))
 
-    def add(
-        path: Path, parent: Path | None, depth: int, own: bool, chain: tuple[Path, ...]
+
+class InstructionReader:
+    """Reads instruction files with their `@path` imports, each file once: the system prompt's
+    and, later in the same context, those delivered as notes. Whose a file is (imports reach
+    outside the project only from the user's own files) is the intake's answer."""
+
+    def __init__(
+        self,
+        cwd: Path,
+        *,
+        user_dir: Path | None,
+        home: Path,
+        refuse: Callable[[Path], str | None] | None = None,
+    ) -> None:
+        self.project = (git_root(cwd) or cwd).resolve()
+        self.home = home
+        self.refuse = refuse
+        self.intake = Intake(
+            cwd, user_dir=user_dir or user_config_dir(), home=home, root=self.project
+        )
+        self.seen: set[Path] = set()
+
+    def read(self, path: Path, text: str | None, warnings: list[str]) -> list[InstructionFile]:
+        """`path` (with `text` as its content where given: a rule without its frontmatter) and
+        what it imports, in order; nothing for a file read already."""
+        own = not self.intake.supplied(path)
+        if not own and not _inside(path.resolve(), self.project):
+            # A committed symlink (`CLAUDE.md -> ~/.ssh/id_rsa`) must not bring in what it names.
+            warnings.append(
+                f"{path}: not included: it is a link to {path.resolve()}, outside the project"
+            )
+            return []
+        files: list[InstructionFile] = []
+        self._add(path, text, None, 0, own, (), files, warnings)
+        return files
+
+    def _add(
+        self,
+        path: Path,
+        given: str | None,
+        parent: Path | None,
+        depth: int,
+        own: bool,
+        chain: tuple[Path, ...],
+        files: list[InstructionFile],
+        warnings: list[str],
     ) -> None:
         key = path.resolve()
-        if key in seen:
+        if key in self.seen:
             if key in chain:
                 warnings.append(f"{parent}: import of {path} not followed: it is a cycle")
             return
-        seen.add(key)
+        self.seen.add(key)
         try:
-            data = path.read_bytes()
+            data = given.encode() if given is not None else path.read_bytes()
         except OSError as exc:
             warnings.append(f"{path}: unreadable ({exc.strerror}); not included")
             return
@@ -192,34 +350,25 @@ def load_instructions(
         if len(data) > MAX_INSTRUCTIONS_BYTES:
             text += f"\n[cut at {MAX_INSTRUCTIONS_BYTES} bytes of {len(data)}]"
         files.append(InstructionFile(path, text, parent, depth))
-        for written, target in imports(text, path, home=home):
+        for written, target in imports(text, path, home=self.home):
             if depth + 1 > MAX_IMPORT_DEPTH:
                 warnings.append(
                     f"{path}: import @{written} not followed: imports nest at most "
                     f"{MAX_IMPORT_DEPTH} hops"
                 )
                 continue
-            if not own and not _inside(target.resolve(), project):
+            if not own and not _inside(target.resolve(), self.project):
                 warnings.append(
                     f"{path}: import @{written} not followed: a project file may import only "
-                    f"files inside the project ({project}); import it from ~/.claude/CLAUDE.md"
+                    f"files inside the project ({self.project}); import it from "
+                    "~/.claude/CLAUDE.md"
                 )
                 continue
-            why = refuse(target.resolve()) if refuse is not None and not own else None
+            why = self.refuse(target.resolve()) if self.refuse is not None and not own else None
             if why is not None:
                 warnings.append(f"{path}: import @{written} not followed: {why}")
                 continue
-            add(target, path, depth + 1, own, (*chain, key))
-
-    for path, own in _top_level(cwd, user_dir=user_dir, home=home):
-        if not own and not _inside(path.resolve(), project):
-            # A committed symlink (`CLAUDE.md -> ~/.ssh/id_rsa`) must not bring in what it names.
-            warnings.append(
-                f"{path}: not included: it is a link to {path.resolve()}, outside the project"
-            )
-            continue
-        add(path, None, 0, own, ())
-    return Instructions(tuple(files), tuple(warnings))
+            self._add(target, None, path, depth + 1, own, (*chain, key), files, warnings)
 
 
 def imports(text: str, source: Path, *, home: Path) -> list[tuple[str, Path]]:
