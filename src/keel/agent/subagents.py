@@ -172,7 +172,35 @@ def load_agent_types(
                 warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
                 continue
             types[kind.name] = kind
+    types.update(_plugin_agents(cwd, user_dir, home, warnings))
     return AgentTypes(types, tuple(warnings))
+
+
+def _plugin_agents(
+    cwd: Path, user_dir: Path | None, home: Path, warnings: list[str]
+) -> dict[str, AgentType]:
+    """The agents of the plugins that run here (`keel.plugins`), named `plugin:agent` as Claude
+    Code names them."""
+    import dataclasses
+
+    from keel.plugins import plugin_components
+    from keel.skills.skills import Unusable, markdown_files, where
+
+    found: dict[str, AgentType] = {}
+    for plugin in plugin_components(cwd, user_dir=user_dir, home=home):
+        for folder in plugin.agents:
+            files = [(folder, folder.stem)] if folder.is_file() else markdown_files(
+                folder, warnings, max_depth=MAX_AGENT_DEPTH
+            )
+            for path, _ in files:
+                try:
+                    kind = _read_definition(path, warnings)
+                except Unusable as exc:
+                    warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
+                    continue
+                name = f"{plugin.name}:{kind.name}"
+                found[name] = dataclasses.replace(kind, name=name)
+    return found
 
 
 def _read_definition(path: Path, warnings: list[str]) -> AgentType:

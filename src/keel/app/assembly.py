@@ -530,7 +530,7 @@ async def connect_mcp(
     someone can sign in to a server that asks for OAuth (the URL is shown as a notice)."""
     root = agent.ctx.root
     home = Path.home()
-    if not settings.mcp_servers and not any(
+    if not settings.mcp_servers and not settings.enabled_plugins and not any(
         p.exists() for p in (root / ".mcp.json", home / ".claude.json")
     ):
         return

@@ -153,6 +153,7 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("hooks [list|approve]", "the hooks that apply here"),
     ("mcp [list|approve|login NAME]", "the MCP servers that apply here"),
     ("skills", "skills and custom commands found here"),
+    ("plugin [list|install|enable|…]", "Claude Code plugins and marketplaces"),
     ("models [PROVIDER] [--json]", "models keel knows: window, prices"),
     ("worktrees [list|rm]", "subagents' worktrees kept for review"),
     ("memory list|show|rm", "notes the model keeps across sessions"),
@@ -539,6 +540,12 @@ def _worktrees(argv: list[str]) -> int:
     return worktrees(argv)
 
 
+def _plugin(argv: list[str]) -> int:
+    from keel.cli.plugin import plugin
+
+    return plugin(argv)
+
+
 def _fleet(argv: list[str]) -> int:
     from keel.cli.fleet_ops import fleet
 
@@ -562,6 +569,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "mcp": _mcp,
     "trust": _trust,
     "skills": _skills,
+    "plugin": _plugin,
     "models": _models,
     "worktrees": _worktrees,
     "memory": _memory,

@@ -73,6 +73,9 @@ KNOWN_KEYS = frozenset(
         "knowledge",
         # Memory notes (keel.memory): on by default; a project file may only turn it off.
         "memory",
+        # Claude Code plugins (keel.plugins): which are on, and where else to find them.
+        "enabledPlugins",
+        "extraKnownMarketplaces",
         "$schema",
     }
 )
@@ -88,7 +91,9 @@ CLAUDE_MODES = {
 }
 #: Keys of Claude Code's settings files that keel reads elsewhere (hooks, the status line) or
 #: here (permissions); every other key is named in a warning.
-CLAUDE_KEYS = frozenset({"permissions", "hooks", "statusLine", "$schema"})
+CLAUDE_KEYS = frozenset(
+    {"permissions", "hooks", "statusLine", "enabledPlugins", "extraKnownMarketplaces", "$schema"}
+)
 SANDBOX_KEYS = frozenset({"enabled", "network", "env_passthrough", "env_deny", "hide", "unhide"})
 PROVIDER_KEYS = frozenset(
     {"base_url", "api_key_env", "stall_timeout", "call_timeout", "wire", "num_ctx"}
@@ -270,6 +275,11 @@ class Settings:
     pending: list[PendingFile] = field(default_factory=list)
     #: The status line command (the last file that sets one wins; a project's once approved).
     status_line: StatusLineConfig | None = None
+    #: `enabledPlugins`: `name@marketplace` → (on or off, the file that says so); a later file
+    #: wins, a project's once approved (keel.plugins reads it).
+    enabled_plugins: dict[str, tuple[bool, Path]] = field(default_factory=dict)
+    #: `extraKnownMarketplaces`: name → (its `source` object as written, the file).
+    marketplaces: dict[str, tuple[object, Path]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -389,8 +399,8 @@ class _Merge:
                 self.settings.mcp_servers.append((self.path, value))
             elif key in ("unsafe_to_repeat", "remote_tools"):  # lists every file adds to
                 getattr(self, key)(value, where)
-            elif key == "statusLine":
-                self.status_line(value)
+            elif key in ("statusLine", "enabledPlugins", "extraKnownMarketplaces"):
+                self.claude({key: value})  # Claude Code's keys, read the same in keel's files
             elif key in ("hooks", "$schema"):
                 pass
             else:
@@ -900,6 +910,28 @@ class _Merge:
             self.permissions(data["permissions"], f"{self.path}: permissions")
         if "statusLine" in data:
             self.status_line(data["statusLine"])
+        for key in ("enabledPlugins", "extraKnownMarketplaces"):
+            if key in data:
+                self.plugins(key, data[key])
+
+    def plugins(self, key: str, value: Any) -> None:
+        """`enabledPlugins` (`{"name@marketplace": true}`) and `extraKnownMarketplaces`
+        (`{"name": {"source": {...}}}`); the sources are checked where they are used."""
+        where = f"{self.path}: {key}"
+        if not isinstance(value, dict):
+            self.w.append(f"{where} must be an object; ignored")
+            return
+        for name, entry in value.items():
+            if key == "extraKnownMarketplaces":
+                source = entry.get("source") if isinstance(entry, dict) else None
+                if isinstance(source, dict):
+                    self.settings.marketplaces[name] = (source, self.path)
+                else:
+                    self.w.append(f'{where}.{name} must be {{"source": {{...}}}}; ignored')
+            elif not isinstance(entry, bool) or name.count("@") != 1:
+                self.w.append(f"{where}: {name!r} must be name@marketplace: true or false; ignored")
+            else:
+                self.settings.enabled_plugins[name] = (entry, self.path)
 
     def status_line(self, value: Any) -> None:
         """`statusLine`; `{}` is what is left of a project's entry that waits for approval."""

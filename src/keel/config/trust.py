@@ -98,6 +98,13 @@ class Gated:
         return f"{self.key} = {json.dumps(self.value)}: {self.why}"
 
 
+#: Claude Code's plugin settings: a plugin runs code (hooks, MCP servers), and turning one off
+#: may remove a guard.
+_PLUGIN_KEYS = {
+    "enabledPlugins": "turns these plugins on or off: a plugin runs its own code (hooks, MCP "
+    "servers), and turning one off may remove a guard",
+    "extraKnownMarketplaces": "adds these plugin marketplaces, to install plugins from",
+}
 #: Provider keys that decide where a key is sent, or which variable is sent.
 _PROVIDER_GATED = ("base_url", "api_key_env", "wire")
 _PRICE_KEYS = ("input_price", "output_price", "cache_read_price", "cache_write_price")
@@ -113,6 +120,9 @@ def gated_entries(data: dict[str, Any]) -> tuple[dict[str, Any], list[Gated]]:
     for key, split in _SECTIONS.items():
         if isinstance(data.get(key), dict):
             safe[key] = split(data[key], gated)
+    for key, why in _PLUGIN_KEYS.items():
+        if key in safe:
+            gated.append(Gated(key, safe.pop(key), why))
     if "remote_tools" in safe:
         why = "sends your tool inputs to these agents over NATS and offers their tools to the model"
         gated.append(Gated("remote_tools", safe.pop("remote_tools"), why))

@@ -70,6 +70,10 @@ class HookCommand:
     #: An unapproved project guard: it runs in a read-only sandbox without network or secrets,
     #: and only its blocking answers (deny, ask, exit 2) count.
     guard_only: bool = False
+    #: The plugin (`name@marketplace`) it came with ("" for a settings file's hook), and what
+    #: its command gets in its environment (`CLAUDE_PLUGIN_ROOT`, `CLAUDE_PLUGIN_DATA`).
+    plugin: str = ""
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -268,7 +272,29 @@ def load_hooks(cwd: Path, *, keel_user_dir: Path, home: Path | None = None) -> H
         config.unreadable += problems
         if data is not None and "hooks" in data:
             _entries(data["hooks"], path, source, config)
+    _plugin_hooks(cwd, keel_user_dir, home or Path.home(), config)
     return config
+
+
+def _plugin_hooks(cwd: Path, user_dir: Path, home: Path, config: HookConfig) -> None:
+    """The hooks of the plugins that run here (`keel.plugins`): the user's own, as if in their
+    settings (a plugin turned on by a project file runs only once the user approved that), with
+    `${CLAUDE_PLUGIN_ROOT}` filled in and the plugin's variables in their environment."""
+    from keel.plugins import plugin_components
+
+    for plugin in plugin_components(cwd, user_dir=user_dir, home=home):
+        for path, data in plugin.hooks:
+            first = len(config.hooks)
+            _entries(data, path, "personal", config)
+            config.hooks[first:] = [
+                dataclasses.replace(
+                    h,
+                    command=plugin.expand(h.command),
+                    plugin=plugin.ident,
+                    env=tuple(plugin.env().items()),
+                )
+                for h in config.hooks[first:]
+            ]
 
 
 __all__ = [

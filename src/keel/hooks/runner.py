@@ -474,6 +474,8 @@ class HookRunner:
         return run
 
     async def _one(self, hook: HookCommand, data: bytes, env: Mapping[str, str]) -> HookRun:
+        if hook.env:  # a plugin's hook: CLAUDE_PLUGIN_ROOT, CLAUDE_PLUGIN_DATA
+            env = {**env, **dict(hook.env)}
         if hook.guard_only:
             return await _run_guard(hook, data, self.cwd, env, self.guard_box)
         if hook.kind == "http":

@@ -138,10 +138,16 @@ def load_servers(
     for path, value in settings_servers:
         source = source_of(path, project_root, home=home)
         sections.append((rank_of[source], path, source, value))
+    plugin_servers = _plugin_servers(project_root, env, home)
+    sections += plugin_servers
     order = 0
     for rank, path, source, value in sections:
         where = f"{path}: mcp_servers"
-        if path.name == ".mcp.json" or (path == claude_json and source == "user"):
+        if (
+            any(path == p for _, p, _, _ in plugin_servers)
+            or path.name == ".mcp.json"
+            or (path == claude_json and source == "user")
+        ):
             where = f"{path}: mcpServers"
         elif path == claude_json:
             where = f"{path}: projects.{project_root}.mcpServers"
@@ -160,6 +166,25 @@ def load_servers(
     for _, _, server in sorted(ranked, key=lambda r: (r[0], r[1])):
         chosen[server.name] = server
     return sorted(chosen.values(), key=lambda s: s.name), warnings
+
+
+def _plugin_servers(
+    project_root: Path, env: Mapping[str, str], home: Path | None
+) -> list[tuple[int, Path, Source, object]]:
+    """The MCP servers of the plugins that run here (`keel.plugins`), the user's own, named
+    `plugin:<plugin>:<server>` as Claude Code names them (tools `mcp__plugin_<plugin>_<server>__…`),
+    with `${CLAUDE_PLUGIN_ROOT}` filled in. None without `home` (no user configuration read)."""
+    if home is None:
+        return []
+    from keel.config.intake import user_config_dir
+    from keel.plugins import plugin_components
+
+    sections: list[tuple[int, Path, Source, object]] = []
+    for plugin in plugin_components(project_root, user_dir=user_config_dir(env), home=home):
+        for path, servers in plugin.mcp_servers:
+            named = {f"plugin:{plugin.name}:{name}": entry for name, entry in servers.items()}
+            sections.append((0, path, "user", named))
+    return sections
 
 
 def _read_claude_json(

@@ -273,6 +273,7 @@ def load_commands(
             if name in found:
                 shadowed.append(found.pop(name))
             found[name] = command
+    found.update(_plugin_commands(cwd, user_dir, home, warnings))
     for name in sorted(found):
         path = found[name].path
         if name in builtins:
@@ -285,6 +286,27 @@ def load_commands(
     return CommandSet(
         found.values(), root=git_root(cwd) or cwd, cwd=cwd, warnings=warnings, shadowed=shadowed
     )
+
+
+def _plugin_commands(
+    cwd: Path, user_dir: Path | None, home: Path, warnings: list[str]
+) -> dict[str, Command]:
+    """The commands of the plugins that run here (`keel.plugins`), named `/plugin:command` as
+    Claude Code names them (`commands/git/push.md` is `/plugin:git:push`)."""
+    from keel.plugins import plugin_components
+
+    found: dict[str, Command] = {}
+    for plugin in plugin_components(cwd, user_dir=user_dir, home=home):
+        for root in plugin.commands:
+            files = [(root, root.stem)] if root.is_file() else markdown_files(
+                root, warnings, max_depth=MAX_DEPTH
+            )
+            for path, name in files:
+                full = f"{plugin.name}:{name}"
+                command = _read_command(path, full, warnings, user_level=plugin.user_level)
+                if command is not None:
+                    found[full] = command
+    return found
 
 
 def _read_command(

@@ -474,6 +474,7 @@ def load_skills(
             if skill.name in found:
                 shadowed.append(found.pop(skill.name))
             found[skill.name] = skill
+    found.update(_plugin_skills(cwd, user_dir, home, warnings))
     for name in sorted(set(found) & set(builtins)):
         skill = found[name]
         use = "the model can still use it" if not skill.disable_model_invocation else "it is unused"
@@ -482,6 +483,26 @@ def load_skills(
             f"built-in; {use}"
         )
     return SkillSet(found.values(), warnings=warnings, shadowed=shadowed, builtins=builtins)
+
+
+def _plugin_skills(
+    cwd: Path, user_dir: Path | None, home: Path, warnings: list[str]
+) -> dict[str, Skill]:
+    """The skills of the plugins that run here (`keel.plugins`), named `plugin:skill` as
+    Claude Code names them."""
+    import dataclasses
+
+    from keel.plugins import plugin_components
+
+    found: dict[str, Skill] = {}
+    for plugin in plugin_components(cwd, user_dir=user_dir, home=home):
+        for root in plugin.skills:
+            for path in _skill_files(root, warnings):
+                skill = _read_skill(path, warnings)
+                if skill is not None:
+                    name = f"{plugin.name}:{skill.name}"
+                    found[name] = dataclasses.replace(skill, name=name)
+    return found
 
 
 def _skill_files(root: Path, warnings: list[str]) -> list[Path]:

@@ -1,0 +1,142 @@
+"""Which plugins are on here, and which of them run.
+
+`enabledPlugins` is read from every settings scope (`keel.config.settings`): the user's files,
+then the project's from its root down to the working directory; a later file wins. A project
+file's `enabledPlugins` and `extraKnownMarketplaces` come with the repository and run code, so
+they apply only once the user approved them (`keel trust approve settings`, the same pin as the
+file's other gated entries); until then each plugin they name is reported as waiting. A plugin
+that is on runs only if the user installed it (`keel plugin install`): keel never installs one
+by itself, it names the command that does.
+
+Every loader that reads a plugin's components (commands, agents, skills, hooks, MCP servers)
+asks `load_plugins` here, so they all agree. It must never install, fetch or run anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keel.config.intake import intake_for
+from keel.config.settings import Settings, load_settings
+from keel.frozen import frozen
+from keel.plugins.manifest import Plugin, read_plugin
+from keel.plugins.store import Installed, data_dir, read_installed
+
+
+@frozen
+class PluginState:
+    """One plugin named by `enabledPlugins` somewhere, and what keel does with it."""
+
+    ident: str
+    enabled: bool
+    #: The settings file whose entry decides (None: waits for approval only).
+    file: Path | None
+    #: Decided by the user's own settings (else a project file the user approved).
+    user_level: bool
+    installed: Installed | None
+    #: A project file turns it on or off, and that waits for the user's approval.
+    waiting: tuple[Path, ...] = ()
+
+    @property
+    def runs(self) -> bool:
+        return self.enabled and self.installed is not None
+
+
+@dataclass
+class PluginSet:
+    states: list[PluginState] = field(default_factory=list)
+    #: The plugins that run here, read from the install cache.
+    active: list[Plugin] = field(default_factory=list)
+    #: Installed plugins nothing turns on.
+    idle: list[Installed] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def settings_for(cwd: Path, *, user_dir: Path, home: Path) -> Settings:
+    """The settings of `cwd` as `user_dir` and `home` see them (the loaders are told both)."""
+    env: Mapping[str, str] = {**os.environ, "KEEL_CONFIG_DIR": str(user_dir), "HOME": str(home)}
+    return load_settings(cwd, env)
+
+
+def load_plugins(
+    cwd: Path, *, user_dir: Path, home: Path | None = None, settings: Settings | None = None
+) -> PluginSet:
+    """The plugins named here, their state, and those that run."""
+    home = home or Path.home()
+    if settings is None:
+        settings = settings_for(cwd, user_dir=user_dir, home=home)
+    result = PluginSet()
+    installed = read_installed()
+    waiting: dict[str, list[Path]] = {}
+    for pending in settings.pending:
+        if pending.approved:
+            continue
+        for entry in pending.entries:
+            if entry.key == "enabledPlugins" and isinstance(entry.value, dict):
+                for ident in entry.value:
+                    waiting.setdefault(str(ident), []).append(pending.path)
+    intake = intake_for(cwd, user_dir=user_dir, home=home)
+    for ident in sorted({*settings.enabled_plugins, *waiting}):
+        enabled, file = settings.enabled_plugins.get(ident, (False, None))
+        state = PluginState(
+            ident,
+            enabled,
+            file,
+            file is not None and not intake.supplied(file),
+            installed.get(ident),
+            tuple(waiting.get(ident, ())),
+        )
+        result.states.append(state)
+        for where in state.waiting:
+            result.warnings.append(
+                f"plugin {ident} (in {where}) waits for your approval and does not run: "
+                "`keel trust list` shows it, `keel trust approve settings` allows it"
+            )
+        if state.enabled and state.installed is None:
+            result.warnings.append(
+                f"plugin {ident} is enabled in {file} but not installed, so it does not run: "
+                f"`keel plugin install {ident}` installs it"
+            )
+        if state.runs and state.installed is not None:
+            plugin = _read(state, state.installed, result.warnings)
+            if plugin is not None:
+                result.active.append(plugin)
+    named = {s.ident for s in result.states}
+    result.idle = [i for ident, i in sorted(installed.items()) if ident not in named]
+    return result
+
+
+def _read(state: PluginState, installed: Installed, warnings: list[str]) -> Plugin | None:
+    name, _, marketplace = state.ident.partition("@")
+    if not installed.path.is_dir():
+        warnings.append(
+            f"plugin {state.ident}: its files are gone from {installed.path}: "
+            f"`keel plugin install {state.ident}` installs it again"
+        )
+        return None
+    data = data_dir(name, marketplace)
+    data.mkdir(parents=True, exist_ok=True)
+    plugin = read_plugin(installed.path, marketplace=marketplace, data_dir=data, warnings=warnings)
+    if plugin.name != name:
+        # Claude Code names the plugin by its marketplace entry; keep that name for namespaces.
+        plugin = dataclasses.replace(plugin, name=name)
+    for where in plugin.lsp:
+        warnings.append(f"LSP servers from plugin {state.ident} are not used yet ({where})")
+    return dataclasses.replace(plugin, user_level=state.user_level)
+
+
+def plugin_components(
+    cwd: Path, *, user_dir: Path | None, home: Path | None = None
+) -> list[Plugin]:
+    """The plugins whose components load in `cwd` (none without keel's user config directory:
+    a caller that reads no user configuration reads no plugins either)."""
+    if user_dir is None:
+        return []
+    return load_plugins(cwd, user_dir=user_dir, home=home).active
+
+
+__all__ = ["PluginSet", "PluginState", "load_plugins", "plugin_components", "settings_for"]

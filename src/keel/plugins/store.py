@@ -1,0 +1,456 @@
+"""Marketplaces and installed plugins: where they are kept and how they get there.
+
+Owns:
+- marketplace sources, as Claude Code writes them in `extraKnownMarketplaces`
+  (`{"source": "directory", "path": …}`, `{"source": "git", "url": …}`,
+  `{"source": "github", "repo": "owner/name"}`, each git one with an optional `ref`), and the ones
+  the user added with `keel plugin marketplace add` (kept in keel's config directory,
+  `plugins/marketplaces.json`, in the same shape);
+- reading a marketplace's `.claude-plugin/marketplace.json` (a git one is cloned with the `git`
+  program into keel's data folder first);
+- the install cache in keel's data folder: `plugins/cache/<marketplace>/<plugin>/<version>/`, a
+  copy made when the user installs or updates, listed in `plugins/installed.json`; and each
+  plugin's data folder (`CLAUDE_PLUGIN_DATA`), `plugins/data/<plugin>-<marketplace>/`, kept
+  across updates.
+
+Nothing here decides whether a plugin may run (`keel.plugins.active` does, from the settings
+and their approvals); nothing here runs a plugin's code. It runs `git` only when the user asks
+for an install, an update or a marketplace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from keel.config.settings import read_json_object
+from keel.errors import UserError
+from keel.frozen import frozen
+from keel.plugins.manifest import read_manifest
+
+#: A marketplace's catalogue, relative to its folder.
+CATALOGUE = Path(".claude-plugin") / "marketplace.json"
+#: Seconds a `git clone` or `git pull` may take.
+GIT_TIMEOUT = 300.0
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def plugins_home(env: Mapping[str, str] | None = None) -> Path:
+    """Where installed plugins are kept: `plugins/` in keel's data folder."""
+    from keel.session.store import keel_home
+
+    return keel_home(env) / "plugins"
+
+
+def data_dir(name: str, marketplace: str, env: Mapping[str, str] | None = None) -> Path:
+    """A plugin's own writable folder (`CLAUDE_PLUGIN_DATA`), kept across updates."""
+    return plugins_home(env) / "data" / _safe(f"{name}-{marketplace}")
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+
+# -- marketplaces ------------------------------------------------------------------------------
+
+
+@frozen
+class Source:
+    """Where a marketplace is: a local `directory`, or a `git` repository (`github` is a git
+    repository on GitHub) at an optional `ref`."""
+
+    kind: str
+    location: str
+    ref: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        key = {"directory": "path", "git": "url", "github": "repo"}[self.kind]
+        data = {"source": self.kind, key: self.location}
+        return {**data, "ref": self.ref} if self.ref else data
+
+    def describe(self) -> str:
+        return self.location + (f" at {self.ref}" if self.ref else "")
+
+    def git_url(self) -> str:
+        return f"https://github.com/{self.location}.git" if self.kind == "github" else self.location
+
+
+def parse_source(value: object, *, base: Path) -> Source:
+    """A marketplace `source` object; a relative `path` is taken from `base`."""
+    if not isinstance(value, dict):
+        raise UserError("a marketplace source must be an object like "
+                        '{"source": "directory", "path": "…"}')  # fmt: skip
+    kind = value.get("source")
+    key = {"directory": "path", "git": "url", "github": "repo"}.get(str(kind))
+    if key is None:
+        raise UserError(
+            f"marketplace source {kind!r} is not supported",
+            hint="keel reads directory, git and github sources",
+        )
+    location = value.get(key)
+    if not isinstance(location, str) or not location.strip():
+        raise UserError(f"a {kind} marketplace source needs a {key}")
+    ref = value.get("ref", "")
+    if kind == "directory":
+        location = str((base / Path(location).expanduser()).resolve())
+    return Source(str(kind), location, ref if isinstance(ref, str) else "")
+
+
+def source_from_argument(text: str, cwd: Path) -> Source:
+    """What `keel plugin marketplace add` was given: a folder, a git URL, or `owner/name`."""
+    if re.match(r"^(https?|file|ssh|git)://", text) or text.startswith("git@"):
+        return Source("git", text)
+    path = Path(text).expanduser()
+    path = path if path.is_absolute() else cwd / path
+    if path.name == "marketplace.json" and path.is_file():
+        path = path.parent.parent
+    if path.is_dir():
+        return Source("directory", str(path.resolve()))
+    if re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", text):
+        return Source("github", text)
+    raise UserError(
+        f"{text}: not a folder, a git URL or owner/name",
+        hint="give the folder that holds .claude-plugin/marketplace.json, or a git URL",
+    )
+
+
+@frozen
+class Marketplace:
+    name: str
+    source: Source
+    #: Where it was named: keel's marketplaces file, or a settings file.
+    origin: Path
+    #: Its folder on this machine (a clone for a git one; it may not exist yet).
+    folder: Path
+
+
+def user_marketplaces_file(user_dir: Path) -> Path:
+    return user_dir / "plugins" / "marketplaces.json"
+
+
+def known_marketplaces(
+    user_dir: Path, settings_marketplaces: Mapping[str, tuple[object, Path]], warnings: list[str]
+) -> dict[str, Marketplace]:
+    """The marketplaces the user added, then those of `extraKnownMarketplaces` (each relative
+    directory from the folder holding the settings file's `.claude/` or `.keel/`)."""
+    found: dict[str, Marketplace] = {}
+    path = user_marketplaces_file(user_dir)
+    entries: list[tuple[str, object, Path, Path]] = []
+    for name, entry in (read_json_object(path, warnings, skipped="ignored") or {}).items():
+        source = entry.get("source") if isinstance(entry, dict) else None
+        entries.append((name, source, path, Path.home()))
+    for name, (source, origin) in settings_marketplaces.items():
+        entries.append((name, source, origin, origin.parent.parent))
+    for name, source, origin, base in entries:
+        try:
+            parsed = parse_source(source, base=base)
+        except UserError as exc:
+            warnings.append(f"{origin}: marketplace {name}: {exc.one_line()}; ignored")
+            continue
+        found[name] = Marketplace(name, parsed, origin, marketplace_folder(name, parsed))
+    return found
+
+
+def marketplace_folder(name: str, source: Source) -> Path:
+    """Where a marketplace's files are on this machine (a git one's clone)."""
+    if source.kind == "directory":
+        return Path(source.location)
+    return plugins_home() / "marketplaces" / _safe(name)
+
+
+def save_user_marketplace(user_dir: Path, name: str, source: Source | None) -> None:
+    """Add (or with None, remove) a marketplace in keel's marketplaces file."""
+    path = user_marketplaces_file(user_dir)
+    data = read_json_object(path, [], skipped="") or {}
+    if source is None:
+        data.pop(name, None)
+    else:
+        data[name] = {"source": source.as_json()}
+    _write_json(path, data)
+
+
+def fetch_marketplace(market: Marketplace, *, refresh: bool) -> None:
+    """Make sure a git marketplace is cloned (and, with `refresh`, pulled)."""
+    if market.source.kind == "directory":
+        if not (market.folder / CATALOGUE).is_file():
+            raise UserError(
+                f"marketplace {market.name}: no {CATALOGUE} in {market.folder}",
+                hint="a marketplace folder holds .claude-plugin/marketplace.json",
+            )
+        return
+    if (market.folder / ".git").exists():
+        if refresh:
+            _git(["-C", str(market.folder), "pull", "--ff-only", "--quiet"], market.name)
+        return
+    clone(market.source, market.folder, market.name)
+
+
+def clone(source: Source, into: Path, what: str) -> None:
+    into.parent.mkdir(parents=True, exist_ok=True)
+    branch = ["--branch", source.ref] if source.ref else []
+    _git(["clone", "--quiet", "--depth", "1", *branch, source.git_url(), str(into)], what)
+
+
+def _git(args: list[str], what: str) -> None:
+    if shutil.which("git") is None:
+        raise UserError(f"{what}: git is not installed", hint="install git, then run it again")
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        done = subprocess.run(
+            ["git", *args], capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: git {args[0]} took over {GIT_TIMEOUT:g} s") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"{what}: git failed: {said}", hint="check the URL and your access to it")
+
+
+@frozen
+class Entry:
+    """One plugin a marketplace lists."""
+
+    name: str
+    description: str
+    version: str
+    source: object
+    marketplace: Marketplace
+
+
+def read_catalogue(market: Marketplace) -> list[Entry]:
+    """The plugins a (fetched) marketplace lists."""
+    path = market.folder / CATALOGUE
+    problems: list[str] = []
+    data = read_json_object(path, problems, skipped="")
+    if data is None:
+        said = problems[0] if problems else f"{path}: missing"
+        raise UserError(
+            said.removesuffix("; "), hint="`keel plugin marketplace update` fetches it again"
+        )
+    plugins = data.get("plugins")
+    if not isinstance(plugins, list):
+        raise UserError(f"{path}: plugins must be a list")
+    entries = []
+    for item in plugins:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            entries.append(
+                Entry(
+                    item["name"],
+                    str(item.get("description", "")),
+                    str(item.get("version", "")),
+                    item.get("source"),
+                    market,
+                )
+            )
+    return entries
+
+
+def plugin_root_in(data: dict[str, Any]) -> str:
+    metadata = data.get("metadata")
+    root = metadata.get("pluginRoot") if isinstance(metadata, dict) else None
+    return root if isinstance(root, str) else ""
+
+
+# -- the install cache -----------------------------------------------------------------------------
+
+
+@frozen
+class Installed:
+    ident: str
+    version: str
+    path: Path
+    #: A hash of the copied files: an update replaces them only when it changed.
+    digest: str
+    installed_at: float
+
+
+def installed_file() -> Path:
+    return plugins_home() / "installed.json"
+
+
+def read_installed() -> dict[str, Installed]:
+    data = read_json_object(installed_file(), [], skipped="") or {}
+    found: dict[str, Installed] = {}
+    for ident, entry in (
+        data.get("plugins", {}).items() if isinstance(data.get("plugins"), dict) else ()
+    ):
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            found[ident] = Installed(
+                ident,
+                str(entry.get("version", "")),
+                Path(entry["path"]),
+                str(entry.get("digest", "")),
+                float(entry.get("installed_at", 0)),
+            )
+    return found
+
+
+def _write_installed(found: dict[str, Installed]) -> None:
+    data = {
+        "version": 1,
+        "plugins": {
+            i.ident: {
+                "version": i.version,
+                "path": str(i.path),
+                "digest": i.digest,
+                "installed_at": i.installed_at,
+            }
+            for i in sorted(found.values(), key=lambda i: i.ident)
+        },
+    }
+    _write_json(installed_file(), data)
+
+
+def install(entry: Entry) -> Installed:
+    """Copy `entry`'s plugin into the cache (again, when its files changed) and list it."""
+    market = entry.marketplace
+    ident = f"{entry.name}@{market.name}"
+    with tempfile.TemporaryDirectory(prefix="keel-plugin-") as scratch:
+        folder = _plugin_folder(entry, Path(scratch))
+        warnings: list[str] = []
+        manifest = read_manifest(folder, warnings)
+        version = str(manifest.get("version") or entry.version or "")
+        digest = _digest(folder)
+        version = version or f"sha-{digest[:12]}"
+        target = plugins_home() / "cache" / _safe(market.name) / _safe(entry.name) / _safe(version)
+        found = read_installed()
+        old = found.get(ident)
+        if old is None or old.digest != digest or not old.path.is_dir():
+            if target.exists():
+                shutil.rmtree(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(folder, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            if old is not None and old.path != target and old.path.is_dir():
+                shutil.rmtree(old.path)
+        data_dir(entry.name, market.name).mkdir(parents=True, exist_ok=True)
+        done = Installed(ident, version, target, digest, time.time())
+        found[ident] = done
+        _write_installed(found)
+        return done
+
+
+def uninstall(ident: str) -> Installed:
+    found = read_installed()
+    gone = found.pop(ident, None)
+    if gone is None:
+        raise UserError(f"plugin {ident} is not installed", hint="`keel plugin list` shows them")
+    if gone.path.is_dir():
+        shutil.rmtree(gone.path)
+    _write_installed(found)
+    return gone
+
+
+def _plugin_folder(entry: Entry, scratch: Path) -> Path:
+    """The folder holding `entry`'s plugin: in the marketplace, or cloned into `scratch`."""
+    market = entry.marketplace
+    where = f"plugin {entry.name}@{market.name}"
+    source = entry.source
+    if isinstance(source, str):
+        catalogue = read_json_object(market.folder / CATALOGUE, [], skipped="") or {}
+        base = market.folder
+        if not source.startswith(("./", "../")) and plugin_root_in(catalogue):
+            base = market.folder / plugin_root_in(catalogue)
+        folder = (base / source).resolve()
+        if not folder.is_relative_to(market.folder.resolve()):
+            raise UserError(f"{where}: its source {source!r} leads outside the marketplace")
+        if not folder.is_dir():
+            raise UserError(f"{where}: {folder} is not a folder")
+        return folder
+    if isinstance(source, dict) and source.get("source") in ("github", "url", "git-subdir"):
+        kind = "github" if source["source"] == "github" else "git"
+        location = source.get("repo") if kind == "github" else source.get("url")
+        if not isinstance(location, str):
+            raise UserError(f"{where}: its {source['source']} source names no repository")
+        ref = source.get("ref") or source.get("sha") or ""
+        clone(Source(kind, location, str(ref)), scratch / "clone", where)
+        folder = scratch / "clone"
+        subdir = source.get("path") if source["source"] == "git-subdir" else None
+        if isinstance(subdir, str):
+            folder = (folder / subdir).resolve()
+            if not folder.is_relative_to((scratch / "clone").resolve()) or not folder.is_dir():
+                raise UserError(f"{where}: path {subdir!r} is not a folder of the repository")
+        return folder
+    kind = source.get("source") if isinstance(source, dict) else type(source).__name__
+    raise UserError(
+        f"{where}: source {kind!r} is not supported",
+        hint="keel installs plugins from a marketplace folder, git and github",
+    )
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if ".git" in path.relative_to(folder).parts or not path.is_file():
+            continue
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+# -- enabling, in keel's user settings ------------------------------------------------------------
+
+
+def set_enabled(user_dir: Path, ident: str, enabled: bool | None) -> Path:
+    """Write `enabledPlugins[ident]` into keel's user settings (None: remove it)."""
+    path = user_dir / "settings.json"
+    problems: list[str] = []
+    data = read_json_object(path, problems, skipped="")
+    if data is None and problems:
+        raise UserError(problems[0].removesuffix("; "), hint="fix the file, then run it again")
+    data = data or {}
+    plugins = data.get("enabledPlugins")
+    plugins = dict(plugins) if isinstance(plugins, dict) else {}
+    if enabled is None:
+        plugins.pop(ident, None)
+    else:
+        plugins[ident] = enabled
+    if plugins:
+        data["enabledPlugins"] = plugins
+    else:
+        data.pop("enabledPlugins", None)
+    _write_json(path, data)
+    return path
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def valid_name(name: str) -> bool:
+    return bool(_NAME.match(name))
+
+
+__all__ = [
+    "CATALOGUE",
+    "Entry",
+    "Installed",
+    "Marketplace",
+    "Source",
+    "clone",
+    "data_dir",
+    "fetch_marketplace",
+    "install",
+    "known_marketplaces",
+    "marketplace_folder",
+    "parse_source",
+    "plugins_home",
+    "read_catalogue",
+    "read_installed",
+    "save_user_marketplace",
+    "set_enabled",
+    "source_from_argument",
+    "uninstall",
+    "user_marketplaces_file",
+]
