@@ -24,7 +24,6 @@ _UNSUPPORTED = {
     "rules": "Claude Code rules are not supported yet; nothing in them reaches the model",
     "output-styles": "Claude Code output styles are not supported yet; ignored",
     "plugin": "Claude Code plugins are not supported yet; nothing in it is installed or runs",
-    "foreign": "another tool's configuration keel does not read yet; nothing in it applies",
 }
 
 
@@ -101,6 +100,8 @@ class _Judge:
             return ProjectFile(path, kind, supplied, self._elsewhere(owner))
         if kind == "settings":
             return self._settings(path, supplied)
+        if kind == "foreign":
+            return self._foreign(path, supplied)
         if path.name == "AGENTS.override.md":
             return ProjectFile(path, kind, supplied, "not read: keel does not support it yet")
         if path.name == "CLAUDE.md" and (path.parent / "AGENTS.md").is_file():
@@ -150,6 +151,40 @@ class _Judge:
         rest = "what only tightens applies"
         verdict = "; ".join([rest, *parts]) if parts else f"{rest}; nothing in it needs approval"
         return ProjectFile(path, "settings", supplied, verdict, waiting)
+
+    def _foreign(self, path: Path, supplied: bool) -> ProjectFile:
+        """Codex's and OpenCode's files (`keel.config.foreign`): rules as a settings file's,
+        MCP servers as `.mcp.json`'s, commands, agents and skills as prompt text."""
+        prompt = "read as prompt text (what it makes the model do passes the permission gate)"
+        if path.name == ".codex":
+            config = path / "config.toml"
+            extra = (
+                "; its config.toml is not read (keel reads Codex's MCP servers and model "
+                "only from ~/.codex/config.toml)"
+                if config.exists()
+                else ""
+            )
+            return ProjectFile(
+                path, "foreign", supplied, f"Codex skills (skills/): {prompt}{extra}"
+            )
+        if path.name == ".opencode":
+            return ProjectFile(path, "foreign", supplied, f"OpenCode agents and commands: {prompt}")
+        parts = ["OpenCode: deny and ask rules apply"]
+        waiting = False
+        for pending in self.settings.pending:
+            if pending.path == path:
+                keys = ", ".join(e.key for e in pending.entries)
+                waiting = waiting or not pending.approved
+                parts.append(f"{'approved' if pending.approved else 'WAITS FOR APPROVAL'}: {keys}")
+        for server in self.servers:
+            if server.origin == str(path):
+                ok = server.approved(self.mcp_pins)
+                waiting = waiting or not ok
+                parts.append(
+                    f"MCP server {server.name}: {'starts' if ok else 'WAITS FOR APPROVAL'}"
+                )
+        parts.append(f"commands, agents, instructions: {prompt}")
+        return ProjectFile(path, "foreign", supplied, "; ".join(parts), waiting)
 
     def _servers(self, path: Path, supplied: bool) -> ProjectFile:
         mine = [s for s in self.servers if s.origin == str(path)]

@@ -20,9 +20,15 @@ files exists.
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from keel.config.intake import Intake
+from keel.frozen import frozen
 
 #: A JSON string (kept as it is), or a comma before a closing bracket (dropped).
 _TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])')
@@ -103,9 +109,455 @@ def read_toml(path: Path, warnings: list[str] | None = None) -> dict[str, Any] |
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        # Python 3.14 gives lineno; older ones end the message with "(at line L, column C)".
-        line = getattr(exc, "lineno", None)
-        msg = getattr(exc, "msg", str(exc))
-        where = f"{path}:{line}" if line else str(path)
-        said.append(f"{where}: invalid TOML ({msg}); ignored")
+        # The message ends "(at line L, column C)" (Python 3.14 also gives `lineno`).
+        msg = str(exc)
+        m = re.search(r" \(at line (\d+), column (\d+)\)$", msg)
+        where = f"{path}:{m.group(1)}:{m.group(2)}" if m else str(path)
+        said.append(f"{where}: invalid TOML ({msg[: m.start()] if m else msg}); ignored")
         return None
+
+
+# -- where the files are -----------------------------------------------------------------------
+
+#: OpenCode's config file names, in the order OpenCode reads them (a later one wins).
+OPENCODE_FILES = ("opencode.json", "opencode.jsonc")
+#: OpenCode's folders of Markdown agents and commands, in both spellings.
+OPENCODE_AGENT_DIRS = ("agent", "agents")
+OPENCODE_COMMAND_DIRS = ("command", "commands")
+
+
+def codex_home(intake: Intake, env: Mapping[str, str] | None = None) -> Path:
+    """`$CODEX_HOME`, else `~/.codex`."""
+    env = os.environ if env is None else env
+    return Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else intake.home / ".codex"
+
+
+def opencode_home(intake: Intake) -> Path:
+    return intake.home / ".config" / "opencode"
+
+
+def _opencode_dirs(intake: Intake) -> list[Path]:
+    """Where OpenCode's files are, lowest precedence first: the user's config folder, then each
+    directory from the project root down to the working directory."""
+    return list(dict.fromkeys([opencode_home(intake), *intake.chain()]))
+
+
+def opencode_files(intake: Intake) -> list[Path]:
+    """Every `opencode.json(c)` that applies, lowest precedence first (the user's, then the
+    project's from its root down to the working directory)."""
+    return [
+        d / name for d in _opencode_dirs(intake) for name in OPENCODE_FILES if (d / name).is_file()
+    ]
+
+
+def _opencode_config_dirs(intake: Intake) -> list[Path]:
+    """The folders that may hold OpenCode's `agent/` and `command/` folders."""
+    return [opencode_home(intake), *(d / ".opencode" for d in intake.chain())]
+
+
+def skill_dirs(intake: Intake, env: Mapping[str, str] | None = None) -> list[Path]:
+    """Codex's skill folders (SKILL.md format), lowest precedence first: the user's, then
+    `.codex/skills` at each directory from the project root down."""
+    return [codex_home(intake, env) / "skills", *(d / ".codex" / "skills" for d in intake.chain())]
+
+
+@frozen
+class Place:
+    """A folder of Markdown commands or agents in another tool's format."""
+
+    folder: Path
+    #: What names from it start with (`prompts:` for Codex's custom prompts).
+    prefix: str
+    #: `codex` (custom prompts: `$1`…`$9`, `$ARGUMENTS`, `$NAME`) or `opencode`.
+    dialect: Literal["codex", "opencode"]
+    #: Whether subfolders are read too.
+    nested: bool
+
+
+def command_places(intake: Intake, env: Mapping[str, str] | None = None) -> list[Place]:
+    """Codex's custom prompts (`/prompts:<name>`) and OpenCode's command folders, lowest
+    precedence first."""
+    places = [Place(codex_home(intake, env) / "prompts", "prompts:", "codex", False)]
+    for base in _opencode_config_dirs(intake):
+        places += [Place(base / d, "", "opencode", True) for d in OPENCODE_COMMAND_DIRS]
+    return places
+
+
+def agent_places(intake: Intake) -> list[Place]:
+    """OpenCode's agent folders, lowest precedence first."""
+    return [
+        Place(base / d, "", "opencode", True)
+        for base in _opencode_config_dirs(intake)
+        for d in OPENCODE_AGENT_DIRS
+    ]
+
+
+# -- OpenCode's permission rules ------------------------------------------------------------------
+
+#: OpenCode's permission names → keel's rule tool, for those keel has.
+_PERMISSION_TOOLS = {
+    "bash": "bash",
+    "edit": "edit",
+    "write": "edit",
+    "patch": "edit",
+    "multiedit": "edit",
+    "read": "read",
+    "glob": "glob",
+    "grep": "grep",
+    "list": "ls",
+    "webfetch": "web_fetch",
+    "websearch": "web_search",
+    "task": "task",
+    "skill": "skill",
+    "todowrite": "todo_write",
+}
+#: The tools a catch-all deny or ask (`"permission": "deny"`, `"*": "ask"`) covers.
+_EVERY_TOOL = ("bash", "edit", "read", "glob", "grep", "ls", "web_fetch", "web_search", "task")
+_ACTIONS = ("allow", "ask", "deny")
+_URL_HOST = re.compile(r"^(?:https?://)?(?:\*\.)?([A-Za-z0-9.-]+\.[A-Za-z]{2,})(?:/\*?)?$")
+
+
+def opencode_rules(
+    permission: object, where: str
+) -> tuple[dict[str, list[str]], list[str], list[str]]:
+    """OpenCode's `permission` as keel rules `{"deny": [...], "ask": [...], "allow": [...]}`,
+    with the keys keel does not use and notes on what applies differently (each naming the key).
+
+    OpenCode takes the last pattern that matches; keel applies every deny rule, then every ask
+    rule, then allow rules. So an earlier deny or ask entry still holds where a later allow
+    entry of the same tool would have let a call through (stricter, and named), except a
+    catch-all `"*": "ask"` followed by allow entries: that is keel's default (what no allow rule
+    covers asks), so it is left to it. A pattern keel cannot match exactly fails closed: a deny
+    or ask rule covers more, an allow rule is not applied."""
+    rules: dict[str, list[str]] = {"deny": [], "ask": [], "allow": []}
+    unused: list[str] = []
+    notes: list[str] = []
+    if isinstance(permission, str):
+        permission = {"*": permission}
+    if not isinstance(permission, dict):
+        return rules, [f"{where} (not an object)"], notes
+    for name, value in permission.items():
+        key = f"{where}.{name}"
+        if name == "*":
+            if value in ("deny", "ask"):
+                rules[value] += _EVERY_TOOL
+            elif value == "allow":
+                notes.append(f'{key}: "allow" for every tool is not applied (keel asks as usual)')
+            else:
+                unused.append(key)
+            continue
+        tool = _PERMISSION_TOOLS.get(name)
+        if tool is None:
+            unused.append(key)
+            continue
+        entries = {"*": value} if isinstance(value, str) else value
+        if not isinstance(entries, dict) or not all(v in _ACTIONS for v in entries.values()):
+            unused.append(f"{key} (not allow, ask or deny)")
+            continue
+        items = list(entries.items())
+        for i, (pattern, action) in enumerate(items):
+            later_allow = any(
+                a == "allow" and _rule(tool, str(p), a) is not None for p, a in items[i + 1 :]
+            )
+            if pattern == "*" and action == "ask" and later_allow:
+                notes.append(f'{key}: "*": "ask" is keel\'s default for what no allow rule covers')
+                continue
+            rule = _rule(tool, str(pattern), action)
+            if rule is None:
+                notes.append(f"{key}: {pattern!r}: {action!r} not applied (keel cannot match it)")
+                continue
+            if action != "allow" and later_allow:
+                notes.append(
+                    f"{key}: {pattern!r}: {action!r} holds even where a later allow entry "
+                    "matches (keel applies deny and ask rules before allow rules)"
+                )
+            rules[action].append(rule)
+    return rules, unused, notes
+
+
+def _rule(tool: str, pattern: str, action: str) -> str | None:
+    """One keel rule for an OpenCode pattern, None where an allow rule cannot be matched
+    exactly (a deny or ask rule is widened instead)."""
+    if pattern in ("*", "**"):
+        return tool
+    if tool == "bash":
+        if "?" in pattern:  # keel's patterns have no one-character wildcard
+            return None if action == "allow" else f"bash({pattern.replace('?', '*')})"
+        return f"bash({pattern})"
+    if tool == "web_fetch":
+        m = _URL_HOST.match(pattern)
+        if m and action != "allow":
+            return f"web_fetch(domain:{m.group(1)})"
+        return None if action == "allow" else tool
+    if tool in ("edit", "read", "glob", "grep", "ls"):
+        return f"{tool}({pattern})"
+    return None if action == "allow" else tool
+
+
+def _legacy_tools(tools: object, where: str) -> tuple[list[str], list[str]]:
+    """OpenCode's older `tools: {"bash": false}`: deny rules for the tools turned off, and the
+    entries keel does not use."""
+    deny: list[str] = []
+    unused: list[str] = []
+    if not isinstance(tools, dict):
+        return deny, [where]
+    for name, on in tools.items():
+        tool = _PERMISSION_TOOLS.get(name)
+        if on is False and tool is not None:
+            deny.append(tool)
+        elif on is not True:
+            unused.append(f"{where}.{name}")
+    return deny, unused
+
+
+# -- the model ------------------------------------------------------------------------------------
+
+#: OpenCode's and Codex's provider ids that name a keel provider by another name.
+_PROVIDER_NAMES = {"google": "gemini", "togetherai": "together", "oss": "ollama"}
+
+
+def keel_model(provider: str, model: str) -> str | None:
+    """`provider/model` in keel's names, None when keel has no such provider."""
+    from keel.llm.presets import PRESETS
+
+    name = _PROVIDER_NAMES.get(provider, provider)
+    return f"{name}/{model}" if name in PRESETS and model else None
+
+
+# -- MCP servers ----------------------------------------------------------------------------------
+
+_CODEX_MCP_KEYS = frozenset(
+    {"command", "args", "env", "cwd", "url", "http_headers", "env_http_headers",
+     "bearer_token_env_var", "enabled", "tool_timeout_sec"}
+)  # fmt: skip
+_OPENCODE_MCP_KEYS = frozenset({"type", "command", "environment", "url", "headers", "enabled"})
+
+
+def codex_server(entry: object, where: str) -> tuple[object, list[str]]:
+    """A `[mcp_servers.<name>]` table as an entry in keel's (Claude Code's) shape, with the keys
+    keel does not use. A value of the wrong shape is passed on as it is: keel's MCP loader says
+    what is wrong with it, naming the file."""
+    if not isinstance(entry, dict):
+        return entry, []
+    out: dict[str, Any] = {}
+    if "url" in entry:
+        out["type"] = "http"
+        out["url"] = entry["url"]
+        headers = dict(entry.get("http_headers") or {})
+        for header, var in (entry.get("env_http_headers") or {}).items():
+            headers[header] = f"${{{var}}}"
+        if isinstance(entry.get("bearer_token_env_var"), str):
+            headers["Authorization"] = f"Bearer ${{{entry['bearer_token_env_var']}}}"
+        if headers:
+            out["headers"] = headers
+    else:
+        for key in ("command", "args", "env", "cwd"):
+            if key in entry:
+                out[key] = entry[key]
+    if entry.get("enabled") is False:
+        out["disabled"] = True
+    if "tool_timeout_sec" in entry:
+        out["timeout"] = entry["tool_timeout_sec"]
+    return out, [f"{where}.{k}" for k in entry if k not in _CODEX_MCP_KEYS]
+
+
+def opencode_server(entry: object, where: str) -> tuple[object, list[str]]:
+    """An `mcp.<name>` entry of `opencode.json` in keel's shape, with the keys keel does not
+    use (`command` is one list: the program and its arguments)."""
+    if not isinstance(entry, dict):
+        return entry, []
+    out: dict[str, Any] = {}
+    if entry.get("type") == "remote":
+        out["type"] = "http"
+        out["url"] = entry.get("url")
+        if "headers" in entry:
+            out["headers"] = entry["headers"]
+    else:
+        command = entry.get("command")
+        if isinstance(command, list) and command:
+            out["command"], out["args"] = command[0], command[1:]
+        else:
+            out["command"] = command
+        if "environment" in entry:
+            out["env"] = entry["environment"]
+    if entry.get("enabled") is False:
+        out["disabled"] = True
+    return out, [f"{where}.{k}" for k in entry if k not in _OPENCODE_MCP_KEYS]
+
+
+# -- everything found -----------------------------------------------------------------------------
+
+#: `opencode.json` keys keel reads (`instructions` by the instruction-file loader).
+_OPENCODE_USED = frozenset(
+    {"$schema", "permission", "tools", "mcp", "model", "command", "agent", "instructions"}
+)
+_CODEX_USED = frozenset({"model", "model_provider", "mcp_servers"})
+
+
+@frozen
+class Found:
+    """One file or folder of another tool's configuration, and what keel took from it."""
+
+    path: Path
+    tool: Literal["Codex", "OpenCode"]
+    #: Whether it came with the project (`keel.config.intake`).
+    supplied: bool
+    took: tuple[str, ...] = ()
+    #: Keys keel does not use, and entries that apply differently, each named once.
+    unused: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """The one line naming what keel does not use of it ("" when it uses everything)."""
+        return f"{self.path}: keel does not use {'; '.join(self.unused)}" if self.unused else ""
+
+
+@dataclass
+class Foreign:
+    """What keel takes from Codex's and OpenCode's configuration for one working directory."""
+
+    found: list[Found] = field(default_factory=list)
+    #: Files that could not be read, one line each (file and line).
+    warnings: list[str] = field(default_factory=list)
+    #: Per file, keel settings to merge (`{"permissions": {...}}`), lowest precedence first.
+    settings: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    #: Per file, MCP server entries in keel's shape, by name.
+    servers: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    #: The model to use when keel's own settings and flags name none, with its file.
+    model: tuple[str, Path] | None = None
+    #: OpenCode's `command` and `agent` entries: (file, name, entry).
+    commands: list[tuple[Path, str, dict[str, Any]]] = field(default_factory=list)
+    agents: list[tuple[Path, str, dict[str, Any]]] = field(default_factory=list)
+
+    def unused_lines(self) -> list[str]:
+        return [line for f in self.found if (line := f.line())]
+
+
+def load_foreign(intake: Intake, env: Mapping[str, str] | None = None) -> Foreign:
+    """Every Codex and OpenCode file that applies in the intake's working directory, read and
+    translated (module docstring). Reads files only; never raises for a broken one."""
+    foreign = Foreign()
+    _codex(foreign, intake, env)
+    for path in opencode_files(intake):
+        _opencode(foreign, intake, path)
+    for place in [*command_places(intake, env), *agent_places(intake)]:
+        names = _markdown_names(place)
+        if names:
+            what = "agents" if place.folder.name in OPENCODE_AGENT_DIRS else "commands"
+            shown = ", ".join(names) if what == "agents" else ", ".join(f"/{n}" for n in names)
+            foreign.found.append(_found(intake, place.folder, place.dialect, (f"{what}: {shown}",)))
+    for folder in skill_dirs(intake, env):
+        skills = sorted(p.parent.name for p in folder.glob("*/SKILL.md")) if folder.is_dir() else []
+        if skills:
+            foreign.found.append(_found(intake, folder, "codex", (f"skills: {', '.join(skills)}",)))
+    return foreign
+
+
+def _found(
+    intake: Intake, path: Path, dialect: str, took: tuple[str, ...], unused: Iterable[str] = ()
+) -> Found:
+    tool: Literal["Codex", "OpenCode"] = "Codex" if dialect == "codex" else "OpenCode"
+    return Found(path, tool, intake.supplied(path), took, tuple(unused))
+
+
+def _markdown_names(place: Place) -> list[str]:
+    if not place.folder.is_dir():
+        return []
+    pattern = "**/*.md" if place.nested else "*.md"
+    return sorted(
+        place.prefix + p.relative_to(place.folder).with_suffix("").as_posix().replace("/", ":")
+        for p in place.folder.glob(pattern)
+        if p.is_file()
+    )
+
+
+def _take_model(
+    foreign: Foreign,
+    path: Path,
+    model: object,
+    provider: object,
+    took: list[str],
+    unused: list[str],
+) -> None:
+    if not isinstance(model, str) or not isinstance(provider, str):
+        unused.append("model (not text)")
+        return
+    mapped = keel_model(provider, model)
+    if mapped is None:
+        unused.append(f"model {model!r} (provider {provider!r} is not one of keel's)")
+        return
+    foreign.model = (mapped, path)
+    took.append(f"model {mapped}")
+
+
+def _take_servers(
+    foreign: Foreign,
+    path: Path,
+    key: str,
+    servers: object,
+    translate: Callable[[object, str], tuple[object, list[str]]],
+    took: list[str],
+    unused: list[str],
+) -> None:
+    if not isinstance(servers, dict):
+        unused.append(f"{key} (not a table of servers)")
+        return
+    entries: dict[str, Any] = {}
+    for name, entry in servers.items():
+        entries[name], skipped = translate(entry, f"{key}.{name}")
+        unused += skipped
+    foreign.servers.append((path, entries))
+    if entries:
+        took.append(f"MCP servers: {', '.join(entries)}")
+
+
+def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> None:
+    path = codex_home(intake, env) / "config.toml"
+    data = read_toml(path, foreign.warnings)
+    if data is None:
+        return
+    took: list[str] = []
+    unused = [k for k in data if k not in _CODEX_USED]
+    if "model" in data:
+        provider = data.get("model_provider", "openai")
+        _take_model(foreign, path, data["model"], provider, took, unused)
+    if "mcp_servers" in data:
+        _take_servers(foreign, path, "mcp_servers", data["mcp_servers"], codex_server, took, unused)
+    foreign.found.append(_found(intake, path, "codex", tuple(took), unused))
+
+
+def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
+    data = read_jsonc(path, foreign.warnings)
+    if data is None:
+        return
+    took: list[str] = []
+    unused = [k for k in data if k not in _OPENCODE_USED]
+    rules: dict[str, list[str]] = {"deny": [], "ask": [], "allow": []}
+    if "permission" in data:
+        rules, skipped, notes = opencode_rules(data["permission"], "permission")
+        unused += skipped + notes
+    if "tools" in data:
+        denied, skipped = _legacy_tools(data["tools"], "tools")
+        rules["deny"] += denied
+        unused += skipped
+    rules = {k: list(dict.fromkeys(v)) for k, v in rules.items() if v}
+    if rules:
+        foreign.settings.append((path, {"permissions": rules}))
+        took += [f"{k} rules: {', '.join(v)}" for k, v in rules.items()]
+    if "model" in data:
+        model = data["model"]
+        provider, _, name = model.partition("/") if isinstance(model, str) else (None, "", "")
+        _take_model(foreign, path, name, provider, took, unused)
+    if "mcp" in data:
+        _take_servers(foreign, path, "mcp", data["mcp"], opencode_server, took, unused)
+    for key, into in (("command", foreign.commands), ("agent", foreign.agents)):
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            unused.append(f"{key} (not an object)")
+            continue
+        into += [(path, n, e) for n, e in value.items() if isinstance(e, dict)]
+        unused += [
+            f"{key}.{n} (not an object)" for n, e in value.items() if not isinstance(e, dict)
+        ]
+        if value:
+            took.append(f"{key}s: {', '.join(value)}")
+    foreign.found.append(_found(intake, path, "opencode", tuple(took), unused))

@@ -1124,4 +1124,23 @@ def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settin
             merge.claude(data)
         else:
             merge.file(data)
+    _take_foreign(settings, intake, env)
     return settings
+
+
+def _take_foreign(settings: Settings, intake: Intake, env: Mapping[str, str] | None) -> None:
+    """Codex's and OpenCode's permission rules and model (`keel.config.foreign`): a project
+    file's rules pass the same approval as a project settings file's (its deny and ask rules
+    apply at once); the model only when keel's own files name none."""
+    from keel.config.foreign import load_foreign
+
+    foreign = load_foreign(intake, env)
+    settings.warnings += [*foreign.warnings, *foreign.unused_lines()]
+    approved = approved_pins(intake.user_dir, intake.key, "settings")
+    for path, data in foreign.settings:
+        supplied = intake.supplied(path)
+        if supplied:
+            data = _gate(settings, intake, path, data, approved)
+        _Merge(settings, path, untrusted=supplied).file(data)
+    if settings.model is None and foreign.model is not None:
+        settings.model = foreign.model[0]

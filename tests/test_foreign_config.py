@@ -1,0 +1,191 @@
+"""Codex's and OpenCode's configuration in keel (`keel.config.foreign`): OpenCode's permission
+rules hold (deny and ask at once, a project's allow rules only once approved), MCP servers,
+the model, commands, agents and skills carry over, and what keel does not use is named once,
+with the file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from keel.config.foreign import opencode_rules, read_jsonc, read_toml
+from keel.config.settings import load_settings
+from tests.test_cli import keel, session_files, write_script
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / ".git").mkdir(parents=True)
+    (root / "build").mkdir()
+    (root / "build" / "keep.txt").write_text("keep\n", encoding="utf-8")
+    return root
+
+
+def _json(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+def _home() -> Path:
+    return Path(os.environ["HOME"])
+
+
+# -- attacks first ----------------------------------------------------------------------------------
+
+
+def test_a_project_opencode_deny_rule_holds(tmp_path: Path) -> None:
+    """The issue's case: `permission.bash: {"rm -rf *": "deny"}` in a project's opencode.json
+    (with comments and a trailing comma, as OpenCode allows) stops `rm -rf build`."""
+    root = _project(tmp_path)
+    (root / "opencode.jsonc").write_text(
+        '{\n  // never delete build output\n  "permission": {"bash": {"rm -rf *": "deny",}},\n}\n',
+        encoding="utf-8",
+    )
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "bash", "input": {"command": "rm -rf build"}}]},
+            {"text": "done"},
+        ],
+    )
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert (root / "build" / "keep.txt").exists()
+    decisions = [
+        json.loads(line)
+        for line in session_files(Path(os.environ["KEEL_HOME"]))[-1].read_text().splitlines()
+        if '"decision"' in line
+    ]
+    assert [(d["outcome"], d["source"], d["reason"]) for d in decisions] == [
+        ("deny", "rule", f"denied by rule bash(rm -rf *) ({root / 'opencode.jsonc'})")
+    ]
+
+
+def test_a_hostile_project_opencode_allow_rule_widens_nothing_before_approval(
+    tmp_path: Path,
+) -> None:
+    """`"bash": {"*": "allow"}` in a project's opencode.json would let an unsandboxed command run
+    unasked: it waits for `keel trust approve settings`, like a project settings file's allow."""
+    root = _project(tmp_path)
+    _json(root / "opencode.json", {"permission": {"bash": {"*": "allow"}}})
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {
+                "tool_calls": [
+                    {"name": "bash", "input": {"command": "touch pwned", "sandbox": False}}
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert not (root / "pwned").exists()
+    assert (
+        f"{root / 'opencode.json'}: not applied until you approve them: permissions.allow"
+        in out.stderr
+    )
+    listed = keel("trust", "list", cwd=root)
+    assert "opencode.json [foreign]: " in listed.stdout
+    assert "WAITS FOR APPROVAL: permissions.allow" in listed.stdout
+    approved = keel("trust", "approve", "settings", cwd=root)
+    assert approved.returncode == 0, approved.stderr
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert (root / "pwned").exists()
+
+
+def test_a_user_opencode_file_is_the_users_own(tmp_path: Path) -> None:
+    """`~/.config/opencode/opencode.json` is the user's: its allow rules apply unasked, its deny
+    rules too."""
+    root = _project(tmp_path)
+    user = _home() / ".config" / "opencode" / "opencode.json"
+    _json(user, {"permission": {"bash": {"git push*": "deny", "make *": "allow"}}})
+    settings = load_settings(root)
+    assert settings.deny == [("bash(git push*)", str(user))]
+    assert settings.allow == [("bash(make *)", str(user))]
+    assert settings.pending == []
+
+
+# -- the translation ----------------------------------------------------------------------------------
+
+
+def test_opencode_permission_rules_translate_with_their_meaning() -> None:
+    rules, unused, notes = opencode_rules(
+        {
+            "bash": {"*": "ask", "git *": "allow", "rm -rf *": "deny", "git push?": "deny"},
+            "edit": "deny",
+            "read": {"secrets/**": "deny"},
+            "webfetch": {"https://example.com/*": "ask", "https://docs.x.org/a?b": "allow"},
+            "list": "allow",
+            "lsp": "allow",
+            "external_directory": {"~/x/**": "allow"},
+        },
+        "permission",
+    )
+    assert rules == {
+        "deny": ["bash(rm -rf *)", "bash(git push*)", "edit", "read(secrets/**)"],
+        "ask": ["web_fetch(domain:example.com)"],
+        "allow": ["bash(git *)", "ls"],
+    }
+    assert unused == ["permission.lsp", "permission.external_directory"]
+    assert notes == [
+        'permission.bash: "*": "ask" is keel\'s default for what no allow rule covers',
+        "permission.webfetch: 'https://docs.x.org/a?b': 'allow' not applied (keel cannot match it)",
+    ]
+
+
+def test_a_catch_all_deny_covers_every_tool_and_an_earlier_deny_holds() -> None:
+    rules, _, notes = opencode_rules("deny", "permission")
+    assert rules["deny"] == [
+        "bash", "edit", "read", "glob", "grep", "ls", "web_fetch", "web_search", "task"
+    ]  # fmt: skip
+    rules, _, notes = opencode_rules({"bash": {"rm *": "deny", "rm -i *": "allow"}}, "p")
+    assert rules == {"deny": ["bash(rm *)"], "ask": [], "allow": ["bash(rm -i *)"]}
+    assert notes == [
+        "p.bash: 'rm *': 'deny' holds even where a later allow entry matches (keel applies "
+        "deny and ask rules before allow rules)"
+    ]
+
+
+def test_broken_files_give_one_line_with_the_file_and_line(tmp_path: Path) -> None:
+    jsonc = tmp_path / "opencode.json"
+    jsonc.write_text('{\n  "permission": {\n    "bash": "deny"\n    "edit": "deny"\n}\n')
+    warnings: list[str] = []
+    assert read_jsonc(jsonc, warnings) is None
+    assert warnings == [
+        f"{jsonc}:4:5: invalid JSON (Expecting ',' delimiter); ignored",
+    ]
+    toml = tmp_path / "config.toml"
+    toml.write_text('model = "o3"\n[mcp_servers.x\ncommand = "npx"\n')
+    warnings = []
+    assert read_toml(toml, warnings) is None
+    assert warnings == [
+        f"{toml}:2:15: invalid TOML (Expected ']' at the end of a table declaration); ignored"
+    ]
+
+
+def test_jsonc_comments_and_trailing_commas_leave_strings_alone(tmp_path: Path) -> None:
+    path = tmp_path / "opencode.jsonc"
+    path.write_text(
+        '{\n  // a comment\n  "a": "x // not a comment, }", /* block\n  */ "b": [1, 2,],\n'
+        '  "c": "quote \\" and slash-star /* kept */",\n}\n'
+    )
+    assert read_jsonc(path) == {
+        "a": "x // not a comment, }",
+        "b": [1, 2],
+        "c": 'quote " and slash-star /* kept */',
+    }
+
+
+def test_a_broken_opencode_file_warns_at_start_without_a_traceback(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    (root / "opencode.json").write_text('{"permission": {"bash": "deny",,}}', encoding="utf-8")
+    script = write_script(tmp_path / "s.json", [{"text": "done"}])
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert f"{root / 'opencode.json'}:1:33: invalid JSON" in out.stderr
+    assert "Traceback" not in out.stderr
