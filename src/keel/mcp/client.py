@@ -52,6 +52,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, TypeAlias
 
 from keel.frozen import frozen
 from keel.mcp.config import ServerConfig
+from keel.mcp.tasks import TTL_MARGIN, TaskCalls, TaskEnded
 
 if TYPE_CHECKING:
     import anyio
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from mcp import ClientSession, MCPError
     from mcp.client._transport import TransportStreams
     from mcp.client.session import ClientRequestContext, IncomingMessage
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
     from mcp.shared.message import SessionMessage
     from mcp_types import (
         CallToolResult,
@@ -70,6 +72,8 @@ if TYPE_CHECKING:
         ElicitResult,
         ErrorData,
         ListRootsResult,
+        ServerCapabilities,
+        TaskStatusNotificationParams,
     )
     from mcp_types import Tool as ToolDefinition
 
@@ -156,6 +160,8 @@ class RemoteTool:
     open_world_hint: bool | None = None
     destructive_hint: bool | None = None
     idempotent_hint: bool | None = None
+    #: `execution.taskSupport`: "required" tools are called as tasks (keel.mcp.tasks).
+    task_support: Literal["forbidden", "optional", "required"] = "forbidden"
 
 
 @frozen
@@ -298,6 +304,8 @@ class _Server:
     #: Connected at least once (only such a server is restarted when it drops).
     was_connected: bool = False
     restarts: int = 0
+    #: Task-augmented calls of this connection (None: the server offers no tasks for tools).
+    tasks: TaskCalls | None = None
 
     def snapshot(self) -> ServerStatus:
         return ServerStatus(
@@ -659,7 +667,9 @@ class McpManager:
     async def _connect_and_serve(self, s: _Server) -> None:
         import anyio
         from mcp import ClientSession
-        from mcp_types import Implementation
+        from mcp.client.extension import NotificationBinding
+        from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+        from mcp_types import Implementation, TaskStatusNotificationParams
 
         from keel import __version__
 
@@ -670,17 +680,32 @@ class McpManager:
             life.deadline = anyio.current_time() + self.connect_timeout
             async with contextlib.AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport(s))
+                # keel's own dispatcher: task-augmented calls send one request through it as is
+                dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(*streams)
+
+                async def task_status(params: TaskStatusNotificationParams) -> None:
+                    if s.tasks is not None:
+                        await s.tasks.status_changed(params)
+
                 session = await stack.enter_async_context(
                     ClientSession(
-                        *streams,
                         client_info=Implementation(name="keel", version=__version__),
+                        notification_bindings=[
+                            NotificationBinding(
+                                method="notifications/tasks/status",
+                                params_type=TaskStatusNotificationParams,
+                                handler=task_status,
+                            )
+                        ],
+                        dispatcher=dispatcher,
                         **self._callbacks(s),
                     )
                 )
                 init = await session.initialize()
-                before = s.tools if s.was_connected else None
-                s.tools = await _list_tools(session)
                 caps = init.capabilities
+                s.tasks = self._task_calls(s, session, dispatcher, caps)
+                before = s.tools if s.was_connected else None
+                s.tools = self._callable(s, await _list_tools(session))
                 s.prompts = await _list_prompts(session) if caps.prompts else ()
                 s.resources = caps.resources is not None and await _has_resources(session)
                 life.deadline = math.inf
@@ -708,6 +733,43 @@ class McpManager:
                 s.detail += f" (last stderr line: {line})"
         else:
             s.detail = "the session ended"
+
+    def _task_calls(
+        self,
+        s: _Server,
+        session: ClientSession,
+        dispatcher: JSONRPCDispatcher[Any],
+        caps: ServerCapabilities,
+    ) -> TaskCalls | None:
+        """Task-augmented calls for this connection, if the server offers tasks for tools."""
+        tasks = caps.tasks
+        if tasks is None or tasks.requests is None or tasks.requests.tools is None:
+            return None
+        if tasks.requests.tools.call is None:
+            return None
+        return TaskCalls(
+            s.config.name,
+            session,
+            dispatcher,
+            can_cancel=tasks.cancel is not None,
+            cancel_timeout=STOP_GRACE,
+            notice=self._notice,
+        )
+
+    def _callable(self, s: _Server, tools: tuple[RemoteTool, ...]) -> tuple[RemoteTool, ...]:
+        """The tools keel can call: one that requires tasks of a server that offers none for
+        tools (the spec forbids calling it as a task there, and it refuses plain calls) is
+        left out, and named."""
+        if s.tasks is not None:
+            return tools
+        refused = [t.name for t in tools if t.task_support == "required"]
+        if refused:
+            self._notice(
+                f'MCP server "{s.config.name}": {", ".join(refused)} must be called as a task, '
+                "but the server does not offer tasks for tools (capabilities.tasks.requests."
+                "tools.call); keel leaves them out"
+            )
+        return tuple(t for t in tools if t.task_support != "required")
 
     async def _serve(self, s: _Server, session: ClientSession) -> None:
         import anyio
@@ -796,8 +858,15 @@ class McpManager:
         return ElicitResult(action="accept", content=answer)
 
     def _notified(self, s: _Server, message: IncomingMessage) -> None:
-        from mcp_types import PromptListChangedNotification, ToolListChangedNotification
+        from mcp_types import (
+            ProgressNotification,
+            PromptListChangedNotification,
+            ToolListChangedNotification,
+        )
 
+        if isinstance(message, ProgressNotification) and s.tasks is not None:
+            p = message.params
+            s.tasks.progressed(p.progress_token, p.progress, p.total, p.message)
         if isinstance(message, ToolListChangedNotification | PromptListChangedNotification):
             # Listing needs a request, which must not wait inside the session's receive loop.
             refresh = _Call("tools/list", {}, self.connect_timeout, _detached_future())
@@ -806,7 +875,7 @@ class McpManager:
 
     async def _refresh_lists(self, s: _Server, session: ClientSession) -> None:
         before = s.tools
-        s.tools = await _list_tools(session)
+        s.tools = self._callable(s, await _list_tools(session))
         caps = session.server_capabilities
         if caps is not None and caps.prompts:
             s.prompts = await _list_prompts(session)
@@ -846,10 +915,20 @@ class McpManager:
             try:
                 if call.op is not None:
                     result = await call.op(session)
+                elif s.tasks is not None and _task_support(s, call.tool) == "required":
+                    result = await s.tasks.call(
+                        call.tool,
+                        call.args,
+                        keep=call.timeout + TTL_MARGIN,
+                        on_progress=call.on_progress,
+                    )
                 else:
                     result = await session.call_tool(
                         call.tool, call.args, progress_callback=_progress(call.on_progress)
                     )
+            except TaskEnded as exc:
+                _fail(call, McpCallError(s.config.name, str(exc)))
+                return
             except MCPError as exc:
                 if exc.code == CONNECTION_CLOSED:
                     self._lose(s, "the connection closed")  # the owner fails the call
@@ -1084,9 +1163,11 @@ def _count(n: int) -> str:
 def _import_sdk() -> None:
     import anyio  # noqa: F401
     import httpx2  # noqa: F401
+    import mcp.client.extension  # noqa: F401
     import mcp.client.session  # noqa: F401
     import mcp.client.sse  # noqa: F401
     import mcp.client.streamable_http  # noqa: F401
+    import mcp.shared.jsonrpc_dispatcher  # noqa: F401
     import mcp.shared.message  # noqa: F401
     import mcp_types  # noqa: F401
 
@@ -1178,8 +1259,13 @@ def _detached_future() -> asyncio.Future[Any]:
     return future
 
 
+def _task_support(s: _Server, tool: str) -> str:
+    return next((t.task_support for t in s.tools if t.name == tool), "forbidden")
+
+
 def _remote(tool: ToolDefinition) -> RemoteTool:
     annotations = tool.annotations
+    execution = tool.execution
     return RemoteTool(
         name=tool.name,
         description=tool.description or "",
@@ -1189,6 +1275,7 @@ def _remote(tool: ToolDefinition) -> RemoteTool:
         open_world_hint=annotations.open_world_hint if annotations else None,
         destructive_hint=annotations.destructive_hint if annotations else None,
         idempotent_hint=annotations.idempotent_hint if annotations else None,
+        task_support=(execution.task_support if execution else None) or "forbidden",
     )
 
 
