@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from keel.config.foreign import opencode_rules, read_jsonc, read_toml
@@ -189,3 +190,87 @@ def test_a_broken_opencode_file_warns_at_start_without_a_traceback(tmp_path: Pat
     assert out.returncode == 0, out.stderr
     assert f"{root / 'opencode.json'}:1:33: invalid JSON" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+# -- MCP servers ----------------------------------------------------------------------------------
+
+TOOLS_SERVER = str(Path(__file__).parent / "mcp_servers" / "tools_server.py")
+
+
+def _tool_results(home: Path) -> list[tuple[str, bool]]:
+    """(text, is_error) of each tool result of the latest session."""
+    out = []
+    for line in session_files(home)[-1].read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["type"] == "tool_result":
+            result = record["result"]
+            out.append(
+                ("".join(b["text"] for b in result["content"]), result.get("is_error", False))
+            )
+    return out
+
+
+def _echo_script(tmp_path: Path, server: str) -> Path:
+    return write_script(
+        tmp_path / "echo.json",
+        [
+            {"tool_calls": [{"name": f"mcp__{server}__echo", "input": {"text": "carried over"}}]},
+            {"text": "done"},
+        ],
+    )
+
+
+def test_an_opencode_project_mcp_server_is_offered_only_once_approved(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    config = _json(
+        root / "opencode.json",
+        {
+            "mcp": {
+                "team": {
+                    "type": "local",
+                    "command": [sys.executable, TOOLS_SERVER],
+                    "environment": {"MARK": "1"},
+                    "enabled": True,
+                }
+            }
+        },
+    )
+    script = _echo_script(tmp_path, "team")
+    home = Path(os.environ["KEEL_HOME"])
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 1
+    assert "project MCP server(s) team are not approved and were not started" in out.stderr
+    assert "calls tool 'mcp__team__echo' but the run offers only: bash," in out.stderr
+    listed = keel("trust", "list", cwd=root)
+    assert f"mcp team: NEEDS APPROVAL ({config}); stdio: {sys.executable} {TOOLS_SERVER}" in (
+        listed.stdout
+    )
+    assert (
+        "opencode.json [foreign]: OpenCode: deny and ask rules apply; MCP server team: "
+        "WAITS FOR APPROVAL" in listed.stdout
+    )
+    approved = keel("trust", "approve", "mcp", cwd=root)
+    assert approved.returncode == 0, approved.stderr
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert _tool_results(home) == [("carried over", False)]
+
+
+def test_a_codex_user_mcp_server_starts_as_the_users(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    codex = _home() / ".codex" / "config.toml"
+    codex.parent.mkdir(parents=True)
+    codex.write_text(
+        f'model = "gpt-5"\napproval_policy = "never"\n\n[mcp_servers.mine]\n'
+        f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(TOOLS_SERVER)}]\n"
+        "startup_timeout_sec = 20\ntool_timeout_sec = 30\n",
+        encoding="utf-8",
+    )
+    script = _echo_script(tmp_path, "mine")
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert _tool_results(Path(os.environ["KEEL_HOME"])) == [("carried over", False)]
+    assert (
+        f"{codex}: keel does not use approval_policy; mcp_servers.mine.startup_timeout_sec"
+        in out.stderr
+    )

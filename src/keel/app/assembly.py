@@ -530,8 +530,13 @@ async def connect_mcp(
     someone can sign in to a server that asks for OAuth (the URL is shown as a notice)."""
     root = agent.ctx.root
     home = Path.home()
-    if not settings.mcp_servers and not settings.enabled_plugins and not any(
-        p.exists() for p in (root / ".mcp.json", home / ".claude.json")
+    from keel.config.foreign import mcp_files
+
+    foreign = mcp_files(root, home, agent.ctx.env)
+    if (
+        not settings.mcp_servers
+        and not settings.enabled_plugins
+        and not any(p.exists() for p in (root / ".mcp.json", home / ".claude.json", *foreign))
     ):
         return
     from keel.config.settings import user_config_dir

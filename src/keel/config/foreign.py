@@ -136,6 +136,13 @@ def opencode_home(intake: Intake) -> Path:
     return intake.home / ".config" / "opencode"
 
 
+def mcp_files(root: Path, home: Path, env: Mapping[str, str]) -> tuple[Path, ...]:
+    """The files of these tools that may define MCP servers for the project at `root`."""
+    codex = Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else home / ".codex"
+    opencode = home / ".config" / "opencode"
+    return (codex / "config.toml", *(d / n for d in (opencode, root) for n in OPENCODE_FILES))
+
+
 def _opencode_dirs(intake: Intake) -> list[Path]:
     """Where OpenCode's files are, lowest precedence first: the user's config folder, then each
     directory from the project root down to the working directory."""

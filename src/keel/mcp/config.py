@@ -138,6 +138,9 @@ def load_servers(
     for path, value in settings_servers:
         source = source_of(path, project_root, home=home)
         sections.append((rank_of[source], path, source, value))
+    for path, value in _foreign_servers(project_root, env, home):
+        source = source_of(path, project_root, home=home)
+        sections.append((rank_of[source], path, source, value))
     plugin_servers = _plugin_servers(project_root, env, home)
     sections += plugin_servers
     order = 0
@@ -185,6 +188,21 @@ def _plugin_servers(
             named = {f"plugin:{plugin.name}:{name}": entry for name, entry in servers.items()}
             sections.append((0, path, "user", named))
     return sections
+
+
+def _foreign_servers(
+    project_root: Path, env: Mapping[str, str], home: Path | None
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Servers from `~/.codex/config.toml`, `~/.config/opencode/opencode.json` and the project
+    root's `opencode.json(c)`, in keel's shape (`keel.config.foreign`; read with `home` only,
+    as `~/.claude.json` is)."""
+    if home is None:
+        return []
+    from keel.config.foreign import load_foreign
+    from keel.config.intake import intake_for
+
+    intake = intake_for(project_root, env, home=home, root=project_root)
+    return load_foreign(intake, env).servers
 
 
 def _read_claude_json(
