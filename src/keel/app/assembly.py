@@ -441,10 +441,14 @@ def add_extensions(agent: Agent, notice: Notify) -> None:
     """Skills (indexed in the system prompt, loaded with the `skill` tool or `/name`) and custom
     slash commands, from the project's and the user's folders."""
     from keel.config.settings import user_config_dir
+    from keel.plugins import load_plugins
     from keel.skills import load_extensions, skill_tool
 
+    # Each plugin that waits for approval, is not installed, or brings what keel does not use
+    # yet, named once (the loaders below read the plugins that run).
+    plugins = load_plugins(agent.cwd, user_dir=user_config_dir(), home=Path.home())
     skills, commands = load_extensions(agent.cwd, user_dir=user_config_dir(), home=Path.home())
-    for warning in [*skills.warnings, *commands.warnings]:
+    for warning in [*plugins.warnings, *skills.warnings, *commands.warnings]:
         notice(Notice(warning, "warning"))
     from keel.agent.prompt import load_instructions  # imports of instruction files not followed
 

@@ -73,6 +73,7 @@ def doctor(argv: list[str]) -> int:
     _trust(settings)
     _project_files(cwd, settings)
     _hooks(cwd)
+    _plugins(cwd, settings)
     _instructions(cwd)
     return 0 if ok else 1
 
@@ -118,6 +119,21 @@ def _hooks(cwd: Path) -> None:
         # A file that cannot be read was named under "settings files" already.
         if "does not support" not in warning and warning not in config.unreadable:
             print(f"  warning: {warning}")
+
+
+def _plugins(cwd: Path, settings: Settings) -> None:
+    """Each Claude Code plugin named or installed here: its state, the settings file that turns
+    it on, what it brings, and what waits for approval or installation."""
+    from keel.cli.plugin import plugin_lines
+    from keel.config.settings import user_config_dir
+    from keel.plugins import load_plugins
+
+    found = load_plugins(cwd, user_dir=user_config_dir(), settings=settings)
+    if not found.states and not found.idle:
+        return
+    print(f"plugins: {len(found.active)} of {len(found.states) + len(found.idle)} run here")
+    for line in plugin_lines(found, "  "):
+        print(line)
 
 
 def _hidden(settings: Settings) -> None:

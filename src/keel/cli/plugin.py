@@ -67,23 +67,30 @@ def _ident(text: str) -> str:
 
 def _list(cwd: Path, user_dir: Path) -> int:
     found = active.load_plugins(cwd, user_dir=user_dir)
-    for warning in found.warnings:
-        print(f"warning: {warning}")
     if not found.states and not found.idle:
         print(
             "no plugins: `keel plugin marketplace add SOURCE`, then `keel plugin install "
             "NAME@MARKETPLACE`"
         )
         return 0
+    print("\n".join(plugin_lines(found)))
+    return 0
+
+
+def plugin_lines(found: active.PluginSet, indent: str = "") -> list[str]:
+    """Each plugin named here or installed, with its state and what it brings, then the
+    warnings about them (for `keel plugin list`, `keel doctor` and `keel trust list`)."""
     running = {p.ident: p for p in found.active}
+    lines: list[str] = []
     for state in found.states:
-        print(f"{state.ident}: {_state(state)}")
+        lines.append(f"{indent}{state.ident}: {_state(state)}")
         plugin = running.get(state.ident)
         if plugin is not None:
-            print(f"  brings: {', '.join(plugin.brings()) or 'nothing keel reads'}")
+            lines.append(f"{indent}  brings: {', '.join(plugin.brings()) or 'nothing keel reads'}")
     for idle in found.idle:
-        print(f"{idle.ident}: installed {idle.version}, not enabled anywhere")
-    return 0
+        lines.append(f"{indent}{idle.ident}: installed {idle.version}, not enabled anywhere")
+    lines += [f"{indent}warning: {w}" for w in found.warnings]
+    return lines
 
 
 def _state(state: active.PluginState) -> str:

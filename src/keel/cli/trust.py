@@ -84,6 +84,7 @@ def _list(project: _Project) -> int:
     print(f"project: {project.root}")
     print(f"approvals: {project.file('settings')}")
     _files(project)
+    _plugins(project)
     nothing = True
     for pending in settings.pending:
         nothing = False
@@ -127,6 +128,19 @@ def _files(project: _Project) -> None:
     )
     print("\n".join(report_lines(report)))
     print()
+
+
+def _plugins(project: _Project) -> None:
+    """The plugins settings files here name: a project's wait for approval of its file's
+    `enabledPlugins` (a `settings` approval), and run only once installed."""
+    from keel.cli.plugin import plugin_lines
+    from keel.plugins import load_plugins
+
+    found = load_plugins(project.cwd, user_dir=project.user_dir, settings=project.settings)
+    if found.states:
+        print("plugins (turned on by settings files; a project's once you approve its file):")
+        print("\n".join(plugin_lines(found, "  ")))
+        print()
 
 
 def _waiting(project: _Project) -> bool:
