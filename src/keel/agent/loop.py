@@ -46,6 +46,7 @@ from keel.agent.events import (
     TurnStop,
     UsageUpdated,
 )
+from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
 from keel.agent.prompt import build_system_prompt, git_root, part_hashes, short_hash
 from keel.agent.questions import QuestionReply, Questions
@@ -240,6 +241,17 @@ class Agent:
         #: Questions waiting for the user (`answer`); emitted like every other event.
         self.questions = Questions(self.forward)
         self._system_override = system
+        #: Nested instruction files and path-scoped rules, delivered as notes when the model
+        #: reads or edits a file they cover (None: not delivered, as with a system prompt of the
+        #: caller's own).
+        self.instruction_notes: InstructionNotes | None = None
+        if system is None:
+            self.instruction_notes = InstructionNotes(
+                self.cwd,
+                user_dir=user_config_dir(self.ctx.env),
+                home=Path.home(),
+                refuse=self.import_refusal,
+            )
         self._today = today
         #: More system-prompt sections (the skills and memory indexes), fixed per context.
         self.extra_sections: list[str] = []
@@ -354,6 +366,8 @@ class Agent:
                 extra_sections=self.extra_sections,
                 refuse=self.import_refusal,
             )
+            if self.instruction_notes is not None:
+                self.instruction_notes.reset(self._system, self.messages)
         return self._system
 
     def import_refusal(self, path: Path) -> str | None:
@@ -969,6 +983,8 @@ class Agent:
         self._just_compacted = True
         self.session_start_source = "compact"  # Claude Code: SessionStart(compact) next
         self.ctx.read_ranges.clear()  # the model no longer has what it read
+        if self.instruction_notes is not None:  # nor the instruction notes it was given
+            self.instruction_notes.reset(self.system, self.messages)
         self.spend.add(done.usage, cost)
         emit(ContextCompacted(trigger, before, new.tokens_after))
         emit(
@@ -1188,6 +1204,7 @@ class Agent:
             return "unknown_outcome" if self._runner.stopped_unknown else "suspended"
         self._pending = None
         self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
+        self._deliver_instruction_note(calls, results, emit)
         if (halt := self._runner.halt_reason) is not None:
             self._runner.halt_reason = None
             emit(Notice(f"stopped by a hook: {halt}", "warning"))
@@ -1224,6 +1241,25 @@ class Agent:
         for r in results:
             self._record_result(r, 0.0)
         self.conversation.append(Message("user", tuple(results)))
+
+    def _deliver_instruction_note(
+        self, calls: tuple[ToolUse, ...], results: dict[str, ToolResult], emit: Emit
+    ) -> None:
+        """What the files this round read or edited bring (nested instruction files, path-scoped
+        rules) and the model has not had in this context: a note after the results."""
+        notes = self.instruction_notes
+        if notes is None:
+            return
+        _ = self.system  # a resumed run's first round: the context's files count as delivered
+        text = notes.note_for(calls, results)
+        while notes.warnings:
+            emit(Notice(notes.warnings.pop(0), "warning"))
+        if text is None:
+            return
+        message = Message("user", (Text(f"<system-note>\n{text}\n</system-note>"),))
+        if self.session is not None:
+            self.session.user(message, "note")
+        self.conversation.append(message)  # joins the tool results before it
 
     def _deliver_notifications(self) -> None:
         """Finished background tasks ride along with the next request, as a user message."""

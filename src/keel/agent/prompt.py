@@ -450,6 +450,7 @@ def build_system_prompt(
 _SECTION = re.compile(r"(<env>\n.*?\n</env>|<instructions [^>]*>.*?</instructions>)", re.DOTALL)
 _SOURCE = re.compile(r'<instructions (source="([^"]*)"(?: imported-from="([^"]*)")?)')
 _TAG = re.compile(r"<([a-z][a-z0-9-]*)>")
+_OPENING = re.compile(r'^<instructions source="([^"]*)"', re.MULTILINE)
 
 
 def sections(system: str) -> list[tuple[str, str]]:
@@ -489,6 +490,11 @@ def sections(system: str) -> list[tuple[str, str]]:
         if chunk:
             further(chunk)
     return out
+
+
+def instruction_sources(system: str) -> list[Path]:
+    """The instruction files (imports included) a built system prompt holds."""
+    return [Path(m.group(1)) for m in _OPENING.finditer(system)]
 
 
 def part_hashes(system: str) -> tuple[tuple[str, str], ...]:

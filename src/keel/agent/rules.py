@@ -17,12 +17,8 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from keel.frozen import frozen
-
-if TYPE_CHECKING:
-    import pathspec
 
 #: Where rules live, relative to a directory (the home directory or a project directory).
 RULES_DIR = Path(".claude") / "rules"
@@ -91,10 +87,51 @@ def expand_braces(pattern: str) -> list[str]:
     return [out for part in match.group(1).split(",") for out in expand_braces(head + part + tail)]
 
 
-def matcher(patterns: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
-    import pathspec
+class Matcher:
+    """Which path-scoped rules match a path relative to the project root. One regular expression
+    over every rule's globs answers "none", the common case, in one step; a path it matches is
+    checked rule by rule, each rule's globs as one expression (a rule with a `!` glob, which
+    takes a match away, by `pathspec` itself)."""
 
-    return pathspec.GitIgnoreSpec.from_lines([p for g in patterns for p in expand_braces(g)])
+    def __init__(self, rules: list[Rule]) -> None:
+        import pathspec
+
+        self.rules: list[tuple[Rule, re.Pattern[str] | pathspec.GitIgnoreSpec]] = []
+        every: list[str] = []
+        for rule in rules:
+            spec = pathspec.GitIgnoreSpec.from_lines(
+                [p for g in rule.patterns for p in expand_braces(g)]
+            )
+            parts = [
+                _NAMED_GROUP.sub("(?:", p.regex.pattern)
+                for p in spec.patterns
+                if p.include and isinstance(p.regex, re.Pattern)
+            ]
+            every += parts
+            plain = all(p.include is not False for p in spec.patterns)
+            self.rules.append((rule, _either(parts) if plain else spec))
+        self.any = _either(list(dict.fromkeys(every)))
+
+    def matching(self, rel: str) -> tuple[Rule, ...]:
+        if self.any.search(rel) is None:
+            return ()
+        return tuple(
+            rule
+            for rule, test in self.rules
+            if (
+                test.search(rel) is not None
+                if isinstance(test, re.Pattern)
+                else test.match_file(rel)
+            )
+        )
 
 
-__all__ = ["RULES_DIR", "Rule", "expand_braces", "matcher", "read_rule", "rule_files"]
+def _either(parts: list[str]) -> re.Pattern[str]:
+    """One expression for any of `parts`; one that matches nothing for none."""
+    return re.compile("|".join(f"(?:{p})" for p in parts) if parts else "(?!)")
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<[^>]+>")
+
+
+__all__ = ["RULES_DIR", "Matcher", "Rule", "expand_braces", "read_rule", "rule_files"]

@@ -1,0 +1,339 @@
+"""Instruction text beyond the top-level files: Claude Code rules (always-on ones in the system
+prompt, path-scoped ones delivered when a matching file is read or edited), nested AGENTS.md /
+CLAUDE.md delivered on demand, Codex's AGENTS.override.md and ~/.codex/AGENTS.md, OpenCode's
+`instructions`. End-to-end tests run the real `keel -p` against the loopback Anthropic server and
+assert the whole request bodies."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.agent.instruction_notes import InstructionNotes
+from keel.agent.loop import Agent
+from keel.agent.prompt import instruction_files, load_instructions
+from keel.agent.rules import expand_braces, read_rule
+from keel.llm.messages import ToolResult, ToolUse
+from keel.llm.providers.scripted import ScriptedProvider
+from keel.llm.script import reply
+from keel.testing.anthropic_server import AnthropicServer
+from keel.tools.builtin import builtin_tools
+from tests.test_cli import keel
+
+MODEL = "anthropic/claude-sonnet-4-5"
+
+
+@pytest.fixture
+def server() -> Iterator[AnthropicServer]:
+    with AnthropicServer(api_key="sk-ant-test") as s:
+        yield s
+
+
+def server_env(server: AnthropicServer) -> dict[str, str]:
+    return {"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": server.url}
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def bodies(server: AnthropicServer) -> list[dict[str, Any]]:
+    return [r.json or {} for r in server.model_requests]
+
+
+def system_text(body: dict[str, Any]) -> str:
+    system = body["system"]
+    return system if isinstance(system, str) else "".join(b["text"] for b in system)
+
+
+def without_cache(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_cache(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [without_cache(v) for v in value]
+    return value
+
+
+def assert_prefix_stable(all_bodies: list[dict[str, Any]]) -> None:
+    """System prompt and tools byte-identical in every request; every earlier message kept."""
+    first = all_bodies[0]
+    for body in all_bodies[1:]:
+        assert without_cache(body["system"]) == without_cache(first["system"])
+        assert without_cache(body["tools"]) == without_cache(first["tools"])
+    for before, after in itertools.pairwise(all_bodies):
+        old, new = without_cache(before["messages"]), without_cache(after["messages"])
+        assert new[: len(old) - 1] == old[:-1]
+
+
+def note(*sections: tuple[Path, str, Path]) -> str:
+    """The system note for (file, text, the path that brought it) sections."""
+    inner = "\n\n".join(
+        f'<instructions source="{f}" for="{target}">\n{text}\n</instructions>'
+        for f, text, target in sections
+    )
+    return f"<system-note>\n{inner}\n</system-note>"
+
+
+@pytest.fixture
+def repo(project: Path) -> Path:
+    """A git project with a nested AGENTS.md, always-on and path-scoped rules."""
+    (project / ".git").mkdir()
+    write(project / "AGENTS.md", "ROOT: run make test")
+    write(project / "pkg" / "AGENTS.md", "PKG: this package is generated; edit the templates")
+    write(project / "pkg" / "gen.py", "X = 1\n")
+    write(project / "pkg" / "deep" / "mod.py", "Y = 2\n")
+    write(project / ".claude" / "rules" / "always.md", "ALWAYS: answer in English")
+    write(
+        project / ".claude" / "rules" / "python" / "style.md",
+        '---\npaths:\n  - "pkg/**/*.py"\n---\nPY: type every function',
+    )
+    write(
+        project / ".claude" / "rules" / "docs.md",
+        "---\npaths: docs/**/*.{md,rst}\n---\nDOCS: one sentence per line",
+    )
+    return project
+
+
+def test_keel_p_delivers_a_nested_agents_md_and_a_path_scoped_rule_once_after_the_read(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    server.add(reply("", ("read", {"path": "README.md"})))  # unrelated: brings nothing
+    server.add(reply("", ("read", {"path": "pkg/gen.py"})))
+    server.add(reply("", ("read", {"path": "pkg/gen.py"}), ("read", {"path": "pkg/deep/mod.py"})))
+    server.add(reply("done"))
+    out = keel("-p", "look around", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    sent = bodies(server)
+    assert len(sent) == 4
+    system = system_text(sent[0])
+    assert f'<instructions source="{repo / "AGENTS.md"}">\nROOT: run make test\n' in system
+    rule = repo / ".claude" / "rules" / "always.md"
+    assert f'<instructions source="{rule}">\nALWAYS: answer in English\n</instructions>' in system
+    assert "PKG:" not in system
+    assert "PY:" not in system
+    assert "DOCS:" not in system
+    assert_prefix_stable(sent)
+    # After the unrelated read: the tool result alone.
+    assert [b["type"] for b in sent[1]["messages"][-1]["content"]] == ["tool_result"]
+    # After the read in pkg/: the nested AGENTS.md, then the rule, after the result.
+    gen = repo / "pkg" / "gen.py"
+    style = repo / ".claude" / "rules" / "python" / "style.md"
+    last = sent[2]["messages"][-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "text"]
+    assert last[1]["text"] == note(
+        (repo / "pkg" / "AGENTS.md", "PKG: this package is generated; edit the templates", gen),
+        (style, "PY: type every function", gen),
+    )
+    # Once per context: the same files again bring nothing new.
+    assert [b["type"] for b in sent[3]["messages"][-1]["content"]] == ["tool_result"] * 2
+    everything = json.dumps(sent[3])
+    assert everything.count("PKG: this package") == 1
+    assert everything.count("PY: type every function") == 1
+
+
+def test_an_edit_below_the_working_directory_brings_its_directory_files(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    """Started in pkg/ (its AGENTS.md is in the system prompt): a write in pkg/deep/ brings
+    pkg/deep/CLAUDE.md and its `.claude/CLAUDE.md`, not pkg/AGENTS.md again."""
+    pkg = repo / "pkg"
+    write(pkg / "deep" / "CLAUDE.md", "DEEP: keep it small")
+    write(pkg / "deep" / ".claude" / "CLAUDE.md", "DEEP DOT-CLAUDE")
+    server.add(reply("", ("write", {"path": "deep/new.py", "content": "Z = 3\n"})))
+    server.add(reply("done"))
+    out = keel(
+        "-p", "add a file", "--model", MODEL, "--mode", "accept-edits",
+        cwd=pkg, env=server_env(server),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    first, second = bodies(server)
+    assert "PKG: this package" in system_text(first)
+    target = pkg / "deep" / "new.py"
+    assert second["messages"][-1]["content"][1]["text"] == note(
+        (pkg / "deep" / "CLAUDE.md", "DEEP: keep it small", target),
+        (pkg / "deep" / ".claude" / "CLAUDE.md", "DEEP DOT-CLAUDE", target),
+        (repo / ".claude" / "rules" / "python" / "style.md", "PY: type every function", target),
+    )
+
+
+def test_a_failed_read_brings_nothing(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    server.add(reply("", ("read", {"path": "pkg/missing.py"})))
+    server.add(reply("done"))
+    out = keel("-p", "read it", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    last = bodies(server)[1]["messages"][-1]["content"]
+    assert [b["type"] for b in last] == ["tool_result"]
+    assert last[0]["is_error"] is True
+
+
+# -- AGENTS.override.md and the other tools' user files --------------------------------------------
+
+
+def test_keel_p_sends_agents_override_md_instead_of_agents_md(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    home = isolated_env / "user-home"
+    write(home / ".codex" / "AGENTS.md", "CODEX USER: not sent, the override wins")
+    write(home / ".codex" / "AGENTS.override.md", "CODEX USER OVERRIDE")
+    write(repo / "AGENTS.override.md", "ROOT OVERRIDE: release freeze, no refactors")
+    write(repo / "pkg" / "AGENTS.override.md", "PKG OVERRIDE")
+    server.add(reply("", ("read", {"path": "pkg/gen.py"})))
+    server.add(reply("done"))
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    first, second = bodies(server)
+    system = system_text(first)
+    assert "ROOT OVERRIDE: release freeze" in system
+    assert "ROOT: run make test" not in system
+    assert "CODEX USER OVERRIDE" in system
+    assert "CODEX USER: not sent" not in system
+    gen = repo / "pkg" / "gen.py"
+    assert second["messages"][-1]["content"][1]["text"] == note(
+        (repo / "pkg" / "AGENTS.override.md", "PKG OVERRIDE", gen),
+        (repo / ".claude" / "rules" / "python" / "style.md", "PY: type every function", gen),
+    )
+
+
+def test_user_files_of_claude_code_codex_opencode_and_keel_in_order(tmp_path: Path) -> None:
+    home, user_dir, root = tmp_path / "home", tmp_path / "config", tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    files = [
+        write(home / ".claude" / "CLAUDE.md", "claude"),
+        write(home / ".claude" / "rules" / "a.md", "user rule"),
+        write(home / ".codex" / "AGENTS.md", "codex"),
+        write(home / ".config" / "opencode" / "AGENTS.md", "opencode"),
+        write(home / ".config" / "opencode" / "team.md", "opencode instructions"),
+        write(user_dir / "AGENTS.md", "keel"),
+        write(root / "AGENTS.md", "project"),
+        write(root / ".claude" / "rules" / "b.md", "project rule"),
+        write(root / "docs" / "guide.md", "guide"),
+    ]
+    write(home / ".claude" / "rules" / "scoped.md", "---\npaths: ['*.go']\n---\nscoped")
+    write(home / ".config" / "opencode" / "opencode.json", '{"instructions": ["team.md"]}')
+    write(
+        root / "opencode.jsonc",
+        '{\n  // shared guidance\n  "instructions": [\n    "docs/*.md", /* all */\n'
+        '    "https://example.com/rules.md",\n  ],\n  "model": "x//y",\n}\n',
+    )
+    assert instruction_files(root, user_dir=user_dir, home=home) == files
+    loaded = load_instructions(root, user_dir=user_dir, home=home)
+    assert loaded.warnings == (
+        f"{root / 'opencode.jsonc'}: instructions https://example.com/rules.md not fetched: "
+        "keel reads local files",
+    )
+
+
+def test_opencode_instructions_outside_the_project_are_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    write(tmp_path / "secret.md", "SECRET")
+    write(root / "opencode.json", '{"instructions": ["../secret.md", "/etc/hostname"]}')
+    loaded = load_instructions(root, user_dir=None, home=tmp_path / "home")
+    assert loaded.files == ()
+    assert loaded.warnings == (
+        f"{root / 'opencode.json'}: instructions {tmp_path / 'secret.md'} not read: outside the "
+        "project",
+        f"{root / 'opencode.json'}: instructions /etc/hostname not read: not inside the project",
+    )
+
+
+# -- what a project may not do with a nested file ----------------------------------------------------
+
+
+def test_a_nested_file_may_not_import_or_link_outside_the_project(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    secret = write(isolated_env / "user-home" / ".ssh" / "id_rsa", "PRIVATE KEY")
+    write(repo / "pkg" / "AGENTS.md", "PKG: see @~/.ssh/id_rsa and @../../outside.md")
+    write(repo.parent / "outside.md", "OUTSIDE")
+    (repo / "lib").mkdir()
+    os.symlink(secret, repo / "lib" / "CLAUDE.md")
+    write(repo / "lib" / "a.py", "A = 1\n")
+    server.add(reply("", ("read", {"path": "pkg/gen.py"}), ("read", {"path": "lib/a.py"})))
+    server.add(reply("done"))
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    everything = json.dumps(bodies(server))
+    assert "PRIVATE KEY" not in everything
+    assert "OUTSIDE" not in everything
+    assert "PKG: see @~/.ssh/id_rsa" in everything
+    assert f"{repo / 'lib' / 'CLAUDE.md'}: not included: it is a link to {secret}" in out.stderr
+    assert "import @~/.ssh/id_rsa not followed: a project file may import only" in out.stderr
+
+
+# -- rules: the format -------------------------------------------------------------------------------
+
+
+def test_rule_frontmatter_forms(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    one = write(tmp_path / "one.md", "---\npaths: src/**/*.ts, lib/*.js\n---\nbody")
+    unquoted = write(tmp_path / "unquoted.md", "---\npaths: **/*.go\n---\nGo")
+    bad = write(tmp_path / "bad.md", "---\npaths: {a: 1}\n---\nbody")
+    assert [
+        r.patterns if r else None for r in (read_rule(p, warnings) for p in (one, unquoted, bad))
+    ] == [
+        ("src/**/*.ts", "lib/*.js"),
+        ("**/*.go",),
+        None,
+    ]
+    assert warnings == [f"{bad}: paths must be a list of globs; rule not used"]
+    assert expand_braces("src/{a,b}/*.{ts,tsx}") == [
+        "src/a/*.ts", "src/a/*.tsx", "src/b/*.ts", "src/b/*.tsx"
+    ]  # fmt: skip
+
+
+# -- once per context ---------------------------------------------------------------------------------
+
+
+async def test_delivered_again_after_a_compaction(repo: Path, isolated_env: Path) -> None:
+    provider = ScriptedProvider(
+        [
+            reply("", ("read", {"path": "pkg/gen.py"})),
+            reply("ok"),
+            reply("<summary>read pkg/gen.py</summary>"),
+            reply("", ("read", {"path": "pkg/gen.py"})),
+            reply("ok"),
+        ]
+    )
+    async with Agent(provider=provider, model="scripted", tools=builtin_tools(), cwd=repo) as agent:
+        await agent.run("one")
+        await agent.compact()
+        await agent.run("two")
+    notes = [
+        r.messages[-1].blocks[-1].text  # type: ignore[union-attr]
+        for r in provider.requests
+        if r.messages[-1].tool_results
+    ]
+    assert len(notes) == 2
+    assert notes[0] == notes[1]
+    assert "PKG: this package" in notes[0]
+    assert "PY: type every function" in notes[0]
+
+
+# -- the cost per tool call ---------------------------------------------------------------------------
+
+
+def test_checking_a_call_costs_microseconds(repo: Path, tmp_path: Path) -> None:
+    for i in range(50):
+        write(repo / ".claude" / "rules" / f"r{i}.md", f"---\npaths: ['src{i}/**/*.py']\n---\nR{i}")
+    notes = InstructionNotes(repo, user_dir=tmp_path / "config", home=tmp_path / "home")
+    notes.reset("")
+    calls = [ToolUse(f"t{i}", "read", {"path": f"pkg/deep/f{i % 20}.py"}) for i in range(2000)]
+    results = {c.id: ToolResult(c.id, ()) for c in calls}
+    notes.note_for(calls[:1], results)  # loads the rules once
+    start = time.perf_counter()
+    for call in calls:
+        notes.note_for([call], results)
+    per_call = (time.perf_counter() - start) / len(calls)
+    assert per_call < 0.001, per_call
