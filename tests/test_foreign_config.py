@@ -274,3 +274,91 @@ def test_a_codex_user_mcp_server_starts_as_the_users(tmp_path: Path) -> None:
         f"{codex}: keel does not use approval_policy; mcp_servers.mine.startup_timeout_sec"
         in out.stderr
     )
+
+
+# -- commands, skills, agents ---------------------------------------------------------------------
+
+
+def _user_messages(home: Path) -> list[str]:
+    texts = []
+    for line in session_files(home)[-1].read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["type"] == "user":
+            blocks = record["message"]["content"]
+            texts.append("".join(b.get("text", "") for b in blocks))
+    return texts
+
+
+def test_a_codex_prompt_runs_as_a_slash_command_with_its_arguments(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    prompts = _home() / ".codex" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "review-pr.md").write_text(
+        '---\ndescription: "Review a PR"\nargument-hint: "[pr] [priority]"\n---\n'
+        "Review PR #$1 with priority $2, assigned to $OWNER (all: $ARGUMENTS; $$ stays).\n",
+        encoding="utf-8",
+    )
+    script = write_script(tmp_path / "s.json", [{"text": "done"}])
+    out = keel(
+        "-p", '/prompts:review-pr 456 "very high" OWNER=alice', "--model", f"scripted:{script}",
+        cwd=root,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert _user_messages(Path(os.environ["KEEL_HOME"])) == [
+        "Review PR #456 with priority very high, assigned to alice (all: 456 very high; $$ stays)."
+    ]
+
+
+def test_opencode_commands_from_a_folder_and_from_opencode_json(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    folder = root / ".opencode" / "command"
+    folder.mkdir(parents=True)
+    (folder / "test.md").write_text(
+        "---\ndescription: Run the tests\nagent: build\nmodel: google/gemini-3-flash-preview\n"
+        "---\nRun the tests in $ARGUMENTS and fix what fails.\n",
+        encoding="utf-8",
+    )
+    _json(
+        root / "opencode.json",
+        {"command": {"explain": {"template": "Explain $1 briefly.", "description": "explain"}}},
+    )
+    from keel.skills.commands import load_commands
+
+    commands = load_commands(root, user_dir=None, home=_home())
+    test, explain = commands.get("test"), commands.get("explain")
+    assert test is not None
+    assert explain is not None
+    assert (test.description, test.body, test.model, test.user_level) == (
+        "Run the tests",
+        "Run the tests in $ARGUMENTS and fix what fails.",
+        "gemini/gemini-3-flash-preview",
+        False,
+    )
+    assert (explain.body, explain.path) == ("Explain $1 briefly.", root / "opencode.json")
+    script = write_script(tmp_path / "s.json", [{"text": "done"}])
+    out = keel("-p", "/explain src/app.py", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert _user_messages(Path(os.environ["KEEL_HOME"])) == ["Explain src/app.py briefly."]
+
+
+def test_a_codex_project_skill_is_offered(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    skill = root / ".codex" / "skills" / "release"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: release\ndescription: Cut a release of this project\n---\n"
+        "Bump the version, tag it, push the tag.\n",
+        encoding="utf-8",
+    )
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "skill", "input": {"name": "release"}}]},
+            {"text": "done"},
+        ],
+    )
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert out.returncode == 0, out.stderr
+    [(text, is_error)] = _tool_results(Path(os.environ["KEEL_HOME"]))
+    assert not is_error
+    assert "Bump the version, tag it, push the tag." in text

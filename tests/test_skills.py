@@ -69,12 +69,16 @@ def test_search_dirs_run_from_user_dirs_to_the_project_root_down_to_cwd(
     home: Path, user_dir: Path, repo: Path, cwd: Path
 ) -> None:
     assert search_dirs(cwd, user_dir=user_dir, home=home, kind="skills") == [
+        home / ".codex/skills",
         home / ".claude/skills",
         user_dir / "skills",
+        repo / ".codex/skills",
         repo / ".claude/skills",
         repo / ".keel/skills",
+        repo / "pkg/.codex/skills",
         repo / "pkg/.claude/skills",
         repo / "pkg/.keel/skills",
+        cwd / ".codex/skills",
         cwd / ".claude/skills",
         cwd / ".keel/skills",
     ]

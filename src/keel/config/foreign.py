@@ -126,10 +126,14 @@ OPENCODE_AGENT_DIRS = ("agent", "agents")
 OPENCODE_COMMAND_DIRS = ("command", "commands")
 
 
-def codex_home(intake: Intake, env: Mapping[str, str] | None = None) -> Path:
-    """`$CODEX_HOME`, else `~/.codex`."""
+def codex_dir(home: Path, env: Mapping[str, str] | None = None) -> Path:
+    """Codex's folder: `$CODEX_HOME`, else `~/.codex`."""
     env = os.environ if env is None else env
-    return Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else intake.home / ".codex"
+    return Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else home / ".codex"
+
+
+def codex_home(intake: Intake, env: Mapping[str, str] | None = None) -> Path:
+    return codex_dir(intake.home, env)
 
 
 def opencode_home(intake: Intake) -> Path:
@@ -138,9 +142,9 @@ def opencode_home(intake: Intake) -> Path:
 
 def mcp_files(root: Path, home: Path, env: Mapping[str, str]) -> tuple[Path, ...]:
     """The files of these tools that may define MCP servers for the project at `root`."""
-    codex = Path(env["CODEX_HOME"]).expanduser() if env.get("CODEX_HOME") else home / ".codex"
     opencode = home / ".config" / "opencode"
-    return (codex / "config.toml", *(d / n for d in (opencode, root) for n in OPENCODE_FILES))
+    config = codex_dir(home, env) / "config.toml"
+    return (config, *(d / n for d in (opencode, root) for n in OPENCODE_FILES))
 
 
 def _opencode_dirs(intake: Intake) -> list[Path]:
@@ -329,6 +333,12 @@ def keel_model(provider: str, model: str) -> str | None:
 
     name = _PROVIDER_NAMES.get(provider, provider)
     return f"{name}/{model}" if name in PRESETS and model else None
+
+
+def model_spec(spec: str) -> str | None:
+    """An OpenCode `provider/model` in keel's names, None when keel has no such provider."""
+    provider, _, model = spec.partition("/")
+    return keel_model(provider, model)
 
 
 # -- MCP servers ----------------------------------------------------------------------------------

@@ -28,12 +28,13 @@ import inspect
 import os
 import re
 from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from keel.agent.mentions import Attachment, attachment_blocks, mentions, read_mention
 from keel.agent.prompt import git_root, without_code
-from keel.config.intake import intake_for
+from keel.config.intake import Intake, intake_for
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.skills.skills import (
@@ -70,6 +71,12 @@ MAX_DEPTH = 8
 #: code span such as `` `!` `` in prose is not taken for a command).
 _SHELL = re.compile(r"(?<![\w`])!`([^`\n]+)`")
 
+#: Placeholders of a Codex custom prompt: `$$`, `$1`…`$9`, `$ARGUMENTS`, `$NAME`.
+_CODEX_PLACEHOLDER = re.compile(r"\$(\$|[1-9](?!\d)|[A-Z][A-Z0-9_]*)")
+_CODEX_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+#: Any placeholder of a command (`keel.skills.skills.substitute`).
+_ANY_PLACEHOLDER = re.compile(r"\$(ARGUMENTS|[1-9](?!\d))")
+
 #: keel's built-in slash commands (the interactive UI's): a skill or command file of one of these
 #: names is skipped with a warning.
 BUILTIN_COMMANDS = (
@@ -101,6 +108,10 @@ class Command:
     disallowed_tools: tuple[str, ...] = ()
     #: From the user's own folders (`~/.claude/commands`, keel's user config), not the project's.
     user_level: bool = False
+    #: `codex`: one of Codex's custom prompts (`/prompts:<name>`), expanded as Codex does
+    #: (`codex_prompt`: no `` !`cmd` `` or `@path`). `opencode`: arguments given to a template
+    #: without any placeholder are appended as they are (OpenCode's rule).
+    dialect: Literal["claude", "codex", "opencode"] = "claude"
 
 
 class CommandSet:
@@ -155,6 +166,9 @@ class CommandSet:
         if parsed is None or (command := self.commands.get(parsed[0])) is None:
             return None
         name, arguments = parsed
+        if command.dialect == "codex":
+            text = codex_prompt(command.body, arguments)
+            return Expansion("command", name, arguments, text, command.path)
         words = split_arguments(arguments)
         body = command.body
         parts: list[str] = []
@@ -174,7 +188,11 @@ class CommandSet:
                 parts.append(output)
             position = m.end()
         parts.append(substitute(body[position:], arguments, words))
-        expanded = append_arguments(body, "".join(parts), arguments)
+        expanded = "".join(parts)
+        if command.dialect != "opencode":
+            expanded = append_arguments(body, expanded, arguments)
+        elif arguments and not _ANY_PLACEHOLDER.search(body):
+            expanded += f"\n\n{arguments}"
         attached, not_attached = await self._attachments(command, allow_read)
         if attached:
             expanded += "\n\n" + attachment_blocks(attached)
@@ -263,6 +281,8 @@ def load_commands(
     if user_dir is not None:
         user_roots.add((user_dir / "commands").absolute())
     intake = intake_for(cwd, user_dir=user_dir, home=home)
+    for command in _foreign_commands(intake, warnings):
+        found[command.name] = command
     for root in search_dirs(cwd, user_dir=user_dir, home=home, kind="commands"):
         # The user's own folder, unless it lies inside the project tree (then it came with it).
         user_level = root in user_roots and not intake.supplied(root)
@@ -298,8 +318,10 @@ def _plugin_commands(
     found: dict[str, Command] = {}
     for plugin in plugin_components(cwd, user_dir=user_dir, home=home):
         for root in plugin.commands:
-            files = [(root, root.stem)] if root.is_file() else markdown_files(
-                root, warnings, max_depth=MAX_DEPTH
+            files = (
+                [(root, root.stem)]
+                if root.is_file()
+                else markdown_files(root, warnings, max_depth=MAX_DEPTH)
             )
             for path, name in files:
                 full = f"{plugin.name}:{name}"
@@ -307,6 +329,75 @@ def _plugin_commands(
                 if command is not None:
                     found[full] = command
     return found
+
+
+def _foreign_commands(intake: Intake, warnings: list[str]) -> list[Command]:
+    """Codex's custom prompts (`/prompts:<name>`) and OpenCode's commands (folders and
+    `command` entries of `opencode.json`), lowest precedence first (`keel.config.foreign`)."""
+    from keel.config.foreign import command_places, load_foreign, model_spec
+
+    found: list[Command] = []
+    for place in command_places(intake):
+        user_level = not intake.supplied(place.folder)
+        depth = MAX_DEPTH if place.nested else 0
+        for path, name in markdown_files(place.folder, warnings, max_depth=depth):
+            command = _read_command(path, place.prefix + name, warnings, user_level=user_level)
+            if command is not None:
+                found.append(replace(command, dialect=place.dialect))
+    for path, name, entry in load_foreign(intake).commands:
+        template = entry.get("template")
+        if not isinstance(template, str) or not template.strip():
+            warnings.append(f"{path}: command.{name} has no template (text); skipped")
+            continue
+        description = entry.get("description")
+        found.append(
+            Command(
+                name,
+                template,
+                path,
+                description=description if isinstance(description, str) else "",
+                model=entry.get("model") if isinstance(entry.get("model"), str) else None,
+                user_level=not intake.supplied(path),
+                dialect="opencode",
+            )
+        )
+    kept: list[Command] = []
+    for command in found:
+        if command.model is not None and "/" in command.model:
+            mapped = model_spec(command.model)
+            if mapped is None:
+                warnings.append(
+                    f"{command.path}: /{command.name}: model {command.model!r} names a provider "
+                    "keel does not have; the command uses the session's model"
+                )
+            command = replace(command, model=mapped)
+        kept.append(command)
+    return kept
+
+
+def codex_prompt(body: str, arguments: str) -> str:
+    """A Codex custom prompt with its arguments in place: `$1`…`$9` and `$ARGUMENTS` as for
+    commands, `$NAME` from a `NAME=value` argument (those are not positional), `$$` kept."""
+    named: dict[str, str] = {}
+    words: list[str] = []
+    for word in split_arguments(arguments):
+        key, eq, value = word.partition("=")
+        if eq and _CODEX_NAME.fullmatch(key):
+            named[key] = value
+        else:
+            words.append(word)
+
+    def value(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key == "$":
+            return "$$"
+        if key == "ARGUMENTS":
+            return " ".join(words)
+        if key.isdigit():
+            return words[int(key) - 1] if int(key) <= len(words) else ""
+        return named.get(key, m.group(0))
+
+    return _CODEX_PLACEHOLDER.sub(value, body)
 
 
 def _read_command(
