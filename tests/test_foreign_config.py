@@ -362,3 +362,57 @@ def test_a_codex_project_skill_is_offered(tmp_path: Path) -> None:
     [(text, is_error)] = _tool_results(Path(os.environ["KEEL_HOME"]))
     assert not is_error
     assert "Bump the version, tag it, push the tag." in text
+
+
+def test_opencode_agents_become_subagent_types(tmp_path: Path) -> None:
+    from keel.agent.subagents import load_agent_types
+
+    root = _project(tmp_path)
+    folder = root / ".opencode" / "agent"
+    folder.mkdir(parents=True)
+    (folder / "reviewer.md").write_text(
+        "---\ndescription: Reviews changes for regressions\nmode: subagent\n"
+        "model: anthropic/claude-sonnet-4-5\ntemperature: 0.1\nmaxSteps: 12\n"
+        "tools:\n  write: false\n  edit: false\n  bash: false\n---\n"
+        "Review the current changes.\n",
+        encoding="utf-8",
+    )
+    (folder / "lead.md").write_text(
+        "---\ndescription: The main agent\nmode: primary\n---\nLead.\n", encoding="utf-8"
+    )
+    (_home() / "prompts").mkdir(parents=True)
+    (_home() / "prompts" / "docs.txt").write_text("Write the docs.\n", encoding="utf-8")
+    user = _json(
+        _home() / ".config" / "opencode" / "opencode.json",
+        {
+            "agent": {
+                "docs": {
+                    "description": "Writes documentation",
+                    "prompt": "{file:../../prompts/docs.txt}",
+                    "model": "someprovider/model-x",
+                }
+            }
+        },
+    )
+    types = load_agent_types(root, user_dir=None, home=_home())
+    reviewer, docs = types.get("reviewer"), types.get("docs")
+    assert reviewer is not None
+    assert docs is not None
+    assert (reviewer.description, reviewer.prompt, reviewer.model, reviewer.max_turns) == (
+        "Reviews changes for regressions",
+        "Review the current changes.",
+        "anthropic/claude-sonnet-4-5",
+        12,
+    )
+    assert reviewer.tools is not None
+    assert {"bash", "write", "edit", "multi_edit"}.isdisjoint(reviewer.tools)
+    assert {"read", "grep", "glob"} <= set(reviewer.tools)
+    assert (docs.prompt, docs.model, docs.tools) == ("Write the docs.\n", None, None)
+    assert types.get("lead") is None
+    assert types.warnings == (
+        f"{folder / 'lead.md'}: agent lead is a primary agent (keel offers subagents only); "
+        "not offered as a subagent",
+        f"{folder / 'reviewer.md'}: agent reviewer: keel does not use temperature",
+        f"{user}: agent docs: keel does not use model 'someprovider/model-x' (not a keel "
+        "provider/model: the parent's model is used)",
+    )

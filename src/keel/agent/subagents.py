@@ -29,7 +29,7 @@ import asyncio
 import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keel.agent.events import Event, SubagentEvent
 from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS, Limits, Spend, check_budget
@@ -163,6 +163,8 @@ def load_agent_types(
     types = dict(BUILTIN_TYPES)
     warnings: list[str] = []
     home = home or Path.home()
+    for kind in _opencode_agents(cwd, user_dir, home, warnings):
+        types[kind.name] = kind
     for folder in search_dirs(cwd, user_dir=user_dir, home=home, kind="agents"):
         # Claude Code finds definitions in subfolders too (`.claude/agents/review/security.md`).
         for path, _ in markdown_files(folder, warnings, max_depth=MAX_AGENT_DEPTH):
@@ -189,8 +191,10 @@ def _plugin_agents(
     found: dict[str, AgentType] = {}
     for plugin in plugin_components(cwd, user_dir=user_dir, home=home):
         for folder in plugin.agents:
-            files = [(folder, folder.stem)] if folder.is_file() else markdown_files(
-                folder, warnings, max_depth=MAX_AGENT_DEPTH
+            files = (
+                [(folder, folder.stem)]
+                if folder.is_file()
+                else markdown_files(folder, warnings, max_depth=MAX_AGENT_DEPTH)
             )
             for path, _ in files:
                 try:
@@ -201,6 +205,45 @@ def _plugin_agents(
                 name = f"{plugin.name}:{kind.name}"
                 found[name] = dataclasses.replace(kind, name=name)
     return found
+
+
+def _opencode_agents(
+    cwd: Path, user_dir: Path | None, home: Path, warnings: list[str]
+) -> list[AgentType]:
+    """OpenCode's agents (`.opencode/agent(s)/`, `~/.config/opencode/agent(s)/`, `agent` entries
+    of `opencode.json`; `keel.config.foreign`), lowest precedence first."""
+    from keel.config.foreign import agent_places, load_foreign, opencode_agent
+    from keel.config.intake import intake_for
+    from keel.skills.skills import Unusable, markdown_files, read_document, read_text, where
+
+    intake = intake_for(cwd, user_dir=user_dir, home=home)
+    entries: list[tuple[Path, str, dict[str, Any]]] = []
+    for place in agent_places(intake):
+        for path, name in markdown_files(place.folder, warnings, max_depth=MAX_AGENT_DEPTH):
+            try:
+                doc = read_document(read_text(path))
+            except Unusable as exc:
+                warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
+                continue
+            entries.append((path, name, {**doc.meta, "prompt": doc.body}))
+    entries += load_foreign(intake).agents
+    kinds: list[AgentType] = []
+    for path, name, entry in entries:
+        agent = opencode_agent(name, entry, path)
+        if isinstance(agent, str):
+            warnings.append(f"{path}: {agent}; not offered as a subagent")
+            continue
+        if agent.unused:
+            warnings.append(f"{path}: agent {name}: keel does not use {'; '.join(agent.unused)}")
+        tools = None
+        if agent.denied:
+            every = (t for t in _all_tool_names() if t not in NAMED_ONLY)
+            tools = tuple(t for t in every if t not in agent.denied)
+        turns = agent.max_turns or CHILD_MAX_TURNS
+        kinds.append(
+            AgentType(agent.name, agent.description, agent.prompt, tools, agent.model, turns, path)
+        )
+    return kinds
 
 
 def _read_definition(path: Path, warnings: list[str]) -> AgentType:

@@ -341,6 +341,88 @@ def model_spec(spec: str) -> str | None:
     return keel_model(provider, model)
 
 
+# -- OpenCode agents -------------------------------------------------------------------------------
+
+#: Agent keys keel uses (`prompt` is the body of a Markdown agent).
+_AGENT_USED = frozenset(
+    {"description", "mode", "model", "prompt", "maxSteps", "steps", "tools", "disable", "name"}
+)
+#: OpenCode's tool names in an agent's `tools` → keel's tools they turn off.
+_AGENT_TOOLS = {
+    "bash": ("bash",),
+    "edit": ("edit", "multi_edit", "write"),
+    "write": ("write",),
+    "patch": ("edit", "multi_edit"),
+    "read": ("read",),
+    "grep": ("grep",),
+    "glob": ("glob",),
+    "list": ("ls",),
+    "webfetch": ("web_fetch",),
+    "websearch": ("web_search",),
+    "todowrite": ("todo_write",),
+    "task": ("task",),
+}
+
+
+@frozen
+class OpenCodeAgent:
+    """An OpenCode agent as keel's subagent definition needs it."""
+
+    name: str
+    description: str
+    prompt: str
+    #: keel's tools it turns off (`tools: {"bash": false}`).
+    denied: tuple[str, ...]
+    model: str | None
+    max_turns: int | None
+    #: Keys keel does not use, and why anything written is not used.
+    unused: tuple[str, ...]
+
+
+def opencode_agent(name: str, entry: dict[str, Any], path: Path) -> OpenCodeAgent | str:
+    """An OpenCode agent (a Markdown file's frontmatter plus `prompt`, or an `agent` entry of
+    `opencode.json`), or why it is not offered as a subagent."""
+    if entry.get("disable") is True:
+        return f"agent {name} is disabled there"
+    if entry.get("mode") == "primary":
+        return f"agent {name} is a primary agent (keel offers subagents only)"
+    description = entry.get("description")
+    if not isinstance(description, str) or not description.strip():
+        return f"agent {name} has no description (it tells keel's model when to use it)"
+    prompt = entry.get("prompt", "")
+    if isinstance(prompt, str) and prompt.startswith("{file:") and prompt.endswith("}"):
+        target = (path.parent / prompt[6:-1].strip()).expanduser()
+        try:
+            prompt = target.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return f"agent {name}: its prompt file {target} cannot be read"
+    if not isinstance(prompt, str) or not prompt.strip():
+        return f"agent {name} has no prompt"
+    unused = [k for k in entry if k not in _AGENT_USED]
+    denied: list[str] = []
+    tools = entry.get("tools", {})
+    for tool, on in tools.items() if isinstance(tools, dict) else ():
+        if on is False and tool in _AGENT_TOOLS:
+            denied += _AGENT_TOOLS[tool]
+        elif on is not True:
+            unused.append(f"tools.{tool}")
+    model = entry.get("model")
+    mapped = model_spec(model) if isinstance(model, str) else None
+    if model is not None and mapped is None:
+        unused.append(f"model {model!r} (not a keel provider/model: the parent's model is used)")
+    steps = entry.get("maxSteps", entry.get("steps"))
+    turns = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    return OpenCodeAgent(
+        name,
+        " ".join(description.split()),
+        prompt,
+        tuple(dict.fromkeys(denied)),
+        mapped,
+        turns,
+        tuple(unused),
+    )
+
+
 # -- MCP servers ----------------------------------------------------------------------------------
 
 _CODEX_MCP_KEYS = frozenset(
