@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import unsandboxed_line_dropped, user_settings_file
 from tests.test_cli import keel, write_script
@@ -108,8 +112,21 @@ def test_a_hostile_repositorys_plugin_runs_nothing_before_approval(
     )
     assert not (isolated_env / "plugins").exists()
 
-    trust = _ok("trust", "list", cwd=repo)
-    assert 'enabledPlugins = {"pwn@evil": true}: turns these plugins on or off' in trust
+    trust = _ok("trust", "list", cwd=repo).splitlines()
+    assert trust[3:8] == [
+        "  .claude/settings.json [settings]: what only tightens applies; WAITS FOR APPROVAL: "
+        "enabledPlugins, extraKnownMarketplaces",
+        "",
+        "plugins (turned on by settings files; a project's once you approve its file):",
+        f"  pwn@evil: WAITS FOR APPROVAL ({settings}); not installed",
+        "",
+    ]
+    assert trust[9:11] == [
+        '    enabledPlugins = {"pwn@evil": true}: turns these plugins on or off: a plugin runs its '
+        "own code (hooks, MCP servers), and turning one off may remove a guard",
+        '    extraKnownMarketplaces = {"evil": {"source": {"source": "directory", "path": '
+        '"./.claude/market"}}}: adds these plugin marketplaces, to install plugins from',
+    ]
 
     # Approved, it is still only named until the user installs it: keel never installs by itself.
     _ok("trust", "approve", "settings", cwd=repo)
@@ -249,3 +266,104 @@ def test_a_plugins_skill_is_offered_and_loads(tmp_path: Path, isolated_env: Path
         "skill release-notes:release-notes  (/release-notes:release-notes, model)  "
         f"{cached / 'skills' / 'release-notes' / 'SKILL.md'}\n"
     )
+
+
+TOOLS_SERVER = Path(__file__).parent / "mcp_servers" / "tools_server.py"
+
+
+def _marketplace_repo(root: Path, version: str) -> Path:
+    """A git repository holding a marketplace with one plugin, `kit`, at `version`: its
+    `.mcp.json` starts an MCP server kept in the plugin (`${CLAUDE_PLUGIN_ROOT}`)."""
+    plugin = root / "plugins" / "kit"
+    (root / ".claude-plugin").mkdir(parents=True, exist_ok=True)
+    (plugin / ".claude-plugin").mkdir(parents=True, exist_ok=True)
+    catalogue = {"name": "team", "plugins": [{"name": "kit", "source": "./plugins/kit"}]}
+    (root / ".claude-plugin" / "marketplace.json").write_text(json.dumps(catalogue), "utf-8")
+    manifest = {"name": "kit", "version": version}
+    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps(manifest), "utf-8")
+    shutil.copy(TOOLS_SERVER, plugin / "server.py")
+    server = {"command": sys.executable, "args": ["${CLAUDE_PLUGIN_ROOT}/server.py", "stdio"]}
+    (plugin / ".mcp.json").write_text(json.dumps({"mcpServers": {"tools": server}}), "utf-8")
+    if not (root / ".git").exists():
+        subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    commit = ["-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", version]
+    subprocess.run(["git", *commit], cwd=root, check=True)
+    return root
+
+
+def test_a_git_marketplaces_plugin_brings_an_mcp_server_and_updates(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    remote = _marketplace_repo(tmp_path / "remote", "1.0.0")
+    repo = _repo(tmp_path / "repo")
+    assert _ok("plugin", "marketplace", "add", f"file://{remote}", cwd=repo) == (
+        f"added marketplace team (git file://{remote}): 1 plugin(s)\n"
+    )
+    cache = isolated_env / "plugins" / "cache" / "team" / "kit"
+    assert _ok("plugin", "install", "kit@team", cwd=repo) == (
+        f"installed kit@team 1.0.0 into {cache / '1.0.0'}\n"
+        f"enabled in {user_settings_file()}; it runs from the next session\n"
+    )
+    tool = "mcp__plugin_kit_tools__echo"
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": tool, "input": {"text": "from the plugin"}}]},
+            {"text": "done", "expect": {"last_user_contains": "from the plugin"}},
+        ],
+    )
+    out = keel("-p", "go", "--model", f"scripted:{script}", cwd=repo)
+    assert (out.returncode, out.stdout) == (0, "done\n"), out.stderr
+
+    _marketplace_repo(remote, "1.1.0")
+    assert _ok("plugin", "update", cwd=repo) == "kit@team: updated 1.0.0 -> 1.1.0\n"
+    assert _ok("plugin", "update", cwd=repo) == "kit@team: up to date\n"
+    assert sorted(p.name for p in cache.iterdir()) == ["1.1.0"]
+    assert _ok("plugin", "list", cwd=repo) == (
+        f"kit@team: runs (installed 1.1.0; enabled in {user_settings_file()}, your settings)\n"
+        "  brings: 1 MCP server(s)\n"
+    )
+    assert _ok("plugin", "uninstall", "kit@team", cwd=repo) == (
+        "uninstalled kit@team 1.1.0; its data folder is kept\n"
+    )
+    assert _ok("plugin", "list", cwd=repo) == (
+        "no plugins: `keel plugin marketplace add SOURCE`, then `keel plugin install "
+        "NAME@MARKETPLACE`\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["plugin", "install", "ghost@nowhere"],
+            "no marketplace named nowhere here (hint: `keel plugin marketplace add SOURCE` adds "
+            "one; `keel trust list` shows a project's that wait for approval)",
+        ),
+        (
+            ["plugin", "enable", "git-guard"],
+            "'git-guard' is not NAME@MARKETPLACE (hint: `keel plugin list` shows plugins by id)",
+        ),
+        (
+            ["plugin", "enable", "git-guard@keel-fixtures"],
+            "plugin git-guard@keel-fixtures is not installed (hint: `keel plugin install "
+            "git-guard@keel-fixtures`)",
+        ),
+        (
+            ["plugin", "marketplace", "add", "no/such/dir"],
+            "no/such/dir: not a folder, a git URL or owner/name (hint: give the folder that holds "
+            ".claude-plugin/marketplace.json, or a git URL)",
+        ),
+        (
+            ["plugin", "marketplace", "add", "file:///nonexistent/market"],
+            "marketplace file:///nonexistent/market: git failed: fatal: '/nonexistent/market' "
+            "does not appear to be a git repository (hint: check the URL and your access to it)",
+        ),
+    ],
+)
+def test_plugin_command_errors_are_one_line(
+    args: list[str], error: str, tmp_path: Path, isolated_env: Path
+) -> None:
+    out = keel(*args, cwd=_repo(tmp_path / "repo"))
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", f"keel: error: {error}\n")

@@ -281,6 +281,7 @@ def build_agent(
     if agent.hooks is not None:
         agent.hooks.model = settings.hooks_model  # prompt hooks that name no model
     add_extensions(agent, notice)
+    add_output_style(agent, settings, notice)
     add_subagents(agent, notice)
     add_knowledge(agent, settings)
     if not info.known and ref.provider != "scripted":
@@ -448,7 +449,7 @@ def add_extensions(agent: Agent, notice: Notify) -> None:
     # yet, named once (the loaders below read the plugins that run).
     plugins = load_plugins(agent.cwd, user_dir=user_config_dir(), home=Path.home())
     skills, commands = load_extensions(agent.cwd, user_dir=user_config_dir(), home=Path.home())
-    for warning in [*plugins.warnings, *skills.warnings, *commands.warnings]:
+    for warning in [*plugins.notices(), *skills.warnings, *commands.warnings]:
         notice(Notice(warning, "warning"))
     from keel.agent.prompt import load_instructions  # imports of instruction files not followed
 
@@ -459,6 +460,32 @@ def add_extensions(agent: Agent, notice: Notify) -> None:
     if skills.model_invocable():
         agent.add_tools([skill_tool(skills)])
         agent.extra_sections.append(skills.index_section())
+
+
+def add_output_style(agent: Agent, settings: Settings, notice: Notify) -> None:
+    """The `outputStyle` setting's style, for the system prompt of the agent's contexts; a name
+    no style has is one warning (keel's own prompt is used)."""
+    if not settings.output_style:
+        return
+    from keel.agent.output_styles import DEFAULT, find_style, load_styles, style_dirs
+    from keel.agent.prompt import project_chain
+
+    warnings: list[str] = []
+    styles = load_styles(style_dirs(project_chain(agent.cwd), home=Path.home()), warnings)
+    for warning in warnings:
+        notice(Notice(warning, "warning"))
+    style = find_style(settings.output_style, styles)
+    if style is None:
+        known = ", ".join(s.name for s in styles)
+        notice(
+            Notice(
+                f"{settings.output_style_file}: outputStyle {settings.output_style!r} is no "
+                f"output style (known: {known}); keel's own prompt is used",
+                "warning",
+            )
+        )
+    elif style.name != DEFAULT:
+        agent.output_style = style
 
 
 def add_subagents(agent: Agent, notice: Notify) -> None:

@@ -23,7 +23,6 @@ from keel.mcp.config import ServerConfig, load_servers
 _UNSUPPORTED = {
     "rules": "Claude Code rules are not supported yet; nothing in them reaches the model",
     "output-styles": "Claude Code output styles are not supported yet; ignored",
-    "plugin": "Claude Code plugins are not supported yet; nothing in it is installed or runs",
 }
 
 
@@ -87,6 +86,8 @@ class _Judge:
         owner = _owner(path)
         if kind in _UNSUPPORTED:
             return ProjectFile(path, kind, supplied, _UNSUPPORTED[kind])
+        if kind == "plugin":
+            return ProjectFile(path, kind, supplied, _plugin(path))
         if kind == "bench":
             return ProjectFile(
                 path, kind, supplied, "bench tasks: `keel bench` runs them only once approved"
@@ -168,7 +169,15 @@ class _Judge:
                 path, "foreign", supplied, f"Codex skills (skills/): {prompt}{extra}"
             )
         if path.name == ".opencode":
-            return ProjectFile(path, "foreign", supplied, f"OpenCode agents and commands: {prompt}")
+            code = [n for n in ("plugin", "plugins", "tool", "tools") if (path / n).is_dir()]
+            extra = (
+                f"; {', '.join(n + '/' for n in code)} not run (OpenCode's JavaScript)"
+                if code
+                else ""
+            )
+            return ProjectFile(
+                path, "foreign", supplied, f"OpenCode agents and commands: {prompt}{extra}"
+            )
         parts = ["OpenCode: deny and ask rules apply"]
         waiting = False
         for pending in self.settings.pending:
@@ -200,6 +209,21 @@ class _Judge:
             waiting = waiting or not ok
             parts.append(f"{server.name}: {'starts' if ok else 'WAITS FOR APPROVAL'}")
         return ProjectFile(path, "mcp", supplied, "MCP servers " + ", ".join(parts), waiting)
+
+
+def _plugin(path: Path) -> str:
+    """A `.claude-plugin` folder: a marketplace, a plugin, or both; nothing in it runs until the
+    user installs it (keel.plugins), whatever a project file says."""
+    what = []
+    if (path / "marketplace.json").is_file():
+        what.append("a plugin marketplace")
+    if (path / "plugin.json").is_file():
+        what.append("a plugin")
+    return (
+        f"{' and '.join(what) or 'a plugin folder'}: nothing in it runs by itself; a plugin runs "
+        "once you install it (`keel plugin marketplace add`, `keel plugin install`) and it is "
+        "turned on by your settings or by a project file you approved"
+    )
 
 
 def report_lines(report: ProjectReport, indent: str = "  ") -> list[str]:

@@ -12,10 +12,12 @@ fetches the marketplaces again and copies what changed; `uninstall` removes it.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-from keel.config.settings import user_config_dir
+from keel.config.settings import read_json_object, user_config_dir
 from keel.errors import UserError
 from keel.plugins import active, store
 
@@ -244,38 +246,39 @@ def _marketplace(argv: list[str]) -> int:
 
 def _add(cwd: Path, user_dir: Path, text: str) -> int:
     source = store.source_from_argument(text, cwd)
-    scratch = store.Marketplace("new", source, store.user_marketplaces_file(user_dir), Path())
+    origin = store.user_marketplaces_file(user_dir)
     if source.kind == "directory":
-        folder = Path(source.location)
-    else:
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix="keel-marketplace-"))
-        store.clone(source, tmp / "clone", f"marketplace {text}")
-        folder = tmp / "clone"
-    probe = store.Marketplace("new", source, scratch.origin, folder)
-    store.fetch_marketplace(probe, refresh=False)
-    from keel.config.settings import read_json_object
-
-    data = read_json_object(folder / store.CATALOGUE, [], skipped="") or {}
-    name = data.get("name")
-    if not isinstance(name, str) or not store.valid_name(name):
-        raise UserError(
-            f"{folder / store.CATALOGUE}: needs a name (letters, digits, - _ .)",
-            hint="a marketplace.json names its marketplace",
-        )
-    market = store.Marketplace(name, source, scratch.origin, folder)
-    if source.kind != "directory":
-        import shutil
-
+        return _added(user_dir, store.Marketplace("", source, origin, Path(source.location)))
+    with tempfile.TemporaryDirectory(prefix="keel-marketplace-") as scratch:
+        clone = Path(scratch) / "clone"
+        store.clone(source, clone, f"marketplace {text}")
+        market = store.Marketplace("", source, origin, clone)
+        name = _name(market)
         final = store.marketplace_folder(name, source)
         if final.exists():
             shutil.rmtree(final)
         final.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(folder, final)
-        shutil.rmtree(folder.parent, ignore_errors=True)
-        market = store.Marketplace(name, source, scratch.origin, final)
-    store.save_user_marketplace(user_dir, name, source)
+        shutil.move(clone, final)
+    return _added(user_dir, store.Marketplace(name, source, origin, final))
+
+
+def _name(market: store.Marketplace) -> str:
+    """The name a marketplace's catalogue gives it."""
+    store.fetch_marketplace(market, refresh=False)
+    data = read_json_object(market.folder / store.CATALOGUE, [], skipped="") or {}
+    name = data.get("name")
+    if not isinstance(name, str) or not store.valid_name(name):
+        raise UserError(
+            f"{market.folder / store.CATALOGUE}: needs a name (letters, digits, - _ .)",
+            hint="a marketplace.json names its marketplace",
+        )
+    return name
+
+
+def _added(user_dir: Path, market: store.Marketplace) -> int:
+    name = market.name or _name(market)
+    store.save_user_marketplace(user_dir, name, market.source)
     count = len(store.read_catalogue(market))
+    source = market.source
     print(f"added marketplace {name} ({source.kind} {source.describe()}): {count} plugin(s)")
     return 0

@@ -53,7 +53,14 @@ class PluginSet:
     active: list[Plugin] = field(default_factory=list)
     #: Installed plugins nothing turns on.
     idle: list[Installed] = field(default_factory=list)
+    #: Each plugin that waits for approval or installation, in one line (`states` say the same).
+    unready: list[str] = field(default_factory=list)
+    #: Problems with a plugin's files, and what keel does not use yet (LSP servers).
     warnings: list[str] = field(default_factory=list)
+
+    def notices(self) -> list[str]:
+        """What a run says about plugins when it starts."""
+        return [*self.unready, *self.warnings]
 
 
 def settings_for(cwd: Path, *, user_dir: Path, home: Path) -> Settings:
@@ -92,12 +99,12 @@ def load_plugins(
         )
         result.states.append(state)
         for where in state.waiting:
-            result.warnings.append(
+            result.unready.append(
                 f"plugin {ident} (in {where}) waits for your approval and does not run: "
                 "`keel trust list` shows it, `keel trust approve settings` allows it"
             )
         if state.enabled and state.installed is None:
-            result.warnings.append(
+            result.unready.append(
                 f"plugin {ident} is enabled in {file} but not installed, so it does not run: "
                 f"`keel plugin install {ident}` installs it"
             )

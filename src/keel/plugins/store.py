@@ -211,7 +211,8 @@ def _git(args: list[str], what: str) -> None:
     except subprocess.TimeoutExpired:
         raise UserError(f"{what}: git {args[0]} took over {GIT_TIMEOUT:g} s") from None
     if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        lines = done.stderr.strip().splitlines() or ["(no output)"]
+        said = next((line for line in lines if line.startswith("fatal:")), lines[-1])
         raise UserError(f"{what}: git failed: {said}", hint="check the URL and your access to it")
 
 
