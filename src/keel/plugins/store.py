@@ -380,7 +380,7 @@ def _plugin_folder(entry: Entry, scratch: Path) -> Path:
             if not folder.is_relative_to((scratch / "clone").resolve()) or not folder.is_dir():
                 raise UserError(f"{where}: path {subdir!r} is not a folder of the repository")
         return folder
-    kind = source.get("source") if isinstance(source, dict) else type(source).__name__
+    kind = str(source.get("source")) if isinstance(source, dict) else type(source).__name__
     raise UserError(
         f"{where}: source {kind!r} is not supported",
         hint="keel installs plugins from a marketplace folder, git and github",
