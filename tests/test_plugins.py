@@ -324,6 +324,29 @@ def test_a_git_marketplaces_plugin_brings_an_mcp_server_and_updates(
         f"kit@team: runs (installed 1.1.0; enabled in {user_settings_file()}, your settings)\n"
         "  brings: 1 MCP server(s)\n"
     )
+
+    # A marketplace entry may pin a commit of another repository (git-subdir with sha).
+    first = subprocess.run(
+        ["git", "rev-list", "--max-parents=0", "HEAD"], cwd=remote, capture_output=True, text=True
+    ).stdout.strip()
+    pinned = tmp_path / "pinned"
+    (pinned / ".claude-plugin").mkdir(parents=True)
+    source = {
+        "source": "git-subdir",
+        "url": f"file://{remote}",
+        "path": "plugins/kit",
+        "sha": first,
+    }
+    catalogue = {"name": "pinned", "plugins": [{"name": "kit", "source": source}]}
+    (pinned / ".claude-plugin" / "marketplace.json").write_text(json.dumps(catalogue), "utf-8")
+    _ok("plugin", "marketplace", "add", str(pinned), cwd=repo)
+    pinned_cache = isolated_env / "plugins" / "cache" / "pinned" / "kit" / "1.0.0"
+    assert _ok("plugin", "install", "kit@pinned", cwd=repo) == (
+        f"installed kit@pinned 1.0.0 into {pinned_cache}\n"
+        f"enabled in {user_settings_file()}; it runs from the next session\n"
+    )
+    _ok("plugin", "uninstall", "kit@pinned", cwd=repo)
+
     assert _ok("plugin", "uninstall", "kit@team", cwd=repo) == (
         "uninstalled kit@team 1.1.0; its data folder is kept\n"
     )

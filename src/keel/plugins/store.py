@@ -194,8 +194,16 @@ def fetch_marketplace(market: Marketplace, *, refresh: bool) -> None:
     clone(market.source, market.folder, market.name)
 
 
-def clone(source: Source, into: Path, what: str) -> None:
+def clone(source: Source, into: Path, what: str, *, sha: str = "") -> None:
+    """A shallow clone of `source` at its ref, or at the commit `sha` (a marketplace entry may
+    pin one)."""
     into.parent.mkdir(parents=True, exist_ok=True)
+    if sha:
+        into.mkdir(parents=True, exist_ok=True)
+        _git(["-C", str(into), "init", "--quiet"], what)
+        _git(["-C", str(into), "fetch", "--quiet", "--depth", "1", source.git_url(), sha], what)
+        _git(["-C", str(into), "checkout", "--quiet", "FETCH_HEAD"], what)
+        return
     branch = ["--branch", source.ref] if source.ref else []
     _git(["clone", "--quiet", "--depth", "1", *branch, source.git_url(), str(into)], what)
 
@@ -371,10 +379,10 @@ def _plugin_folder(entry: Entry, scratch: Path) -> Path:
         location = source.get("repo") if kind == "github" else source.get("url")
         if not isinstance(location, str):
             raise UserError(f"{where}: its {source['source']} source names no repository")
-        ref = source.get("ref") or source.get("sha") or ""
-        clone(Source(kind, location, str(ref)), scratch / "clone", where)
+        ref, sha = source.get("ref", ""), source.get("sha", "")
+        clone(Source(kind, location, str(ref)), scratch / "clone", where, sha=str(sha))
         folder = scratch / "clone"
-        subdir = source.get("path") if source["source"] == "git-subdir" else None
+        subdir = source.get("path")
         if isinstance(subdir, str):
             folder = (folder / subdir).resolve()
             if not folder.is_relative_to((scratch / "clone").resolve()) or not folder.is_dir():
