@@ -390,3 +390,30 @@ def test_plugin_command_errors_are_one_line(
 ) -> None:
     out = keel(*args, cwd=_repo(tmp_path / "repo"))
     assert (out.returncode, out.stdout, out.stderr) == (2, "", f"keel: error: {error}\n")
+
+
+async def test_the_plugin_command_in_the_tui_lists_and_switches(
+    tmp_path: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.testing import ScriptedProvider
+    from keel.tui.view import Output
+    from tests.tui_helpers import MODEL, Recorder, make_controller
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    repo = _repo(tmp_path / "repo")
+    _install(repo, "git-guard")
+    recorder = Recorder()
+    controller = await make_controller(repo, ScriptedProvider([], model=MODEL.model))
+    controller.attach(recorder)
+    for command in ("/plugin", "/plugin disable git-guard@keel-fixtures", "/plugin list"):
+        controller.submit(command)
+        await controller.wait()
+    await controller.close()
+    shown = [e.text for e in recorder.events if isinstance(e, Output) and e.title == "plugin"]
+    assert shown == [
+        f"git-guard@keel-fixtures: runs (installed 1.0.0; enabled in {user_settings_file()}, "
+        "your settings)\n  brings: 1 hook(s)",
+        f"disabled git-guard@keel-fixtures in {user_settings_file()}; from the next session\n"
+        "Plugin changes apply from the next fresh context (/clear).",
+        f"git-guard@keel-fixtures: disabled in {user_settings_file()}; installed 1.0.0",
+    ]

@@ -43,7 +43,8 @@ def hooks(argv: list[str]) -> int:
         if state == "needs approval" and h.can_guard:
             state = "needs approval; until then runs sandboxed, may only block"
         matcher = f" [{h.matcher}]" if h.matcher else ""
-        print(f"{h.event}{matcher}: {h.label}  ({h.file}, {state}, timeout {h.timeout:g} s)")
+        where = f"plugin {h.plugin}: {h.file}" if h.plugin else h.file
+        print(f"{h.event}{matcher}: {h.label}  ({where}, {state}, timeout {h.timeout:g} s)")
     if pin and not approved:
         print("\nshared project hooks need approval: review them, then run `keel hooks approve`")
     return 0

@@ -55,6 +55,11 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("mcp", "[approve [name]]", "MCP servers and their tools; approve the project's"),
         Builtin("trust", "[approve|revoke]", "what the project's files ask for; approve it"),
         Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
+        Builtin(
+            "plugin",
+            "[list|install|enable|disable|update|uninstall NAME@MARKETPLACE]",
+            "Claude Code plugins: what runs here, and switching them",
+        ),
         Builtin("doctor", "", "check keys, settings, ripgrep and the sandbox", while_busy=True),
         Builtin("debug", "[on|off]", "write a debug trace of this session (keel trace views it)"),
         Builtin("exit", "", "quit keel", while_busy=True),

@@ -741,6 +741,15 @@ class Controller:
         self._since = time.monotonic()
         self._ui.refresh_status()
         try:
+    async def _cmd_plugin(self, args: str) -> None:
+        """`keel plugin …` in this project; a change applies from the next fresh context (the
+        tools and the system prompt stay as they are within one)."""
+        words = args.split()
+        out = await self._keel("plugin", *(words or ["list"]))
+        if words and words[0] not in ("list", "marketplace"):
+            out += "\nPlugin changes apply from the next fresh context (/clear)."
+        self.show(Output(out, "text", title="plugin"))
+
             await self.agent.compact(args, self.show)
         finally:
             self._since = None
