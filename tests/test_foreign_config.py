@@ -416,3 +416,54 @@ def test_opencode_agents_become_subagent_types(tmp_path: Path) -> None:
         f"{user}: agent docs: keel does not use model 'someprovider/model-x' (not a keel "
         "provider/model: the parent's model is used)",
     )
+
+
+# -- keel doctor and the notice at start ------------------------------------------------------------
+
+
+def test_doctor_lists_every_foreign_file_with_what_keel_took(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    codex = _home() / ".codex"
+    (codex / "prompts").mkdir(parents=True)
+    (codex / "prompts" / "fix.md").write_text("Fix $1.\n", encoding="utf-8")
+    (codex / "config.toml").write_text(
+        'model = "gpt-5"\nmodel_provider = "azure"\nsandbox_mode = "read-only"\n',
+        encoding="utf-8",
+    )
+    _json(
+        root / "opencode.json",
+        {
+            "theme": "dark",
+            "permission": {"bash": {"rm -rf *": "deny"}, "lsp": "deny"},
+            "instructions": ["docs/guide.md"],
+        },
+    )
+    (root / ".opencode" / "plugin").mkdir(parents=True)
+    out = keel("doctor", cwd=root)
+    section = out.stdout[out.stdout.index("Codex and OpenCode files") :].splitlines()
+    assert section[:7] == [
+        "Codex and OpenCode files (4):",
+        f"  {codex / 'config.toml'} [Codex, yours]: nothing keel uses",
+        "    keel does not use sandbox_mode; model 'gpt-5' (provider 'azure' is not one of keel's)",
+        f"  {root / 'opencode.json'} [OpenCode, came with the project]: deny rules: "
+        "bash(rm -rf *); instructions: docs/guide.md",
+        "    keel does not use theme; permission.lsp",
+        f"  {codex / 'prompts'} [Codex, yours]: commands: /prompts:fix",
+        f"  {root / '.opencode' / 'plugin'} [OpenCode, came with the project]: nothing keel uses",
+    ]
+    assert section[7] == (
+        "    keel does not use OpenCode plugins (JavaScript or TypeScript run by OpenCode)"
+    )
+    # Each line is named once in doctor, not again among the settings warnings.
+    assert out.stdout.count("keel does not use theme") == 1
+    assert ".opencode [foreign]: OpenCode agents and commands: read as prompt text" in out.stdout
+    assert "plugin/ not run (OpenCode's JavaScript)" in out.stdout
+    # At start: one line per file, on stderr.
+    script = write_script(tmp_path / "s.json", [{"text": "done"}])
+    run = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
+    assert run.returncode == 0, run.stderr
+    assert (
+        f"keel: warning: {root / 'opencode.json'}: keel does not use theme; permission.lsp\n"
+        in run.stderr
+    )
+    assert run.stderr.count("keel does not use theme") == 1

@@ -10,10 +10,14 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel import __version__
 from keel.config.settings import Settings, load_settings, settings_files
 from keel.session.store import keel_home
+
+if TYPE_CHECKING:
+    from keel.config.foreign import Found
 
 KEY_VARIABLES = (
     "ANTHROPIC_API_KEY",
@@ -27,16 +31,19 @@ def doctor(argv: list[str]) -> int:
     if argv:
         print("usage: keel doctor", file=sys.stderr)
         return 2
+    from keel.config.foreign import load_foreign
+    from keel.config.intake import intake_for
     from keel.permissions.sandbox import probe
     from keel.tools.builtin.search import ripgrep
 
     cwd = Path.cwd()
     settings = load_settings(cwd)
+    foreign = load_foreign(intake_for(cwd))
     ok = True
     print(f"keel {__version__} on Python {platform.python_version()} ({sys.platform})")
     print(f"sessions: {keel_home() / 'sessions'}")
     print("settings files:")
-    broken = _settings_files(cwd, settings)
+    broken = _settings_files(cwd, settings, shown_below=set(foreign.unused_lines()))
     if broken:
         ok = False
     present = [v for v in KEY_VARIABLES if os.environ.get(v)]
@@ -74,14 +81,16 @@ def doctor(argv: list[str]) -> int:
     _project_files(cwd, settings)
     _hooks(cwd)
     _plugins(cwd, settings)
+    _foreign(foreign.found)
     _instructions(cwd)
     return 0 if ok else 1
 
 
-def _settings_files(cwd: Path, settings: Settings) -> bool:
+def _settings_files(cwd: Path, settings: Settings, *, shown_below: set[str]) -> bool:
     """Each settings file: loaded, missing, or skipped with why (the warning that named it);
-    then the other warnings. True when a file that is there could not be read (broken)."""
-    said: set[str] = set()
+    then the other warnings but those `shown_below`. True when a file that is there could not
+    be read (broken)."""
+    said: set[str] = set(shown_below)
     broken = False
     for path in settings_files(cwd):
         if path in settings.files:
@@ -134,6 +143,20 @@ def _plugins(cwd: Path, settings: Settings) -> None:
     print(f"plugins: {len(found.active)} of {len(found.states) + len(found.idle)} run here")
     for line in plugin_lines(found, "  "):
         print(line)
+
+
+def _foreign(found: list[Found]) -> None:
+    """Every Codex and OpenCode file found, the user's and the project's, with what keel took
+    from it and what it does not use."""
+    if not found:
+        print("Codex and OpenCode files: none")
+        return
+    print(f"Codex and OpenCode files ({len(found)}):")
+    for f in found:
+        whose = "came with the project" if f.supplied else "yours"
+        print(f"  {f.path} [{f.tool}, {whose}]: {'; '.join(f.took) or 'nothing keel uses'}")
+        if f.unused:
+            print(f"    keel does not use {'; '.join(f.unused)}")
 
 
 def _hidden(settings: Settings) -> None:

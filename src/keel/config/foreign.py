@@ -544,6 +544,12 @@ def load_foreign(intake: Intake, env: Mapping[str, str] | None = None) -> Foreig
             what = "agents" if place.folder.name in OPENCODE_AGENT_DIRS else "commands"
             shown = ", ".join(names) if what == "agents" else ", ".join(f"/{n}" for n in names)
             foreign.found.append(_found(intake, place.folder, place.dialect, (f"{what}: {shown}",)))
+    for base in _opencode_config_dirs(intake):
+        for name in ("plugin", "plugins", "tool", "tools"):
+            if (base / name).is_dir():
+                what = "plugins" if name.startswith("plugin") else "custom tools"
+                why = f"OpenCode {what} (JavaScript or TypeScript run by OpenCode)"
+                foreign.found.append(_found(intake, base / name, "opencode", (), (why,)))
     for folder in skill_dirs(intake, env):
         skills = sorted(p.parent.name for p in folder.glob("*/SKILL.md")) if folder.is_dir() else []
         if skills:
@@ -613,6 +619,8 @@ def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> N
     path = codex_home(intake, env) / "config.toml"
     data = read_toml(path, foreign.warnings)
     if data is None:
+        if path.exists():
+            foreign.found.append(_found(intake, path, "codex", ("nothing: it cannot be read",)))
         return
     took: list[str] = []
     unused = [k for k in data if k not in _CODEX_USED]
@@ -627,6 +635,7 @@ def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> N
 def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
     data = read_jsonc(path, foreign.warnings)
     if data is None:
+        foreign.found.append(_found(intake, path, "opencode", ("nothing: it cannot be read",)))
         return
     took: list[str] = []
     unused = [k for k in data if k not in _OPENCODE_USED]
@@ -648,6 +657,9 @@ def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
         _take_model(foreign, path, name, provider, took, unused)
     if "mcp" in data:
         _take_servers(foreign, path, "mcp", data["mcp"], opencode_server, took, unused)
+    instructions = data.get("instructions")
+    if isinstance(instructions, list) and instructions:
+        took.append(f"instructions: {', '.join(map(str, instructions))}")
     for key, into in (("command", foreign.commands), ("agent", foreign.agents)):
         value = data.get(key, {})
         if not isinstance(value, dict):
