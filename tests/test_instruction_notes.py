@@ -20,6 +20,7 @@ from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.loop import Agent
 from keel.agent.prompt import instruction_files, load_instructions
 from keel.agent.rules import expand_braces, read_rule
+from keel.llm.events import Notice
 from keel.llm.messages import ToolResult, ToolUse
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import reply
@@ -337,3 +338,93 @@ def test_checking_a_call_costs_microseconds(repo: Path, tmp_path: Path) -> None:
         notes.note_for([call], results)
     per_call = (time.perf_counter() - start) / len(calls)
     assert per_call < 0.001, per_call
+
+
+# -- output styles ---------------------------------------------------------------------------------
+
+PIRATE = "---\nname: Pirate\ndescription: talks like a pirate\n---\nAnswer like a pirate."
+
+
+def test_keel_p_with_a_project_output_style_replaces_the_work_style(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    from keel.agent.output_styles import IDENTITY
+    from keel.agent.prompt import ROLE, SAFETY
+
+    write(repo / ".claude" / "output-styles" / "pirate.md", PIRATE)
+    write(repo / ".claude" / "settings.json", '{"outputStyle": "pirate"}')
+    server.add(reply("arr"))
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    system = system_text(bodies(server)[0])
+    assert system.startswith(f"{IDENTITY}\n\n{SAFETY}\n\n<env>\n")
+    assert ROLE not in system
+    assert system.endswith(
+        "<output-style>\nOutput style: Pirate\n\nAnswer like a pirate.\n</output-style>"
+    )
+    assert "unknown key" not in out.stderr
+    assert "does not use" not in out.stderr
+
+
+def test_a_built_in_style_keeps_the_work_style_and_an_unknown_one_is_named(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    from keel.agent.prompt import BASE_PROMPT
+
+    settings = write(repo / ".claude" / "settings.local.json", '{"outputStyle": "Explanatory"}')
+    server.add(reply("ok"))
+    server.add(reply("ok"))
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    system = system_text(bodies(server)[0])
+    assert system.startswith(BASE_PROMPT + "\n\n<env>\n")
+    assert "<output-style>\nOutput style: Explanatory\n\n" in system
+    settings.write_text('{"outputStyle": "Terse"}', encoding="utf-8")
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    assert "<output-style>" not in system_text(bodies(server)[1])
+    assert (
+        f"{settings}: outputStyle 'Terse' is no output style (known: Default, Explanatory, "
+        "Learning); keel's own prompt is used"
+    ) in out.stderr
+
+
+async def test_output_style_command_changes_the_prompt_from_the_next_fresh_context(
+    repo: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.testing import ScriptedProvider as Scripted
+    from keel.tui.view import Output
+    from tests.tui_helpers import Recorder, make_controller
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    write(isolated_env / "user-home" / ".claude" / "output-styles" / "pirate.md", PIRATE)
+    provider = Scripted([reply("one"), reply("two"), reply("three")], model="claude-sonnet-4-5")
+    recorder = Recorder()
+    controller = await make_controller(repo, provider)
+    controller.attach(recorder)
+    controller.submit("first")
+    await controller.wait()
+    controller.submit("/output-style")
+    await controller.wait()
+    listing = [e for e in recorder.events if isinstance(e, Output)][-1].text
+    assert "- **Default** (this context, next): keel's own prompt" in listing
+    assert "- **Pirate**: talks like a pirate · " in listing
+    controller.submit("/output-style PIRATE")
+    await controller.wait()
+    saved = repo / ".keel" / "settings.local.json"
+    assert recorder.events[-1] == Notice(
+        "output style: Pirate from the next fresh context (/clear); this conversation keeps "
+        f"Default (saved in {saved})"
+    )
+    assert json.loads(saved.read_text(encoding="utf-8")) == {"outputStyle": "Pirate"}
+    controller.submit("second")
+    await controller.wait()
+    controller.submit("/clear")
+    await controller.wait()
+    controller.submit("third")
+    await controller.wait()
+    first, second, third = provider.requests
+    assert second.system == first.system  # the cached prefix holds
+    assert "<output-style>" not in first.system
+    assert third.system.endswith("Output style: Pirate\n\nAnswer like a pirate.\n</output-style>")
+    await controller.close()

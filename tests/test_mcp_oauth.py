@@ -20,7 +20,7 @@ import pytest
 
 from keel.mcp import McpManager, load_servers
 from keel.mcp.oauth import token_path
-from tests.helpers import free_port, user_settings_file
+from tests.helpers import free_port, unsandboxed_line_dropped, user_settings_file
 
 SERVER = str(Path(__file__).parent / "mcp_servers" / "oauth_server.py")
 
@@ -185,3 +185,37 @@ def test_keel_mcp_login_then_runs_use_the_token(
     assert listed.returncode == 0, listed.stderr
     assert "remote  connected  (http, user)  1 tool" in listed.stdout
     assert len(log.read_text(encoding="utf-8").splitlines()) == 1  # no second sign-in
+
+
+def test_a_headless_refusal_is_one_line_without_the_sdks_traceback(
+    tmp_path: Path, oauth_server: tuple[str, Path]
+) -> None:
+    """The SDK logs the refused sign-in with a traceback before it raises; keel's one line is
+    all a user sees (the traceback comes back with --debug)."""
+    url, log = oauth_server
+    home = Path(os.environ["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".claude.json").write_text(
+        json.dumps({"mcpServers": {"remote": {"type": "http", "url": url}}}), encoding="utf-8"
+    )
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"model": "test", "turns": [{"text": "done"}]}), encoding="utf-8")
+
+    def keel(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "keel", "-p", "hi", "--model", f"scripted:{script}", *extra],
+            cwd=project, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    quiet = keel()
+    assert (quiet.returncode, quiet.stdout) == (0, "done\n")
+    assert unsandboxed_line_dropped(quiet.stderr) == (
+        'keel: warning: MCP server remote failed: mcp server "remote" needs you to sign in '
+        "(OAuth); start keel interactively, or run `keel mcp login remote`\n"
+    )
+    debug = keel("--debug")
+    assert debug.returncode == 0
+    assert debug.stderr.startswith("OAuth flow error\nTraceback (most recent call last):\n")
+    assert not log.exists()

@@ -48,6 +48,7 @@ from keel.agent.events import (
 )
 from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
+from keel.agent.output_styles import OutputStyle, base_prompt, style_section
 from keel.agent.prompt import build_system_prompt, git_root, part_hashes, short_hash
 from keel.agent.questions import QuestionReply, Questions
 from keel.agent.timing import RequestClock, journal_timing, timed_reply
@@ -245,6 +246,9 @@ class Agent:
         #: reads or edits a file they cover (None: not delivered, as with a system prompt of the
         #: caller's own).
         self.instruction_notes: InstructionNotes | None = None
+        #: The output style of the system prompt (None: keel's own); read when a context's
+        #: prompt is built, so a change applies from the next fresh context.
+        self.output_style: OutputStyle | None = None
         if system is None:
             self.instruction_notes = InstructionNotes(
                 self.cwd,
@@ -359,11 +363,13 @@ class Agent:
     def system(self) -> str:
         """The system prompt of the current context (built on first use, then fixed)."""
         if self._system is None:
+            style = self.output_style
             self._system = self._system_override or build_system_prompt(
                 self.cwd,
                 today=self._today,
                 user_dir=user_config_dir(self.ctx.env),
-                extra_sections=self.extra_sections,
+                base=base_prompt(style),
+                extra_sections=[*self.extra_sections, style_section(style) if style else ""],
                 refuse=self.import_refusal,
             )
             if self.instruction_notes is not None:

@@ -184,36 +184,44 @@ def _top_level(
     def always_on(directory: Path) -> None:
         found.extend((r.path, r.text) for r in load_rules(directory, warnings) if not r.patterns)
 
-    root = git_root(cwd) or cwd
     if user_dir is not None:
+        from keel.config.foreign import codex_dir
+
         home = home if home is not None else Path.home()
-        codex, opencode = home / ".codex", home / ".config" / "opencode"
+        codex, opencode = codex_dir(home), home / ".config" / "opencode"
         files([home / ".claude" / "CLAUDE.md"])
         always_on(home / RULES_DIR)
         files([next((codex / n for n in _CODEX if (codex / n).is_file()), codex / _CODEX[0])])
         files([opencode / "AGENTS.md"])
-        files(opencode_instructions(opencode, home=home, warnings=warnings))
+        files(opencode_instructions(opencode, project=None, warnings=warnings))
         files([user_dir / "AGENTS.md"])
-    for directory in project_chain(cwd):
+    chain = project_chain(cwd)
+    for directory in chain:
         files(directory_files(directory))
         always_on(directory / RULES_DIR)
-    files(opencode_instructions(root, home=None, warnings=warnings))
+    project = chain[0].resolve()
+    for directory in chain:
+        files(opencode_instructions(directory, project=project, warnings=warnings))
     return found
 
 
 #: Codex's user instruction files in `~/.codex`, the first one found used.
 _CODEX = ("AGENTS.override.md", "AGENTS.md")
-#: OpenCode's configuration files, the first one found read.
-OPENCODE_FILES = ("opencode.json", "opencode.jsonc")
 
 
-def opencode_instructions(directory: Path, *, home: Path | None, warnings: list[str]) -> list[Path]:
-    """The files named by the `instructions` of OpenCode's configuration in `directory` (paths
-    and globs relative to it; `~/` and absolute paths only in the user's own, `home` given).
-    A URL is named in a warning: keel does not fetch instructions."""
-    config = next((directory / n for n in OPENCODE_FILES if (directory / n).is_file()), None)
-    if config is None:
+def opencode_instructions(
+    directory: Path, *, project: Path | None, warnings: list[str]
+) -> list[Path]:
+    """The files named by the `instructions` of OpenCode's configuration in `directory`: paths
+    and globs relative to it. A project's (`project`: its root) may name only files inside the
+    project; the user's own (`project` None) also `~/…` and absolute paths. A URL is named in a
+    warning: keel does not fetch instructions."""
+    from keel.config.foreign import OPENCODE_FILES, read_jsonc
+
+    found_files = [directory / n for n in OPENCODE_FILES if (directory / n).is_file()]
+    if not found_files:
         return []
+    config = found_files[-1]  # OpenCode reads both; the later one's value wins
     data = read_jsonc(config, warnings)
     entries = data.get("instructions", []) if data is not None else []
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
@@ -224,48 +232,24 @@ def opencode_instructions(directory: Path, *, home: Path | None, warnings: list[
         if entry.startswith(("http://", "https://")):
             warnings.append(f"{config}: instructions {entry} not fetched: keel reads local files")
             continue
-        pattern = str(Path(entry).expanduser()) if home is not None else entry
-        if Path(pattern).is_absolute() and home is None:
+        pattern = Path(entry if project is not None else os.path.expanduser(entry))
+        if pattern.is_absolute() and project is not None:
             warnings.append(f"{config}: instructions {entry} not read: not inside the project")
             continue
-        base = Path("/") if Path(pattern).is_absolute() else directory
-        rel = pattern.lstrip("/") if Path(pattern).is_absolute() else pattern
-        matches = sorted(p for p in base.glob(rel) if p.is_file()) if rel else []
+        base, rel = (
+            (Path(pattern.anchor), pattern.relative_to(pattern.anchor))
+            if pattern.is_absolute()
+            else (directory, pattern)
+        )
+        matches = sorted(p for p in base.glob(str(rel)) if p.is_file()) if str(rel) != "." else []
         if not matches:
             warnings.append(f"{config}: instructions {entry} matches no file")
         for match in (Path(os.path.normpath(p)) for p in matches):
-            if home is None and not _inside(match.resolve(), directory.resolve()):
+            if project is not None and not _inside(match.resolve(), project):
                 warnings.append(f"{config}: instructions {match} not read: outside the project")
             elif match not in found:
                 found.append(match)
     return found
-
-
-_JSONC_COMMENT = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.DOTALL)
-_JSONC_COMMA = re.compile(r'("(?:\\.|[^"\\])*")|,(\s*[}\]])')
-
-
-def read_jsonc(path: Path, warnings: list[str]) -> dict[str, object] | None:
-    """A JSON object from a file that may hold comments and trailing commas (OpenCode reads its
-    configuration so); None with a warning naming the file when it is not one."""
-    import json
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        warnings.append(f"{path}: unreadable ({exc.strerror}); not read")
-        return None
-    text = _JSONC_COMMENT.sub(lambda m: m.group(1) or "", text)
-    text = _JSONC_COMMA.sub(lambda m: m.group(1) or m.group(2), text)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        warnings.append(f"{path}: not valid JSON ({exc}); not read")
-        return None
-    if not isinstance(data, dict):
-        warnings.append(f"{path}: not a JSON object; not read")
-        return None
-    return data
 
 
 def load_instructions(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keel.agent.events import Event, SubagentEvent
+from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS, Limits, Spend, check_budget
 from keel.agent.prompt import SAFETY, build_system_prompt
 from keel.config.settings import user_config_dir
@@ -535,6 +536,13 @@ class Subagents:
         child.enclosing_budgets = [(parent.limits, parent.spend), *parent.enclosing_budgets]
         child.is_subagent = True
         child.agent_type = kind.name
+        # Its prompt holds the instruction files: what its reads bring comes as notes too.
+        child.instruction_notes = InstructionNotes(
+            cwd,
+            user_dir=user_config_dir(parent.ctx.env),
+            home=Path.home(),
+            refuse=child.import_refusal,
+        )
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
         if kind.model is None and kind.allows("web_search"):

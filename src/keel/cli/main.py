@@ -268,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # installed, which the mcp package brings in. keel never runs it; this process is ours.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     debug = "--debug" in args_list or os.environ.get("KEEL_DEBUG") == "1"
+    if debug:
+        _show_sdk_log()
     if argv is None and _headless(args_list):  # this process is `keel -p`, not a caller's
         from keel.startup import pause_gc
 
@@ -305,6 +307,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (startup := sys.modules.get("keel.startup")) is not None:
             startup.resume_gc()  # a run that ended before any reply
         _flush_exports()
+
+
+def _show_sdk_log() -> None:
+    """With --debug, the MCP SDK's log (tracebacks included) is printed on stderr; otherwise it
+    stays quiet (keel.mcp.client), as keel reports each failure in one line of its own."""
+    import logging
+
+    logging.getLogger("mcp").addHandler(logging.StreamHandler(sys.stderr))
 
 
 def _headless(argv: list[str]) -> bool:

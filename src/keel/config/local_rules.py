@@ -22,16 +22,7 @@ def save_local_rule(cwd: Path, rule: str) -> Path:
     """Add `rule` to `permissions.allow` in `cwd/.keel/settings.local.json` (created if needed;
     other keys kept). Raises `UserError` if the file is not a JSON object."""
     path = cwd / LOCAL_SETTINGS
-    data: dict[str, object] = {}
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        try:
-            loaded = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
-            raise UserError(f"{path} is not valid JSON ({exc}); the rule was not saved") from exc
-        if not isinstance(loaded, dict):
-            raise UserError(f"{path} does not hold a JSON object; the rule was not saved")
-        data = loaded
+    data = _read(path, "the rule")
     permissions = data.setdefault("permissions", {})
     if not isinstance(permissions, dict):
         raise UserError(f"{path}: permissions is not an object; the rule was not saved")
@@ -43,11 +34,40 @@ def save_local_rule(cwd: Path, rule: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Recorded before the file changes: a rule in the file is never the user's unrecorded.
     intake_for(cwd).record_written(path, "permissions.allow", rule)
+    _write(path, data)
+    return path
+
+
+def save_local_setting(cwd: Path, key: str, value: str) -> Path:
+    """Set `key` to `value` in `cwd/.keel/settings.local.json` (created if needed; other keys
+    kept): a choice of prompt text (`outputStyle`), which needs no record of whose it is.
+    Raises `UserError` if the file is not a JSON object."""
+    path = cwd / LOCAL_SETTINGS
+    data = _read(path, key)
+    data[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write(path, data)
+    return path
+
+
+def _read(path: Path, what: str) -> dict[str, object]:
+    if not path.exists():
+        return {}
+    text = path.read_text(encoding="utf-8")
+    try:
+        loaded = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); {what} was not saved") from exc
+    if not isinstance(loaded, dict):
+        raise UserError(f"{path} does not hold a JSON object; {what} was not saved")
+    return loaded
+
+
+def _write(path: Path, data: dict[str, object]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     _ignore_locals(path.parent)
-    return path
 
 
 def _ignore_locals(directory: Path) -> None:

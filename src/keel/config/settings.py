@@ -55,6 +55,8 @@ KNOWN_KEYS = frozenset(
         "fallbacks",
         # Claude Code's status line command (Settings.status_line; run by keel.tui.statusline).
         "statusLine",
+        # Claude Code's output style (Settings.output_style; keel.agent.output_styles).
+        "outputStyle",
         # Read by keel.hooks.config and keel.mcp.config, which own their formats.
         "hooks",
         "mcp_servers",
@@ -92,7 +94,15 @@ CLAUDE_MODES = {
 #: Keys of Claude Code's settings files that keel reads elsewhere (hooks, the status line) or
 #: here (permissions); every other key is named in a warning.
 CLAUDE_KEYS = frozenset(
-    {"permissions", "hooks", "statusLine", "enabledPlugins", "extraKnownMarketplaces", "$schema"}
+    {
+        "permissions",
+        "hooks",
+        "statusLine",
+        "outputStyle",
+        "enabledPlugins",
+        "extraKnownMarketplaces",
+        "$schema",
+    }
 )
 SANDBOX_KEYS = frozenset({"enabled", "network", "env_passthrough", "env_deny", "hide", "unhide"})
 PROVIDER_KEYS = frozenset(
@@ -275,6 +285,10 @@ class Settings:
     pending: list[PendingFile] = field(default_factory=list)
     #: The status line command (the last file that sets one wins; a project's once approved).
     status_line: StatusLineConfig | None = None
+    #: `outputStyle`: the output style's name and the file that named it (prompt text: any
+    #: file may set it; the last one wins). "" for keel's own prompt.
+    output_style: str = ""
+    output_style_file: Path | None = None
     #: `enabledPlugins`: `name@marketplace` → (on or off, the file that says so); a later file
     #: wins, a project's once approved (keel.plugins reads it).
     enabled_plugins: dict[str, tuple[bool, Path]] = field(default_factory=dict)
@@ -399,7 +413,7 @@ class _Merge:
                 self.settings.mcp_servers.append((self.path, value))
             elif key in ("unsafe_to_repeat", "remote_tools"):  # lists every file adds to
                 getattr(self, key)(value, where)
-            elif key in ("statusLine", "enabledPlugins", "extraKnownMarketplaces"):
+            elif key in ("statusLine", "outputStyle", "enabledPlugins", "extraKnownMarketplaces"):
                 self.claude({key: value})  # Claude Code's keys, read the same in keel's files
             elif key in ("hooks", "$schema"):
                 pass
@@ -910,6 +924,8 @@ class _Merge:
             self.permissions(data["permissions"], f"{self.path}: permissions")
         if "statusLine" in data:
             self.status_line(data["statusLine"])
+        if "outputStyle" in data:
+            self.output_style(data["outputStyle"])
         for key in ("enabledPlugins", "extraKnownMarketplaces"):
             if key in data:
                 self.plugins(key, data[key])
@@ -932,6 +948,12 @@ class _Merge:
                 self.w.append(f"{where}: {name!r} must be name@marketplace: true or false; ignored")
             else:
                 self.settings.enabled_plugins[name] = (entry, self.path)
+
+    def output_style(self, value: Any) -> None:
+        if isinstance(value, str) and value.strip():
+            self.settings.output_style, self.settings.output_style_file = value.strip(), self.path
+        else:
+            self.w.append(f"{self.path}: outputStyle must be a style's name; ignored")
 
     def status_line(self, value: Any) -> None:
         """`statusLine`; `{}` is what is left of a project's entry that waits for approval."""

@@ -1161,6 +1161,15 @@ def _count(n: int) -> str:
 
 
 def _import_sdk() -> None:
+    import logging
+
+    # The SDK logs what it then raises (an OAuth sign-in keel refused, with its traceback), and
+    # without a handler Python prints that on stderr. keel reports those failures in one line of
+    # its own, so the SDK's records go to the handlers an application set up and nowhere else
+    # (`keel --debug` sets one up: keel.cli.main).
+    sdk_log = logging.getLogger("mcp")
+    if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
+        sdk_log.addHandler(logging.NullHandler())
     import anyio  # noqa: F401
     import httpx2  # noqa: F401
     import mcp.client.extension  # noqa: F401

@@ -20,6 +20,7 @@ from keel.tui.format import context_meter, cost, tokens
 
 if TYPE_CHECKING:
     from keel.agent.loop import Agent
+    from keel.agent.output_styles import OutputStyle
 
 
 @frozen
@@ -40,6 +41,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("init", "[AGENTS.md|CLAUDE.md]", "study the project and write its AGENTS.md"),
         Builtin("model", "[provider/model]", "switch the model (a picker without an argument)"),
         Builtin("mode", "[mode]", "permission mode: default, accept-edits, plan, bypass"),
+        Builtin("output-style", "[name]", "how the agent answers, from the next fresh context"),
         Builtin("undo", "", "put back the files the last prompt changed"),
         Builtin("rewind", "", "go back to an earlier prompt (forks the session)"),
         Builtin("resume", "[id]", "open another session of this project"),
@@ -53,13 +55,13 @@ BUILTINS: dict[str, Builtin] = {
         ),
         Builtin("hooks", "[approve]", "hooks that run here; approve the project's"),
         Builtin("mcp", "[approve [name]]", "MCP servers and their tools; approve the project's"),
-        Builtin("trust", "[approve|revoke]", "what the project's files ask for; approve it"),
-        Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
         Builtin(
             "plugin",
             "[list|install|enable|disable|update|uninstall NAME@MARKETPLACE]",
             "Claude Code plugins: what runs here, and switching them",
         ),
+        Builtin("trust", "[approve|revoke]", "what the project's files ask for; approve it"),
+        Builtin("permissions", "", "mode, rules and the sandbox", while_busy=True),
         Builtin("doctor", "", "check keys, settings, ripgrep and the sandbox", while_busy=True),
         Builtin("debug", "[on|off]", "write a debug trace of this session (keel trace views it)"),
         Builtin("exit", "", "quit keel", while_busy=True),
@@ -217,6 +219,28 @@ def _instruction_lines(agent: Agent) -> list[str]:
     )
     lines += [f"- warning: {w}" for w in loaded.warnings]
     return lines
+
+
+def output_styles_text(agent: Agent, styles: list[OutputStyle], chosen: str) -> str:
+    """The output styles there are, marking this context's and the one the next will have."""
+    from keel.agent.output_styles import DEFAULT
+
+    now = agent.output_style.name if agent.output_style is not None else DEFAULT
+    chosen = chosen or DEFAULT
+    lines = ["**Output styles** (`/output-style NAME` picks one for the next fresh context)", ""]
+    for style in styles:
+        marks = [
+            m
+            for m, on in (
+                ("this context", style.name == now),
+                ("next", style.name.lower() == chosen.lower()),
+            )
+            if on
+        ]
+        mark = f" ({', '.join(marks)})" if marks else ""
+        where = f" · {style.path}" if style.path is not None else " · built in"
+        lines.append(f"- **{style.name}**{mark}: {style.description or 'no description'}{where}")
+    return "\n".join(lines)
 
 
 def permissions_text(agent: Agent, saved_to: str) -> str:

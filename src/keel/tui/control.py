@@ -31,7 +31,7 @@ from keel.agent.events import (
 )
 from keel.agent.limits import Limits
 from keel.app import Options, fresh_limits, open_agent, resume_agent
-from keel.config.local_rules import LOCAL_SETTINGS, save_local_rule
+from keel.config.local_rules import LOCAL_SETTINGS, save_local_rule, save_local_setting
 from keel.errors import KeelError, UserError
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
@@ -609,7 +609,7 @@ class Controller:
     # -- slash commands ----------------------------------------------------------------------
 
     async def _command(self, name: str, args: str) -> None:
-        handler = getattr(self, f"_cmd_{name}")
+        handler = getattr(self, f"_cmd_{name.replace('-', '_')}")
         await handler(args)
 
     async def _cmd_help(self, args: str) -> None:
@@ -624,6 +624,35 @@ class Controller:
     async def _cmd_debug(self, args: str) -> None:
         days = self.factory.settings.trace_retention_days
         self.show(Output(cmds.debug_command(self.agent, args, retention_days=days), title="debug"))
+
+    async def _cmd_output_style(self, args: str) -> None:
+        """`/output-style`: the styles there are; `/output-style NAME`: that style from the next
+        fresh context (the system prompt of this one stays: the cached prefix holds), kept in
+        the project's personal settings."""
+        from keel.agent.output_styles import DEFAULT, find_style, load_styles, style_dirs
+        from keel.agent.prompt import project_chain
+
+        warnings: list[str] = []
+        styles = load_styles(style_dirs(project_chain(self.agent.cwd), home=Path.home()), warnings)
+        for warning in warnings:
+            self.show(Notice(warning, "warning"))
+        settings = self.factory.settings
+        if not args.strip():
+            self.show(Output(cmds.output_styles_text(self.agent, styles, settings.output_style)))
+            return
+        style = find_style(args, styles)
+        if style is None:
+            names = ", ".join(s.name for s in styles)
+            raise UserError(f"no output style {args.strip()!r}", hint=f"one of: {names}")
+        path = save_local_setting(self.agent.cwd, "outputStyle", style.name)
+        settings.output_style, settings.output_style_file = style.name, path
+        now = self.agent.output_style.name if self.agent.output_style else DEFAULT
+        self.show(
+            Notice(
+                f"output style: {style.name} from the next fresh context (/clear); this "
+                f"conversation keeps {now} (saved in {path})"
+            )
+        )
 
     async def _cmd_cost(self, args: str) -> None:
         self.show(Output(cmds.cost_text(self.agent, self.context), title="cost"))
@@ -712,6 +741,15 @@ class Controller:
             raise UserError(f"/mcp {args}: unknown", hint="/mcp or /mcp approve [NAME]")
         self.show(Output(_mcp_text(self.agent), title="mcp"))
 
+    async def _cmd_plugin(self, args: str) -> None:
+        """`keel plugin …` in this project; a change applies from the next fresh context (the
+        tools and the system prompt stay as they are within one)."""
+        words = args.split()
+        out = await self._keel("plugin", *(words or ["list"]))
+        if words and words[0] not in ("list", "marketplace"):
+            out += "\nPlugin changes apply from the next fresh context (/clear)."
+        self.show(Output(out, "text", title="plugin"))
+
     async def _cmd_trust(self, args: str) -> None:
         words = args.split()
         if words and words[0] not in ("list", "approve", "revoke"):
@@ -741,15 +779,6 @@ class Controller:
         self._since = time.monotonic()
         self._ui.refresh_status()
         try:
-    async def _cmd_plugin(self, args: str) -> None:
-        """`keel plugin …` in this project; a change applies from the next fresh context (the
-        tools and the system prompt stay as they are within one)."""
-        words = args.split()
-        out = await self._keel("plugin", *(words or ["list"]))
-        if words and words[0] not in ("list", "marketplace"):
-            out += "\nPlugin changes apply from the next fresh context (/clear)."
-        self.show(Output(out, "text", title="plugin"))
-
             await self.agent.compact(args, self.show)
         finally:
             self._since = None
