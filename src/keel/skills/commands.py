@@ -281,8 +281,8 @@ def load_commands(
     if user_dir is not None:
         user_roots.add((user_dir / "commands").absolute())
     intake = intake_for(cwd, user_dir=user_dir, home=home)
-    for command in _foreign_commands(intake, warnings):
-        found[command.name] = command
+    for carried in _foreign_commands(intake, warnings):
+        found[carried.name] = carried
     for root in search_dirs(cwd, user_dir=user_dir, home=home, kind="commands"):
         # The user's own folder, unless it lies inside the project tree (then it came with it).
         user_level = root in user_roots and not intake.supplied(root)
@@ -381,9 +381,9 @@ def codex_prompt(body: str, arguments: str) -> str:
     named: dict[str, str] = {}
     words: list[str] = []
     for word in split_arguments(arguments):
-        key, eq, value = word.partition("=")
+        key, eq, given = word.partition("=")
         if eq and _CODEX_NAME.fullmatch(key):
-            named[key] = value
+            named[key] = given
         else:
             words.append(word)
 
