@@ -604,7 +604,7 @@ async def test_http_hook_errors_and_deadline_are_loud(tmp_path: Path, server_fac
     result = await runner.run("PreToolUse", bash_fields(), match="bash")
     assert time.monotonic() - start < 3
     assert result.permission is None
-    went_ahead = " (it could not block; the action went ahead)"
+    went_ahead = " (it could not block; the call goes on to the permission check)"
     assert result.errors == [
         f"PreToolUse hook `http: {failing.url}` failed: HTTP 500: boom{went_ahead}",
         f"PreToolUse hook `http: {slow.url}` timed out after 1 s and was killed{went_ahead}",
@@ -658,7 +658,7 @@ async def test_prompt_hook_deadline_and_bad_answers_are_loud(tmp_path: Path) -> 
         "PreToolUse", bash_fields(), match="bash"
     )
     assert time.monotonic() - start < 3
-    went_ahead = " (it could not block; the action went ahead)"
+    went_ahead = " (it could not block; the call goes on to the permission check)"
     assert result.errors == [
         f"PreToolUse hook `prompt: Safe?` timed out after 1 s and was killed{went_ahead}"
     ]
@@ -939,7 +939,7 @@ def test_a_guard_that_crashes_or_hangs_is_loud_end_to_end(
     results, stderr = run(project, tmp_path, {"name": "bash", "input": {"command": "echo ran"}})
     assert time.monotonic() - start < 20
     assert results == ["ran\n[exit code 0]"]
-    went_ahead = "(it could not block; the action went ahead)"
+    went_ahead = "(it could not block; the call goes on to the permission check)"
     (crashed,) = [line for line in stderr.splitlines() if f"hook `{crash}`" in line]
     assert f"PreToolUse hook `{crash}` exited with 1: Traceback" in crashed
     assert crashed.endswith(went_ahead)

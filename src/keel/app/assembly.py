@@ -397,14 +397,20 @@ def build_hooks(cwd: Path, gate: PermissionGate, notice: Notify) -> HookRunner |
 
         gate.notify = fire
     if runner.has("PermissionRequest"):
-        gate.permission_hook = permission_hook(runner, cwd, notice)
+        gate.permission_hook = permission_hook(
+            runner, cwd, notice, answered=lambda: gate.asker is not None
+        )
     return runner
 
 
-def permission_hook(runner: HookRunner, cwd: Path, notice: Notify) -> PermissionHook:
+def permission_hook(
+    runner: HookRunner, cwd: Path, notice: Notify, *, answered: Callable[[], bool]
+) -> PermissionHook:
     """PermissionRequest hooks, asked whenever the user would be: their `decision.behavior`
     answers for the user. An allow that rewrites the input (`updatedInput`) is not applied:
-    the question goes to the user (headless: refused), never the original call allowed."""
+    the question goes to the user (headless: refused), never the original call allowed. A
+    hook that fails decides nothing: its warning says who answers instead (`answered`: whether
+    someone can answer questions)."""
     from keel.hooks import claude
     from keel.permissions.gate import PermissionReply
 
@@ -418,8 +424,16 @@ def permission_hook(runner: HookRunner, cwd: Path, notice: Notify) -> Permission
         result = await runner.run("PermissionRequest", fields, match=call.name)
         for message in result.messages:
             notice(Notice(message, "info"))
+        after = ""
+        if result.request_decision is None:
+            after = (
+                " (it made no decision; the question goes to you)"
+                if answered()
+                else " (it made no decision; with nobody to answer the question, the call "
+                "is refused)"
+            )
         for error in result.errors:
-            notice(Notice(error, "warning"))
+            notice(Notice(error + after, "warning"))
         if result.request_decision == "deny":
             return PermissionReply(allow=False, reason=result.request_message)
         if result.request_decision == "allow" and result.request_updated_input is not None:

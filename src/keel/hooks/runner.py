@@ -45,6 +45,14 @@ from keel.proc import Head, run_tree
 TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
 #: Events whose hooks can stop something from happening: their failures are warnings.
 GUARD_EVENTS = frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit", "Stop"})
+#: What follows when a guard hook fails, said after its failure. A PermissionRequest hook's
+#: failure leaves the question to the gate; who answers it is said where that is known
+#: (keel.app.assembly.permission_hook).
+_UNGUARDED = {
+    "PreToolUse": " (it could not block; the call goes on to the permission check)",
+    "UserPromptSubmit": " (it could not block; the prompt goes to the model)",
+    "Stop": " (it could not keep the turn going; the turn ends)",
+}
 
 #: Asks a model one question: (prompt, model or "") → its answer text.
 ModelCall = Callable[[str, str], Awaitable[str]]
@@ -294,7 +302,7 @@ def _apply_guard(result: HookResult, run: HookRun, event: str) -> None:
 def _apply_one(result: HookResult, run: HookRun, event: str) -> None:
     hook = run.hook
     label = f"{event} hook `{_short(hook.label, 200)}`"
-    unguarded = " (it could not block; the action went ahead)" if event in GUARD_EVENTS else ""
+    unguarded = _UNGUARDED.get(event, "")
     if run.timed_out:
         result.errors.append(
             f"{label} timed out after {hook.timeout:g} s and was killed{unguarded}"
