@@ -324,7 +324,10 @@ def test_a_resume_kills_what_the_killed_run_left_before_running_it_again(
     first, second = (m.split()[1] for m in marks if m.startswith("start"))
     assert [m.split()[0] for m in marks if m.endswith(second)][-1] == "end"
     assert not any(m == f"end {first}" for m in marks)
-    assert "stopped what the killed run left" in out.stderr or sandboxed, out.stderr
+    # Who stops the first run's command is a race: its supervisor (keel._reaper, once it sees keel
+    # die and the grace for SIGTERM passes) or the resume (its reap, said on stderr), whichever
+    # comes first; a loaded machine starts the resume later. The outcome is asserted above: it
+    # ended, unfinished, before the re-run started; the test_reap_* tests below cover the reap.
     assert start_time(process.pgid) != process.start_time  # the first run's group is gone
 
 
