@@ -281,14 +281,18 @@ def test_rule_frontmatter_forms(tmp_path: Path) -> None:
     one = write(tmp_path / "one.md", "---\npaths: src/**/*.ts, lib/*.js\n---\nbody")
     unquoted = write(tmp_path / "unquoted.md", "---\npaths: **/*.go\n---\nGo")
     bad = write(tmp_path / "bad.md", "---\npaths: {a: 1}\n---\nbody")
-    assert [
-        r.patterns if r else None for r in (read_rule(p, warnings) for p in (one, unquoted, bad))
-    ] == [
+    broken = write(tmp_path / "broken.md", '---\npaths: ["src\\\\"]\n---\nbody')
+    rules = [read_rule(p, warnings) for p in (one, unquoted, bad, broken)]
+    assert [r.patterns if r else None for r in rules] == [
         ("src/**/*.ts", "lib/*.js"),
         ("**/*.go",),
         None,
+        None,
     ]
-    assert warnings == [f"{bad}: paths must be a list of globs; rule not used"]
+    assert warnings == [
+        f"{bad}: paths must be a list of globs; rule not used",
+        f"{broken}: paths: Invalid git pattern: 'src\\\\'; rule not used",
+    ]
     assert expand_braces("src/{a,b}/*.{ts,tsx}") == [
         "src/a/*.ts", "src/a/*.tsx", "src/b/*.ts", "src/b/*.tsx"
     ]  # fmt: skip
@@ -428,3 +432,31 @@ async def test_output_style_command_changes_the_prompt_from_the_next_fresh_conte
     assert "<output-style>" not in first.system
     assert third.system.endswith("Output style: Pirate\n\nAnswer like a pirate.\n</output-style>")
     await controller.close()
+
+
+# -- keel trust list ---------------------------------------------------------------------------------
+
+
+def test_trust_list_gives_rules_styles_and_nested_files_their_verdicts(
+    repo: Path, isolated_env: Path
+) -> None:
+    write(repo / "AGENTS.override.md", "override")
+    write(repo / "CLAUDE.md", "shadowed")
+    write(repo / "pkg" / "CLAUDE.md", "shadowed too")
+    write(repo / ".claude" / "output-styles" / "pirate.md", PIRATE)
+    out = keel("trust", "list", cwd=repo)
+    assert out.returncode == 0, out.stderr
+    gate = "whatever it makes the model do passes the permission gate"
+    lines = [line for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert lines == [
+        f"  .claude/output-styles [output-styles]: prompt text: output styles Pirate (chosen "
+        f"with outputStyle or /output-style); {gate}",
+        f"  .claude/rules [rules]: prompt text: 1 always-on rule(s) in the system prompt, 2 sent "
+        f"when the model reads or edits a file their paths match; {gate}",
+        "  AGENTS.md [instructions]: not read: the AGENTS.override.md beside it is",
+        f"  AGENTS.override.md [instructions]: prompt text: in the system prompt; {gate}",
+        "  CLAUDE.md [instructions]: not read: the AGENTS.override.md beside it is",
+        "  pkg/AGENTS.md [instructions]: prompt text: sent when the model reads or edits a file "
+        f"in pkg/ (once per context); {gate}",
+        "  pkg/CLAUDE.md [instructions]: not read: the AGENTS.md beside it is",
+    ]

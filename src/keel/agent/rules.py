@@ -17,8 +17,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.frozen import frozen
+
+if TYPE_CHECKING:
+    import pathspec
 
 #: Where rules live, relative to a directory (the home directory or a project directory).
 RULES_DIR = Path(".claude") / "rules"
@@ -75,7 +79,20 @@ def read_rule(path: Path, warnings: list[str]) -> Rule | None:
     if not patterns:
         warnings.append(f"{path}: paths names no glob; rule not used")
         return None
+    try:
+        spec(patterns)
+    except ValueError as exc:
+        warnings.append(f"{path}: paths: {exc}; rule not used")
+        return None
     return Rule(path, doc.body, patterns)
+
+
+def spec(patterns: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    """`patterns` as gitignore patterns, `{a,b}` expanded. Raises `ValueError` for one that
+    is not a pattern."""
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines([p for g in patterns for p in expand_braces(g)])
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -94,22 +111,18 @@ class Matcher:
     takes a match away, by `pathspec` itself)."""
 
     def __init__(self, rules: list[Rule]) -> None:
-        import pathspec
-
         self.rules: list[tuple[Rule, re.Pattern[str] | pathspec.GitIgnoreSpec]] = []
         every: list[str] = []
         for rule in rules:
-            spec = pathspec.GitIgnoreSpec.from_lines(
-                [p for g in rule.patterns for p in expand_braces(g)]
-            )
+            compiled = spec(rule.patterns)
             parts = [
                 _NAMED_GROUP.sub("(?:", p.regex.pattern)
-                for p in spec.patterns
+                for p in compiled.patterns
                 if p.include and isinstance(p.regex, re.Pattern)
             ]
             every += parts
-            plain = all(p.include is not False for p in spec.patterns)
-            self.rules.append((rule, _either(parts) if plain else spec))
+            plain = all(p.include is not False for p in compiled.patterns)
+            self.rules.append((rule, _either(parts) if plain else compiled))
         self.any = _either(list(dict.fromkeys(every)))
 
     def matching(self, rel: str) -> tuple[Rule, ...]:
@@ -134,4 +147,4 @@ def _either(parts: list[str]) -> re.Pattern[str]:
 _NAMED_GROUP = re.compile(r"\(\?P<[^>]+>")
 
 
-__all__ = ["RULES_DIR", "Matcher", "Rule", "expand_braces", "read_rule", "rule_files"]
+__all__ = ["RULES_DIR", "Matcher", "Rule", "expand_braces", "read_rule", "rule_files", "spec"]

@@ -19,11 +19,8 @@ from keel.frozen import frozen
 from keel.hooks.config import HookConfig, load_hooks
 from keel.mcp.config import ServerConfig, load_servers
 
-#: Kinds keel does not read yet, with what is lost.
-_UNSUPPORTED = {
-    "rules": "Claude Code rules are not supported yet; nothing in them reaches the model",
-    "output-styles": "Claude Code output styles are not supported yet; ignored",
-}
+#: What keel does with prompt text.
+_PROMPT_TEXT = "whatever it makes the model do passes the permission gate"
 
 
 @frozen
@@ -84,8 +81,6 @@ class _Judge:
     def verdict(self, path: Path, kind: str) -> ProjectFile:
         supplied = self.intake.supplied(path)
         owner = _owner(path)
-        if kind in _UNSUPPORTED:
-            return ProjectFile(path, kind, supplied, _UNSUPPORTED[kind])
         if kind == "plugin":
             return ProjectFile(path, kind, supplied, _plugin(path))
         if kind == "bench":
@@ -97,21 +92,34 @@ class _Judge:
                 why = "not read: keel reads `.mcp.json` only at the project root"
                 return ProjectFile(path, kind, supplied, why)
             return self._servers(path, supplied)
+        if kind == "instructions":
+            return ProjectFile(path, kind, supplied, self._instructions(path, owner))
         if owner not in self.chain:
             return ProjectFile(path, kind, supplied, self._elsewhere(owner))
+        if kind == "rules":
+            return ProjectFile(path, kind, supplied, _rules(path))
+        if kind == "output-styles":
+            return ProjectFile(path, kind, supplied, _styles(path, self.settings))
         if kind == "settings":
             return self._settings(path, supplied)
         if kind == "foreign":
             return self._foreign(path, supplied)
-        if path.name == "AGENTS.override.md":
-            return ProjectFile(path, kind, supplied, "not read: keel does not support it yet")
-        if path.name == "CLAUDE.md" and (path.parent / "AGENTS.md").is_file():
-            return ProjectFile(path, kind, supplied, "not read: the AGENTS.md beside it is")
-        return ProjectFile(
-            path,
-            kind,
-            supplied,
-            "prompt text: read; whatever it makes the model do passes the permission gate",
+        return ProjectFile(path, kind, supplied, f"prompt text: read; {_PROMPT_TEXT}")
+
+    def _instructions(self, path: Path, owner: Path) -> str:
+        """An instruction file: in the system prompt on the chain, delivered when the model
+        reads or edits a file of its directory elsewhere, unless one beside it wins."""
+        from keel.agent.prompt import directory_files
+
+        if path.name in ("AGENTS.override.md", "AGENTS.md", "CLAUDE.md"):
+            used = directory_files(path.parent)[:1]
+            if used and used[0].name != path.name:
+                return f"not read: the {used[0].name} beside it is"
+        if owner in self.chain:
+            return f"prompt text: in the system prompt; {_PROMPT_TEXT}"
+        return (
+            f"prompt text: sent when the model reads or edits a file in {self.intake.rel(owner)}/ "
+            f"(once per context); {_PROMPT_TEXT}"
         )
 
     def _elsewhere(self, owner: Path) -> str:
@@ -223,6 +231,32 @@ def _plugin(path: Path) -> str:
         f"{' and '.join(what) or 'a plugin folder'}: nothing in it runs by itself; a plugin runs "
         "once you install it (`keel plugin marketplace add`, `keel plugin install`) and it is "
         "turned on by your settings or by a project file you approved"
+    )
+
+
+def _rules(directory: Path) -> str:
+    from keel.agent.prompt import load_rules
+
+    warnings: list[str] = []
+    rules = load_rules(directory, warnings)
+    scoped = sum(1 for r in rules if r.patterns)
+    parts = [
+        f"prompt text: {len(rules) - scoped} always-on rule(s) in the system prompt, {scoped} "
+        "sent when the model reads or edits a file their paths match",
+    ]
+    if warnings:
+        parts.append(f"{len(warnings)} not usable (keel doctor names them)")
+    return "; ".join([*parts, _PROMPT_TEXT])
+
+
+def _styles(directory: Path, settings: Settings) -> str:
+    from keel.agent.output_styles import load_styles
+
+    names = ", ".join(s.name for s in load_styles([directory], []) if s.path is not None)
+    chosen = f"; outputStyle picks {settings.output_style}" if settings.output_style else ""
+    return (
+        f"prompt text: output styles {names or '(none usable)'} (chosen with outputStyle or "
+        f"/output-style){chosen}; {_PROMPT_TEXT}"
     )
 
 
