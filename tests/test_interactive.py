@@ -654,3 +654,56 @@ async def test_debug_on_traces_the_next_prompt_and_survives_clear(
         for folder in (first, second)
     ]
     assert prompts == [["first"], ["second"]]  # the third prompt was not traced
+
+
+#: A status line script as people write them for Claude Code: reads the JSON, prints a line
+#: (here: whether a session file exists yet), and logs what it was fed.
+STATUS_SCRIPT = """\
+import json, os, sys
+data = json.load(sys.stdin)
+with open(sys.argv[1], "a", encoding="utf-8") as log:
+    log.write(json.dumps(data) + "\\n")
+journal = os.path.basename(data["transcript_path"]) or "no session yet"
+print(f"\\033[32m[status]\\033[0m {journal}")
+print("a second line is not shown")
+"""
+
+
+def test_line_mode_prints_the_status_line_before_a_prompt_when_it_changed(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    status = tmp_path / "statusline.py"
+    status.write_text(STATUS_SCRIPT, encoding="utf-8")
+    log = tmp_path / "statusline.log"
+    settings = {
+        "statusLine": {"type": "command", "command": f"python3 {status} {log}", "padding": 2}
+    }
+    (isolated_env / "config").mkdir(parents=True, exist_ok=True)
+    (isolated_env / "config" / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+    turns = "model: demo\nturns:\n  - text: One.\n  - text: Two.\n"
+    out = keel(
+        "--no-tui", "--model", script(tmp_path, turns), cwd=project, stdin="hi\nagain\n/exit\n"
+    )
+    assert out.returncode == 0, out.stderr
+    session = latest_session(project)
+    lines = [line.rstrip() for line in unsandboxed_line_dropped(out.stdout).splitlines()]
+    # Before the first prompt, before the second (a session now), and not again before /exit:
+    # the line did not change. Colours are dropped where stdout is not a terminal.
+    assert [line for line in lines if line.startswith("  [status]")] == [
+        "  [status] no session yet",
+        f"  [status] {session.name}",
+    ]
+    assert lines.index("  [status] no session yet") < lines.index("› hi")
+    assert lines.index(f"  [status] {session.name}") < lines.index("› again")
+    fed = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
+    assert len(fed) == 3
+    assert {k: fed[-1][k] for k in ("hook_event_name", "session_id", "cwd", "transcript_path")} == {
+        "hook_event_name": "Status",
+        "session_id": session.stem,
+        "cwd": str(project),
+        "transcript_path": str(session),
+    }
+    assert set(fed[-1]) == {
+        "hook_event_name", "session_id", "transcript_path", "cwd", "model", "workspace",
+        "version", "output_style", "cost", "context_window",
+    }  # fmt: skip

@@ -2,7 +2,8 @@
 terminal UI, printed line by line with rich, with prompts, permission questions and picks read
 from stdin. A line ending in `\\` continues on the next one. Ctrl+C interrupts a running prompt;
 at the prompt, Ctrl+D (end of input) or `/exit` quits. Lines are as wide as the terminal
-(`COLUMNS`, else the terminal on stdout, stderr or stdin) and never padded to it.
+(`COLUMNS`, else the terminal on stdout, stderr or stdin) and never padded to it. A `statusLine`
+command runs before each prompt is read, and its line is printed when it changed.
 """
 
 from __future__ import annotations
@@ -467,6 +468,33 @@ class LineFrontEnd:
         )
 
 
+class StatusLinePrinter:
+    """Claude Code's `statusLine` in line mode: the command runs before each prompt is read,
+    fed what the terminal UI feeds it (keel.tui.statusline), and its line is printed when it
+    differs from the one printed last (a failed run prints nothing)."""
+
+    def __init__(self, controller: Controller, console: Console) -> None:
+        self.controller = controller
+        self.console = console
+        self.config = controller.factory.settings.status_line
+        self._started = time.monotonic()
+        self._shown = ""
+
+    async def print(self) -> None:
+        if self.config is None:
+            return
+        from keel.tui.statusline import payload, run_once
+
+        agent = self.controller.agent
+        data = payload(agent, context=self.controller.context, started=self._started)
+        line = await run_once(self.config, data, cwd=str(agent.cwd), env=dict(os.environ))
+        if line is None:  # it ran out of time: the line printed last still stands
+            return
+        if line and line != self._shown:
+            self.console.print(Text(" " * self.config.padding) + Text.from_ansi(line))
+        self._shown = line
+
+
 async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | None = None) -> int:
     """Drive `controller` from stdin until it ends or the user quits; returns the exit code."""
     stdin = stdin or sys.stdin
@@ -490,10 +518,12 @@ async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | 
         last_sigint = now
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
+    status_line = StatusLinePrinter(controller, console)
     try:
         controller.begin(prompt)
         await controller.wait()
         while not (ui.exited or controller.exited):
+            await status_line.print()
             if stdin.isatty():
                 console.print(Text("› ", style="bold cyan"), end="")
             line = await reader.readline()
@@ -510,4 +540,4 @@ async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | 
     return 0
 
 
-__all__ = ["LineFrontEnd", "LineReader", "parse_answer", "run_line"]
+__all__ = ["LineFrontEnd", "LineReader", "StatusLinePrinter", "parse_answer", "run_line"]
