@@ -12,6 +12,7 @@ from pathlib import Path
 
 from keel.config.foreign import opencode_rules, read_jsonc, read_toml
 from keel.config.settings import load_settings
+from tests.helpers import user_settings_file
 from tests.test_cli import keel, session_files, write_script
 
 
@@ -271,7 +272,7 @@ def test_a_codex_user_mcp_server_starts_as_the_users(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert _tool_results(Path(os.environ["KEEL_HOME"])) == [("carried over", False)]
     assert (
-        f"{codex}: keel does not use approval_policy; mcp_servers.mine.startup_timeout_sec"
+        f"{codex}: keel does not use approval_policy, mcp_servers.mine.startup_timeout_sec"
         in out.stderr
     )
 
@@ -444,15 +445,15 @@ def test_doctor_lists_every_foreign_file_with_what_keel_took(tmp_path: Path) -> 
     assert section[:7] == [
         "Codex and OpenCode files (4):",
         f"  {codex / 'config.toml'} [Codex, yours]: nothing keel uses",
-        "    keel does not use sandbox_mode; model 'gpt-5' (provider 'azure' is not one of keel's)",
+        "    keel does not use sandbox_mode, model 'gpt-5' (provider 'azure' is not one of keel's)",
         f"  {root / 'opencode.json'} [OpenCode, came with the project]: deny rules: "
         "bash(rm -rf *); instructions: docs/guide.md",
-        "    keel does not use theme; permission.lsp",
+        "    keel does not use theme, permission.lsp",
         f"  {codex / 'prompts'} [Codex, yours]: commands: /prompts:fix",
         f"  {root / '.opencode' / 'plugin'} [OpenCode, came with the project]: nothing keel uses",
     ]
     assert section[7] == (
-        "    keel does not use OpenCode plugins (JavaScript or TypeScript run by OpenCode)"
+        "    keel does not use OpenCode plugins (JavaScript or TypeScript that OpenCode runs)"
     )
     # Each line is named once in doctor, not again among the settings warnings.
     assert out.stdout.count("keel does not use theme") == 1
@@ -463,7 +464,30 @@ def test_doctor_lists_every_foreign_file_with_what_keel_took(tmp_path: Path) -> 
     run = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
     assert run.returncode == 0, run.stderr
     assert (
-        f"keel: warning: {root / 'opencode.json'}: keel does not use theme; permission.lsp\n"
+        f"keel: warning: {root / 'opencode.json'}: keel does not use theme, permission.lsp\n"
         in run.stderr
     )
     assert run.stderr.count("keel does not use theme") == 1
+
+
+def test_the_model_carries_over_only_when_keel_names_none(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    codex = _home() / ".codex" / "config.toml"
+    codex.parent.mkdir(parents=True)
+    codex.write_text('model = "qwen3:8b"\nmodel_provider = "ollama"\n', encoding="utf-8")
+    assert load_settings(root).model == "ollama/qwen3:8b"
+    # OpenCode's project file is read after Codex's; its `google` is keel's `gemini`.
+    _json(root / "opencode.json", {"model": "google/gemini-3-flash-preview"})
+    assert load_settings(root).model == "gemini/gemini-3-flash-preview"
+    # keel's own settings win.
+    _json(user_settings_file(), {"model": "anthropic/claude-sonnet-4-5"})
+    assert load_settings(root).model == "anthropic/claude-sonnet-4-5"
+    # A provider keel lacks is named, not used.
+    _json(root / "opencode.json", {"model": "bedrock/claude-x"})
+    user_settings_file().unlink()
+    settings = load_settings(root)
+    assert settings.model == "ollama/qwen3:8b"
+    assert settings.warnings == [
+        f"{root / 'opencode.json'}: keel does not use model 'bedrock/claude-x' (provider "
+        "'bedrock' is not one of keel's)"
+    ]

@@ -155,8 +155,8 @@ def _foreign(found: list[Found]) -> None:
     for f in found:
         whose = "came with the project" if f.supplied else "yours"
         print(f"  {f.path} [{f.tool}, {whose}]: {'; '.join(f.took) or 'nothing keel uses'}")
-        if f.unused:
-            print(f"    keel does not use {'; '.join(f.unused)}")
+        if f.unused or f.notes:
+            print(f"    {f.line().removeprefix(f'{f.path}: ')}")
 
 
 def _hidden(settings: Settings) -> None:

@@ -502,12 +502,16 @@ class Found:
     #: Whether it came with the project (`keel.config.intake`).
     supplied: bool
     took: tuple[str, ...] = ()
-    #: Keys keel does not use, and entries that apply differently, each named once.
+    #: Keys keel does not use.
     unused: tuple[str, ...] = ()
+    #: Entries keel applies differently from the other tool, or not at all, each with why.
+    notes: tuple[str, ...] = ()
 
     def line(self) -> str:
         """The one line naming what keel does not use of it ("" when it uses everything)."""
-        return f"{self.path}: keel does not use {'; '.join(self.unused)}" if self.unused else ""
+        parts = [f"keel does not use {', '.join(self.unused)}"] if self.unused else []
+        parts += self.notes
+        return f"{self.path}: {'; '.join(parts)}" if parts else ""
 
 
 @dataclass
@@ -548,7 +552,7 @@ def load_foreign(intake: Intake, env: Mapping[str, str] | None = None) -> Foreig
         for name in ("plugin", "plugins", "tool", "tools"):
             if (base / name).is_dir():
                 what = "plugins" if name.startswith("plugin") else "custom tools"
-                why = f"OpenCode {what} (JavaScript or TypeScript run by OpenCode)"
+                why = f"OpenCode {what} (JavaScript or TypeScript that OpenCode runs)"
                 foreign.found.append(_found(intake, base / name, "opencode", (), (why,)))
     for folder in skill_dirs(intake, env):
         skills = sorted(p.parent.name for p in folder.glob("*/SKILL.md")) if folder.is_dir() else []
@@ -558,10 +562,15 @@ def load_foreign(intake: Intake, env: Mapping[str, str] | None = None) -> Foreig
 
 
 def _found(
-    intake: Intake, path: Path, dialect: str, took: tuple[str, ...], unused: Iterable[str] = ()
+    intake: Intake,
+    path: Path,
+    dialect: str,
+    took: tuple[str, ...],
+    unused: Iterable[str] = (),
+    notes: Iterable[str] = (),
 ) -> Found:
     tool: Literal["Codex", "OpenCode"] = "Codex" if dialect == "codex" else "OpenCode"
-    return Found(path, tool, intake.supplied(path), took, tuple(unused))
+    return Found(path, tool, intake.supplied(path), took, tuple(unused), tuple(notes))
 
 
 def _markdown_names(place: Place) -> list[str]:
@@ -588,7 +597,8 @@ def _take_model(
         return
     mapped = keel_model(provider, model)
     if mapped is None:
-        unused.append(f"model {model!r} (provider {provider!r} is not one of keel's)")
+        written = model if path.suffix == ".toml" else f"{provider}/{model}"
+        unused.append(f"model {written!r} (provider {provider!r} is not one of keel's)")
         return
     foreign.model = (mapped, path)
     took.append(f"model {mapped}")
@@ -624,6 +634,8 @@ def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> N
         return
     took: list[str] = []
     unused = [k for k in data if k not in _CODEX_USED]
+    if "model_provider" in data and "model" not in data:
+        unused.append("model_provider (no model with it)")
     if "model" in data:
         provider = data.get("model_provider", "openai")
         _take_model(foreign, path, data["model"], provider, took, unused)
@@ -640,9 +652,10 @@ def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
     took: list[str] = []
     unused = [k for k in data if k not in _OPENCODE_USED]
     rules: dict[str, list[str]] = {"deny": [], "ask": [], "allow": []}
+    notes: list[str] = []
     if "permission" in data:
         rules, skipped, notes = opencode_rules(data["permission"], "permission")
-        unused += skipped + notes
+        unused += skipped
     if "tools" in data:
         denied, skipped = _legacy_tools(data["tools"], "tools")
         rules["deny"] += denied
@@ -671,4 +684,4 @@ def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
         ]
         if value:
             took.append(f"{key}s: {', '.join(value)}")
-    foreign.found.append(_found(intake, path, "opencode", tuple(took), unused))
+    foreign.found.append(_found(intake, path, "opencode", tuple(took), unused, notes))
