@@ -48,7 +48,7 @@ def payload(agent: Agent, *, context: int, started: float) -> dict[str, Any]:
         "model": {"id": agent.model, "display_name": agent.model},
         "workspace": {"current_dir": str(agent.cwd), "project_dir": str(agent.ctx.root)},
         "version": __version__,
-        "output_style": {"name": "default"},
+        "output_style": {"name": agent.output_style.name if agent.output_style else "default"},
         "cost": {
             "total_cost_usd": agent.spend.cost,
             "total_duration_ms": int((time.monotonic() - started) * 1000),
