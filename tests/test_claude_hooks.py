@@ -440,6 +440,7 @@ def test_tool_response_in_claude_codes_shapes(tmp_path: Path) -> None:
         "stderr": "",
         "interrupted": False,
         "isImage": False,
+        "noOutputExpected": False,
     }
     read = "     3\tc\n     4\td\n\n[line limit: showed lines 3-4 of 9; continue with offset=5]"
     assert claude.tool_response("read", {"path": "f"}, read, cwd) == {
@@ -460,18 +461,21 @@ def test_tool_response_in_claude_codes_shapes(tmp_path: Path) -> None:
         "content": "x",
         "structuredPatch": [],
         "originalFile": None,
-        "success": True,
+        "userModified": False,
     }
     edit = {"path": "f", "old_string": "a", "new_string": "b"}
-    assert claude.tool_response("edit", edit, "Edited f: 1 replacement.", cwd) == {
+    assert claude.tool_response(
+        "edit", edit, "Edited f: 1 replacement.", cwd, before="a\n", after="b\n"
+    ) == {
         "filePath": f"{cwd}/f",
         "oldString": "a",
         "newString": "b",
-        "originalFile": None,
-        "structuredPatch": [],
+        "originalFile": "a\n",
+        "structuredPatch": [
+            {"oldStart": 1, "oldLines": 1, "newStart": 1, "newLines": 1, "lines": ["-a", "+b"]}
+        ],
         "userModified": False,
         "replaceAll": False,
-        "success": True,
     }
     assert claude.tool_response("glob", {"pattern": "*"}, "a.py\nb.py", cwd, duration_ms=7) == {
         "filenames": [f"{cwd}/a.py", f"{cwd}/b.py"],
@@ -791,18 +795,20 @@ async def test_subagent_start_and_stop_carry_the_agent_and_start_adds_context(
         await agent.aclose()
     start, stop, parent_stop = loaded(log)
     child_id = start["agent_id"]
+    session_uuid = claude.hook_session_id(agent.session_id)
+    transcript = agent.session.path.with_name(f"{agent.session.path.stem}.transcript")
     assert start == {
-        "session_id": agent.session_id,
-        "transcript_path": str(agent.session.path),
+        "session_id": session_uuid,
+        "transcript_path": str(transcript / f"{session_uuid}.jsonl"),
         "cwd": str(project),
-        "permission_mode": "default",
+        "prompt_id": parent_stop["prompt_id"],
         "hook_event_name": "SubagentStart",
         "agent_id": child_id,
         "agent_type": "explore",
     }
     assert child_id != agent.session_id
     assert stop["hook_event_name"] == "SubagentStop"
-    assert stop["session_id"] == agent.session_id  # the parent's, not the child's
+    assert stop["session_id"] == session_uuid  # the parent's, not the child's
     assert (stop["agent_id"], stop["agent_type"]) == (child_id, "explore")
     assert stop["agent_transcript_path"].endswith(f"{child_id}.jsonl")
     assert (stop["stop_hook_active"], stop["last_assistant_message"]) == (False, "child report")
@@ -914,8 +920,8 @@ def test_claude_code_hook_options_keel_does_not_honour_are_named(project: Path) 
     settings(path, {"PostToolUse": [{"matcher": "Bash", "hooks": [hook]}]})
     config = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
     assert config.warnings == [
-        f"{path}: hooks.PostToolUse[0].hooks[0]: async, if not supported by keel; the hook runs "
-        "on every match and keel waits for it"
+        f"{path}: hooks.PostToolUse[0].hooks[0]: if not supported by keel; the hook runs "
+        "on every match in the background"
     ]
     assert [h.command for h in config.hooks] == ["true"]
 

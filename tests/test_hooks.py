@@ -15,6 +15,7 @@ import pytest
 
 from keel.agent.events import Event
 from keel.agent.loop import Agent
+from keel.hooks import claude
 from keel.hooks.config import HookConfig, load_hooks
 from keel.hooks.runner import HookRunner
 from keel.llm.events import Notice
@@ -133,9 +134,9 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
     config = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
     assert config.warnings == [
         f"{path}: unknown hook event 'BeforeEverything' skipped: not a Claude Code event (keel "
-        "runs: SessionStart, UserPromptSubmit, PreToolUse, PermissionRequest, PostToolUse, "
-        "PostToolUseFailure, Notification, SubagentStart, SubagentStop, Stop, PreCompact, "
-        "SessionEnd)",
+        "runs: SessionStart, UserPromptSubmit, PreToolUse, PermissionRequest, PermissionDenied, "
+        "PostToolUse, PostToolUseFailure, PostToolBatch, Notification, SubagentStart, "
+        "SubagentStop, Stop, StopFailure, PreCompact, PostCompact, SessionEnd)",
         f"{path}: hooks.PreToolUse[0].hooks[0]: hook type 'agent' is a Claude Code hook type keel "
         "does not run (keel runs: command, http, prompt); skipped",
         f"{path}: hooks.PreToolUse[0].hooks[1] needs a command; skipped",
@@ -213,10 +214,12 @@ async def test_pre_tool_use_payload_environment_and_deny_by_exit_2(
         "t1", "denied by a PreToolUse hook: no rm in this repo", is_error=True
     )
     payload = json.loads(seen.read_text(encoding="utf-8"))
+    session_uuid = claude.hook_session_id(agent.session_id)
     assert payload == {
-        "session_id": agent.session_id,
-        "transcript_path": str(session.path),
+        "session_id": session_uuid,
+        "transcript_path": str(session.path.with_suffix(".transcript") / f"{session_uuid}.jsonl"),
         "cwd": str(project),
+        "prompt_id": payload["prompt_id"],
         "hook_event_name": "PreToolUse",
         "permission_mode": "default",
         "tool_name": "Bash",
@@ -324,7 +327,7 @@ async def test_post_tool_use_feedback_context_and_halt(project: Path) -> None:
         "p = json.load(sys.stdin)\n"
         "assert p['tool_response'] == {'type': 'text', 'file': {'filePath': "
         + repr(str(project / "util.py"))
-        + ", 'content': 'X = 1\\n', 'numLines': 1, 'startLine': 1, 'totalLines': 1}}, p\n"
+        + ", 'content': 'X = 1\\n', 'numLines': 2, 'startLine': 1, 'totalLines': 2}}, p\n"
         "print(json.dumps({'decision': 'block', 'reason': 'lint failed: E501',"
         " 'continue': False, 'stopReason': 'fix lint first',"
         " 'hookSpecificOutput': {'additionalContext': 'ruff is the linter'}}))\n",
@@ -503,7 +506,7 @@ async def test_a_hanging_hook_is_killed_garbage_is_ignored_and_failures_are_show
     assert time.monotonic() - start < 30  # not the hook's 60 s
     assert result.stop_reason == "end_turn"
     assert agent.messages[2].tool_results[0] == tool_result("t1", "README.md")  # the call still ran
-    went_ahead = " (it could not block; the action went ahead)"
+    went_ahead = " (it could not block; the call goes on to the permission check)"
     assert notices(events) == [
         f"PreToolUse hook `{hang}` timed out after 1 s and was killed{went_ahead}",
         f"PreToolUse hook `{garbage}` printed output that is not valid JSON ({{not json at all "

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -56,9 +57,9 @@ from keel.agent.tool_runner import Choice, ToolRunner
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
-from keel.hooks.runner import HookResult, HookRunner
+from keel.hooks.runner import AsyncOutcome, HookResult, HookRunner
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_window
-from keel.llm.errors import ContextOverflow, LLMError
+from keel.llm.errors import APIError, ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider, model_info
@@ -69,12 +70,13 @@ from keel.session.journal import JournalWriteError
 from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
 from keel.session.store import SessionLog, new_session_id
 from keel.startup import resume_gc
-from keel.tools.background import BackgroundTasks
+from keel.tools.background import BackgroundTask, BackgroundTasks
 from keel.tools.base import Tool, ToolContext
 from keel.tools.registry import Registry
 
 if TYPE_CHECKING:
     from keel.checkpoints import UndoSummary
+    from keel.hooks.transcript import ClaudeTranscript
     from keel.mcp.prompts import McpPrompts
     from keel.permissions.sandbox import Sandbox
     from keel.skills import CommandSet, SkillSet
@@ -307,6 +309,8 @@ class Agent:
         self._rounds: deque[bytes] = deque(maxlen=LOOP_WINDOW)
         #: Hooks (None: none configured). SessionStart fires with this source at the next prompt.
         self.hooks: HookRunner | None = None
+        #: The session in Claude Code's transcript format, for hooks (`transcript_path`).
+        self._claude_transcript: ClaudeTranscript | None = None
         self.session_start_source: str | None = "startup"
         #: A subagent, or a turn keel started itself: no SessionStart / UserPromptSubmit hooks.
         self.is_subagent = False
@@ -532,7 +536,7 @@ class Agent:
     async def run_notifications(self, on_event: Emit | None = None) -> RunResult | None:
         """Deliver finished background tasks' results in a turn keel starts itself (no prompt
         hooks), for when no prompt is running. None if there is nothing to deliver."""
-        if not self.background.undelivered():
+        if not self.undelivered:
             return None
         self.self_started = True
         try:
@@ -619,6 +623,8 @@ class Agent:
 
             why = session_end_reason(reason)
             await self.hooks.run("SessionEnd", {"reason": why}, match=why)
+        if self.hooks is not None and not self.is_subagent:
+            await self.hooks.aclose()
         for close in self.on_close:
             await close()
         self.on_close.clear()
@@ -665,10 +671,14 @@ class Agent:
         if self.session is not None:
             self.ctx.raw_dir = self.session.path.with_name(self.session.path.stem + ".raw")
         if self.hooks is not None and not self.is_subagent:  # a subagent shares them
+            from keel.hooks.claude import hook_session_id
+
             self.hooks.base.update(
-                session_id=self.session_id,
-                transcript_path=str(self.session.path) if self.session is not None else "",
+                session_id=hook_session_id(self.session_id),
+                transcript_path=self._transcript_path(),
             )
+            self.hooks.effort = self.effort
+            self.hooks.on_async = self._async_hook_done
             if self.hooks.ask_model is None:
                 from keel.hooks.model import model_call
 
@@ -695,6 +705,7 @@ class Agent:
             stop = "interrupted"
         except KeelError as exc:
             stop, error = "error", exc.one_line()
+            await self._stop_failure_hook(exc, emit)
         finally:
             while self.after_turn:
                 self.after_turn.pop()()
@@ -825,6 +836,9 @@ class Agent:
                 f'<hook-context source="SessionStart">\n{c}\n</hook-context>'
                 for c in started.context
             ]
+        hooks.prompt_id = str(uuid.uuid4())  # Claude Code: one per prompt the user sends
+        if self._claude_transcript is not None:
+            self._claude_transcript.prompt_id = hooks.prompt_id
         submitted = await hooks.run("UserPromptSubmit", {"prompt": prompt})
         self._hook_report(submitted, emit)
         if submitted.halt:
@@ -856,6 +870,8 @@ class Agent:
         fields: dict[str, object] = {
             "stop_hook_active": state.stop_continuations > 0,
             "last_assistant_message": last.text if last and last.role == "assistant" else "",
+            "background_tasks": [_background_task(t) for t in self.background.running()],
+            "session_crons": [],  # keel schedules nothing inside a session
         }
         if self.is_subagent:
             fields = {
@@ -889,6 +905,97 @@ class Agent:
                 {"trigger": claude_trigger, "custom_instructions": instructions},
                 match=claude_trigger,
             )
+
+    async def _post_compact_hook(self, trigger: str, summary: str, emit: Emit) -> None:
+        if self.hooks is not None and self.hooks.has("PostCompact"):
+            claude_trigger = "manual" if trigger == "manual" else "auto"
+            fields = {"trigger": claude_trigger, "compact_summary": summary}
+            self._hook_report(
+                await self.hooks.run("PostCompact", fields, match=claude_trigger), emit
+            )
+
+    async def _stop_failure_hook(self, error: KeelError, emit: Emit) -> None:
+        """StopFailure: an error ended the turn (its output changes nothing, as in Claude
+        Code)."""
+        if self.hooks is None or not self.hooks.has("StopFailure") or self.is_subagent:
+            return
+        from keel.hooks.claude import stop_failure_kind
+
+        kind = stop_failure_kind(error.status if isinstance(error, APIError) else None)
+        last = self.messages[-1] if self.messages else None
+        fields: dict[str, object] = {"error": kind, "error_details": error.one_line()}
+        if last is not None and last.role == "assistant" and last.text:
+            fields["last_assistant_message"] = last.text
+        result = await self.hooks.run("StopFailure", fields, match=kind)
+        for problem in result.errors:
+            emit(Notice(problem, "warning"))
+
+    async def _post_tool_batch_hook(self, emit: Emit) -> TurnStop | None:
+        """PostToolBatch: once the round's results are in. Its context joins them as a note;
+        its exit 2 (or `continue: false`) stops the turn."""
+        batch, self._runner.batch = self._runner.batch, []
+        if self.hooks is None or not self.hooks.has("PostToolBatch") or not batch:
+            return None
+        result = await self.hooks.run("PostToolBatch", {"tool_calls": batch})
+        self._hook_report(result, emit)
+        if result.context:
+            context = "\n".join(
+                f'<hook-context source="PostToolBatch">\n{c}\n</hook-context>'
+                for c in result.context
+            )
+            message = Message("user", (Text(context),))
+            if self.session is not None:
+                self.session.user(message, "note")
+            self.conversation.append(message)
+        if result.block or result.halt:
+            why = result.stop_reason or result.reason or "no reason given"
+            emit(Notice(f"stopped by a PostToolBatch hook: {why}", "warning"))
+            return "hook_stopped"
+        return None
+
+    def _transcript_path(self) -> str:
+        """The Claude Code–format transcript hooks read (`transcript_path`), kept beside the
+        session file from the first prompt that has hooks on ("" without a session file, or
+        when it cannot be written: said once)."""
+        session = self.session
+        if session is None:
+            return ""
+        if session.on_record is not None:
+            return str(self._claude_transcript.path) if self._claude_transcript else ""
+        from keel import __version__
+        from keel.hooks.claude import hook_session_id
+        from keel.hooks.transcript import ClaudeTranscript, transcript_path
+        from keel.session.journal import read_records
+
+        sid = hook_session_id(self.session_id)
+        writer = ClaudeTranscript(
+            transcript_path(session.path, sid), session_uuid=sid, cwd=self.cwd, version=__version__
+        )
+        try:
+            earlier = [] if writer.path.exists() else read_records(session.path).records
+            writer.open([r.payload for r in earlier])
+        except (OSError, KeelError) as exc:
+            if self._emit is not None:
+                self._emit(Notice(f"no transcript for hooks: {exc}", "warning"))
+            session.on_record = lambda _record: None
+            return ""
+        self._claude_transcript = writer
+        session.on_record = writer.record
+        return str(writer.path)
+
+    def _async_hook_done(self, outcome: AsyncOutcome) -> None:
+        """A background hook ended: an `asyncRewake` hook's feedback wakes an idle session, as a
+        finished background task does."""
+        if outcome.wake:
+            self.forward(BackgroundFinished("hook", "hook", "completed", outcome.event + " hook"))
+
+    @property
+    def undelivered(self) -> bool:
+        """Something finished in the background that the model has not been told: a background
+        task, or a background hook that wakes the session."""
+        hooks = self.hooks
+        woken = hooks is not None and any(o.wake for o in hooks.async_outcomes)
+        return bool(self.background.undelivered()) or woken
 
     async def _ask_model(self, emit: Emit) -> Done:
         """One model request, compacting first when the context is nearly full, and once more
@@ -993,6 +1100,7 @@ class Agent:
             self.instruction_notes.reset(self.system, self.messages)
         self.spend.add(done.usage, cost)
         emit(ContextCompacted(trigger, before, new.tokens_after))
+        await self._post_compact_hook(trigger, summary, emit)
         emit(
             Notice(
                 f"compacted: ~{before // 1000}k tokens → ~{new.tokens_after // 1000}k ({trigger})",
@@ -1211,6 +1319,8 @@ class Agent:
         self._pending = None
         self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
         self._deliver_instruction_note(calls, results, emit)
+        if (stop := await self._post_tool_batch_hook(emit)) is not None:
+            return stop
         if (halt := self._runner.halt_reason) is not None:
             self._runner.halt_reason = None
             emit(Notice(f"stopped by a hook: {halt}", "warning"))
@@ -1268,8 +1378,15 @@ class Agent:
         self.conversation.append(message)  # joins the tool results before it
 
     def _deliver_notifications(self) -> None:
-        """Finished background tasks ride along with the next request, as a user message."""
+        """Finished background tasks, and what background hooks left for the model, ride along
+        with the next request, as a user message; their errors go to the user."""
         text = self.background.take_notifications()
+        if self.hooks is not None and not self.is_subagent:
+            outcomes = self.hooks.take_async()
+            for problem in (e for o in outcomes for e in o.errors):
+                if self._emit is not None:
+                    self._emit(Notice(problem, "warning"))
+            text = "\n".join(t for t in (text, *(c for o in outcomes for c in o.context)) if t)
         if not text:
             return
         message = Message("user", (Text(text),))
@@ -1310,6 +1427,25 @@ class Agent:
             )
         except JournalWriteError:
             pass  # the run already failed on the journal; the file stays readable
+
+
+def _background_task(task: BackgroundTask) -> dict[str, str]:
+    """A running background task as Claude Code's Stop hooks see it (`background_tasks`)."""
+    if task.kind == "shell":
+        return {
+            "id": task.id,
+            "type": "shell",
+            "status": task.status,
+            "description": task.description,
+            "command": task.description,
+        }
+    return {
+        "id": task.id,
+        "type": "subagent",
+        "status": task.status,
+        "description": task.description,
+        "agent_type": task.agent,
+    }
 
 
 def _overflow_error(exc: ContextOverflow, *, nothing_to_compact: bool) -> RunError:

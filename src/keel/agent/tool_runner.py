@@ -57,6 +57,11 @@ Record = Callable[[ToolResult, float, float, str], None]
 OnDone = Callable[[ToolUse, ToolResult, float, str | None, float], None]
 Choice: TypeAlias = Literal["rerun", "skip"]
 
+#: The tools whose file text hooks see (Claude Code's `originalFile`, `structuredPatch` and
+#: Read's line counts), and the largest file read for them.
+FILE_TOOLS = frozenset({"read", "write", "edit", "multi_edit"})
+HOOK_FILE_LIMIT = 8 * 1024 * 1024
+
 #: The result a skipped call of unknown outcome gets (the model must not assume either way).
 SKIPPED_UNKNOWN = (
     "OUTCOME UNKNOWN: keel stopped while this call was running, so it is not known whether it "
@@ -132,6 +137,9 @@ class ToolRunner:
         #: Who takes a call whose tool raised `AnswerLater` (a fleet worker parks the run; it
         #: does not return). None: the model is told the run cannot wait.
         self.on_answer_later: Callable[[ToolUse, str], Awaitable[None]] | None = None
+        #: This round's calls as PostToolBatch hooks see them (`tool_name`, `tool_input`,
+        #: `tool_use_id`, `tool_response`), kept only while such hooks exist.
+        self.batch: list[dict[str, object]] = []
         ctx.on_process = self._process_started
 
     def kind_of(self, name: str) -> str:
@@ -226,8 +234,8 @@ class ToolRunner:
                 hook_reason=hook.permission_reason if hook is not None else "",
             )
             if isinstance(decision, Deny):
-                result = tool_result(call.id, decision.reason, is_error=decision.is_error)
-                done(call, result, 0.0, None)
+                reason = decision.reason + await self._denied_hook(call, decision.reason, emit)
+                done(call, tool_result(call.id, reason, is_error=decision.is_error), 0.0, None)
                 continue
             ready.append(_Ready(call, checked))
         for group in _groups(ready):  # phase 2: run
@@ -254,6 +262,7 @@ class ToolRunner:
             )
         started_at = time.time()
         emit(ToolStarted(call, started_at, tool_kind(tool)))
+        before = self._hook_file_text(call)
         start = time.monotonic()
         token = current_call_id.set(call.id)
         try:
@@ -279,7 +288,7 @@ class ToolRunner:
         finally:
             current_call_id.reset(token)
         result = await self._post_tool_hook(
-            call, finish(call, output, self.ctx.raw_dir), emit, time.monotonic() - start
+            call, finish(call, output, self.ctx.raw_dir), emit, time.monotonic() - start, before
         )
         done(call, result, time.monotonic() - start, output.display, started_at)
         if output.notice:
@@ -362,31 +371,95 @@ class ToolRunner:
             call = ToolUse(call.id, call.name, updated, "", call.signature)
         return call, result
 
+    async def _denied_hook(self, call: ToolUse, reason: str, emit: Callable[[Event], None]) -> str:
+        """PermissionDenied: the gate refused the call. A hook's `retry: true` tells the model it
+        may try again; returns what to add to the refusal."""
+        if self.hooks is None or not self.hooks.has("PermissionDenied"):
+            return ""
+        fields = {
+            "tool_name": claude.tool_name(call.name),
+            "tool_input": claude.tool_input(call.name, call.input or {}, self.ctx.cwd),
+            "tool_use_id": call.id,
+            "reason": reason,
+        }
+        result = await self.hooks.run("PermissionDenied", fields, match=call.name)
+        self._report(result, emit)
+        return "\n(a PermissionDenied hook says you may retry this call)" if result.retry else ""
+
+    def _wants_response(self) -> bool:
+        hooks = self.hooks
+        return hooks is not None and (hooks.has("PostToolUse") or hooks.has("PostToolBatch"))
+
+    def _hook_file_text(self, call: ToolUse) -> str | None:
+        """The text of the file a file tool is about to read or change, for the hooks that see
+        it (None: no such hook, not a file tool, no such file, or too large)."""
+        if call.name not in FILE_TOOLS or not self._wants_response():
+            return None
+        raw = (call.input or {}).get("path")
+        if not isinstance(raw, str) or not raw:
+            return None
+        path = Path(raw).expanduser()
+        path = path if path.is_absolute() else self.ctx.cwd / path
+        try:
+            if not path.is_file() or path.stat().st_size > HOOK_FILE_LIMIT:
+                return None
+            with path.open(encoding="utf-8", errors="replace", newline="") as f:
+                return f.read()
+        except OSError:
+            return None
+
     async def _post_tool_hook(
-        self, call: ToolUse, result: ToolResult, emit: Callable[[Event], None], seconds: float
+        self,
+        call: ToolUse,
+        result: ToolResult,
+        emit: Callable[[Event], None],
+        seconds: float,
+        before: str | None,
     ) -> ToolResult:
         """PostToolUse with Claude Code's `tool_response`, or PostToolUseFailure (`error`,
-        `is_interrupt`) for a failed call; bash that exits non-zero fails, as in Claude Code."""
+        `is_interrupt`) for a failed call; bash that exits non-zero fails, as in Claude Code.
+        The call also joins the round's batch for PostToolBatch."""
         args = call.input or {}
         code = claude.bash_exit_code(result.text) if call.name == "bash" else None
         failed = result.is_error or (code is not None and code != 0)
         event = "PostToolUseFailure" if failed else "PostToolUse"
-        if self.hooks is None or not self.hooks.has(event):
+        if self.hooks is None or not self._wants_response():
             return result
+        tool_input = claude.tool_input(call.name, args, self.ctx.cwd)
         fields: dict[str, object] = {
             "tool_name": claude.tool_name(call.name),
-            "tool_input": claude.tool_input(call.name, args, self.ctx.cwd),
-            "tool_use_id": call.id,
+            "tool_input": tool_input,
         }
         if failed:
             # Claude Code's shape: "Exit code N" then the output, without keel's own marker.
             output = claude.without_exit_code(result.text) if code is not None else result.text
             error = f"Exit code {code}\n{output}".rstrip("\n") if code else result.text
-            fields.update(error=error, is_interrupt=False)
+            fields.update(tool_use_id=call.id, error=error, is_interrupt=False)
+            response: object = error
         else:
-            fields["tool_response"] = claude.tool_response(
-                call.name, args, result.text, self.ctx.cwd, duration_ms=int(seconds * 1000)
+            after = self._hook_file_text(call) if call.name in ("edit", "multi_edit") else None
+            response = claude.tool_response(
+                call.name,
+                args,
+                result.text,
+                self.ctx.cwd,
+                duration_ms=int(seconds * 1000),
+                before=before,
+                after=after,
             )
+            fields.update(tool_response=response, tool_use_id=call.id)
+        fields["duration_ms"] = int(seconds * 1000)
+        if self.hooks.has("PostToolBatch"):
+            self.batch.append(
+                {
+                    "tool_name": fields["tool_name"],
+                    "tool_input": tool_input,
+                    "tool_use_id": call.id,
+                    "tool_response": response,
+                }
+            )
+        if not self.hooks.has(event):
+            return result
         hook = await self.hooks.run(event, fields, match=call.name)
         self._report(hook, emit)
         extra: list[Text] = []

@@ -16,22 +16,25 @@ from __future__ import annotations
 
 import math
 import re
+import uuid
 from pathlib import Path
 from typing import Any, Final
 
 from keel.frozen import frozen
 from keel.tools.names import CLAUDE_TO_KEEL, to_claude
 
-#: Every hook event Claude Code documents (its hooks reference, 2026), in its order.
+#: Every hook event Claude Code has (its hooks reference and Claude Code 2.1.197), in its order.
 CLAUDE_EVENTS: Final[tuple[str, ...]] = (
     "SessionStart",
     "Setup",
     "UserPromptSubmit",
+    "UserPromptExpansion",
     "PreToolUse",
     "PermissionRequest",
     "PermissionDenied",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
     "Notification",
     "SubagentStart",
     "SubagentStop",
@@ -50,28 +53,65 @@ CLAUDE_EVENTS: Final[tuple[str, ...]] = (
     "PostCompact",
     "Elicitation",
     "ElicitationResult",
+    "MessageDisplay",
     "SessionEnd",
 )
 
-#: The events keel runs, with Claude Code's semantics.
+#: The events keel runs, with Claude Code's semantics. PermissionDenied runs when keel's
+#: permission gate refuses a call (Claude Code: when its auto mode classifier does).
 EVENTS: Final[tuple[str, ...]] = (
     "SessionStart",
     "UserPromptSubmit",
     "PreToolUse",
     "PermissionRequest",
+    "PermissionDenied",
     "PostToolUse",
     "PostToolUseFailure",
+    "PostToolBatch",
     "Notification",
     "SubagentStart",
     "SubagentStop",
     "Stop",
+    "StopFailure",
     "PreCompact",
+    "PostCompact",
     "SessionEnd",
 )
 
 #: Claude Code's events keel does not run (their hooks are named at startup, never dropped
 #: silently).
 UNSUPPORTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in CLAUDE_EVENTS if e not in EVENTS)
+
+#: The events whose payload carries `permission_mode` (Claude Code leaves it out of the others).
+MODE_EVENTS: Final[frozenset[str]] = frozenset(
+    {
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PermissionRequest",
+        "PermissionDenied",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "PostToolBatch",
+        "Stop",
+        "SubagentStop",
+    }
+)
+#: The events whose payload carries `effort` (`{"level": …}`) when the model has one.
+EFFORT_EVENTS: Final[frozenset[str]] = MODE_EVENTS - {"UserPromptSubmit"} | {"StopFailure"}
+
+#: keel session ids map one to one to the UUIDs hooks see as `session_id` (Claude Code's ids are
+#: UUIDs, and hooks check that they are).
+SESSION_NAMESPACE: Final = uuid.UUID("6f1c2a9e-5b7d-4e0a-9c3f-8d2b1e4a7c60")
+
+
+def hook_session_id(session_id: str) -> str:
+    """The UUID hooks see for keel's session `session_id`: the same for the same session, on
+    every resume; a keel id that is a UUID already stays as it is."""
+    try:
+        return str(uuid.UUID(session_id))
+    except ValueError:
+        return str(uuid.uuid5(SESSION_NAMESPACE, session_id))
+
 
 #: keel's permission modes in Claude Code's spelling.
 PERMISSION_MODES: Final[dict[str, str]] = {
@@ -162,6 +202,28 @@ def session_end_reason(reason: str) -> str:
     return reason if reason in SESSION_END_REASONS else "other"
 
 
+#: StopFailure's `error` (its matcher) for a provider's HTTP status.
+_FAILURE_KINDS: Final[dict[int, str]] = {
+    400: "invalid_request",
+    401: "authentication_failed",
+    402: "billing_error",
+    403: "authentication_failed",
+    404: "model_not_found",
+    429: "rate_limit",
+    529: "overloaded",
+}
+
+
+def stop_failure_kind(status: int | None) -> str:
+    """Claude Code's name for the error that ended a turn, from the provider's HTTP status
+    (None: not a provider's answer)."""
+    if status is None:
+        return "unknown"
+    if status in _FAILURE_KINDS:
+        return _FAILURE_KINDS[status]
+    return "server_error" if status >= 500 else "unknown"
+
+
 def _absolute(value: Any, cwd: Path) -> Any:
     if not isinstance(value, str) or not value:
         return value
@@ -184,6 +246,8 @@ def tool_input(tool: str, args: dict[str, Any], cwd: Path) -> dict[str, Any]:
             out["timeout"] = int(out["timeout"] * 1000)
         if "sandbox" in out:
             out["dangerouslyDisableSandbox"] = out.pop("sandbox") is False
+    elif tool == "edit":
+        out.setdefault("replace_all", False)
     elif tool == "grep":
         files_only = out.pop("files_only", False)
         out["output_mode"] = "files_with_matches" if files_only else "content"
@@ -239,6 +303,8 @@ def matcher_names(tool: str) -> tuple[str, ...]:
 
 # -- tool_response ------------------------------------------------------------------------------
 
+#: Lines a read returns when it names no limit (Claude Code's default and keel's).
+READ_LIMIT = 2000
 _NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 _EXIT = re.compile(r"\n?\[exit code (-?\d+|None)\]$")
 _READ_NOTE = re.compile(r"\n\n\[(?:size|line) limit: showed lines (\d+)-(\d+) of (\d+);[^\]]*\]$")
@@ -258,12 +324,23 @@ def without_exit_code(text: str) -> str:
 
 
 def tool_response(
-    tool: str, args: dict[str, Any], text: str, cwd: Path, *, duration_ms: int = 0
+    tool: str,
+    args: dict[str, Any],
+    text: str,
+    cwd: Path,
+    *,
+    duration_ms: int = 0,
+    before: str | None = None,
+    after: str | None = None,
 ) -> Any:
     """A successful result of `tool` in the shape Claude Code gives PostToolUse hooks, built
-    from keel's result text and the call's arguments."""
+    from keel's result text and the call's arguments. `before` and `after` are the text of the
+    file a file tool read or changed, before and after the call (None: not known, or no file
+    before a write that created it)."""
     path = _absolute(args.get("path", "."), cwd)
     if tool == "bash":
+        command = str(args.get("command", ""))
+        quiet = no_output_expected(command)
         if args.get("run_in_background"):
             found = re.match(r"started (\S+) in the background", text)
             return {
@@ -271,41 +348,48 @@ def tool_response(
                 "stderr": "",
                 "interrupted": False,
                 "isImage": False,
+                "noOutputExpected": quiet,
                 "backgroundTaskId": found.group(1) if found else "",
             }
-        stdout = _EXIT.sub("", text)
-        return {"stdout": stdout, "stderr": "", "interrupted": False, "isImage": False}
+        stdout = _EXIT.sub("", text).rstrip()
+        return {
+            "stdout": stdout,
+            "stderr": "",
+            "interrupted": False,
+            "isImage": False,
+            "noOutputExpected": quiet,
+        }
     if tool == "read":
-        return _read_response(path, text)
+        return _read_response(path, text, args, before)
     if tool == "write":
-        created = text.startswith("Created ")
+        content = str(args.get("content", ""))
+        created = text.startswith("Created ") or before is None
         return {
             "type": "create" if created else "update",
             "filePath": path,
-            "content": args.get("content", ""),
-            "structuredPatch": [],
-            "originalFile": None,
-            "success": True,
+            "content": content,
+            "structuredPatch": [] if created else structured_patch(before or "", content),
+            "originalFile": None if created else before,
+            "userModified": False,
         }
+    patch = structured_patch(before, after) if before is not None and after is not None else []
     if tool == "edit":
         return {
             "filePath": path,
             "oldString": args.get("old_string", ""),
             "newString": args.get("new_string", ""),
-            "originalFile": None,
-            "structuredPatch": [],
+            "originalFile": before,
+            "structuredPatch": patch,
             "userModified": False,
             "replaceAll": bool(args.get("replace_all", False)),
-            "success": True,
         }
     if tool == "multi_edit":
         return {
             "filePath": path,
             "edits": args.get("edits", []),
-            "originalFileContents": None,
-            "structuredPatch": [],
+            "originalFileContents": before,
+            "structuredPatch": patch,
             "userModified": False,
-            "success": True,
         }
     if tool in ("glob", "grep"):
         lines = [] if text.startswith("No matches") else text.splitlines()
@@ -354,7 +438,12 @@ def tool_response(
     return [{"type": "text", "text": text}]
 
 
-def _read_response(path: Any, text: str) -> dict[str, Any]:
+def _read_response(
+    path: Any, text: str, args: dict[str, Any], before: str | None
+) -> dict[str, Any]:
+    """Claude Code counts a file's lines as the pieces between newlines (a file ending in a
+    newline has an empty last line), and the lines it returns are those pieces joined with
+    newlines: a read to the end of such a file ends with a newline, a read of a part does not."""
     if text.startswith("Image "):
         return {"type": "image", "file": {"filePath": path}}
     body, start, total = text, 1, None
@@ -370,29 +459,110 @@ def _read_response(path: Any, text: str) -> dict[str, Any]:
         if i == 0:
             start = int(found.group(1))
         lines.append(found.group(2))
-    content = "\n".join(lines) + ("\n" if lines else "")
+    if before is not None:
+        pieces = before.split("\n")
+        end = start - 1 + len(lines)
+        limit = args.get("limit", READ_LIMIT)
+        if end == len(pieces) - 1 and (not isinstance(limit, int) or len(lines) < limit):
+            end += 1  # the empty line after a final newline
+        shown = pieces[start - 1 : end]
+        content, count, total = "\n".join(shown), len(shown), len(pieces)
+    else:
+        content = "\n".join(lines) + ("\n" if lines else "")
+        count = len(lines)
+        total = total if total is not None else start - 1 + len(lines)
     return {
         "type": "text",
         "file": {
             "filePath": path,
             "content": content,
-            "numLines": len(lines),
+            "numLines": count,
             "startLine": start,
-            "totalLines": total if total is not None else start - 1 + len(lines),
+            "totalLines": total,
         },
     }
 
 
+#: Commands Claude Code expects to print nothing when they succeed.
+_QUIET = frozenset(
+    {"mv", "cp", "rm", "mkdir", "rmdir", "chmod", "chown", "chgrp", "touch", "ln", "cd", "export"}
+    | {"unset", "wait"}
+)
+
+
+def no_output_expected(command: str) -> bool:
+    """Claude Code's `noOutputExpected`: every command of the line (split at `&&`, `||`, `;`,
+    `|` and newlines) is one that prints nothing when it succeeds (`mkdir`, `mv`, `cd`...)."""
+    parts = [p.split() for p in re.split(r"&&|\|\||[;|\n]", command)]
+    words = [p[0] for p in parts if p]
+    return bool(words) and all(w in _QUIET for w in words)
+
+
+def _diff_lines(text: str) -> list[str]:
+    """`text`'s lines, each with its newline (the last may have none)."""
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
+
+
+NO_NEWLINE = "\\ No newline at end of file"
+
+
+def _patch_lines(mark: str, lines: list[str]) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        out.append(mark + line.removesuffix("\n"))
+        if not line.endswith("\n"):
+            out.append(NO_NEWLINE)
+    return out
+
+
+def structured_patch(old: str, new: str, context: int = 3) -> list[dict[str, Any]]:
+    """The hunks from `old` to `new` in Claude Code's `structuredPatch` shape (the npm `diff`
+    package's: `oldStart`, `oldLines`, `newStart`, `newLines`, and `lines` that start with
+    " ", "-" or "+", a line without a final newline followed by `\\ No newline at end of
+    file`), with Claude Code's three lines of context. Lines are matched by difflib, which
+    finds the same hunks as the `diff` package for edits within lines."""
+    import difflib  # only when a file hook asks for a patch
+
+    a, b = _diff_lines(old), _diff_lines(new)
+    hunks: list[dict[str, Any]] = []
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
+        lines: list[str] = []
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                lines += _patch_lines(" ", a[a1:a2])
+                continue
+            lines += _patch_lines("-", a[a1:a2])
+            lines += _patch_lines("+", b[b1:b2])
+        first, last = group[0], group[-1]
+        hunks.append(
+            {
+                "oldStart": first[1] + 1,
+                "oldLines": last[2] - first[1],
+                "newStart": first[3] + 1,
+                "newLines": last[4] - first[3],
+                "lines": lines,
+            }
+        )
+    return hunks
+
+
 __all__ = [
     "CLAUDE_EVENTS",
+    "EFFORT_EVENTS",
     "EVENTS",
+    "MODE_EVENTS",
     "PERMISSION_MODES",
     "TOOL_FIELDS",
     "UNSUPPORTED_EVENTS",
     "bash_exit_code",
+    "hook_session_id",
     "matcher_names",
+    "no_output_expected",
     "permission_mode",
     "session_end_reason",
+    "stop_failure_kind",
+    "structured_patch",
     "tool_input",
     "tool_name",
     "tool_response",

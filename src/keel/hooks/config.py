@@ -46,7 +46,7 @@ KINDS = ("command", "http", "prompt")
 CLAUDE_ONLY_KINDS = ("agent", "mcp_tool")
 #: Claude Code hook options keel does not honour (named in a warning; `statusMessage` is only
 #: cosmetic and accepted quietly).
-IGNORED_KEYS = ("async", "asyncRewake", "once", "if", "shell")
+IGNORED_KEYS = ("once", "if", "shell")
 
 Source = Literal["personal", "shared"]
 
@@ -70,6 +70,9 @@ class HookCommand:
     #: An unapproved project guard: it runs in a read-only sandbox without network or secrets,
     #: and only its blocking answers (deny, ask, exit 2) count.
     guard_only: bool = False
+    #: `async`: runs in the background and blocks nothing; `rewake` (`asyncRewake`): the same,
+    #: and its exit 2 wakes the model with its stderr ("" = runs in the foreground).
+    background: Literal["", "async", "rewake"] = ""
     #: The plugin (`name@marketplace`) it came with ("" for a settings file's hook), and what
     #: its command gets in its environment (`CLAUDE_PLUGIN_ROOT`, `CLAUDE_PLUGIN_DATA`).
     plugin: str = ""
@@ -81,7 +84,9 @@ class HookCommand:
 
     def pin(self) -> tuple[Any, ...]:
         """What an approval covers: everything that decides what the hook does."""
-        base = (self.event, self.matcher, self.command, self.timeout)
+        base: tuple[Any, ...] = (self.event, self.matcher, self.command, self.timeout)
+        if self.background:
+            base += (self.background,)
         if self.kind == "command":
             return base  # as before: existing approvals stay valid
         return (*base, self.kind, list(self.headers), list(self.allowed_env), self.model)
@@ -89,7 +94,7 @@ class HookCommand:
     @property
     def can_guard(self) -> bool:
         """A guard that may run before its project is approved (`HookConfig.guards`)."""
-        return self.event in GUARD_ONLY_EVENTS and self.kind == "command"
+        return self.event in GUARD_ONLY_EVENTS and self.kind == "command" and not self.background
 
     def matches(self, value: str) -> bool:
         """Claude Code's matcher: case-insensitive and anchored; empty or `*` matches all; an
@@ -222,11 +227,18 @@ def _hook(
     if kind == "http" and not re.match(r"https?://", value):
         w.append(f"{where}: url must start with http:// or https://; skipped")
         return
+    background: Literal["", "async", "rewake"] = ""
+    if hook.get("async") is True or hook.get("asyncRewake") is True:
+        background = "rewake" if hook.get("asyncRewake") is True else "async"
+    if background and kind != "command":
+        w.append(f"{where}: async runs only command hooks; this {kind} hook runs in the foreground")
+        background = ""
     ignored = sorted(k for k in IGNORED_KEYS if k in hook)
     if ignored:
+        waits = " in the background" if background else " and keel waits for it"
         w.append(
-            f"{where}: {', '.join(ignored)} not supported by keel; the hook runs on every match "
-            "and keel waits for it"
+            f"{where}: {', '.join(ignored)} not supported by keel; the hook runs on every "
+            f"match{waits}"
         )
     default = PROMPT_TIMEOUT if kind == "prompt" else DEFAULT_TIMEOUT
     timeout = hook.get("timeout", default)
@@ -258,6 +270,7 @@ def _hook(
             headers=tuple(headers),
             allowed_env=allowed_env,
             model=model if isinstance(model, str) else "",
+            background=background,
         )
     )
 

@@ -37,12 +37,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keel.frozen import frozen
-from keel.hooks.claude import matcher_names, permission_mode
+from keel.hooks.claude import EFFORT_EVENTS, MODE_EVENTS, matcher_names, permission_mode
 from keel.hooks.config import HookCommand
 from keel.proc import Head, run_tree
 
 #: Events whose matcher is a tool name (either spelling matches).
-TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest"})
+TOOL_EVENTS = frozenset(
+    {"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionDenied"}
+)
 #: Events whose hooks can stop something from happening: their failures are warnings.
 GUARD_EVENTS = frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit", "Stop"})
 #: What follows when a guard hook fails, said after its failure. A PermissionRequest hook's
@@ -73,6 +75,9 @@ PROMPT_SYSTEM = (
 
 #: Hook output beyond this is cut (a hook that floods must not flood the model).
 MAX_OUTPUT = 64 * 1024
+#: When the session closes, background (`async`) hooks still running get this long, then their
+#: processes are killed.
+ASYNC_CLOSE_WAIT = 5.0
 #: A process a hook leaves behind may run (and hold its output open) this long after the hook
 #: exits; then it is killed. Never past the hook's timeout.
 DRAIN_GRACE = 2.0
@@ -126,6 +131,8 @@ class HookResult:
     request_message: str = ""
     request_updated_input: dict[str, Any] | None = None
     context: list[str] = field(default_factory=list)
+    #: PermissionDenied: a hook said the model may retry (`hookSpecificOutput.retry`).
+    retry: bool = False
     #: Shown to the user: what hooks said (systemMessage) and what went wrong with them.
     messages: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -134,6 +141,58 @@ class HookResult:
     @property
     def reason(self) -> str:
         return "\n".join(r for r in self.reasons if r)
+
+
+@frozen
+class AsyncOutcome:
+    """What a background (`async`) hook left when it ended: context for the model's next
+    request, errors for the user, and whether it wakes an idle session (an `asyncRewake` hook
+    that exited 2)."""
+
+    event: str
+    context: tuple[str, ...]
+    errors: tuple[str, ...]
+    wake: bool
+
+
+def _async_outcome(run: HookRun, event: str) -> AsyncOutcome | None:
+    """As Claude Code: an `asyncRewake` hook that exits 2 sends its stderr (else its stdout) to
+    the model as feedback; otherwise the first JSON line of its output that is not an `async`
+    marker may carry `systemMessage` and `hookSpecificOutput.additionalContext`, both for the
+    model. It can block nothing: the action went ahead long ago."""
+    hook = run.hook
+    label = f"{event} hook `{_short(hook.label, 200)}` (async)"
+    if run.exit_code == 2 and hook.background == "rewake":
+        feedback = (run.stderr or run.stdout).strip() or f"{label} exited with 2"
+        text = f'<hook-feedback source="{event}">\n{feedback}\n</hook-feedback>'
+        return AsyncOutcome(event, (text,), (), wake=True)
+    errors: list[str] = []
+    if run.timed_out:
+        errors.append(f"{label} timed out after {hook.timeout:g} s and was killed")
+    elif run.error or run.exit_code is None:
+        errors.append(f"{label} failed: {run.error or _short(run.stderr)}")
+    elif run.exit_code != 0:
+        detail = _short(run.stderr or run.stdout) or "no output"
+        errors.append(f"{label} exited with {run.exit_code}: {detail}")
+    context: list[str] = []
+    for line in run.stdout.splitlines():
+        if not line.strip().startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict) or "async" in data:
+            continue
+        specific = data.get("hookSpecificOutput")
+        extra = specific.get("additionalContext") if isinstance(specific, dict) else None
+        for said in (data.get("systemMessage"), extra):
+            if isinstance(said, str) and said:
+                context.append(f'<hook-context source="{event}">\n{said}\n</hook-context>')
+        break
+    if not context and not errors:
+        return None
+    return AsyncOutcome(event, tuple(context), tuple(errors), wake=False)
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -384,6 +443,8 @@ def _apply_json(result: HookResult, data: dict[str, Any], event: str) -> None:
             _request(result, answer["behavior"], str(answer.get("message") or ""))
             if answer["behavior"] == "allow" and isinstance(answer.get("updatedInput"), dict):
                 result.request_updated_input = answer["updatedInput"]
+    if isinstance(specific, dict) and event == "PermissionDenied":
+        result.retry = result.retry or specific.get("retry") is True
     if isinstance(specific, dict):
         choice = specific.get("permissionDecision")
         if choice in _RANK and event == "PreToolUse":
@@ -414,9 +475,58 @@ class HookRunner:
     observer: Callable[[HookObservation], None] | None = None
     #: Where `guard_only` hooks run (a read-only sandbox); None: they cannot run.
     guard_box: GuardBox | None = None
+    #: The running prompt's id (`prompt_id`, a UUID; "" before the first prompt).
+    prompt_id: str = ""
+    #: The model's reasoning effort (`effort.level`; None: the model has none).
+    effort: str | None = None
+    #: What background hooks left, for the model's next request (`take_async`).
+    async_outcomes: list[AsyncOutcome] = field(default_factory=list)
+    #: Called with each outcome as a background hook ends (the agent wakes an idle session).
+    on_async: Callable[[AsyncOutcome], None] | None = None
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def has(self, event: str) -> bool:
         return any(h.event == event for h in self.hooks)
+
+    def take_async(self) -> list[AsyncOutcome]:
+        """The outcomes of background hooks that ended since the last call."""
+        taken, self.async_outcomes = self.async_outcomes, []
+        return taken
+
+    @property
+    def background_running(self) -> int:
+        return len(self._background)
+
+    async def aclose(self) -> None:
+        """Give background hooks still running `ASYNC_CLOSE_WAIT` seconds, then kill them."""
+        if not self._background:
+            return
+        _done, pending = await asyncio.wait(set(self._background), timeout=ASYNC_CLOSE_WAIT)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    def payload(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """The JSON object a hook of `event` reads: the fields Claude Code sends every hook (it
+        leaves `prompt_id` out of SessionStart, `permission_mode` out of events that are not
+        about the prompt or a tool, and `effort` where the model has none), then `fields`."""
+        payload: dict[str, Any] = {
+            "session_id": "",
+            "transcript_path": "",
+            **self.base,
+            "cwd": str(self.cwd),
+        }
+        if self.prompt_id and event != "SessionStart":
+            payload["prompt_id"] = self.prompt_id
+        if event in MODE_EVENTS:
+            mode = self.mode() if callable(self.mode) else "default"
+            payload["permission_mode"] = permission_mode(str(mode))
+        if event in EFFORT_EVENTS and self.effort:
+            payload["effort"] = {"level": self.effort}
+        payload["hook_event_name"] = event
+        payload.update(fields)
+        return payload
 
     async def run(self, event: str, fields: dict[str, Any], *, match: str = "") -> HookResult:
         """Run the hooks of `event` whose matcher matches `match` (for tool events, keel's tool
@@ -427,22 +537,19 @@ class HookRunner:
         result = HookResult()
         if not matching:
             return result
-        mode = self.mode() if callable(self.mode) else "default"
-        payload = {
-            "session_id": "",
-            "transcript_path": "",
-            **self.base,
-            "cwd": str(self.cwd),
-            "permission_mode": permission_mode(str(mode)),
-            "hook_event_name": event,
-            **fields,
-        }
-        data = json.dumps(payload, default=str).encode()
+        data = json.dumps(self.payload(event, fields), default=str).encode()
         env = {
             **self.env,
             "CLAUDE_PROJECT_DIR": str(self.project_dir),
             "KEEL_PROJECT_DIR": str(self.project_dir),
         }
+        for hook in [h for h in matching if h.background]:
+            task = asyncio.get_running_loop().create_task(
+                self._in_background(hook, data, env, event, match), name=f"keel {event} hook"
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        matching = [h for h in matching if not h.background]
         if self.observer is None:
             runs = await asyncio.gather(*(self._one(h, data, env) for h in matching))
         else:
@@ -453,6 +560,21 @@ class HookRunner:
             result.runs.append(run)
             _apply(result, run, event)
         return result
+
+    async def _in_background(
+        self, hook: HookCommand, data: bytes, env: Mapping[str, str], event: str, target: str
+    ) -> None:
+        """Run an `async` hook to its end, nobody waiting; keep what it left."""
+        if self.observer is None:
+            run = await self._one(hook, data, env)
+        else:
+            run = await self._observed(hook, data, env, event, target)
+        outcome = _async_outcome(run, event)
+        if outcome is None:
+            return
+        self.async_outcomes.append(outcome)
+        if self.on_async is not None:
+            self.on_async(outcome)
 
     async def _observed(
         self, hook: HookCommand, data: bytes, env: Mapping[str, str], event: str, target: str

@@ -11,7 +11,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from keel.session.records import (
     Fingerprint,
     Meta,
     NoteRecord,
+    Payload,
     ProcessRecord,
     ReplyTiming,
     TerminalReason,
@@ -77,6 +78,9 @@ class SessionLog:
     def __init__(self, journal: AppendLog, session_id: str) -> None:
         self.journal = journal
         self.id = session_id
+        #: Told each prompt, assistant message and tool result as it is journaled (a derived
+        #: view: keel.hooks.transcript); None costs nothing.
+        self.on_record: Callable[[Payload], None] | None = None
 
     @property
     def path(self) -> Path:
@@ -104,7 +108,10 @@ class SessionLog:
         return cls(Journal.create(directory / f"{sid}.jsonl", meta), sid)
 
     def user(self, message: Message, source: UserSource = "prompt") -> None:
-        self.journal.append(UserRecord(message, source))
+        record = UserRecord(message, source)
+        self.journal.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
 
     def assistant(
         self,
@@ -119,9 +126,10 @@ class SessionLog:
     ) -> None:
         # Durable before any of its tools runs (invariant 4): here, or, with `durable=False`, by
         # the caller's `make_durable` before anything else happens.
-        self.journal.append(
-            AssistantRecord(message, usage, cost, stop_reason, turn, timing), durable=durable
-        )
+        record = AssistantRecord(message, usage, cost, stop_reason, turn, timing)
+        self.journal.append(record, durable=durable)
+        if self.on_record is not None:
+            self.on_record(record)
 
     async def make_durable(self) -> None:
         """Everything recorded so far is durable when this returns, as after `barrier`, but the
@@ -142,8 +150,11 @@ class SessionLog:
     ) -> None:
         # Written now (a killed process cannot lose it); the fsync runs on a worker thread so it
         # overlaps what comes next. `barrier` makes it durable before any other tool runs.
-        self.journal.append(ToolResultRecord(result, seconds, started_at, kind), durable=False)
+        record = ToolResultRecord(result, seconds, started_at, kind)
+        self.journal.append(record, durable=False)
         self.journal.sync_in_background()
+        if self.on_record is not None:
+            self.on_record(record)
 
     def tool_started(
         self, tool_use_id: str, tool: str, reason: str, summary: str, kind: str = ""
