@@ -491,3 +491,52 @@ def test_the_model_carries_over_only_when_keel_names_none(tmp_path: Path) -> Non
         f"{root / 'opencode.json'}: keel does not use model 'bedrock/claude-x' (provider "
         "'bedrock' is not one of keel's)"
     ]
+
+
+def test_mcp_entries_translate_into_keels_shape() -> None:
+    from keel.config.foreign import codex_server, opencode_server
+
+    assert codex_server(
+        {
+            "url": "https://mcp.example.com/mcp",
+            "bearer_token_env_var": "EXAMPLE_TOKEN",
+            "http_headers": {"X-Team": "core"},
+            "env_http_headers": {"X-Key": "EXAMPLE_KEY"},
+            "enabled": False,
+            "tool_timeout_sec": 30,
+            "enabled_tools": ["search"],
+        },
+        "mcp_servers.docs",
+    ) == (
+        {
+            "type": "http",
+            "url": "https://mcp.example.com/mcp",
+            "headers": {
+                "X-Team": "core",
+                "X-Key": "${EXAMPLE_KEY}",
+                "Authorization": "Bearer ${EXAMPLE_TOKEN}",
+            },
+            "disabled": True,
+            "timeout": 30,
+        },
+        ["mcp_servers.docs.enabled_tools"],
+    )
+    assert opencode_server(
+        {
+            "type": "remote",
+            "url": "https://mcp.example.com/{env:PATH_PART}",
+            "headers": {"Authorization": "Bearer {env:GH_TOKEN}"},
+            "oauth": {"clientId": "x"},
+        },
+        "mcp.gh",
+    ) == (
+        {
+            "type": "http",
+            "url": "https://mcp.example.com/${PATH_PART}",
+            "headers": {"Authorization": "Bearer ${GH_TOKEN}"},
+        },
+        ["mcp.gh.oauth"],
+    )
+    assert opencode_server(
+        {"type": "local", "command": ["npx", "-y", "pkg"], "environment": {"K": "v"}}, "mcp.p"
+    ) == ({"command": "npx", "args": ["-y", "pkg"], "env": {"K": "v"}}, [])

@@ -460,11 +460,26 @@ def codex_server(entry: object, where: str) -> tuple[object, list[str]]:
     return out, [f"{where}.{k}" for k in entry if k not in _CODEX_MCP_KEYS]
 
 
+_OPENCODE_ENV = re.compile(r"\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _env_references(value: Any) -> Any:
+    """OpenCode's `{env:NAME}` in every string of `value` as keel's `${NAME}`."""
+    if isinstance(value, str):
+        return _OPENCODE_ENV.sub(r"${\1}", value)
+    if isinstance(value, list):
+        return [_env_references(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _env_references(v) for k, v in value.items()}
+    return value
+
+
 def opencode_server(entry: object, where: str) -> tuple[object, list[str]]:
     """An `mcp.<name>` entry of `opencode.json` in keel's shape, with the keys keel does not
-    use (`command` is one list: the program and its arguments)."""
+    use (`command` is one list: the program and its arguments; `{env:NAME}` is `${NAME}`)."""
     if not isinstance(entry, dict):
         return entry, []
+    entry = _env_references(entry)
     out: dict[str, Any] = {}
     if entry.get("type") == "remote":
         out["type"] = "http"
