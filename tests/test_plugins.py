@@ -417,3 +417,29 @@ async def test_the_plugin_command_in_the_tui_lists_and_switches(
         "Plugin changes apply from the next fresh context (/clear).",
         f"git-guard@keel-fixtures: disabled in {user_settings_file()}; installed 1.0.0",
     ]
+
+
+def test_a_marketplace_entry_may_name_the_plugins_components(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """`strict: false` entries (Claude Code merges the entry's component paths with the plugin's
+    manifest): the command the entry names is offered."""
+    repo = _repo(tmp_path / "repo")
+    market = tmp_path / "market"
+    (market / ".claude-plugin").mkdir(parents=True)
+    (market / "loose" / "prompts").mkdir(parents=True)
+    (market / "loose" / "prompts" / "hello.md").write_text(
+        "---\ndescription: Say hello\n---\nSay hello to $ARGUMENTS.\n", encoding="utf-8"
+    )
+    entry = {
+        "name": "loose",
+        "source": "./loose",
+        "strict": False,
+        "commands": ["./prompts/hello.md"],
+    }
+    catalogue = {"name": "m", "plugins": [entry]}
+    (market / ".claude-plugin" / "marketplace.json").write_text(json.dumps(catalogue), "utf-8")
+    _ok("plugin", "marketplace", "add", str(market), cwd=repo)
+    _ok("plugin", "install", "loose@m", cwd=repo)
+    (cached,) = (isolated_env / "plugins" / "cache" / "m" / "loose").iterdir()
+    assert _ok("skills", cwd=repo) == f"command /loose:hello  {cached / 'prompts' / 'hello.md'}\n"

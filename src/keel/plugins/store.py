@@ -35,7 +35,7 @@ from typing import Any
 from keel.config.settings import read_json_object
 from keel.errors import UserError
 from keel.frozen import frozen
-from keel.plugins.manifest import read_manifest
+from keel.plugins.manifest import COMPONENT_KEYS, MANIFEST, read_manifest
 
 #: A marketplace's catalogue, relative to its folder.
 CATALOGUE = Path(".claude-plugin") / "marketplace.json"
@@ -233,6 +233,9 @@ class Entry:
     version: str
     source: object
     marketplace: Marketplace
+    #: Components the entry itself names (`commands`, `hooks`…: Claude Code merges them with
+    #: the plugin's manifest); written into the installed copy's `plugin.json`.
+    components: tuple[tuple[str, Any], ...] = ()
 
 
 def read_catalogue(market: Marketplace) -> list[Entry]:
@@ -258,6 +261,7 @@ def read_catalogue(market: Marketplace) -> list[Entry]:
                     str(item.get("version", "")),
                     item.get("source"),
                     market,
+                    tuple((k, item[k]) for k in COMPONENT_KEYS if k in item),
                 )
             )
     return entries
@@ -328,7 +332,7 @@ def install(entry: Entry) -> Installed:
         warnings: list[str] = []
         manifest = read_manifest(folder, warnings)
         version = str(manifest.get("version") or entry.version or "")
-        digest = _digest(folder)
+        digest = _digest(folder, json.dumps(entry.components, sort_keys=True))
         version = version or f"sha-{digest[:12]}"
         target = plugins_home() / "cache" / _safe(market.name) / _safe(entry.name) / _safe(version)
         found = read_installed()
@@ -338,6 +342,7 @@ def install(entry: Entry) -> Installed:
                 shutil.rmtree(target)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copytree(folder, target, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            _merge_components(target, entry)
             if old is not None and old.path != target and old.path.is_dir():
                 shutil.rmtree(old.path)
         data_dir(entry.name, market.name).mkdir(parents=True, exist_ok=True)
@@ -345,6 +350,18 @@ def install(entry: Entry) -> Installed:
         found[ident] = done
         _write_installed(found)
         return done
+
+
+def _merge_components(target: Path, entry: Entry) -> None:
+    """Write the components the marketplace entry names into the copy's manifest, where the
+    plugin's own manifest does not name them (its own win)."""
+    if not entry.components:
+        return
+    manifest = read_manifest(target, [])
+    merged = {**dict(entry.components), **manifest}
+    merged.setdefault("name", entry.name)
+    (target / MANIFEST).parent.mkdir(parents=True, exist_ok=True)
+    (target / MANIFEST).write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
 
 
 def uninstall(ident: str) -> Installed:
@@ -395,8 +412,8 @@ def _plugin_folder(entry: Entry, scratch: Path) -> Path:
     )
 
 
-def _digest(folder: Path) -> str:
-    h = hashlib.sha256()
+def _digest(folder: Path, extra: str) -> str:
+    h = hashlib.sha256(extra.encode())
     for path in sorted(folder.rglob("*")):
         if ".git" in path.relative_to(folder).parts or not path.is_file():
             continue
