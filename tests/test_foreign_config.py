@@ -321,7 +321,15 @@ def test_opencode_commands_from_a_folder_and_from_opencode_json(tmp_path: Path) 
     )
     _json(
         root / "opencode.json",
-        {"command": {"explain": {"template": "Explain $1 briefly.", "description": "explain"}}},
+        {
+            "command": {
+                "explain": {
+                    "template": "Explain $1 briefly.",
+                    "description": "explain",
+                    "subtask": True,
+                }
+            }
+        },
     )
     from keel.skills.commands import load_commands
 
@@ -336,6 +344,11 @@ def test_opencode_commands_from_a_folder_and_from_opencode_json(tmp_path: Path) 
         False,
     )
     assert (explain.body, explain.path) == ("Explain $1 briefly.", root / "opencode.json")
+    assert commands.warnings == [
+        f"{folder / 'test.md'}:3: `agent` in a command's frontmatter is not used by keel; /test "
+        "runs in the session",
+        f"{root / 'opencode.json'}: command.explain: keel does not use subtask",
+    ]
     script = write_script(tmp_path / "s.json", [{"text": "done"}])
     out = keel("-p", "/explain src/app.py", "--model", f"scripted:{script}", cwd=root)
     assert out.returncode == 0, out.stderr

@@ -71,6 +71,9 @@ MAX_DEPTH = 8
 #: code span such as `` `!` `` in prose is not taken for a command).
 _SHELL = re.compile(r"(?<![\w`])!`([^`\n]+)`")
 
+#: Frontmatter that runs a command elsewhere than in the session (OpenCode's `agent` and
+#: `subtask`, Claude Code's `context: fork`): keel names it and runs the command in the session.
+_SESSION_KEYS = ("agent", "subtask", "context")
 #: Placeholders of a Codex custom prompt: `$$`, `$1`…`$9`, `$ARGUMENTS`, `$NAME`.
 _CODEX_PLACEHOLDER = re.compile(r"\$(\$|[1-9](?!\d)|[A-Z][A-Z0-9_]*)")
 _CODEX_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -349,6 +352,9 @@ def _foreign_commands(intake: Intake, warnings: list[str]) -> list[Command]:
         if not isinstance(template, str) or not template.strip():
             warnings.append(f"{path}: command.{name} has no template (text); skipped")
             continue
+        unused = [k for k in entry if k not in ("template", "description", "model")]
+        if unused:
+            warnings.append(f"{path}: command.{name}: keel does not use {', '.join(unused)}")
         description = entry.get("description")
         found.append(
             Command(
@@ -423,6 +429,12 @@ def _command(
             f"{where(path, doc.key_lines.get('hooks'))}: `hooks` in a command's frontmatter is "
             f"not supported by keel; /{name} runs without them"
         )
+    for key in _SESSION_KEYS:
+        if key in doc.meta:
+            warnings.append(
+                f"{where(path, doc.key_lines.get(key))}: `{key}` in a command's frontmatter is "
+                f"not used by keel; /{name} runs in the session"
+            )
     # A deny rule keel cannot read makes the command unusable: running it without the limit
     # would allow what the file meant to stop.
     denied = tools_field(doc, "disallowed-tools")
