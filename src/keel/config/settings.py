@@ -6,6 +6,10 @@ Files, later winning for scalar values:
 2. project (shared): `<project>/.keel/settings.json`
 3. project (personal, git-ignored): `<project>/.keel/settings.local.json`
 
+Then Codex's and OpenCode's files (`keel.config.foreign`): OpenCode's permission rules join the
+rules (a project `opencode.json`'s allow rules gated like a project settings file's), and their
+model is taken when no keel file names one.
+
 A file that is not valid JSON is skipped with a warning naming the file, line and column; an
 unknown key, or a value of the wrong type or out of range (`nan`, a negative limit), is skipped
 with a warning naming the file and key and saying what is expected. Loading never raises for a
