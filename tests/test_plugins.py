@@ -6,6 +6,7 @@ the user approves it."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -443,3 +444,42 @@ def test_a_marketplace_entry_may_name_the_plugins_components(
     _ok("plugin", "install", "loose@m", cwd=repo)
     (cached,) = (isolated_env / "plugins" / "cache" / "m" / "loose").iterdir()
     assert _ok("skills", cwd=repo) == f"command /loose:hello  {cached / 'prompts' / 'hello.md'}\n"
+
+
+def test_plugins_claude_code_installed_run_as_they_are(tmp_path: Path, isolated_env: Path) -> None:
+    """A Claude Code user's plugin: turned on in `~/.claude/settings.json` and installed by
+    Claude Code in `~/.claude/plugins` (both the user's own): it runs without a keel install."""
+    home = Path(os.environ["HOME"])
+    claude = home / ".claude"
+    cached = claude / "plugins" / "cache" / "keel-fixtures" / "git-guard" / "1.0.0"
+    shutil.copytree(MARKET / "plugins" / "git-guard", cached)
+    installs = {"version": 2, "plugins": {"git-guard@keel-fixtures": [
+        {"scope": "user", "installPath": str(cached), "version": "1.0.0",
+         "installedAt": "2026-01-01T00:00:00.000Z", "gitCommitSha": "0" * 40}
+    ]}}  # fmt: skip
+    (claude / "plugins" / "installed_plugins.json").write_text(json.dumps(installs), "utf-8")
+    settings = {"enabledPlugins": {"git-guard@keel-fixtures": True}}
+    (claude / "settings.json").write_text(json.dumps(settings), "utf-8")
+    repo = _repo(tmp_path / "repo")
+    assert _ok("plugin", "list", cwd=repo) == (
+        f"git-guard@keel-fixtures: runs (installed by Claude Code 1.0.0; enabled in "
+        f"{claude / 'settings.json'}, your settings)\n  brings: 1 hook(s)\n"
+    )
+    (repo / "notes.txt").write_text("uncommitted work\n", encoding="utf-8")
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "bash", "input": {"command": "git reset --hard"}}]},
+            {"text": "kept"},
+        ],
+    )
+    out = keel("-p", "start over", "--model", f"scripted:{script}", cwd=repo)
+    assert (out.returncode, out.stdout) == (0, "kept\n"), out.stderr
+    assert (repo / "notes.txt").read_text(encoding="utf-8") == "uncommitted work\n"
+    out = keel("plugin", "uninstall", "git-guard@keel-fixtures", cwd=repo)
+    assert (out.returncode, out.stderr) == (
+        2,
+        f"keel: error: plugin git-guard@keel-fixtures was installed by Claude Code ({cached}) "
+        "(hint: `claude plugin uninstall` removes it; `keel plugin disable` turns it off for "
+        "keel)\n",
+    )

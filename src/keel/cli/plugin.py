@@ -52,6 +52,13 @@ def plugin(argv: list[str]) -> int:
         return _update(cwd, user_dir, rest[0] if rest else None)
     ident = _ident(rest[0])
     if action == "uninstall":
+        theirs = store.read_installed(Path.home()).get(ident)
+        if ident not in store.read_installed() and theirs is not None and theirs.by_claude:
+            raise UserError(
+                f"plugin {ident} was installed by Claude Code ({theirs.path})",
+                hint="`claude plugin uninstall` removes it; `keel plugin disable` turns it off "
+                "for keel",
+            )
         gone = store.uninstall(ident)
         store.set_enabled(user_dir, ident, None)
         print(f"uninstalled {ident} {gone.version}; its data folder is kept")
@@ -97,7 +104,10 @@ def plugin_lines(found: active.PluginSet, indent: str = "") -> list[str]:
 
 def _state(state: active.PluginState) -> str:
     where = f" in {state.file}" if state.file is not None else ""
-    installed = f"installed {state.installed.version}" if state.installed else "not installed"
+    installed = "not installed"
+    if state.installed is not None:
+        by = " by Claude Code" if state.installed.by_claude else ""
+        installed = f"installed{by} {state.installed.version}"
     if state.waiting:
         files = ", ".join(str(p) for p in state.waiting)
         return f"WAITS FOR APPROVAL ({files}); {installed}"
@@ -112,7 +122,7 @@ def _state(state: active.PluginState) -> str:
 def _markets(cwd: Path, user_dir: Path) -> dict[str, store.Marketplace]:
     settings = active.settings_for(cwd, user_dir=user_dir, home=Path.home())
     warnings: list[str] = []
-    markets = store.known_marketplaces(user_dir, settings.marketplaces, warnings)
+    markets = store.known_marketplaces(user_dir, settings.marketplaces, warnings, home=Path.home())
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return markets
@@ -128,16 +138,23 @@ def _find(cwd: Path, user_dir: Path, text: str) -> store.Entry:
             hint="`keel plugin marketplace add SOURCE` adds one; `keel trust list` shows a "
             "project's that wait for approval",
         )
-    chosen = [markets[market_name]] if market_name else list(markets.values())
+    # Without a marketplace named, only those already on this machine are looked through (a
+    # git one is fetched only when named).
+    chosen = (
+        [markets[market_name]]
+        if market_name
+        else [m for m in markets.values() if (m.folder / store.CATALOGUE).is_file()]
+    )
     entries: list[store.Entry] = []
     for market in chosen:
         store.fetch_marketplace(market, refresh=False)
         entries += [e for e in store.read_catalogue(market) if e.name == name]
     if not entries:
-        where = market_name or ", ".join(markets) or "no marketplace"
+        where = market_name or ", ".join(m.name for m in chosen) or "no fetched marketplace"
         raise UserError(
             f"no plugin named {name} in {where}",
-            hint="`keel plugin marketplace list` shows what each offers",
+            hint="`keel plugin marketplace list` shows what each offers; "
+            "NAME@MARKETPLACE fetches that marketplace first",
         )
     if len(entries) > 1:
         ids = ", ".join(f"{e.name}@{e.marketplace.name}" for e in entries)
@@ -186,7 +203,7 @@ def _update(cwd: Path, user_dir: Path, text: str | None) -> int:
 
 
 def _switch(cwd: Path, user_dir: Path, ident: str, *, on: bool) -> int:
-    if on and ident not in store.read_installed():
+    if on and ident not in store.read_installed(Path.home()):
         raise UserError(f"plugin {ident} is not installed", hint=f"`keel plugin install {ident}`")
     path = store.set_enabled(user_dir, ident, on)
     settings = active.settings_for(cwd, user_dir=user_dir, home=Path.home())
@@ -216,7 +233,7 @@ def _marketplace(argv: list[str]) -> int:
         return _add(cwd, user_dir, rest[0])
     markets = _markets(cwd, user_dir)
     if action == "remove":
-        own = store.known_marketplaces(user_dir, {}, [])
+        own = read_json_object(store.user_marketplaces_file(user_dir), [], skipped="") or {}
         if rest[0] not in own:
             raise UserError(
                 f"you added no marketplace named {rest[0]}",
@@ -246,7 +263,7 @@ def _marketplace(argv: list[str]) -> int:
 
 def _add(cwd: Path, user_dir: Path, text: str) -> int:
     source = store.source_from_argument(text, cwd)
-    origin = store.user_marketplaces_file(user_dir)
+    origin = str(store.user_marketplaces_file(user_dir))
     if source.kind == "directory":
         return _added(user_dir, store.Marketplace("", source, origin, Path(source.location)))
     with tempfile.TemporaryDirectory(prefix="keel-marketplace-") as scratch:

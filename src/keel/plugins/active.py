@@ -77,7 +77,7 @@ def load_plugins(
     if settings is None:
         settings = settings_for(cwd, user_dir=user_dir, home=home)
     result = PluginSet()
-    installed = read_installed()
+    installed = read_installed(home)
     waiting: dict[str, list[Path]] = {}
     for pending in settings.pending:
         if pending.approved:

@@ -127,8 +127,9 @@ def source_from_argument(text: str, cwd: Path) -> Source:
 class Marketplace:
     name: str
     source: Source
-    #: Where it was named: keel's marketplaces file, or a settings file.
-    origin: Path
+    #: Where it was named: a file (keel's or Claude Code's marketplaces, a settings file), or
+    #: "built in".
+    origin: str
     #: Its folder on this machine (a clone for a git one; it may not exist yet).
     folder: Path
 
@@ -137,19 +138,40 @@ def user_marketplaces_file(user_dir: Path) -> Path:
     return user_dir / "plugins" / "marketplaces.json"
 
 
+#: The marketplace Claude Code knows without being told, as Claude Code names it.
+OFFICIAL = "claude-plugins-official"
+_OFFICIAL_SOURCE = {"source": "github", "repo": "anthropics/claude-plugins-official"}
+
+
+def claude_plugins_dir(home: Path) -> Path:
+    """Claude Code's own plugin files (`known_marketplaces.json`, `installed_plugins.json`, its
+    cache), in the user's `~/.claude`: keel reads them, never writes them."""
+    return home / ".claude" / "plugins"
+
+
 def known_marketplaces(
-    user_dir: Path, settings_marketplaces: Mapping[str, tuple[object, Path]], warnings: list[str]
+    user_dir: Path,
+    settings_marketplaces: Mapping[str, tuple[object, Path]],
+    warnings: list[str],
+    *,
+    home: Path | None = None,
 ) -> dict[str, Marketplace]:
-    """The marketplaces the user added, then those of `extraKnownMarketplaces` (each relative
-    directory from the folder holding the settings file's `.claude/` or `.keel/`)."""
+    """The marketplaces known here, a later one winning for a name: Claude Code's official one,
+    those Claude Code knows (`~/.claude/plugins/known_marketplaces.json`), those the user added
+    to keel, then those of `extraKnownMarketplaces` (each relative directory from the folder
+    holding the settings file's `.claude/` or `.keel/`)."""
+    home = home or Path.home()
     found: dict[str, Marketplace] = {}
-    path = user_marketplaces_file(user_dir)
-    entries: list[tuple[str, object, Path, Path]] = []
-    for name, entry in (read_json_object(path, warnings, skipped="ignored") or {}).items():
-        source = entry.get("source") if isinstance(entry, dict) else None
-        entries.append((name, source, path, Path.home()))
-    for name, (source, origin) in settings_marketplaces.items():
-        entries.append((name, source, origin, origin.parent.parent))
+    entries: list[tuple[str, object, str, Path]] = [(OFFICIAL, _OFFICIAL_SOURCE, "built in", home)]
+    for path in (
+        claude_plugins_dir(home) / "known_marketplaces.json",
+        user_marketplaces_file(user_dir),
+    ):
+        for name, entry in (read_json_object(path, warnings, skipped="ignored") or {}).items():
+            source = entry.get("source") if isinstance(entry, dict) else None
+            entries.append((name, source, str(path), home))
+    for name, (source, file) in settings_marketplaces.items():
+        entries.append((name, source, str(file), file.parent.parent))
     for name, source, origin, base in entries:
         try:
             parsed = parse_source(source, base=base)
@@ -284,18 +306,21 @@ class Installed:
     #: A hash of the copied files: an update replaces them only when it changed.
     digest: str
     installed_at: float
+    #: Installed by Claude Code (in `~/.claude/plugins`): keel runs it, Claude Code updates it.
+    by_claude: bool = False
 
 
 def installed_file() -> Path:
     return plugins_home() / "installed.json"
 
 
-def read_installed() -> dict[str, Installed]:
+def read_installed(home: Path | None = None) -> dict[str, Installed]:
+    """What keel installed; with `home`, also what Claude Code installed there
+    (`~/.claude/plugins/installed_plugins.json`) that keel did not."""
+    found = _claude_installed(home) if home is not None else {}
     data = read_json_object(installed_file(), [], skipped="") or {}
-    found: dict[str, Installed] = {}
-    for ident, entry in (
-        data.get("plugins", {}).items() if isinstance(data.get("plugins"), dict) else ()
-    ):
+    plugins = data.get("plugins")
+    for ident, entry in plugins.items() if isinstance(plugins, dict) else ():
         if isinstance(entry, dict) and isinstance(entry.get("path"), str):
             found[ident] = Installed(
                 ident,
@@ -304,6 +329,23 @@ def read_installed() -> dict[str, Installed]:
                 str(entry.get("digest", "")),
                 float(entry.get("installed_at", 0)),
             )
+    return found
+
+
+def _claude_installed(home: Path) -> dict[str, Installed]:
+    """Claude Code's installs (`{"version": 2, "plugins": {"name@marketplace": [{"installPath":
+    …, "version": …}]}}`): the first whose folder exists, for each plugin."""
+    path = claude_plugins_dir(home) / "installed_plugins.json"
+    data = read_json_object(path, [], skipped="") or {}
+    plugins = data.get("plugins")
+    found: dict[str, Installed] = {}
+    for ident, entries in plugins.items() if isinstance(plugins, dict) else ():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            folder = entry.get("installPath") if isinstance(entry, dict) else None
+            if isinstance(folder, str) and Path(folder).is_dir():
+                version = str(entry.get("version", ""))
+                found[ident] = Installed(ident, version, Path(folder), "", 0.0, by_claude=True)
+                break
     return found
 
 
@@ -464,6 +506,7 @@ __all__ = [
     "Installed",
     "Marketplace",
     "Source",
+    "claude_plugins_dir",
     "clone",
     "data_dir",
     "fetch_marketplace",
