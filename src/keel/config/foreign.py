@@ -11,10 +11,10 @@ line) and their translation into what keel already has:
 - commands (`~/.codex/prompts/*.md`, `.opencode/command/`, `command` entries), agents
   (`.opencode/agent/`, `agent` entries) and skills (`.codex/skills/`).
 
-Whatever keel does not use is named once, with the file (`Foreign.unused`). Which files came
-with the project is `keel.config.intake`'s answer, never decided here. It must never print,
-start anything, or import anything above `keel.config`; it is imported only when one of these
-files exists.
+Whatever keel does not use is named once, in one line with the file (`Found.line`). Which
+files came with the project is `keel.config.intake`'s answer, never decided here. It must never
+print, start anything, or import anything above `keel.config`; importing it stays cheap (the
+TOML parser loads only when a TOML file is there to read).
 """
 
 from __future__ import annotations
@@ -683,7 +683,10 @@ def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
         model = data["model"]
         provider, _, name = model.partition("/") if isinstance(model, str) else (None, "", "")
         _take_model(foreign, path, name, provider, took, unused)
-    if "mcp" in data:
+    if "mcp" in data and path.parent not in (intake.root, opencode_home(intake)):
+        # As `.mcp.json`: servers come from the project root's file only.
+        notes.append("mcp: read only from the project root's file")
+    elif "mcp" in data:
         _take_servers(foreign, path, "mcp", data["mcp"], opencode_server, took, unused)
     instructions = data.get("instructions")
     if isinstance(instructions, list) and instructions:
