@@ -460,3 +460,23 @@ def test_trust_list_gives_rules_styles_and_nested_files_their_verdicts(
         f"in pkg/ (once per context); {gate}",
         "  pkg/CLAUDE.md [instructions]: not read: the AGENTS.md beside it is",
     ]
+
+
+def test_a_continued_session_does_not_send_a_delivered_file_again(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    server.add(reply("", ("read", {"path": "pkg/gen.py"})))
+    server.add(reply("read it"))
+    server.add(reply("", ("read", {"path": "pkg/deep/mod.py"})))
+    server.add(reply("again"))
+    first = keel("-p", "one", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert first.returncode == 0, first.stderr
+    second = keel("-p", "-c", "two", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert second.returncode == 0, second.stderr
+    sent = bodies(server)
+    assert len(sent) == 4
+    assert "PKG: this package" in sent[1]["messages"][-1]["content"][1]["text"]
+    # The continued session rebuilt the note from its journal; the next read in pkg/ brings
+    # nothing new.
+    assert [b["type"] for b in sent[3]["messages"][-1]["content"]] == ["tool_result"]
+    assert json.dumps(sent[3]).count("PKG: this package") == 1

@@ -417,6 +417,10 @@ class Agent:
         """Take over a folded session: its conversation, spend, turn counts and any half-answered
         tool batch. `resume()` then continues it without replaying anything."""
         self.conversation = Conversation(list(state.messages))
+        if self.instruction_notes is not None and self._system is not None:
+            # What its notes delivered counts as delivered (the prompt was built for the resume
+            # check; built later, it counts them itself).
+            self.instruction_notes.reset(self._system, self.messages)
         self.spend = Spend(state.usage, state.cost)
         self._pending = state.pending
         self._runner.restore(state)  # calls of unknown outcome wait for a decision
