@@ -100,6 +100,27 @@ def test_a_hostile_project_opencode_allow_rule_widens_nothing_before_approval(
     assert (root / "pwned").exists()
 
 
+def test_a_project_opencode_ask_rule_asks_even_in_bypass_mode(tmp_path: Path) -> None:
+    """`"edit": "ask"` applies at once and in every mode: headless, nobody can answer, so the
+    write is refused and the file stays as it was."""
+    root = _project(tmp_path)
+    _json(root / "opencode.json", {"permission": {"edit": "ask"}})
+    (root / "app.py").write_text("x = 1\n", encoding="utf-8")
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "write", "input": {"path": "app.py", "content": "x = 2\n"}}]},
+            {"text": "done"},
+        ],
+    )
+    out = keel("-p", "go", "--model", f"scripted:{script}", "--mode", "bypass", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert (root / "app.py").read_text(encoding="utf-8") == "x = 1\n"
+    [(text, is_error)] = _tool_results(Path(os.environ["KEEL_HOME"]))
+    assert is_error
+    assert f"ask rule edit ({root / 'opencode.json'})" in text
+
+
 def test_a_user_opencode_file_is_the_users_own(tmp_path: Path) -> None:
     """`~/.config/opencode/opencode.json` is the user's: its allow rules apply unasked, its deny
     rules too."""
