@@ -8,6 +8,7 @@ transcript. And the events and `async` hooks keel added run as Claude Code runs 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -301,3 +302,252 @@ def test_structured_patch_marks_a_missing_final_newline() -> None:
         }
     ]
     assert claude.structured_patch("same\n", "same\n") == []
+
+
+# -- the events keel added, and async hooks ------------------------------------------------------
+
+
+def _agent(project: Path, steps: list[Any], hooks: list[Any], **gate: Any) -> Any:
+    from keel.agent.loop import Agent
+    from keel.hooks.runner import HookRunner
+    from keel.llm.providers.scripted import ScriptedProvider
+    from keel.permissions.gate import PermissionGate
+    from keel.tools.builtin import builtin_tools
+
+    permissions = PermissionGate("default", project, project, **gate)
+    provider = ScriptedProvider(steps)
+    agent = Agent(
+        provider=provider,
+        model="scripted",
+        tools=builtin_tools(),
+        cwd=project,
+        system="s",
+        gate=permissions,
+    )
+    agent.hooks = HookRunner(hooks, project, project, {}, mode=lambda: permissions.mode)
+    return agent, provider
+
+
+def _hook(event: str, command: str, matcher: str = "", **extra: Any) -> Any:
+    from keel.hooks.config import HookCommand
+
+    return HookCommand(event, matcher, command, 10, "personal", "t", **extra)
+
+
+def _calls(*uses: tuple[str, str, dict[str, Any]]) -> Any:
+    from keel.llm.messages import Message, ToolUse, Usage
+    from keel.llm.script import Reply
+
+    return Reply(Message("assistant", tuple(ToolUse(*u) for u in uses)), Usage(10, 5))
+
+
+def _say(text: str) -> Any:
+    from keel.llm.messages import Message, Text, Usage
+    from keel.llm.script import Reply
+
+    return Reply(Message("assistant", (Text(text),)), Usage(10, 5))
+
+
+def _sent(provider: Any, number: int) -> str:
+    return "\n".join(m.text for m in provider.requests[number].messages if m.role == "user")
+
+
+async def test_async_hook_blocks_nothing_and_its_context_reaches_the_next_request(
+    scenario: Path, tmp_path: Path
+) -> None:
+    done = tmp_path / "async.done"
+    slow = executable(
+        tmp_path / "lint.sh",
+        "#!/bin/bash\ncat > /dev/null\nsleep 0.6\n"
+        'echo \'{"hookSpecificOutput": {"hookEventName": "PostToolUse", '
+        '"additionalContext": "lint: 2 warnings in notes.txt"}}\'\n'
+        f"touch {done}\n",
+    )
+    steps = [
+        _calls(("t1", "read", {"path": "notes.txt"})),
+        _calls(("t2", "bash", {"command": "sleep 1.5"})),
+        _say("done"),
+    ]
+    hooks = [_hook("PostToolUse", str(slow), "read", background="async")]
+    agent, provider = _agent(scenario, steps, hooks, rules=_allow("bash"))
+    try:
+        await agent.run("go")
+    finally:
+        await agent.aclose()
+    # The read's result went back at once (the hook was still sleeping), the context later.
+    assert "lint: 2 warnings" not in _sent(provider, 1)
+    assert _sent(provider, 2).endswith(
+        '<hook-context source="PostToolUse">\nlint: 2 warnings in notes.txt\n</hook-context>'
+    )
+    assert done.exists()
+
+
+async def test_async_rewake_hook_exit_2_wakes_an_idle_session(
+    scenario: Path, tmp_path: Path
+) -> None:
+    from keel.agent.events import BackgroundFinished
+
+    tests = executable(
+        tmp_path / "tests.sh",
+        "#!/bin/bash\ncat > /dev/null\nsleep 0.3\necho '2 tests failed: test_notes' >&2\nexit 2\n",
+    )
+    steps = [_calls(("t1", "read", {"path": "notes.txt"})), _say("done"), _say("fixing")]
+    hooks = [_hook("PostToolUse", str(tests), "Read", background="rewake")]
+    agent, provider = _agent(scenario, steps, hooks)
+    seen: list[Any] = []
+    agent.on_background_event = seen.append
+    try:
+        await agent.run("go")
+        for _ in range(50):
+            if agent.undelivered:
+                break
+            await asyncio.sleep(0.1)
+        assert seen == [
+            BackgroundFinished("asyncRewake", "hook", "exited 2", f"PostToolUse hook `{tests}`")
+        ]
+        woke = await agent.run_notifications()
+    finally:
+        await agent.aclose()
+    assert woke is not None
+    assert woke.text == "fixing"
+    assert (
+        '<hook-feedback source="PostToolUse">\n2 tests failed: test_notes\n</hook-feedback>'
+        in _sent(provider, 2)
+    )
+
+
+async def test_post_tool_batch_sees_the_round_and_its_context_and_exit_2(
+    scenario: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "batch.jsonl"
+    record = recorder(tmp_path, log)
+    context = executable(
+        tmp_path / "context.sh",
+        "#!/bin/bash\ncat > /dev/null\n"
+        'echo \'{"hookSpecificOutput": {"hookEventName": "PostToolBatch", '
+        '"additionalContext": "both files are generated"}}\'\n',
+    )
+    steps = [
+        _calls(("t1", "read", {"path": "notes.txt"}), ("t2", "bash", {"command": "echo hi"})),
+        _say("done"),
+    ]
+    hooks = [_hook("PostToolBatch", str(record)), _hook("PostToolBatch", str(context))]
+    agent, provider = _agent(scenario, steps, hooks, rules=_allow("bash"))
+    try:
+        await agent.run("go")
+    finally:
+        await agent.aclose()
+    (batch,) = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert batch["hook_event_name"] == "PostToolBatch"
+    assert batch["permission_mode"] == "default"
+    assert batch["tool_calls"] == [
+        {
+            "tool_name": "Read",
+            "tool_input": {"file_path": str(scenario / "notes.txt")},
+            "tool_use_id": "t1",
+            "tool_response": {
+                "type": "text",
+                "file": {
+                    "filePath": str(scenario / "notes.txt"),
+                    "content": "alpha\nbeta\ngamma\n",
+                    "numLines": 4,
+                    "startLine": 1,
+                    "totalLines": 4,
+                },
+            },
+        },
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "echo hi"},
+            "tool_use_id": "t2",
+            "tool_response": {
+                "stdout": "hi",
+                "stderr": "",
+                "interrupted": False,
+                "isImage": False,
+                "noOutputExpected": False,
+            },
+        },
+    ]
+    last = provider.requests[1].messages[-1]
+    assert last.text == (
+        '<hook-context source="PostToolBatch">\nboth files are generated\n</hook-context>'
+    )
+    stop = executable(tmp_path / "stop.sh", "#!/bin/bash\necho 'enough' >&2\nexit 2\n")
+    agent, provider = _agent(
+        scenario,
+        [_calls(("t1", "read", {"path": "notes.txt"})), _say("never")],
+        [_hook("PostToolBatch", str(stop))],
+    )
+    try:
+        result = await agent.run("go")
+    finally:
+        await agent.aclose()
+    assert result.stop_reason == "hook_stopped"
+    assert len(provider.requests) == 1
+
+
+def _allow(tool: str) -> list[Any]:
+    from keel.permissions.rules import parse_rule
+
+    return [parse_rule(tool, "allow", "test")]
+
+
+async def test_permission_denied_post_compact_and_stop_failure(
+    scenario: Path, tmp_path: Path
+) -> None:
+    from keel.llm.script import Fault
+    from keel.permissions.rules import parse_rule
+
+    log = tmp_path / "events.jsonl"
+    record = recorder(tmp_path, log)
+    retry = executable(
+        tmp_path / "retry.sh",
+        "#!/bin/bash\ncat > /dev/null\n"
+        'echo \'{"hookSpecificOutput": {"hookEventName": "PermissionDenied", "retry": true}}\'\n',
+    )
+    hooks = [
+        _hook("PermissionDenied", str(record), "Bash"),
+        _hook("PermissionDenied", str(retry)),
+        _hook("PostCompact", str(record)),
+        _hook("StopFailure", str(record), "rate_limit"),
+    ]
+    steps = [
+        _calls(("t1", "bash", {"command": "rm -rf build"})),
+        _say("ok"),
+        _say("<summary>they tried rm</summary>"),
+        Fault("status", status=429, message="slow down"),
+    ]
+    agent, provider = _agent(
+        scenario, steps, hooks, rules=[parse_rule("bash(rm *)", "deny", "test")]
+    )
+    try:
+        await agent.run("clean")
+        await agent.compact("")
+        failed = await agent.run("again")
+    finally:
+        await agent.aclose()
+    assert failed.stop_reason == "error"
+    denied, compacted, failure = [
+        json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()
+    ]
+    result = provider.requests[1].messages[-1].tool_results[0]
+    assert result.text.endswith("\n(a PermissionDenied hook says you may retry this call)")
+    assert {
+        k: denied[k] for k in ("hook_event_name", "tool_name", "tool_input", "tool_use_id")
+    } == {
+        "hook_event_name": "PermissionDenied",
+        "tool_name": "Bash",
+        "tool_input": {"command": "rm -rf build"},
+        "tool_use_id": "t1",
+    }
+    assert denied["reason"] == result.text.split("\n(a PermissionDenied")[0]
+    assert {k: compacted[k] for k in ("hook_event_name", "trigger", "compact_summary")} == {
+        "hook_event_name": "PostCompact",
+        "trigger": "manual",
+        "compact_summary": "they tried rm",
+    }
+    assert "permission_mode" not in compacted
+    assert failure["hook_event_name"] == "StopFailure"
+    assert failure["error"] == "rate_limit"
+    assert "slow down" in failure["error_details"]

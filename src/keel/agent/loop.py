@@ -991,7 +991,8 @@ class Agent:
         """A background hook ended: an `asyncRewake` hook's feedback wakes an idle session, as a
         finished background task does."""
         if outcome.wake:
-            self.forward(BackgroundFinished("hook", "hook", "completed", outcome.event + " hook"))
+            hook = f"{outcome.event} hook `{outcome.label}`"
+            self.forward(BackgroundFinished("asyncRewake", "hook", "exited 2", hook))
 
     @property
     def undelivered(self) -> bool:

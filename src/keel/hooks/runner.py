@@ -150,6 +150,8 @@ class AsyncOutcome:
     that exited 2)."""
 
     event: str
+    #: The hook (its command line).
+    label: str
     context: tuple[str, ...]
     errors: tuple[str, ...]
     wake: bool
@@ -165,7 +167,7 @@ def _async_outcome(run: HookRun, event: str) -> AsyncOutcome | None:
     if run.exit_code == 2 and hook.background == "rewake":
         feedback = (run.stderr or run.stdout).strip() or f"{label} exited with 2"
         text = f'<hook-feedback source="{event}">\n{feedback}\n</hook-feedback>'
-        return AsyncOutcome(event, (text,), (), wake=True)
+        return AsyncOutcome(event, hook.label, (text,), (), wake=True)
     errors: list[str] = []
     if run.timed_out:
         errors.append(f"{label} timed out after {hook.timeout:g} s and was killed")
@@ -192,7 +194,7 @@ def _async_outcome(run: HookRun, event: str) -> AsyncOutcome | None:
         break
     if not context and not errors:
         return None
-    return AsyncOutcome(event, tuple(context), tuple(errors), wake=False)
+    return AsyncOutcome(event, hook.label, tuple(context), tuple(errors), wake=False)
 
 
 def _short(text: str, limit: int = 300) -> str:

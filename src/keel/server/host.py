@@ -202,7 +202,7 @@ class Hosted:
             self._status()
 
     def _deliver_background(self) -> None:
-        if self.agent.background.undelivered():
+        if self.agent.undelivered:
             self.start("notifications", lambda: self.agent.run_notifications(self.sink))
 
     @property

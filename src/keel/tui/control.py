@@ -309,7 +309,7 @@ class Controller:
     def _deliver_background(self) -> None:
         if self.busy or self.exited or self._agent is None:
             return
-        if self.agent.background.undelivered():
+        if self.agent.undelivered:
             self.submit_work(self._run_notifications())
 
     async def _run_notifications(self) -> None:
@@ -395,7 +395,7 @@ class Controller:
         # Background results that finished after the prompt's last request: keel goes on by
         # itself (an interrupted prompt leaves them for the next one).
         interrupted = self._last_stop == "interrupted"
-        if not self.exited and not interrupted and self.agent.background.undelivered():
+        if not self.exited and not interrupted and self.agent.undelivered:
             await self._guarded(self._run_notifications())
 
     def submit(self, text: str) -> None:
