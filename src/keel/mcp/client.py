@@ -306,6 +306,8 @@ class _Server:
     restarts: int = 0
     #: Task-augmented calls of this connection (None: the server offers no tasks for tools).
     tasks: TaskCalls | None = None
+    #: Tools left out because they must be called as tasks and the server offers none.
+    left_out: tuple[str, ...] = ()
 
     def snapshot(self) -> ServerStatus:
         return ServerStatus(
@@ -760,16 +762,19 @@ class McpManager:
         """The tools keel can call: one that requires tasks of a server that offers none for
         tools (the spec forbids calling it as a task there, and it refuses plain calls) is
         left out, and named."""
-        if s.tasks is not None:
-            return tools
-        refused = [t.name for t in tools if t.task_support == "required"]
-        if refused:
+        refused = (
+            ()
+            if s.tasks is not None
+            else tuple(t.name for t in tools if t.task_support == "required")
+        )
+        if refused and refused != s.left_out:  # said once, not again at a restart
             self._notice(
                 f'MCP server "{s.config.name}": {", ".join(refused)} must be called as a task, '
                 "but the server does not offer tasks for tools (capabilities.tasks.requests."
                 "tools.call); keel leaves them out"
             )
-        return tuple(t for t in tools if t.task_support != "required")
+        s.left_out = refused
+        return tuple(t for t in tools if t.name not in refused)
 
     async def _serve(self, s: _Server, session: ClientSession) -> None:
         import anyio
