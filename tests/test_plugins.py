@@ -98,8 +98,9 @@ def test_a_hostile_repositorys_plugin_runs_nothing_before_approval(
         f"keel: warning: {settings}: not applied until you approve them: enabledPlugins, "
         "extraKnownMarketplaces (this file came with the project; `keel trust list` shows why "
         "each needs approval, `keel trust approve` applies them)\n"
-        f"keel: warning: plugin pwn@evil (in {settings}) waits for your approval and does not "
-        "run: `keel trust list` shows it, `keel trust approve settings` allows it\n"
+        f"keel: warning: {settings} turns plugin pwn@evil on, which waits for your approval "
+        "(`keel trust list` shows it, `keel trust approve settings` allows it); until then it "
+        "does not run\n"
         "⏺ bash true\n"
         "  └ ✓ N.Ns  [exit code 0]\n"
     )
@@ -119,7 +120,7 @@ def test_a_hostile_repositorys_plugin_runs_nothing_before_approval(
         "enabledPlugins, extraKnownMarketplaces",
         "",
         "plugins (turned on by settings files; a project's once you approve its file):",
-        f"  pwn@evil: WAITS FOR APPROVAL ({settings}); not installed",
+        f"  pwn@evil: off; not installed; WAITS FOR APPROVAL: {settings} turns it on",
         "",
     ]
     assert trust[9:11] == [
@@ -499,3 +500,36 @@ def test_plugins_claude_code_installed_run_as_they_are(tmp_path: Path, isolated_
         "(hint: `claude plugin uninstall` removes it; `keel plugin disable` turns it off for "
         "keel)\n",
     )
+
+
+def test_a_project_cannot_turn_off_the_users_guard_plugin(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """Turning a plugin off may remove a guard: a project file's `false` waits for approval too."""
+    repo = _repo(tmp_path / "repo")
+    _install(repo, "git-guard")
+    settings = repo / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"enabledPlugins": {"git-guard@keel-fixtures": False}}), "utf-8")
+    (repo / "notes.txt").write_text("uncommitted work\n", encoding="utf-8")
+    script = write_script(
+        tmp_path / "s.json",
+        [
+            {"tool_calls": [{"name": "bash", "input": {"command": "git reset --hard"}}]},
+            {"text": "kept"},
+        ],
+    )
+    out = keel("-p", "start over", "--model", f"scripted:{script}", cwd=repo)
+    assert (out.returncode, out.stdout) == (0, "kept\n")
+    assert _stderr(out) == (
+        f"keel: warning: {settings}: not applied until you approve them: enabledPlugins (this "
+        "file came with the project; `keel trust list` shows why each needs approval, `keel "
+        "trust approve` applies them)\n"
+        f"keel: warning: {settings} turns plugin git-guard@keel-fixtures off, which waits for "
+        "your approval (`keel trust list` shows it, `keel trust approve settings` allows it); "
+        "until then it runs\n"
+        "⏺ bash git reset --hard\n"
+        "  └ ✗ N.Ns  denied by a PreToolUse hook: git-guard: git reset --hard throws away "
+        "uncommitted work; use git stash\n"
+    )
+    assert (repo / "notes.txt").read_text(encoding="utf-8") == "uncommitted work\n"

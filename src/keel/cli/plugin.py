@@ -108,15 +108,16 @@ def _state(state: active.PluginState) -> str:
     if state.installed is not None:
         by = " by Claude Code" if state.installed.by_claude else ""
         installed = f"installed{by} {state.installed.version}"
-    if state.waiting:
-        files = ", ".join(str(p) for p in state.waiting)
-        return f"WAITS FOR APPROVAL ({files}); {installed}"
     if not state.enabled:
-        return f"disabled{where}; {installed}"
-    if state.installed is None:
-        return f"enabled{where}; not installed: `keel plugin install {state.ident}`"
-    scope = "your settings" if state.user_level else "a project file you approved"
-    return f"runs ({installed}; enabled{where}, {scope})"
+        text = f"disabled{where}; {installed}" if state.file is not None else f"off; {installed}"
+    elif state.installed is None:
+        text = f"enabled{where}; not installed: `keel plugin install {state.ident}`"
+    else:
+        scope = "your settings" if state.user_level else "a project file you approved"
+        text = f"runs ({installed}; enabled{where}, {scope})"
+    for file, on in state.waiting:
+        text += f"; WAITS FOR APPROVAL: {file} turns it {'on' if on else 'off'}"
+    return text
 
 
 def _markets(cwd: Path, user_dir: Path) -> dict[str, store.Marketplace]:

@@ -38,8 +38,8 @@ class PluginState:
     #: Decided by the user's own settings (else a project file the user approved).
     user_level: bool
     installed: Installed | None
-    #: A project file turns it on or off, and that waits for the user's approval.
-    waiting: tuple[Path, ...] = ()
+    #: Project files that turn it on (True) or off (False), waiting for the user's approval.
+    waiting: tuple[tuple[Path, bool], ...] = ()
 
     @property
     def runs(self) -> bool:
@@ -78,14 +78,14 @@ def load_plugins(
         settings = settings_for(cwd, user_dir=user_dir, home=home)
     result = PluginSet()
     installed = read_installed(home)
-    waiting: dict[str, list[Path]] = {}
+    waiting: dict[str, list[tuple[Path, bool]]] = {}
     for pending in settings.pending:
         if pending.approved:
             continue
         for entry in pending.entries:
             if entry.key == "enabledPlugins" and isinstance(entry.value, dict):
-                for ident in entry.value:
-                    waiting.setdefault(str(ident), []).append(pending.path)
+                for ident, on in entry.value.items():
+                    waiting.setdefault(str(ident), []).append((pending.path, on is True))
     intake = intake_for(cwd, user_dir=user_dir, home=home)
     for ident in sorted({*settings.enabled_plugins, *waiting}):
         enabled, file = settings.enabled_plugins.get(ident, (False, None))
@@ -98,10 +98,11 @@ def load_plugins(
             tuple(waiting.get(ident, ())),
         )
         result.states.append(state)
-        for where in state.waiting:
+        for where, on in state.waiting:
             result.unready.append(
-                f"plugin {ident} (in {where}) waits for your approval and does not run: "
-                "`keel trust list` shows it, `keel trust approve settings` allows it"
+                f"{where} turns plugin {ident} {'on' if on else 'off'}, which waits for your "
+                f"approval (`keel trust list` shows it, `keel trust approve settings` allows it); "
+                f"until then it {'runs' if state.runs else 'does not run'}"
             )
         if state.enabled and state.installed is None:
             result.unready.append(
