@@ -278,20 +278,23 @@ def test_a_nested_file_may_not_import_or_link_outside_the_project(
 
 def test_rule_frontmatter_forms(tmp_path: Path) -> None:
     warnings: list[str] = []
-    one = write(tmp_path / "one.md", "---\npaths: src/**/*.ts, lib/*.js\n---\nbody")
+    one = write(tmp_path / "one.md", "---\npaths: src/**/*.{ts,tsx}, lib/*.js\n---\nbody")
     unquoted = write(tmp_path / "unquoted.md", "---\npaths: **/*.go\n---\nGo")
     bad = write(tmp_path / "bad.md", "---\npaths: {a: 1}\n---\nbody")
     broken = write(tmp_path / "broken.md", '---\npaths: ["src\\\\"]\n---\nbody')
-    rules = [read_rule(p, warnings) for p in (one, unquoted, bad, broken)]
+    unclosed = write(tmp_path / "unclosed.md", "---\npaths: [\n---\nbody")
+    rules = [read_rule(p, warnings) for p in (one, unquoted, bad, broken, unclosed)]
     assert [r.patterns if r else None for r in rules] == [
-        ("src/**/*.ts", "lib/*.js"),
+        ("src/**/*.{ts,tsx}", "lib/*.js"),
         ("**/*.go",),
+        None,
         None,
         None,
     ]
     assert warnings == [
         f"{bad}: paths must be a list of globs; rule not used",
         f"{broken}: paths: Invalid git pattern: 'src\\\\'; rule not used",
+        f"{unclosed}: paths: '[' is not a glob; rule not used",
     ]
     assert expand_braces("src/{a,b}/*.{ts,tsx}") == [
         "src/a/*.ts", "src/a/*.tsx", "src/b/*.ts", "src/b/*.tsx"
@@ -480,3 +483,13 @@ def test_a_continued_session_does_not_send_a_delivered_file_again(
     # nothing new.
     assert [b["type"] for b in sent[3]["messages"][-1]["content"]] == ["tool_result"]
     assert json.dumps(sent[3]).count("PKG: this package") == 1
+
+
+def test_doctor_lists_the_path_scoped_rules(repo: Path, isolated_env: Path) -> None:
+    out = keel("doctor", cwd=repo)
+    rules = repo / ".claude" / "rules"
+    assert (
+        "rules sent when the model reads or edits a matching file: 2\n"
+        f"  {rules / 'docs.md'} (docs/**/*.{{md,rst}})\n"
+        f"  {rules / 'python' / 'style.md'} (pkg/**/*.py)\n"
+    ) in out.stdout

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 RULES_DIR = Path(".claude") / "rules"
 
 _BRACES = re.compile(r"\{([^{}]*)\}")
+#: A comma between globs, not one between `{a,b}` alternatives.
+_OUTSIDE_BRACES_COMMA = re.compile(r",(?![^{]*\})")
 
 
 @frozen
@@ -71,7 +73,7 @@ def read_rule(path: Path, warnings: list[str]) -> Rule | None:
     if raw is None:
         return Rule(path, doc.body)
     if isinstance(raw, str):
-        raw = raw.split(",")
+        raw = _OUTSIDE_BRACES_COMMA.split(raw)
     if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
         warnings.append(f"{path}: paths must be a list of globs; rule not used")
         return None
@@ -80,9 +82,12 @@ def read_rule(path: Path, warnings: list[str]) -> Rule | None:
         warnings.append(f"{path}: paths names no glob; rule not used")
         return None
     try:
-        spec(patterns)
+        unusable = [p.pattern for p in spec(patterns).patterns if p.regex is None]
     except ValueError as exc:
         warnings.append(f"{path}: paths: {exc}; rule not used")
+        return None
+    if unusable:  # pathspec reads it as matching nothing: say so rather than fail silently
+        warnings.append(f"{path}: paths: {unusable[0]!r} is not a glob; rule not used")
         return None
     return Rule(path, doc.body, patterns)
 

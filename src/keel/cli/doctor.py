@@ -203,7 +203,7 @@ def _trust(settings: Settings) -> None:
 
 def _instructions(cwd: Path) -> None:
     """The instruction files sent in the system prompt, with their `@path` imports."""
-    from keel.agent.prompt import load_instructions
+    from keel.agent.prompt import load_instructions, load_rules, rule_dirs
     from keel.config.settings import user_config_dir
 
     loaded = load_instructions(cwd, user_dir=user_config_dir())
@@ -214,3 +214,9 @@ def _instructions(cwd: Path) -> None:
         print(f"  {'  ' * f.depth}{f.path}{via}")
     for warning in loaded.warnings:
         print(f"  warning: {warning}")
+    dirs = rule_dirs(cwd, user_dir=user_config_dir())
+    scoped = [r for d in dirs for r in load_rules(d, []) if r.patterns]
+    if scoped:
+        print(f"rules sent when the model reads or edits a matching file: {len(scoped)}")
+        for rule in scoped:
+            print(f"  {rule.path} ({', '.join(rule.patterns)})")
