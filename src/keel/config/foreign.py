@@ -479,24 +479,24 @@ def opencode_server(entry: object, where: str) -> tuple[object, list[str]]:
     use (`command` is one list: the program and its arguments; `{env:NAME}` is `${NAME}`)."""
     if not isinstance(entry, dict):
         return entry, []
-    entry = _env_references(entry)
+    spec: dict[str, Any] = _env_references(entry)
     out: dict[str, Any] = {}
-    if entry.get("type") == "remote":
+    if spec.get("type") == "remote":
         out["type"] = "http"
-        out["url"] = entry.get("url")
-        if "headers" in entry:
-            out["headers"] = entry["headers"]
+        out["url"] = spec.get("url")
+        if "headers" in spec:
+            out["headers"] = spec["headers"]
     else:
-        command = entry.get("command")
+        command = spec.get("command")
         if isinstance(command, list) and command:
             out["command"], out["args"] = command[0], command[1:]
         else:
             out["command"] = command
-        if "environment" in entry:
-            out["env"] = entry["environment"]
-    if entry.get("enabled") is False:
+        if "environment" in spec:
+            out["env"] = spec["environment"]
+    if spec.get("enabled") is False:
         out["disabled"] = True
-    return out, [f"{where}.{k}" for k in entry if k not in _OPENCODE_MCP_KEYS]
+    return out, [f"{where}.{k}" for k in spec if k not in _OPENCODE_MCP_KEYS]
 
 
 # -- everything found -----------------------------------------------------------------------------
