@@ -397,6 +397,14 @@ def test_a_codex_project_skill_is_offered(tmp_path: Path) -> None:
     [(text, is_error)] = _tool_results(Path(os.environ["KEEL_HOME"]))
     assert not is_error
     assert "Bump the version, tag it, push the tag." in text
+    # A project's Codex configuration and prompts are not read (Codex reads them from ~/.codex).
+    (root / ".codex" / "config.toml").write_text('model = "o3"\n', encoding="utf-8")
+    listed = keel("trust", "list", cwd=root)
+    assert (
+        ".codex [foreign]: Codex skills (skills/): read as prompt text (what it makes the model "
+        "do passes the permission gate); config.toml not read (keel reads Codex's "
+        "configuration and custom prompts only from ~/.codex, as Codex does)\n"
+    ) in listed.stdout
 
 
 def test_opencode_agents_become_subagent_types(tmp_path: Path) -> None:

@@ -166,11 +166,11 @@ class _Judge:
         MCP servers as `.mcp.json`'s, commands, agents and skills as prompt text."""
         prompt = "read as prompt text (what it makes the model do passes the permission gate)"
         if path.name == ".codex":
-            config = path / "config.toml"
+            unread = [n for n in ("config.toml", "prompts") if (path / n).exists()]
             extra = (
-                "; its config.toml is not read (keel reads Codex's MCP servers and model "
-                "only from ~/.codex/config.toml)"
-                if config.exists()
+                f"; {' and '.join(unread)} not read (keel reads Codex's configuration and "
+                "custom prompts only from ~/.codex, as Codex does)"
+                if unread
                 else ""
             )
             return ProjectFile(
