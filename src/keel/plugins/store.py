@@ -87,8 +87,8 @@ class Source:
 def parse_source(value: object, *, base: Path) -> Source:
     """A marketplace `source` object; a relative `path` is taken from `base`."""
     if not isinstance(value, dict):
-        raise UserError("a marketplace source must be an object like "
-                        '{"source": "directory", "path": "…"}')  # fmt: skip
+        example = '{"source": "directory", "path": "…"}'
+        raise UserError(f"a marketplace source must be an object like {example}")
     kind = value.get("source")
     key = {"directory": "path", "git": "url", "github": "repo"}.get(str(kind))
     if key is None:
@@ -289,7 +289,7 @@ def read_catalogue(market: Marketplace) -> list[Entry]:
     return entries
 
 
-def plugin_root_in(data: dict[str, Any]) -> str:
+def _plugin_root(data: dict[str, Any]) -> str:
     metadata = data.get("metadata")
     root = metadata.get("pluginRoot") if isinstance(metadata, dict) else None
     return root if isinstance(root, str) else ""
@@ -425,8 +425,8 @@ def _plugin_folder(entry: Entry, scratch: Path) -> Path:
     if isinstance(source, str):
         catalogue = read_json_object(market.folder / CATALOGUE, [], skipped="") or {}
         base = market.folder
-        if not source.startswith(("./", "../")) and plugin_root_in(catalogue):
-            base = market.folder / plugin_root_in(catalogue)
+        if not source.startswith(("./", "../")) and _plugin_root(catalogue):
+            base = market.folder / _plugin_root(catalogue)
         folder = (base / source).resolve()
         if not folder.is_relative_to(market.folder.resolve()):
             raise UserError(f"{where}: its source {source!r} leads outside the marketplace")
