@@ -17,11 +17,12 @@ journal stays the truth.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from keel.hooks import claude
 from keel.llm.messages import Image, Message, Text, Thinking, ToolResult, ToolUse, Usage
@@ -149,8 +150,8 @@ class ClaudeTranscript:
         )
         self._parent = line_uuid
         # Opened per line: nothing to close, and a reader sees each line whole.
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        with self.path.open("ab") as f:
+            f.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
         return line_uuid
 
 
@@ -167,8 +168,8 @@ def _last_uuid(path: Path) -> str | None:
         lines = f.read().splitlines()
     for raw in reversed(lines):
         try:
-            found = json.loads(raw).get("uuid")
-        except ValueError:
+            found = orjson.loads(raw).get("uuid")
+        except (orjson.JSONDecodeError, AttributeError):
             continue
         if isinstance(found, str):
             return found
