@@ -291,6 +291,8 @@ def _rule(tool: str, pattern: str, action: str) -> str | None:
     exactly (a deny or ask rule is widened instead)."""
     if pattern in ("*", "**"):
         return tool
+    if not pattern.strip():
+        return None  # matches only an empty input in OpenCode: nothing to hold or allow
     if tool == "bash":
         if "?" in pattern:  # keel's patterns have no one-character wildcard
             return None if action == "allow" else f"bash({pattern.replace('?', '*')})"
