@@ -493,3 +493,25 @@ def test_doctor_lists_the_path_scoped_rules(repo: Path, isolated_env: Path) -> N
         f"  {rules / 'docs.md'} (docs/**/*.{{md,rst}})\n"
         f"  {rules / 'python' / 'style.md'} (pkg/**/*.py)\n"
     ) in out.stdout
+
+
+def test_a_read_deny_rule_keeps_a_nested_file_out(
+    server: AnthropicServer, repo: Path, isolated_env: Path
+) -> None:
+    write(
+        repo / ".claude" / "settings.json", '{"permissions": {"deny": ["Read(./pkg/AGENTS.md)"]}}'
+    )
+    server.add(reply("", ("read", {"path": "pkg/gen.py"})))
+    server.add(reply("done"))
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    gen = repo / "pkg" / "gen.py"
+    assert bodies(server)[1]["messages"][-1]["content"][1]["text"] == note(
+        (repo / ".claude" / "rules" / "python" / "style.md", "PY: type every function", gen),
+    )
+    assert "PKG: this package" not in json.dumps(bodies(server))
+    settings = repo / ".claude" / "settings.json"
+    assert (
+        f"keel: warning: {repo / 'pkg' / 'AGENTS.md'}: not sent to the model: denied by rule "
+        f"read(./pkg/AGENTS.md) ({settings})\n"
+    ) in out.stderr

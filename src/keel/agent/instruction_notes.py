@@ -95,6 +95,11 @@ class InstructionNotes:
                 if file in self._offered:
                     continue
                 self._offered.add(file)
+                # A project's file a `read` deny rule covers stays out, as its imports would.
+                refused = self.refuse and self.intake.supplied(file) and self.refuse(file.resolve())
+                if refused:
+                    self.warnings.append(f"{file}: not sent to the model: {refused}")
+                    continue
                 for read in self._reader.read(file, text, self.warnings):
                     sections.append(_section(read.path, read.imported_from, read.text, target))
         if not sections:
