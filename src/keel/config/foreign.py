@@ -542,8 +542,8 @@ class Foreign:
     settings: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     #: Per file, MCP server entries in keel's shape, by name.
     servers: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
-    #: The model to use when keel's own settings and flags name none, with its file.
-    model: tuple[str, Path] | None = None
+    #: The model to use when keel's own settings and flags name none (the last file's).
+    model: str | None = None
     #: OpenCode's `command` and `agent` entries: (file, name, entry).
     commands: list[tuple[Path, str, dict[str, Any]]] = field(default_factory=list)
     agents: list[tuple[Path, str, dict[str, Any]]] = field(default_factory=list)
@@ -617,7 +617,7 @@ def _take_model(
         written = model if path.suffix == ".toml" else f"{provider}/{model}"
         unused.append(f"model {written!r} (provider {provider!r} is not one of keel's)")
         return
-    foreign.model = (mapped, path)
+    foreign.model = mapped
     took.append(f"model {mapped}")
 
 

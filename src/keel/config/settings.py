@@ -1168,5 +1168,5 @@ def _take_foreign(settings: Settings, intake: Intake, env: Mapping[str, str] | N
         if supplied:
             data = _gate(settings, intake, path, data, approved)
         _Merge(settings, path, untrusted=supplied).file(data)
-    if settings.model is None and foreign.model is not None:
-        settings.model = foreign.model[0]
+    if settings.model is None:
+        settings.model = foreign.model
