@@ -244,17 +244,27 @@ def _marketplace(argv: list[str]) -> int:
         print(f"removed marketplace {rest[0]}; plugins installed from it stay installed")
         return 0
     if action == "update":
-        for market in markets.values():
-            if not rest or market.name == rest[0]:
-                store.fetch_marketplace(market, refresh=True)
-                print(f"{market.name}: fetched")
+        if rest and rest[0] not in markets:
+            raise UserError(
+                f"no marketplace named {rest[0]} here",
+                hint="`keel plugin marketplace list` shows them",
+            )
+        # Without a name: those already on this machine (a git one is fetched only when named).
+        chosen = (
+            [markets[rest[0]]]
+            if rest
+            else [m for m in markets.values() if (m.folder / store.CATALOGUE).is_file()]
+        )
+        for market in chosen:
+            store.fetch_marketplace(market, refresh=True)
+            print(f"{market.name}: fetched")
         return 0
     if not markets:
         print("no marketplaces: `keel plugin marketplace add SOURCE` adds one")
     for market in markets.values():
         print(f"{market.name}: {market.source.kind} {market.source.describe()} ({market.origin})")
         if not (market.folder / store.CATALOGUE).is_file():
-            print("  not fetched yet: `keel plugin marketplace update` fetches it")
+            print(f"  not fetched yet: `keel plugin marketplace update {market.name}` fetches it")
             continue
         for entry in store.read_catalogue(market):
             about = f" {entry.version}" if entry.version else ""
