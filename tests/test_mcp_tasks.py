@@ -1,7 +1,7 @@
 """Task-augmented MCP tool calls (the 2025-11-25 "tasks"), against real servers: every path of
 `tests/mcp_servers/tasks_server.py` (which logs each message keel sends, so the whole request
-sequence is compared), the reference `server-everything`'s `simulate-research-query`, and one
-run through `keel -p`."""
+sequence is compared; one task over streamable HTTP too), the reference `server-everything`'s
+`simulate-research-query`, and one run through `keel -p`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -252,6 +252,53 @@ async def test_required_tools_of_a_server_without_tasks_are_left_out_and_named(
             "a task, but the server does not offer tasks for tools (capabilities.tasks."
             "requests.tools.call); keel leaves them out"
         ]
+
+
+@pytest.fixture
+def http_tasks_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The tasks server on streamable HTTP: its URL, and the log of what keel sent it."""
+    import socket
+    import time
+
+    from tests.helpers import free_port
+
+    port, log = free_port(), tmp_path / "sent.jsonl"
+    env = {**os.environ, "TASKS_LOG": str(log)}
+    server = subprocess.Popen([PY, TASKS, "--http", str(port)], env=env)
+    try:
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", log
+    finally:
+        server.terminate()
+        server.wait(5)
+
+
+@pytest.mark.asyncio
+async def test_a_task_over_streamable_http(
+    tmp_path: Path, http_tasks_server: tuple[str, Path]
+) -> None:
+    """The `tools/call` keel sends as it is (not through the SDK's call_tool) carries the
+    protocol version header every other request carries."""
+    url, log = http_tasks_server
+    servers = configs(tmp_path, {"web": {"type": "http", "url": url}}, {})
+    async with McpManager(servers, root=tmp_path, env={}, log_dir=tmp_path) as m:
+        assert await m.wait_ready(30)
+        got = await m.call("web", "count", {"n": 2})
+        assert [getattr(c, "text", "") for c in got.content] == ["counted to 2"]
+    sent = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
+    tail = [(m.get("method"), m["version_header"]) for m in sent[3:]]
+    assert tail == [
+        ("tools/call", "2025-11-25"),
+        ("tasks/get", "2025-11-25"),
+        ("tasks/get", "2025-11-25"),
+        ("tasks/result", "2025-11-25"),
+    ]
+    assert sent[3]["params"]["task"] == {"ttl": round((DEFAULT_CALL_TIMEOUT + TTL_MARGIN) * 1000)}
 
 
 # -- the reference server -------------------------------------------------------------------

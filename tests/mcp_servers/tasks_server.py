@@ -1,5 +1,5 @@
 """An MCP server (stdio, protocol 2025-11-25) whose tools must be called as tasks, for keel's
-tests of task-augmented calls. Usage: `tasks_server.py [--no-tasks] [--no-cancel]`.
+tests of task-augmented calls. Usage: `tasks_server.py [--no-tasks] [--no-cancel] [--http PORT]`.
 
 The official Python SDK has the task types but no task machinery, so this speaks the JSON-RPC
 by hand, one message a line. Each task moves on only when it is polled, so the sequence of
@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 OFFERS_TASKS = "--no-tasks" not in sys.argv
@@ -126,7 +127,14 @@ tasks: dict[str, Task] = {}
 waiting: list[tuple[Any, Task]] = []
 
 
+#: What the server sent while it handled one HTTP request (None: stdio, written at once).
+outbox: list[dict[str, Any]] | None = None
+
+
 def send(message: dict[str, Any]) -> None:
+    if outbox is not None:
+        outbox.append({"jsonrpc": "2.0", **message})
+        return
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
     sys.stdout.flush()
 
@@ -239,31 +247,73 @@ def answered(reply: dict[str, Any]) -> None:
     answer(request_id, task.result or {})
 
 
+def handle(message: dict[str, Any]) -> None:
+    method, request_id = message.get("method"), message.get("id")
+    params = message.get("params") or {}
+    if method is None:
+        answered(message)
+    elif method == "initialize":
+        answer(
+            request_id,
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": capabilities(),
+                "serverInfo": {"name": "keel-tasks", "version": "1"},
+            },
+        )
+    elif method == "tools/list":
+        answer(request_id, {"tools": TOOLS})
+    elif method == "tools/call":
+        call_tool(request_id, params)
+    elif method in ("tasks/get", "tasks/result", "tasks/cancel"):
+        task_request(request_id, method, params)
+    elif request_id is not None:
+        refuse(request_id, -32601, f"Method not found: {method}")
+
+
+class Http(BaseHTTPRequestHandler):
+    """Streamable HTTP, as far as these tools need it: each POST is answered with JSON (a
+    notification with 202); what the server would send on its own (progress, status
+    notifications, the elicitation of `ask`) needs an event stream and is left out."""
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        log(
+            {k: v for k, v in message.items() if k != "jsonrpc"}
+            | {"version_header": self.headers.get("mcp-protocol-version")}
+        )
+        assert outbox is not None
+        outbox.clear()
+        handle(message)
+        replies = [m for m in outbox if "method" not in m]
+        body = json.dumps(replies[0]).encode() if replies else b""
+        self.send_response(200 if replies else 202)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # no event stream
+        self.send_response(405)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_DELETE = do_GET
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
 def main() -> None:
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        global outbox
+        outbox = []
+        HTTPServer(("127.0.0.1", port), Http).serve_forever()
     for line in sys.stdin:
         message = json.loads(line)
         log({k: v for k, v in message.items() if k != "jsonrpc"})
-        method, request_id = message.get("method"), message.get("id")
-        params = message.get("params") or {}
-        if method is None:
-            answered(message)
-        elif method == "initialize":
-            answer(
-                request_id,
-                {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": capabilities(),
-                    "serverInfo": {"name": "keel-tasks", "version": "1"},
-                },
-            )
-        elif method == "tools/list":
-            answer(request_id, {"tools": TOOLS})
-        elif method == "tools/call":
-            call_tool(request_id, params)
-        elif method in ("tasks/get", "tasks/result", "tasks/cancel"):
-            task_request(request_id, method, params)
-        elif request_id is not None:
-            refuse(request_id, -32601, f"Method not found: {method}")
+        handle(message)
 
 
 if __name__ == "__main__":
