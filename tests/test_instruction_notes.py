@@ -515,3 +515,26 @@ def test_a_read_deny_rule_keeps_a_nested_file_out(
         f"keel: warning: {repo / 'pkg' / 'AGENTS.md'}: not sent to the model: denied by rule "
         f"read(./pkg/AGENTS.md) ({settings})\n"
     ) in out.stderr
+
+
+def test_whose_a_file_is_comes_from_the_intake_not_from_where_it_was_found(
+    tmp_path: Path,
+) -> None:
+    """A checkout mounted over the home's parent: `~/.claude/CLAUDE.md` lies inside the project,
+    so it came with the project and may not import a file outside it."""
+    root = tmp_path / "repo"
+    home = root / "home"
+    (root / ".git").mkdir(parents=True)
+    write(tmp_path / "secret.md", "SECRET")
+    user_file = write(home / ".claude" / "CLAUDE.md", f"see @{tmp_path / 'secret.md'}")
+    loaded = load_instructions(root, user_dir=tmp_path / "config", home=home)
+    assert [f.path for f in loaded.files] == [user_file]
+    assert loaded.warnings == (
+        f"{user_file}: import @{tmp_path / 'secret.md'} not followed: a project file may import "
+        f"only files inside the project ({root}); import it from ~/.claude/CLAUDE.md",
+    )
+    # Outside the project the same file is the user's and imports what it names.
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".git").mkdir(parents=True)
+    own = load_instructions(elsewhere, user_dir=tmp_path / "config", home=home)
+    assert [f.text for f in own.files] == [f"see @{tmp_path / 'secret.md'}", "SECRET"]
