@@ -9,9 +9,9 @@ the round that touched it: the system prompt and the tools stay as they were (DE
 invariant 1) and the transcript only grows (invariant 2). After a compaction or in a fresh
 context it is delivered again when a file brings it again.
 
-A tool call costs a lookup in two caches: what each directory brings is looked up once per
-context, and whether a file matches the rules once per file. This module reads files and
-nothing else.
+A tool call costs a dictionary lookup for a path seen before in the context. A new path costs
+one lookup per directory (what each holds is read once per context) and one regular expression
+over every rule's globs (`keel.agent.rules.Matcher`). This module reads files and nothing else.
 """
 
 from __future__ import annotations
