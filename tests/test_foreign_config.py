@@ -376,7 +376,7 @@ def test_opencode_commands_from_a_folder_and_from_opencode_json(tmp_path: Path) 
     assert _user_messages(Path(os.environ["KEEL_HOME"])) == ["Explain src/app.py briefly."]
 
 
-def test_a_codex_project_skill_is_offered(tmp_path: Path) -> None:
+def test_codex_and_opencode_skills_are_offered(tmp_path: Path) -> None:
     root = _project(tmp_path)
     skill = root / ".codex" / "skills" / "release"
     skill.mkdir(parents=True)
@@ -385,18 +385,27 @@ def test_a_codex_project_skill_is_offered(tmp_path: Path) -> None:
         "Bump the version, tag it, push the tag.\n",
         encoding="utf-8",
     )
+    opencode = _home() / ".config" / "opencode" / "skills" / "lint"
+    opencode.mkdir(parents=True)
+    (opencode / "SKILL.md").write_text(
+        "---\nname: lint\ndescription: Lint the code\nlicense: MIT\n---\nRun the linter.\n",
+        encoding="utf-8",
+    )
     script = write_script(
         tmp_path / "s.json",
         [
             {"tool_calls": [{"name": "skill", "input": {"name": "release"}}]},
+            {"tool_calls": [{"name": "skill", "input": {"name": "lint"}}]},
             {"text": "done"},
         ],
     )
     out = keel("-p", "go", "--model", f"scripted:{script}", cwd=root)
     assert out.returncode == 0, out.stderr
-    [(text, is_error)] = _tool_results(Path(os.environ["KEEL_HOME"]))
-    assert not is_error
-    assert "Bump the version, tag it, push the tag." in text
+    [(release, failed), (lint, lint_failed)] = _tool_results(Path(os.environ["KEEL_HOME"]))
+    assert not failed
+    assert not lint_failed
+    assert "Bump the version, tag it, push the tag." in release
+    assert "Run the linter." in lint
     # A project's Codex configuration and prompts are not read (Codex reads them from ~/.codex).
     (root / ".codex" / "config.toml").write_text('model = "o3"\n', encoding="utf-8")
     listed = keel("trust", "list", cwd=root)
@@ -499,7 +508,7 @@ def test_doctor_lists_every_foreign_file_with_what_keel_took(tmp_path: Path) -> 
     )
     # Each line is named once in doctor, not again among the settings warnings.
     assert out.stdout.count("keel does not use theme") == 1
-    assert ".opencode [foreign]: OpenCode agents and commands: read as prompt text" in out.stdout
+    assert ".opencode [foreign]: OpenCode agents, commands and skills: read as prompt text" in out.stdout
     assert "plugin/ not run (OpenCode's JavaScript)" in out.stdout
     # At start: one line per file, on stderr.
     script = write_script(tmp_path / "s.json", [{"text": "done"}])

@@ -70,18 +70,17 @@ def test_search_dirs_run_from_user_dirs_to_the_project_root_down_to_cwd(
 ) -> None:
     assert search_dirs(cwd, user_dir=user_dir, home=home, kind="skills") == [
         home / ".codex/skills",
+        home / ".config/opencode/skill",
+        home / ".config/opencode/skills",
         home / ".claude/skills",
         user_dir / "skills",
-        repo / ".codex/skills",
-        repo / ".claude/skills",
-        repo / ".keel/skills",
-        repo / "pkg/.codex/skills",
-        repo / "pkg/.claude/skills",
-        repo / "pkg/.keel/skills",
-        cwd / ".codex/skills",
-        cwd / ".claude/skills",
-        cwd / ".keel/skills",
-    ]
+        *(
+            d / rel
+            for d in (repo, repo / "pkg", cwd)
+            for rel in (".codex/skills", ".opencode/skill", ".opencode/skills", ".claude/skills",
+                        ".keel/skills")
+        ),
+    ]  # fmt: skip
     # Without a git repository the project is cwd alone; a directory reached twice (the home
     # directory as the project) keeps its later place.
     assert search_dirs(home, user_dir=None, home=home, kind="commands") == [

@@ -184,7 +184,7 @@ class _Judge:
                 else ""
             )
             return ProjectFile(
-                path, "foreign", supplied, f"OpenCode agents and commands: {prompt}{extra}"
+                path, "foreign", supplied, f"OpenCode agents, commands and skills: {prompt}{extra}"
             )
         parts = ["OpenCode: deny and ask rules apply"]
         waiting = False

@@ -166,10 +166,16 @@ def _opencode_config_dirs(intake: Intake) -> list[Path]:
     return [opencode_home(intake), *(d / ".opencode" for d in intake.chain())]
 
 
+#: Codex's and OpenCode's skill folders (the SKILL.md format) in a project directory.
+FOREIGN_SKILL_DIRS = (".codex/skills", ".opencode/skill", ".opencode/skills")
+
+
 def skill_dirs(intake: Intake, env: Mapping[str, str] | None = None) -> list[Path]:
-    """Codex's skill folders (SKILL.md format), lowest precedence first: the user's, then
-    `.codex/skills` at each directory from the project root down."""
-    return [codex_home(intake, env) / "skills", *(d / ".codex" / "skills" for d in intake.chain())]
+    """Codex's and OpenCode's skill folders, lowest precedence first: the user's, then those of
+    each directory from the project root down (as `keel.skills.skills.search_dirs` reads them)."""
+    opencode = opencode_home(intake)
+    user = [codex_home(intake, env) / "skills", opencode / "skill", opencode / "skills"]
+    return [*user, *(d / rel for d in intake.chain() for rel in FOREIGN_SKILL_DIRS)]
 
 
 @frozen
@@ -574,7 +580,9 @@ def load_foreign(intake: Intake, env: Mapping[str, str] | None = None) -> Foreig
     for folder in skill_dirs(intake, env):
         skills = sorted(p.parent.name for p in folder.glob("*/SKILL.md")) if folder.is_dir() else []
         if skills:
-            foreign.found.append(_found(intake, folder, "codex", (f"skills: {', '.join(skills)}",)))
+            dialect = "opencode" if "opencode" in folder.parent.name else "codex"
+            took = (f"skills: {', '.join(skills)}",)
+            foreign.found.append(_found(intake, folder, dialect, took))
     return foreign
 
 

@@ -5,9 +5,10 @@ directories are, Markdown frontmatter, and `$ARGUMENTS`/`$1`…`$9` substitution
 A skill is a folder holding `SKILL.md`: YAML frontmatter (`name`, `description`, optional
 `disable-model-invocation`, `user-invocable`, `allowed-tools`, `argument-hint`) then Markdown
 instructions. Folders are looked for, lowest precedence first, in Codex's `~/.codex/skills`,
-`~/.claude/skills`, `<keel user config dir>/skills`, then `.codex/skills`, `.claude/skills` and
-`.keel/skills` in each directory from the project root (the git root, else cwd) down to cwd; a
-later skill replaces an earlier one of the same name. A file that cannot be used is skipped with
+OpenCode's `~/.config/opencode/skill(s)`, `~/.claude/skills`, `<keel user config dir>/skills`,
+then `.codex/skills`, `.opencode/skill(s)`, `.claude/skills` and `.keel/skills` in each directory
+from the project root (the git root, else cwd) down to cwd; a later skill replaces an earlier one
+of the same name. A file that cannot be used is skipped with
 a warning naming it (and the line, where there is one); loading never raises for a user's file.
 
 This module reads files and nothing else: it must never run a command, write a file, or import
@@ -59,16 +60,19 @@ def search_dirs(
 ) -> list[Path]:
     """Where `kind` are looked for, lowest precedence first. A directory reached twice (a project
     at the home directory) keeps only its later, higher-precedence place."""
-    from keel.config.foreign import codex_dir
+    from keel.config.foreign import FOREIGN_SKILL_DIRS, codex_dir
 
-    # Codex's skill folders (the same SKILL.md format) come first at each level.
-    codex = kind == "skills"
-    dirs = [*([codex_dir(home) / "skills"] if codex else []), home / ".claude" / kind]
+    # Codex's and OpenCode's skill folders (the same SKILL.md format) come first at each level.
+    foreign = FOREIGN_SKILL_DIRS if kind == "skills" else ()
+    opencode = home / ".config" / "opencode"
+    dirs = [
+        *([codex_dir(home) / "skills", opencode / "skill", opencode / "skills"] if foreign else []),
+        home / ".claude" / kind,
+    ]
     if user_dir is not None:
         dirs.append(user_dir / kind)
     for directory in project_dirs(cwd.absolute()):
-        if codex:
-            dirs.append(directory / ".codex" / "skills")
+        dirs += [directory / rel for rel in foreign]
         dirs += [directory / ".claude" / kind, directory / ".keel" / kind]
     dirs = [d.absolute() for d in dirs]
     seen: set[Path] = set()
