@@ -538,3 +538,18 @@ def test_whose_a_file_is_comes_from_the_intake_not_from_where_it_was_found(
     (elsewhere / ".git").mkdir(parents=True)
     own = load_instructions(elsewhere, user_dir=tmp_path / "config", home=home)
     assert [f.text for f in own.files] == [f"see @{tmp_path / 'secret.md'}", "SECRET"]
+
+
+def test_a_sibling_directory_brings_its_files_and_outside_the_project_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    write(repo / "web" / "CLAUDE.md", "WEB")
+    write(repo / "web" / "app" / "AGENTS.md", "APP")
+    write(tmp_path / "outside" / "AGENTS.md", "OUTSIDE")
+    notes = InstructionNotes(repo / "pkg", user_dir=tmp_path / "config", home=tmp_path / "home")
+    assert [f for f, _ in notes.brought_by(str(repo / "web" / "app" / "x.ts"))] == [
+        repo / "web" / "CLAUDE.md",
+        repo / "web" / "app" / "AGENTS.md",
+    ]
+    assert notes.brought_by(str(repo / "pkg" / "gen.md")) == []  # pkg/ is in the system prompt
+    assert notes.brought_by(str(tmp_path / "outside" / "x.py")) == []
