@@ -551,3 +551,54 @@ async def test_permission_denied_post_compact_and_stop_failure(
     assert failure["hook_event_name"] == "StopFailure"
     assert failure["error"] == "rate_limit"
     assert "slow down" in failure["error_details"]
+
+
+def test_session_uuid_and_transcript_carry_on_across_a_resume(
+    isolated_env: Path, scenario: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "payloads.jsonl"
+    user_hooks(isolated_env, {"UserPromptSubmit": command(recorder(tmp_path, log))})
+    model = f"scripted:{tmp_path / 'script.json'}"  # a resume goes on with its next reply
+    write_script(tmp_path / "script.json", [{"text": "one"}, {"text": "two"}])
+    assert keel("-p", "first", "--model", model, cwd=scenario).returncode == 0
+    again = keel("-p", "second", "-c", "--model", model, cwd=scenario)
+    assert again.returncode == 0, again.stderr
+    one, two = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert one["session_id"] == two["session_id"]
+    assert one["transcript_path"] == two["transcript_path"]
+    assert one["prompt_id"] != two["prompt_id"]
+    lines = [
+        json.loads(line)
+        for line in Path(two["transcript_path"]).read_text(encoding="utf-8").splitlines()
+    ]
+    assert [(x["type"], x["message"]["content"]) for x in lines] == [
+        ("user", "first"),
+        ("assistant", [{"type": "text", "text": "one"}]),
+        ("user", "second"),
+        ("assistant", [{"type": "text", "text": "two"}]),
+    ]
+    assert [x.get("promptId") for x in lines if x["type"] == "user"] == [
+        one["prompt_id"],
+        two["prompt_id"],
+    ]
+    assert all(b["parentUuid"] == a["uuid"] for a, b in itertools.pairwise(lines))
+
+
+def test_a_transcript_started_late_begins_with_what_the_journal_holds(
+    isolated_env: Path, scenario: Path, tmp_path: Path
+) -> None:
+    model = f"scripted:{tmp_path / 'script.json'}"  # a resume goes on with its next reply
+    write_script(tmp_path / "script.json", [{"text": "one"}, {"text": "two"}])
+    assert keel("-p", "first", "--model", model, cwd=scenario).returncode == 0
+    log = tmp_path / "payloads.jsonl"
+    user_hooks(isolated_env, {"Stop": command(recorder(tmp_path, log))})
+    again = keel("-p", "second", "-c", "--model", model, cwd=scenario)
+    assert again.returncode == 0, again.stderr
+    (stop,) = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    lines = Path(stop["transcript_path"]).read_text(encoding="utf-8").splitlines()
+    assert [json.loads(x)["message"]["content"] for x in lines] == [
+        "first",
+        [{"type": "text", "text": "one"}],
+        "second",
+        [{"type": "text", "text": "two"}],
+    ]
