@@ -392,7 +392,7 @@ def test_a_built_in_style_keeps_the_work_style_and_an_unknown_one_is_named(
     assert "<output-style>" not in system_text(bodies(server)[1])
     assert (
         f"{settings}: outputStyle 'Terse' is no output style (known: Default, Explanatory, "
-        "Learning); keel's own prompt is used"
+        "Learning, Proactive, Concise); keel's own prompt is used"
     ) in out.stderr
 
 

@@ -6,8 +6,8 @@ A style is a Markdown file in `~/.claude/output-styles/` (the user's) or `.claud
 optional frontmatter: `name` (else the file name without `.md`), `description`, and
 `keep-coding-instructions` (false by default: the style replaces keel's work-style instructions
 and keeps only who the agent is and the safety rules). Its text closes the system prompt in an
-`<output-style>` section. Built in: Default (keel's own prompt), Explanatory and Learning (both
-keep the work-style instructions). A later file replaces an earlier style of the same name;
+`<output-style>` section. Built in, as in Claude Code (with keel's own texts): Default (keel's own
+prompt), Explanatory, Learning, Proactive and Concise (all keep the work-style instructions). A later file replaces an earlier style of the same name;
 names match whatever their case.
 
 The style is part of the system prompt, so a change applies from the next fresh context
@@ -57,6 +57,23 @@ BUILTIN = (
         "goes, say what it must do and what to consider, and stop so they can write it. Add an "
         "`Insight` passage where a choice teaches something about this codebase. Then review "
         "what they wrote when they tell you it is done.",
+        True,
+    ),
+    OutputStyle(
+        "Proactive",
+        "acts at once on reasonable assumptions instead of stopping to ask",
+        "Act rather than plan aloud. When a routine decision has a sensible default (a name, a "
+        "file layout, which of two equivalent approaches), take it, say in one line what you "
+        "assumed, and go on. Stop to ask only when a choice is costly to undo or the request is "
+        "truly ambiguous. The permission mode still decides what runs without asking.",
+        True,
+    ),
+    OutputStyle(
+        "Concise",
+        "leads with the result and keeps answers short",
+        "Put the result first. No preamble, no narration of what you are about to do, no "
+        "summary of what you just showed. Answer in as few sentences as the question needs; use "
+        "a list only for several separate items. Do the work itself as thoroughly as ever.",
         True,
     ),
 )
