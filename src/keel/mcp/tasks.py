@@ -73,10 +73,16 @@ class TaskCalls:
         self._wakes: dict[str, anyio.Event] = {}
         self._progress: dict[str, Progress] = {}
         self._tokens = itertools.count(1)
+        #: Task-augmented calls waiting for the server's answer (its task).
+        self._creating = 0
 
     async def status_changed(self, params: TaskStatusNotificationParams) -> None:
         """A `notifications/tasks/status`: poll that task now."""
+        import anyio
+
         wake = self._wakes.get(params.task_id)
+        if wake is None and self._creating:  # it may overtake the answer that creates the task
+            wake = self._wakes[params.task_id] = anyio.Event()
         if wake is not None:
             wake.set()
 
@@ -114,7 +120,11 @@ class TaskCalls:
         try:
             # The SDK's `call_tool` takes no `task` and reads every answer as a CallToolResult,
             # so this one request goes through the connection's dispatcher as it is.
-            raw = await self._dispatcher.send_raw_request("tools/call", params, opts)
+            self._creating += 1
+            try:
+                raw = await self._dispatcher.send_raw_request("tools/call", params, opts)
+            finally:
+                self._creating -= 1
             if "task" not in raw:  # the server ran it as a plain call after all
                 return CallToolResult.model_validate(raw, by_name=False)
             task = CreateTaskResult.model_validate(raw, by_name=False).task
@@ -126,7 +136,7 @@ class TaskCalls:
         import anyio
 
         said = ""
-        self._wakes[task.task_id] = anyio.Event()
+        self._wakes.setdefault(task.task_id, anyio.Event())
         try:
             while True:
                 said = _report(task, said, on_progress)
