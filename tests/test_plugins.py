@@ -230,6 +230,7 @@ def test_a_plugins_command_and_agent(tmp_path: Path, isolated_env: Path) -> None
     _install(repo, "review-kit")
     task = {"description": "review", "prompt": "Review notes.txt for bugs",
             "subagent_type": "review-kit:reviewer"}  # fmt: skip
+    cached = isolated_env / "plugins" / "cache" / "keel-fixtures" / "review-kit" / "0.3.1"
     script = {
         "model": "test",
         "turns": [
@@ -237,7 +238,8 @@ def test_a_plugins_command_and_agent(tmp_path: Path, isolated_env: Path) -> None
                 "tool_calls": [{"name": "task", "input": task}],
                 "expect": {
                     "last_user_contains": "Ask the review-kit:reviewer agent to review notes.txt "
-                    "and report what it finds."
+                    "and report what it finds.\nThe agent follows the checklist in "
+                    f"{cached}/CHECKLIST.md."
                 },
             },
             {"text": "no bugs", "expect": {"last_user_contains": "notes.txt: no bugs"}},

@@ -204,7 +204,8 @@ def _plugin_agents(
                     warnings.append(f"{where(path, exc.line)}: {exc.message}; skipped")
                     continue
                 name = f"{plugin.name}:{kind.name}"
-                found[name] = dataclasses.replace(kind, name=name)
+                prompt = plugin.expand(kind.prompt)  # `${CLAUDE_PLUGIN_ROOT}`, as Claude Code
+                found[name] = dataclasses.replace(kind, name=name, prompt=prompt)
     return found
 
 

@@ -316,6 +316,8 @@ def _plugin_commands(
 ) -> dict[str, Command]:
     """The commands of the plugins that run here (`keel.plugins`), named `/plugin:command` as
     Claude Code names them (`commands/git/push.md` is `/plugin:git:push`)."""
+    import dataclasses
+
     from keel.plugins import plugin_components
 
     found: dict[str, Command] = {}
@@ -329,8 +331,13 @@ def _plugin_commands(
             for path, name in files:
                 full = f"{plugin.name}:{name}"
                 command = _read_command(path, full, warnings, user_level=plugin.user_level)
-                if command is not None:
-                    found[full] = command
+                if command is not None:  # `${CLAUDE_PLUGIN_ROOT}` filled in, as Claude Code does
+                    found[full] = dataclasses.replace(
+                        command,
+                        body=plugin.expand(command.body),
+                        allowed_tools=tuple(map(plugin.expand, command.allowed_tools)),
+                        disallowed_tools=tuple(map(plugin.expand, command.disallowed_tools)),
+                    )
     return found
 
 

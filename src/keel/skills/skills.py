@@ -511,7 +511,8 @@ def _plugin_skills(
                 skill = _read_skill(path, warnings)
                 if skill is not None:
                     name = f"{plugin.name}:{skill.name}"
-                    found[name] = dataclasses.replace(skill, name=name)
+                    body = plugin.expand(skill.body)  # `${CLAUDE_PLUGIN_ROOT}`, as Claude Code
+                    found[name] = dataclasses.replace(skill, name=name, body=body)
     return found
 
 
