@@ -109,7 +109,7 @@ def load_plugins(
                 f"plugin {ident} is enabled in {file} but not installed, so it does not run: "
                 f"`keel plugin install {ident}` installs it"
             )
-        if state.runs and state.installed is not None:
+        if state.enabled and state.installed is not None:
             plugin = _read(state, state.installed, result.warnings)
             if plugin is not None:
                 result.active.append(plugin)
@@ -130,7 +130,8 @@ def _read(state: PluginState, installed: Installed, warnings: list[str]) -> Plug
     data.mkdir(parents=True, exist_ok=True)
     plugin = read_plugin(installed.path, marketplace=marketplace, data_dir=data, warnings=warnings)
     if plugin.name != name:
-        # Claude Code names the plugin by its marketplace entry; keep that name for namespaces.
+        # Its components are namespaced by the name in its id, so `/name:command` and
+        # `keel plugin list` agree even where the manifest spells it otherwise.
         plugin = dataclasses.replace(plugin, name=name)
     for where in plugin.lsp:
         warnings.append(f"LSP servers from plugin {state.ident} are not used yet ({where})")
