@@ -553,3 +553,33 @@ def test_a_sibling_directory_brings_its_files_and_outside_the_project_nothing(
     ]
     assert notes.brought_by(str(repo / "pkg" / "gen.md")) == []  # pkg/ is in the system prompt
     assert notes.brought_by(str(tmp_path / "outside" / "x.py")) == []
+
+
+def test_a_plugins_output_style_is_named_after_the_plugin(
+    server: AnthropicServer, repo: Path, isolated_env: Path, tmp_path: Path
+) -> None:
+    market = tmp_path / "market"
+    write(
+        market / ".claude-plugin" / "marketplace.json",
+        json.dumps(
+            {
+                "name": "styles-market",
+                "owner": {"name": "tests"},
+                "plugins": [{"name": "style-kit", "source": "./style-kit"}],
+            }
+        ),
+    )
+    write(
+        market / "style-kit" / "output-styles" / "terse.md",
+        "---\nname: Terse\nkeep-coding-instructions: true\n---\nAnswer in one line.",
+    )
+    for args in (("marketplace", "add", str(market)), ("install", "style-kit@styles-market")):
+        done = keel("plugin", *args, cwd=repo)
+        assert done.returncode == 0, done.stderr
+    write(repo / ".claude" / "settings.local.json", '{"outputStyle": "style-kit:terse"}')
+    server.add(reply("ok"))
+    out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
+    assert out.returncode == 0, out.stderr
+    assert system_text(bodies(server)[0]).endswith(
+        "<output-style>\nOutput style: style-kit:Terse\n\nAnswer in one line.\n</output-style>"
+    )

@@ -6,7 +6,8 @@ A style is a Markdown file in `~/.claude/output-styles/` (the user's) or `.claud
 optional frontmatter: `name` (else the file name without `.md`), `description`, and
 `keep-coding-instructions` (false by default: the style replaces keel's work-style instructions
 and keeps only who the agent is and the safety rules). Its text closes the system prompt in an
-`<output-style>` section. Built in, as in Claude Code (with keel's own texts): Default (keel's own
+`<output-style>` section. A plugin that runs brings the styles in its `output-styles/` folder,
+named `plugin:style`. Built in, as in Claude Code (with keel's own texts): Default (keel's own
 prompt), Explanatory, Learning, Proactive and Concise (all keep the work-style instructions). A later file replaces an earlier style of the same name;
 names match whatever their case.
 
@@ -16,6 +17,8 @@ The style is part of the system prompt, so a change applies from the next fresh 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from keel.agent.prompt import BASE_PROMPT, SAFETY
@@ -84,14 +87,20 @@ def style_dirs(chain: list[Path], *, home: Path) -> list[Path]:
     return [home / STYLES_DIR, *(d / STYLES_DIR for d in chain)]
 
 
-def load_styles(dirs: list[Path], warnings: list[str]) -> list[OutputStyle]:
-    """Every style: the built-in ones, then those of `dirs` in order, a later one replacing an
-    earlier one of the same name. A file that cannot be used is named in `warnings`."""
+def load_styles(
+    dirs: list[Path], warnings: list[str], plugins: Sequence[tuple[str, Path]] = ()
+) -> list[OutputStyle]:
+    """Every style: the built-in ones, those of the plugins that run (`(name, root)`: the files
+    in `output-styles/`, named `plugin:style`), then those of `dirs` in order, a later one
+    replacing an earlier one of the same name. A file that cannot be used is named in
+    `warnings`."""
     styles = {s.name.lower(): s for s in BUILTIN}
-    for directory in dirs:
+    found = [(f"{name}:", root / "output-styles") for name, root in plugins]
+    for prefix, directory in [*found, *(("", d) for d in dirs)]:
         for path in sorted(directory.glob("*.md")):
             style = read_style(path, warnings)
             if style is not None:
+                style = dataclasses.replace(style, name=prefix + style.name)
                 styles[style.name.lower()] = style
     return list(styles.values())
 

@@ -29,6 +29,7 @@ from keel.llm.provider import Provider, RetryPolicy, make_provider, model_info
 from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest
 
 if TYPE_CHECKING:
+    from keel.agent.output_styles import OutputStyle
     from keel.hooks.runner import HookRunner
     from keel.permissions.sandbox import Sandbox
     from keel.session.backend import AppendLog
@@ -481,11 +482,10 @@ def add_output_style(agent: Agent, settings: Settings, notice: Notify) -> None:
     no style has is one warning (keel's own prompt is used)."""
     if not settings.output_style:
         return
-    from keel.agent.output_styles import DEFAULT, find_style, load_styles, style_dirs
-    from keel.agent.prompt import project_chain
+    from keel.agent.output_styles import DEFAULT, find_style
 
     warnings: list[str] = []
-    styles = load_styles(style_dirs(project_chain(agent.cwd), home=Path.home()), warnings)
+    styles = available_styles(agent.cwd, warnings)
     for warning in warnings:
         notice(Notice(warning, "warning"))
     style = find_style(settings.output_style, styles)
@@ -500,6 +500,20 @@ def add_output_style(agent: Agent, settings: Settings, notice: Notify) -> None:
         )
     elif style.name != DEFAULT:
         agent.output_style = style
+
+
+def available_styles(cwd: Path, warnings: list[str]) -> list[OutputStyle]:
+    """The output styles there are in `cwd`: built in, the plugins' that run, yours, the
+    project's."""
+    from keel.agent.output_styles import load_styles, style_dirs
+    from keel.agent.prompt import project_chain
+    from keel.config.settings import user_config_dir
+    from keel.plugins import load_plugins
+
+    home = Path.home()
+    active = load_plugins(cwd, user_dir=user_config_dir(), home=home).active
+    plugins = [(p.name, p.root) for p in active]
+    return load_styles(style_dirs(project_chain(cwd), home=home), warnings, plugins)
 
 
 def add_subagents(agent: Agent, notice: Notify) -> None:

@@ -629,11 +629,11 @@ class Controller:
         """`/output-style`: the styles there are; `/output-style NAME`: that style from the next
         fresh context (the system prompt of this one stays: the cached prefix holds), kept in
         the project's personal settings."""
-        from keel.agent.output_styles import DEFAULT, find_style, load_styles, style_dirs
-        from keel.agent.prompt import project_chain
+        from keel.agent.output_styles import DEFAULT, find_style
+        from keel.app.assembly import available_styles
 
         warnings: list[str] = []
-        styles = load_styles(style_dirs(project_chain(self.agent.cwd), home=Path.home()), warnings)
+        styles = available_styles(self.agent.cwd, warnings)
         for warning in warnings:
             self.show(Notice(warning, "warning"))
         settings = self.factory.settings
