@@ -136,7 +136,8 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
         f"{path}: unknown hook event 'BeforeEverything' skipped: not a Claude Code event (keel "
         "runs: SessionStart, UserPromptSubmit, PreToolUse, PermissionRequest, PermissionDenied, "
         "PostToolUse, PostToolUseFailure, PostToolBatch, Notification, SubagentStart, "
-        "SubagentStop, Stop, StopFailure, PreCompact, PostCompact, SessionEnd)",
+        "SubagentStop, Stop, StopFailure, PreCompact, PostCompact, Elicitation, "
+        "ElicitationResult, SessionEnd)",
         f"{path}: hooks.PreToolUse[0].hooks[0]: hook type 'agent' is a Claude Code hook type keel "
         "does not run (keel runs: command, http, prompt); skipped",
         f"{path}: hooks.PreToolUse[0].hooks[1] needs a command; skipped",

@@ -516,6 +516,67 @@ async def test_elicitation_is_refused_headless_and_asked_interactively(
     ]
 
 
+@module_loop
+async def test_elicitation_hooks_answer_for_the_user_and_change_the_answer(
+    manager: McpManager, project: Path, tmp_path: Path
+) -> None:
+    from keel.hooks.config import HookCommand
+    from keel.hooks.runner import HookRunner
+
+    log = tmp_path / "elicitation.jsonl"
+    answer = tmp_path / "answer.py"
+    answer.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        "event = json.load(sys.stdin)\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(event) + '\\n')\n"
+        "if event['hook_event_name'] == 'Elicitation':\n"
+        "    content = {'colour': 'green', 'shade': 3}\n"
+        "else:\n"
+        "    content = {**event['content'], 'shade': 9}\n"
+        "print(json.dumps({'hookSpecificOutput': {'hookEventName': event['hook_event_name'],"
+        " 'action': 'accept', 'content': content}}))\n",
+        encoding="utf-8",
+    )
+    answer.chmod(0o755)
+    agent = Agent(provider=ScriptedProvider([]), model="scripted", cwd=project)
+    agent.hooks = HookRunner(
+        [HookCommand("Elicitation", "feat", str(answer), 10, "personal", "t")],
+        project,
+        project,
+        {},
+    )
+    wire(agent, manager)
+    # Headless, nobody could answer: the hook does.
+    assert await call_text(manager, "feat", "favourite") == "accepted green 3"
+    (asked,) = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert {k: v for k, v in asked.items() if k not in ("session_id", "transcript_path")} == {
+        "cwd": str(project),
+        "permission_mode": "default",
+        "hook_event_name": "Elicitation",
+        "mcp_server_name": "feat",
+        "message": "Which colour?",
+        "mode": "form",
+        "requested_schema": asked["requested_schema"],
+    }
+    assert sorted(asked["requested_schema"]["properties"]) == ["colour", "shade"]
+    # The user answers; an ElicitationResult hook changes the answer before it goes back.
+    agent.hooks.hooks = [HookCommand("ElicitationResult", "", str(answer), 10, "personal", "t")]
+
+    def user(event: Event) -> None:
+        if isinstance(event, QuestionRequest):
+            event.reply.set_result({"colour": "blue", "shade": 2})
+
+    agent.interactive = True
+    agent.on_background_event = user
+    assert await call_text(manager, "feat", "favourite") == "accepted blue 9"
+    result = json.loads(log.read_text(encoding="utf-8").splitlines()[-1])
+    assert (result["hook_event_name"], result["action"], result["content"]) == (
+        "ElicitationResult",
+        "accept",
+        {"colour": "blue", "shade": 2},
+    )
+
+
 # -- 9. ~/.claude.json ----------------------------------------------------------------------
 
 

@@ -131,6 +131,14 @@ async def _approve_sampling(agent: Agent, ask: SamplingAsk) -> str:
 
 
 async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
+    """The user's answer to a server's question, unless an Elicitation hook gives one (then
+    nobody is asked, headless runs included); an ElicitationResult hook may change the user's
+    answer. Decline and cancel are both a decline."""
+    fields: dict[str, Any] = {"mcp_server_name": ask.server, "message": ask.message}
+    fields.update(mode="form", requested_schema=ask.schema)
+    hooked = await _elicitation_hook(agent, "Elicitation", fields, ask.server)
+    if hooked is not None:
+        return hooked[1] if hooked[0] == "accept" else None
     if not agent.interactive:
         return (
             f'MCP server "{ask.server}" asked the user a question (elicitation); refused: '
@@ -140,11 +148,39 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
     agent.forward(question)
     try:
         async with asyncio.timeout(QUESTION_TIMEOUT):
-            return await future
+            answer = await future
     except TimeoutError:
         return f"nobody answered within {QUESTION_TIMEOUT:g} s"
     finally:
         agent.questions.done(question.request_id)
+    if isinstance(answer, str):
+        return answer
+    fields = {"mcp_server_name": ask.server, "mode": "form"}
+    fields.update(action="accept" if answer is not None else "decline", content=answer)
+    changed = await _elicitation_hook(agent, "ElicitationResult", fields, ask.server)
+    if changed is None:
+        return answer
+    return changed[1] if changed[0] == "accept" else None
+
+
+async def _elicitation_hook(
+    agent: Agent, event: str, fields: dict[str, Any], server: str
+) -> tuple[str, dict[str, Any]] | None:
+    """An Elicitation or ElicitationResult hook's answer: (action, content), ("decline", {})
+    for an exit 2, None when no hook answered."""
+    hooks = agent.hooks
+    if hooks is None or not hooks.has(event):
+        return None
+    result = await hooks.run(event, fields, match=server)
+    for message in result.messages:
+        agent.forward(Notice(message, "info"))
+    for problem in result.errors:
+        agent.forward(Notice(problem, "warning"))
+    if result.block:
+        return "decline", {}
+    if result.elicitation_action is None:
+        return None
+    return result.elicitation_action, result.elicitation_content or {}
 
 
 __all__ = ["QUESTION_TIMEOUT", "sign_in_opener", "wire"]

@@ -75,6 +75,8 @@ EVENTS: Final[tuple[str, ...]] = (
     "StopFailure",
     "PreCompact",
     "PostCompact",
+    "Elicitation",
+    "ElicitationResult",
     "SessionEnd",
 )
 
@@ -94,10 +96,16 @@ MODE_EVENTS: Final[frozenset[str]] = frozenset(
         "PostToolBatch",
         "Stop",
         "SubagentStop",
+        "Elicitation",
+        "ElicitationResult",
     }
 )
 #: The events whose payload carries `effort` (`{"level": …}`) when the model has one.
-EFFORT_EVENTS: Final[frozenset[str]] = MODE_EVENTS - {"UserPromptSubmit"} | {"StopFailure"}
+EFFORT_EVENTS: Final[frozenset[str]] = MODE_EVENTS - {
+    "UserPromptSubmit",
+    "Elicitation",
+    "ElicitationResult",
+} | {"StopFailure"}
 
 #: keel session ids map one to one to the UUIDs hooks see as `session_id` (Claude Code's ids are
 #: UUIDs, and hooks check that they are).

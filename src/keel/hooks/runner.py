@@ -133,6 +133,10 @@ class HookResult:
     context: list[str] = field(default_factory=list)
     #: PermissionDenied: a hook said the model may retry (`hookSpecificOutput.retry`).
     retry: bool = False
+    #: Elicitation / ElicitationResult: a hook's answer (`hookSpecificOutput.action`:
+    #: `accept`, `decline` or `cancel`, and `content`).
+    elicitation_action: str | None = None
+    elicitation_content: dict[str, Any] | None = None
     #: Shown to the user: what hooks said (systemMessage) and what went wrong with them.
     messages: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -439,22 +443,33 @@ def _apply_json(result: HookResult, data: dict[str, Any], event: str) -> None:
     elif decision == "approve" and event == "PreToolUse":  # Claude Code's legacy spelling
         _permission(result, "allow", str(data.get("reason") or ""))
     specific = data.get("hookSpecificOutput")
-    if isinstance(specific, dict) and event == "PermissionRequest":
+    if isinstance(specific, dict):
+        _apply_specific(result, specific, event)
+
+
+def _apply_specific(result: HookResult, specific: dict[str, Any], event: str) -> None:
+    """`hookSpecificOutput`: what each event's hooks may answer."""
+    if event == "PermissionRequest":
         answer = specific.get("decision")
         if isinstance(answer, dict) and answer.get("behavior") in ("allow", "deny"):
             _request(result, answer["behavior"], str(answer.get("message") or ""))
             if answer["behavior"] == "allow" and isinstance(answer.get("updatedInput"), dict):
                 result.request_updated_input = answer["updatedInput"]
-    if isinstance(specific, dict) and event == "PermissionDenied":
+    elif event == "PermissionDenied":
         result.retry = result.retry or specific.get("retry") is True
-    if isinstance(specific, dict):
-        choice = specific.get("permissionDecision")
-        if choice in _RANK and event == "PreToolUse":
-            _permission(result, choice, str(specific.get("permissionDecisionReason") or ""))
-        if isinstance(specific.get("updatedInput"), dict):
-            result.updated_input = specific["updatedInput"]
-        if isinstance(specific.get("additionalContext"), str) and specific["additionalContext"]:
-            result.context.append(specific["additionalContext"])
+    elif event in ("Elicitation", "ElicitationResult"):
+        action = specific.get("action")
+        if action in ("accept", "decline", "cancel") and result.elicitation_action != "decline":
+            result.elicitation_action = action
+            content = specific.get("content")
+            result.elicitation_content = content if isinstance(content, dict) else None
+    choice = specific.get("permissionDecision")
+    if choice in _RANK and event == "PreToolUse":
+        _permission(result, choice, str(specific.get("permissionDecisionReason") or ""))
+    if isinstance(specific.get("updatedInput"), dict):
+        result.updated_input = specific["updatedInput"]
+    if isinstance(specific.get("additionalContext"), str) and specific["additionalContext"]:
+        result.context.append(specific["additionalContext"])
 
 
 @dataclass
