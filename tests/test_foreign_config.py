@@ -12,7 +12,7 @@ from pathlib import Path
 
 from keel.config.foreign import opencode_rules, read_jsonc, read_toml
 from keel.config.settings import load_settings
-from tests.helpers import user_settings_file
+from tests.helpers import unsandboxed_line_dropped, user_settings_file
 from tests.test_cli import keel, session_files, write_script
 
 
@@ -508,7 +508,10 @@ def test_doctor_lists_every_foreign_file_with_what_keel_took(tmp_path: Path) -> 
     )
     # Each line is named once in doctor, not again among the settings warnings.
     assert out.stdout.count("keel does not use theme") == 1
-    assert ".opencode [foreign]: OpenCode agents, commands and skills: read as prompt text" in out.stdout
+    assert (
+        ".opencode [foreign]: OpenCode agents, commands and skills: read as prompt text"
+        in out.stdout
+    )
     assert "plugin/ not run (OpenCode's JavaScript)" in out.stdout
     # At start: one line per file, on stderr.
     script = write_script(tmp_path / "s.json", [{"text": "done"}])
@@ -591,3 +594,39 @@ def test_mcp_entries_translate_into_keels_shape() -> None:
     assert opencode_server(
         {"type": "local", "command": ["npx", "-y", "pkg"], "environment": {"K": "v"}}, "mcp.p"
     ) == ({"command": "npx", "args": ["-y", "pkg"], "env": {"K": "v"}}, [])
+
+
+def test_a_codex_model_on_its_own_provider_runs_there(tmp_path: Path) -> None:
+    """`model_provider` naming a `[model_providers.<id>]` of the user's config.toml (the active
+    profile's model) becomes keel's provider of that name: the run goes to its URL with the key
+    its `env_key` names."""
+    from keel.llm.messages import assistant
+    from keel.testing.openai_server import OpenAIChatServer
+    from keel.testing.script import Reply
+
+    root = _project(tmp_path)
+    codex = _home() / ".codex" / "config.toml"
+    codex.parent.mkdir(parents=True)
+    with OpenAIChatServer([Reply(assistant("Hi from the LAN."))], api_key="lan-secret") as server:
+        codex.write_text(
+            'model = "gpt-5"\nprofile = "lan"\n\n[profiles.lan]\nmodel = "local-model"\n'
+            'model_provider = "lan"\napproval_policy = "never"\n\n'
+            '[model_providers.lan]\nname = "LAN"\n'
+            f'base_url = "{server.url}/v1"\nenv_key = "LAN_KEY"\nwire_api = "chat"\n'
+            "query_params = {}\n",
+            encoding="utf-8",
+        )
+        out = keel("-p", "hi", cwd=root, env={**os.environ, "LAN_KEY": "lan-secret"})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == "Hi from the LAN.\n"
+        [sent] = server.model_requests
+    assert (sent.path, sent.headers["authorization"]) == (
+        "/v1/chat/completions",
+        "Bearer lan-secret",
+    )
+    assert sent.json["model"] == "local-model"
+    assert unsandboxed_line_dropped(out.stderr) == (
+        f"keel: warning: {codex}: keel does not use profiles.lan.approval_policy, "
+        "model_providers.lan.query_params\n"
+        "keel: local-model is not in keel's catalog; assuming a 128k window and no prices\n"
+    )

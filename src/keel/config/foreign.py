@@ -513,7 +513,13 @@ def opencode_server(entry: object, where: str) -> tuple[object, list[str]]:
 _OPENCODE_USED = frozenset(
     {"$schema", "permission", "tools", "mcp", "model", "command", "agent", "instructions"}
 )
-_CODEX_USED = frozenset({"model", "model_provider", "mcp_servers"})
+_CODEX_USED = frozenset(
+    {"model", "model_provider", "model_providers", "profile", "profiles", "mcp_servers"}
+)
+#: Codex's `wire_api` → keel's wire.
+_CODEX_WIRES = {"chat": "openai-chat", "responses": "openai-responses"}
+#: `[model_providers.<id>]` keys keel uses (`name` is only what Codex shows).
+_CODEX_PROVIDER_KEYS = frozenset({"name", "base_url", "env_key", "wire_api"})
 
 
 @frozen
@@ -550,6 +556,9 @@ class Foreign:
     servers: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     #: The model to use when keel's own settings and flags name none (the last file's).
     model: str | None = None
+    #: A provider Codex's `[model_providers.<id>]` defines for its model: (file, id, keel's
+    #: `providers.<id>` entry).
+    provider: tuple[Path, str, dict[str, Any]] | None = None
     #: OpenCode's `command` and `agent` entries: (file, name, entry).
     commands: list[tuple[Path, str, dict[str, Any]]] = field(default_factory=list)
     agents: list[tuple[Path, str, dict[str, Any]]] = field(default_factory=list)
@@ -650,6 +659,56 @@ def _take_servers(
         took.append(f"MCP servers: {', '.join(entries)}")
 
 
+def _codex_profile(data: dict[str, Any], unused: list[str]) -> dict[str, Any]:
+    """`model` and `model_provider` as Codex uses them: the active `profile`'s over the top
+    level's. Every other profile key, and every other profile, is named in `unused`."""
+    chosen = dict(data)
+    active = data.get("profile")
+    profiles = data.get("profiles")
+    profiles = profiles if isinstance(profiles, dict) else {}
+    for name, table in profiles.items():
+        if name != active or not isinstance(table, dict):
+            unused.append(f"profiles.{name} (not the active profile)")
+            continue
+        chosen.update({k: table[k] for k in ("model", "model_provider") if k in table})
+        unused += [f"profiles.{name}.{k}" for k in table if k not in ("model", "model_provider")]
+    if active is not None and active not in profiles:
+        unused.append(f"profile {active!r} (no [profiles.{active}] table)")
+    return chosen
+
+
+def _custom_provider(
+    foreign: Foreign,
+    path: Path,
+    model: object,
+    provider: str,
+    table: object,
+    took: list[str],
+    unused: list[str],
+) -> None:
+    """A model on a provider `[model_providers.<id>]` defines: keel's `providers.<id>` entry
+    (`base_url`, `env_key` as `api_key_env`, `wire_api` as the wire). A built-in provider's id
+    keeps keel's provider, as Codex keeps its own."""
+    from keel.llm.presets import PRESETS
+
+    where = f"model_providers.{provider}"
+    if provider in PRESETS or not isinstance(table, dict):
+        unused.append(f"{where} (keel's own {provider} provider is used)")
+        _take_model(foreign, path, model, provider, took, unused)
+        return
+    wire = _CODEX_WIRES.get(str(table.get("wire_api", "chat")))
+    if not isinstance(model, str) or not isinstance(table.get("base_url"), str) or wire is None:
+        unused.append(f"model on {where} (needs a base_url and wire_api chat or responses)")
+        return
+    entry: dict[str, Any] = {"base_url": table["base_url"], "wire": wire}
+    if isinstance(table.get("env_key"), str):
+        entry["api_key_env"] = table["env_key"]
+    unused += [f"{where}.{k}" for k in table if k not in _CODEX_PROVIDER_KEYS]
+    foreign.provider = (path, provider, entry)
+    foreign.model = f"{provider}/{model}"
+    took.append(f"model {foreign.model} on its provider {provider} ({table['base_url']})")
+
+
 def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> None:
     path = codex_home(intake, env) / "config.toml"
     data = read_toml(path, foreign.warnings)
@@ -659,11 +718,21 @@ def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> N
         return
     took: list[str] = []
     unused = [k for k in data if k not in _CODEX_USED]
-    if "model_provider" in data and "model" not in data:
+    chosen = _codex_profile(data, unused)
+    if "model_provider" in chosen and "model" not in chosen:
         unused.append("model_provider (no model with it)")
-    if "model" in data:
-        provider = data.get("model_provider", "openai")
-        _take_model(foreign, path, data["model"], provider, took, unused)
+    providers = data.get("model_providers")
+    providers = providers if isinstance(providers, dict) else {}
+    provider = chosen.get("model_provider", "openai")
+    for name in providers:
+        if name != provider or "model" not in chosen:
+            unused.append(f"model_providers.{name} (not the provider of the model)")
+    if "model" in chosen and provider in providers:
+        _custom_provider(
+            foreign, path, chosen["model"], provider, providers[provider], took, unused
+        )
+    elif "model" in chosen:
+        _take_model(foreign, path, chosen["model"], provider, took, unused)
     if "mcp_servers" in data:
         _take_servers(foreign, path, "mcp_servers", data["mcp_servers"], codex_server, took, unused)
     foreign.found.append(_found(intake, path, "codex", tuple(took), unused))

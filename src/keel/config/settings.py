@@ -1157,7 +1157,8 @@ def load_settings(project: Path, env: Mapping[str, str] | None = None) -> Settin
 def _take_foreign(settings: Settings, intake: Intake, env: Mapping[str, str] | None) -> None:
     """Codex's and OpenCode's permission rules and model (`keel.config.foreign`): a project
     file's rules pass the same approval as a project settings file's (its deny and ask rules
-    apply at once); the model only when keel's own files name none."""
+    apply at once); the model only when keel's own files name none, with the provider Codex
+    defines for it when keel's files define none of that name."""
     from keel.config.foreign import load_foreign
 
     foreign = load_foreign(intake, env)
@@ -1170,3 +1171,11 @@ def _take_foreign(settings: Settings, intake: Intake, env: Mapping[str, str] | N
         _Merge(settings, path, untrusted=supplied).file(data)
     if settings.model is None:
         settings.model = foreign.model
+        if foreign.provider is not None and foreign.model is not None:
+            path, name, entry = foreign.provider
+            if foreign.model.startswith(f"{name}/") and name not in settings.providers:
+                provider: dict[str, Any] = {"providers": {name: entry}}
+                supplied = intake.supplied(path)
+                if supplied:
+                    provider = _gate(settings, intake, path, provider, approved)
+                _Merge(settings, path, untrusted=supplied).file(provider)
