@@ -19,6 +19,8 @@ from tests.helpers import unsandboxed_line_dropped, user_settings_file
 from tests.test_cli import keel, write_script
 
 MARKET = Path(__file__).parent / "fixtures" / "plugins" / "market"
+#: Every test works in a git repository, and git marketplaces are cloned with git.
+pytestmark = pytest.mark.needs("git")
 
 
 def _repo(path: Path) -> Path:
