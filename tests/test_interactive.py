@@ -305,6 +305,30 @@ async def test_the_notification_hook_fires_before_a_permission_question(
     await controller.close()
 
 
+async def test_notification_hooks_hear_idle_prompt_once_the_user_keeps_them_waiting(
+    project: Path, with_key: None
+) -> None:
+    log = project.parent / "hooks.log"
+    hooks_file(project, log)
+    provider = ScriptedProvider([reply("One."), reply("Two.")], model=MODEL.model)
+    controller = await make_controller(project, provider)
+    controller.attach(Recorder())
+    controller.idle_after = 0.2
+    controller.submit("first")
+    await controller.wait()
+    controller.submit("second")  # answered in time: no notification for the first wait
+    await controller.wait()
+    await asyncio.sleep(0.4)
+    await controller.wait()
+    assert hook_events(log) == [
+        ("SessionStart", "startup"),
+        ("Notification", "keel is waiting for your input"),
+    ]
+    last = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
+    assert last["notification_type"] == "idle_prompt"
+    await controller.close()
+
+
 async def test_model_picker_switches_the_model_for_the_next_request(
     project: Path, with_key: None
 ) -> None:

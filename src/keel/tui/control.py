@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from keel.agent.loop import Agent
     from keel.app.init import Approval, Proposal
     from keel.config.settings import Settings
+    from keel.hooks.runner import HookRunner
     from keel.llm.provider import Provider
     from keel.session.records import Record
     from keel.session.resume import ConfigurationChanged
@@ -205,6 +206,10 @@ class Status:
     since: float | None
 
 
+#: Claude Code's default wait before its `idle_prompt` notification.
+IDLE_NOTIFY_AFTER = 60.0
+
+
 class Controller:
     """One interactive session: an agent (replaced by /clear, /resume, /rewind), what runs now,
     and what is queued behind it."""
@@ -233,6 +238,9 @@ class Controller:
         self.worked_in: Path | None = None
         #: An agent of its own that runs for a command (/init), to interrupt with the prompt.
         self._side: Agent | None = None
+        #: Seconds of waiting for the user before `Notification` hooks hear `idle_prompt`.
+        self.idle_after = IDLE_NOTIFY_AFTER
+        self._idle: asyncio.TimerHandle | None = None
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -386,6 +394,9 @@ class Controller:
         if self.busy:
             work.close()
             raise UserError("a prompt is running", hint="press Esc first")
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         self._task = asyncio.create_task(self._drain_after(work))
 
     async def _drain_after(self, work: Coroutine[object, object, object]) -> None:
@@ -397,6 +408,26 @@ class Controller:
         interrupted = self._last_stop == "interrupted"
         if not self.exited and not interrupted and self.agent.undelivered:
             await self._guarded(self._run_notifications())
+        hooks = self._agent.hooks if self._agent is not None else None
+        if not self.exited and hooks is not None and hooks.has("Notification"):
+            self._idle = asyncio.get_running_loop().call_later(self.idle_after, self._waiting)
+
+    def _waiting(self) -> None:
+        """The user has not answered for `idle_after` seconds: `Notification` hooks hear
+        `idle_prompt`, as in Claude Code (once per wait)."""
+        self._idle = None
+        hooks = self._agent.hooks if self._agent is not None else None
+        if self.busy or self.exited or hooks is None:
+            return
+        task = asyncio.create_task(self._guarded(self._idle_hooks(hooks)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _idle_hooks(self, hooks: HookRunner) -> None:
+        fields = {"message": "keel is waiting for your input", "notification_type": "idle_prompt"}
+        result = await hooks.run("Notification", fields, match="idle_prompt")
+        for problem in result.errors:
+            self.show(Notice(problem, "warning"))
 
     def submit(self, text: str) -> None:
         """Run `text` now, or queue it behind the running prompt (read-only commands run at
@@ -1013,6 +1044,8 @@ class Controller:
 
     async def close(self) -> None:
         """Stop what runs and close the agent (SessionEnd hooks, MCP servers, the journal)."""
+        if self._idle is not None:
+            self._idle.cancel()
         self.interrupt()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
