@@ -511,8 +511,12 @@ def opencode_server(entry: object, where: str) -> tuple[object, list[str]]:
 
 #: `opencode.json` keys keel reads (`instructions` by the instruction-file loader).
 _OPENCODE_USED = frozenset(
-    {"$schema", "permission", "tools", "mcp", "model", "command", "agent", "instructions"}
-)
+    {"$schema", "permission", "tools", "mcp", "model", "provider", "command", "agent",
+     "instructions"}
+)  # fmt: skip
+#: The AI SDK package OpenCode reaches OpenAI-compatible servers with.
+_OPENAI_COMPATIBLE = "@ai-sdk/openai-compatible"
+_KEY_REFERENCE = re.compile(r"^\{env:([A-Za-z_][A-Za-z0-9_]*)\}$")
 _CODEX_USED = frozenset(
     {"model", "model_provider", "model_providers", "profile", "profiles", "mcp_servers"}
 )
@@ -709,6 +713,61 @@ def _custom_provider(
     took.append(f"model {foreign.model} on its provider {provider} ({table['base_url']})")
 
 
+def _opencode_model(
+    foreign: Foreign, path: Path, data: dict[str, Any], took: list[str], unused: list[str]
+) -> None:
+    """`model` (`provider/model`), on the provider the `provider` section configures for it
+    when that is an OpenAI-compatible server (`_compatible`), else on keel's own provider."""
+    providers = data.get("provider")
+    providers = providers if isinstance(providers, dict) else {}
+    model = data.get("model")
+    provider, _, name = model.partition("/") if isinstance(model, str) else ("", "", "")
+    unused += [f"provider.{p} (not the provider of the model)" for p in providers if p != provider]
+    table = providers.get(provider)
+    found = _compatible(provider, table, unused) if name and isinstance(table, dict) else None
+    if found is not None:
+        keel_name, entry = found
+        foreign.provider = (path, keel_name, entry)
+        foreign.model = f"{keel_name}/{name}"
+        took.append(f"model {foreign.model} on its provider {keel_name} ({entry['base_url']})")
+        return
+    if table is not None:
+        unused.append(f"provider.{provider} (keel uses only an OpenAI-compatible baseURL)")
+    if model is not None:
+        _take_model(
+            foreign, path, name if isinstance(model, str) else model, provider, took, unused
+        )
+
+
+def _compatible(
+    provider: str, table: dict[str, Any], unused: list[str]
+) -> tuple[str, dict[str, Any]] | None:
+    """keel's provider for an OpenCode provider entry that reaches an OpenAI-compatible server
+    (`npm: @ai-sdk/openai-compatible`, or a keel provider that speaks Chat Completions) at
+    `options.baseURL`, its key from `options.apiKey: "{env:NAME}"`: (its name, its
+    `providers.<name>` entry); None for anything else."""
+    from keel.llm.presets import PRESETS
+
+    where = f"provider.{provider}"
+    options = table.get("options")
+    url = options.get("baseURL") if isinstance(options, dict) else None
+    preset = PRESETS.get(_PROVIDER_NAMES.get(provider, provider))
+    chat = preset.wire == "openai-chat" if preset else table.get("npm") == _OPENAI_COMPATIBLE
+    if not isinstance(options, dict) or not isinstance(url, str) or not chat:
+        return None
+    entry: dict[str, Any] = {"base_url": url}
+    if preset is None:
+        entry["wire"] = "openai-chat"
+    key = options.get("apiKey")
+    if isinstance(key, str) and (m := _KEY_REFERENCE.match(key)):
+        entry["api_key_env"] = m.group(1)
+    elif key is not None:
+        unused.append(f"{where}.options.apiKey (keel reads keys only from {{env:NAME}})")
+    unused += [f"{where}.options.{k}" for k in options if k not in ("baseURL", "apiKey")]
+    unused += [f"{where}.{k}" for k in table if k not in ("npm", "name", "options", "models")]
+    return (preset.name if preset else provider), entry
+
+
 def _codex(foreign: Foreign, intake: Intake, env: Mapping[str, str] | None) -> None:
     path = codex_home(intake, env) / "config.toml"
     data = read_toml(path, foreign.warnings)
@@ -758,10 +817,8 @@ def _opencode(foreign: Foreign, intake: Intake, path: Path) -> None:
     if rules:
         foreign.settings.append((path, {"permissions": rules}))
         took += [f"{k} rules: {', '.join(v)}" for k, v in rules.items()]
-    if "model" in data:
-        model = data["model"]
-        provider, _, name = model.partition("/") if isinstance(model, str) else (None, "", "")
-        _take_model(foreign, path, name, provider, took, unused)
+    if "model" in data or "provider" in data:
+        _opencode_model(foreign, path, data, took, unused)
     if "mcp" in data and path.parent not in (intake.root, opencode_home(intake)):
         # As `.mcp.json`: servers come from the project root's file only.
         notes.append("mcp: read only from the project root's file")
