@@ -191,7 +191,7 @@ def _top_level(
         codex, opencode = codex_dir(home), home / ".config" / "opencode"
         files([home / ".claude" / "CLAUDE.md"])
         always_on(home / RULES_DIR)
-        files([next((codex / n for n in _CODEX if (codex / n).is_file()), codex / _CODEX[0])])
+        files([p for p in (codex / n for n in _CODEX) if p.is_file()][:1])
         files([opencode / "AGENTS.md"])
         files(opencode_instructions(opencode, project=None, warnings=warnings))
         files([user_dir / "AGENTS.md"])
@@ -222,7 +222,7 @@ def opencode_instructions(
     if not found_files:
         return []
     config = found_files[-1]  # OpenCode reads both; the later one's value wins
-    data = read_jsonc(config, warnings)
+    data = read_jsonc(config)  # a file it cannot parse is named once, by keel.config.foreign
     entries = data.get("instructions", []) if data is not None else []
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         warnings.append(f"{config}: instructions must be a list of paths; ignored")
