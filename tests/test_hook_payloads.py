@@ -602,3 +602,61 @@ def test_a_transcript_started_late_begins_with_what_the_journal_holds(
         "second",
         [{"type": "text", "text": "two"}],
     ]
+
+
+EXPANSION_GUARD = """#!{python}
+# Keeps /deploy out of agent sessions and adds a reminder to /review.
+import json, sys
+event = json.load(sys.stdin)
+with open({log!r}, "a") as f:
+    f.write(json.dumps(event) + "\\n")
+if event["command_name"] == "deploy":
+    print("deploys go through CI, not the agent", file=sys.stderr)
+    sys.exit(2)
+print("focus on the tests")
+"""
+
+
+def test_user_prompt_expansion_blocks_a_command_or_adds_context(
+    isolated_env: Path, scenario: Path, tmp_path: Path
+) -> None:
+    commands = scenario / ".claude" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "deploy.md").write_text("Deploy to $ARGUMENTS now.\n", encoding="utf-8")
+    (commands / "review.md").write_text("Review the last change.\n", encoding="utf-8")
+    log = tmp_path / "expansion.jsonl"
+    guard = executable(
+        tmp_path / "guard.py", EXPANSION_GUARD.format(python=sys.executable, log=str(log))
+    )
+    user_hooks(isolated_env, {"UserPromptExpansion": command(guard)})
+    nothing = write_script(tmp_path / "none.json", [])
+    blocked = keel("-p", "/deploy prod", "--model", f"scripted:{nothing}", cwd=scenario)
+    assert "/deploy blocked by a UserPromptExpansion hook: deploys go through CI" in (
+        blocked.stderr
+    )
+    (event,) = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert {k: event[k] for k in event if k not in ("session_id", "transcript_path")} == {
+        "cwd": str(scenario),
+        "prompt_id": event["prompt_id"],
+        "permission_mode": "default",
+        "hook_event_name": "UserPromptExpansion",
+        "expansion_type": "slash_command",
+        "command_name": "deploy",
+        "command_args": "prod",
+        "command_source": "projectSettings",
+        "prompt": "/deploy prod",
+    }
+    reply = write_script(tmp_path / "reply.json", [{"text": "reviewed"}])
+    done = keel("-p", "/review", "--model", f"scripted:{reply}", cwd=scenario)
+    assert done.returncode == 0, done.stderr
+    journal = max((isolated_env / "sessions").glob("*/*.jsonl"), key=lambda p: p.stat().st_mtime)
+    sent = [
+        json.loads(line)
+        for line in journal.read_text(encoding="utf-8").splitlines()
+        if '"type":"user"' in line
+    ]
+    text = sent[0]["message"]["content"][0]["text"]
+    assert (
+        '<hook-context source="UserPromptExpansion">\nfocus on the tests\n</hook-context>' in text
+    )
+    assert text.endswith("\n\nReview the last change.")

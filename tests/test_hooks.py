@@ -134,7 +134,8 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
     config = load_hooks(project, keel_user_dir=project / "u", home=project / "h")
     assert config.warnings == [
         f"{path}: unknown hook event 'BeforeEverything' skipped: not a Claude Code event (keel "
-        "runs: SessionStart, UserPromptSubmit, PreToolUse, PermissionRequest, PermissionDenied, "
+        "runs: SessionStart, UserPromptSubmit, UserPromptExpansion, PreToolUse, "
+        "PermissionRequest, PermissionDenied, "
         "PostToolUse, PostToolUseFailure, PostToolBatch, Notification, SubagentStart, "
         "SubagentStop, Stop, StopFailure, PreCompact, PostCompact, Elicitation, "
         "ElicitationResult, SessionEnd)",

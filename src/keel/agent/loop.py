@@ -729,6 +729,8 @@ class Agent:
         self._mode_note()
         if isinstance(self.gate, PermissionGate) and self.gate.mode == "plan":
             self._notes.append(PLAN_MODE_NOTE)
+        if (stop := await self._expansion_hook(prompt, emit)) is not None:
+            return stop
         text = await self._expand(prompt, emit)
         self._deliver_notifications()
         if self._notes:
@@ -858,6 +860,62 @@ class Agent:
             for c in submitted.context
         ]
         return None
+
+    async def _expansion_hook(self, prompt: str, emit: Emit) -> TurnStop | None:
+        """UserPromptExpansion: the prompt is a slash command the user typed (a skill, a custom
+        command, an MCP prompt) about to expand. Exit 2 blocks the prompt (nothing expands, no
+        `!cmd` runs); what the hook prints reaches the model."""
+        hooks = self.hooks
+        if hooks is None or self.is_subagent or self.self_started:
+            return None
+        if not hooks.has("UserPromptExpansion") or (found := self._slash(prompt)) is None:
+            return None
+        kind, name, arguments, source = found
+        fields = {
+            "expansion_type": kind,
+            "command_name": name,
+            "command_args": arguments,
+            "command_source": source,
+            "prompt": prompt,
+        }
+        result = await hooks.run("UserPromptExpansion", fields, match=name)
+        self._hook_report(result, emit)
+        if result.block or result.halt:
+            why = result.reason or result.stop_reason or "no reason given"
+            emit(Notice(f"/{name} blocked by a UserPromptExpansion hook: {why}", "warning"))
+            return "blocked"
+        self._notes += [
+            f'<hook-context source="UserPromptExpansion">\n{c}\n</hook-context>'
+            for c in result.context
+        ]
+        return None
+
+    def _slash(self, prompt: str) -> tuple[str, str, str, str] | None:
+        """(expansion type, name, arguments, source) in Claude Code's terms when `prompt` names
+        a skill, a custom command or an MCP prompt; None otherwise."""
+        from keel.skills.skills import parse_slash
+
+        parsed = parse_slash(prompt) if prompt.startswith("/") else None
+        if parsed is None:
+            return None
+        name, arguments = parsed
+        if name.startswith("mcp__"):
+            return None if self.mcp_prompts is None else ("mcp_prompt", name, arguments, "mcp")
+        skill = self.skills.skills.get(name) if self.skills is not None else None
+        command = self.commands.commands.get(name) if self.commands is not None else None
+        if skill is not None and skill.user_invocable:
+            path = skill.path
+        elif command is not None:
+            path = command.path
+        else:
+            return None
+        if ":" in name:
+            source = "plugin"  # plugins namespace what they bring
+        elif path.is_relative_to(self.ctx.root):
+            source = "projectSettings"
+        else:
+            source = "userSettings"
+        return "slash_command", name, arguments, source
 
     async def _stop_hook(self, reason: TurnStop, emit: Emit) -> TurnStop | None:
         """The model is done. A Stop hook may send it back to work (at most 5 times per prompt)

@@ -62,6 +62,7 @@ CLAUDE_EVENTS: Final[tuple[str, ...]] = (
 EVENTS: Final[tuple[str, ...]] = (
     "SessionStart",
     "UserPromptSubmit",
+    "UserPromptExpansion",
     "PreToolUse",
     "PermissionRequest",
     "PermissionDenied",
@@ -88,6 +89,7 @@ UNSUPPORTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in CLAUDE_EVENTS if e
 MODE_EVENTS: Final[frozenset[str]] = frozenset(
     {
         "UserPromptSubmit",
+        "UserPromptExpansion",
         "PreToolUse",
         "PermissionRequest",
         "PermissionDenied",
@@ -103,6 +105,7 @@ MODE_EVENTS: Final[frozenset[str]] = frozenset(
 #: The events whose payload carries `effort` (`{"level": …}`) when the model has one.
 EFFORT_EVENTS: Final[frozenset[str]] = MODE_EVENTS - {
     "UserPromptSubmit",
+    "UserPromptExpansion",
     "Elicitation",
     "ElicitationResult",
 } | {"StopFailure"}

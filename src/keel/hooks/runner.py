@@ -400,7 +400,7 @@ def _apply_one(result: HookResult, run: HookRun, event: str) -> None:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        if event in ("SessionStart", "UserPromptSubmit"):
+        if event in ("SessionStart", "UserPromptSubmit", "UserPromptExpansion"):
             result.context.append(text)
         elif event in GUARD_EVENTS and text.startswith("{"):
             result.errors.append(
