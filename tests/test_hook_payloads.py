@@ -660,3 +660,55 @@ def test_user_prompt_expansion_blocks_a_command_or_adds_context(
         '<hook-context source="UserPromptExpansion">\nfocus on the tests\n</hook-context>' in text
     )
     assert text.endswith("\n\nReview the last change.")
+
+
+def test_instructions_loaded_names_each_file_and_why(
+    isolated_env: Path, scenario: Path, tmp_path: Path
+) -> None:
+    def write(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    (scenario / ".git").mkdir()
+    write(scenario / "CLAUDE.md", "ROOT: run make test")
+    write(scenario / "pkg" / "AGENTS.md", "PKG: generated code")
+    write(scenario / "pkg" / "gen.py", "X = 1\n")
+    rule = scenario / ".claude" / "rules" / "python.md"
+    write(rule, '---\npaths:\n  - "pkg/**/*.py"\n---\nPY: type every function')
+    log = tmp_path / "loaded.jsonl"
+    user_hooks(isolated_env, {"InstructionsLoaded": command(recorder(tmp_path, log))})
+    script = write_script(
+        tmp_path / "script.json",
+        [{"tool_calls": [{"name": "read", "input": {"path": "pkg/gen.py"}}]}, {"text": "ok"}],
+    )
+    done = keel("-p", "look", "--model", f"scripted:{script}", cwd=scenario)
+    assert done.returncode == 0, done.stderr
+    loaded = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert [
+        {k: v for k, v in e.items() if k not in ("session_id", "transcript_path", "prompt_id")}
+        for e in loaded
+    ] == [
+        {
+            "cwd": str(scenario),
+            "hook_event_name": "InstructionsLoaded",
+            "file_path": str(scenario / "CLAUDE.md"),
+            "memory_type": "Project",
+            "load_reason": "session_start",
+        },
+        {
+            "cwd": str(scenario),
+            "hook_event_name": "InstructionsLoaded",
+            "file_path": str(scenario / "pkg" / "AGENTS.md"),
+            "memory_type": "Project",
+            "load_reason": "nested_traversal",
+            "trigger_file_path": str(scenario / "pkg" / "gen.py"),
+        },
+        {
+            "cwd": str(scenario),
+            "hook_event_name": "InstructionsLoaded",
+            "file_path": str(rule),
+            "memory_type": "Project",
+            "load_reason": "path_glob_match",
+            "trigger_file_path": str(scenario / "pkg" / "gen.py"),
+        },
+    ]

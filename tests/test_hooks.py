@@ -137,7 +137,7 @@ def test_bad_entries_are_skipped_with_the_file_named(project: Path) -> None:
         "runs: SessionStart, UserPromptSubmit, UserPromptExpansion, PreToolUse, "
         "PermissionRequest, PermissionDenied, "
         "PostToolUse, PostToolUseFailure, PostToolBatch, Notification, SubagentStart, "
-        "SubagentStop, Stop, StopFailure, PreCompact, PostCompact, Elicitation, "
+        "SubagentStop, Stop, StopFailure, PreCompact, PostCompact, InstructionsLoaded, Elicitation, "
         "ElicitationResult, SessionEnd)",
         f"{path}: hooks.PreToolUse[0].hooks[0]: hook type 'agent' is a Claude Code hook type keel "
         "does not run (keel runs: command, http, prompt); skipped",

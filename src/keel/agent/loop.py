@@ -838,6 +838,8 @@ class Agent:
                 "SessionStart", {"source": source, "model": self.model}, match=source
             )
             self._hook_report(started, emit)
+            reason = "compact" if source == "compact" else "session_start"
+            await self._instructions_hook(self.system, reason, emit)
             self._notes += [
                 f'<hook-context source="SessionStart">\n{c}\n</hook-context>'
                 for c in started.context
@@ -1381,7 +1383,8 @@ class Agent:
             return "unknown_outcome" if self._runner.stopped_unknown else "suspended"
         self._pending = None
         self.conversation.append(Message("user", tuple(results[c.id] for c in calls)))
-        self._deliver_instruction_note(calls, results, emit)
+        if (note := self._deliver_instruction_note(calls, results, emit)) is not None:
+            await self._instructions_hook(note, "nested_traversal", emit)
         if (stop := await self._post_tool_batch_hook(emit)) is not None:
             return stop
         if (halt := self._runner.halt_reason) is not None:
@@ -1423,22 +1426,39 @@ class Agent:
 
     def _deliver_instruction_note(
         self, calls: tuple[ToolUse, ...], results: dict[str, ToolResult], emit: Emit
-    ) -> None:
+    ) -> str | None:
         """What the files this round read or edited bring (nested instruction files, path-scoped
-        rules) and the model has not had in this context: a note after the results."""
+        rules) and the model has not had in this context: a note after the results. Returns
+        the note's text (None: nothing new)."""
         notes = self.instruction_notes
         if notes is None:
-            return
+            return None
         _ = self.system  # a resumed run's first round: the context's files count as delivered
         text = notes.note_for(calls, results)
         while notes.warnings:
             emit(Notice(notes.warnings.pop(0), "warning"))
         if text is None:
-            return
+            return None
         message = Message("user", (Text(f"<system-note>\n{text}\n</system-note>"),))
         if self.session is not None:
             self.session.user(message, "note")
         self.conversation.append(message)  # joins the tool results before it
+        return text
+
+    async def _instructions_hook(self, text: str, reason: str, emit: Emit) -> None:
+        """InstructionsLoaded, once per instruction file `text` (a system prompt or a note)
+        brings. `reason`: `session_start` or `compact` for a system prompt, `nested_traversal`
+        for a note (a rule in it counts as `path_glob_match`, an imported file as `include`).
+        It only observes."""
+        hooks = self.hooks
+        if hooks is None or self.is_subagent or not hooks.has("InstructionsLoaded"):
+            return
+        from keel.hooks.claude import instructions_loaded
+
+        for fields in instructions_loaded(text, reason, root=self.ctx.root):
+            result = await hooks.run("InstructionsLoaded", fields, match=fields["load_reason"])
+            for problem in result.errors:
+                emit(Notice(problem, "warning"))
 
     def _deliver_notifications(self) -> None:
         """Finished background tasks, and what background hooks left for the model, ride along

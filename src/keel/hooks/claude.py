@@ -14,6 +14,7 @@ Pure functions over plain data: it runs nothing and imports nothing above keel.t
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import uuid
@@ -76,6 +77,7 @@ EVENTS: Final[tuple[str, ...]] = (
     "StopFailure",
     "PreCompact",
     "PostCompact",
+    "InstructionsLoaded",
     "Elicitation",
     "ElicitationResult",
     "SessionEnd",
@@ -233,6 +235,40 @@ def stop_failure_kind(status: int | None) -> str:
     if status in _FAILURE_KINDS:
         return _FAILURE_KINDS[status]
     return "server_error" if status >= 500 else "unknown"
+
+
+_INSTRUCTIONS = re.compile(
+    r'^<instructions source="([^"]*)"(?: imported-from="([^"]*)")?(?: for="([^"]*)")?',
+    re.MULTILINE,
+)
+
+
+def instructions_loaded(text: str, reason: str, *, root: Path) -> list[dict[str, Any]]:
+    """InstructionsLoaded's fields for each instruction file in `text` (keel's
+    `<instructions source=…>` sections of a system prompt or a note), in Claude Code's terms:
+    `memory_type` (`User` outside the project, `Local` for `CLAUDE.local.md`, else `Project`),
+    `load_reason` (`reason`; a file another imports: `include`; a rule delivered for a file:
+    `path_glob_match`), `parent_file_path` and `trigger_file_path` where known."""
+    out: list[dict[str, Any]] = []
+    for found in _INSTRUCTIONS.finditer(text):
+        path, parent, trigger = Path(found.group(1)), found.group(2), found.group(3)
+        if not path.is_relative_to(root):
+            memory = "User"
+        else:
+            memory = "Local" if path.name == "CLAUDE.local.md" else "Project"
+        why = reason
+        if parent:
+            why = "include"
+        elif trigger and (".claude", "rules") in itertools.pairwise(path.parts):
+            why = "path_glob_match"
+        fields: dict[str, Any] = {"file_path": str(path), "memory_type": memory}
+        fields["load_reason"] = why
+        if trigger:
+            fields["trigger_file_path"] = trigger
+        if parent:
+            fields["parent_file_path"] = parent
+        out.append(fields)
+    return out
 
 
 def _absolute(value: Any, cwd: Path) -> Any:
@@ -568,6 +604,7 @@ __all__ = [
     "UNSUPPORTED_EVENTS",
     "bash_exit_code",
     "hook_session_id",
+    "instructions_loaded",
     "matcher_names",
     "no_output_expected",
     "permission_mode",
