@@ -583,3 +583,30 @@ def test_a_plugins_output_style_is_named_after_the_plugin(
     assert system_text(bodies(server)[0]).endswith(
         "<output-style>\nOutput style: style-kit:Terse\n\nAnswer in one line.\n</output-style>"
     )
+
+
+async def test_context_lists_what_was_sent_as_notes(
+    repo: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.testing import ScriptedProvider as Scripted
+    from keel.tui.view import Output
+    from tests.tui_helpers import Recorder, make_controller
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    provider = Scripted(
+        [reply("", ("read", {"path": "pkg/gen.py"})), reply("ok")], model="claude-sonnet-4-5"
+    )
+    recorder = Recorder()
+    controller = await make_controller(repo, provider)
+    controller.attach(recorder)
+    controller.submit("look")
+    await controller.wait()
+    controller.submit("/context")
+    await controller.wait()
+    text = [e for e in recorder.events if isinstance(e, Output)][-1].text
+    style = repo / ".claude" / "rules" / "python" / "style.md"
+    assert text.endswith(
+        "**Sent as notes** (files the model read or edited brought them)\n\n"
+        f"- `{repo / 'pkg' / 'AGENTS.md'}`\n- `{style}`"
+    )
+    await controller.close()

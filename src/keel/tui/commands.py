@@ -202,15 +202,13 @@ def context_text(agent: Agent, context: int) -> str:
 def _instruction_lines(agent: Agent) -> list[str]:
     """The instruction files in this context's system prompt (read from the prompt itself, so
     it is what the model has), their `@path` imports indented, and what was not followed."""
-    from keel.agent.prompt import load_instructions
+    from keel.agent.prompt import instruction_sources, load_instructions
     from keel.config.settings import user_config_dir
 
     tags = re.findall(
         r'^<instructions source="([^"]*)"( imported-from="[^"]*")?>', agent.system, re.M
     )
-    if not tags:
-        return ["", "**Instruction files:** none"]
-    lines = ["", "**Instruction files**", ""]
+    lines = ["", "**Instruction files**", ""] if tags else ["", "**Instruction files:** none"]
     lines += [
         f"{'  - ' if via else '- '}`{path}`{' (import)' if via else ''}" for path, via in tags
     ]
@@ -218,6 +216,10 @@ def _instruction_lines(agent: Agent) -> list[str]:
         agent.cwd, user_dir=user_config_dir(agent.ctx.env), refuse=agent.import_refusal
     )
     lines += [f"- warning: {w}" for w in loaded.warnings]
+    sent = [p for m in agent.messages if m.role == "user" for p in instruction_sources(m.text)]
+    if sent:
+        lines += ["", "**Sent as notes** (files the model read or edited brought them)", ""]
+        lines += [f"- `{path}`" for path in dict.fromkeys(sent)]
     return lines
 
 
