@@ -696,3 +696,19 @@ def test_a_project_opencode_provider_sends_nothing_before_approval(tmp_path: Pat
         f"{config}: not applied until you approve them: providers.box.base_url, "
         "providers.box.api_key_env, providers.box.wire"
     ) in out.stderr
+
+
+def test_a_catch_all_yields_to_the_tools_named_after_it() -> None:
+    """OpenCode's own example: ask for everything, but bash runs and edits are refused."""
+    rules, _, _ = opencode_rules({"*": "ask", "bash": "allow", "edit": "deny"}, "permission")
+    assert rules == {
+        "deny": ["edit"],
+        "ask": ["read", "glob", "grep", "ls", "web_fetch", "web_search", "task"],
+        "allow": ["bash"],
+    }
+    # Named before it, a tool is covered by the catch-all too (the last match wins there).
+    rules, _, _ = opencode_rules({"bash": "allow", "*": "deny"}, "permission")
+    assert rules["deny"] == [
+        "bash", "edit", "read", "glob", "grep", "ls", "web_fetch", "web_search", "task"
+    ]  # fmt: skip
+    assert rules["allow"] == ["bash"]

@@ -253,11 +253,14 @@ def opencode_rules(
         permission = {"*": permission}
     if not isinstance(permission, dict):
         return rules, [f"{where} (not an object)"], notes
-    for name, value in permission.items():
+    names = list(permission)
+    for i, (name, value) in enumerate(permission.items()):
         key = f"{where}.{name}"
         if name == "*":
+            # A tool named after the catch-all has its own entry, which wins in OpenCode.
+            own = {_PERMISSION_TOOLS.get(n) for n in names[i + 1 :]}
             if value in ("deny", "ask"):
-                rules[value] += _EVERY_TOOL
+                rules[value] += [t for t in _EVERY_TOOL if t not in own]
             elif value == "allow":
                 notes.append(f'{key}: "allow" for every tool is not applied (keel asks as usual)')
             else:
