@@ -810,7 +810,16 @@ async def test_subagent_start_and_stop_carry_the_agent_and_start_adds_context(
     assert stop["hook_event_name"] == "SubagentStop"
     assert stop["session_id"] == session_uuid  # the parent's, not the child's
     assert (stop["agent_id"], stop["agent_type"]) == (child_id, "explore")
-    assert stop["agent_transcript_path"].endswith(f"{child_id}.jsonl")
+    assert stop["agent_transcript_path"].endswith(f"agent-{child_id}.jsonl")
+    side = [
+        json.loads(line)
+        for line in Path(stop["agent_transcript_path"]).read_text(encoding="utf-8").splitlines()
+    ]
+    assert [(x["type"], x["isSidechain"], x["agentId"], x["sessionId"]) for x in side] == [
+        ("user", True, child_id, session_uuid),
+        ("assistant", True, child_id, session_uuid),
+    ]
+    assert side[1]["message"]["content"] == [{"type": "text", "text": "child report"}]
     assert (stop["stop_hook_active"], stop["last_assistant_message"]) == (False, "child report")
     assert parent_stop["hook_event_name"] == "Stop"
     assert parent_stop["last_assistant_message"] == "parent done"

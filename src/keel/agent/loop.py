@@ -689,6 +689,8 @@ class Agent:
                 self.hooks.ask_model = model_call(
                     self.provider, session_model=self.model, default=self.hooks.model
                 )
+        if self.hooks is not None and self.is_subagent and self.hooks.has("SubagentStop"):
+            self._transcript_path()  # what SubagentStop hooks read (`agent_transcript_path`)
         self._runner.hooks = self.hooks
         self._runner.session = self.session
         self._restored_turns = 0
@@ -941,7 +943,7 @@ class Agent:
             fields = {
                 "agent_id": self.session.id if self.session else self.session_id,
                 "agent_type": self.agent_type,
-                "agent_transcript_path": str(self.session.path) if self.session else "",
+                "agent_transcript_path": self._transcript_path(),
                 **fields,
             }
         result = await self.hooks.run(event, fields, match=self.agent_type)
@@ -1032,8 +1034,17 @@ class Agent:
         from keel.session.journal import read_records
 
         sid = hook_session_id(self.session_id)
+        name, agent = sid, ""
+        if self.is_subagent and self.hooks is not None:
+            # A subagent's lines belong to its parent's session, as Claude Code's do.
+            agent = session.id
+            sid, name = str(self.hooks.base.get("session_id") or sid), f"agent-{agent}"
         writer = ClaudeTranscript(
-            transcript_path(session.path, sid), session_uuid=sid, cwd=self.cwd, version=__version__
+            transcript_path(session.path, name),
+            session_uuid=sid,
+            cwd=self.cwd,
+            version=__version__,
+            agent_id=agent,
         )
         try:
             earlier = [] if writer.path.exists() else read_records(session.path).records

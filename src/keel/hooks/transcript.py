@@ -7,7 +7,8 @@ result of the session, appended as the journal records them, in Claude Code's sh
 `timestamp`, `cwd`, `promptId` on user lines, `message` with Anthropic's content blocks in
 Claude Code's tool names and fields, assistant `usage` in Anthropic's token fields). Notes,
 decisions and keel's other records have no Claude Code line and are left out. It lives beside
-the session file (`<id>.transcript/<session UUID>.jsonl`, a file name as Claude Code's). A
+the session file (`<id>.transcript/<session UUID>.jsonl`, a file name as Claude Code's; a
+subagent's, `agent-<its id>.jsonl`, has `isSidechain` and `agentId` set, as Claude Code's). A
 transcript started late (hooks added to a resumed session) first writes the lines of what the
 journal already holds.
 
@@ -40,11 +41,15 @@ def transcript_path(session_path: Path, session_uuid: str) -> Path:
 class ClaudeTranscript:
     """Appends Claude Code transcript lines for journal records (`record`)."""
 
-    def __init__(self, path: Path, *, session_uuid: str, cwd: Path, version: str) -> None:
+    def __init__(
+        self, path: Path, *, session_uuid: str, cwd: Path, version: str, agent_id: str = ""
+    ) -> None:
         self.path = path
         self.session_uuid = session_uuid
         self.cwd = cwd
         self.version = version
+        #: A subagent's transcript: its lines are a side chain of the parent's session.
+        self.agent_id = agent_id
         #: The running prompt's id (`promptId` on user lines).
         self.prompt_id = ""
         self._parent: str | None = None
@@ -137,7 +142,7 @@ class ClaudeTranscript:
 
     def _write(self, kind: str, message: dict[str, Any], **extra: Any) -> str:
         line_uuid = str(uuid.uuid4())
-        line: dict[str, Any] = {"parentUuid": self._parent, "isSidechain": False}
+        line: dict[str, Any] = {"parentUuid": self._parent, "isSidechain": bool(self.agent_id)}
         line.update((k, v) for k, v in extra.items() if k == "promptId" and v)
         line.update(type=kind, message=message, uuid=line_uuid, timestamp=_now())
         line.update((k, v) for k, v in extra.items() if k != "promptId" and v)
@@ -148,6 +153,8 @@ class ClaudeTranscript:
             sessionId=self.session_uuid,
             version=self.version,
         )
+        if self.agent_id:
+            line["agentId"] = self.agent_id
         self._parent = line_uuid
         # Opened per line: nothing to close, and a reader sees each line whole.
         with self.path.open("ab") as f:
