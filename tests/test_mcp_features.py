@@ -560,7 +560,11 @@ async def test_elicitation_hooks_answer_for_the_user_and_change_the_answer(
     }
     assert sorted(asked["requested_schema"]["properties"]) == ["colour", "shade"]
     # The user answers; an ElicitationResult hook changes the answer before it goes back.
-    agent.hooks.hooks = [HookCommand("ElicitationResult", "", str(answer), 10, "personal", "t")]
+    notified = tmp_path / "notified.json"
+    agent.hooks.hooks = [
+        HookCommand("ElicitationResult", "", str(answer), 10, "personal", "t"),
+        HookCommand("Notification", "elicitation_dialog", f"cat > {notified}", 10, "personal", "t"),
+    ]
 
     def user(event: Event) -> None:
         if isinstance(event, QuestionRequest):
@@ -569,6 +573,11 @@ async def test_elicitation_hooks_answer_for_the_user_and_change_the_answer(
     agent.interactive = True
     agent.on_background_event = user
     assert await call_text(manager, "feat", "favourite") == "accepted blue 9"
+    told = json.loads(notified.read_text(encoding="utf-8"))
+    assert (told["notification_type"], told["message"]) == (
+        "elicitation_dialog",
+        "MCP server feat asks: Which colour?",
+    )
     result = json.loads(log.read_text(encoding="utf-8").splitlines()[-1])
     assert (result["hook_event_name"], result["action"], result["content"]) == (
         "ElicitationResult",

@@ -146,6 +146,7 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
         )
     question, future = agent.questions.question(ask.server, ask.message, ask.schema)
     agent.forward(question)
+    told = asyncio.create_task(_notify_dialog(agent, ask))  # beside the question, as in Claude Code
     try:
         async with asyncio.timeout(QUESTION_TIMEOUT):
             answer = await future
@@ -153,6 +154,7 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
         return f"nobody answered within {QUESTION_TIMEOUT:g} s"
     finally:
         agent.questions.done(question.request_id)
+        await told
     if isinstance(answer, str):
         return answer
     fields = {"mcp_server_name": ask.server, "mode": "form"}
@@ -161,6 +163,20 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
     if changed is None:
         return answer
     return changed[1] if changed[0] == "accept" else None
+
+
+async def _notify_dialog(agent: Agent, ask: ElicitAsk) -> None:
+    """Notification hooks hear `elicitation_dialog`: a server's question waits for the user."""
+    hooks = agent.hooks
+    if hooks is None or not hooks.has("Notification"):
+        return
+    fields = {
+        "message": f"MCP server {ask.server} asks: {ask.message}",
+        "notification_type": "elicitation_dialog",
+    }
+    result = await hooks.run("Notification", fields, match="elicitation_dialog")
+    for problem in result.errors:
+        agent.forward(Notice(problem, "warning"))
 
 
 async def _elicitation_hook(
