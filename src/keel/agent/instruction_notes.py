@@ -10,8 +10,8 @@ invariant 1) and the transcript only grows (invariant 2). After a compaction or 
 context it is delivered again when a file brings it again.
 
 A tool call costs a dictionary lookup for a path seen before in the context. A new path costs
-one lookup per directory (what each holds is read once per context) and one regular expression
-over every rule's globs (`keel.agent.rules.Matcher`). This module reads files and nothing else.
+one lookup per directory (what each holds is read once per context) and a test of each rule's
+compiled globs (`keel.agent.rules.Matcher`). This module reads files and nothing else.
 """
 
 from __future__ import annotations

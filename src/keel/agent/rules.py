@@ -6,8 +6,9 @@ A rule without `paths:` frontmatter is always on: it joins the system prompt lik
 (`keel.agent.prompt`). A rule with `paths:` (a list of globs, or one string of globs separated by
 commas, relative to the project root, with `{a,b}` alternatives) is path-scoped: it reaches the
 model as a note when the model first reads or edits a matching file
-(`keel.agent.instruction_notes`). The globs are matched as gitignore patterns (`pathspec`), so
-`*.ts` matches at any depth, as `**/*.ts` does.
+(`keel.agent.instruction_notes`). The globs are read as the `glob` tool reads its filters
+(`keel.globs.glob_matcher`: git's pattern syntax, `{a,b}`, a glob without `/` matching the file
+name at any depth, one with `/` anchored at the project root).
 
 This module reads files and nothing else; a rule it cannot use is named in a warning.
 """
@@ -17,17 +18,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from keel.frozen import frozen
-
-if TYPE_CHECKING:
-    import pathspec
+from keel.globs import PatternError, glob_matcher
 
 #: Where rules live, relative to a directory (the home directory or a project directory).
 RULES_DIR = Path(".claude") / "rules"
 
-_BRACES = re.compile(r"\{([^{}]*)\}")
 #: A comma between globs, not one between `{a,b}` alternatives.
 _OUTSIDE_BRACES_COMMA = re.compile(r",(?![^{]*\})")
 
@@ -81,75 +78,23 @@ def read_rule(path: Path, warnings: list[str]) -> Rule | None:
     if not patterns:
         warnings.append(f"{path}: paths names no glob; rule not used")
         return None
-    try:
-        unusable = [p.pattern for p in spec(patterns).patterns if p.regex is None]
-    except ValueError as exc:
-        warnings.append(f"{path}: paths: {exc}; rule not used")
-        return None
-    if unusable:  # pathspec reads it as matching nothing: say so rather than fail silently
-        warnings.append(f"{path}: paths: {unusable[0]!r} is not a glob; rule not used")
-        return None
+    for pattern in patterns:
+        try:
+            glob_matcher(pattern)
+        except PatternError as exc:
+            warnings.append(f"{path}: paths: {pattern!r}: {exc}; rule not used")
+            return None
     return Rule(path, doc.body, patterns)
 
 
-def spec(patterns: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
-    """`patterns` as gitignore patterns, `{a,b}` expanded. Raises `ValueError` for one that
-    is not a pattern."""
-    import pathspec
-
-    return pathspec.GitIgnoreSpec.from_lines([p for g in patterns for p in expand_braces(g)])
-
-
-def expand_braces(pattern: str) -> list[str]:
-    """`src/*.{ts,tsx}` as `src/*.ts` and `src/*.tsx` (nested and repeated groups too)."""
-    match = _BRACES.search(pattern)
-    if match is None:
-        return [pattern]
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    return [out for part in match.group(1).split(",") for out in expand_braces(head + part + tail)]
-
-
 class Matcher:
-    """Which path-scoped rules match a path relative to the project root. One regular expression
-    over every rule's globs answers "none", the common case, in one step; a path it matches is
-    checked rule by rule, each rule's globs as one expression (a rule with a `!` glob, which
-    takes a match away, by `pathspec` itself)."""
+    """Which path-scoped rules match a path relative to the project root."""
 
     def __init__(self, rules: list[Rule]) -> None:
-        self.rules: list[tuple[Rule, re.Pattern[str] | pathspec.GitIgnoreSpec]] = []
-        every: list[str] = []
-        for rule in rules:
-            compiled = spec(rule.patterns)
-            parts = [
-                _NAMED_GROUP.sub("(?:", p.regex.pattern)
-                for p in compiled.patterns
-                if p.include and isinstance(p.regex, re.Pattern)
-            ]
-            every += parts
-            plain = all(p.include is not False for p in compiled.patterns)
-            self.rules.append((rule, _either(parts) if plain else compiled))
-        self.any = _either(list(dict.fromkeys(every)))
+        self.rules = [(rule, [glob_matcher(p) for p in rule.patterns]) for rule in rules]
 
     def matching(self, rel: str) -> tuple[Rule, ...]:
-        if self.any.search(rel) is None:
-            return ()
-        return tuple(
-            rule
-            for rule, test in self.rules
-            if (
-                test.search(rel) is not None
-                if isinstance(test, re.Pattern)
-                else test.match_file(rel)
-            )
-        )
+        return tuple(rule for rule, tests in self.rules if any(test(rel) for test in tests))
 
 
-def _either(parts: list[str]) -> re.Pattern[str]:
-    """One expression for any of `parts`; one that matches nothing for none."""
-    return re.compile("|".join(f"(?:{p})" for p in parts) if parts else "(?!)")
-
-
-_NAMED_GROUP = re.compile(r"\(\?P<[^>]+>")
-
-
-__all__ = ["RULES_DIR", "Matcher", "Rule", "expand_braces", "read_rule", "rule_files", "spec"]
+__all__ = ["RULES_DIR", "Matcher", "Rule", "read_rule", "rule_files"]
