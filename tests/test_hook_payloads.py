@@ -712,3 +712,22 @@ def test_instructions_loaded_names_each_file_and_why(
             "trigger_file_path": str(scenario / "pkg" / "gen.py"),
         },
     ]
+
+
+def test_hooks_list_says_which_hooks_run_in_the_background(
+    isolated_env: Path, scenario: Path
+) -> None:
+    hook = {"type": "command", "command": "lint.sh"}
+    user_hooks(
+        isolated_env,
+        {
+            "PostToolUse": [{"matcher": "Edit", "hooks": [{**hook, "async": True}]}],
+            "Stop": [{"matcher": "", "hooks": [{**hook, "asyncRewake": True, "timeout": 300}]}],
+        },
+    )
+    listing = keel("hooks", "list", cwd=scenario)
+    settings = isolated_env / "user-home" / ".claude" / "settings.json"
+    assert listing.stdout.splitlines() == [
+        f"PostToolUse [Edit]: lint.sh  ({settings}, runs, in the background, timeout 60 s)",
+        f"Stop: lint.sh  ({settings}, runs, in the background, exit 2 wakes, timeout 300 s)",
+    ]

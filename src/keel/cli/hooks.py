@@ -11,6 +11,9 @@ from keel.config.settings import user_config_dir
 from keel.config.trust import project_key
 from keel.hooks.config import approvals_file, approve, approved_pins, load_hooks
 
+#: How `keel hooks list` says an `async` / `asyncRewake` hook runs.
+_BACKGROUND = {"async": ", in the background", "rewake": ", in the background, exit 2 wakes"}
+
 
 def hooks(argv: list[str]) -> int:
     action = argv[0] if argv else "list"
@@ -44,7 +47,8 @@ def hooks(argv: list[str]) -> int:
             state = "needs approval; until then runs sandboxed, may only block"
         matcher = f" [{h.matcher}]" if h.matcher else ""
         where = f"plugin {h.plugin}: {h.file}" if h.plugin else h.file
-        print(f"{h.event}{matcher}: {h.label}  ({where}, {state}, timeout {h.timeout:g} s)")
+        runs = _BACKGROUND.get(h.background, "")
+        print(f"{h.event}{matcher}: {h.label}  ({where}, {state}{runs}, timeout {h.timeout:g} s)")
     if pin and not approved:
         print("\nshared project hooks need approval: review them, then run `keel hooks approve`")
     return 0
