@@ -196,6 +196,7 @@ class ToolRunner:
             results[call.id] = result
             emit(ToolFinished(call, result, seconds, display, started_at, kind))
 
+        self.batch = []  # this round's calls only, even after a round that did not finish
         if (choices := await self._decide_unknown(calls)) is None:
             for started in self.stopped_unknown:  # the round stops here, and says how to go on
                 emit(Notice(self._unknown_message(started), "warning"))
