@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from keel.config.foreign import opencode_rules, read_jsonc, read_toml
 from keel.config.settings import load_settings
 from tests.helpers import unsandboxed_line_dropped, user_settings_file
@@ -524,14 +526,25 @@ def test_doctor_lists_every_foreign_file_with_what_keel_took(tmp_path: Path) -> 
     assert run.stderr.count("keel does not use theme") == 1
 
 
-def test_the_model_carries_over_only_when_keel_names_none(tmp_path: Path) -> None:
+def test_the_model_carries_over_only_when_keel_names_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _project(tmp_path)
     codex = _home() / ".codex" / "config.toml"
     codex.parent.mkdir(parents=True)
     codex.write_text('model = "qwen3:8b"\nmodel_provider = "ollama"\n', encoding="utf-8")
     assert load_settings(root).model == "ollama/qwen3:8b"
-    # OpenCode's project file is read after Codex's; its `google` is keel's `gemini`.
+    # OpenCode's project file is read after Codex's; its `google` is keel's `gemini`. Without
+    # the key keel needs for it (Codex and OpenCode may sign in otherwise), it is named instead.
     _json(root / "opencode.json", {"model": "google/gemini-3-flash-preview"})
+    settings = load_settings(root)
+    assert settings.model is None
+    assert settings.warnings == [
+        f"{root / 'opencode.json'}: model gemini/gemini-3-flash-preview not used: GEMINI_API_KEY "
+        "or GOOGLE_API_KEY is not set (keel needs an API key; set it, or name a model with "
+        "--model or in settings)"
+    ]
+    monkeypatch.setenv("GEMINI_API_KEY", "g-key")
     assert load_settings(root).model == "gemini/gemini-3-flash-preview"
     # keel's own settings win.
     _json(user_settings_file(), {"model": "anthropic/claude-sonnet-4-5"})

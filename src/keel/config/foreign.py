@@ -561,8 +561,10 @@ class Foreign:
     settings: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     #: Per file, MCP server entries in keel's shape, by name.
     servers: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
-    #: The model to use when keel's own settings and flags name none (the last file's).
+    #: The model to use when keel's own settings and flags name none (the last file's), and
+    #: the file it came from.
     model: str | None = None
+    model_file: Path | None = None
     #: A provider Codex's `[model_providers.<id>]` defines for its model: (file, id, keel's
     #: `providers.<id>` entry).
     provider: tuple[Path, str, dict[str, Any]] | None = None
@@ -572,6 +574,22 @@ class Foreign:
 
     def unused_lines(self) -> list[str]:
         return [line for f in self.found if (line := f.line())]
+
+    def missing_key(self, env: Mapping[str, str]) -> str:
+        """The variable the model's provider needs for its key and `env` lacks ("" when none
+        is missing). Codex may sign in with ChatGPT instead: keel cannot use that sign-in."""
+        from keel.llm.presets import PRESETS
+
+        if self.model is None:
+            return ""
+        name = self.model.partition("/")[0]
+        if self.provider is not None and self.provider[1] == name:
+            var = self.provider[2].get("api_key_env", "")
+            return var if var and not env.get(var) else ""
+        preset = PRESETS.get(name)
+        if preset is None or not preset.key_required or any(env.get(v) for v in preset.key_envs):
+            return ""
+        return " or ".join(preset.key_envs)
 
 
 def load_foreign(intake: Intake, env: Mapping[str, str] | None = None) -> Foreign:
@@ -641,7 +659,7 @@ def _take_model(
         written = model if path.suffix == ".toml" else f"{provider}/{model}"
         unused.append(f"model {written!r} (provider {provider!r} is not one of keel's)")
         return
-    foreign.model = mapped
+    foreign.model, foreign.model_file = mapped, path
     took.append(f"model {mapped}")
 
 
@@ -712,7 +730,7 @@ def _custom_provider(
         entry["api_key_env"] = table["env_key"]
     unused += [f"{where}.{k}" for k in table if k not in _CODEX_PROVIDER_KEYS]
     foreign.provider = (path, provider, entry)
-    foreign.model = f"{provider}/{model}"
+    foreign.model, foreign.model_file = f"{provider}/{model}", path
     took.append(f"model {foreign.model} on its provider {provider} ({table['base_url']})")
 
 
@@ -731,7 +749,7 @@ def _opencode_model(
     if found is not None:
         keel_name, entry = found
         foreign.provider = (path, keel_name, entry)
-        foreign.model = f"{keel_name}/{name}"
+        foreign.model, foreign.model_file = f"{keel_name}/{name}", path
         took.append(f"model {foreign.model} on its provider {keel_name} ({entry['base_url']})")
         return
     if table is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -1169,9 +1170,16 @@ def _take_foreign(settings: Settings, intake: Intake, env: Mapping[str, str] | N
         if supplied:
             data = _gate(settings, intake, path, data, approved)
         _Merge(settings, path, untrusted=supplied).file(data)
-    if settings.model is None:
+    if settings.model is None and foreign.model is not None:
+        missing = foreign.missing_key(os.environ if env is None else env)
+        if missing:
+            settings.warnings.append(
+                f"{foreign.model_file}: model {foreign.model} not used: {missing} is not set "
+                "(keel needs an API key; set it, or name a model with --model or in settings)"
+            )
+            return
         settings.model = foreign.model
-        if foreign.provider is not None and foreign.model is not None:
+        if foreign.provider is not None:
             path, name, entry = foreign.provider
             if foreign.model.startswith(f"{name}/") and name not in settings.providers:
                 provider: dict[str, Any] = {"providers": {name: entry}}
