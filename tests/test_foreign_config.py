@@ -196,7 +196,7 @@ def test_broken_files_give_one_line_with_the_file_and_line(tmp_path: Path) -> No
 def test_jsonc_comments_and_trailing_commas_leave_strings_alone(tmp_path: Path) -> None:
     path = tmp_path / "opencode.jsonc"
     path.write_text(
-        '{\n  // a comment\n  "a": "x // not a comment, }", /* block\n  */ "b": [1, 2,],\n'
+        '\ufeff{\n  // a comment (after a byte-order mark, as some editors write)\n  "a": "x // not a comment, }", /* block\n  */ "b": [1, 2,],\n'
         '  "c": "quote \\" and slash-star /* kept */",\n}\n'
     )
     assert read_jsonc(path) == {

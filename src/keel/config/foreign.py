@@ -69,7 +69,7 @@ def read_jsonc(path: Path, warnings: list[str] | None = None) -> dict[str, Any] 
     file and, for bad JSON, the line."""
     said = warnings if warnings is not None else []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -99,7 +99,7 @@ def read_toml(path: Path, warnings: list[str] | None = None) -> dict[str, Any] |
 
     said = warnings if warnings is not None else []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
