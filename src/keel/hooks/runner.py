@@ -45,6 +45,8 @@ from keel.proc import Head, run_tree
 TOOL_EVENTS = frozenset(
     {"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionDenied"}
 )
+#: Events without a matcher in Claude Code: every hook of the event runs, whatever its matcher.
+UNMATCHED_EVENTS = frozenset({"UserPromptSubmit", "Stop", "PostToolBatch"})
 #: Events whose hooks can stop something from happening: their failures are warnings.
 GUARD_EVENTS = frozenset({"PreToolUse", "PermissionRequest", "UserPromptSubmit", "Stop"})
 #: What follows when a guard hook fails, said after its failure. A PermissionRequest hook's
@@ -550,7 +552,11 @@ class HookRunner:
         name: matchers match it or Claude Code's name for it). `fields` are the event's own
         fields, already in Claude Code's shape."""
         names = matcher_names(match) if event in TOOL_EVENTS else (match,)
-        matching = [h for h in self.hooks if h.event == event and any(h.matches(n) for n in names)]
+        matching = [
+            h
+            for h in self.hooks
+            if h.event == event and (event in UNMATCHED_EVENTS or any(h.matches(n) for n in names))
+        ]
         result = HookResult()
         if not matching:
             return result
