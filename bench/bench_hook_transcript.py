@@ -28,7 +28,7 @@ from keel.session.records import AssistantRecord, Meta, ToolResultRecord
 TURNS = 50
 OFF = (
     "import sys, keel.agent.loop as loop\n"
-    "loop.Agent._transcript_path = lambda self: ''\n"
+    "loop.Agent.hook_transcript_path = lambda self: ''\n"
     "from keel.cli.main import main\n"
     "sys.exit(main())\n"
 )

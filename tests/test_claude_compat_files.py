@@ -20,6 +20,7 @@ from keel.agent.prompt import (
     load_instructions,
 )
 from keel.agent.subagents import load_agent_types
+from keel.hooks.claude import hook_session_id
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
 from tests.helpers import unsandboxed_line_dropped
@@ -576,7 +577,7 @@ async def test_the_status_line_runs_with_claude_codes_payload_in_the_tui(
         "version", "output_style", "cost", "context_window",
     }  # fmt: skip
     assert last["hook_event_name"] == "Status"
-    assert last["session_id"] == controller.agent.session_id
+    assert last["session_id"] == hook_session_id(controller.agent.session_id)
     assert last["model"] == {"id": "claude-sonnet-4-5", "display_name": "claude-sonnet-4-5"}
     assert last["workspace"] == {"current_dir": str(project), "project_dir": str(project)}
     assert last["output_style"] == {"name": "default"}

@@ -18,6 +18,7 @@ import pytest
 from keel.agent.events import AssistantMessage, ContextCompacted
 from keel.cli.interactive import FIRST_RUN
 from keel.errors import UserError
+from keel.hooks import claude
 from keel.llm.events import Notice
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.session.index import latest_session
@@ -713,20 +714,29 @@ def test_line_mode_prints_the_status_line_before_a_prompt_when_it_changed(
     lines = [line.rstrip() for line in unsandboxed_line_dropped(out.stdout).splitlines()]
     # Before the first prompt, before the second (a session now), and not again before /exit:
     # the line did not change. Colours are dropped where stdout is not a terminal.
+    # The session's UUID and its Claude Code–format transcript, as hooks see them.
+    uuid = claude.hook_session_id(session.stem)
+    transcript = session.with_suffix(".transcript") / f"{uuid}.jsonl"
     assert [line for line in lines if line.startswith("  [status]")] == [
         "  [status] no session yet",
-        f"  [status] {session.name}",
+        f"  [status] {transcript.name}",
     ]
     assert lines.index("  [status] no session yet") < lines.index("› hi")
-    assert lines.index(f"  [status] {session.name}") < lines.index("› again")
+    assert lines.index(f"  [status] {transcript.name}") < lines.index("› again")
     fed = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
     assert len(fed) == 3
     assert {k: fed[-1][k] for k in ("hook_event_name", "session_id", "cwd", "transcript_path")} == {
         "hook_event_name": "Status",
-        "session_id": session.stem,
+        "session_id": uuid,
         "cwd": str(project),
-        "transcript_path": str(session),
+        "transcript_path": str(transcript),
     }
+    assert [json.loads(x)["type"] for x in transcript.read_text(encoding="utf-8").splitlines()] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert set(fed[-1]) == {
         "hook_event_name", "session_id", "transcript_path", "cwd", "model", "workspace",
         "version", "output_style", "cost", "context_window",

@@ -679,7 +679,7 @@ class Agent:
 
             self.hooks.base.update(
                 session_id=hook_session_id(self.session_id),
-                transcript_path=self._transcript_path(),
+                transcript_path=self.hook_transcript_path(),
             )
             self.hooks.effort = self.effort
             self.hooks.on_async = self._async_hook_done
@@ -690,7 +690,7 @@ class Agent:
                     self.provider, session_model=self.model, default=self.hooks.model
                 )
         if self.hooks is not None and self.is_subagent and self.hooks.has("SubagentStop"):
-            self._transcript_path()  # what SubagentStop hooks read (`agent_transcript_path`)
+            self.hook_transcript_path()  # what SubagentStop hooks read (`agent_transcript_path`)
         self._runner.hooks = self.hooks
         self._runner.session = self.session
         self._restored_turns = 0
@@ -943,7 +943,7 @@ class Agent:
             fields = {
                 "agent_id": self.session.id if self.session else self.session_id,
                 "agent_type": self.agent_type,
-                "agent_transcript_path": self._transcript_path(),
+                "agent_transcript_path": self.hook_transcript_path(),
                 **fields,
             }
         result = await self.hooks.run(event, fields, match=self.agent_type)
@@ -1019,10 +1019,10 @@ class Agent:
             return "hook_stopped"
         return None
 
-    def _transcript_path(self) -> str:
-        """The Claude Code–format transcript hooks read (`transcript_path`), kept beside the
-        session file from the first prompt that has hooks on ("" without a session file, or
-        when it cannot be written: said once)."""
+    def hook_transcript_path(self) -> str:
+        """The Claude Code–format transcript hooks and the status line read (`transcript_path`),
+        kept beside the session file from the first time it is asked for ("" without a session
+        file, or when it cannot be written: said once)."""
         session = self.session
         if session is None:
             return ""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keel import __version__
+from keel.hooks.claude import hook_session_id
 
 if TYPE_CHECKING:
     from keel.agent.loop import Agent
@@ -35,15 +36,16 @@ MAX_OUTPUT = 64_000
 def payload(agent: Agent, *, context: int, started: float) -> dict[str, Any]:
     """What Claude Code sends a status line command (`context`: the tokens the last request
     held). Fields keel has no count of (lines added and removed, time spent in API calls) are
-    0; `transcript_path` is keel's session file (its own JSON-lines format), "" before the
-    first prompt."""
+    0; `session_id` is the session's UUID and `transcript_path` its Claude Code–format
+    transcript, as hooks see them ("" before the first prompt)."""
+
     usage = agent.spend.usage
     window = agent.info.window
     used = round(100 * context / window, 1) if window else 0.0
     return {
         "hook_event_name": "Status",
-        "session_id": agent.session_id,
-        "transcript_path": str(agent.session.path) if agent.session is not None else "",
+        "session_id": hook_session_id(agent.session_id),
+        "transcript_path": agent.hook_transcript_path(),
         "cwd": str(agent.cwd),
         "model": {"id": agent.model, "display_name": agent.model},
         "workspace": {"current_dir": str(agent.cwd), "project_dir": str(agent.ctx.root)},
