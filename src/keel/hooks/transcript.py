@@ -33,9 +33,10 @@ from keel.session.records import AssistantRecord, Payload, ToolResultRecord, Use
 _PROMPTS = frozenset({"prompt"})
 
 
-def transcript_path(session_path: Path, session_uuid: str) -> Path:
-    """Where the transcript of the session stored at `session_path` lives."""
-    return session_path.with_name(f"{session_path.stem}.transcript") / f"{session_uuid}.jsonl"
+def transcript_path(session_path: Path, name: str) -> Path:
+    """Where the transcript `name` (the session's UUID, or `agent-<id>` for a subagent) of the
+    session stored at `session_path` lives."""
+    return session_path.with_name(f"{session_path.stem}.transcript") / f"{name}.jsonl"
 
 
 class ClaudeTranscript:
