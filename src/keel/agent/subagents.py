@@ -231,7 +231,7 @@ def _opencode_agents(
     entries += load_foreign(intake).agents
     kinds: list[AgentType] = []
     for path, name, entry in entries:
-        agent = opencode_agent(name, entry, path)
+        agent = opencode_agent(name, entry, path, intake)
         if isinstance(agent, str):
             warnings.append(f"{path}: {agent}; not offered as a subagent")
             continue

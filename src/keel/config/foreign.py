@@ -390,9 +390,12 @@ class OpenCodeAgent:
     unused: tuple[str, ...]
 
 
-def opencode_agent(name: str, entry: dict[str, Any], path: Path) -> OpenCodeAgent | str:
+def opencode_agent(
+    name: str, entry: dict[str, Any], path: Path, intake: Intake
+) -> OpenCodeAgent | str:
     """An OpenCode agent (a Markdown file's frontmatter plus `prompt`, or an `agent` entry of
-    `opencode.json`), or why it is not offered as a subagent."""
+    `opencode.json`), or why it is not offered as a subagent. A project's agent reads a
+    `{file:…}` prompt only from inside the project (it must not send your files to the model)."""
     if entry.get("disable") is True:
         return f"agent {name} is disabled there"
     if entry.get("mode") == "primary":
@@ -402,7 +405,9 @@ def opencode_agent(name: str, entry: dict[str, Any], path: Path) -> OpenCodeAgen
         return f"agent {name} has no description (it tells keel's model when to use it)"
     prompt = entry.get("prompt", "")
     if isinstance(prompt, str) and prompt.startswith("{file:") and prompt.endswith("}"):
-        target = (path.parent / prompt[6:-1].strip()).expanduser()
+        target = (path.parent / Path(prompt[6:-1].strip()).expanduser()).resolve()
+        if intake.supplied(path) and not intake.in_project(target):
+            return f"agent {name}: its prompt file {target} lies outside the project"
         try:
             prompt = target.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -453,8 +458,9 @@ def codex_server(entry: object, where: str) -> tuple[object, list[str]]:
     if "url" in entry:
         out["type"] = "http"
         out["url"] = entry["url"]
-        headers = dict(entry.get("http_headers") or {})
-        for header, var in (entry.get("env_http_headers") or {}).items():
+        plain, from_env = entry.get("http_headers"), entry.get("env_http_headers")
+        headers = dict(plain) if isinstance(plain, dict) else {}
+        for header, var in from_env.items() if isinstance(from_env, dict) else ():
             headers[header] = f"${{{var}}}"
         if isinstance(entry.get("bearer_token_env_var"), str):
             headers["Authorization"] = f"Bearer ${{{entry['bearer_token_env_var']}}}"
