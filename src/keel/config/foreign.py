@@ -513,7 +513,10 @@ def opencode_server(entry: object, where: str) -> tuple[object, list[str]]:
             out["env"] = spec["environment"]
     if spec.get("enabled") is False:
         out["disabled"] = True
-    return out, [f"{where}.{k}" for k in spec if k not in _OPENCODE_MCP_KEYS]
+    unused = [f"{where}.{k}" for k in spec if k not in _OPENCODE_MCP_KEYS]
+    if "{file:" in json.dumps(spec):
+        unused.append(f"{{file:…}} in {where} (the text stays as written)")
+    return out, unused
 
 
 # -- everything found -----------------------------------------------------------------------------
