@@ -451,12 +451,14 @@ class ToolRunner:
             fields.update(tool_response=response, tool_use_id=call.id)
         fields["duration_ms"] = int(seconds * 1000)
         if self.hooks.has("PostToolBatch"):
+            # Claude Code gives PostToolBatch what the model got: the result's text.
+            text = response if failed else claude.result_text(call.name, result.text)
             self.batch.append(
                 {
                     "tool_name": fields["tool_name"],
                     "tool_input": tool_input,
                     "tool_use_id": call.id,
-                    "tool_response": response,
+                    "tool_response": text,
                 }
             )
         if not self.hooks.has(event):

@@ -365,6 +365,15 @@ def bash_exit_code(text: str) -> int | None:
     return int(found.group(1))
 
 
+def result_text(tool: str, text: str) -> str:
+    """A successful result as PostToolBatch hooks see it: the text the model got, a shell's
+    output in Claude Code's words (without keel's exit code line; `(Bash completed with no
+    output)` for none)."""
+    if tool != "bash":
+        return text
+    return _EXIT.sub("", text).rstrip() or "(Bash completed with no output)"
+
+
 def without_exit_code(text: str) -> str:
     """keel's bash result without the `[exit code N]` line it ends with."""
     return _EXIT.sub("", text)
@@ -608,6 +617,7 @@ __all__ = [
     "matcher_names",
     "no_output_expected",
     "permission_mode",
+    "result_text",
     "session_end_reason",
     "stop_failure_kind",
     "structured_patch",
