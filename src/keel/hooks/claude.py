@@ -4,8 +4,10 @@ arguments. docs/extensions.md shows the same table.
 
 Tool names come from keel.tools.names (the one name table); this module owns the fields:
 `tool_input` in Claude Code's field names (paths absolute, Bash `timeout` in milliseconds),
-`tool_response` in the shape Claude Code records for each tool, `permission_mode` in Claude
-Code's values, and the list of Claude Code's hook events with the ones keel runs. Tools keel has
+`tool_response` in the shape Claude Code records for each tool (with `originalFile` and
+`structuredPatch` hunks, Read's line counts as Claude Code counts them), `permission_mode` in
+Claude Code's values, which events carry which common fields, the UUID hooks see for a keel
+session, and the list of Claude Code's hook events with the ones keel runs. Tools keel has
 and Claude Code lacks keep keel's names and arguments (`raw_output`, `task_wait`…), and their
 response is Claude Code's shape for an MCP tool: a list of content blocks.
 

@@ -3,9 +3,10 @@ which of them may run.
 
 `{"hooks": {Event: [{"matcher": regex, "hooks": [{"type": "command", "command": …, "timeout": s}]}]}}`
 
-Handler types: `command` (run with bash), `http` (the payload POSTed as JSON to `url`, with
-`headers` whose `$VAR`s are filled only from `allowedEnvVars`) and `prompt` (a model answers
-`{"ok": …, "reason": …}`; `model` picks it, else the `hooks_model` setting, else the session's).
+Handler types: `command` (run with bash; `async` / `asyncRewake` run it in the background),
+`http` (the payload POSTed as JSON to `url`, with `headers` whose `$VAR`s are filled only from
+`allowedEnvVars`) and `prompt` (a model answers `{"ok": …, "reason": …}`; `model` picks it,
+else the `hooks_model` setting, else the session's).
 Claude Code's other types (`agent`, `mcp_tool`) and events keel does not run are reported with
 the file, never skipped silently (keel.hooks.claude lists Claude Code's events).
 

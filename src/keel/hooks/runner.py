@@ -5,7 +5,9 @@
 and reads the response body as the hook's output (non-2xx: a non-blocking error). A `prompt`
 hook asks a model, which answers `{"ok": …, "reason": …}` (ok false acts like exit 2).
 The outcomes combine into one `HookResult`: deny > ask > allow; any block blocks (reasons joined);
-any halt halts; contexts and messages concatenate; the last `updatedInput` wins.
+any halt halts; contexts and messages concatenate; the last `updatedInput` wins. A background
+(`async`) hook is not waited for and blocks nothing: what it leaves for the model when it ends
+is kept as an `AsyncOutcome` (`take_async`) and `on_async` is told.
 
 Exit 0 may print JSON (`continue`, `stopReason`, `systemMessage`, `decision`/`reason`,
 `hookSpecificOutput.{permissionDecision, permissionDecisionReason, updatedInput,
