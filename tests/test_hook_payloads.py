@@ -154,6 +154,10 @@ def test_transcript_lines_are_claude_codes(
     want_uses = [x["message"]["content"][0] for x in theirs if x["type"] == "assistant"]
     assert [normalise(u, project=scenario, home=scenario) for u in uses] == want_uses
     assert lines[0]["message"] == {"role": "user", "content": PROMPT}
+    # What Claude Code records of each call's outcome, as its PostToolUse hooks see it.
+    results = [x.get("toolUseResult") for x in lines if x["type"] == "user"]
+    want_results = [x.get("toolUseResult") for x in theirs if x["type"] == "user"]
+    assert [normalise(r, project=scenario, home=scenario) for r in results] == want_results
     assert lines[-2]["message"]["content"][0]["is_error"] is True
     usage = lines[1]["message"]["usage"]
     assert set(usage) >= {

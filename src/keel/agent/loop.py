@@ -1056,6 +1056,7 @@ class Agent:
             return ""
         self._claude_transcript = writer
         session.on_record = writer.record
+        self._runner.on_response = writer.tool_response
         return str(writer.path)
 
     def _async_hook_done(self, outcome: AsyncOutcome) -> None:

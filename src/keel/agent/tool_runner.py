@@ -140,6 +140,9 @@ class ToolRunner:
         #: This round's calls as PostToolBatch hooks see them (`tool_name`, `tool_input`,
         #: `tool_use_id`, `tool_response`), kept only while such hooks exist.
         self.batch: list[dict[str, object]] = []
+        #: Told each call's `tool_response` (Claude Code's shape; a failure's error text) before
+        #: its result is journaled: the transcript for hooks records it (None: nobody).
+        self.on_response: Callable[[str, object], None] | None = None
         ctx.on_process = self._process_started
 
     def kind_of(self, name: str) -> str:
@@ -389,7 +392,8 @@ class ToolRunner:
 
     def _wants_response(self) -> bool:
         hooks = self.hooks
-        return hooks is not None and (hooks.has("PostToolUse") or hooks.has("PostToolBatch"))
+        wanted = hooks is not None and (hooks.has("PostToolUse") or hooks.has("PostToolBatch"))
+        return wanted or self.on_response is not None
 
     def _hook_file_text(self, call: ToolUse) -> str | None:
         """The text of the file a file tool is about to read or change, for the hooks that see
@@ -424,7 +428,7 @@ class ToolRunner:
         code = claude.bash_exit_code(result.text) if call.name == "bash" else None
         failed = result.is_error or (code is not None and code != 0)
         event = "PostToolUseFailure" if failed else "PostToolUse"
-        if self.hooks is None or not self._wants_response():
+        if not self._wants_response():
             return result
         tool_input = claude.tool_input(call.name, args, self.ctx.cwd)
         fields: dict[str, object] = {
@@ -450,6 +454,10 @@ class ToolRunner:
             )
             fields.update(tool_response=response, tool_use_id=call.id)
         fields["duration_ms"] = int(seconds * 1000)
+        if self.on_response is not None:
+            self.on_response(call.id, f"Error: {response}" if failed else response)
+        if self.hooks is None:
+            return result
         if self.hooks.has("PostToolBatch"):
             # Claude Code gives PostToolBatch what the model got: the result's text.
             text = response if failed else claude.result_text(call.name, result.text)

@@ -6,7 +6,8 @@ result of the session, appended as the journal records them, in Claude Code's sh
 `uuid`, `parentUuid` chaining each line to the one before, `sessionId` the hooks' session UUID,
 `timestamp`, `cwd`, `promptId` on user lines, `message` with Anthropic's content blocks in
 Claude Code's tool names and fields, assistant `usage` in Anthropic's token fields). Notes,
-decisions and keel's other records have no Claude Code line and are left out. It lives beside
+decisions and keel's other records have no Claude Code line and are left out. A tool result's
+line carries the call's `toolUseResult` when the tool runner told it (`tool_response`). It lives beside
 the session file (`<id>.transcript/<session UUID>.jsonl`, a file name as Claude Code's; a
 subagent's, `agent-<its id>.jsonl`, has `isSidechain` and `agentId` set, as Claude Code's). A
 transcript started late (hooks added to a resumed session) first writes the lines of what the
@@ -56,6 +57,13 @@ class ClaudeTranscript:
         self._parent: str | None = None
         #: The uuid of the assistant line of each tool call (`sourceToolAssistantUUID`).
         self._calls: dict[str, str] = {}
+        #: Each call's `tool_response`, until its result's line takes it (`toolUseResult`).
+        self._responses: dict[str, object] = {}
+
+    def tool_response(self, tool_use_id: str, response: object) -> None:
+        """What Claude Code records of a call's outcome (`toolUseResult` of its result's line),
+        told before the result is journaled."""
+        self._responses[tool_use_id] = response
 
     def open(self, earlier: list[Payload]) -> None:
         """Start: a new file first gets the lines of `earlier` (the journal's records so far);
@@ -122,6 +130,7 @@ class ClaudeTranscript:
             "user",
             {"role": "user", "content": [block]},
             promptId=self.prompt_id or None,
+            toolUseResult=self._responses.pop(result.tool_use_id, None),
             sourceToolAssistantUUID=source,
         )
 
@@ -146,7 +155,7 @@ class ClaudeTranscript:
         line: dict[str, Any] = {"parentUuid": self._parent, "isSidechain": bool(self.agent_id)}
         line.update((k, v) for k, v in extra.items() if k == "promptId" and v)
         line.update(type=kind, message=message, uuid=line_uuid, timestamp=_now())
-        line.update((k, v) for k, v in extra.items() if k != "promptId" and v)
+        line.update((k, v) for k, v in extra.items() if k != "promptId" and v is not None)
         line.update(
             userType="external",
             entrypoint="keel",
