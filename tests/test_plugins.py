@@ -537,3 +537,34 @@ def test_a_project_cannot_turn_off_the_users_guard_plugin(
         "uncommitted work; use git stash\n"
     )
     assert (repo / "notes.txt").read_text(encoding="utf-8") == "uncommitted work\n"
+
+
+def test_the_loaders_share_one_reading_until_a_file_it_rests_on_changes(
+    tmp_path: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five loaders ask which plugins run in each start; they are read once, and again as soon as
+    a settings file, the approvals or an install record changes (a `/plugin enable` in the TUI)."""
+    from keel.plugins import active
+
+    project = _repo(tmp_path / "project")
+    home, user_dir = Path(os.environ["HOME"]), user_settings_file().parent
+    reads: list[Path] = []
+    real = active.load_plugins
+
+    def counted(cwd: Path, **kwargs: object) -> active.PluginSet:
+        reads.append(cwd)
+        return real(cwd, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(active, "load_plugins", counted)
+    for _ in range(5):
+        assert active.plugin_components(project, user_dir=user_dir, home=home) == []
+    assert reads == [project]
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"enabledPlugins": {"guard@keel-fixtures": true}}\n', encoding="utf-8")
+    active.plugin_components(project, user_dir=user_dir, home=home)
+    user_settings_file().parent.mkdir(parents=True, exist_ok=True)
+    user_settings_file().write_text('{"enabledPlugins": {}}\n', encoding="utf-8")
+    active.plugin_components(project, user_dir=user_dir, home=home)
+    active.plugin_components(project, user_dir=user_dir, home=home)
+    assert reads == [project] * 3

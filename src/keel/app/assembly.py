@@ -508,10 +508,10 @@ def available_styles(cwd: Path, warnings: list[str]) -> list[OutputStyle]:
     from keel.agent.output_styles import load_styles, style_dirs
     from keel.agent.prompt import project_chain
     from keel.config.settings import user_config_dir
-    from keel.plugins import load_plugins
+    from keel.plugins.active import plugin_components
 
     home = Path.home()
-    active = load_plugins(cwd, user_dir=user_config_dir(), home=home).active
+    active = plugin_components(cwd, user_dir=user_config_dir(), home=home)
     plugins = [(p.name, p.root) for p in active]
     return load_styles(style_dirs(project_chain(cwd), home=home), warnings, plugins)
 

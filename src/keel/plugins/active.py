@@ -24,7 +24,13 @@ from keel.config.intake import intake_for
 from keel.config.settings import Settings, load_settings
 from keel.frozen import frozen
 from keel.plugins.manifest import Plugin, read_plugin
-from keel.plugins.store import Installed, data_dir, read_installed
+from keel.plugins.store import (
+    Installed,
+    claude_plugins_dir,
+    data_dir,
+    installed_file,
+    read_installed,
+)
 
 
 @frozen
@@ -138,14 +144,49 @@ def _read(state: PluginState, installed: Installed, warnings: list[str]) -> Plug
     return dataclasses.replace(plugin, user_level=state.user_level)
 
 
+#: `plugin_components`' last answer per (cwd, user config dir, home, environment), with the state
+#: of the files it rests on: five loaders ask it in every run (commands, skills, agents, hooks, MCP
+#: servers), and each answer reads every settings file.
+_components: dict[tuple[object, ...], tuple[tuple[object, ...], list[Plugin]]] = {}
+
+
 def plugin_components(
     cwd: Path, *, user_dir: Path | None, home: Path | None = None
 ) -> list[Plugin]:
     """The plugins whose components load in `cwd` (none without keel's user config directory:
-    a caller that reads no user configuration reads no plugins either)."""
+    a caller that reads no user configuration reads no plugins either). Read again only when a
+    settings file, the approvals or an install record changed."""
     if user_dir is None:
         return []
-    return load_plugins(cwd, user_dir=user_dir, home=home).active
+    home = home or Path.home()
+    key = (cwd, user_dir, home, *sorted(os.environ.items()))
+    files = _files_read(cwd, user_dir, home)
+    known = _components.get(key)
+    if known is not None and known[0] == files:
+        return list(known[1])
+    active = load_plugins(cwd, user_dir=user_dir, home=home).active
+    _components[key] = (files, active)
+    return list(active)
+
+
+def _files_read(cwd: Path, user_dir: Path, home: Path) -> tuple[object, ...]:
+    """The state (inode, size, change time) of every file `load_plugins` rests on."""
+    intake = intake_for(cwd, user_dir=user_dir, home=home)
+    paths = [
+        *intake.settings_files(),
+        intake.approvals(),
+        installed_file(),
+        claude_plugins_dir(home) / "installed_plugins.json",
+    ]
+    state: list[object] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            state.append(None)
+        else:
+            state.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(state)
 
 
 __all__ = ["PluginSet", "PluginState", "load_plugins", "plugin_components", "settings_for"]
