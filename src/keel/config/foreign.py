@@ -34,7 +34,7 @@ from keel.frozen import frozen
 _TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])')
 
 
-def _strip_jsonc(text: str) -> str:
+def strip_jsonc(text: str) -> str:
     """`text` with JSONC's comments and trailing commas blanked out (line breaks kept, so that
     a JSON error still names the right line)."""
     out: list[str] = []
@@ -67,29 +67,10 @@ def read_jsonc(path: Path, warnings: list[str] | None = None) -> dict[str, Any] 
     """The object in a JSON-with-comments file (`//` and `/* */` comments, trailing commas):
     None when the file is missing or unusable, with a one-line warning in `warnings` naming the
     file and, for bad JSON, the line."""
+    from keel.config.settings import read_json_object
+
     said = warnings if warnings is not None else []
-    try:
-        text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "cannot read it"
-        said.append(f"{path}: {why}; ignored")
-        return None
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(_strip_jsonc(text))
-    except json.JSONDecodeError as exc:
-        said.append(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}); ignored")
-        return None
-    except RecursionError:
-        said.append(f"{path}: nested too deeply; ignored")
-        return None
-    if not isinstance(data, dict):
-        said.append(f"{path}: must hold a JSON object; ignored")
-        return None
-    return data
+    return read_json_object(path, said, skipped="ignored", comments=True)
 
 
 def read_toml(path: Path, warnings: list[str] | None = None) -> dict[str, Any] | None:

@@ -323,9 +323,13 @@ def is_claude_file(path: Path) -> bool:
     return path.parent.name == ".claude"
 
 
-def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[str, Any] | None:
+def read_json_object(
+    path: Path, warnings: list[str], *, skipped: str, comments: bool = False
+) -> dict[str, Any] | None:
     """The JSON object in `path`: None if the file is missing or unusable (with a warning naming
-    the file, and the line for bad JSON, ending in `skipped`: what is lost), {} if it is empty."""
+    the file, and the line for bad JSON, ending in `skipped`: what is lost), {} if it is empty.
+    `comments`: JSON with comments (JSONC: `//` and `/* */` comments, trailing commas, a
+    byte-order mark), as OpenCode and editors write it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -343,6 +347,10 @@ def read_json_object(path: Path, warnings: list[str], *, skipped: str) -> dict[s
     except UnicodeDecodeError:
         warnings.append(f"{path}: not UTF-8 text; {skipped}")
         return None
+    if comments:
+        from keel.config.foreign import strip_jsonc
+
+        text = strip_jsonc(text.removeprefix("\ufeff"))
     if not text.strip():
         return {}
     try:
