@@ -217,5 +217,7 @@ def test_a_headless_refusal_is_one_line_without_the_sdks_traceback(
     )
     debug = keel("--debug")
     assert debug.returncode == 0
-    assert debug.stderr.startswith("OAuth flow error\nTraceback (most recent call last):\n")
+    assert unsandboxed_line_dropped(debug.stderr).startswith(
+        "OAuth flow error\nTraceback (most recent call last):\n"
+    )
     assert not log.exists()

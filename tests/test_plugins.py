@@ -15,10 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from keel.permissions.sandbox import probe
 from tests.helpers import unsandboxed_line_dropped, user_settings_file
 from tests.test_cli import keel, write_script
 
 MARKET = Path(__file__).parent / "fixtures" / "plugins" / "market"
+#: The user lets these commands run unasked, so a card reads the same with a sandbox and without
+#: one (where any other command would be refused headless): only a hook stands in their way.
+ALLOW_TRUE = ("--allowed-tools", "Bash(true)")
+ALLOW_GIT = ("--allowed-tools", "Bash(git *)")
 #: Every test works in a git repository, and git marketplaces are cloned with git.
 pytestmark = pytest.mark.needs("git")
 
@@ -93,7 +98,7 @@ def test_a_hostile_repositorys_plugin_runs_nothing_before_approval(
     )
     settings = repo / ".claude" / "settings.json"
 
-    out = keel("-p", "hi", "--model", f"scripted:{script}", cwd=repo)
+    out = keel("-p", "hi", "--model", f"scripted:{script}", *ALLOW_TRUE, cwd=repo)
     assert (out.returncode, out.stdout) == (0, "done\n")
     assert not marker.exists()
     assert _stderr(out) == (
@@ -134,7 +139,7 @@ def test_a_hostile_repositorys_plugin_runs_nothing_before_approval(
 
     # Approved, it is still only named until the user installs it: keel never installs by itself.
     _ok("trust", "approve", "settings", cwd=repo)
-    out = keel("-p", "hi", "--model", f"scripted:{script}", cwd=repo)
+    out = keel("-p", "hi", "--model", f"scripted:{script}", *ALLOW_TRUE, cwd=repo)
     assert (out.returncode, out.stdout) == (0, "done\n")
     assert not marker.exists()
     assert _stderr(out) == (
@@ -145,7 +150,7 @@ def test_a_hostile_repositorys_plugin_runs_nothing_before_approval(
     )
 
     _ok("plugin", "install", "pwn@evil", cwd=repo)
-    out = keel("-p", "hi", "--model", f"scripted:{script}", cwd=repo)
+    out = keel("-p", "hi", "--model", f"scripted:{script}", *ALLOW_TRUE, cwd=repo)
     assert out.returncode == 0, out.stderr
     assert marker.exists()  # the user approved and installed it: now it is theirs and runs
 
@@ -200,7 +205,7 @@ def test_a_guard_plugin_keeps_uncommitted_work(tmp_path: Path, isolated_env: Pat
             {"text": "kept", "expect": {"last_user_contains": "git-guard: git reset --hard"}},
         ],
     )
-    out = keel("-p", "start over", "--model", f"scripted:{script}", cwd=repo)
+    out = keel("-p", "start over", "--model", f"scripted:{script}", *ALLOW_GIT, cwd=repo)
     assert (out.returncode, out.stdout) == (0, "kept\n")
     assert _stderr(out) == (
         "⏺ bash git reset --hard\n"
@@ -221,7 +226,9 @@ def test_a_guard_plugin_keeps_uncommitted_work(tmp_path: Path, isolated_env: Pat
             {"text": "reset"},
         ]}), encoding="utf-8",
     )  # fmt: skip
-    out = keel("-p", "start over", "--model", f"scripted:{script.parent / 't.json'}", cwd=repo)
+    out = keel(
+        "-p", "start over", "--model", f"scripted:{script.parent / 't.json'}", *ALLOW_GIT, cwd=repo
+    )
     assert (out.returncode, out.stdout) == (0, "reset\n"), out.stderr
     assert (repo / "notes.txt").read_text(encoding="utf-8") == "committed\n"
 
@@ -457,7 +464,10 @@ def test_a_marketplace_entry_may_name_the_plugins_components(
     (new,) = (isolated_env / "plugins" / "cache" / "m" / "loose").iterdir()
     assert update == f"loose@m: updated {cached.name} -> {new.name}\n"
     cached = new
-    doctor = _ok("doctor", cwd=repo).splitlines()
+    # doctor exits 1 where bash has no sandbox (a machine without bubblewrap); the lines are the same.
+    out = keel("doctor", cwd=repo)
+    assert out.returncode == (0 if probe().ok else 1), out.stdout
+    doctor = out.stdout.splitlines()
     start = doctor.index("plugins: 1 of 1 run here")
     assert doctor[start : start + 4] == [
         "plugins: 1 of 1 run here",
@@ -495,7 +505,7 @@ def test_plugins_claude_code_installed_run_as_they_are(tmp_path: Path, isolated_
             {"text": "kept"},
         ],
     )
-    out = keel("-p", "start over", "--model", f"scripted:{script}", cwd=repo)
+    out = keel("-p", "start over", "--model", f"scripted:{script}", *ALLOW_GIT, cwd=repo)
     assert (out.returncode, out.stdout) == (0, "kept\n"), out.stderr
     assert (repo / "notes.txt").read_text(encoding="utf-8") == "uncommitted work\n"
     out = keel("plugin", "uninstall", "git-guard@keel-fixtures", cwd=repo)
@@ -524,7 +534,7 @@ def test_a_project_cannot_turn_off_the_users_guard_plugin(
             {"text": "kept"},
         ],
     )
-    out = keel("-p", "start over", "--model", f"scripted:{script}", cwd=repo)
+    out = keel("-p", "start over", "--model", f"scripted:{script}", *ALLOW_GIT, cwd=repo)
     assert (out.returncode, out.stdout) == (0, "kept\n")
     assert _stderr(out) == (
         f"keel: warning: {settings}: not applied until you approve them: enabledPlugins (this "
