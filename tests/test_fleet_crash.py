@@ -110,9 +110,10 @@ def campaign(
     seed: int,
     pause: tuple[float, float] = (0.3, 1.5),
     step_sleep: float = 0.0,
+    min_age: float = 0.0,
 ) -> dict[str, Any]:
     """Kill a random worker every `pause` seconds (restarting it) until `kills` kills or the
-    drain ends, whichever comes first."""
+    drain ends, whichever comes first. A victim has been up for `min_age` seconds at least."""
     rng = random.Random(seed)
     setup_fleet(url)
     names = [f"r{i:03d}" for i in range(runs)]
@@ -133,6 +134,7 @@ def campaign(
     env = {**os.environ, **env_extra}
     scratch = tmp / "scratch"
     pool = [WorkerProc(url, scratch, f"w{i}", env=env) for i in range(workers)]
+    born = [time.monotonic()] * workers
     generation = 0
     killed = 0
     started = time.monotonic()
@@ -149,7 +151,12 @@ def campaign(
                 time.sleep(rng.uniform(*pause))
                 # A worker that is up (and so holds a run while the queue has any): a kill of
                 # one still starting would test nothing.
-                ready = [i for i, w in enumerate(pool) if "takes runs from" in w.log()]
+                now = time.monotonic()
+                ready = [
+                    i
+                    for i, w in enumerate(pool)
+                    if "takes runs from" in w.log() and now - born[i] >= min_age
+                ]
                 if not ready:
                     continue
                 victim = rng.choice(ready)
@@ -158,6 +165,7 @@ def campaign(
                 killed += 1
                 generation += 1
                 pool[victim] = WorkerProc(url, scratch, f"w{victim}g{generation}", env=env)
+                born[victim] = time.monotonic()
             else:
                 time.sleep(0.3)
     finally:
@@ -186,10 +194,12 @@ def campaign(
 
 def test_random_worker_kills_lose_no_run(nats_url: str, tmp_path: Path) -> None:  # noqa: F811
     # Steps that take a moment, so that the kills land while runs are in flight on any machine
-    # (without a sandbox, bash is fast enough for the drain to beat the kills).
+    # (without a sandbox, bash is fast enough for the drain to beat the kills); a victim has been
+    # up long enough to hold a run (a worker killed before it took one tests nothing: without a
+    # sandbox all three kills could land on fresh workers).
     result = campaign(
         nats_url, tmp_path, runs=12, steps=4, workers=2, kills=3, seed=7, step_sleep=0.25,
-        pause=(0.3, 0.8),
+        pause=(0.3, 0.8), min_age=2.0,
     )  # fmt: skip
     print("campaign", result)
     assert result["kills"] == 3
