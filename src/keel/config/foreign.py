@@ -76,8 +76,6 @@ def read_jsonc(path: Path, warnings: list[str] | None = None) -> dict[str, Any] 
 def read_toml(path: Path, warnings: list[str] | None = None) -> dict[str, Any] | None:
     """The table in a TOML file: None when the file is missing or unusable, with a one-line
     warning in `warnings` naming the file and, for bad TOML, the line."""
-    import tomllib
-
     said = warnings if warnings is not None else []
     try:
         text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
@@ -87,6 +85,8 @@ def read_toml(path: Path, warnings: list[str] | None = None) -> dict[str, Any] |
         why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "cannot read it"
         said.append(f"{path}: {why}; ignored")
         return None
+    import tomllib  # only for a file that is there (a few ms of start-up otherwise)
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

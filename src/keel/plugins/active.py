@@ -23,14 +23,9 @@ from pathlib import Path
 from keel.config.intake import intake_for
 from keel.config.settings import Settings, load_settings
 from keel.frozen import frozen
+from keel.plugins import claude_plugins_dir, installed_file
 from keel.plugins.manifest import Plugin, read_plugin
-from keel.plugins.store import (
-    Installed,
-    claude_plugins_dir,
-    data_dir,
-    installed_file,
-    read_installed,
-)
+from keel.plugins.store import Installed, data_dir, read_installed
 
 
 @frozen

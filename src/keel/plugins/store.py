@@ -35,6 +35,7 @@ from typing import Any
 from keel.config.settings import read_json_object
 from keel.errors import UserError
 from keel.frozen import frozen
+from keel.plugins import claude_plugins_dir, installed_file, plugins_home
 from keel.plugins.manifest import COMPONENT_KEYS, MANIFEST, read_manifest
 
 #: A marketplace's catalogue, relative to its folder.
@@ -42,13 +43,6 @@ CATALOGUE = Path(".claude-plugin") / "marketplace.json"
 #: Seconds a `git clone` or `git pull` may take.
 GIT_TIMEOUT = 300.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-def plugins_home(env: Mapping[str, str] | None = None) -> Path:
-    """Where installed plugins are kept: `plugins/` in keel's data folder."""
-    from keel.session.store import keel_home
-
-    return keel_home(env) / "plugins"
 
 
 def data_dir(name: str, marketplace: str, env: Mapping[str, str] | None = None) -> Path:
@@ -141,12 +135,6 @@ def user_marketplaces_file(user_dir: Path) -> Path:
 #: The marketplace Claude Code knows without being told, as Claude Code names it.
 OFFICIAL = "claude-plugins-official"
 _OFFICIAL_SOURCE = {"source": "github", "repo": "anthropics/claude-plugins-official"}
-
-
-def claude_plugins_dir(home: Path) -> Path:
-    """Claude Code's own plugin files (`known_marketplaces.json`, `installed_plugins.json`, its
-    cache), in the user's `~/.claude`: keel reads them, never writes them."""
-    return home / ".claude" / "plugins"
 
 
 def known_marketplaces(
@@ -308,10 +296,6 @@ class Installed:
     installed_at: float
     #: Installed by Claude Code (in `~/.claude/plugins`): keel runs it, Claude Code updates it.
     by_claude: bool = False
-
-
-def installed_file() -> Path:
-    return plugins_home() / "installed.json"
 
 
 def read_installed(home: Path | None = None) -> dict[str, Installed]:
