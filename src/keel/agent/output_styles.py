@@ -106,15 +106,10 @@ def load_styles(
 
 
 def read_style(path: Path, warnings: list[str]) -> OutputStyle | None:
-    from keel.skills.skills import Unusable, read_document, where  # PyYAML: only when styles exist
+    from keel.skills.skills import read_markdown  # PyYAML: only when styles exist
 
-    try:
-        doc = read_document(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError as exc:
-        warnings.append(f"{path}: unreadable ({exc.strerror}); output style not used")
-        return None
-    except Unusable as exc:
-        warnings.append(f"{where(path, exc.line)}: {exc.message}; output style not used")
+    doc = read_markdown(path, warnings, "output style not used")
+    if doc is None:
         return None
     name = doc.meta.get("name", path.stem)
     description = doc.meta.get("description", "")

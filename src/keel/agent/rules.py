@@ -56,15 +56,10 @@ def rule_files(directory: Path) -> list[Path]:
 
 def read_rule(path: Path, warnings: list[str]) -> Rule | None:
     """The rule in `path`, or None (with a warning naming the file) when it cannot be used."""
-    from keel.skills.skills import Unusable, read_document, where  # PyYAML: only when rules exist
+    from keel.skills.skills import read_markdown  # PyYAML: only when rules exist
 
-    try:
-        doc = read_document(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError as exc:
-        warnings.append(f"{path}: unreadable ({exc.strerror}); rule not used")
-        return None
-    except Unusable as exc:
-        warnings.append(f"{where(path, exc.line)}: {exc.message}; rule not used")
+    doc = read_markdown(path, warnings, "rule not used")
+    if doc is None:
         return None
     raw = doc.meta.get("paths")
     if raw is None:

@@ -231,6 +231,19 @@ def where(path: Path, line: int | None) -> str:
     return f"{path}:{line}" if line is not None else str(path)
 
 
+def read_markdown(path: Path, warnings: list[str], lost: str) -> Document | None:
+    """The frontmatter document in `path` (text that is not UTF-8 read with replacement
+    characters), or None with a one-line warning naming the file, and the line where it can,
+    ending in `lost` (what is not used)."""
+    try:
+        return read_document(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        warnings.append(f"{path}: unreadable ({exc.strerror}); {lost}")
+    except Unusable as exc:
+        warnings.append(f"{where(path, exc.line)}: {exc.message}; {lost}")
+    return None
+
+
 def lenient_warnings(path: Path, doc: Document) -> list[str]:
     return [
         f"{path}:{line}: `{key}` is not valid YAML; read as plain text (quote the value)"
