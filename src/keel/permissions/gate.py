@@ -4,7 +4,9 @@ Decision order (first that applies wins; docs/permissions.md):
 1. A write outside the project (symlinks resolved) or to a protected path: deny, in every mode.
 2. A deny rule matches: deny. When a deny rule applies to bash, a command line whose programs
    keel cannot tell (`$(…)` or a variable as the program, a pipe into a shell, `source`…) is
-   denied too: the rule could not see what it runs.
+   denied too: the rule could not see what it runs. A deny rule that takes in every call of a
+   tool (`withheld`) also keeps the tool out of the tools offered to the model; a call of it
+   anyway is denied here.
 3. An ask rule matches: ask, in every mode (sandboxed bash and `bypass` included).
    A tool that needs confirmation (`tool_meta(t).confirm`; docs/tools.md "Tool metadata"):
    allow in `bypass` mode; deny in `plan` mode unless it is read-only; else ask, every call.
@@ -45,6 +47,7 @@ from keel.permissions.rules import (
     FILE_TOOLS,
     READ_FAMILY,
     Rule,
+    covers_every_call,
     covers_path,
     covers_tool,
     matches,
@@ -335,6 +338,15 @@ class PermissionGate:
             return None
         raw = str(args.get(WRITE_TOOLS[tool], ""))
         return refuse_write(raw, self.cwd, self.root, self.extra_roots)
+
+    def withheld(self, tool: str) -> Rule | None:
+        """The deny rule that takes in every call of `tool` (`Bash`, `Bash(*)`, `mcp__server`;
+        `rules.covers_every_call`), if any: the one answer to "is this tool wholly denied".
+        Such a tool is not offered to the model (`keel.tools.profile`); a call of it anyway (a
+        salvaged text call, a made-up one) is refused at step 2 like every denied call."""
+        return next(
+            (r for r in self.rules if r.effect == "deny" and covers_every_call(r, tool)), None
+        )
 
     def deny_rule(self, tool: str, args: dict[str, Any]) -> Rule | None:
         """The deny rule that forbids this call, if any (nothing is recorded or asked)."""

@@ -20,7 +20,10 @@ matches. Rules are written in keel's spelling or Claude Code's (`bash(...)` or `
   out of every result that would quote it (`PermissionGate.content_denied`).
 - `web_fetch(domain:example.com)`: the domain and its subdomains.
 - `mcp__server` and `mcp__server__*`: every tool of that MCP server; `mcp__server__tool` one.
-- A bare tool name matches every call of that tool (or family).
+- A bare tool name matches every call of that tool (or family); so does a deny or ask rule whose
+  pattern is `*` or `**` alone (`Bash(*)`, `Read(**)`: Claude Code's spelling of the same).
+  A deny rule that takes in every call of a tool (`covers_every_call`) also keeps the tool out
+  of the tools offered to the model (`PermissionGate.withheld`).
 
 Nothing here decides; `keel.permissions.gate` applies rules in the documented order.
 """
@@ -53,6 +56,9 @@ FILE_TOOLS = {
 }
 WRITE_FAMILY = frozenset({"write", "edit", "multi_edit"})
 READ_FAMILY = frozenset({"read", "grep", "glob", "ls"})
+
+#: Patterns that stand for every call of their tool in a deny or ask rule (`Bash(*)` is `Bash`).
+EVERY_CALL = frozenset({"*", "**"})
 
 _RULE = re.compile(r"^(?P<tool>[A-Za-z0-9_.*-]+)(?:\((?P<pattern>.*)\))?$", re.DOTALL)
 
@@ -215,7 +221,7 @@ def covers_path(rule: Rule, target: Path, root: Path) -> bool:
     """Whether a file tool's rule takes in `target` (`target_path`), `root` resolved: a rule
     without a pattern covers every path; one whose pattern cannot be applied fails closed (a
     deny or ask rule covers every path, an allow rule none)."""
-    if rule.pattern is None:
+    if rule.pattern is None or _unlimited(rule):
         return True
     if rule.problem:
         return rule.effect != "allow"
@@ -239,12 +245,24 @@ def covers_tool(rule: Rule, tool: str) -> bool:
     return rule.tool == "read" and tool in READ_FAMILY
 
 
+def covers_every_call(rule: Rule, tool: str) -> bool:
+    """Whether `rule` takes in every call of `tool`, whatever its arguments: a bare name (`Bash`,
+    `Read` for the whole read family, `mcp__server` for every tool of that server), or a deny or
+    ask rule whose pattern is `*` or `**` alone. `matches` is true for every such call."""
+    return covers_tool(rule, tool) and _unlimited(rule)
+
+
+def _unlimited(rule: Rule) -> bool:
+    """The rule's pattern, if any, narrows nothing (`*` or `**` in a deny or ask rule)."""
+    return rule.pattern is None or (rule.effect != "allow" and rule.pattern in EVERY_CALL)
+
+
 def matches(rule: Rule, tool: str, args: dict[str, Any], root: Path, cwd: Path) -> bool:
     """Whether `rule` covers this call (for deny and ask rules of bash, every command the line
     could start counts, substitutions included)."""
     if not covers_tool(rule, tool):
         return False
-    if rule.pattern is None:
+    if rule.pattern is None or covers_every_call(rule, tool):
         return True
     if tool == "bash":
         command = str(args.get("command", ""))
