@@ -6,7 +6,11 @@ C-accelerated HTTP parser costs about half of httpx's CPU per streamed request (
 bench_http_clients.py). This module owns only the transport's shape: the session (pool size,
 keep-alive, TLS context, connect and stall timeouts, no redirects, the same default headers the
 httpx path sends) and the mapping of aiohttp's exceptions to keel's errors. It must never be
-imported before the first model call (aiohttp's import costs ~90 ms); nothing here retries.
+imported before the first model call (aiohttp's import costs ~90 ms).
+
+It retries one thing only, below keel's retry policy: a request sent on a kept-alive connection
+that the server had already closed (`post`). That request never reached the server, so sending
+it again on another connection is safe for a POST too, and it is not a failed attempt.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -27,6 +32,9 @@ KEEPALIVE_SECONDS = 5.0
 
 #: aiohttp's exceptions that are failures of the transport (what httpx.HTTPError is there).
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError,)
+#: Kept-alive connections a request may find closed, one after another, before it gives up: a
+#: pool holds few idle connections to one server, and each failure discards one.
+STALE_ATTEMPTS = 4
 
 
 @functools.cache
@@ -80,14 +88,57 @@ def open_session(
         headers=default_headers(),
         trust_env=False,  # proxies never reach here; certificates come from ssl_context
         auto_decompress=True,
+        trace_configs=[_reuse_tracing()],
     )
+
+
+class _Attempt:
+    """One send of a request: whether it went out on a connection taken from the pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+@functools.cache
+def _reuse_tracing() -> aiohttp.TraceConfig:
+    """Tells each request's `_Attempt` when aiohttp hands it a kept-alive connection."""
+
+    async def reused(_session: object, context: SimpleNamespace, _params: object) -> None:
+        attempt = context.trace_request_ctx
+        if isinstance(attempt, _Attempt):
+            attempt.reused = True
+
+    config = aiohttp.TraceConfig()
+    config.on_connection_reuseconn.append(reused)
+    return config
 
 
 async def post(
     session: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str]
 ) -> aiohttp.ClientResponse:
     """Send one POST and return the response once its head has arrived (no redirects: httpx
-    follows none either)."""
+    follows none either).
+
+    A send that fails on a kept-alive connection before any response (the write fails, or the
+    connection ends before a status line) found a connection the server had closed while it
+    sat in the pool: llama.cpp's server closes every connection after a streamed response
+    without saying so, and a request sent before the client noticed goes nowhere. It is sent
+    again on another connection; a failure on a new connection is the caller's."""
+    for _ in range(STALE_ATTEMPTS):
+        attempt = _Attempt()
+        try:
+            return await session.post(
+                url,
+                data=body,
+                headers=dict(headers),
+                allow_redirects=False,
+                trace_request_ctx=attempt,
+            )
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if not attempt.reused:
+                raise
     return await session.post(url, data=body, headers=dict(headers), allow_redirects=False)
 
 
