@@ -45,12 +45,15 @@ class Notice:
 @frozen
 class Done:
     """The end of a response. `window` is the context window the server reported for the model
-    (a local server knows the window it loaded; 0 means the catalog's stands)."""
+    (a local server knows the window it loaded; 0 means the catalog's stands). `unrun_calls`
+    says why each piece of the text that looks like a tool call was not run (`keel.llm.salvage`:
+    an unknown tool, arguments that do not parse); the loop answers them (`tool_call_text`)."""
 
     message: Message
     usage: Usage
     stop_reason: StopReason
     window: int = 0
+    unrun_calls: tuple[str, ...] = ()
 
 
 StreamEvent: TypeAlias = TextDelta | ThinkingDelta | ToolUseStart | ToolUseDelta | Notice | Done

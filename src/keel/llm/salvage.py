@@ -1,12 +1,27 @@
-"""Tool calls that local models write as text, turned into real calls.
+"""Tool calls that local models write as text, turned into real calls, and the ones keel did not run.
 
 Small local models often answer a tool-calling prompt with the markup their chat template would
-have parsed (`<tool_call>{"name": …, "arguments": …}</tool_call>`, `<function_call>…`, or the
-XML form `<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>`)
-instead of the server's structured field. This module hides that markup while the reply streams,
-and at the end turns each piece that names a tool the request offered into a `ToolUse`, with a
-`Notice` saying so. Markup that does not parse, or names a tool the request did not offer, stays in
-the text as the model wrote it.
+have parsed instead of the server's structured field (docs/providers.md lists what is read):
+
+- tags, anywhere in the reply: `<tool_call>`, `<tool_calls>`, `<function_call>`, `<tools>` holding
+  one or several JSON call objects (one per line, or an array), `<function=NAME>` with
+  `<parameter=KEY>` children or a JSON object, `<function>{json}</function>`, and
+  `<function><name>NAME</name><arguments>{json}</arguments></function>`;
+- JSON outside tags: fenced (```` ```json ````) or bare objects `{"name": TOOL, "arguments" |
+  "parameters" | "input": {…}}`, several of them, or an array of them.
+
+Tags are the template's own call syntax, so they are read wherever they are and hidden while the
+reply streams. JSON outside tags is also how a model *shows* a call while explaining one, so it
+runs only when the reply is a call: the JSON calls end the reply (nothing but white space after
+them) and the prose around them is at most `LEAD_LIMIT` characters. A reply that goes on talking
+after the JSON, or leads up to it at length, is taken as talking about a call: nothing runs and
+nothing is reported.
+
+Each piece (a tagged block, a fenced block, a bare JSON value) runs whole or not at all: every call
+in it must name a tool the request offered, with arguments that are a JSON object holding the
+tool's required properties. A piece that looks like a call but fails that stays in the text, and
+why is reported: a `Notice`, and `Done.unrun_calls` for the loop (its `tool_call_text` setting
+decides what follows).
 
 It must never invent a call the request did not offer a tool for.
 """
@@ -14,25 +29,146 @@ It must never invent a call the request did not offer a tool for.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from keel.llm.events import Done, Notice, StreamEvent, TextDelta
 from keel.llm.messages import Block, Message, Text, ToolUse, new_call_id
 from keel.llm.provider import Provider
 from keel.llm.request import Request, ToolSpec
 
+Call: TypeAlias = tuple[str, dict[str, Any]]
+#: A piece of markup's calls, or why it is not run.
+Outcome: TypeAlias = list[Call] | str
+
 #: Opening tag → closing tag.
 TAGS: Final[Mapping[str, str]] = {
     "<tool_call>": "</tool_call>",
+    "<tool_calls>": "</tool_calls>",
     "<function_call>": "</function_call>",
+    "<tools>": "</tools>",
+    "<function>": "</function>",
+    "<function=": "</function>",
 }
+#: Keys of a call object that may hold its arguments, in the order they are looked for.
+ARGUMENT_KEYS: Final = ("arguments", "parameters", "input")
+#: The most prose (characters, white space aside) a reply may hold besides JSON calls outside
+#: tags for them to run.
+LEAD_LIMIT: Final = 500
+
 _XML_CALL: Final = re.compile(r"<function=([\w.\-]+)>(.*?)</function>", re.DOTALL)
 _XML_PARAM: Final = re.compile(r"<parameter=([\w.\-]+)>(.*?)</parameter>", re.DOTALL)
+_NAMED_CALL: Final = re.compile(
+    r"<function>\s*<name>\s*([\w.\-]+)\s*</name>\s*"
+    r"(?:<(arguments|parameters)>(.*?)</\2>\s*)?</function>",
+    re.DOTALL,
+)
+#: `<function>NAME</function>` followed by the arguments as JSON (inside a `<tool_call>`).
+_NAME_THEN_JSON: Final = re.compile(r"<function>\s*([\w.\-]+)\s*</function>\s*(\{.*\})", re.DOTALL)
+_ELEMENT: Final = re.compile(r"<([\w.\-]+)>(.*?)</\1>", re.DOTALL)
+_FUNCTIONS: Final = re.compile(r"<function[=>].*?</function>", re.DOTALL)
+_FENCE: Final = re.compile(r"```[ \t]*([\w-]*)[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL)
+_FENCE_LANGS: Final = frozenset({"", "json", "jsonc", "json5", "tool_call", "tool_code", "tools"})
+#: Where bare JSON may start: at the start of a line (after Llama's `<|python_tag|>`, if any).
+_LINE_JSON: Final = re.compile(r"^[ \t]*(?:<\|python_tag\|>)?[ \t]*([\[{])", re.MULTILINE)
+#: Special tokens a server may leave in the text (`<|eot_id|>`); not prose.
+_SPECIAL: Final = re.compile(r"<\|[\w]+\|>")
+_PARTIAL_CLOSING: Final = re.compile(r"</[\w\-]*>?\s*$")
+_CLOSINGS: Final = frozenset(TAGS.values())
+_SEPARATORS: Final = " \t\r\n,;"
+_DECODER: Final = json.JSONDecoder()
 _NOT_STRINGS: Final = frozenset({"integer", "number", "boolean", "object", "array"})
+
+
+# -- one call -------------------------------------------------------------------------------------
+
+
+def _checked(name: str, arguments: Any, tools: Mapping[str, ToolSpec]) -> Call | str:
+    """`(name, arguments)` when they make a call to an offered tool; else why not."""
+    spec = tools.get(name)
+    if spec is None:
+        return f"{name} is not one of the offered tools"
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return f"the arguments of {name} are not valid JSON"
+    if not isinstance(arguments, dict):
+        return f"the arguments of {name} are not a JSON object"
+    missing = [key for key in spec.input_schema.get("required") or () if key not in arguments]
+    if missing:
+        return f"{name} lacks its required argument(s) {', '.join(missing)}"
+    return spec.name, arguments
+
+
+def _call_shaped(value: Any, *, tagged: bool) -> bool:
+    """An object naming a tool and its arguments. Inside tags the arguments may be left out (a
+    tool without parameters); outside they must be there, or it is just JSON."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
+        return False
+    if _definition(value):
+        return False
+    return tagged or any(key in value for key in ARGUMENT_KEYS)
+
+
+def _definition(value: Mapping[str, Any]) -> bool:
+    """A tool's definition echoed back (a description and a JSON schema), not a call."""
+    schema = value.get("parameters")
+    return (
+        "description" in value
+        and isinstance(schema, dict)
+        and schema.get("type") == "object"
+        and "properties" in schema
+    )
+
+
+def _object_call(value: Mapping[str, Any], tools: Mapping[str, ToolSpec]) -> Call | str:
+    key = next((k for k in ARGUMENT_KEYS if k in value), None)
+    return _checked(value["name"], value[key] if key else {}, tools)
+
+
+def _all_or_nothing(results: list[Call | str]) -> Outcome:
+    """The calls of one piece, or why the piece is not run (each problem once)."""
+    problems = [r for r in results if isinstance(r, str)]
+    if problems:
+        return "; ".join(dict.fromkeys(problems))
+    return [r for r in results if not isinstance(r, str)]
+
+
+# -- JSON values ----------------------------------------------------------------------------------
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """The JSON values `text` holds one after another (white space, commas or semicolons
+    between), arrays flattened; None when anything else is in it."""
+    values: list[Any] = []
+    at, end = 0, len(text)
+    while True:
+        while at < end and text[at] in _SEPARATORS:
+            at += 1
+        if text.startswith("<|python_tag|>", at):
+            at += len("<|python_tag|>")
+            continue
+        if at >= end:
+            return values or None
+        try:
+            value, at = _DECODER.raw_decode(text, at)
+        except ValueError:
+            return None
+        values.extend(value if isinstance(value, list) else [value])
+
+
+def _unfence(text: str) -> str:
+    """`text` without a Markdown fence around it (a model may fence JSON inside a tag)."""
+    match = _FENCE.fullmatch(text.strip())
+    return match.group(2) if match else text
+
+
+# -- tagged markup --------------------------------------------------------------------------------
 
 
 def _xml_value(raw: str, schema: Mapping[str, Any]) -> Any:
@@ -44,43 +180,77 @@ def _xml_value(raw: str, schema: Mapping[str, Any]) -> Any:
     return value
 
 
-def parse_call(body: str, tools: Mapping[str, ToolSpec]) -> tuple[str, dict[str, Any]] | None:
-    """`(name, arguments)` of one piece of call markup (what is between the tags), or None when
-    it does not parse or names a tool that was not offered."""
-    body = body.strip()
-    xml = _XML_CALL.fullmatch(body)
-    if xml is not None:
-        spec = tools.get(xml.group(1))
-        if spec is None:
-            return None
-        properties = spec.input_schema.get("properties") or {}
-        params = {
-            key: _xml_value(value, properties.get(key) or {})
-            for key, value in _XML_PARAM.findall(xml.group(2))
-        }
-        return spec.name, params
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("name") not in tools:
-        return None
-    arguments = data.get("arguments", data.get("parameters", {}))
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return None
-    return (str(data["name"]), arguments) if isinstance(arguments, dict) else None
+def _xml_arguments(name: str, body: str, tools: Mapping[str, ToolSpec]) -> dict[str, Any] | str:
+    """Arguments written as child elements (`<parameter=KEY>v</parameter>` or `<KEY>v</KEY>`),
+    typed by the tool's schema."""
+    spec = tools.get(name)
+    properties = (spec.input_schema.get("properties") or {}) if spec else {}
+    pairs = _XML_PARAM.findall(body) or _ELEMENT.findall(body)
+    return {key: _xml_value(value, properties.get(key) or {}) for key, value in pairs}
+
+
+def _function(element: str, tools: Mapping[str, ToolSpec]) -> Outcome:
+    """One `<function…>…</function>` element."""
+    if (match := _XML_CALL.fullmatch(element)) is not None:
+        name, inner = match.group(1), match.group(2).strip()
+        if inner.startswith("{"):
+            return _all_or_nothing([_checked(name, inner, tools)])
+        return _all_or_nothing([_checked(name, _xml_arguments(name, inner, tools), tools)])
+    if (match := _NAMED_CALL.fullmatch(element)) is not None:
+        name, inner = match.group(1), (match.group(3) or "").strip()
+        if inner and not inner.startswith("{"):
+            return _all_or_nothing([_checked(name, _xml_arguments(name, inner, tools), tools)])
+        return _all_or_nothing([_checked(name, inner, tools)])
+    return _json_body(element.removeprefix("<function>").removesuffix("</function>"), tools)
+
+
+def _json_body(body: str, tools: Mapping[str, ToolSpec]) -> Outcome:
+    values = _json_values(_unfence(body))
+    if values is None or not all(_call_shaped(v, tagged=True) for v in values):
+        return "it is not JSON naming a tool and its arguments"
+    return _all_or_nothing([_object_call(v, tools) for v in values])
+
+
+def parse_markup(markup: str, tools: Mapping[str, ToolSpec]) -> Outcome:
+    """The calls one piece of tagged markup (opening tag to closing tag) makes, or why not."""
+    opening = max((t for t in TAGS if markup.startswith(t)), key=len)
+    if opening in ("<function>", "<function="):
+        outcome = _function(markup, tools)
+    else:
+        body = markup[len(opening) :].removesuffix(TAGS[opening]).strip()
+        outcome = _tagged_body(body, tools)
+    if isinstance(outcome, str):
+        return f"a {opening.rstrip('=>')}> block was not run: {outcome}"
+    return outcome
+
+
+def _tagged_body(body: str, tools: Mapping[str, ToolSpec]) -> Outcome:
+    """What is inside `<tool_call>`, `<tools>`…: JSON call objects or `<function…>` elements."""
+    if not body.startswith("<function"):
+        return _json_body(body, tools)
+    if (match := _NAME_THEN_JSON.fullmatch(body)) is not None:
+        return _all_or_nothing([_checked(match.group(1), match.group(2), tools)])
+    elements = _FUNCTIONS.findall(body)
+    if not elements or _FUNCTIONS.sub("", body).strip():
+        return "its <function> markup does not parse"
+    results: list[Call] = []
+    for element in elements:
+        outcome = _function(element, tools)
+        if isinstance(outcome, str):
+            return outcome
+        results.extend(outcome)
+    return results
 
 
 @dataclass
 class MarkupFilter:
     """Splits streamed text into what may be shown and the calls hidden in it. Text that could be
-    the start of a tag is held back until the next piece decides it."""
+    the start of a tag is held back until the next piece decides it. `problems` says why tagged
+    markup that was not a call was left in the text."""
 
     tools: Mapping[str, ToolSpec]
-    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
     _held: str = ""
     _closing: str = ""
 
@@ -95,6 +265,7 @@ class MarkupFilter:
                     break
                 end += len(self._closing)
                 markup, buffer = buffer[:end], buffer[end:]
+                self._closing = ""
                 shown.append(self._settle(markup))
                 continue
             start, tag = min(((buffer.find(t), t) for t in TAGS if t in buffer), default=(-1, ""))
@@ -110,19 +281,35 @@ class MarkupFilter:
         return "".join(shown)
 
     def flush(self) -> str:
-        """Whatever was held back at the end of the reply (an unclosed tag stays text)."""
-        held, self._held, self._closing = self._held, "", ""
+        """Whatever was held back at the end of the reply. A tag the reply left open (a small
+        model may stop before the closing tag, or misspell it) is read as if closed; if that is
+        not a call it stays text, unreported (a reply cut short is reported as such)."""
+        held, closing = self._held, self._closing
+        self._held = self._closing = ""
+        if closing:
+            outcome = parse_markup(_closed(held, closing), self.tools)
+            if not isinstance(outcome, str):
+                self.calls.extend(outcome)
+                return ""
         return held
 
     def _settle(self, markup: str) -> str:
         """Hide a complete piece of markup that is a call; give back any other."""
-        opening = next(t for t, c in TAGS.items() if c == self._closing)
-        self._closing = ""
-        call = parse_call(markup[len(opening) : -len(TAGS[opening])], self.tools)
-        if call is None:
+        outcome = parse_markup(markup, self.tools)
+        if isinstance(outcome, str):
+            self.problems.append(outcome)
             return markup
-        self.calls.append(call)
+        self.calls.extend(outcome)
         return ""
+
+
+def _closed(markup: str, closing: str) -> str:
+    """Markup the reply left open, closed: a misspelt or unfinished closing tag (`</tool` for
+    `</tools>`) is replaced."""
+    end = _PARTIAL_CLOSING.search(markup)
+    if end is not None and any(c.startswith(end.group().strip().rstrip(">")) for c in _CLOSINGS):
+        markup = markup[: end.start()]
+    return markup + closing
 
 
 def _partial_tag(text: str) -> int:
@@ -134,21 +321,147 @@ def _partial_tag(text: str) -> int:
     return 0
 
 
+# -- JSON outside tags ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Piece:
+    """A span of the reply that holds nothing but call-shaped JSON."""
+
+    start: int
+    end: int
+    values: list[dict[str, Any]]
+
+
+def _call_objects(value: Any) -> list[dict[str, Any]] | None:
+    """The call objects a JSON value is (one, or an array of them); None for any other value."""
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(_call_shaped(v, tagged=False) for v in values):
+        return None
+    return values
+
+
+def _calls_only(text: str) -> list[dict[str, Any]] | None:
+    values = _json_values(text)
+    return None if values is None else _call_objects(values)
+
+
+def _fenced(text: str) -> tuple[list[_Piece], list[tuple[int, int]]]:
+    """Fenced blocks holding only call objects, and the spans of every fenced block."""
+    pieces: list[_Piece] = []
+    spans: list[tuple[int, int]] = []
+    for match in _FENCE.finditer(text):
+        spans.append(match.span())
+        if match.group(1).lower() in _FENCE_LANGS:
+            values = _calls_only(match.group(2))
+            if values is not None:
+                pieces.append(_Piece(match.start(), match.end(), values))
+    return pieces, spans
+
+
+def _bare(text: str, fences: list[tuple[int, int]]) -> list[_Piece]:
+    """Runs of call objects that start a line outside fenced blocks: `{…}`, `[…]`, or several
+    objects with white space, commas or semicolons between."""
+    pieces: list[_Piece] = []
+    after = 0
+    for match in _LINE_JSON.finditer(text):
+        start = match.start(1)
+        if start < after or any(a <= start < b for a, b in fences):
+            continue
+        end, values = _run_of_calls(text, start)
+        if values:
+            pieces.append(_Piece(match.start(), end, values))
+            after = end
+    return pieces
+
+
+def _run_of_calls(text: str, start: int) -> tuple[int, list[dict[str, Any]]]:
+    """Where the call objects from `start` on end, and what they are."""
+    values: list[dict[str, Any]] = []
+    end = at = start
+    while True:
+        try:
+            value, at = _DECODER.raw_decode(text, at)
+        except ValueError:
+            break
+        found = _call_objects(value)
+        if found is None:
+            break
+        values.extend(found)
+        end = at
+        while at < len(text) and text[at] in _SEPARATORS:
+            at += 1
+        at = at + len("<|python_tag|>") if text.startswith("<|python_tag|>", at) else at
+        if not text.startswith(("{", "["), at):
+            break
+    return end, values
+
+
+def _prose(text: str) -> str:
+    return _SPECIAL.sub("", text).strip()
+
+
+def json_calls(text: str, tools: Mapping[str, ToolSpec]) -> tuple[str, list[Call], list[str]]:
+    """Calls written as JSON outside tags: `text` without the pieces that run, their calls, and
+    why pieces that look like calls were not run. Nothing at all unless the reply is a call
+    (the module's docstring)."""
+    fenced, spans = _fenced(text)
+    pieces = sorted(fenced + _bare(text, spans), key=lambda p: p.start)
+    if not pieces:
+        return text, [], []
+    gaps = [text[: pieces[0].start]]
+    gaps += [text[a.end : b.start] for a, b in itertools.pairwise(pieces)]
+    if _prose(text[pieces[-1].end :]) or sum(len(_prose(g)) for g in gaps) > LEAD_LIMIT:
+        return text, [], []
+    calls: list[Call] = []
+    problems: list[str] = []
+    kept: list[str] = []
+    at = 0
+    for piece in pieces:
+        outcome = _all_or_nothing([_object_call(v, tools) for v in piece.values])
+        if isinstance(outcome, str):
+            problems.append(f"JSON naming a tool was not run: {outcome}")
+            continue
+        calls.extend(outcome)
+        kept.append(text[at : piece.start])
+        at = piece.end
+    kept.append(text[at:])
+    clean = "".join(kept)
+    return (_SPECIAL.sub("", clean) if calls else clean), calls, problems
+
+
+# -- a whole reply --------------------------------------------------------------------------------
+
+
 def salvage(
-    text: str, tools: Mapping[str, ToolSpec]
-) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
-    """`text` without the markup of the calls found in it, and those calls."""
+    text: str, tools: Mapping[str, ToolSpec], *, json_too: bool = True
+) -> tuple[str, list[Call], list[str]]:
+    """`text` without the markup of the calls found in it, those calls, and why markup that looks
+    like a call was not run. `json_too`: also JSON outside tags (not when the reply already made
+    structured calls: then its text is talk)."""
     found = MarkupFilter(tools)
     clean = found.feed(text) + found.flush()
-    return clean, found.calls
+    calls, problems = found.calls, found.problems
+    if json_too:
+        clean, more, unrun = json_calls(clean, tools)
+        calls, problems = calls + more, problems + unrun
+    return clean, calls, problems
 
 
-def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, Notice | None]:
-    """`done` with the calls written in its text made real, and the notice to give."""
+def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, list[Notice]]:
+    """`done` with the calls written in its text made real (and the ones not run named in
+    `unrun_calls`), and the notices to give."""
     text = "".join(b.text for b in done.message.blocks if isinstance(b, Text))
-    clean, calls = salvage(text, tools)
+    structured = bool(done.message.tool_uses)
+    clean, calls, problems = salvage(text, tools, json_too=not structured)
+    notices: list[Notice] = []
+    if problems:
+        done = replace(done, unrun_calls=tuple(problems))
+        notices.append(
+            Notice(f"a tool call written as text was not run: {'; '.join(problems)}", "warning")
+        )
     if not calls:
-        return done, None
+        return done, notices
     blocks: list[Block] = []
     for block in done.message.blocks:
         if not isinstance(block, Text):
@@ -159,8 +472,10 @@ def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, Noti
     message = Message("assistant", tuple(blocks), done.message.provider, done.message.model)
     stop = "tool_use" if done.stop_reason in ("end_turn", "stop_sequence") else done.stop_reason
     names = ", ".join(name for name, _ in calls)
-    notice = Notice(f"the model wrote {len(calls)} tool call(s) as text ({names}); running them")
-    return replace(done, message=message, stop_reason=stop), notice
+    notices.insert(
+        0, Notice(f"the model wrote {len(calls)} tool call(s) as text ({names}); running them")
+    )
+    return replace(done, message=message, stop_reason=stop), notices
 
 
 class SalvagingProvider:
@@ -189,8 +504,8 @@ class SalvagingProvider:
                     rest = markup.flush()
                     if rest:
                         yield TextDelta(rest)
-                    done, notice = salvaged_done(event, tools)
-                    if notice is not None:
+                    done, notices = salvaged_done(event, tools)
+                    for notice in notices:
                         yield notice
                     yield done
                 else:
