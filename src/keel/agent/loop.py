@@ -63,7 +63,7 @@ from keel.llm.errors import APIError, ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider, model_info
-from keel.llm.request import Effort, Request, WebSearchOptions
+from keel.llm.request import Effort, Request, ToolSpec, WebSearchOptions
 from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate, PermissionReply
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
@@ -72,6 +72,7 @@ from keel.session.store import SessionLog, new_session_id
 from keel.startup import resume_gc
 from keel.tools.background import BackgroundTask, BackgroundTasks
 from keel.tools.base import Tool, ToolContext
+from keel.tools.profile import ToolProfile, chosen, offered
 from keel.tools.registry import Registry
 
 if TYPE_CHECKING:
@@ -262,7 +263,10 @@ class Agent:
         #: More system-prompt sections (the skills and memory indexes), fixed per context.
         self.extra_sections: list[str] = []
         self._system: str | None = None
-        self._tool_specs = self.registry.specs()
+        #: The tool profile (`tools.profile`: full, compact, or auto by the window), read with
+        #: the window when a context's tools are chosen (`offer`).
+        self.tool_profile: ToolProfile = "auto"
+        self._offered: tuple[tuple[ToolSpec, ...], WebSearchOptions | None] | None = None
         self._notes: list[str] = []
         self._resume_notes: list[str] = []
         #: The permission mode the model last heard of, and whether the user changed it since.
@@ -393,7 +397,10 @@ class Agent:
         return self.conversation.messages
 
     def fingerprint(self) -> Fingerprint:
-        specs = [[s.name, s.description, s.input_schema] for s in self._tool_specs]
+        # What the context offers, or would offer if it started now (not fixed here: a window
+        # learnt before the first request still chooses the profile).
+        offer = self._offered or self._offer_now()
+        specs = [[s.name, s.description, s.input_schema] for s in offer[0]]
         tools = json.dumps(specs, sort_keys=True)
         return Fingerprint(
             provider=self.provider.name,
@@ -469,7 +476,28 @@ class Agent:
         so add them before the first prompt: later additions change the cached prefix."""
         for t in tools:
             self.registry.add(t)
-        self._tool_specs = self.registry.specs()
+        self._offered = None
+
+    def offer(self) -> tuple[tuple[ToolSpec, ...], WebSearchOptions | None]:
+        """What the context offers the model besides its messages: the tool definitions and the
+        provider's web search. Chosen at the context's first request (`keel.tools.profile`: the
+        profile, the window the model is known to have by then, and the deny rules that
+        withhold whole tools), then fixed: they open every request. A deny rule added later is
+        applied by the gate at once, and to the tools offered from the next fresh context."""
+        if self._offered is None:
+            self._offered = self._offer_now()
+        return self._offered
+
+    def _offer_now(self) -> tuple[tuple[ToolSpec, ...], WebSearchOptions | None]:
+        profile = chosen(self.tool_profile, self.info.window)
+        gate = self.gate if isinstance(self.gate, PermissionGate) else None
+        specs = offered(
+            self.registry,
+            profile,
+            withheld=gate.withheld if gate is not None else lambda name: None,
+            plan_mode=gate is not None and gate.mode == "plan",
+        )
+        return specs, self.web_search if profile == "full" else None
 
     def add_note(self, text: str) -> None:
         """Queue a note for the model; it is prepended to the next user message."""
@@ -1138,12 +1166,13 @@ class Agent:
             self._close_pending(NOT_RUN_SUMMARIZED)
             mid_turn = True
         before = self._context_tokens()
+        tools, web_search = self.offer()
         request = Request(
             model=self.model,
             system=self.system,
             messages=compaction_messages(self.messages, instructions),
-            tools=self._tool_specs,
-            web_search=self.web_search,
+            tools=tools,
+            web_search=web_search,
             max_tokens=summary_cap(self.info.window, self.info.request_max_tokens),
             cache_key=self.session_id,
         )
@@ -1237,12 +1266,13 @@ class Agent:
         return budget
 
     def _request(self) -> Request:
+        tools, web_search = self.offer()
         return Request(
             model=self.model,
             system=self.system,
             messages=tuple(self.conversation.messages),
-            tools=self._tool_specs,
-            web_search=self.web_search,
+            tools=tools,
+            web_search=web_search,
             max_tokens=self.info.request_max_tokens,
             effort=self.effort,
             cache_key=self.session_id,

@@ -546,6 +546,7 @@ class Subagents:
         )
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
+        child.tool_profile = parent.tool_profile  # its own window decides `auto`
         if kind.model is None and kind.allows("web_search"):
             # The parent's provider and model, so the same server-side search (or none).
             child.web_search = parent.web_search

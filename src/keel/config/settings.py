@@ -34,7 +34,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keel.config.intake import Intake, intake_for
 from keel.config.intake import user_config_dir as user_config_dir  # re-exported
@@ -44,6 +44,9 @@ from keel.llm.catalog import ModelInfo
 from keel.llm.presets import PRESETS, WIRES
 from keel.llm.provider import ProviderConfig
 from keel.llm.request import Effort, Sampling
+
+if TYPE_CHECKING:
+    from keel.tools.profile import ToolProfile
 
 KNOWN_KEYS = frozenset(
     {
@@ -80,6 +83,8 @@ KNOWN_KEYS = frozenset(
         "knowledge",
         # Memory notes (keel.memory): on by default; a project file may only turn it off.
         "memory",
+        # The tools offered to the model (keel.tools.profile): `{"profile": ...}`.
+        "tools",
         # Claude Code plugins (keel.plugins): which are on, and where else to find them.
         "enabledPlugins",
         "extraKnownMarketplaces",
@@ -247,6 +252,8 @@ class Settings:
     additional_dirs: list[tuple[Path, str]] = field(default_factory=list)
     default_mode: str | None = None
     auto_compact: bool = True
+    #: `tools.profile`: full, compact, or auto (compact for a small window; keel.tools.profile).
+    tool_profile: ToolProfile = "auto"
     #: The provider's own web search (`web_search`: true/false, or an object with `enabled`,
     #: `max_uses`, `allowed_domains`, `blocked_domains`); on where the provider has one.
     web_search: bool = True
@@ -418,7 +425,7 @@ class _Merge:
                 self.fallbacks(value, where)
             elif key == "permissions":
                 self.permissions(value, where)
-            elif key in ("sandbox", "knowledge", "memory"):  # sections with a method of their name
+            elif key in ("sandbox", "knowledge", "memory", "tools"):  # a method of its name
                 getattr(self, key)(value, where)
             elif key == "web_search":
                 self._web_search(value, where)
@@ -620,6 +627,22 @@ class _Merge:
             self.w.append(f"{where}: backend nats needs a url (nats://host:4222); using files")
             changes["backend"] = "files"
         self.settings.memory = dataclasses.replace(m, **changes)
+
+    def tools(self, value: Any, where: str) -> None:
+        """`tools`: `{"profile": "full" | "compact" | "auto"}`, any file (a profile offers fewer
+        or more tools, never widens what they may do)."""
+        from keel.tools.profile import PROFILES
+
+        if not isinstance(value, dict):
+            self.w.append(f'{where} must be an object like {{"profile": "compact"}}; ignored')
+            return
+        for k, v in value.items():
+            if k != "profile":
+                self.w.append(f"{where}.{k}: unknown key skipped (known: profile)")
+            elif (profile := next((p for p in PROFILES if p == v), None)) is None:
+                self.w.append(f"{where}.profile must be {', '.join(PROFILES)}; ignored")
+            else:
+                self.settings.tool_profile = profile
 
     def knowledge(self, value: Any, where: str) -> None:
         """`knowledge`: `false`, or `{"enabled", "embeddings": {"url", "model", "api_key_env"}}`.
