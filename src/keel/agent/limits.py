@@ -93,3 +93,20 @@ def check_budget(limits: Limits, spend: Spend) -> BudgetCheck:
                 )
             )
     return BudgetCheck(exhausted, tuple(warnings))
+
+
+#: The least `max_tokens` a request asks for, however full the window: when even that does not
+#: fit, the server says the prompt is too long, and overflow recovery takes over.
+MIN_OUTPUT_TOKENS = 512
+#: Kept free beside an estimated context, as a share of it: estimates count 4 characters a
+#: token, and tokenizers find more tokens than that in code.
+ESTIMATE_MARGIN = 0.1
+
+
+def output_budget(window: int, context: int, max_output: int) -> int:
+    """`max_tokens` for a request holding about `context` tokens: what the model may write
+    (`max_output`), but no more than the window leaves after the context and a margin, and never
+    below `MIN_OUTPUT_TOKENS` (nor above `max_output`). A 4k window with 3k of context asks for
+    about 800 tokens, not the 16k an unknown model may write; a large window changes nothing."""
+    room = window - context - int(context * ESTIMATE_MARGIN)
+    return max(min(MIN_OUTPUT_TOKENS, max_output), min(max_output, room))

@@ -16,13 +16,14 @@ import json
 import os
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, assert_never
 
 from keel.agent.compaction import (
+    CHARS_PER_TOKEN,
     MIN_MESSAGES,
     THRESHOLD,
     compacted_message,
@@ -48,7 +49,7 @@ from keel.agent.events import (
     UsageUpdated,
 )
 from keel.agent.instruction_notes import InstructionNotes
-from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget
+from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget, output_budget
 from keel.agent.output_styles import OutputStyle, base_prompt, style_section
 from keel.agent.prompt import build_system_prompt, git_root, part_hashes, short_hash
 from keel.agent.questions import QuestionReply, Questions
@@ -62,7 +63,7 @@ from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_wind
 from keel.llm.errors import APIError, ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
-from keel.llm.provider import Provider, make_provider, model_info
+from keel.llm.provider import Provider, make_provider, model_facts, model_info
 from keel.llm.request import Effort, Request, ToolSpec, WebSearchOptions
 from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate, PermissionReply
 from keel.session.fold import PendingBatch, SessionState
@@ -307,6 +308,7 @@ class Agent:
         #: PreCompact hooks: called with (trigger, instructions) before a compaction.
         self.pre_compact: list[Callable[[str, str], Awaitable[None]]] = []
         self._last_context = 0  # tokens in the context after the last response
+        self._model_asked = False  # whether the provider was asked what it serves the model with
         self._context_mark = 0  # messages up to here are counted in _last_context
         self._compaction_failed = False
         self._just_compacted = False  # no model reply since the last compaction
@@ -1105,6 +1107,7 @@ class Agent:
     async def _ask_model(self, emit: Emit) -> Done:
         """One model request, compacting first when the context is nearly full, and once more
         (then retrying once) when the provider says the prompt no longer fits."""
+        await self._learn_model(emit)
         await self._maybe_compact(emit, mid_turn=True)
         try:
             return await self._query(emit)
@@ -1139,6 +1142,33 @@ class Agent:
         """What the next request will hold: the last response's whole context, plus an estimate
         of what was added since."""
         return self._last_context + estimate_tokens(self.messages[self._context_mark :])
+
+    async def _learn_model(self, emit: Emit) -> None:
+        """Once, before the first request: what the provider's server serves the model with (a
+        local server's window: compaction, the meter and `max_tokens` use it from the first
+        request on; a chat template without tools: said once)."""
+        if self._model_asked:
+            return
+        self._model_asked = True
+        facts = await model_facts(self.provider, self.model)
+        if facts.window and facts.window != self.info.window:
+            self.info = with_window(self.info, facts.window)
+        if facts.warning and not self.is_subagent:
+            emit(Notice(facts.warning, "warning"))
+
+    def _output_cap(
+        self, max_output: int, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> int:
+        """`max_tokens` for a request of `messages` with this context's system prompt and
+        `tools`: `max_output`, or what the window leaves (`output_budget`)."""
+        mark = self._context_mark
+        if self._last_context and list(messages[:mark]) == self.messages[:mark]:
+            context = self._last_context + estimate_tokens(messages[mark:])
+        else:  # the first request of a context: its system prompt and tools count too
+            specs = json.dumps([[t.name, t.description, t.input_schema] for t in tools])
+            context = (len(self.system) + len(specs)) // CHARS_PER_TOKEN
+            context += estimate_tokens(messages)
+        return output_budget(self.info.window, context, max_output)
 
     async def compact(
         self, instructions: str = "", on_event: Emit | None = None
@@ -1273,7 +1303,9 @@ class Agent:
             messages=tuple(self.conversation.messages),
             tools=tools,
             web_search=web_search,
-            max_tokens=self.info.request_max_tokens,
+            max_tokens=self._output_cap(
+                self.info.request_max_tokens, self.conversation.messages, self._tool_specs
+            ),
             effort=self.effort,
             cache_key=self.session_id,
         )

@@ -24,7 +24,7 @@ from keel.frozen import frozen
 from keel.llm.catalog import ModelInfo, ModelRef
 from keel.llm.errors import APIError, ContextOverflow, StallError
 from keel.llm.events import SHOWN, Notice, StreamEvent
-from keel.llm.provider import Provider
+from keel.llm.provider import ModelFacts, Provider, model_facts
 from keel.llm.request import Request
 
 #: Seconds a model sits out after a rate limit or a server error (soon over), or anything else
@@ -141,6 +141,10 @@ class FallbackProvider:
             model=self.candidates[index].ref.model,
             max_tokens=min(request.max_tokens, info.request_max_tokens),
         )
+
+    async def model_facts(self, model: str) -> ModelFacts:
+        """The facts of the model the user chose (a fallback's window is not the run's)."""
+        return await model_facts(self._providers[self.candidates[0].ref], model)
 
     async def aclose(self) -> None:
         for provider in self._providers.values():

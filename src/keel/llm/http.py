@@ -45,6 +45,7 @@ from keel.llm.errors import (
 )
 from keel.llm.events import Done, StreamEvent
 from keel.llm.messages import Message
+from keel.llm.provider import ModelFacts
 from keel.llm.request import Request, Sampling
 
 if TYPE_CHECKING:
@@ -357,6 +358,8 @@ class HTTPProvider(ABC):
     key_env: str = ""
     #: What to check when the server cannot be reached.
     unreachable_hint: str = "check the server is running and the base URL is right"
+    #: The server runs on the user's machine (a local preset): asking it about a model is cheap.
+    local: bool = False
 
     def __init__(self, *, base_url: str, api_key: str, settings: HTTPSettings) -> None:
         self.base_url = base_url.rstrip("/")
@@ -396,6 +399,12 @@ class HTTPProvider(ABC):
         """Anything to learn from the server before the first request (a local server's window);
         transport errors here are reported like the request's own. Most wire APIs need nothing."""
         del request  # nothing to learn
+
+    async def model_facts(self, model: str) -> ModelFacts:
+        """What the server says about `model` before its first request (`keel.llm.provider.
+        model_facts`). Most wire APIs say nothing, and nothing is asked."""
+        del model  # nothing to ask
+        return ModelFacts()
 
     # -- shared machinery ---------------------------------------------------------------------
 

@@ -42,6 +42,27 @@ class Provider(Protocol):
 
 
 @frozen
+class ModelFacts:
+    """What a model's server says about it before the first request. `window`: the context it
+    serves the model with (0: not said, the catalog's stands). `tools`: whether tool definitions
+    reach the model (None: not said). `warning`: something the user should hear once (a chat
+    template without tools), with what to do about it."""
+
+    window: int = 0
+    tools: bool | None = None
+    warning: str = ""
+
+
+async def model_facts(provider: Provider, model: str) -> ModelFacts:
+    """What `provider`'s server says about `model`. A provider may answer `model_facts(model)`
+    (keel's do; a local server's adapter asks the server once per model, a hosted one says
+    nothing without asking); one that lacks the method (a caller's own) knows nothing. Never
+    fails: a server that does not answer leaves nothing known."""
+    ask: Callable[[str], Awaitable[ModelFacts]] | None = getattr(provider, "model_facts", None)
+    return await ask(model) if ask is not None else ModelFacts()
+
+
+@frozen
 class RetryPolicy:
     """Retries of one model call: `attempts` in all, waiting `base * 2**n` seconds plus up to
     `jitter` seconds between them, or the server's `Retry-After` when it is at most
@@ -115,6 +136,9 @@ class RetryingProvider:
                     "warning",
                 )
                 await self.sleep(wait)
+
+    async def model_facts(self, model: str) -> ModelFacts:
+        return await model_facts(self.inner, model)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -294,6 +318,7 @@ def _client(
     adapter.key_env = key_names[0] if key_names else ""
     adapter.unreachable_hint = unreachable_hint(preset)
     adapter.sampling = sampling_for(ref, settings)
+    adapter.local = preset.local
     if preset.wire in ("openai-chat", "ollama"):
         from keel.llm.salvage import SalvagingProvider
 

@@ -38,7 +38,7 @@ from typing import Any, Final, TypeAlias
 
 from keel.llm.events import Done, Notice, StreamEvent, TextDelta
 from keel.llm.messages import Block, Message, Text, ToolUse, new_call_id
-from keel.llm.provider import Provider
+from keel.llm.provider import ModelFacts, Provider, model_facts
 from keel.llm.request import Request, ToolSpec
 
 Call: TypeAlias = tuple[str, dict[str, Any]]
@@ -510,6 +510,9 @@ class SalvagingProvider:
                     yield done
                 else:
                     yield event
+
+    async def model_facts(self, model: str) -> ModelFacts:
+        return await model_facts(self.inner, model)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -11,7 +11,10 @@ It must never fail a request because the model information could not be read.
 
 from __future__ import annotations
 
+import contextlib
+
 from keel.llm.http import HTTPSettings
+from keel.llm.provider import ModelFacts
 from keel.llm.providers.openai_chat import OpenAIChatProvider
 from keel.llm.request import Request
 
@@ -26,6 +29,13 @@ class LMStudioProvider(OpenAIChatProvider):
 
     def reported_window(self, model: str) -> int:
         return self.windows.get(model, 0)
+
+    async def model_facts(self, model: str) -> ModelFacts:
+        import httpx
+
+        with contextlib.suppress(httpx.HTTPError):  # no answer: nothing known
+            await self.prepare(Request(model=model, system="", messages=()))
+        return ModelFacts(self.windows.get(model, 0))
 
     async def prepare(self, request: Request) -> None:
         if request.model in self.windows:

@@ -7,6 +7,12 @@ decoding of streamed chunks (content, reasoning, tool-call fragments by index, f
 usage chunk) into display deltas and one `Done`. Reasoning is kept for display and the journal but
 never replayed: these servers have no field to receive it.
 
+For a server on the user's machine (`local`) it also asks, once per model before the first
+request, what the server serves the model with: llama.cpp's `GET /props` (the window of one slot,
+whether the chat template takes tools), else the model list (llama.cpp's `meta.n_ctx`, vLLM's
+`max_model_len`). A server that answers neither leaves the catalog's window standing; asking
+never fails a request.
+
 It must never import the `openai` SDK, assume a particular server beyond the documented wire
 format, retry (the `RetryingProvider` above it does) or let a wire dict leave this module.
 """
@@ -38,6 +44,7 @@ from keel.llm.messages import (
     Usage,
     new_call_id,
 )
+from keel.llm.provider import ModelFacts
 from keel.llm.providers.openai_responses import (
     EncodedMessages,
     JSONObject,
@@ -58,6 +65,9 @@ from keel.llm.request import Request, ToolSpec
 
 #: `Thinking.source` of reasoning this adapter decoded (never replayed).
 SOURCE = "openai-compatible"
+#: Seconds a local server gets to say what it serves (it answers from a thread of its own
+#: even while a slot is busy).
+PROBE_TIMEOUT = 5.0
 
 _FINISH: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -291,6 +301,55 @@ class _ChatAssembly:
 
 
 # ---------------------------------------------------------------------------------------------
+# What a local server says about a model
+
+
+def _positive(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def props_facts(props: object, model: str) -> ModelFacts:
+    """Facts from llama.cpp's `/props`: `default_generation_settings.n_ctx` is the context of
+    one slot (what one request gets when `total_slots` share the server's), and
+    `chat_template_caps.supports_tools` whether the template renders tools at all."""
+    if not isinstance(props, dict):
+        return ModelFacts()
+    settings = props.get("default_generation_settings")
+    window = _positive(settings.get("n_ctx")) if isinstance(settings, dict) else 0
+    caps = props.get("chat_template_caps")
+    tools = caps.get("supports_tools") if isinstance(caps, dict) else None
+    if not isinstance(tools, bool):
+        return ModelFacts(window)
+    warning = (
+        ""
+        if tools
+        else f"the server's chat template for {model} has no tool support: llama.cpp drops the "
+        "tools and the model cannot call any (start llama-server with --jinja, or give it a "
+        "chat template that has tools)"
+    )
+    return ModelFacts(window, tools, warning)
+
+
+def listed_window(listed: object, model: str) -> int:
+    """`model`'s window in a `/models` list: llama.cpp's `meta.n_ctx` (newer servers), vLLM's
+    `max_model_len`, else llama.cpp's trained `meta.n_ctx_train`; 0 when it is not listed."""
+    entries = listed.get("data") if isinstance(listed, dict) else None
+    if not isinstance(entries, list):
+        return 0
+    entries = [e for e in entries if isinstance(e, dict)]
+    named = [e for e in entries if e.get("id") == model or model in (e.get("aliases") or ())]
+    entry = named[0] if named else entries[0] if len(entries) == 1 else None
+    if entry is None:
+        return 0
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    return (
+        _positive(meta.get("n_ctx"))
+        or _positive(entry.get("max_model_len"))
+        or _positive(meta.get("n_ctx_train"))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 class OpenAIChatProvider(HTTPProvider):
@@ -310,9 +369,44 @@ class OpenAIChatProvider(HTTPProvider):
         self._prefix_key: tuple[str, str, tuple[ToolSpec, ...]] | None = None
         self._prefix = b""
         self._system = b""
+        #: What the server said about each model asked about (a local one only).
+        self.facts: dict[str, ModelFacts] = {}
 
     def endpoint(self, request: Request) -> str:
         return f"{self.base_url}/chat/completions"
+
+    async def model_facts(self, model: str) -> ModelFacts:
+        if not self.local:
+            return ModelFacts()
+        facts = self.facts.get(model)
+        if facts is None:
+            facts = self.facts[model] = await self._ask_server(model)
+        return facts
+
+    async def prepare(self, request: Request) -> None:
+        await self.model_facts(request.model)
+
+    def reported_window(self, model: str) -> int:
+        facts = self.facts.get(model)
+        return facts.window if facts is not None else 0
+
+    async def _ask_server(self, model: str) -> ModelFacts:
+        root = self.base_url.removesuffix("/v1")
+        facts = props_facts(await self._get_json(f"{root}/props"), model)
+        if facts.window:
+            return facts
+        window = listed_window(await self._get_json(f"{self.base_url}/models"), model)
+        return ModelFacts(window, facts.tools, facts.warning)
+
+    async def _get_json(self, url: str) -> object:
+        """The JSON a GET of `url` answers, or None (an error status, not JSON, no answer)."""
+        import httpx
+
+        try:
+            response = await self._http().get(url, headers=self.headers(), timeout=PROBE_TIMEOUT)
+            return response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
