@@ -63,3 +63,47 @@ def user_settings_file() -> Path:
     """The user's own settings file (the test's isolated `KEEL_CONFIG_DIR`): what it configures
     is the user's, unlike any file inside a project tree (`keel.config.intake`)."""
     return Path(os.environ["KEEL_CONFIG_DIR"]) / "settings.json"
+
+
+#: The context that opens a fresh context's first user message (`keel.agent.prompt.context_text`),
+#: with the blank line that joins it to the prompt in a plain-string message.
+_CONTEXT = re.compile(r"\A<context>\n.*?\n</context>(?:\n\n|\Z)", re.DOTALL)
+
+
+def without_context(text: str) -> str:
+    """A user message's text without the `<context>` block that opens it (if it does)."""
+    return _CONTEXT.sub("", text, count=1)
+
+
+def context_of(request_body: dict[str, Any]) -> str:
+    """The `<context>` block of a model request's first user message (Anthropic, Chat
+    Completions or Responses body), or ""."""
+    for message in request_body.get("messages") or request_body.get("input") or []:
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        texts = (
+            [content]
+            if isinstance(content, str)
+            else [str(block.get("text", "")) for block in content or [] if isinstance(block, dict)]
+        )
+        for text in texts:
+            found = _CONTEXT.match(text)
+            if found:
+                return found.group(0).strip("\n")
+        return ""
+    return ""
+
+
+def system_and_context(request_body: dict[str, Any]) -> str:
+    """What the model is told before the conversation: the system prompt's text (a string or
+    Anthropic's blocks), then the context that opens the first user message."""
+    system = request_body.get("system") or request_body.get("instructions") or ""
+    if not isinstance(system, str):
+        system = "".join(str(block["text"]) for block in system)
+    if not system:  # Chat Completions: the leading system message
+        messages = request_body.get("messages") or []
+        if messages and messages[0].get("role") == "system":
+            system = str(messages[0]["content"])
+    context = context_of(request_body)
+    return f"{system}\n\n{context}" if context else system

@@ -413,9 +413,12 @@ async def test_scripted_truncated_tool_json_reaches_the_model_as_invalid_json(
 async def test_max_tokens_and_refusal_end_the_turn_with_a_notice(
     project: Path, stop: Any, expected: str, notice: str
 ) -> None:
-    provider = ScriptedProvider([scripted_reply(Text("partial"), stop=stop)])
+    # Cut where keel asked (16,000 tokens, the default for a model of unknown output limit).
+    cut = scripted_reply(Text("partial"), usage=Usage(100, 16_000), stop=stop)
+    provider = ScriptedProvider([cut])
     events: list[Event] = []
     result = await make_agent(provider, project).run("go", events.append)
+    assert provider.requests[0].max_tokens == 16_000
     assert result.stop_reason == expected
     assert Notice(notice, "warning") in events
 

@@ -396,9 +396,11 @@ async def test_salvaged_calls_on_chat_completions() -> None:
     assert shown == (
         'Let me look.<function_call>{"name": "delete_everything", "arguments": {}}</function_call>'
     )
-    *_, notice, done = events
+    *_, notice, unrun, done = events
     calls = done.message.tool_uses
     assert notice == Notice("the model wrote 2 tool call(s) as text (read, read); running them")
+    why = "<function_call>: delete_everything is not one of the offered tools"
+    assert unrun == Notice(f"a tool call written as text was not run ({why})", "warning")
     assert done == Done(
         Message(
             "assistant",
@@ -415,6 +417,7 @@ async def test_salvaged_calls_on_chat_completions() -> None:
         ),
         Usage(100, 20),
         "tool_use",
+        unrun_calls=(why,),
     )
 
 

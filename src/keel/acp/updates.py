@@ -171,8 +171,10 @@ def config_update(options: list[ConfigOption]) -> ConfigOptionUpdate:
 # -- stop reasons ----------------------------------------------------------------------------------
 
 #: keel's stop reasons (`error` aside: it is a JSON-RPC error) as ACP's. ACP has five; the rest
-#: take the nearest meaning: a budget is a token limit, the loop guard ends the turn's requests,
-#: a hook's block is the agent declining, and a run stopped from outside is cancelled.
+#: take the nearest meaning: a budget or a full context window is a token limit, the loop guard
+#: ends the turn's requests, a hook's block or a tool call the model wrote as text and keel did
+#: not run is the agent declining, an empty reply ends the turn, and a run stopped from outside
+#: is cancelled.
 STOP_REASONS: dict[TurnStop, StopReason] = {
     "end_turn": "end_turn",
     "max_tokens": "max_tokens",
@@ -186,6 +188,9 @@ STOP_REASONS: dict[TurnStop, StopReason] = {
     "hook_stopped": "end_turn",
     "unknown_outcome": "refusal",
     "error": "refusal",
+    "empty_response": "end_turn",
+    "context_full": "max_tokens",
+    "unrun_tool_call": "refusal",
 }
 
 

@@ -5,6 +5,11 @@ reads the conversation from the provider's prompt cache. The conversation then b
 message: a fixed preamble, the summary, the unfinished todo items, and where the session file is
 (with a hint to grep it for exact details the summary left out).
 
+When the summary request itself does not fit (a small local window, or a server that found the
+overflow before keel did), `trimmed` cuts the transcript sent for the summary: the longest tool
+results first, then the oldest rounds after the first prompt, and the request says what was left
+out (the session file keeps everything).
+
 This module builds the request and the new message and parses the reply; the loop decides when
 to compact and journals the result.
 """
@@ -15,7 +20,7 @@ import re
 from collections.abc import Sequence
 
 from keel.frozen import frozen
-from keel.llm.messages import Message, Text, ToolUse, tool_result
+from keel.llm.messages import Block, Message, Text, ToolResult, ToolUse, tool_result
 from keel.tools.builtin.todo import latest_todos
 
 #: Compact when the last request filled more than this share of the window.
@@ -47,6 +52,14 @@ PREAMBLE = (
 )
 CONTINUE = "Continue the task from where it left off."
 
+#: A tool result longer than this is the first thing left out of a summary request that does not fit.
+LARGE_RESULT_CHARS = 2_000
+TRIMMED_NOTE = (
+    "Some earlier messages or long tool results were left out of this request so that it fits "
+    "the context window; summarize what is here, and say that older details are in the session "
+    "file."
+)
+
 _OPEN = re.compile(r"<summary>", re.IGNORECASE)
 _CLOSE = re.compile(r"</summary>", re.IGNORECASE)
 
@@ -71,11 +84,15 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
     return chars // CHARS_PER_TOKEN
 
 
-def compaction_messages(messages: Sequence[Message], instructions: str = "") -> tuple[Message, ...]:
+def compaction_messages(
+    messages: Sequence[Message], instructions: str = "", *, trimmed: bool = False
+) -> tuple[Message, ...]:
     """The conversation with the summary request appended: the earlier messages stay exactly as
     they were sent (so the prompt cache serves them); tool calls still waiting for results get
-    stand-in results, since every provider needs them answered."""
-    prompt = COMPACT_PROMPT + (f"\n\nAlso: {instructions.strip()}" if instructions.strip() else "")
+    stand-in results, since every provider needs them answered. `trimmed`: `messages` is a cut
+    transcript (`trimmed`), and the request says so."""
+    prompt = COMPACT_PROMPT + (f"\n\n{TRIMMED_NOTE}" if trimmed else "")
+    prompt += f"\n\nAlso: {instructions.strip()}" if instructions.strip() else ""
     out = list(messages)
     last = out[-1] if out else None
     if last is not None and last.role == "assistant" and last.tool_uses:
@@ -89,6 +106,48 @@ def compaction_messages(messages: Sequence[Message], instructions: str = "") -> 
     else:
         out.append(Message("user", (Text(prompt),)))
     return tuple(out)
+
+
+def trimmed(messages: Sequence[Message], budget: int) -> list[Message] | None:
+    """`messages` cut to about `budget` estimated tokens for a summary request: the longest tool
+    results replaced by a stub first, then the oldest rounds after the first message dropped
+    (whole rounds, so every call keeps its result and the roles still alternate). None when the
+    first message and the last round alone do not fit."""
+    out = list(messages)
+    if estimate_tokens(out) <= budget:
+        return out
+    large = sorted(
+        (
+            (len(block.text), i, j)
+            for i, message in enumerate(out)
+            for j, block in enumerate(message.blocks)
+            if isinstance(block, ToolResult) and len(block.text) > LARGE_RESULT_CHARS
+        ),
+        reverse=True,
+    )
+    total = estimate_tokens(out)
+    for size, i, j in large:
+        result = out[i].blocks[j]
+        assert isinstance(result, ToolResult)
+        stub = tool_result(
+            result.tool_use_id,
+            f"[{size} characters left out of the summary request]",
+            is_error=result.is_error,
+        )
+        blocks: list[Block] = list(out[i].blocks)
+        blocks[j] = stub
+        out[i] = Message(out[i].role, tuple(blocks), out[i].provider, out[i].model)
+        total -= (size - len(stub.text)) // CHARS_PER_TOKEN
+        if total <= budget:
+            return out
+    # Drop the oldest rounds: cut before an assistant message, keeping the first message and
+    # the last two (the last reply and what answers it).
+    starts = [k for k in range(2, len(out) - 1) if out[k].role == "assistant"]
+    for k in starts:
+        kept = [out[0], *out[k:]]
+        if estimate_tokens(kept) <= budget:
+            return kept
+    return None
 
 
 def parse_summary(reply: str) -> str:

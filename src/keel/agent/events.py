@@ -30,7 +30,19 @@ TurnStop: TypeAlias = Literal[
     "loop",
     "suspended",
     "unknown_outcome",
+    "empty_response",
+    "context_full",
+    "unrun_tool_call",
 ]
+#: The stop reasons where the model ended the turn itself (Stop hooks may send it back to work;
+#: a replay goes on to the next prompt).
+MODEL_ENDED: frozenset[TurnStop] = frozenset(
+    {"end_turn", "max_tokens", "refusal", "empty_response", "context_full", "unrun_tool_call"}
+)
+#: What a tool call the model wrote as text and keel did not run leads to (`tool_call_text`
+#: setting, docs/settings.md): one nudge back to the model per prompt, the end of the turn
+#: (`unrun_tool_call`), or nothing but the notice.
+ToolCallText: TypeAlias = Literal["nudge", "stop", "ignore"]
 
 
 @frozen
@@ -259,6 +271,7 @@ Event: TypeAlias = (
 )
 
 __all__ = [
+    "MODEL_ENDED",
     "AssistantMessage",
     "BackgroundFinished",
     "ContextCompacted",
@@ -273,6 +286,7 @@ __all__ = [
     "SubagentEvent",
     "TextDelta",
     "ThinkingDelta",
+    "ToolCallText",
     "ToolFinished",
     "ToolProgress",
     "ToolStarted",

@@ -31,8 +31,10 @@ from keel.agent.compaction import (
     estimate_tokens,
     parse_summary,
     summary_cap,
+    trimmed,
 )
 from keel.agent.events import (
+    MODEL_ENDED,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -42,6 +44,7 @@ from keel.agent.events import (
     RequestFinished,
     RequestStarted,
     RequestTiming,
+    ToolCallText,
     ToolFinished,
     TurnFinished,
     TurnStarted,
@@ -51,7 +54,14 @@ from keel.agent.events import (
 from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget, output_budget
 from keel.agent.output_styles import OutputStyle, base_prompt, style_section
-from keel.agent.prompt import build_system_prompt, git_root, part_hashes, short_hash
+from keel.agent.prompt import (
+    build_context,
+    build_system_prompt,
+    context_text,
+    git_root,
+    part_hashes,
+    short_hash,
+)
 from keel.agent.questions import QuestionReply, Questions
 from keel.agent.timing import RequestClock, journal_timing, timed_reply
 from keel.agent.tool_runner import Choice, ToolRunner
@@ -97,6 +107,22 @@ PLAN_MODE_NOTE = (
     "for the user to approve."
 )
 EMPTY_RESPONSE = "(empty response)"
+#: What the model is told, once per prompt, when its reply wrote a tool call as text that was not
+#: run (`tool_call_text: nudge`), and when it ended with nothing right after tool results.
+UNRUN_NUDGE = (
+    "That was not run: {what}. To use a tool, call it with the tool-calling format, not as text "
+    "in your reply; if you have finished, answer in plain words."
+)
+EMPTY_NUDGE = (
+    "You ended your turn without a reply. Continue the task, or answer with what you found."
+)
+#: Tokens short of the window that still count as filling it (a server keeps a few for itself).
+WINDOW_SLACK = 16
+#: How many times a summary request that does not fit is cut and sent again.
+SUMMARY_TRIMS = 4
+#: The share of the window (less the summary's output) a trimmed summary request aims to fill:
+#: the estimate errs low, so this leaves room for what it misses.
+COMPACT_FILL = 0.6
 #: The prompt of the turn keel starts itself to deliver background results.
 NOTIFICATIONS_PROMPT = (
     "Background task results arrived. Continue with them as appropriate; if nothing needs "
@@ -136,7 +162,16 @@ class Resend:
     """The provider paused a long turn (`pause_turn`); send the conversation again as it is."""
 
 
-Step = Finish | RunTools | Resend
+@frozen
+class Nudge:
+    """Tell the model what went wrong in a user message and ask again (once per prompt and
+    `kind`: `unrun` for a tool call written as text, `empty` for an empty reply)."""
+
+    kind: str
+    text: str
+
+
+Step = Finish | RunTools | Resend | Nudge
 
 
 @frozen
@@ -167,6 +202,9 @@ _TERMINAL: dict[TurnStop, TerminalReason] = {
     "loop": "loop",
     "suspended": "suspended",
     "unknown_outcome": "unknown_outcome",
+    "empty_response": "empty_response",
+    "context_full": "context_full",
+    "unrun_tool_call": "unrun_tool_call",
 }
 
 
@@ -181,6 +219,11 @@ class _TurnState:
     last_text: str = ""
     stop_continuations: int = 0
     loop_warned: bool = False
+    #: The kinds of `Nudge` sent for this prompt.
+    nudged: set[str] = field(default_factory=set)
+    #: The last request's `max_tokens`, and whether its reply was empty (no text, no call).
+    max_tokens: int = 0
+    empty_reply: bool = False
 
 
 def _directory(cwd: object) -> Path:
@@ -207,6 +250,7 @@ class Agent:
         tools: Iterable[Tool] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         system: str | None = None,
+        context: str | None = None,
         limits: Limits | None = None,
         session: SessionLog | None = None,
         info: ModelInfo | None = None,
@@ -246,6 +290,9 @@ class Agent:
         #: Questions waiting for the user (`answer`); emitted like every other event.
         self.questions = Questions(self.forward)
         self._system_override = system
+        #: The caller's context (None: built here, unless the caller gave its own system prompt,
+        #: which then stands alone).
+        self._context_override = context
         #: Nested instruction files and path-scoped rules, delivered as notes when the model
         #: reads or edits a file they cover (None: not delivered, as with a system prompt of the
         #: caller's own).
@@ -261,12 +308,14 @@ class Agent:
                 refuse=self.import_refusal,
             )
         self._today = today
-        #: More system-prompt sections (the skills and memory indexes), fixed per context.
+        #: More context sections (the skills and memory indexes), fixed per context.
         self.extra_sections: list[str] = []
         self._system: str | None = None
-        #: The tool profile (`tools.profile`: full, compact, or auto by the window), read with
-        #: the window when a context's tools are chosen (`offer`).
-        self.tool_profile: ToolProfile = "auto"
+        self._context: str | None = None
+        #: The tool profile (keel.tools.profile), read with the window when a context's tools
+        #: are chosen (`offer`). Full unless set: front ends set the `tools.profile` setting's
+        #: (auto by default).
+        self.tool_profile: ToolProfile = "full"
         self._offered: tuple[tuple[ToolSpec, ...], WebSearchOptions | None] | None = None
         self._notes: list[str] = []
         self._resume_notes: list[str] = []
@@ -300,6 +349,9 @@ class Agent:
         self.last_prompt = ""
         #: Compact automatically above 80% of the window (`auto_compact` setting).
         self.auto_compact = True
+        #: What a tool call written as text that was not run leads to (`tool_call_text`
+        #: setting): nudge the model once per prompt, stop the turn, or ignore it.
+        self.tool_call_text: ToolCallText = "nudge"
         #: The provider's own web search, offered with the tools (None: not offered). Part of the
         #: prompt prefix like the tools: set it before the first prompt.
         self.web_search: WebSearchOptions | None = None
@@ -371,20 +423,52 @@ class Agent:
 
     @property
     def system(self) -> str:
-        """The system prompt of the current context (built on first use, then fixed)."""
+        """The system prompt (built on first use, then fixed): the same bytes in every session
+        and project with the same settings (`keel.agent.prompt`)."""
         if self._system is None:
             style = self.output_style
             self._system = self._system_override or build_system_prompt(
-                self.cwd,
-                today=self._today,
-                user_dir=user_config_dir(self.ctx.env),
-                base=base_prompt(style),
-                extra_sections=[*self.extra_sections, style_section(style) if style else ""],
-                refuse=self.import_refusal,
+                base=base_prompt(style), sections=[style_section(style) if style else ""]
             )
-            if self.instruction_notes is not None:
-                self.instruction_notes.reset(self._system, self.messages)
         return self._system
+
+    @property
+    def context(self) -> str:
+        """The current context's environment and instruction files (built on first use, again
+        after a compaction), which open its first user message; "" with a caller's own system
+        prompt and no context of the caller's."""
+        if self._context is None:
+            if self._context_override is not None:
+                self._context = self._context_override
+            elif self._system_override is not None:
+                self._context = ""
+            else:
+                self._context = build_context(
+                    self.cwd,
+                    today=self._today,
+                    user_dir=user_config_dir(self.ctx.env),
+                    extra_sections=self.extra_sections,
+                    refuse=self.import_refusal,
+                )
+            if self.instruction_notes is not None:
+                # Its files count as delivered when it opens this context (a resumed
+                # conversation holds the context it was sent).
+                sent = "" if self.messages else self._context
+                self.instruction_notes.reset(sent, self.messages)
+        return self._context
+
+    @property
+    def prompt_text(self) -> str:
+        """The system prompt and the context as one text: what the resume fingerprint and the
+        instruction hooks read."""
+        return f"{self.system}\n\n{self.context}" if self.context else self.system
+
+    def _opening(self, text: str) -> tuple[Text, ...]:
+        """The blocks of a user message with `text`: the context first when it opens a fresh
+        context (an empty conversation)."""
+        if self.conversation.messages or not self.context:
+            return (Text(text),)
+        return (Text(context_text(self.context)), Text(text))
 
     def import_refusal(self, path: Path) -> str | None:
         """Why the model may not see `path`'s content (an instruction file's import, an `@file`
@@ -407,7 +491,7 @@ class Agent:
         return Fingerprint(
             provider=self.provider.name,
             model=self.model,
-            system_hash=hashlib.sha256(self.system.encode()).hexdigest()[:16],
+            system_hash=hashlib.sha256(self.prompt_text.encode()).hexdigest()[:16],
             tools_hash=hashlib.sha256(tools.encode()).hexdigest()[:16],
             max_turns=self.limits.max_turns,
             max_tokens=self.limits.max_tokens,
@@ -416,7 +500,7 @@ class Agent:
             # does so that a diff names both.
             thinking="off" if self.effort is None else "on",
             effort=self.effort,
-            system_parts=part_hashes(self.system),
+            system_parts=part_hashes(self.prompt_text),
             tool_hashes=tuple(
                 (str(spec[0]), short_hash(json.dumps(spec, sort_keys=True))) for spec in specs
             ),
@@ -426,10 +510,10 @@ class Agent:
         """Take over a folded session: its conversation, spend, turn counts and any half-answered
         tool batch. `resume()` then continues it without replaying anything."""
         self.conversation = Conversation(list(state.messages))
-        if self.instruction_notes is not None and self._system is not None:
-            # What its notes delivered counts as delivered (the prompt was built for the resume
-            # check; built later, it counts them itself).
-            self.instruction_notes.reset(self._system, self.messages)
+        if self.instruction_notes is not None and self._context is not None:
+            # What its context and notes delivered counts as delivered (the context was built for
+            # the resume check; built later, it counts them itself).
+            self.instruction_notes.reset("", self.messages)
         self.spend = Spend(state.usage, state.cost)
         self._pending = state.pending
         self._runner.restore(state)  # calls of unknown outcome wait for a decision
@@ -452,6 +536,12 @@ class Agent:
         message (tool results the model has not seen yet)."""
         msgs = self.conversation.messages
         return self._pending is not None or (bool(msgs) and msgs[-1].role == "user")
+
+    @property
+    def unanswered_calls(self) -> bool:
+        """Whether the last reply has tool calls that were never answered (a crash or suspend
+        between the reply and its results): `resume()` settles them."""
+        return self._pending is not None
 
     def set_mode(self, mode: Mode) -> None:
         """Change the permission mode; the model learns of it with the next prompt (the prompt
@@ -690,6 +780,8 @@ class Agent:
                         return stop
                 case Resend():
                     continue
+                case Nudge(kind, text):
+                    self._nudge(kind, text, emit)
                 case RunTools(calls):
                     if (stop := await self._run_tools(calls, emit)) is not None:
                         return stop
@@ -753,7 +845,7 @@ class Agent:
         return RunResult.from_event(finished)
 
     async def _begin(self, prompt: str, emit: Emit) -> TurnStop | None:
-        _ = self.system  # fix the prefix for this context on its first prompt
+        _ = self.system, self.context  # fix the prefix for this context on its first prompt
         if (stop := await self._prompt_hooks(prompt, emit)) is not None:
             return stop
         self._begin_unit(prompt, emit)
@@ -769,7 +861,7 @@ class Agent:
             notes = "\n".join(self._notes)
             text = f"<system-note>\n{notes}\n</system-note>\n\n{text}"
             self._notes.clear()
-        message = Message("user", (Text(text),))
+        message = Message("user", self._opening(text))
         if self.session is not None:
             self.session.user(message)
         self.conversation.append(message)
@@ -871,7 +963,7 @@ class Agent:
             )
             self._hook_report(started, emit)
             reason = "compact" if source == "compact" else "session_start"
-            await self._instructions_hook(self.system, reason, emit)
+            await self._instructions_hook(self.prompt_text, reason, emit)
             self._notes += [
                 f'<hook-context source="SessionStart">\n{c}\n</hook-context>'
                 for c in started.context
@@ -955,11 +1047,7 @@ class Agent:
         """The model is done. A Stop hook may send it back to work (at most 5 times per prompt)
         with its reason as feedback, or halt. Returns the stop reason, or None to go on."""
         event = "SubagentStop" if self.is_subagent else "Stop"
-        if (
-            self.hooks is None
-            or not self.hooks.has(event)
-            or reason not in ("end_turn", "max_tokens", "refusal")
-        ):
+        if self.hooks is None or not self.hooks.has(event) or reason not in MODEL_ENDED:
             return reason
         state = self._state
         last = self.messages[-1] if self.messages else None
@@ -1133,7 +1221,7 @@ class Agent:
             return
         try:
             await self._compact(emit, trigger="auto", mid_turn=mid_turn)
-        except LLMError as exc:
+        except RunError as exc:  # a model error, or a summary that cannot fit
             # Not retried until a compaction succeeds; overflow recovery stays armed.
             self._compaction_failed = True
             emit(Notice(f"compaction failed: {exc.one_line()}", "warning"))
@@ -1196,19 +1284,8 @@ class Agent:
             self._close_pending(NOT_RUN_SUMMARIZED)
             mid_turn = True
         before = self._context_tokens()
-        tools, web_search = self.offer()
-        request = Request(
-            model=self.model,
-            system=self.system,
-            messages=compaction_messages(self.messages, instructions),
-            tools=tools,
-            web_search=web_search,
-            max_tokens=summary_cap(self.info.window, self.info.request_max_tokens),
-            cache_key=self.session_id,
-        )
         emit(Notice(f"compacting the conversation (~{before // 1000}k tokens)…", "info"))
-        emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
-        done, timing = await timed_reply(self.provider, request, RequestClock())
+        done, timing = await self._summarize(emit, instructions)
         if done is None:
             raise LLMError(f"{self.provider.name} ended the summary stream without a reply")
         cost = self.info.cost(done.usage)
@@ -1223,27 +1300,76 @@ class Agent:
             raise LLMError("the model returned an empty summary")
         path = str(self.session.path) if self.session is not None else None
         new = compacted_message(summary, self.messages, session_path=path, mid_turn=mid_turn)
-        record = CompactionRecord(new.text, trigger, before, new.tokens_after, done.usage, cost)
+        # A fresh context: its context is read again (instruction files may have changed) and
+        # opens the one message, as it opened the first.
+        self.ctx.read_ranges.clear()  # the model no longer has what it read
+        self.conversation = Conversation()
+        self._context = None
+        text = "\n\n".join(b.text for b in self._opening(new.text))
+        tokens_after = new.tokens_after + (len(text) - len(new.text)) // CHARS_PER_TOKEN
+        record = CompactionRecord(text, trigger, before, tokens_after, done.usage, cost)
         if self.session is not None:
             self.session.compaction(record)
-        self.conversation = Conversation([Message("user", (Text(new.text),))])
+        self.conversation = Conversation([Message("user", (Text(text),))])
         self._context_mark, self._last_context = 0, 0
         self._compaction_failed = False
         self._just_compacted = True
         self.session_start_source = "compact"  # Claude Code: SessionStart(compact) next
-        self.ctx.read_ranges.clear()  # the model no longer has what it read
-        if self.instruction_notes is not None:  # nor the instruction notes it was given
-            self.instruction_notes.reset(self.system, self.messages)
+        if self.instruction_notes is not None:  # only what this context holds was delivered
+            self.instruction_notes.reset("", self.messages)
         self.spend.add(done.usage, cost)
-        emit(ContextCompacted(trigger, before, new.tokens_after))
+        emit(ContextCompacted(trigger, before, tokens_after))
         await self._post_compact_hook(trigger, summary, emit)
         emit(
             Notice(
-                f"compacted: ~{before // 1000}k tokens → ~{new.tokens_after // 1000}k ({trigger})",
+                f"compacted: ~{before // 1000}k tokens → ~{tokens_after // 1000}k ({trigger})",
                 "info",
             )
         )
         return record
+
+    async def _summarize(self, emit: Emit, instructions: str) -> tuple[Done | None, RequestTiming]:
+        """The summary reply. The whole conversation is asked first (the prompt cache serves
+        it); when that does not fit the window, a trimmed transcript (`trimmed`), each time
+        about half as long, up to `SUMMARY_TRIMS` times."""
+        cap = summary_cap(self.info.window, self.info.request_max_tokens)
+        messages, budget = list(self.messages), 0
+        tools, web_search = self.offer()
+        for attempt in range(SUMMARY_TRIMS + 1):
+            asked = compaction_messages(messages, instructions, trimmed=attempt > 0)
+            request = Request(
+                model=self.model,
+                system=self.system,
+                messages=asked,
+                tools=tools,
+                web_search=web_search,
+                max_tokens=self._output_cap(cap, asked, tools),
+                cache_key=self.session_id,
+            )
+            emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
+            try:
+                return await timed_reply(self.provider, request, RequestClock())
+            except ContextOverflow as exc:
+                overflow = exc
+            # Aim below what the window leaves and below half of what was just refused.
+            room = int(COMPACT_FILL * max(0, self.info.window - cap))
+            budget = min(room, (budget or estimate_tokens(self.messages)) // 2)
+            cut = trimmed(self.messages, budget)
+            if cut is None:
+                break
+            messages = cut
+            emit(
+                Notice(
+                    "the summary request does not fit the context window either; "
+                    f"summarizing a trimmed transcript (~{estimate_tokens(cut) // 1000}k tokens)",
+                    "warning",
+                )
+            )
+        raise RunError(
+            f"the conversation cannot be summarized within the model's context window: {overflow}",
+            hint="give the model a larger window (llama-server -c / --ctx-size, "
+            'providers."ollama".num_ctx, LM Studio\'s context length), or start a fresh session',
+        ) from overflow
 
     def _loop_guard(self, calls: tuple[ToolUse, ...], emit: Emit) -> TurnStop | None:
         """The same round of calls with the same results 4 times in the last 8 rounds: stop an
@@ -1304,7 +1430,7 @@ class Agent:
             tools=tools,
             web_search=web_search,
             max_tokens=self._output_cap(
-                self.info.request_max_tokens, self.conversation.messages, self._tool_specs
+                self.info.request_max_tokens, self.conversation.messages, tools
             ),
             effort=self.effort,
             cache_key=self.session_id,
@@ -1316,6 +1442,7 @@ class Agent:
         self.total_turns += 1
         state.partial = []
         request = self._request()
+        state.max_tokens = request.max_tokens
         emit(RequestStarted(state.turns, self.model, request, "turn"))
         done: Done | None = None
         clock = RequestClock()
@@ -1344,9 +1471,10 @@ class Agent:
         resume_gc()  # paused by `keel -p`'s start-up until the first reply (keel.startup)
         timing = clock.timing(done.usage.output)
         message = done.message
+        state.empty_reply = not message.tool_uses and not message.text.strip()
         if not message.blocks:
             message = Message("assistant", (Text(EMPTY_RESPONSE),), message.provider, message.model)
-            done = Done(message, done.usage, done.stop_reason)
+            done = dataclasses.replace(done, message=message)
         self._record_assistant(done, emit, timing, durable=False)
         if self.session is not None:
             # The one fdatasync before anything the reply leads to, off the event loop thread.
@@ -1417,14 +1545,62 @@ class Agent:
             if done.stop_reason == "pause_turn":
                 return Resend()
             if done.stop_reason == "max_tokens":
+                if (why := self._context_full(done)) is not None:
+                    return Finish("context_full", why=why)
                 return Finish("max_tokens", why="the response hit the output token limit")
             if done.stop_reason == "refusal":
                 return Finish("refusal", why="the model declined to answer")
+            if done.unrun_calls:
+                return self._unrun_calls(done.unrun_calls)
+            if self._state.empty_reply:
+                return self._empty_reply()
             return Finish("end_turn")
         budget = self._budget()
         if budget.exhausted:
             return Finish("budget", calls, f"not run: {budget.exhausted}")
         return RunTools(calls)
+
+    def _context_full(self, done: Done) -> str | None:
+        """Why a reply cut at `max_tokens` was cut by the context window, not the output limit
+        (None: the output limit). Provider-neutral: the prompt and the reply reached the window;
+        or the reply stopped short of the `max_tokens` asked for (a local server cuts where its
+        window ends); or `max_tokens` was lowered below the model's own limit to fit the window."""
+        window, asked, usage = self.info.window, self._state.max_tokens, done.usage
+        filled = usage.context >= window - WINDOW_SLACK
+        short = 0 < usage.output < asked - WINDOW_SLACK
+        if not (filled or short or 0 < asked < self.info.request_max_tokens):
+            return None
+        size = f"{window:,}-token" if filled or not short else f"~{usage.context:,}-token"
+        return (
+            f"the reply was cut: the prompt and the reply filled the model's {size} context "
+            "window (compact the conversation with /compact or keel compact, or load the model "
+            "with a larger window: llama-server -c, Ollama's num_ctx)"
+        )
+
+    def _unrun_calls(self, problems: tuple[str, ...]) -> Step:
+        """A reply that wrote tool calls as text keel did not run (`keel.llm.salvage`)."""
+        what = "; ".join(problems)
+        if self.tool_call_text == "ignore":
+            return Finish("end_turn")
+        if self.tool_call_text == "nudge" and "unrun" not in self._state.nudged:
+            return Nudge("unrun", UNRUN_NUDGE.format(what=what))
+        return Finish("unrun_tool_call", why=f"a tool call written as text was not run ({what})")
+
+    def _empty_reply(self) -> Step:
+        """No text and no call. Right after tool results the model is asked once to go on."""
+        before = self.messages[-2] if len(self.messages) > 1 else None
+        after_tools = before is not None and any(isinstance(b, ToolResult) for b in before.blocks)
+        if after_tools and "empty" not in self._state.nudged:
+            return Nudge("empty", EMPTY_NUDGE)
+        return Finish("empty_response", why="the model ended its turn with no text and no call")
+
+    def _nudge(self, kind: str, text: str, emit: Emit) -> None:
+        self._state.nudged.add(kind)
+        emit(Notice(f"asking the model again: {text}", "info"))
+        message = Message("user", (Text(text),))
+        if self.session is not None:
+            self.session.user(message, "note")
+        self.conversation.append(message)
 
     async def _run_tools(
         self,
@@ -1507,7 +1683,7 @@ class Agent:
         notes = self.instruction_notes
         if notes is None:
             return None
-        _ = self.system  # a resumed run's first round: the context's files count as delivered
+        _ = self.context  # a resumed run's first round: the context's files count as delivered
         text = notes.note_for(calls, results)
         while notes.warnings:
             emit(Notice(notes.warnings.pop(0), "warning"))

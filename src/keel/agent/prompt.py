@@ -1,7 +1,14 @@
-"""The system prompt, built once per fresh context so the prompt prefix stays byte-stable
-(DESIGN.md invariant 1): a base prompt (work style, safety), an `<env>` block (working directory,
-platform, date, git root), the user's and the project's instruction files, then further sections
-(the skills index, the memory index) passed in by their owners.
+"""The prompt a fresh context starts with, in two parts (DESIGN.md invariant 1):
+
+- **The system prompt** holds only what is the same in every session and every project of one keel
+  version and one set of settings: the base prompt (work style, safety) and the sections settings
+  choose (the output style). With the tools (fixed per context too), it is a prefix that a
+  provider's prompt cache, or a local server's, serves to every new session of every project.
+- **The context** holds what varies by session or project: an `<env>` block (working directory,
+  platform, date, git root), the user's and the project's instruction files, then further
+  sections (the skills index, the memory index) passed in by their owners. It opens the first
+  user message of each context (`<context>…</context>`), so it stays in the append-only
+  transcript and is journaled with it.
 
 Instruction files, in Claude Code's order (user memory first, then the project from its root
 down): `~/.claude/CLAUDE.md` and the always-on rules of `~/.claude/rules/`, Codex's
@@ -50,7 +57,9 @@ Work style:
 - Find things with glob and grep, look with read, change with edit or write, verify with bash.
 - Prefer small, correct changes over large rewrites. Keep the project's existing style.
 - When a command or test fails, read the error and fix the cause rather than the symptom.
-- Say plainly when you are unsure or when something could not be done."""
+- Say plainly when you are unsure or when something could not be done.
+- The first message of the conversation opens with a <context> block: the environment you work \
+in and the instruction files of the user and the project. Follow those instructions."""
 
 #: The rules every agent keeps, subagents included.
 SAFETY = """\
@@ -410,23 +419,38 @@ def _section(f: InstructionFile) -> str:
     return f"<instructions {source}>\n{f.text}\n</instructions>"
 
 
-def build_system_prompt(
+def build_system_prompt(*, base: str = BASE_PROMPT, sections: Sequence[str] = ()) -> str:
+    """The system prompt: `base` (who the agent is and how it works), then the `sections` that
+    settings choose (an output style). Nothing of the project, the session or the day: the same
+    settings give the same bytes everywhere."""
+    return "\n\n".join([base, *(s for s in sections if s)])
+
+
+#: The tags around the context in the first user message.
+CONTEXT_OPEN, CONTEXT_CLOSE = "<context>", "</context>"
+
+
+def build_context(
     cwd: Path,
     *,
     extra_sections: Sequence[str] = (),
     today: date | None = None,
     user_dir: Path | None = None,
     home: Path | None = None,
-    base: str = BASE_PROMPT,
     refuse: Callable[[Path], str | None] | None = None,
 ) -> str:
-    """The system prompt: `base` (who the agent is and how it works), the environment, the
-    instruction files with their imports (`refuse`: see `load_instructions`), then
-    `extra_sections`."""
-    parts = [base, env_block(cwd, today=today)]
+    """The context of a session in `cwd`: the environment, the instruction files with their
+    imports (`refuse`: see `load_instructions`), then `extra_sections`. `context_text` wraps it
+    for the first user message."""
+    parts = [env_block(cwd, today=today)]
     parts += load_instructions(cwd, user_dir=user_dir, home=home, refuse=refuse).sections()
     parts += [s for s in extra_sections if s]
     return "\n\n".join(parts)
+
+
+def context_text(context: str) -> str:
+    """`build_context`'s text as the first user message carries it."""
+    return f"{CONTEXT_OPEN}\n{context}\n{CONTEXT_CLOSE}"
 
 
 # -- reading a built prompt back --------------------------------------------------------------------

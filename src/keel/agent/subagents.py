@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from keel.agent.events import Event, SubagentEvent
 from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS, Limits, Spend, check_budget
-from keel.agent.prompt import SAFETY, build_system_prompt
+from keel.agent.prompt import SAFETY, build_context, build_system_prompt
 from keel.config.settings import user_config_dir
 from keel.errors import KeelError
 from keel.frozen import frozen
@@ -511,9 +511,9 @@ class Subagents:
             # The child's writes are confined to its worktree, under the parent's rules.
             gate = dataclasses.replace(gate, root=worktree.path, cwd=cwd, record=None)
         tools: list[Tool] = [t for t in parent.registry if kind.allows(t.name)]
-        system = build_system_prompt(
+        system = build_system_prompt(base=f"{kind.prompt}\n\n{REPORT_FOOTER}\n\n{SAFETY}")
+        context = build_context(
             cwd,
-            base=f"{kind.prompt}\n\n{REPORT_FOOTER}\n\n{SAFETY}",
             user_dir=user_config_dir(parent.ctx.env),
             extra_sections=_inherited_sections(parent, tools),
         )
@@ -528,6 +528,7 @@ class Subagents:
             tools=tools,
             cwd=cwd,
             system=system,
+            context=context,
             limits=limits,
             effort=parent.effort,
             env=parent.ctx.env,
@@ -537,7 +538,7 @@ class Subagents:
         child.enclosing_budgets = [(parent.limits, parent.spend), *parent.enclosing_budgets]
         child.is_subagent = True
         child.agent_type = kind.name
-        # Its prompt holds the instruction files: what its reads bring comes as notes too.
+        # Its context holds the instruction files: what its reads bring comes as notes too.
         child.instruction_notes = InstructionNotes(
             cwd,
             user_dir=user_config_dir(parent.ctx.env),
@@ -547,6 +548,7 @@ class Subagents:
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
         child.tool_profile = parent.tool_profile  # its own window decides `auto`
+        child.tool_call_text = parent.tool_call_text
         if kind.model is None and kind.allows("web_search"):
             # The parent's provider and model, so the same server-side search (or none).
             child.web_search = parent.web_search

@@ -272,6 +272,7 @@ def build_agent(
     agent.ctx.extra_roots = gate.extra_roots
     agent.auto_compact = settings.auto_compact
     agent.tool_profile = settings.tool_profile
+    agent.tool_call_text = settings.tool_call_text
     from keel.tools.builtin.web_search import web_search_options
 
     agent.web_search, why_not = web_search_options(ref, info, settings, gate)
@@ -755,11 +756,11 @@ async def continue_session(
         keep_knowledge_as_it_was(agent, settings, stored)
         current = agent.fingerprint()
         if moved:
-            # The system prompt names the working directory: compare it as it reads with the
-            # old one, so that a real change (an instruction file) is still caught.
+            # The context names the working directory: compare it as it reads with the old
+            # one, so that a real change (an instruction file) is still caught.
             from keel.agent.prompt import part_hashes, short_hash
 
-            as_before = agent.system.replace(str(cwd), meta.cwd)
+            as_before = agent.prompt_text.replace(str(cwd), meta.cwd)
             current = dataclasses.replace(
                 current, system_hash=short_hash(as_before), system_parts=part_hashes(as_before)
             )

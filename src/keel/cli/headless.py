@@ -58,6 +58,9 @@ EXIT_CODES: dict[TurnStop, int] = {
     "loop": cli.EXIT_LIMIT,
     "max_tokens": cli.EXIT_INCOMPLETE,
     "refusal": cli.EXIT_INCOMPLETE,
+    "empty_response": cli.EXIT_INCOMPLETE,
+    "context_full": cli.EXIT_INCOMPLETE,
+    "unrun_tool_call": cli.EXIT_INCOMPLETE,
     "blocked": cli.EXIT_BLOCKED,
     "hook_stopped": cli.EXIT_BLOCKED,
     "suspended": cli.EXIT_SUSPENDED,
@@ -357,9 +360,12 @@ def run_resume(path: Path | str, prompt: str, args: argparse.Namespace) -> int:
             opened = await resume_agent(path, _options(args), printer)  # with `keel undo` notes
         agent, state, ref = opened.agent, opened.state, opened.ref
         meta = state.meta
-        steps: list[str | None] = [None] if agent.resumable else []
+        # With a new prompt, an unfinished turn is not asked of the model again on its own: its
+        # unanswered calls are settled (a resume step), and the new prompt joins what the model
+        # has not seen yet, in one request.
+        steps: list[str | None] = [None] if agent.resumable and not prompt else []
         if prompt:
-            steps.append(prompt)
+            steps += [None, prompt] if agent.unanswered_calls else [prompt]
         if not steps:
             await agent.aclose()
             raise UserError(
@@ -496,9 +502,13 @@ async def _run(
     try:
         with _Stopper(agent, printer) as stopper:
             result = None
-            for step in steps:
+            for i, step in enumerate(steps):
                 ran = await (agent.resume(printer) if step is None else agent.run(step, printer))
                 result = _together(result, ran)
+                if step is None and ran.stop_reason == "error" and i + 1 < len(steps):
+                    # The new prompt is still sent (and journaled): never dropped unsaid.
+                    printer(Notice("the unfinished turn failed; sending the new prompt", "warning"))
+                    continue
                 if result.stop_reason != "end_turn":
                     break
             else:

@@ -46,6 +46,7 @@ from keel.llm.provider import ProviderConfig
 from keel.llm.request import Effort, Sampling
 
 if TYPE_CHECKING:
+    from keel.agent.events import ToolCallText
     from keel.tools.profile import ToolProfile
 
 KNOWN_KEYS = frozenset(
@@ -85,6 +86,9 @@ KNOWN_KEYS = frozenset(
         "memory",
         # The tools offered to the model (keel.tools.profile): `{"profile": ...}`.
         "tools",
+        # A tool call the model writes as text and keel does not run (keel.llm.salvage):
+        # nudge, stop or ignore.
+        "tool_call_text",
         # Claude Code plugins (keel.plugins): which are on, and where else to find them.
         "enabledPlugins",
         "extraKnownMarketplaces",
@@ -118,6 +122,7 @@ SANDBOX_KEYS = frozenset({"enabled", "network", "env_passthrough", "env_deny", "
 PROVIDER_KEYS = frozenset(
     {"base_url", "api_key_env", "stall_timeout", "call_timeout", "wire", "num_ctx"}
 )
+TOOL_CALL_TEXT: dict[str, ToolCallText] = {"nudge": "nudge", "stop": "stop", "ignore": "ignore"}
 EFFORTS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "max": "max"}
 MODEL_KEYS = frozenset(
     {"window", "max_output", "input_price", "output_price", "cache_read_price", "cache_write_price"}
@@ -254,6 +259,8 @@ class Settings:
     auto_compact: bool = True
     #: `tools.profile`: full, compact, or auto (compact for a small window; keel.tools.profile).
     tool_profile: ToolProfile = "auto"
+    #: `tool_call_text`: what a tool call the model wrote as text and keel did not run leads to.
+    tool_call_text: ToolCallText = "nudge"
     #: The provider's own web search (`web_search`: true/false, or an object with `enabled`,
     #: `max_uses`, `allowed_domains`, `blocked_domains`); on where the provider has one.
     web_search: bool = True
@@ -507,13 +514,24 @@ class _Merge:
             self._switch(key, value, where)
         elif key == "otel":
             self.otel(value, where)
-        elif key == "mcp_sampling":
-            if value not in ("ask", "allow", "deny"):
-                self.w.append(f"{where} must be ask, allow or deny; ignored")
-            elif self.untrusted and value == "allow":
-                self.w.append(f"{where} ignored: only your own settings may allow sampling")
+        elif key in ("mcp_sampling", "tool_call_text"):
+            self._choice(key, value, where)
+
+    def _choice(self, key: str, value: Any, where: str) -> None:
+        """`mcp_sampling` (only your own settings may allow it) and `tool_call_text` (any file:
+        each value still says what was not run)."""
+        s = self.settings
+        if key == "tool_call_text":
+            if value in TOOL_CALL_TEXT:
+                s.tool_call_text = TOOL_CALL_TEXT[value]
             else:
-                s.mcp_sampling = value
+                self.w.append(f"{where} must be nudge, stop or ignore; ignored")
+        elif value not in ("ask", "allow", "deny"):
+            self.w.append(f"{where} must be ask, allow or deny; ignored")
+        elif self.untrusted and value == "allow":
+            self.w.append(f"{where} ignored: only your own settings may allow sampling")
+        else:
+            s.mcp_sampling = value
 
     def _switch(self, key: str, value: Any, where: str) -> None:
         """`auto_compact`, and the trace settings `debug` and `trace_retention_days`: what is

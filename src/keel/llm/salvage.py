@@ -220,7 +220,7 @@ def parse_markup(markup: str, tools: Mapping[str, ToolSpec]) -> Outcome:
         body = markup[len(opening) :].removesuffix(TAGS[opening]).strip()
         outcome = _tagged_body(body, tools)
     if isinstance(outcome, str):
-        return f"a {opening.rstrip('=>')}> block was not run: {outcome}"
+        return f"{opening.rstrip('=>')}>: {outcome}"
     return outcome
 
 
@@ -420,7 +420,7 @@ def json_calls(text: str, tools: Mapping[str, ToolSpec]) -> tuple[str, list[Call
     for piece in pieces:
         outcome = _all_or_nothing([_object_call(v, tools) for v in piece.values])
         if isinstance(outcome, str):
-            problems.append(f"JSON naming a tool was not run: {outcome}")
+            problems.append(f"JSON call: {outcome}")
             continue
         calls.extend(outcome)
         kept.append(text[at : piece.start])
@@ -458,7 +458,7 @@ def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, list
     if problems:
         done = replace(done, unrun_calls=tuple(problems))
         notices.append(
-            Notice(f"a tool call written as text was not run: {'; '.join(problems)}", "warning")
+            Notice(f"a tool call written as text was not run ({'; '.join(problems)})", "warning")
         )
     if not calls:
         return done, notices

@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from keel.agent.events import MODEL_ENDED
 from keel.errors import UserError
 from keel.replay.provider import Divergence, Expected, Paths, Recorded, ReplayProvider
 from keel.session.records import (
@@ -749,7 +750,7 @@ async def live(
             )
             for prompt in prompts(records):
                 result = await agent.run(prompt)
-                if result.stop_reason not in ("end_turn", "max_tokens", "refusal"):
+                if result.stop_reason not in MODEL_ENDED:
                     notes.append(f"the live run stopped: {result.stop_reason} {result.error or ''}")
                     break
             live_path = agent.session.path

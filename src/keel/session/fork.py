@@ -9,7 +9,14 @@ from pathlib import Path
 
 from keel.errors import UserError
 from keel.session.journal import Journal, read_records
-from keel.session.records import DecisionRecord, Meta, RecordError, UserRecord, decode
+from keel.session.records import (
+    PROMPT_BOUNDARY,
+    DecisionRecord,
+    Meta,
+    RecordError,
+    UserRecord,
+    decode,
+)
 from keel.session.store import new_session_id
 
 
@@ -43,7 +50,7 @@ def fork_session(path: Path, at: int | None) -> tuple[Path, str]:
             last = fold(records).terminal
         except FoldError as exc:
             raise UserError(f"{path}: {exc}", hint="the file was left untouched") from exc
-        if last is None or last.reason not in ("completed", "refusal", "max_tokens"):
+        if last is None or last.reason not in PROMPT_BOUNDARY:
             raise UserError(
                 f"session {meta.id} did not end at a prompt boundary (it is "
                 f"{'running or crashed' if last is None else last.reason})",

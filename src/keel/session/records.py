@@ -29,7 +29,7 @@ from keel.llm.messages import (
 #: record type is added (an older keel then stops at such a line with "newer format", instead of
 #: taking it for corruption). Each line carries the lowest format that can read it, so a session
 #: that uses none of the newer types stays readable by an older keel.
-FORMAT = 3
+FORMAT = 4
 
 TerminalReason: TypeAlias = Literal[
     "completed",
@@ -45,7 +45,14 @@ TerminalReason: TypeAlias = Literal[
     "max_tokens",
     "unknown_outcome",
     "cancelled",
+    "empty_response",
+    "context_full",
+    "unrun_tool_call",
 ]
+#: Terminal reasons where the model ended the turn itself: the session stops at a prompt boundary.
+PROMPT_BOUNDARY: frozenset[TerminalReason] = frozenset(
+    {"completed", "refusal", "max_tokens", "empty_response", "context_full", "unrun_tool_call"}
+)
 UserSource: TypeAlias = Literal["prompt", "note", "task_notification", "hook_feedback", "command"]
 
 
@@ -452,7 +459,13 @@ def _payload_json(p: Payload) -> dict[str, Any]:
 #: Record types newer than format 1, and the format that introduced them.
 _TYPE_FORMAT = {"tool_started": 2, "process": 2, "claim": 3, "park": 3}
 #: Terminal reasons newer than format 1 (an older keel does not know them).
-_REASON_FORMAT = {"unknown_outcome": 2, "cancelled": 3}
+_REASON_FORMAT = {
+    "unknown_outcome": 2,
+    "cancelled": 3,
+    "empty_response": 4,
+    "context_full": 4,
+    "unrun_tool_call": 4,
+}
 
 
 def line_format(payload: Payload) -> int:
@@ -504,7 +517,13 @@ def _migrate_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "v": 3}
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3}
+def _migrate_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
+    """Format 4 added the terminal reasons `empty_response`, `context_full` and
+    `unrun_tool_call`; format-3 records are unchanged."""
+    return {**d, "v": 4}
+
+
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
 
 
 class RecordError(ValueError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keel.agent.compaction import THRESHOLD, estimate_tokens
@@ -200,13 +201,13 @@ def context_text(agent: Agent, context: int) -> str:
 
 
 def _instruction_lines(agent: Agent) -> list[str]:
-    """The instruction files in this context's system prompt (read from the prompt itself, so
-    it is what the model has), their `@path` imports indented, and what was not followed."""
+    """The instruction files in this context (read from its text itself, so it is what the
+    model has), their `@path` imports indented, and what was not followed."""
     from keel.agent.prompt import instruction_sources, load_instructions
     from keel.config.settings import user_config_dir
 
     tags = re.findall(
-        r'^<instructions source="([^"]*)"( imported-from="[^"]*")?>', agent.system, re.M
+        r'^<instructions source="([^"]*)"( imported-from="[^"]*")?>', agent.prompt_text, re.M
     )
     lines = ["", "**Instruction files**", ""] if tags else ["", "**Instruction files:** none"]
     lines += [
@@ -216,7 +217,14 @@ def _instruction_lines(agent: Agent) -> list[str]:
         agent.cwd, user_dir=user_config_dir(agent.ctx.env), refuse=agent.import_refusal
     )
     lines += [f"- warning: {w}" for w in loaded.warnings]
-    sent = [p for m in agent.messages if m.role == "user" for p in instruction_sources(m.text)]
+    opened = {Path(path) for path, _ in tags}
+    sent = [
+        p
+        for m in agent.messages
+        if m.role == "user"
+        for p in instruction_sources(m.text)
+        if p not in opened
+    ]
     if sent:
         lines += ["", "**Sent as notes** (files the model read or edited brought them)", ""]
         lines += [f"- `{path}`" for path in dict.fromkeys(sent)]

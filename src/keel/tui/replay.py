@@ -46,6 +46,9 @@ _ENDINGS = {
     "max_tokens": "the reply hit the output token limit",
     "refusal": "the model declined",
     "unknown_outcome": "stopped: a call that is not safe to repeat has an unknown outcome",
+    "empty_response": "the model ended with an empty reply",
+    "context_full": "the reply was cut: the context window is full",
+    "unrun_tool_call": "stopped: the model wrote a tool call as text that was not run",
 }
 #: What the loop answers for a call it cut off (Esc, Ctrl+C): the call has no duration of its own.
 _CUT_OFF = "interrupted by user"
