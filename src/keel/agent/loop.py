@@ -1266,8 +1266,10 @@ class Agent:
             raise UserError("nothing to compact yet", hint="compaction needs a conversation")
         if self.tracer is not None:
             on_event = self.tracer.wrap(on_event)
+        emit = on_event or (lambda _e: None)
+        await self._learn_model(emit)  # a resumed session's first request may be this one
         return await self._compact(
-            on_event or (lambda _e: None),
+            emit,
             trigger="manual",
             mid_turn=False,
             instructions=instructions,

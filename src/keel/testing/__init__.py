@@ -5,7 +5,8 @@ servers that speak each provider's wire API on 127.0.0.1. Nothing here reaches t
 - `keel.testing.anthropic_server.AnthropicServer`, `keel.testing.openai_server.OpenAIResponsesServer`
   and `OpenAIChatServer`, `keel.testing.gemini_server.GeminiServer` and
   `keel.testing.ollama_server.OllamaServer`: real HTTP servers on 127.0.0.1 (imported from their
-  modules).
+  modules); `keel.testing.llamacpp_server.LlamaCppServer` behaves as llama.cpp's server does
+  (`n_ctx`, `/props`, its overflow error, its prefix cache).
 - `Reply`, `Fault`, `reply`: the script language both use.
 """
 
