@@ -283,3 +283,15 @@ async def test_without_the_fix_that_request_fails(project: Path, stale_reuse_unf
 )
 def test_output_budget(window: int, context: int, max_output: int, expected: int) -> None:
     assert output_budget(window, context, max_output) == expected
+
+
+async def test_a_server_still_loading_is_asked_again() -> None:
+    with LlamaCppServer(n_ctx=2048) as server:
+        provider = provider_for(server.url)
+        server.loading = True
+        assert await model_facts(provider, MODEL) == ModelFacts()
+        server.loading = False
+        assert await model_facts(provider, MODEL) == ModelFacts(2048, True, "")
+        assert await model_facts(provider, MODEL) == ModelFacts(2048, True, "")
+        await provider.aclose()
+    assert paths(server.requests) == ["GET /props", "GET /v1/models", "GET /props"]

@@ -120,6 +120,8 @@ class LlamaCppServer(OpenAIChatServer):
         self.supports_tools = supports_tools
         self.model_path = model_path
         self.close_delay = close_delay
+        #: While True every request gets llama-server's 503 for a model still loading.
+        self.loading = False
         #: The tokens of the last prompt the slot processed (its prefix cache).
         self.slot_cache: list[bytes] = []
         #: Per model request, in order: (prompt tokens, cached tokens), overflows included.
@@ -193,6 +195,10 @@ class LlamaCppServer(OpenAIChatServer):
     # -- a model request --------------------------------------------------------------------------
 
     async def handle(self, request: RecordedRequest, response: ResponseWriter) -> None:
+        if self.loading:
+            error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+            await response.send_json(503, {"error": error})
+            return
         authorized = not self.api_key or (
             request.headers.get("authorization") == f"Bearer {self.api_key}"
         )

@@ -380,7 +380,9 @@ class OpenAIChatProvider(HTTPProvider):
             return ModelFacts()
         facts = self.facts.get(model)
         if facts is None:
-            facts = self.facts[model] = await self._ask_server(model)
+            facts, answered = await self._ask_server(model)
+            if answered:  # else asked again before the next request (a server still loading)
+                self.facts[model] = facts
         return facts
 
     async def prepare(self, request: Request) -> None:
@@ -390,23 +392,33 @@ class OpenAIChatProvider(HTTPProvider):
         facts = self.facts.get(model)
         return facts.window if facts is not None else 0
 
-    async def _ask_server(self, model: str) -> ModelFacts:
+    async def _ask_server(self, model: str) -> tuple[ModelFacts, bool]:
+        """The facts, and whether the server answered at all."""
         root = self.base_url.removesuffix("/v1")
-        facts = props_facts(await self._get_json(f"{root}/props"), model)
+        props, answered = await self._get_json(f"{root}/props")
+        facts = props_facts(props, model)
         if facts.window:
-            return facts
-        window = listed_window(await self._get_json(f"{self.base_url}/models"), model)
-        return ModelFacts(window, facts.tools, facts.warning)
+            return facts, True
+        listed, listed_answered = await self._get_json(f"{self.base_url}/models")
+        window = listed_window(listed, model)
+        return ModelFacts(window, facts.tools, facts.warning), answered or listed_answered
 
-    async def _get_json(self, url: str) -> object:
-        """The JSON a GET of `url` answers, or None (an error status, not JSON, no answer)."""
+    async def _get_json(self, url: str) -> tuple[object, bool]:
+        """The JSON a GET of `url` answers (None: an error status, or not JSON), and whether
+        the server answered: no answer, or 503 (llama.cpp while it loads the model), is not
+        one."""
         import httpx
 
         try:
             response = await self._http().get(url, headers=self.headers(), timeout=PROBE_TIMEOUT)
-            return response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
+        except httpx.HTTPError:
+            return None, False
+        if response.status_code != 200:
+            return None, response.status_code != 503
+        try:
+            return response.json(), True
+        except ValueError:
+            return None, True
 
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
