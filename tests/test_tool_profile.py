@@ -23,17 +23,19 @@ from keel.llm.catalog import with_window
 from keel.llm.script import reply
 from keel.permissions.gate import PermissionGate
 from keel.permissions.rules import parse_rule
+from keel.testing.llamacpp_server import LlamaCppServer
 from keel.testing.openai_server import OpenAIChatServer
+from keel.tools.base import ToolContext, tool
 from keel.tools.builtin import builtin_tools
 from keel.tools.profile import COMPACT, COMPACT_WINDOW
 from tests.helpers import unsandboxed_line_dropped, user_settings_file
 
 MODEL = "openai-compatible/x"
 #: What a run with no deny rule offers (memory and task come with every `keel -p`).
-EVERY_TOOL = sorted(
-    [t.name for t in builtin_tools()] + ["memory", "task"],
-)
+EVERY_TOOL = sorted([t.name for t in builtin_tools()] + ["memory", "task"])
 CORE = ["bash", "edit", "glob", "grep", "ls", "read", "write"]
+#: The tools of its parent's a general subagent is offered.
+GENERAL = [*CORE, "multi_edit", "raw_output", "web_fetch"]
 
 
 @pytest.fixture
@@ -186,9 +188,8 @@ async def test_a_subagent_is_not_offered_a_withheld_tool(
     parent, child, _ = (r.json for r in chat.model_requests)
     assert names(parent["tools"]) == [n for n in EVERY_TOOL if n != "bash"]
     assert child["messages"][-1]["content"].endswith("list the files")
-    # The general subagent's tools, bash not among them.
-    general = ["edit", "glob", "grep", "ls", "multi_edit", "raw_output", "read", "web_fetch", "write"]
-    assert child["tools"] == [t for t in parent["tools"] if t["function"]["name"] in general]
+    # The general subagent's tools (all but the parent's own), bash not among them.
+    assert child["tools"] == [t for t in parent["tools"] if t["function"]["name"] in GENERAL]
 
 
 def test_disallowed_tools_flag_end_to_end(chat: OpenAIChatServer, project: Path) -> None:
@@ -230,9 +231,8 @@ async def test_compact_keeps_exit_plan_mode_for_a_context_started_in_plan_mode(
     write_json(user_settings_file(), {"tools": {"profile": "compact"}})
     tools = await offered(chat, project, mode="plan")
     assert names(tools) == sorted([*CORE, "exit_plan_mode"])
-    assert tools[names(tools).index("exit_plan_mode")]["function"]["description"] == (
-        COMPACT["exit_plan_mode"]
-    )
+    plan = tools[names(tools).index("exit_plan_mode")]["function"]
+    assert plan["description"] == COMPACT["exit_plan_mode"]
 
 
 async def test_a_call_in_the_compact_profile_runs_as_in_full(
@@ -280,6 +280,26 @@ async def test_auto_profile_follows_the_window_known_at_the_first_request(
     assert agent.fingerprint().tools_hash != before
 
 
+async def test_auto_profile_reads_a_llamacpp_servers_n_ctx(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window a local server publishes (`/props` n_ctx), asked before the first request,
+    chooses the profile of that request."""
+    for n_ctx, expected in ((8192, compact_array()), (32768, None)):
+        with LlamaCppServer([reply("ok")], n_ctx=n_ctx) as server:
+            monkeypatch.setenv("OPENAI_COMPATIBLE_BASE_URL", server.url + "/v1")
+            agent = await started(project)
+            try:
+                await agent.run("hi")
+            finally:
+                await agent.aclose()
+            tools = server.model_requests[0].json["tools"]
+        if expected is not None:
+            assert tools == expected
+        else:
+            assert names(tools) == EVERY_TOOL
+
+
 async def test_a_subagent_gets_the_compact_profile_too(
     chat: OpenAIChatServer, project: Path
 ) -> None:
@@ -314,3 +334,39 @@ def test_the_profile_setting_is_checked(project: Path) -> None:
     assert load_settings(project).warnings == [
         f'{where} must be an object like {{"profile": "compact"}}; ignored'
     ]
+
+
+@tool(name="mcp__github__create_issue", kind="mcp")
+async def create_issue(ctx: ToolContext, title: str) -> str:
+    """Create an issue on GitHub, with a long description the compact profile leaves as is."""
+    return title
+
+
+async def test_mcp_tools_stay_in_compact_unless_a_server_wide_rule_withholds_them(
+    chat: OpenAIChatServer, project: Path
+) -> None:
+    write_json(user_settings_file(), {"tools": {"profile": "compact"}})
+    mcp_entry = {
+        "type": "function",
+        "function": {
+            "name": "mcp__github__create_issue",
+            "description": create_issue.description,
+            "parameters": create_issue.input_schema,
+        },
+    }
+    with_mcp = sorted([*compact_array(), mcp_entry], key=lambda t: t["function"]["name"])
+    for deny, expected in (
+        ([], with_mcp),
+        (["mcp__github__*"], compact_array()),
+        (["mcp__github"], compact_array()),
+        (["mcp__github__create_issue(*)"], compact_array()),
+        (["mcp__gitlab"], with_mcp),
+    ):
+        chat.add(reply("ok"))
+        agent = await started(project, disallowed_tools=deny)
+        agent.add_tools([create_issue])
+        try:
+            await agent.run("hi")
+        finally:
+            await agent.aclose()
+        assert chat.model_requests[-1].json["tools"] == expected, deny

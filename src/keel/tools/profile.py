@@ -28,10 +28,10 @@ from keel.tools.base import Tool, spec, tool_kind
 ToolProfile: TypeAlias = Literal["full", "compact", "auto"]
 PROFILES: tuple[ToolProfile, ...] = ("full", "compact", "auto")
 
-#: `auto` picks `compact` up to this window (tokens). The full set of tools and keel's system
-#: prompt take about 4.2k tokens (docs/tools.md "Tool profiles"): over a quarter of a 16k
-#: window and half of an 8k one before the first message, where the compact set takes ~1.1k.
-#: From 32k on the full set is an eighth of the window or less.
+#: `auto` picks `compact` up to this window (tokens). keel's system prompt and the full tools
+#: of `keel -p` take about 16 kB, ~4k tokens (docs/tools.md "Tool profiles"): a quarter of a
+#: 16k window and half of an 8k one before the first message; with the compact tools ~5.5 kB,
+#: ~1.4k tokens. From 32k on the full set is an eighth of the window or less.
 COMPACT_WINDOW = 16_384
 
 #: The built-in tools of the compact profile and their one-line descriptions.
