@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import keel.llm.aio as aio
-from keel.agent.compaction import estimate_tokens
+from keel.agent.compaction import COMPACT_PROMPT, PREAMBLE, estimate_tokens
 from keel.agent.events import Event, UsageUpdated
 from keel.agent.limits import MIN_OUTPUT_TOKENS, output_budget
 from keel.agent.loop import Agent
@@ -20,7 +20,7 @@ from keel.llm.catalog import UNKNOWN_MAX_OUTPUT, UNKNOWN_WINDOW, ModelRef
 from keel.llm.errors import APIError, ContextOverflow
 from keel.llm.events import Done, Notice
 from keel.llm.http import HTTPSettings
-from keel.llm.messages import Message, Text, Usage
+from keel.llm.messages import Message, Text, ToolUse, Usage
 from keel.llm.provider import (
     ModelFacts,
     Provider,
@@ -34,8 +34,9 @@ from keel.llm.request import Request
 from keel.permissions.gate import AllowAll
 from keel.testing.llamacpp_server import LlamaCppServer, count_tokens, render_prompt
 from keel.testing.openai_server import CREATED, OpenAIChatServer
-from keel.testing.script import reply
+from keel.testing.script import Reply, reply
 from keel.testing.server import RecordedRequest, ResponseWriter
+from tests.test_cli import keel
 
 SYSTEM = "You are terse."
 MODEL = "local-model"
@@ -266,6 +267,34 @@ async def test_without_the_fix_that_request_fails(project: Path, stale_reuse_unf
     lost = pytest.raises(APIError, match="connection to openai-compatible lost")
     with LlamaCppServer(script, close_delay=0.3) as server, lost:
         await compact_then_prompt(server, project)
+
+
+def bash_call(call_id: str, command: str) -> Reply:
+    return Reply(Message("assistant", (ToolUse(call_id, "bash", {"command": command}),)))
+
+
+def test_keel_p_survives_an_automatic_compaction_with_retries_off(project: Path) -> None:
+    """Issue 28 item 4 as it happened: llama-server closes the connection after each streamed
+    response; after a tool run keel notices, but the request right after a compaction went out
+    on the dead connection and, with --max-retries 0, ended the run."""
+    script = [
+        bash_call("call_1", "echo hi"),
+        bash_call("call_2", "python3 -c \"print('x' * 14000)\""),  # fills the 6k window
+        reply("<summary>ran two commands</summary>"),
+        reply("done"),
+    ]
+    with LlamaCppServer(script, n_ctx=6000, close_delay=0.1) as server:
+        env = {"OPENAI_COMPATIBLE_BASE_URL": f"{server.url}/v1"}
+        argv = ["-p", "run both", "--model", f"openai-compatible/{MODEL}", "--max-retries", "0"]
+        out = keel(*argv, "--output-format", "json", cwd=project, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["stop_reason"] == "end_turn"
+    assert "compacted: ~5k tokens" in out.stderr
+    assert paths(server.requests) == ["GET /props"] + ["POST /v1/chat/completions"] * 4
+    summary, after = (r.json["messages"] for r in server.model_requests[2:])
+    assert summary[-1]["content"].startswith(COMPACT_PROMPT[:60])
+    assert PREAMBLE in after[-1]["content"]
+    assert server.errors == []
 
 
 # -- output_budget -------------------------------------------------------------------------------
