@@ -142,6 +142,18 @@ async def post(
     return await session.post(url, data=body, headers=dict(headers), allow_redirects=False)
 
 
+async def get(
+    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str], seconds: float
+) -> tuple[int, bytes]:
+    """One small GET, read whole within `seconds` (a local server's facts about a model):
+    status and body."""
+    limit = aiohttp.ClientTimeout(total=seconds)
+    async with session.get(
+        url, headers=dict(headers), allow_redirects=False, timeout=limit
+    ) as response:
+        return response.status, await response.read()
+
+
 def socket_of(response: aiohttp.ClientResponse) -> Any:
     """The socket under `response`, or None."""
     connection = response.connection

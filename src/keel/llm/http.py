@@ -406,6 +406,25 @@ class HTTPProvider(ABC):
         del model  # nothing to ask
         return ModelFacts()
 
+    async def fetch(self, url: str, seconds: float) -> tuple[int, bytes] | None:
+        """A small GET of `url` over the model calls' transport (so it imports nothing more):
+        its status and body, or None when nothing answered within `seconds`."""
+        if self._uses_aiohttp():
+            from keel.llm import aio
+
+            failures: tuple[type[BaseException], ...] = (*aio.TRANSPORT_ERRORS, TimeoutError)
+            try:
+                return await aio.get(self._aio(), url, self.headers(), seconds)
+            except failures:
+                return None
+        import httpx
+
+        try:
+            response = await self._http().get(url, headers=self.headers(), timeout=seconds)
+        except httpx.HTTPError:
+            return None
+        return response.status_code, response.content
+
     # -- shared machinery ---------------------------------------------------------------------
 
     def _http(self) -> httpx.AsyncClient:

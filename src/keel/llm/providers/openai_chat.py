@@ -19,6 +19,7 @@ format, retry (the `RetryingProvider` above it does) or let a wire dict leave th
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
@@ -407,16 +408,14 @@ class OpenAIChatProvider(HTTPProvider):
         """The JSON a GET of `url` answers (None: an error status, or not JSON), and whether
         the server answered: no answer, or 503 (llama.cpp while it loads the model), is not
         one."""
-        import httpx
-
-        try:
-            response = await self._http().get(url, headers=self.headers(), timeout=PROBE_TIMEOUT)
-        except httpx.HTTPError:
+        answer = await self.fetch(url, PROBE_TIMEOUT)
+        if answer is None:
             return None, False
-        if response.status_code != 200:
-            return None, response.status_code != 503
+        status, body = answer
+        if status != 200:
+            return None, status != 503
         try:
-            return response.json(), True
+            return json.loads(body), True
         except ValueError:
             return None, True
 
