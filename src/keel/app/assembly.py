@@ -273,6 +273,7 @@ def build_agent(
     agent.auto_compact = settings.auto_compact
     agent.tool_profile = settings.tool_profile
     agent.tool_call_text = settings.tool_call_text
+    agent.tool_call_text = settings.tool_call_text
     from keel.tools.builtin.web_search import web_search_options
 
     agent.web_search, why_not = web_search_options(ref, info, settings, gate)
