@@ -482,11 +482,15 @@ class Agent:
     def messages(self) -> list[Message]:
         return self.conversation.messages
 
+    @property
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """The tool definitions this context offers (`offer`); before its first request, what
+        it would offer if it started now (nothing is fixed here: a window learnt before the
+        first request still chooses the profile)."""
+        return (self._offered or self._offer_now())[0]
+
     def fingerprint(self) -> Fingerprint:
-        # What the context offers, or would offer if it started now (not fixed here: a window
-        # learnt before the first request still chooses the profile).
-        offer = self._offered or self._offer_now()
-        specs = [[s.name, s.description, s.input_schema] for s in offer[0]]
+        specs = [[s.name, s.description, s.input_schema] for s in self.tool_specs]
         tools = json.dumps(specs, sort_keys=True)
         return Fingerprint(
             provider=self.provider.name,

@@ -376,7 +376,7 @@ async def _context_at(
     agent = await open_agent(Options(cwd=target, model=model, no_session=True), provider=stub)
     try:
         system = paths.system_candidates(agent.system)
-        tools = tuple(agent.registry.specs())
+        tools = agent.tool_specs
     finally:
         await agent.aclose()
     return system[-1], tools
@@ -444,7 +444,7 @@ async def _explain_hashes(
 
     now = plan.paths.system_candidates(agent.system)
     if any(system_hash(s) == fp.system_hash for s in now) and (
-        tools_hash(agent.registry.specs()) == fp.tools_hash
+        tools_hash(agent.tool_specs) == fp.tools_hash
     ):
         return
     ref = against or "HEAD"

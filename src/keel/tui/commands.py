@@ -174,7 +174,7 @@ def context_text(agent: Agent, context: int) -> str:
             elif isinstance(block, ToolResult):
                 kinds["tool results"] += len(block.text) // 4
     system = len(agent.system) // 4
-    tools = sum(len(s.description) + len(str(s.input_schema)) for s in agent.registry.specs()) // 4
+    tools = sum(len(s.description) + len(str(s.input_schema)) for s in agent.tool_specs) // 4
     messages = estimate_tokens(agent.messages)
     total = system + tools + messages
     meter, _ = context_meter(context, window)
@@ -187,7 +187,7 @@ def context_text(agent: Agent, context: int) -> str:
         "| part | tokens |",
         "|---|---:|",
         f"| system prompt | {tokens(system)} |",
-        f"| tool definitions ({len(agent.registry.names)} tools) | {tokens(tools)} |",
+        f"| tool definitions ({len(agent.tool_specs)} tools) | {tokens(tools)} |",
         f"| messages ({len(agent.messages)}) | {tokens(messages)} |",
     ]
     lines += [f"| · {kind} | {tokens(n)} |" for kind, n in kinds.items() if n]
