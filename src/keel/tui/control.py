@@ -1159,7 +1159,7 @@ def _mcp_text(agent: Agent) -> str:
         return none
 
     lines = ["```", *describe(manager), "```"]
-    tools = [name for name in agent.registry.names if name.startswith("mcp__")]
+    tools = [s.name for s in agent.tool_specs if s.name.startswith("mcp__")]  # not withheld
     lines.append(
         f"{len(tools)} MCP tools offered: " + (", ".join(f"`{t}`" for t in tools) or "none")
     )
