@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from keel.agent.events import Event
 from keel.agent.loop import Agent
 from keel.app import Options, open_agent
 from keel.config.settings import load_settings
 from keel.llm.catalog import with_window
+from keel.llm.events import Notice
 from keel.llm.script import reply
 from keel.permissions.gate import PermissionGate
 from keel.permissions.rules import parse_rule
@@ -139,6 +141,23 @@ async def test_a_withheld_tool_called_anyway_is_refused(
     assert "bash" not in names(second["tools"])
     assert [m["content"] for m in second["messages"] if m["role"] == "tool"] == [
         "Error: denied by rule bash (--disallowed-tools)"
+    ]
+    assert not (project / "ran").exists()
+    # Written as text, a call of it is not salvaged: it names no offered tool.
+    text_call = '```json\n{"name": "bash", "arguments": {"command": "touch ran"}}\n```'
+    chat.add(reply(text_call), reply("ok"))
+    agent = await started(project, disallowed_tools=["Bash"])
+    events: list[Event] = []
+    try:
+        await agent.run("make a file", events.append)
+    finally:
+        await agent.aclose()
+    assert [e for e in events if isinstance(e, Notice) and e.level == "warning"] == [
+        Notice(
+            "a tool call written as text was not run "
+            "(JSON call: bash is not one of the offered tools)",
+            "warning",
+        )
     ]
     assert not (project / "ran").exists()
 

@@ -343,7 +343,7 @@ class PermissionGate:
         """The deny rule that takes in every call of `tool` (`Bash`, `Bash(*)`, `mcp__server`;
         `rules.covers_every_call`), if any: the one answer to "is this tool wholly denied".
         Such a tool is not offered to the model (`keel.tools.profile`); a call of it anyway (a
-        salvaged text call, a made-up one) is refused at step 2 like every denied call."""
+        model that names it from memory) is refused at step 2 like every denied call."""
         return next(
             (r for r in self.rules if r.effect == "deny" and covers_every_call(r, tool)), None
         )
