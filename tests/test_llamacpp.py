@@ -33,10 +33,12 @@ from keel.llm.providers.openai_chat import OpenAIChatProvider
 from keel.llm.request import Request
 from keel.permissions.gate import AllowAll
 from keel.testing.llamacpp_server import LlamaCppServer, count_tokens, render_prompt
+from keel.testing.ollama_server import FakeModel, OllamaServer
 from keel.testing.openai_server import CREATED, OpenAIChatServer
 from keel.testing.script import Reply, reply
 from keel.testing.server import RecordedRequest, ResponseWriter
 from tests.test_cli import keel
+from tests.test_providers import LMStudioServer
 
 SYSTEM = "You are terse."
 MODEL = "local-model"
@@ -179,8 +181,8 @@ async def test_a_template_without_tools_is_warned_about_once(project: Path) -> N
 # -- what the server does with a request ---------------------------------------------------------
 
 
-def one_request(text: str, max_tokens: int = 100) -> Request:
-    return Request(MODEL, SYSTEM, (Message("user", (Text(text),)),), max_tokens=max_tokens)
+def one_request(text: str, max_tokens: int = 100, model: str = MODEL) -> Request:
+    return Request(model, SYSTEM, (Message("user", (Text(text),)),), max_tokens=max_tokens)
 
 
 async def finish(provider: Provider, request: Request) -> Done:
@@ -324,3 +326,31 @@ async def test_a_server_still_loading_is_asked_again() -> None:
         assert await model_facts(provider, MODEL) == ModelFacts(2048, True, "")
         await provider.aclose()
     assert paths(server.requests) == ["GET /props", "GET /v1/models", "GET /props"]
+
+
+# -- the other local servers say the same before the first request -------------------------------
+
+
+async def test_ollama_and_lm_studio_windows_are_known_before_the_first_request() -> None:
+    with OllamaServer(
+        [reply("ok")], models=(FakeModel("qwen3:8b", context_length=8192),)
+    ) as ollama:
+        provider = make_provider(ModelRef("ollama", "qwen3:8b"), env={"OLLAMA_HOST": ollama.url})
+        assert await model_facts(provider, "qwen3:8b") == ModelFacts(8192, True, "")
+        assert (await finish(provider, one_request("hi", model="qwen3:8b"))).window == 8192
+        await provider.aclose()
+    assert paths(ollama.requests) == ["POST /api/show", "POST /api/chat"]
+
+    with LMStudioServer(loaded=16_384) as lmstudio:
+        env = {"LMSTUDIO_BASE_URL": f"{lmstudio.url}/v1"}
+        provider = make_provider(ModelRef("lmstudio", "coder-model"), env=env)
+        assert await model_facts(provider, "coder-model") == ModelFacts(16_384)
+        await provider.aclose()
+    assert paths(lmstudio.requests) == ["GET /api/v0/models"]
+
+
+async def test_an_ollama_server_that_cannot_say_leaves_nothing_known() -> None:
+    with OllamaServer() as ollama:  # no such model: /api/show answers 404
+        provider = make_provider(ModelRef("ollama", "nope"), env={"OLLAMA_HOST": ollama.url})
+        assert await model_facts(provider, "nope") == ModelFacts()
+        await provider.aclose()

@@ -43,6 +43,7 @@ from keel.llm.messages import (
     Usage,
     new_call_id,
 )
+from keel.llm.provider import ModelFacts as ProviderFacts
 from keel.llm.providers.openai_responses import (
     EncodedMessages,
     JSONObject,
@@ -338,6 +339,19 @@ class OllamaProvider(HTTPProvider):
 
     def reported_window(self, model: str) -> int:
         return self.window(model)
+
+    async def model_facts(self, model: str) -> ProviderFacts:
+        """The window keel asks for `model` and whether it can call tools, from `/api/show`
+        (asked once, as before a request). A server that cannot say leaves nothing known: the
+        request itself then says what is wrong."""
+        import httpx
+
+        try:
+            await self.prepare(Request(model=model, system="", messages=()))
+        except (APIError, httpx.HTTPError):
+            return ProviderFacts()
+        facts = self.facts[model]
+        return ProviderFacts(self.window(model), facts.can("tools") if facts.capabilities else None)
 
     async def prepare(self, request: Request) -> None:
         if request.model in self.facts:
