@@ -1588,9 +1588,15 @@ class Agent:
         what = "; ".join(problems)
         if self.tool_call_text == "ignore":
             return Finish("end_turn")
-        if self.tool_call_text == "nudge" and "unrun" not in self._state.nudged:
+        if self.tool_call_text == "stop":
+            return Finish("unrun_tool_call")  # the provider's notice said what was not run
+        if "unrun" not in self._state.nudged:
             return Nudge("unrun", UNRUN_NUDGE.format(what=what))
-        return Finish("unrun_tool_call", why=f"a tool call written as text was not run ({what})")
+        return Finish(
+            "unrun_tool_call",
+            why="the model wrote a tool call as text again after it was asked to use the "
+            "tool-calling format",
+        )
 
     def _empty_reply(self) -> Step:
         """No text and no call. Right after tool results the model is asked once to go on."""
