@@ -191,6 +191,30 @@ async def test_a_deny_rule_added_mid_context_applies_at_once_and_to_the_tools_of
     assert not (project / "ran").exists()
 
 
+async def test_a_commands_disallowed_tools_never_withhold_a_tool(
+    chat: OpenAIChatServer, project: Path
+) -> None:
+    """A custom command's `disallowed-tools` hold for its turn: even as a context's first
+    prompt they leave the context's tools as they are (the gate refuses the calls)."""
+    command = project / ".claude" / "commands" / "look.md"
+    command.parent.mkdir(parents=True)
+    command.write_text("---\ndisallowed-tools: Bash\n---\nLook around.\n", encoding="utf-8")
+    full = await offered(chat, project)
+    chat.add(reply("", ("bash", {"command": "touch ran"})), reply("no"), reply("ok"))
+    agent = await started(project)
+    try:
+        await agent.run("/look")
+        await agent.run("hi")
+    finally:
+        await agent.aclose()
+    bodies = [r.json for r in chat.model_requests[1:]]
+    assert [b["tools"] for b in bodies] == [full] * 3
+    assert [m["content"] for m in bodies[1]["messages"] if m["role"] == "tool"] == [
+        f"Error: denied by rule bash ({command} (/look))"
+    ]
+    assert not (project / "ran").exists()
+
+
 async def test_a_subagent_is_not_offered_a_withheld_tool(
     chat: OpenAIChatServer, project: Path
 ) -> None:

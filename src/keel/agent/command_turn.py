@@ -12,6 +12,7 @@ turn keeps the session's model: never silently.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,7 +70,10 @@ def _limit_tools(agent: Agent, command: Command, emit: Emit) -> None:
     from keel.permissions.rules import parse_rule
 
     source = f"{command.path} (/{command.name})"
-    denied = [parse_rule(r, "deny", source) for r in command.disallowed_tools]
+    denied = [
+        dataclasses.replace(parse_rule(r, "deny", source), for_turn=True)
+        for r in command.disallowed_tools
+    ]
     allowed = [parse_rule(r, "allow", source) for r in command.allowed_tools]
     gate.rules[:0] = denied  # first: a deny rule wins wherever it stands
     gate.session_rules.extend(allowed)

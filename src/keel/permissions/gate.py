@@ -343,10 +343,10 @@ class PermissionGate:
         """The deny rule that takes in every call of `tool` (`Bash`, `Bash(*)`, `mcp__server`;
         `rules.covers_every_call`), if any: the one answer to "is this tool wholly denied".
         Such a tool is not offered to the model (`keel.tools.profile`); a call of it anyway (a
-        model that names it from memory) is refused at step 2 like every denied call."""
-        return next(
-            (r for r in self.rules if r.effect == "deny" and covers_every_call(r, tool)), None
-        )
+        model that names it from memory) is refused at step 2 like every denied call. A rule
+        for one turn (`Rule.for_turn`) withholds nothing: the context's tools outlive it."""
+        deny = (r for r in self.rules if r.effect == "deny" and not r.for_turn)
+        return next((r for r in deny if covers_every_call(r, tool)), None)
 
     def deny_rule(self, tool: str, args: dict[str, Any]) -> Rule | None:
         """The deny rule that forbids this call, if any (nothing is recorded or asked)."""

@@ -74,6 +74,9 @@ class Rule:
     #: Why the path pattern cannot be applied ("" when it can): the rule then fails closed (a
     #: deny or ask rule covers every path of its tool, an allow rule none).
     problem: str = ""
+    #: Holds for one turn only (a custom command's `disallowed-tools`): enforced, but it never
+    #: withholds a tool from the context's tools (`PermissionGate.withheld`).
+    for_turn: bool = False
 
     def __str__(self) -> str:
         return f"{self.tool}({self.pattern})" if self.pattern is not None else self.tool
