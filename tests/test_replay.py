@@ -183,13 +183,13 @@ def test_a_changed_agents_md_is_reported_at_the_first_request_with_its_diff(
     source = f'instructions source="{project / "AGENTS.md"}"'
     assert (d["request"], d["what"], d["parts"], d["changed"]) == (
         1,
-        "system",
-        ["system"],
+        "context",
+        ["context"],
         [source],
     )
-    assert d["summary"] == f"request 1: the system prompt differs in {source}"
+    assert d["summary"] == f"request 1: the context differs in {source}"
     assert [line for line in d["diff"].splitlines() if line[:1] in "+-"] == [
-        f"--- recorded system prompt: {source}",
+        f"--- recorded context: {source}",
         f"+++ now: {source}",
         "-Be brief.",
         "+Be thorough.",
@@ -209,7 +209,7 @@ def test_a_new_skill_is_reported_as_a_new_tool_and_a_new_system_section(
     code, report, _ = replay(session, project)
     assert code == 1
     d = report["divergence"]
-    assert (d["request"], d["what"], d["parts"]) == (1, "system", ["system", "tools"])
+    assert (d["request"], d["what"], d["parts"]) == (1, "tools", ["tools", "context"])
     assert "+skill" in d["changed"]
     assert '+  "name": "skill"' in d["diff"].splitlines()
     assert any(line.startswith("+") and "release" in line for line in d["diff"].splitlines())
@@ -379,7 +379,7 @@ def test_live_replays_the_prompts_against_another_model_side_by_side(
         assert run.returncode == 0, run.stderr
         bodies = [r.json for r in server.model_requests]
     assert len(bodies) == 3
-    assert bodies[0]["messages"][0]["content"][0]["text"] == "fix add"  # the recorded prompt
+    assert bodies[0]["messages"][0]["content"][1]["text"] == "fix add"  # the recorded prompt
     report = json.loads(run.stdout)
     seconds = {side: report[side].pop("seconds") for side in ("recorded", "live")}
     assert all(s >= 0 for s in seconds.values())
@@ -427,13 +427,11 @@ def test_a_change_outside_the_project_is_found_by_hash_at_the_right_request(
     code, report, _ = replay(session, project)
     assert code == 1
     d = report["divergence"]
-    assert (d["request"], d["what"], d["changed"], d["diff"]) == (1, "system", [], "")
-    assert d["summary"].startswith("request 1: the system prompt differs (hash ")
-    assert d["summary"].endswith(
-        "now); the recorded text could not be rebuilt: the project at HEAD builds another one "
-        "too (the change is outside the project: your user instructions or settings, or keel "
-        "itself; or give --against REF, the commit the session ran at)"
-    )
+    # The user's own file is in the context, which the journal holds: named, with its diff.
+    source = f'instructions source="{user_agents}"'
+    assert (d["request"], d["what"], d["changed"]) == (1, "context", [f"+{source}"])
+    assert d["summary"] == f"request 1: the context differs in +{source}"
+    assert "+Always answer in French." in d["diff"].splitlines()
 
 
 @pytest.mark.needs("git", "sandbox")

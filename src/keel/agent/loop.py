@@ -459,8 +459,8 @@ class Agent:
 
     @property
     def prompt_text(self) -> str:
-        """The system prompt and the context as one text: what the resume fingerprint and the
-        instruction hooks read."""
+        """The system prompt and the context as one text: what the resume fingerprint's parts
+        (so a changed instruction file is named) and the instruction hooks read."""
         return f"{self.system}\n\n{self.context}" if self.context else self.system
 
     def _opening(self, text: str) -> tuple[Text, ...]:
@@ -495,7 +495,7 @@ class Agent:
         return Fingerprint(
             provider=self.provider.name,
             model=self.model,
-            system_hash=hashlib.sha256(self.prompt_text.encode()).hexdigest()[:16],
+            system_hash=hashlib.sha256(self.system.encode()).hexdigest()[:16],
             tools_hash=hashlib.sha256(tools.encode()).hexdigest()[:16],
             max_turns=self.limits.max_turns,
             max_tokens=self.limits.max_tokens,

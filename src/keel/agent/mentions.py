@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from keel.frozen import frozen
+from keel.llm.messages import without_context
 
 MAX_BYTES = 100_000
 MAX_LINES = 2000
@@ -117,9 +118,10 @@ _ATTACHED = re.compile(r"\n\n<attached-file [^>]*>.*\Z", re.DOTALL)
 
 
 def typed_prompt(stored: str) -> str:
-    """A stored user message as the user typed it: without the notes keel prepended and the
-    files it attached (a transcript shown again: the TUI's, an editor's over ACP)."""
-    return _ATTACHED.sub("", _NOTE.sub("", stored))
+    """A stored user message as the user typed it: without the context and the notes keel
+    prepended and the files it attached (a transcript shown again: the TUI's, an editor's over
+    ACP)."""
+    return _ATTACHED.sub("", _NOTE.sub("", without_context(stored)))
 
 
 __all__ = [

@@ -47,6 +47,7 @@ from pathlib import Path
 from keel.agent.rules import RULES_DIR, Rule, read_rule, rule_files
 from keel.config.intake import Intake, find_root, user_config_dir
 from keel.frozen import frozen
+from keel.llm.messages import CONTEXT_CLOSE, CONTEXT_OPEN
 
 ROLE = """\
 You are keel, a coding agent. You work in the user's project through tools: read files before \
@@ -424,10 +425,6 @@ def build_system_prompt(*, base: str = BASE_PROMPT, sections: Sequence[str] = ()
     settings choose (an output style). Nothing of the project, the session or the day: the same
     settings give the same bytes everywhere."""
     return "\n\n".join([base, *(s for s in sections if s)])
-
-
-#: The tags around the context in the first user message.
-CONTEXT_OPEN, CONTEXT_CLOSE = "<context>", "</context>"
 
 
 def build_context(

@@ -273,7 +273,6 @@ def build_agent(
     agent.auto_compact = settings.auto_compact
     agent.tool_profile = settings.tool_profile
     agent.tool_call_text = settings.tool_call_text
-    agent.tool_call_text = settings.tool_call_text
     from keel.tools.builtin.web_search import web_search_options
 
     agent.web_search, why_not = web_search_options(ref, info, settings, gate)
@@ -763,7 +762,9 @@ async def continue_session(
 
             as_before = agent.prompt_text.replace(str(cwd), meta.cwd)
             current = dataclasses.replace(
-                current, system_hash=short_hash(as_before), system_parts=part_hashes(as_before)
+                current,
+                system_hash=short_hash(agent.system.replace(str(cwd), meta.cwd)),
+                system_parts=part_hashes(as_before),
             )
         given = limits_diff(stored, current) if stored else []
         for change in check_resume(state, current, force=options.force):

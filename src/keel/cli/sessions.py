@@ -14,7 +14,7 @@ from pathlib import Path
 
 from keel.cli.main import ArgumentError, _Parser
 from keel.errors import UserError
-from keel.llm.messages import Image, Text, Thinking, ToolUse, WebSearch
+from keel.llm.messages import Image, Text, Thinking, ToolUse, WebSearch, without_context
 from keel.session.fork import fork_session
 from keel.session.index import (
     SessionSummary,
@@ -241,7 +241,7 @@ def describe(record: Record) -> list[str]:
             ]
         case UserRecord(message, source):
             label = "user" if source == "prompt" else source
-            return [f"{head} {label}: {_clip(message.text)}"]
+            return [f"{head} {label}: {_clip(without_context(message.text))}"]
         case AssistantRecord(message, usage, cost, stop_reason, _turn, timing):
             lines = [
                 f"{head} assistant ({message.model or 'model'}, {usage.total} tokens, "

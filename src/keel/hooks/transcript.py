@@ -27,7 +27,16 @@ from typing import Any
 import orjson
 
 from keel.hooks import claude
-from keel.llm.messages import Image, Message, Text, Thinking, ToolResult, ToolUse, Usage
+from keel.llm.messages import (
+    Image,
+    Message,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
+    Usage,
+    without_context,
+)
 from keel.session.records import AssistantRecord, Payload, ToolResultRecord, UserRecord
 
 #: keel's user records that are a person's prompt (the others are notes keel adds).
@@ -90,7 +99,7 @@ class ClaudeTranscript:
             return
         self._write(
             "user",
-            {"role": "user", "content": record.message.text},
+            {"role": "user", "content": without_context(record.message.text)},
             promptId=self.prompt_id or None,
         )
 

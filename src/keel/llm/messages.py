@@ -185,6 +185,22 @@ def assistant(*parts: str | Block, provider: str = "", model: str = "") -> Messa
     )
 
 
+#: The tags around the context (environment, instruction files) that opens the first user message
+#: of each context (`keel.agent.prompt.context_text`).
+CONTEXT_OPEN, CONTEXT_CLOSE = "<context>", "</context>"
+
+
+def without_context(text: str) -> str:
+    """A user message's text without the context block that opens it (if it does): the words a
+    user gave, as a transcript shows them."""
+    if not text.startswith(CONTEXT_OPEN + "\n"):
+        return text
+    end = text.find("\n" + CONTEXT_CLOSE)
+    if end < 0:
+        return text
+    return text[end + len(CONTEXT_CLOSE) + 1 :].removeprefix("\n\n")
+
+
 def new_call_id() -> str:
     """An id for a tool call whose provider gave it none (Gemini, Ollama, text salvaged from a
     local model): the loop and the journal need one per call."""

@@ -43,9 +43,9 @@ def unified(old: Sequence[str], new: Sequence[str], old_name: str, new_name: str
     )
 
 
-def system_diff(old: str, new: str) -> tuple[list[str], str]:
-    """Which sections changed (names, in order; `+name` added, `-name` removed) and the unified
-    diff of each."""
+def system_diff(old: str, new: str, what: str = "system prompt") -> tuple[list[str], str]:
+    """Which sections of a system prompt or a context (`what`) changed (names, in order; `+name`
+    added, `-name` removed) and the unified diff of each."""
     before, after = dict(sections(old)), dict(sections(new))
     names: list[str] = []
     parts: list[str] = []
@@ -59,7 +59,7 @@ def system_diff(old: str, new: str) -> tuple[list[str], str]:
             unified(
                 (a or "").splitlines(),
                 (b or "").splitlines(),
-                f"recorded system prompt: {name}",
+                f"recorded {what}: {name}",
                 f"now: {name}",
             )
         )

@@ -19,7 +19,15 @@ from typing import Any, Literal
 from keel.frozen import frozen
 from keel.llm.errors import LLMError
 from keel.llm.events import Done, StreamEvent, TextDelta
-from keel.llm.messages import Message, Usage, message_from_json, message_to_json
+from keel.llm.messages import (
+    CONTEXT_CLOSE,
+    CONTEXT_OPEN,
+    Message,
+    Usage,
+    message_from_json,
+    message_to_json,
+    without_context,
+)
 from keel.llm.request import Request, ToolSpec
 from keel.replay.diff import (
     canonical_message,
@@ -30,7 +38,7 @@ from keel.replay.diff import (
     tools_hash,
 )
 
-What = Literal["system", "tools", "messages", "extra_request", "missing_request"]
+What = Literal["system", "tools", "context", "messages", "extra_request", "missing_request"]
 
 
 @frozen
@@ -56,6 +64,15 @@ class Paths:
             swapped = base.replace(f"\nDate: {today}\n", f"\nDate: {then}\n")
             if swapped not in out:
                 out.append(swapped)
+        return out
+
+    def dated(self, messages: tuple[str, ...]) -> list[tuple[str, ...]]:
+        """Canonical messages as they read on each candidate recorded day: the context that
+        opens the first user message says the date (JSON-escaped there)."""
+        out = []
+        for today, then in self.dates:
+            old, new = f"\\nDate: {today}\\n", f"\\nDate: {then}\\n"
+            out.append(tuple(m.replace(old, new) for m in messages))
         return out
 
 
@@ -162,6 +179,11 @@ class ReplayProvider:
             found.append(self._tools_divergence(n, request.tools))
         now = tuple(self.paths.to_recorded(canonical_message(m)) for m in request.messages)
         was = self.expected[n - 1].messages
+        if now != was and was in self.paths.dated(now):
+            now = was
+        if now != was and (context := _context_divergence(n, was, now)) is not None:
+            found.append(context)
+            was, now = _without_context(was), _without_context(now)
         if now != was:
             index, diff = messages_diff(was, now)
             found.append(
@@ -240,3 +262,44 @@ def _last_message(request: Request, paths: Paths) -> str:
     return paths.to_recorded(
         json.dumps(message_to_json(last), indent=2, sort_keys=True, ensure_ascii=False)
     )
+
+
+def _context_text(canonical: str) -> str:
+    """The context block that opens a canonical first user message, or ""."""
+    data = json.loads(canonical)
+    for block in data.get("content") or []:
+        text = block.get("text") if isinstance(block, dict) else None
+        if isinstance(text, str) and text.startswith(CONTEXT_OPEN + "\n"):
+            return text[: len(text) - len(without_context(text))]
+        break
+    return ""
+
+
+def _context_divergence(n: int, was: tuple[str, ...], now: tuple[str, ...]) -> Divergence | None:
+    """The first user message's context, where it differs, named part by part."""
+    old, new = (_context_text(m[0]) if m else "" for m in (was, now))
+    if old == new or not (old and new):
+        return None
+    inner = [
+        t.removeprefix(CONTEXT_OPEN + "\n").rstrip("\n").removesuffix(CONTEXT_CLOSE)
+        for t in (old, new)
+    ]
+    changed, diff = system_diff(inner[0], inner[1], "context")
+    return Divergence(
+        n,
+        "context",
+        f"request {n}: the context differs in {', '.join(changed) or 'whitespace'}",
+        tuple(changed),
+        diff,
+    )
+
+
+def _without_context(messages: tuple[str, ...]) -> tuple[str, ...]:
+    """Canonical messages with the first one's context taken out (compared apart)."""
+    if not messages:
+        return messages
+    data = json.loads(messages[0])
+    blocks = data.get("content") or []
+    if blocks and isinstance(blocks[0], dict) and isinstance(blocks[0].get("text"), str):
+        blocks[0] = {**blocks[0], "text": without_context(blocks[0]["text"])}
+    return (json.dumps(data, sort_keys=True, ensure_ascii=False), *messages[1:])

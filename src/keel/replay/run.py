@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from keel.agent.events import MODEL_ENDED
 from keel.errors import UserError
+from keel.llm.messages import without_context
 from keel.replay.provider import Divergence, Expected, Paths, Recorded, ReplayProvider
 from keel.session.records import (
     AssistantRecord,
@@ -124,7 +125,7 @@ def prompts(records: list[Record]) -> list[str]:
     for record in records:
         p = record.payload
         if isinstance(p, UserRecord) and p.source == "prompt":
-            text = p.message.text
+            text = without_context(p.message.text)
             if text.startswith(NOTE_OPEN) and NOTE_CLOSE in text:
                 text = text.split(NOTE_CLOSE, 1)[1]
             out.append(text)

@@ -18,7 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
+from keel.llm.messages import (
+    Conversation,
+    Message,
+    Text,
+    ToolResult,
+    ToolUse,
+    Usage,
+    tool_result,
+    without_context,
+)
 from keel.session.records import (
     AssistantRecord,
     ClaimRecord,
@@ -160,7 +169,7 @@ class _Folder:
         self.state.conversation.append(p.message)
         if p.source == "prompt":
             self.state.undo_notes.clear()  # delivered: a prompt carries the pending notes
-            self.state.last_prompt = p.message.text
+            self.state.last_prompt = without_context(p.message.text)
             self.state.turns_since_prompt = 0
 
     def _assistant(self, p: AssistantRecord) -> None:

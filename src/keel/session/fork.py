@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from keel.errors import UserError
+from keel.llm.messages import without_context
 from keel.session.journal import Journal, read_records
 from keel.session.records import (
     PROMPT_BOUNDARY,
@@ -41,7 +42,7 @@ def fork_session(path: Path, at: int | None) -> tuple[Path, str]:
                 f"seq {at} of session {meta.id} is not a prompt; forks start at a prompt boundary",
                 hint=f"prompts are at seq {', '.join(prompts) or '(none)'}",
             )
-        at_prompt = target.payload.message.text
+        at_prompt = without_context(target.payload.message.text)
         kept = [r for r in records[1:] if r.seq < at]
     else:
         from keel.session.fold import FoldError, fold
