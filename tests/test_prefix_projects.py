@@ -231,3 +231,39 @@ def test_continue_after_a_failed_prompt_sends_the_new_prompt(tmp_path: Path) -> 
         b["text"] for r in records if r.get("type") == "user" for b in r["message"]["content"]
     ]
     assert prompts[1:] == ["first task", "second task"]
+
+
+def test_an_overflow_the_server_finds_is_recovered_by_a_trimmed_summary(tmp_path: Path) -> None:
+    """Issue 28 item 2 against a llama.cpp-like server: a tool result fills the 4k window; the
+    server refuses the next request (400 exceed_context_size_error) and the summary request of
+    the whole conversation too; keel summarizes a trimmed transcript and goes on."""
+    from keel.testing.llamacpp_server import LlamaCppServer
+
+    project = _project(tmp_path / "p", "Be brief.")
+    (project / "big.txt").write_text("".join(f"line {i}: {'y' * 50}\n" for i in range(300)))
+    call = ToolUse("call_1", "read", {"path": "big.txt"})
+    script = [
+        Reply(Message("assistant", (call,))),
+        Reply(Message("assistant", (Text("<summary>big.txt has 300 lines</summary>"),))),
+        Reply(Message("assistant", (Text("It has 300 lines."),))),
+    ]
+    with LlamaCppServer(script, n_ctx=4096) as server:
+        env = {**os.environ, "OPENAI_COMPATIBLE_BASE_URL": f"{server.url}/v1"}
+        argv = ["-p", "how long is big.txt?", "--model", MODEL, "--output-format", "json"]
+        out = keel(*argv, cwd=project, env=env)
+        sizes = list(server.prompts)
+        bodies = [r.json or {} for r in server.model_requests]
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["result"] == "It has 300 lines."
+    assert "summarizing a trimmed transcript" in out.stderr
+    # The request after the tool ran, and the whole-conversation summary, did not fit; the
+    # trimmed summary and the request after it did.
+    refused = [prompt for prompt, _ in sizes if prompt > 4096]
+    assert len(refused) >= 1
+    summaries = [b for b in bodies if COMPACT_PROMPT[:60] in json.dumps(b["messages"][-1])]
+    trimmed_summary = summaries[-1]
+    assert TRIMMED_NOTE in trimmed_summary["messages"][-1]["content"]
+    assert "characters left out of the summary request" in json.dumps(trimmed_summary)
+    last = bodies[-1]["messages"]
+    assert last[1]["content"].startswith("<context>\n<env>\n")
+    assert "big.txt has 300 lines" in last[1]["content"]
