@@ -267,3 +267,28 @@ def test_an_overflow_the_server_finds_is_recovered_by_a_trimmed_summary(tmp_path
     last = bodies[-1]["messages"]
     assert last[1]["content"].startswith("<context>\n<env>\n")
     assert "big.txt has 300 lines" in last[1]["content"]
+
+
+def test_a_new_session_in_another_project_reuses_the_servers_cache(tmp_path: Path) -> None:
+    """The second measure of issue 28 item 9: against a llama.cpp-like server with a slot cache,
+    the first request of a session in a second project finds the system prompt and every tool
+    definition already processed (cached_tokens), and is charged only for its own context."""
+    from keel.testing.llamacpp_server import LlamaCppServer, count_tokens, render_prompt
+
+    one = _project(tmp_path / "one", "Use tabs.")
+    two = _project(tmp_path / "two", "Use spaces.")
+    replies = [Reply(Message("assistant", (Text(t),))) for t in ("a", "b")]
+    with LlamaCppServer(replies, n_ctx=32_768) as server:
+        env = {**os.environ, "OPENAI_COMPATIBLE_BASE_URL": f"{server.url}/v1"}
+        for project in (one, two):
+            out = keel("-p", "hello", "--model", MODEL, cwd=project, env=env)
+            assert out.returncode == 0, out.stderr
+        first, second = (r.json or {} for r in server.model_requests)
+        prompts = list(server.prompts)
+    # What both share: the rendered system prompt and tools, up to the first user message.
+    shared = render_prompt({**first, "messages": first["messages"][:1]})
+    assert render_prompt({**second, "messages": second["messages"][:1]}) == shared
+    (_, cold), (total, cached) = prompts
+    assert cold == 0
+    assert cached >= count_tokens(shared) - 1  # the prefix, less a boundary token or so
+    assert total - cached <= count_tokens(second["messages"][1]["content"]) + 16
