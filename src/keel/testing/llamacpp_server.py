@@ -93,7 +93,8 @@ def _output_text(message: Message) -> str:
 
 class LlamaCppServer(OpenAIChatServer):
     """llama-server on 127.0.0.1, serving one model as `alias` with a context of `n_ctx` tokens
-    per slot. `supports_tools` False is a chat template without tools (started without
+    per slot (llama-server's `-c` divided among its `total_slots`: `-c 4096 -np 2` reports 2048 in
+    `/props` and in `/v1/models` `meta.n_ctx`, and one request gets that). `supports_tools` False is a chat template without tools (started without
     `--jinja`): `tools` are dropped from the prompt and `/props` says so. `close_delay` holds a
     connection that long after a streamed response before closing it (llama-server closes at
     once; a delay makes a client's reuse of it certain in a test)."""
