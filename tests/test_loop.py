@@ -355,7 +355,7 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
                 ToolUse("a", "read", None, '{"path": "ap'),
                 call("b", "teleport", to="mars"),
                 call("c", "read"),
-                call("d", "read", path="util.py", colour="red"),
+                call("d", "write", path="util.py", content="x", colour="red"),
             ),
             reply("ok"),
         ],
@@ -382,10 +382,32 @@ async def test_truncated_json_unknown_tool_and_bad_arguments_become_error_result
             tool_result("c", "INVALID_ARGUMENTS: missing required argument 'path'", is_error=True),
             tool_result(
                 "d",
-                "INVALID_ARGUMENTS: unknown argument(s) colour; accepted: path, offset, limit",
+                "INVALID_ARGUMENTS: unknown argument(s) colour; accepted: path, content",
                 is_error=True,
             ),
         ),
+    )
+
+
+async def test_a_read_only_tool_ignores_an_argument_it_does_not_have(project: Path) -> None:
+    """Small models add arguments (`read` with a `content`): a read-only tool runs without them
+    and says so; a tool that changes something refuses them (above)."""
+    provider = ScriptedProvider(
+        [
+            scripted_reply(
+                call("a", "read", path="util.py"),
+                call("b", "read", path="util.py", content="MAX=1", colour="red"),
+            ),
+            reply("ok"),
+        ]
+    )
+    agent = make_agent(provider, project)
+    await agent.run("go")
+    plain, extra = agent.messages[2].tool_results
+    assert not extra.is_error
+    assert extra.text == (
+        "(ignored unknown argument(s) colour, content; accepted: path, offset, limit)\n"
+        + plain.text
     )
 
 

@@ -13,6 +13,7 @@ metadata"). This module must not import the loop or any front end.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 import types
@@ -221,16 +222,24 @@ class FunctionTool:
     confirm: bool = False
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
-        out = await self.func(ctx, **args)
-        return out if isinstance(out, ToolOutput) else ToolOutput(out)
+        unknown = sorted(set(args) - set(self._params))  # only a read-only tool runs with them
+        out = await self.func(ctx, **{k: v for k, v in args.items() if k in self._params})
+        out = out if isinstance(out, ToolOutput) else ToolOutput(out)
+        if not unknown or not isinstance(out.content, str):
+            return out
+        note = f"(ignored unknown argument(s) {', '.join(unknown)}; accepted: "
+        note += f"{', '.join(self._params)})\n"
+        return dataclasses.replace(out, content=note + out.content)
 
     def validate(self, args: Any) -> str | None:
-        """None if `args` fits the schema, else what is wrong (for an INVALID_ARGUMENTS result)."""
+        """None if `args` fits the schema, else what is wrong (for an INVALID_ARGUMENTS result).
+        A read-only tool ignores arguments it does not have (small models add some: `read`
+        with a `content`), saying so in its result: running it changes nothing either way."""
         if not isinstance(args, dict):
             return f"arguments must be a JSON object, got {type(args).__name__}"
         problems = []
         unknown = sorted(set(args) - set(self._params))
-        if unknown:
+        if unknown and not self.read_only:
             problems.append(
                 f"unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(self._params)}"
             )
