@@ -354,3 +354,39 @@ async def test_an_ollama_server_that_cannot_say_leaves_nothing_known() -> None:
         provider = make_provider(ModelRef("ollama", "nope"), env={"OLLAMA_HOST": ollama.url})
         assert await model_facts(provider, "nope") == ModelFacts()
         await provider.aclose()
+
+
+# -- keel models NAME asks the server -------------------------------------------------------------
+
+
+def test_keel_models_shows_what_a_local_server_serves(project: Path) -> None:
+    with LlamaCppServer(n_ctx=4096, supports_tools=False) as server:
+        env = {"OPENAI_COMPATIBLE_BASE_URL": f"{server.url}/v1"}
+        table = keel("models", "openai-compatible", cwd=project, env=env)
+        listed = keel("models", "openai-compatible", "--json", cwd=project, env=env)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout == (
+        "MODEL                          WINDOW  TOOLS\n"
+        "openai-compatible/local-model  4,096   no (template)\n"
+        f"\n1 model(s) at {server.url}/v1; they cost nothing. WINDOW is what the server serves "
+        "each with (one slot's context on llama.cpp); ? where it does not say.\n"
+    )
+    assert table.stderr == f"keel: warning: {NO_TOOLS_WARNING}\n"
+    assert json.loads(listed.stdout) == [
+        {
+            "model": "openai-compatible/local-model",
+            "window": 4096,
+            "tools": False,
+            "source": f"{server.url}/v1",
+        }
+    ]
+    assert paths(server.requests) == ["GET /v1/models", "GET /props"] * 2
+
+
+def test_keel_models_names_a_server_that_does_not_answer(project: Path) -> None:
+    out = keel("models", "vllm", cwd=project, env={"VLLM_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "keel: error: cannot list vllm's models at http://127.0.0.1:9/v1 (hint: check the vllm "
+        'server is running and providers."vllm".base_url (or VLLM_BASE_URL) points at it)\n'
+    )

@@ -4,10 +4,11 @@
 The rows are the catalog's (`keel.llm.catalog.BY_PROVIDER`) with the user's `models` settings
 entries laid over them: an entry keyed like a catalog row replaces it, any other is added. Models
 on the user's own machine cost nothing and are not in the catalog; `keel models ollama` asks the
-user's Ollama server (`/api/tags`) which ones it has.
+user's Ollama server (`/api/tags`) which ones it has; `keel models openai-compatible` (or `vllm`)
+asks that server which models it serves, with the window and tool support it reports for each.
 
-It must never reach a hosted API: the only request it makes is to the user's own Ollama server,
-and only when asked for its models.
+It must never reach a hosted API: the only requests it makes are to the user's own server, and
+only when asked for its models.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "provider",
         nargs="?",
-        help="only this provider's models, e.g. gemini; ollama asks your Ollama server",
+        help="only this provider's models, e.g. gemini; ollama, openai-compatible and vllm ask "
+        "your server",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per model, as a list")
     return p
@@ -116,6 +118,8 @@ def models(argv: list[str]) -> int:
         print(f"keel: warning: {warning}", file=sys.stderr)
     if args.provider == "ollama":
         return _ollama(settings, args.json)
+    if args.provider in SERVED:
+        return _served(settings, args.provider, args.json)
     selected = rows(settings.models)
     if args.provider:
         selected = [row for row in selected if row[0].startswith(f"{args.provider}/")]
@@ -135,6 +139,59 @@ def models(argv: list[str]) -> int:
         f"\nPrices in USD per million tokens; * from your settings. Models on your own machine "
         f"({local}) cost nothing, and their window is what the server reports."
     )
+    return 0
+
+
+#: Local Chat Completions servers whose own model list (and facts) `keel models NAME` shows.
+SERVED = ("openai-compatible", "vllm")
+
+
+def _served(settings: Settings, name: str, as_json: bool) -> int:
+    """The models a local llama.cpp or vLLM server serves, with the window and tool support it
+    reports for each (what keel will use)."""
+    import asyncio
+
+    from keel.errors import UserError
+    from keel.llm.http import HTTPSettings
+    from keel.llm.provider import ModelFacts, base_url_for, env_key, unreachable_hint
+    from keel.llm.providers.openai_chat import OpenAIChatProvider
+
+    preset, config = PRESETS[name], settings.provider(name)
+    base = base_url_for(preset, config, os.environ)
+    key = env_key((config.api_key_env,) if config.api_key_env else preset.key_envs, os.environ)
+
+    async def ask() -> list[tuple[str, ModelFacts]] | None:
+        server = OpenAIChatProvider(base_url=base, api_key=key, settings=HTTPSettings())
+        server.local = True
+        try:
+            listed = await server.listed_models()
+            return None if listed is None else [(m, await server.model_facts(m)) for m in listed]
+        finally:
+            await server.aclose()
+
+    found = asyncio.run(ask())
+    if found is None:
+        raise UserError(f"cannot list {name}'s models at {base}", hint=unreachable_hint(preset))
+    if as_json:
+        listed = [
+            {"model": f"{name}/{m}", "window": f.window or None, "tools": f.tools, "source": base}
+            for m, f in found
+        ]
+        print(json.dumps(listed, indent=2))
+        return 0
+    lines = [("MODEL", "WINDOW", "TOOLS")]
+    for model, facts in found:
+        tools = {True: "yes", False: "no (template)", None: "?"}[facts.tools]
+        lines.append((f"{name}/{model}", f"{facts.window:,}" if facts.window else "?", tools))
+    widths = [max(len(line[i]) for line in lines) for i in range(3)]
+    for line in lines:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip())
+    print(
+        f"\n{len(found)} model(s) at {base}; they cost nothing. WINDOW is what the server serves "
+        "each with (one slot's context on llama.cpp); ? where it does not say."
+    )
+    for warning in sorted({facts.warning for _, facts in found if facts.warning}):
+        print(f"keel: warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -299,20 +299,7 @@ def _client(
     key = env_key(key_names, env)
     if preset.key_required and not key:
         raise _missing_key(ref, key_names)
-    # Where the key goes: the user's own settings, then the user's environment, then a project
-    # file the user approved, then the provider's default.
-    base_url = (
-        config.base_url
-        or env_key(preset.url_envs, env)
-        or config.project_base_url
-        or preset.base_url
-    )
-    if not base_url:
-        raise UserError(
-            f"{ref.provider} needs a base URL",
-            hint=f'set providers."{ref.provider}".base_url in settings'
-            + (f", or {preset.url_envs[0]}" if preset.url_envs else ""),
-        )
+    base_url = base_url_for(preset, config, env)
     adapter = _adapter(preset, base_url, key, http, config, key_names, env)
     adapter.name = preset.name
     adapter.key_env = key_names[0] if key_names else ""
@@ -324,6 +311,25 @@ def _client(
 
         return SalvagingProvider(adapter)
     return adapter
+
+
+def base_url_for(preset: Preset, config: ProviderConfig, env: Mapping[str, str]) -> str:
+    """Where `preset`'s requests (and its key) go: the user's own settings, then the user's
+    environment, then a project file the user approved, then the provider's default. Raises
+    `UserError` when none says."""
+    base_url = (
+        config.base_url
+        or env_key(preset.url_envs, env)
+        or config.project_base_url
+        or preset.base_url
+    )
+    if not base_url:
+        raise UserError(
+            f"{preset.name} needs a base URL",
+            hint=f'set providers."{preset.name}".base_url in settings'
+            + (f", or {preset.url_envs[0]}" if preset.url_envs else ""),
+        )
+    return base_url
 
 
 def _adapter(

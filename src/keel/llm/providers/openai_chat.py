@@ -393,6 +393,14 @@ class OpenAIChatProvider(HTTPProvider):
         facts = self.facts.get(model)
         return facts.window if facts is not None else 0
 
+    async def listed_models(self) -> list[str] | None:
+        """The ids the server lists at `/models` (None: it did not answer with a list)."""
+        listed, _ = await self._get_json(f"{self.base_url}/models")
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        if not isinstance(entries, list):
+            return None
+        return [str(e["id"]) for e in entries if isinstance(e, dict) and e.get("id")]
+
     async def _ask_server(self, model: str) -> tuple[ModelFacts, bool]:
         """The facts, and whether the server answered at all."""
         root = self.base_url.removesuffix("/v1")
