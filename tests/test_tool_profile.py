@@ -250,7 +250,8 @@ def test_disallowed_tools_flag_end_to_end(chat: OpenAIChatServer, project: Path)
     assert names(chat.model_requests[0].json["tools"]) == [n for n in EVERY_TOOL if n != "bash"]
     # Withholding a tool says nothing of its own: the flag is the user's.
     assert unsandboxed_line_dropped(out.stderr) == (
-        "keel: x is not in keel's catalog; assuming a 128k window and no prices\n"
+        "keel: x is not in keel's catalog; the server is asked for its window (128k if it does "
+        "not say)\n"
     )
 
 

@@ -288,13 +288,16 @@ def build_agent(
     add_subagents(agent, notice)
     add_knowledge(agent, settings)
     if not info.known and ref.provider != "scripted":
-        notice(
-            Notice(
-                f"{ref.model} is not in keel's catalog; assuming a "
-                f"{info.window // 1000}k window and no prices",
-                "info",
+        from keel.llm.presets import PRESETS
+
+        preset = PRESETS.get(ref.provider)
+        if preset is not None and preset.local:  # its server says (`Agent._learn_model`)
+            guess = (
+                f"the server is asked for its window ({info.window // 1000}k if it does not say)"
             )
-        )
+        else:
+            guess = f"assuming a {info.window // 1000}k window and no prices"
+        notice(Notice(f"{ref.model} is not in keel's catalog; {guess}", "info"))
     if limits.max_usd is not None and not info.priced and ref.provider != "scripted":
         notice(
             Notice(
