@@ -175,7 +175,8 @@ def test_openai_compatible_multi_tool_task(chat: OpenAIChatServer, project: Path
     assert "authorization" not in chat.model_requests[0].headers
     # A model the catalog does not know is noted once, not refused.
     assert unsandboxed_line_dropped(out.stderr).splitlines()[0] == (
-        "keel: qwen2.5-coder is not in keel's catalog; assuming a 128k window and no prices"
+        "keel: qwen2.5-coder is not in keel's catalog; the server is asked for its window (128k "
+        "if it does not say)"
     )
     tool_messages = [m for m in bodies[2]["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == [
