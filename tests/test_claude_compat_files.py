@@ -15,7 +15,8 @@ import pytest
 from keel.agent.prompt import (
     MAX_IMPORT_DEPTH,
     InstructionFile,
-    build_system_prompt,
+    build_context,
+    context_text,
     instruction_files,
     load_instructions,
 )
@@ -23,7 +24,12 @@ from keel.agent.subagents import load_agent_types
 from keel.hooks.claude import hook_session_id
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests.helpers import unsandboxed_line_dropped
+from tests.helpers import (
+    context_of,
+    system_and_context,
+    unsandboxed_line_dropped,
+    without_context,
+)
 from tests.test_cli import keel
 
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -114,7 +120,7 @@ def test_claude_code_memory_files_and_imports_in_claude_codes_order(
         root / "CLAUDE.local.md",
         sub / "CLAUDE.md",
     ]
-    prompt = build_system_prompt(sub, user_dir=user_dir, home=home)
+    prompt = build_context(sub, user_dir=user_dir, home=home)
     assert (
         f'<instructions source="{root / "README.md"}" imported-from="{root / "CLAUDE.md"}">\n'
         "README TEXT\n</instructions>"
@@ -122,7 +128,7 @@ def test_claude_code_memory_files_and_imports_in_claude_codes_order(
     assert "FENCED" not in prompt
     assert "CODE SPAN" not in prompt
     # Byte-stable: the same files give the same prompt.
-    assert build_system_prompt(sub, user_dir=user_dir, home=home) == prompt
+    assert build_context(sub, user_dir=user_dir, home=home) == prompt
 
 
 def test_imports_stop_at_five_hops_and_at_cycles(tmp_path: Path) -> None:
@@ -179,7 +185,7 @@ def test_a_project_file_cannot_import_the_users_files(tmp_path: Path) -> None:
         f"{root / 'CLAUDE.md'}: import @{outside} not followed: {rule}",
         f"{root / 'CLAUDE.md'}: import @link.md not followed: {rule}",
     )
-    assert "SECRET" not in build_system_prompt(root, user_dir=tmp_path / "config", home=home)
+    assert "SECRET" not in build_context(root, user_dir=tmp_path / "config", home=home)
 
 
 def test_keel_p_sends_claude_code_memory_with_imports(
@@ -194,8 +200,9 @@ def test_keel_p_sends_claude_code_memory_with_imports(
     server.add(reply("ok"))
     out = keel("-p", "hello", "--model", MODEL, cwd=project, env=server_env(server))
     assert out.returncode == 0, out.stderr
-    system = system_text(server.model_requests[0].json or {})
-    sections = [s.split(">\n", 1)[1] for s in system.split("<instructions ")[1:]]
+    first = server.model_requests[0].json or {}
+    assert "<instructions " not in system_text(first)  # instructions ride in the context
+    sections = [s.split(">\n", 1)[1] for s in context_of(first).split("<instructions ")[1:]]
     assert [s.split("\n</instructions>")[0] for s in sections] == [
         "USER: answer tersely",
         "PROJECT: see @docs/style.md",
@@ -402,8 +409,9 @@ def test_keel_p_runs_a_claude_code_command_with_its_frontmatter(
     assert [first["model"], second["model"]] == ["claude-haiku-4-5", "claude-haiku-4-5"]
     app = (project / "app.py").read_text(encoding="utf-8").rstrip("\n")
     assert user_texts(first) == [
+        context_of(first),
         "Review @app.py against @~/.ssh/id_ed25519. `@util.py` is only an example.\n"
-        f'Focus on naming.\n\n<attached-file path="app.py">\n{app}\n</attached-file>'
+        f'Focus on naming.\n\n<attached-file path="app.py">\n{app}\n</attached-file>',
     ]
     [(result, is_error)] = tool_results(second)
     assert is_error
@@ -498,8 +506,9 @@ async def test_a_commands_limits_and_model_hold_for_its_turn_only(
         (True, "permission needed, but keel is running non-interactively"),
     ]
     assert (project / "made.txt").exists()
-    first = provider.requests[0].messages[-1].blocks[0]
+    context, first = provider.requests[0].messages[-1].blocks
     readme = (project / "README.md").read_text(encoding="utf-8").rstrip("\n")
+    assert context == Text(context_text(agent.context))
     assert isinstance(first, Text)
     assert first.text == (
         "Summarize @README.md and @secret.txt\n\n"
@@ -671,7 +680,7 @@ def test_keel_p_names_an_import_it_does_not_follow(
         f"file may import only files inside the project ({project}); import it from "
         "~/.claude/CLAUDE.md"
     ) in out.stderr.splitlines()
-    assert "PRIVATE" not in system_text(server.model_requests[0].json or {})
+    assert "PRIVATE" not in system_and_context(server.model_requests[0].json or {})
 
 
 def test_keel_p_runs_an_agent_from_a_subfolder_with_claude_code_tool_names(
@@ -702,8 +711,11 @@ def test_keel_p_runs_an_agent_from_a_subfolder_with_claude_code_tool_names(
     task_tool = next(t for t in parent["tools"] if t["name"] == "task")
     assert "security-reviewer (Reviews code for security issues)" in task_tool["description"]
     child = next(
-        r.json or {} for r in server.model_requests if "CHILD" in user_texts(r.json or {})[0]
+        body
+        for body in (r.json or {} for r in server.model_requests)
+        if "CHILD" in without_context("\n\n".join(user_texts(body)))
     )
+    assert user_texts(child)[:2] == [context_of(child), "CHILD: review app.py"]
     assert [t["name"] for t in child["tools"]] == ["grep", "read"]
     assert (
         f"keel: warning: {definition}:4: tool 'WebSearch' is a Claude Code tool keel does not "
