@@ -747,6 +747,7 @@ async def test_subagent_start_and_stop_carry_the_agent_and_start_adds_context(
     from keel.agent.loop import Agent
     from keel.agent.subagents import enable_subagents, load_agent_types
     from keel.hooks.config import HookConfig
+    from keel.llm.messages import Text
     from keel.llm.script import reply
     from keel.session.store import SessionLog
     from keel.testing.routing import RoutedProvider
@@ -823,9 +824,13 @@ async def test_subagent_start_and_stop_carry_the_agent_and_start_adds_context(
     assert (stop["stop_hook_active"], stop["last_assistant_message"]) == (False, "child report")
     assert parent_stop["hook_event_name"] == "Stop"
     assert parent_stop["last_assistant_message"] == "parent done"
-    child_first = provider.of("CHILD")[0].messages[0].text
-    assert child_first.startswith(
-        '<hook-context source="SubagentStart">\nthe repo uses tabs\n</hook-context>'
+    # The child's own context opens its first message; the hook's context follows, then the task.
+    first = provider.of("CHILD")[0].messages[0]
+    context, task = (b.text for b in first.blocks if isinstance(b, Text))
+    assert context.startswith(f"<context>\n<env>\nWorking directory: {project}\n")
+    assert context.endswith("\n</context>")
+    assert task == (
+        '<hook-context source="SubagentStart">\nthe repo uses tabs\n</hook-context>\n\nCHILD: look'
     )
 
 
