@@ -292,7 +292,7 @@ def test_additional_directories(project: Path, tmp_path: Path, isolated_env: Pat
 def test_a_read_deny_rule_keeps_an_import_out_of_the_prompt(
     project: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
-    """A project CLAUDE.md that imports `@.env` does not bring the secret into the system prompt
+    """A project CLAUDE.md that imports `@.env` does not bring the secret into the prompt
     when a deny rule forbids reading it (the attack: the rule guards the read tool, the import
     would go around it)."""
     from keel.agent.loop import Agent
@@ -308,8 +308,8 @@ def test_a_read_deny_rule_keeps_an_import_out_of_the_prompt(
         cwd=project,
         gate=PermissionGate("default", project, project, rules),
     )
-    assert "Project notes." in agent.system
-    assert "hunter2" not in agent.system
+    assert "Project notes." in agent.context
+    assert "hunter2" not in agent.prompt_text
     # Without the rule, the import is followed (Claude Code's behaviour).
     open_agent = Agent(
         provider=ScriptedProvider([]),
@@ -317,7 +317,7 @@ def test_a_read_deny_rule_keeps_an_import_out_of_the_prompt(
         cwd=project,
         gate=PermissionGate("default", project, project, []),
     )
-    assert "SECRET=hunter2" in open_agent.system
+    assert "SECRET=hunter2" in open_agent.context
     # Through keel -p the refusal is named on stderr.
     script = write_script(tmp_path / "s.json", [{"text": "ok"}])
     out = keel("-p", "go", "--model", f"scripted:{script}", cwd=project)
