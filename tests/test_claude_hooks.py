@@ -826,9 +826,9 @@ async def test_subagent_start_and_stop_carry_the_agent_and_start_adds_context(
     assert parent_stop["last_assistant_message"] == "parent done"
     # The child's own context opens its first message; the hook's context follows, then the task.
     first = provider.of("CHILD")[0].messages[0]
-    context, task = (b.text for b in first.blocks if isinstance(b, Text))
-    assert context.startswith(f"<context>\n<env>\nWorking directory: {project}\n")
-    assert context.endswith("\n</context>")
+    opening, task = (b.text for b in first.blocks if isinstance(b, Text))
+    assert opening.startswith(f"<context>\n<env>\nWorking directory: {project}\n")
+    assert opening.endswith("\n</context>")
     assert task == (
         '<hook-context source="SubagentStart">\nthe repo uses tabs\n</hook-context>\n\nCHILD: look'
     )
