@@ -549,7 +549,6 @@ class Subagents:
         child.auto_compact = parent.auto_compact
         child.tool_profile = parent.tool_profile  # its own window decides `auto`
         child.tool_call_text = parent.tool_call_text
-        child.tool_call_text = parent.tool_call_text
         if kind.model is None and kind.allows("web_search"):
             # The parent's provider and model, so the same server-side search (or none).
             child.web_search = parent.web_search
