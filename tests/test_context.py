@@ -3,6 +3,7 @@ malformed summaries, a half-finished batch, resume), the loop guard, and raw out
 
 from __future__ import annotations
 
+import os
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,15 @@ from keel.agent.compaction import (
     summary_cap,
 )
 from keel.agent.events import ContextCompacted, Event
+from keel.agent.limits import MIN_OUTPUT_TOKENS
 from keel.agent.loop import Agent
-from keel.agent.prompt import BASE_PROMPT, build_system_prompt, instruction_files
+from keel.agent.prompt import (
+    BASE_PROMPT,
+    build_context,
+    build_system_prompt,
+    context_text,
+    instruction_files,
+)
 from keel.llm.catalog import ModelInfo
 from keel.llm.events import Notice
 from keel.llm.messages import Message, Text, ToolUse, Usage, tool_result, user
@@ -82,20 +90,21 @@ def test_instruction_files_from_the_user_and_the_git_root_down(tmp_path: Path) -
         root / "pkg" / "CLAUDE.md",
         sub / "AGENTS.md",
     ]
-    prompt = build_system_prompt(
+    context = build_context(
         sub, today=date(2026, 11, 30), user_dir=user_dir, extra_sections=["<skills/>"]
     )
-    assert prompt.startswith(BASE_PROMPT + "\n\n<env>\n")
-    assert f"Working directory: {sub}\n" in prompt
-    assert "Date: 2026-11-30\n" in prompt
-    assert f"Git repository: {root}\n" in prompt
-    assert prompt.endswith(
+    uname = os.uname()
+    assert context == (
+        f"<env>\nWorking directory: {sub}\nPlatform: {uname.sysname.lower()} {uname.release}\n"
+        f"Date: 2026-11-30\nGit repository: {root}\n</env>\n\n"
         f'<instructions source="{user_dir / "AGENTS.md"}">\nAnswer in British English.\n</instructions>\n\n'
         f'<instructions source="{root / "AGENTS.md"}">\nRun make test.\n</instructions>\n\n'
         f'<instructions source="{root / "pkg" / "CLAUDE.md"}">\npkg is vendored; do not edit.\n</instructions>\n\n'
         f'<instructions source="{sub / "AGENTS.md"}">\nTests live in tests/.\n</instructions>\n\n'
         "<skills/>"
     )
+    # The system prompt holds none of it: the same bytes in every project.
+    assert build_system_prompt() == BASE_PROMPT
 
 
 async def test_the_system_prompt_is_fixed_for_the_context(project: Path) -> None:
@@ -106,8 +115,14 @@ async def test_the_system_prompt_is_fixed_for_the_context(project: Path) -> None
     (project / "AGENTS.md").write_text("Be verbose.", encoding="utf-8")  # waits for a fresh context
     await agent.run("two")
     first, second = provider.requests
-    assert first.system == second.system
-    assert "Be brief." in first.system
+    assert first.system == second.system == BASE_PROMPT
+    # The context opens the first user message and stays as it was sent.
+    opening = Message("user", (Text(context_text(agent.context)), Text("one")))
+    assert first.messages[0] == second.messages[0] == opening
+    assert (
+        f'<instructions source="{project / "AGENTS.md"}">\nBe brief.\n</instructions>'
+        in agent.context
+    )
 
 
 # -- compaction: the pieces ------------------------------------------------------------------------
@@ -177,7 +192,8 @@ async def test_threshold_compaction_mid_turn(project: Path, tmp_path: Path) -> N
     summary_request = provider.requests[2]
     assert summary_request.system == provider.requests[1].system
     assert summary_request.tools == provider.requests[1].tools
-    assert summary_request.max_tokens == 1_000
+    # summary_cap gives 1,000, but the 1,000-token window is nearly full: the floor is asked.
+    assert summary_request.max_tokens == MIN_OUTPUT_TOKENS
     assert summary_request.messages[:3] == provider.requests[1].messages
     assert summary_request.messages[3] == agent_turn_2
     assert summary_request.messages[4].blocks[-1] == Text(COMPACT_PROMPT)
