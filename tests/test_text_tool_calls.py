@@ -529,6 +529,18 @@ def test_markup_that_looks_like_a_call_but_is_not_run_is_named(text: str, proble
     assert salvage(text, TOOLS) == (text, [], [problem])
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Write `<tool_call>{...}</tool_call>` to call a tool.",
+        'The template reads:\n```xml\n<function=get_weather>{"city": "Paris"}</function>\n```\nDone.',
+    ],
+    ids=["in backticks", "in a fenced block"],
+)
+def test_markup_quoted_as_code_that_is_not_a_call_is_not_reported(text: str) -> None:
+    assert salvage(text, TOOLS) == (text, [], [])
+
+
 def test_streamed_markup_is_hidden_whatever_the_pieces() -> None:
     text = (
         'Sure. <tools>{"name": "bash", "arguments": {"command": "ls"}}</tools> and '

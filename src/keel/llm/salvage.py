@@ -245,12 +245,12 @@ def _tagged_body(body: str, tools: Mapping[str, ToolSpec]) -> Outcome:
 @dataclass
 class MarkupFilter:
     """Splits streamed text into what may be shown and the calls hidden in it. Text that could be
-    the start of a tag is held back until the next piece decides it. `problems` says why tagged
-    markup that was not a call was left in the text."""
+    the start of a tag is held back until the next piece decides it. `problems` holds each piece
+    of tagged markup that was not a call (left in the text), with why."""
 
     tools: Mapping[str, ToolSpec]
     calls: list[Call] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
     _held: str = ""
     _closing: str = ""
 
@@ -297,7 +297,7 @@ class MarkupFilter:
         """Hide a complete piece of markup that is a call; give back any other."""
         outcome = parse_markup(markup, self.tools)
         if isinstance(outcome, str):
-            self.problems.append(outcome)
+            self.problems.append((markup, outcome))
             return markup
         self.calls.extend(outcome)
         return ""
@@ -433,6 +433,15 @@ def json_calls(text: str, tools: Mapping[str, ToolSpec]) -> tuple[str, list[Call
 # -- a whole reply --------------------------------------------------------------------------------
 
 
+def _quoted(markup: str, text: str) -> bool:
+    """Whether `markup` is quoted as code in `text` (inside a fenced block or backticks): shown,
+    not called, so it is not reported when it is not a call (a call there still runs)."""
+    at = text.find(markup)
+    if text[at - 1 : at] == "`":
+        return True
+    return any(m.start() < at < m.end() for m in _FENCE.finditer(text))
+
+
 def salvage(
     text: str, tools: Mapping[str, ToolSpec], *, json_too: bool = True
 ) -> tuple[str, list[Call], list[str]]:
@@ -441,7 +450,8 @@ def salvage(
     structured calls: then its text is talk)."""
     found = MarkupFilter(tools)
     clean = found.feed(text) + found.flush()
-    calls, problems = found.calls, found.problems
+    calls = found.calls
+    problems = [why for markup, why in found.problems if not _quoted(markup, text)]
     if json_too:
         clean, more, unrun = json_calls(clean, tools)
         calls, problems = calls + more, problems + unrun
