@@ -15,7 +15,7 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests.helpers import user_settings_file
+from tests.helpers import context_of, user_settings_file, without_context
 from tests.test_cli import keel
 
 SERVER = str(Path(__file__).parent / "mcp_servers" / "tools_server.py")
@@ -82,8 +82,8 @@ def run(project: Path, server: AnthropicServer, *args: str) -> subprocess.Comple
     return keel(*args, "--model", MODEL, cwd=project, env=env, timeout=90)
 
 
-def user_text(message: dict[str, Any]) -> str:
-    return "".join(b["text"] for b in message["content"] if b["type"] == "text")
+def user_texts(message: dict[str, Any]) -> list[str]:
+    return [b["text"] for b in message["content"] if b["type"] == "text"]
 
 
 @pytest.mark.needs("sandbox")  # bash runs unasked only in the sandbox
@@ -155,10 +155,15 @@ def test_claude_code_project_runs_unchanged_once_approved(
     names = [t["name"] for t in bodies[0]["tools"]]
     assert {"skill", "mcp__tools__echo", "mcp__tools__fails"} <= set(names)
     assert names == sorted(names)
+    # The skills index is in the context that opens the first user message, not the system.
     system = "".join(block["text"] for block in bodies[0]["system"])
-    assert "<skills>" in system
-    assert "- release-notes: Write release notes from the changes since the last tag." in system
-    prompt = user_text(bodies[0]["messages"][0])
+    context = context_of(bodies[0])
+    assert "<skills>" not in system
+    assert "<skills>" in context
+    assert "- release-notes: Write release notes from the changes since the last tag." in context
+    texts = user_texts(bodies[0]["messages"][0])
+    assert texts[0] == context
+    prompt = without_context("\n\n".join(texts))
     assert prompt == (
         "<system-note>\n"
         '<hook-context source="UserPromptSubmit">\nReleases are cut from main.\n</hook-context>\n'
