@@ -24,6 +24,7 @@ from keel.llm.request import ToolSpec
 from keel.llm.salvage import MarkupFilter, salvage
 from keel.llm.script import Reply
 from keel.permissions import AllowAll
+from keel.testing.llamacpp_server import LlamaCppServer
 from keel.testing.ollama_server import OllamaServer
 from keel.testing.openai_server import OpenAIChatServer
 from keel.testing.server import RecordedRequest
@@ -413,6 +414,62 @@ async def test_a_cut_where_keel_asked_is_max_tokens(project: Path) -> None:
         ("finished", "max_tokens"),
     ]
     assert result.stop_reason == "max_tokens"
+
+
+# -- against a server that behaves as llama.cpp's does --------------------------------------------
+
+
+def test_fenced_bare_and_wrapped_calls_run_against_llama_cpp(project: Path) -> None:
+    """What Qwen2.5-Coder writes, through `keel -p` on a llama.cpp-like server: each call runs
+    (keel reads the window the server publishes, and the template's tool support)."""
+    c = write_call("c.txt", "C\n")
+    script = [
+        Reply(assistant(f"Writing a.txt.\n```json\n{A}\n```")),
+        Reply(assistant(B)),
+        Reply(assistant(f"<tools>\n{c}\n</tools>")),
+        Reply(assistant("Wrote a.txt, b.txt and c.txt.")),
+    ]
+    with LlamaCppServer(script, n_ctx=32768) as server:
+        out = keel(
+            "-p",
+            "write the three files",
+            "--model",
+            "openai-compatible/local-model",
+            "--mode",
+            "accept-edits",
+            cwd=project,
+            env={"OPENAI_COMPATIBLE_BASE_URL": server.url + "/v1"},
+        )
+        last = server.model_requests[-1].json["messages"]
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "Wrote a.txt, b.txt and c.txt.\n"
+    assert [(project / f).read_text(encoding="utf-8") for f in ("a.txt", "b.txt", "c.txt")] == [
+        "A\n",
+        "B\n",
+        "C\n",
+    ]
+    assert [m["content"] for m in last if m["role"] == "tool"] == [
+        "Created a.txt (1 lines).",
+        "Created b.txt (1 lines).",
+        "Created c.txt (1 lines).",
+    ]
+    assert [m["tool_calls"][0]["function"]["name"] for m in last if m.get("tool_calls")] == [
+        "write"
+    ] * 3
+
+
+async def test_a_reply_cut_by_llama_cpps_full_context_is_context_full(project: Path) -> None:
+    with LlamaCppServer([Reply(assistant("word " * 20_000))], n_ctx=8192) as server:
+        result, events, agent = await run(chat_provider(server), project, "local-model")
+        (prompt, _cached), asked = server.prompts[0], server.model_requests[0].json["max_tokens"]
+    # keel asked for what the window leaves (less a margin), below the model's own limit, and
+    # the server cut there: the window, not the output limit, ended the reply.
+    assert agent.info.window == 8192
+    assert result.usage.output == asked <= 8192 - prompt < agent.info.request_max_tokens
+    assert story(events) == [
+        ("notice", "warning", CUT.format(size="8,192-token") + CUT_HINT),
+        ("finished", "context_full"),
+    ]
 
 
 # -- the parser -------------------------------------------------------------------------------------
