@@ -14,7 +14,7 @@ import pytest
 
 from keel.config.foreign import opencode_rules, read_jsonc, read_toml
 from keel.config.settings import load_settings
-from tests.helpers import unsandboxed_line_dropped, user_settings_file
+from tests.helpers import unsandboxed_line_dropped, user_settings_file, without_context
 from tests.test_cli import keel, session_files, write_script
 
 
@@ -304,12 +304,14 @@ def test_a_codex_user_mcp_server_starts_as_the_users(tmp_path: Path) -> None:
 
 
 def _user_messages(home: Path) -> list[str]:
+    """The text of each user message in the last session's journal, without the context block
+    that opens the first one."""
     texts = []
     for line in session_files(home)[-1].read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         if record["type"] == "user":
             blocks = record["message"]["content"]
-            texts.append("".join(b.get("text", "") for b in blocks))
+            texts.append("".join(without_context(b.get("text", "")) for b in blocks))
     return texts
 
 
