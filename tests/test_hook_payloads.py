@@ -653,11 +653,15 @@ def test_user_prompt_expansion_blocks_a_command_or_adds_context(
         for line in journal.read_text(encoding="utf-8").splitlines()
         if '"type":"user"' in line
     ]
-    text = sent[0]["message"]["content"][0]["text"]
-    assert (
-        '<hook-context source="UserPromptExpansion">\nfocus on the tests\n</hook-context>' in text
+    # The context opens the message; the hook's context follows it, ahead of the command's text.
+    opening, text = (block["text"] for block in sent[0]["message"]["content"])
+    assert opening.startswith(f"<context>\n<env>\nWorking directory: {scenario}\n")
+    assert opening.endswith("\n</context>")
+    assert text == (
+        "<system-note>\n"
+        '<hook-context source="UserPromptExpansion">\nfocus on the tests\n</hook-context>\n'
+        "</system-note>\n\nReview the last change."
     )
-    assert text.endswith("\n\nReview the last change.")
 
 
 def test_instructions_loaded_names_each_file_and_why(
