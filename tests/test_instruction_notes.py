@@ -1,5 +1,5 @@
-"""Instruction text beyond the top-level files: Claude Code rules (always-on ones in the system
-prompt, path-scoped ones delivered when a matching file is read or edited), nested AGENTS.md /
+"""Instruction text beyond the top-level files: Claude Code rules (always-on ones in the context
+that opens the first user message, path-scoped ones delivered when a matching file is read or edited), nested AGENTS.md /
 CLAUDE.md delivered on demand, Codex's AGENTS.override.md and ~/.codex/AGENTS.md, OpenCode's
 `instructions`. End-to-end tests run the real `keel -p` against the loopback Anthropic server and
 assert the whole request bodies."""
@@ -26,6 +26,7 @@ from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.tools.builtin import builtin_tools
+from tests.helpers import context_of, system_and_context
 from tests.test_cli import keel
 
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -115,13 +116,14 @@ def test_keel_p_delivers_a_nested_agents_md_and_a_path_scoped_rule_once_after_th
     assert out.returncode == 0, out.stderr
     sent = bodies(server)
     assert len(sent) == 4
-    system = system_text(sent[0])
-    assert f'<instructions source="{repo / "AGENTS.md"}">\nROOT: run make test\n' in system
+    context, prompt = context_of(sent[0]), system_and_context(sent[0])
+    assert "<instructions " not in system_text(sent[0])  # the top-level files are the context's
+    assert f'<instructions source="{repo / "AGENTS.md"}">\nROOT: run make test\n' in context
     rule = repo / ".claude" / "rules" / "always.md"
-    assert f'<instructions source="{rule}">\nALWAYS: answer in English\n</instructions>' in system
-    assert "PKG:" not in system
-    assert "PY:" not in system
-    assert "DOCS:" not in system
+    assert f'<instructions source="{rule}">\nALWAYS: answer in English\n</instructions>' in context
+    assert "PKG:" not in prompt
+    assert "PY:" not in prompt
+    assert "DOCS:" not in prompt
     assert_prefix_stable(sent)
     # After the unrelated read: the tool result alone.
     assert [b["type"] for b in sent[1]["messages"][-1]["content"]] == ["tool_result"]
@@ -144,7 +146,7 @@ def test_keel_p_delivers_a_nested_agents_md_and_a_path_scoped_rule_once_after_th
 def test_an_edit_below_the_working_directory_brings_its_directory_files(
     server: AnthropicServer, repo: Path, isolated_env: Path
 ) -> None:
-    """Started in pkg/ (its AGENTS.md is in the system prompt): a write in pkg/deep/ brings
+    """Started in pkg/ (its AGENTS.md is in the context): a write in pkg/deep/ brings
     pkg/deep/CLAUDE.md and its `.claude/CLAUDE.md`, not pkg/AGENTS.md again."""
     pkg = repo / "pkg"
     write(pkg / "deep" / "CLAUDE.md", "DEEP: keep it small")
@@ -157,7 +159,7 @@ def test_an_edit_below_the_working_directory_brings_its_directory_files(
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     first, second = bodies(server)
-    assert "PKG: this package" in system_text(first)
+    assert "PKG: this package" in context_of(first)
     target = pkg / "deep" / "new.py"
     assert second["messages"][-1]["content"][1]["text"] == note(
         (pkg / "deep" / "CLAUDE.md", "DEEP: keep it small", target),
@@ -194,11 +196,11 @@ def test_keel_p_sends_agents_override_md_instead_of_agents_md(
     out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
     assert out.returncode == 0, out.stderr
     first, second = bodies(server)
-    system = system_text(first)
-    assert "ROOT OVERRIDE: release freeze" in system
-    assert "ROOT: run make test" not in system
-    assert "CODEX USER OVERRIDE" in system
-    assert "CODEX USER: not sent" not in system
+    context, prompt = context_of(first), system_and_context(first)
+    assert "ROOT OVERRIDE: release freeze" in context
+    assert "ROOT: run make test" not in prompt
+    assert "CODEX USER OVERRIDE" in context
+    assert "CODEX USER: not sent" not in prompt
     gen = repo / "pkg" / "gen.py"
     assert second["messages"][-1]["content"][1]["text"] == note(
         (repo / "pkg" / "AGENTS.override.md", "PKG OVERRIDE", gen),
@@ -363,11 +365,12 @@ def test_keel_p_with_a_project_output_style_replaces_the_work_style(
     out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
     assert out.returncode == 0, out.stderr
     system = system_text(bodies(server)[0])
-    assert system.startswith(f"{IDENTITY}\n\n{SAFETY}\n\n<env>\n")
-    assert ROLE not in system
-    assert system.endswith(
+    assert system == (
+        f"{IDENTITY}\n\n{SAFETY}\n\n"
         "<output-style>\nOutput style: Pirate\n\nAnswer like a pirate.\n</output-style>"
     )
+    assert ROLE not in system
+    assert "<output-style>" not in context_of(bodies(server)[0])
     assert "unknown key" not in out.stderr
     assert "does not use" not in out.stderr
 
@@ -383,12 +386,13 @@ def test_a_built_in_style_keeps_the_work_style_and_an_unknown_one_is_named(
     out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
     assert out.returncode == 0, out.stderr
     system = system_text(bodies(server)[0])
-    assert system.startswith(BASE_PROMPT + "\n\n<env>\n")
-    assert "<output-style>\nOutput style: Explanatory\n\n" in system
+    assert system.startswith(BASE_PROMPT + "\n\n<output-style>\nOutput style: Explanatory\n\n")
+    assert system.endswith("\n</output-style>")
+    assert "<output-style>" not in context_of(bodies(server)[0])
     settings.write_text('{"outputStyle": "Terse"}', encoding="utf-8")
     out = keel("-p", "hi", "--model", MODEL, cwd=repo, env=server_env(server))
     assert out.returncode == 0, out.stderr
-    assert "<output-style>" not in system_text(bodies(server)[1])
+    assert system_text(bodies(server)[1]) == BASE_PROMPT
     assert (
         f"{settings}: outputStyle 'Terse' is no output style (known: Default, Explanatory, "
         "Learning, Proactive, Concise); keel's own prompt is used"
