@@ -338,7 +338,13 @@ async def test_no_progress_token_without_a_card(manager: McpManager, project: Pa
 
 
 def sent_prompt(provider: ScriptedProvider) -> str:
-    return provider.requests[0].messages[-1].text
+    """The first request's prompt: the text block after the context that opens the message."""
+    opening, prompt = provider.requests[0].messages[-1].blocks
+    assert isinstance(opening, Text)
+    assert opening.text.startswith("<context>\n<env>\n")
+    assert opening.text.endswith("\n</context>")
+    assert isinstance(prompt, Text)
+    return prompt.text
 
 
 @module_loop
