@@ -21,10 +21,11 @@ import pytest
 import keel.memory.nats_store as nats_store_module
 import keel.memory.store as store_module
 from keel.agent.loop import Agent
+from keel.agent.prompt import context_text
 from keel.config.settings import MemorySettings, load_settings
 from keel.llm.catalog import ModelInfo
 from keel.llm.http import HTTPSettings
-from keel.llm.messages import ToolUse
+from keel.llm.messages import Text, ToolUse
 from keel.llm.providers.anthropic import AnthropicProvider
 from keel.memory import FileStore, MemoryStore, add_memory, open_store
 from keel.memory.nats_store import NatsStore
@@ -45,6 +46,7 @@ from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.script import reply
 from keel.tools.base import ToolContext, ToolError, tool_kind
 from keel.tools.builtin import builtin_tools
+from tests.helpers import context_of, system_and_context
 from tests.nats_fixture import NatsServer, nats_server, nats_url  # noqa: F401
 from tests.test_prefix import canonical
 
@@ -450,9 +452,10 @@ def test_the_index_section() -> None:
 async def test_a_save_mid_session_keeps_the_prefix_and_joins_the_index_after_clear(
     project: Path,
 ) -> None:
-    """The prefix test for memory: requests before and after a save share the system prompt
-    and tool definitions byte for byte; the model learns of the note from the tool result; a
-    fresh context (/clear builds a new agent the same way) lists it in the index."""
+    """The prefix test for memory: requests before and after a save share the system prompt,
+    the tool definitions and the context (with the index) byte for byte; the model learns of the
+    note from the tool result; a fresh context (/clear builds a new agent the same way) lists it
+    in its index, under the same system prompt and tools."""
     store = FileStore(Path(os.environ["KEEL_HOME"]) / "memory", "proj")
     await store.save("project", note("old-note", description="an older note"), revision=None)
     config = MemorySettings(project="proj")
@@ -502,14 +505,15 @@ async def test_a_save_mid_session_keeps_the_prefix_and_joins_the_index_after_cle
     for body in same:
         assert canonical(body["system"]) == canonical(first["system"])
         assert canonical(body["tools"]) == canonical(first["tools"])
-    system = json.dumps(first["system"])
-    assert "- old-note [project]: an older note" in system
-    assert "deploy" not in system
+        assert context_of(body) == context_of(first)
+    assert "- old-note [project]: an older note" in context_of(first)
+    assert "deploy" not in system_and_context(first)
     result = bodies[1]["messages"][-1]["content"][0]
     assert result["type"] == "tool_result"
     assert result.get("is_error") is not True
     assert "Saved the project note 'deploy'." in json.dumps(result)
-    assert "- deploy [project]: how to deploy" in json.dumps(after_clear["system"])
+    assert "- deploy [project]: how to deploy" in context_of(after_clear)
+    assert canonical(after_clear["system"]) == canonical(first["system"])
     assert canonical(after_clear["tools"]) == canonical(first["tools"])
     assert [t["name"] for t in first["tools"]].count("memory") == 1
 
@@ -728,8 +732,9 @@ def run_sessions(project: Path, server_env: dict[str, str]) -> None:
         model = ["--model", "anthropic/claude-sonnet-4-5"]
         first = run_keel(["-p", "remember: short answers", *model], project, env)
         assert first.returncode == 0, first.stderr
-        # Continuing that session keeps the index it started with: not refused for a changed
-        # system prompt, and the same prefix bytes (the provider's cache still applies).
+        # Continuing that session keeps the index it started with (in its first message): not
+        # refused for a changed context, and the same prefix bytes (the provider's cache still
+        # applies).
         continued = run_keel(["-p", "-c", "go on", *model], project, env)
         assert continued.returncode == 0, continued.stderr
         assert continued.stdout == "Continued.\n"
@@ -738,12 +743,14 @@ def run_sessions(project: Path, server_env: dict[str, str]) -> None:
         assert second_run.stdout == "Hi.\n"
         bodies = [r.json for r in server.model_requests]
     assert len(bodies) == 4
-    assert "greeting" not in json.dumps(bodies[0]["system"])
-    assert "- older [project]: an older note" in json.dumps(bodies[0]["system"])
+    assert "greeting" not in system_and_context(bodies[0])
+    assert "- older [project]: an older note" in context_of(bodies[0])
     assert canonical(bodies[2]["system"]) == canonical(bodies[0]["system"])
     assert canonical(bodies[2]["tools"]) == canonical(bodies[0]["tools"])
+    assert context_of(bodies[2]) == context_of(bodies[0])
     index = "- greeting [feedback]: the user likes short answers"
-    assert index in json.dumps(bodies[3]["system"])
+    assert index in context_of(bodies[3])
+    assert canonical(bodies[3]["system"]) == canonical(bodies[0]["system"])
     listed = run_keel(["memory", "list", "--json"], project, server_env)
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
@@ -812,7 +819,7 @@ async def test_slash_memory_add_list_show_delete_and_the_index_after_clear(
     recorder = Recorder()
     controller = await make_controller(project, provider)
     controller.attach(recorder)
-    before = controller.agent.system
+    before = controller.agent.prompt_text
     for line in (
         "/memory add deploy: how to deploy\nRun `make deploy` from main.",
         "/memory add --user editor: the user's editor",
@@ -824,7 +831,7 @@ async def test_slash_memory_add_list_show_delete_and_the_index_after_clear(
     ):
         controller.submit(line)
         await controller.wait()
-    assert controller.agent.system == before  # the prefix of this context holds
+    assert controller.agent.prompt_text == before  # the prefix of this context holds
     shown = [(type(e).__name__, getattr(e, "text", "")) for e in recorder.events]
     outputs = [e for e in recorder.events if isinstance(e, Output) and e.title == "memory"]
     home = Path(os.environ["KEEL_HOME"]) / "memory"
@@ -851,10 +858,13 @@ async def test_slash_memory_add_list_show_delete_and_the_index_after_clear(
     await controller.wait()
     controller.submit("/memory delete deploy")
     await controller.wait()
-    assert "- deploy [project]: how to deploy" in controller.agent.system  # fixed for this context
+    assert "- deploy [project]: how to deploy" in controller.agent.context  # fixed for this context
     controller.submit("again")
     await controller.wait()
-    assert "- editor [user]: the user's editor" in provider.requests[-1].system
+    opening = provider.requests[-1].messages[0].blocks[0]
+    assert isinstance(opening, Text)
+    assert opening.text == context_text(controller.agent.context)
+    assert "- editor [user]: the user's editor" in opening.text
     assert "The user deleted the project memory note 'deploy'." in sent_text(provider.requests[-1])
     await controller.close()
 
@@ -886,11 +896,11 @@ async def test_a_subagent_named_for_memory_gets_the_tool_and_the_index(project: 
     }
     subagents = Subagents(parent, AgentTypes(kinds))
     line = "- test-commands [project]: how to run the tests"
-    assert line in parent.system
+    assert line in parent.context
     seen = {}
     for name, kind in kinds.items():
         child = subagents._child(kind, None)
-        seen[name] = ("memory" in [t.name for t in child.registry], line in child.system)
+        seen[name] = ("memory" in [t.name for t in child.registry], line in child.context)
         await child.aclose()
     await parent.aclose()
     assert seen == {"keeper": (True, True), "reader": (False, False), "general": (False, False)}
