@@ -28,6 +28,7 @@ from keel.session.journal import read_records
 from keel.session.records import AssistantRecord
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.openai_server import OpenAIResponsesServer
+from tests.helpers import context_of
 from tests.test_cli import session_files
 
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -628,9 +629,12 @@ async def test_set_mode_accept_edits_writes_unasked_and_an_unknown_mode_is_refus
     assert (await client.prompt(sid, "write it"))["result"] == {"stopReason": "end_turn"}
     assert client.requests == []
     assert (project / "new.txt").read_text(encoding="utf-8") == "hello\n"
-    # The model is told of the mode change with the prompt.
-    first = anthropic.model_requests[0].json["messages"][0]["content"][0]["text"]
-    assert first.startswith("<system-note>\nThe permission mode is now accept-edits.\n")
+    # The model is told of the mode change with the prompt, after the context block.
+    sent = anthropic.model_requests[0].json
+    assert [block["text"] for block in sent["messages"][0]["content"]] == [
+        context_of(sent),
+        "<system-note>\nThe permission mode is now accept-edits.\n</system-note>\n\nwrite it",
+    ]
     await client.close()
 
 
@@ -873,12 +877,15 @@ async def test_load_keeps_the_sessions_model_and_the_editor_switches_it(
         assert len(anthropic.model_requests) == 2
         [request] = openai.model_requests
         assert request.json["model"] == "gpt-5"
-        assert [(i["role"], i["content"][0]["text"]) for i in request.json["input"]] == [
-            ("user", "what is X?"),
-            ("assistant", "X is 1."),
-            ("user", "and now?"),
-            ("assistant", "Still 1."),
-            ("user", "who answers?"),
+        # The context the session opened with travels with its first prompt to the new model.
+        context = context_of(anthropic.model_requests[0].json)
+        assert context.startswith("<context>\n")
+        assert [(i["role"], [c["text"] for c in i["content"]]) for i in request.json["input"]] == [
+            ("user", [context, "what is X?"]),
+            ("assistant", ["X is 1."]),
+            ("user", ["and now?"]),
+            ("assistant", ["Still 1."]),
+            ("user", ["who answers?"]),
         ]
 
         # The mode is a config option too; unknown options and models are refused.
@@ -1325,12 +1332,13 @@ async def test_linked_and_embedded_files_are_attached_to_the_prompt(
         },
     )
     assert done["result"] == {"stopReason": "end_turn"}
-    sent = anthropic.model_requests[0].json["messages"][0]["content"][0]["text"]
-    assert sent == (
+    sent = anthropic.model_requests[0].json
+    assert [block["text"] for block in sent["messages"][0]["content"]] == [
+        context_of(sent),
         "compare @util.py with\n\n"
         '<attached-file path="util.py">\nX = 1\n</attached-file>\n\n'
-        '<attached-file path="app.py">\n@README.md\ndef main(): ...\n</attached-file>'
-    )
+        '<attached-file path="app.py">\n@README.md\ndef main(): ...\n</attached-file>',
+    ]
     await client.close()
 
 
