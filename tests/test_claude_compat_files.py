@@ -163,7 +163,7 @@ def test_imports_stop_at_five_hops_and_at_cycles(tmp_path: Path) -> None:
 
 def test_a_project_file_cannot_import_the_users_files(tmp_path: Path) -> None:
     """The attack: a repository's CLAUDE.md imports the user's SSH key (or any file outside the
-    project), and keel sends it to the model provider with the system prompt."""
+    project), and keel sends it to the model provider with the context."""
     home = tmp_path / "home"
     write(home / ".ssh" / "id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY----- SECRET")
     outside = write(tmp_path / "elsewhere" / "notes.md", "OUTSIDE NOTES")
@@ -283,7 +283,7 @@ def test_doctor_and_context_list_the_files_and_their_imports(
         "from ~/.claude/CLAUDE.md"
     )
     assert section == [
-        "instructions: 3 file(s) in the system prompt",
+        "instructions: 3 file(s) in the context",
         f"  {project / 'CLAUDE.md'}",
         f"    {project / 'docs' / 'a.md'}  (imported by {project / 'CLAUDE.md'})",
         f"      {project / 'docs' / 'b.md'}  (imported by {project / 'docs' / 'a.md'})",

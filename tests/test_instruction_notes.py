@@ -457,10 +457,10 @@ def test_trust_list_gives_rules_styles_and_nested_files_their_verdicts(
     assert lines == [
         f"  .claude/output-styles [output-styles]: prompt text: output styles Pirate (chosen "
         f"with outputStyle or /output-style); {gate}",
-        f"  .claude/rules [rules]: prompt text: 1 always-on rule(s) in the system prompt, 2 sent "
+        f"  .claude/rules [rules]: prompt text: 1 always-on rule(s) in the context, 2 sent "
         f"when the model reads or edits a file their paths match; {gate}",
         "  AGENTS.md [instructions]: not read: the AGENTS.override.md beside it is",
-        f"  AGENTS.override.md [instructions]: prompt text: in the system prompt; {gate}",
+        f"  AGENTS.override.md [instructions]: prompt text: in the context; {gate}",
         "  CLAUDE.md [instructions]: not read: the AGENTS.override.md beside it is",
         "  pkg/AGENTS.md [instructions]: prompt text: sent when the model reads or edits a file "
         f"in pkg/ (once per context); {gate}",

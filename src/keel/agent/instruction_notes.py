@@ -1,8 +1,8 @@
 """Instruction text that a file brings with it when the model reads or edits it: the
 path-scoped rules whose `paths:` globs match the file (`keel.agent.rules`), and the instruction
-files of the directories between those already in the system prompt and the file's own
+files of the directories between those already in the context and the file's own
 (Claude Code's nested CLAUDE.md; agents.md's "closest AGENTS.md to the edited file"), with the
-precedence of the system prompt's loader (`keel.agent.prompt.directory_files`).
+precedence of the context's loader (`keel.agent.prompt.directory_files`).
 
 Each file reaches the model once per context, as a `<system-note>` after the tool results of
 the round that touched it: the system prompt and the tools stay as they were (DESIGN.md,
@@ -124,7 +124,7 @@ class InstructionNotes:
 
     def _directory(self, directory: str) -> tuple[Path, ...]:
         """The instruction files of `directory` and of its parents up to the first one whose
-        files are in the system prompt, outermost first; () outside the project."""
+        files are in the context, outermost first; () outside the project."""
         cached = self._directories.get(directory)
         if cached is not None:
             return cached

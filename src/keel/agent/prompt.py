@@ -159,7 +159,7 @@ def directory_files(directory: Path) -> list[Path]:
 
 
 def project_chain(cwd: Path) -> list[Path]:
-    """The directories whose instruction files join the system prompt: from the project root
+    """The directories whose instruction files join the context: from the project root
     (the git root, else `cwd`) down to `cwd`."""
     root = git_root(cwd) or cwd
     chain = [cwd, *cwd.parents]

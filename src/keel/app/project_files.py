@@ -107,7 +107,7 @@ class _Judge:
         return ProjectFile(path, kind, supplied, f"prompt text: read; {_PROMPT_TEXT}")
 
     def _instructions(self, path: Path, owner: Path) -> str:
-        """An instruction file: in the system prompt on the chain, delivered when the model
+        """An instruction file: in the context on the chain, delivered when the model
         reads or edits a file of its directory elsewhere, unless one beside it wins."""
         from keel.agent.prompt import directory_files
 
@@ -116,7 +116,7 @@ class _Judge:
             if used and used[0].name != path.name:
                 return f"not read: the {used[0].name} beside it is"
         if owner in self.chain:
-            return f"prompt text: in the system prompt; {_PROMPT_TEXT}"
+            return f"prompt text: in the context; {_PROMPT_TEXT}"
         return (
             f"prompt text: sent when the model reads or edits a file in {self.intake.rel(owner)}/ "
             f"(once per context); {_PROMPT_TEXT}"
@@ -241,7 +241,7 @@ def _rules(directory: Path) -> str:
     rules = load_rules(directory, warnings)
     scoped = sum(1 for r in rules if r.patterns)
     parts = [
-        f"prompt text: {len(rules) - scoped} always-on rule(s) in the system prompt, {scoped} "
+        f"prompt text: {len(rules) - scoped} always-on rule(s) in the context, {scoped} "
         "sent when the model reads or edits a file their paths match",
     ]
     if warnings:

@@ -202,13 +202,13 @@ def _trust(settings: Settings) -> None:
 
 
 def _instructions(cwd: Path) -> None:
-    """The instruction files sent in the system prompt, with their `@path` imports."""
+    """The instruction files sent in the context, with their `@path` imports."""
     from keel.agent.prompt import load_instructions, load_rules, rule_dirs
     from keel.config.settings import user_config_dir
 
     loaded = load_instructions(cwd, user_dir=user_config_dir())
     count = len(loaded.files)
-    print(f"instructions: {count} file(s) in the system prompt" if count else "instructions: none")
+    print(f"instructions: {count} file(s) in the context" if count else "instructions: none")
     for f in loaded.files:
         via = f"  (imported by {f.imported_from})" if f.imported_from is not None else ""
         print(f"  {'  ' * f.depth}{f.path}{via}")

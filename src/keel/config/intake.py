@@ -35,7 +35,7 @@ from keel.config.trust import approvals_file, approve, project_key, read_approva
 CONFIG_DIRS: tuple[str, ...] = (".keel", ".claude", ".codex", ".opencode", ".claude-plugin")
 #: Files of project configuration, at any depth of the project.
 CONFIG_FILES: tuple[str, ...] = (".mcp.json", "opencode.json", "opencode.jsonc")
-#: Instruction files (prompt text: they join the system prompt or a note), at any depth.
+#: Instruction files (prompt text: they join the context or a note), at any depth.
 INSTRUCTION_FILES: tuple[str, ...] = (
     "AGENTS.md",
     "AGENTS.override.md",

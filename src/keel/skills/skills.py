@@ -615,8 +615,8 @@ def skill_tool(skills: SkillSet) -> FunctionTool:
     @tool(name="skill", read_only=True, kind="builtin")
     async def skill(ctx: ToolContext, name: str, arguments: str = "") -> str:
         """Load a skill: returns its full instructions, to follow for the task at hand. The
-        skills you can load are listed under <skills> in the system prompt; load one when the
-        task matches its description, before starting the work.
+        skills you can load are listed under <skills> in the <context> block that opens the
+        conversation; load one when the task matches its description, before starting the work.
 
         Args:
             name: The skill's name, as listed.
