@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.llm.messages import ToolUse
+from keel.llm.messages import ToolUse, without_context
 from keel.session.journal import read_records
 from keel.session.records import AssistantRecord, ToolResultRecord, UserRecord
 
@@ -135,12 +135,18 @@ def make_world(tmp_path: Path, *, unsandboxed: bool = False) -> World:
     return World(project, tmp_path / "home", path, unsandboxed=unsandboxed)
 
 
-def prompts_recorded(path: Path) -> list[str]:
+def prompt_texts(path: Path) -> list[str]:
+    """The journaled prompts' texts, the context block that opens the first one included."""
     return [
         r.payload.message.text
         for r in read_records(path).records
         if isinstance(r.payload, UserRecord) and r.payload.source == "prompt"
     ]
+
+
+def prompts_recorded(path: Path) -> list[str]:
+    """The prompts as the user gave them."""
+    return [without_context(text) for text in prompt_texts(path)]
 
 
 def run_phase(world: World, phase: int, rng: random.Random, first_crash: str) -> None:
@@ -201,6 +207,8 @@ def check_invariants(world: World) -> None:
     assert sorted(calls) == sorted(set(calls)), "a model turn was journaled twice"
     assert results == Counter(calls), (results, calls)
     assert prompts_recorded(path) == list(PROMPTS)
+    # One context, opening the first prompt: a resume continues it, never opens another.
+    assert [text.startswith("<context>\n") for text in prompt_texts(path)] == [True, False]
     final = [r.payload.message.text for r in records if isinstance(r.payload, AssistantRecord)][-1]
     assert final == FINALS[1]
     if world.unsandboxed:
