@@ -503,7 +503,9 @@ def _qwen_numbers(events: list[Row] | None) -> dict[str, Any]:
     cached = int(usage.get("cache_read_input_tokens", 0))
     return {
         "turns": result.get("num_turns", 0),
-        "prompt_tokens": int(usage.get("input_tokens", 0)) + cached,
+        # Qwen Code's input_tokens is the whole prompt, the cached part included (as the
+        # server's prompt_tokens is); keel's `input` is the uncached part only.
+        "prompt_tokens": int(usage.get("input_tokens", 0)),
         "cached_tokens": cached,
         "output_tokens": int(usage.get("output_tokens", 0)),
         "stop": "error" if result.get("is_error") else str(result.get("subtype", "")),
