@@ -23,6 +23,7 @@ import pytest
 
 from keel import __version__
 from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS
+from keel.agent.prompt import context_text
 from keel.app import Options, resume_agent
 from keel.llm.events import Notice
 from keel.session.fold import fold
@@ -31,7 +32,7 @@ from keel.session.records import Fingerprint, Meta, Record, UserRecord
 from keel.session.resume import NOT_COMPARED, check_resume, config_diff
 from keel.testing import ScriptedProvider, reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests.helpers import unsandboxed_line_dropped
+from tests.helpers import context_of, unsandboxed_line_dropped
 from tests.test_cli import keel, session_files, write_script
 from tests.test_server import (  # noqa: F401 (fixtures)
     MODEL,
@@ -108,7 +109,8 @@ async def test_a_fork_of_a_session_started_after_a_memory_note_resumes_without_f
     opened = await resume_agent(fork_path, Options(cwd=project))
     try:
         assert opened.agent.fingerprint().system_hash == parent.system_hash
-        assert "- test-commands [project]: how to run the tests" in opened.agent.system
+        assert opened.agent.fingerprint().system_parts == parent.system_parts
+        assert "- test-commands [project]: how to run the tests" in opened.agent.context
     finally:
         await opened.agent.aclose()
 
@@ -212,6 +214,8 @@ async def test_rewind_asks_when_the_configuration_changed_and_forces_on_a_yes(
         controller.submit(prompt)
         await controller.wait()
     before = controller.agent.session_id
+    opening = [block.text for block in controller.agent.messages[0].blocks]  # type: ignore[union-attr]
+    assert opening == [context_text(controller.agent.context), "first"]
     (project / "AGENTS.md").write_text("Indent with tabs.\n", encoding="utf-8")
     agents = project.resolve() / "AGENTS.md"
     asked = (
@@ -241,7 +245,11 @@ async def test_rewind_asks_when_the_configuration_changed_and_forces_on_a_yes(
     await controller.wait()
     assert controller.agent.session_id != before
     assert recorder.inputs == ["second"]
-    assert [m.text for m in controller.agent.messages] == ["first", "A."]
+    # The fork's transcript opens with the context its parent started with (no AGENTS.md).
+    assert [[b.text for b in m.blocks] for m in controller.agent.messages] == [  # type: ignore[union-attr]
+        opening,
+        ["A."],
+    ]
     warned = [e.text for e in recorder.events if isinstance(e, Notice) and e.level == "warning"]
     assert (
         f"rewound despite a changed configuration: system prompt: instruction file {agents} added"
@@ -270,7 +278,8 @@ def test_the_http_load_and_fork_routes_take_force(
         assert run(c, sid, "first")["result"] == "One."
         assert run(c, sid, "second")["result"] == "Two."
         first_system = anthropic.model_requests[-2].json["system"]
-        assert "test-commands" in json.dumps(first_system)
+        first_context = context_of(anthropic.model_requests[-2].json)
+        assert "- test-commands [project]: how to run the tests" in first_context
         seq = prompt_seq(Path(c.get(f"/v1/sessions/{sid}").json()["path"]), "second")
         # A fork loaded at once: no force needed, and the same system prompt, byte for byte.
         fork = c.post(f"/v1/sessions/{sid}/fork", json={"at": seq, "load": True})
@@ -280,6 +289,7 @@ def test_the_http_load_and_fork_routes_take_force(
         assert body["session"]["id"] == body["id"]
         assert run(c, body["id"], "second, differently")["result"] == "Two, again."
         assert anthropic.model_requests[-1].json["system"] == first_system
+        assert context_of(anthropic.model_requests[-1].json) == first_context
         # A change: named, refused (409) without force, loaded with it.
         (project / "AGENTS.md").write_text("Indent with tabs.\n", encoding="utf-8")
         agents = project.resolve() / "AGENTS.md"
