@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from keel.agent.events import AssistantMessage, ContextCompacted
+from keel.agent.prompt import context_text
 from keel.cli.interactive import FIRST_RUN
 from keel.errors import UserError
 from keel.hooks import claude
 from keel.llm.events import Notice
+from keel.llm.messages import Text
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.session.index import latest_session
 from keel.session.journal import read_records
@@ -53,11 +55,18 @@ def script(tmp_path: Path, text: str = SCRIPT) -> str:
 
 
 def prompts_sent(session: Path) -> list[str]:
-    return [
-        r.payload.message.text
+    """The prompts journaled, without the context block that opens the first one (its own text
+    block, checked here: the first prompt has it, no other does)."""
+    blocks = [
+        [b.text for b in r.payload.message.blocks if isinstance(b, Text)]
         for r in read_records(session).records
         if isinstance(r.payload, UserRecord) and r.payload.source == "prompt"
     ]
+    opens = [
+        texts[0].startswith("<context>\n") and texts[0].endswith("\n</context>") for texts in blocks
+    ]
+    assert opens == [len(texts) == 2 for texts in blocks[:1]] + [False] * (len(blocks) - 1)
+    return ["".join(texts[1:] if i == 0 else texts) for i, texts in enumerate(blocks)]
 
 
 def test_line_mode_edit_approve_undo_and_the_model_is_told(project: Path, tmp_path: Path) -> None:
@@ -399,15 +408,19 @@ async def test_rewind_forks_before_a_prompt_and_offers_it_again(
     await controller.wait()
     assert recorder.inputs == ["second"]
     assert controller.agent.session_id != before
-    assert [m.text for m in controller.agent.messages] == ["first", "A."]
+    opening = [context_text(controller.agent.context), "first"]
+    assert [[b.text for b in m.blocks] for m in controller.agent.messages] == [  # type: ignore[union-attr]
+        opening,
+        ["A."],
+    ]
     shown = [e.text for e in recorder.events if isinstance(e, PromptSubmitted)]
     assert shown == ["first"]
     controller.submit("second, differently")
     await controller.wait()
-    assert [m.text for m in provider.requests[-1].messages] == [
-        "first",
-        "A.",
-        "second, differently",
+    assert [[b.text for b in m.blocks] for m in provider.requests[-1].messages] == [  # type: ignore[union-attr]
+        opening,
+        ["A."],
+        ["second, differently"],
     ]
     await controller.close()
 
