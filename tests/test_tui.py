@@ -15,7 +15,10 @@ from rich.text import Text
 from textual.widgets import Collapsible, Markdown
 
 from keel.agent.events import TurnFinished
+from keel.agent.prompt import context_text
+from keel.llm.messages import Text as TextBlock
 from keel.llm.messages import ToolResult
+from keel.llm.request import Request
 from keel.session.journal import read_records
 from keel.session.records import UndoRecord
 from keel.testing import Reply, ScriptedProvider, reply
@@ -70,6 +73,12 @@ def status_text(app: KeelApp) -> str:
     return str(app.query_one(StatusBar).render())
 
 
+def blocks_sent(request: Request) -> list[str]:
+    """The text blocks of a request's last user message (the context block first, in the first
+    message of a fresh context)."""
+    return [block.text for block in request.messages[-1].blocks if isinstance(block, TextBlock)]
+
+
 def hint_shown(app: KeelApp) -> bool:
     return bool(app.key_hint.display)
 
@@ -108,7 +117,10 @@ async def test_a_streamed_answer_renders_as_markdown_with_thinking_folded(projec
         assert "default" in status
         assert "0% · 120/200k" in status
         assert "$0.0006 · 120 tokens" in status
-    assert provider.requests[0].messages[-1].text == "describe the project"
+    assert blocks_sent(provider.requests[0]) == [
+        context_text(controller.agent.context),
+        "describe the project",
+    ]
 
 
 @pytest.mark.parametrize("key", ["1", "2", "3", "4"])
@@ -543,7 +555,8 @@ async def test_completion_of_commands_and_paths(project: Path) -> None:
         assert app.prompt.text == "compare @util.py and @src/utility.py "
         await pilot.press("enter")
         await settle(pilot, app)
-        sent = provider.requests[0].messages[-1].text
+        opening, sent = blocks_sent(provider.requests[0])
+        assert opening == context_text(controller.agent.context)
         assert sent.startswith("compare @util.py and @src/utility.py\n\n<attached-file")
         assert '<attached-file path="src/utility.py">' in sent
         # A command: Enter on the highlighted completion runs it.
@@ -575,7 +588,10 @@ async def test_a_long_paste_shows_as_a_placeholder_and_is_sent_whole(project: Pa
         assert app.prompt.text == "look at this: [pasted text #1: 41 lines]"
         await pilot.press("enter")
         await settle(pilot, app)
-    assert provider.requests[0].messages[-1].text == "look at this: " + pasted.rstrip()
+    assert blocks_sent(provider.requests[0]) == [
+        context_text(controller.agent.context),
+        "look at this: " + pasted.rstrip(),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -776,10 +792,10 @@ async def test_mode_changes_before_a_prompt_are_one_note_with_the_final_mode(
         await settle(pilot, app)
         await send(pilot, app, "third")  # nothing changed since: no note
         await settle(pilot, app)
-    assert [sent_text(r) for r in provider.requests] == [
-        "first",
-        "<system-note>\nThe permission mode is now accept-edits.\n</system-note>\n\nsecond",
-        "third",
+    assert [blocks_sent(r) for r in provider.requests] == [
+        [context_text(controller.agent.context), "first"],
+        ["<system-note>\nThe permission mode is now accept-edits.\n</system-note>\n\nsecond"],
+        ["third"],
     ]
 
 
