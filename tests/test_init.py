@@ -459,11 +459,12 @@ def test_on_a_terminal_the_diff_is_shown_and_the_answer_decides(
 async def test_slash_init_in_the_tui_shows_the_diff_and_writes_on_yes(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from keel.agent.prompt import context_text
     from keel.testing import ScriptedProvider
     from keel.tui.app import KeelApp
     from keel.tui.screens import PickerScreen
     from keel.tui.widgets import CommandOutput
-    from tests.tui_helpers import MODEL, make_controller, sent_text
+    from tests.tui_helpers import MODEL, make_controller
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     provider = ScriptedProvider(
@@ -513,7 +514,11 @@ async def test_slash_init_in_the_tui_shows_the_diff_and_writes_on_yes(
         app.prompt.load_text("thanks")
         await pilot.press("enter")
         await controller.wait()
-    note = sent_text(provider.requests[-1])
+    # The session's first request: its context, then the note with the prompt.
+    blocks = [getattr(block, "text", "") for block in provider.requests[-1].messages[-1].blocks]
+    assert len(blocks) == 2, blocks
+    opening, note = blocks
+    assert opening == context_text(controller.agent.context)
     assert note.startswith("<system-note>\n/init wrote AGENTS.md at the project root")
     assert "The user ran /undo" in note
 
