@@ -531,3 +531,10 @@ def test_commands_of_a_keel_killed_with_sigkill_do_not_outlive_it(tmp_path: Path
         keel.kill()
         keel.wait()
     assert gone_soon(lambda: not with_marker(f"sleep {marker}"), 5), with_marker(f"sleep {marker}")
+
+
+def test_read_of_a_directory_says_to_list_it(ctx: ToolContext, project: Path) -> None:
+    (project / "pkg").mkdir()
+    for tool, args in ((read, {}), (edit, {"old_string": "a", "new_string": "b"})):
+        message, _ = bounded(lambda: error_of(tool, ctx, path="pkg", **args), 5)  # noqa: B023
+        assert message == "pkg is a directory, not a file; list it with ls (or glob)"

@@ -74,13 +74,21 @@ _KINDS = (
 )
 
 
+def is_directory(raw: str) -> ToolError:
+    """The error for a directory given to a file tool (small models copy the hint as it is)."""
+    return ToolError(f"{raw} is a directory, not a file; list it with ls (or glob)")
+
+
 def not_regular(raw: str, mode: int) -> ToolError:
     """The error for a path that is not a regular file: reading a FIFO waits for a writer
     forever, a device may never end; the tools refuse them rather than hang."""
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    if stat.S_ISDIR(mode):
+        return is_directory(raw)
+    kind = next((name for test, name in _KINDS if test(mode)), "")
     return ToolError(
-        f"{raw} is {kind}, not a regular file; the file tools only open regular files (for a "
-        f"special file use bash with a bounded command, e.g. `timeout 5 head -c 4096 {raw}`)"
+        f"{raw} is {kind + ', ' if kind else ''}not a regular file; the file tools only open "
+        f"regular files (for a special file use bash with a bounded command, e.g. "
+        f"`timeout 5 head -c 4096 {raw}`)"
     )
 
 
@@ -180,7 +188,7 @@ async def read(
     if not target.exists():
         raise ToolError(f"{path} does not exist; check the path with glob")
     if target.is_dir():
-        raise ToolError(f"{path} is a directory; use glob to list files in it")
+        raise is_directory(path)
     st = check_regular(target, path)
     current = FileStamp(st.st_mtime_ns, st.st_size)
     key = (target, offset, limit)
@@ -302,7 +310,7 @@ async def write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
     """
     target = confine(ctx, path)
     if target.is_dir():
-        raise ToolError(f"{path} is a directory")
+        raise is_directory(path)
     before = None
     if target.exists():
         check_regular(target, path)
@@ -414,7 +422,7 @@ async def multi_edit(ctx: ToolContext, path: str, edits: list[dict[str, Any]]) -
     if not target.exists():
         raise ToolError(f"{path} does not exist; use write to create it")
     if target.is_dir():
-        raise ToolError(f"{path} is a directory")
+        raise is_directory(path)
     check_regular(target, path)
     checked = _check_edits(edits)
     _check_fresh(ctx, target, path)
