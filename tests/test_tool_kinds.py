@@ -584,13 +584,17 @@ async def test_a_confirmation_for_the_session_is_remembered_for_this_run_only(
 
 
 async def test_deny_and_ask_rules_still_apply_to_confirm_tools(project: Path) -> None:
-    asked, results, _ = await run_deploy(
-        project, "bypass", allow_rule=False, interactive=True, deny_rule=True
+    # A deny rule of the whole tool withholds it (it is not offered), and a call of it made
+    # anyway (text the model wrote, a hallucinated name) is still refused, in bypass mode too.
+    denied = PermissionGate(
+        mode="bypass", root=project, cwd=project, rules=tool_rules([], ["deploy"], "settings")
     )
-    assert (asked, [(r.text, r.is_error) for r in results]) == (
-        [],
-        [("denied by rule deploy (settings)", True)],
+    assert denied.withheld("deploy") is not None
+    decision = await denied.authorize(
+        ToolUse("d0", "deploy", {"target": "x"}), read_only=False, confirm=True
     )
+    assert isinstance(decision, Deny)
+    assert decision.reason == "denied by rule deploy (settings)"
     gate = PermissionGate(
         mode="bypass",
         root=project,
