@@ -459,7 +459,7 @@ def permission_hook(
 
 
 def add_extensions(agent: Agent, notice: Notify) -> None:
-    """Skills (indexed in the system prompt, loaded with the `skill` tool or `/name`) and custom
+    """Skills (indexed in the context, loaded with the `skill` tool or `/name`) and custom
     slash commands, from the project's and the user's folders."""
     from keel.config.settings import user_config_dir
     from keel.plugins import load_plugins
@@ -540,7 +540,7 @@ async def add_memory(
     resumed: bool = False,
     lineage: Sequence[str] = (),
 ) -> None:
-    """The `memory` tool and the notes' index in the system prompt, unless `memory` is off
+    """The `memory` tool and the notes' index in the context, unless `memory` is off
     (a resumed session keeps the index it started with, a fork the one of the sessions it was
     forked from, `lineage`; keel.memory)."""
     if not settings.memory.enabled:
