@@ -307,6 +307,9 @@ def test_keel_p_survives_an_automatic_compaction_with_retries_off(project: Path)
     [
         (128_000, 5_000, 16_000, 16_000),  # a large window changes nothing
         (4_096, 3_000, 16_000, 796),  # what a 4k window leaves after 3k and 10%
+        (8_192, 1_600, 16_000, 2_048),  # a small window: a quarter of it for one reply
+        (16_384, 1_000, 16_000, 4_096),  # still small
+        (32_768, 1_000, 16_000, 16_000),  # not small: what the model may write
         (4_096, 3_900, 16_000, MIN_OUTPUT_TOKENS),  # never below the floor
         (4_096, 100, 300, 300),  # nor above what the model may write
         (4_096, 4_000, 300, 300),  # a floor above that is that

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from keel.errors import UserError
 from keel.frozen import frozen
+from keel.llm.catalog import SMALL_WINDOW
 from keel.llm.messages import Usage
 
 DEFAULT_MAX_TURNS = 200
@@ -101,12 +102,19 @@ MIN_OUTPUT_TOKENS = 512
 #: Kept free beside an estimated context, as a share of it: estimates count 4 characters a
 #: token, and tokenizers find more tokens than that in code.
 ESTIMATE_MARGIN = 0.1
+#: In a small window, one reply gets at most 1/this of it.
+SMALL_REPLY_SHARE = 4
 
 
 def output_budget(window: int, context: int, max_output: int) -> int:
     """`max_tokens` for a request holding about `context` tokens: what the model may write
     (`max_output`), but no more than the window leaves after the context and a margin, and never
     below `MIN_OUTPUT_TOKENS` (nor above `max_output`). A 4k window with 3k of context asks for
-    about 800 tokens, not the 16k an unknown model may write; a large window changes nothing."""
+    about 800 tokens, not the 16k an unknown model may write; a large window changes nothing.
+    In a small window (`SMALL_WINDOW`: a local model) one reply gets at most a quarter of it: a
+    small model that starts repeating itself would otherwise write until the window is full, at
+    a few tokens a second."""
     room = window - context - int(context * ESTIMATE_MARGIN)
+    if 0 < window <= SMALL_WINDOW:
+        room = min(room, window // SMALL_REPLY_SHARE)
     return max(min(MIN_OUTPUT_TOKENS, max_output), min(max_output, room))

@@ -19,6 +19,9 @@ UNKNOWN_WINDOW = 128_000
 UNKNOWN_MAX_OUTPUT = 16_000
 #: A single response never asks for more than this, whatever the model allows.
 MAX_OUTPUT_CAP = 64_000
+#: A window this small (a local model on a laptop) gets the compact tool set by default
+#: (`keel.tools.profile`) and replies of at most a quarter of it (`keel.agent.limits`).
+SMALL_WINDOW = 16_384
 
 
 @frozen

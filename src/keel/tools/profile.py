@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Literal, TypeAlias
 
+from keel.llm.catalog import SMALL_WINDOW
 from keel.llm.request import ToolSpec
 from keel.tools.base import Tool, spec, tool_kind
 
@@ -32,7 +33,7 @@ PROFILES: tuple[ToolProfile, ...] = ("full", "compact", "auto")
 #: of `keel -p` take about 16 kB, ~4k tokens (docs/tools.md "Tool profiles"): a quarter of a
 #: 16k window and half of an 8k one before the first message; with the compact tools ~5.5 kB,
 #: ~1.4k tokens. From 32k on the full set is an eighth of the window or less.
-COMPACT_WINDOW = 16_384
+COMPACT_WINDOW = SMALL_WINDOW
 
 #: The built-in tools of the compact profile and their one-line descriptions.
 COMPACT: dict[str, str] = {
