@@ -30,6 +30,7 @@ import pytest
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.script import Reply
+from tests.helpers import context_of
 
 TOKEN = "test-token-0123456789abcdef"
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -955,8 +956,13 @@ def test_undo_compact_fork_clear_tasks_and_delete(
         assert "<summary>\nWe wrote new.txt.\n</summary>" in summary["summary"]
         assert summary["cost_usd"] == pytest.approx((100 * 3 + 20 * 15) / 1e6)
         assert run(c, sid, "and now?")["result"] == "Second."
+        # The model reads the summary after a fresh context (the route showed the summary alone).
+        after = anthropic.model_requests[-1].json
+        assert context_of(after).startswith("<context>\n<env>\n")
+        opening = after["messages"][0]["content"][0]["text"]
+        assert opening == f"{context_of(after)}\n\n{summary['summary']}"
         # The model heard of the undo with the next prompt.
-        last = anthropic.model_requests[-1].json["messages"][-1]["content"]
+        last = after["messages"][-1]["content"]
         sent = "".join(block.get("text", "") for block in last)
         note = sent[sent.index("<system-note>") : sent.index("</system-note>")]
         assert "new.txt" in note

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keel import __version__
 from keel.errors import KeelError, UserError
+from keel.llm.messages import without_context
 from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
@@ -502,7 +503,9 @@ class Api:
         )
         return JSONResponse(
             {
-                "summary": record.summary,
+                # The summary as the user reads it: the context that opens the replacing message
+                # is the model's, not part of the summary.
+                "summary": without_context(record.summary),
                 "tokens_before": record.tokens_before,
                 "tokens_after": record.tokens_after,
                 "cost_usd": round(record.cost, 6),
