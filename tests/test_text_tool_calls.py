@@ -608,3 +608,47 @@ def test_streamed_markup_is_hidden_whatever_the_pieces() -> None:
     assert shown == "Sure.  and  done <tool"
     assert found.calls == [LS, ("read", {"path": "a.py"})]
     assert found.problems == []
+
+
+# -- a reply stuck on one line ----------------------------------------------------------------------
+
+
+async def test_a_line_written_again_and_again_is_cut_and_its_call_runs_once(project: Path) -> None:
+    """What the real 0.5B model did: the same bare JSON call, one per line, until max_tokens.
+    keel stops reading after the fifth copy, keeps the first, and runs it once."""
+    looping = "\n".join([A] * 40) + "\n"
+    with OpenAIChatServer([Reply(assistant(looping)), Reply(assistant("Written."))]) as server:
+        result, events, agent = await run(chat_provider(server), project)
+        requests = server.model_requests
+    assert (project / "a.txt").read_text(encoding="utf-8") == "A\n"
+    assert story(events) == [
+        (
+            "notice",
+            "warning",
+            f"the model wrote the same line 5 times in a row ({A[:60]}…); its reply was cut "
+            "after the first",
+        ),
+        ("notice", "info", RUNNING.format(n=1, names="write")),
+        ("tool", "write", json.dumps({"content": "A\n", "path": "a.txt"}, sort_keys=True)),
+        ("finished", "end_turn"),
+    ]
+    assert result.text == "Written."
+    [call] = agent.messages[1].tool_uses
+    assert agent.messages[1].blocks == (call,)
+    assert len(requests) == 2
+
+
+def test_short_or_varied_repeated_lines_are_not_a_loop() -> None:
+    from keel.llm.salvage import LineLoop
+
+    code = "\n".join(["    assert add(1, 2) == 3"] * 8) + "\n"  # short lines: kept whole
+    varied = "".join(f"{'x' * 50} {i}\n" for i in range(20))  # long but each different
+    four = "\n".join(["y" * 60] * 4) + "\nthe end\n"  # four copies are not five
+    for text in (code, varied, four):
+        watch = LineLoop()
+        assert {watch.feed(piece) for piece in text.splitlines(keepends=True)} == {None}
+    # The control: a fifth copy, streamed in pieces that cut lines anywhere, is the loop.
+    watch = LineLoop()
+    text = "Let me look.\n" + "\n".join(["y" * 60] * 5) + "\n"
+    kept = [watch.feed(text[i : i + 7]) for i in range(0, len(text), 7)]
+    assert [k for k in kept if k is not None] == ["Let me look.\n" + "y" * 60]

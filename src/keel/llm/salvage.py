@@ -36,8 +36,8 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeAlias
 
-from keel.llm.events import Done, Notice, StreamEvent, TextDelta
-from keel.llm.messages import Block, Message, Text, ToolUse, new_call_id
+from keel.llm.events import Done, Notice, StreamEvent, TextDelta, ToolUseStart
+from keel.llm.messages import Block, Message, Text, ToolUse, Usage, new_call_id
 from keel.llm.provider import ModelFacts, Provider, model_facts
 from keel.llm.request import Request, ToolSpec
 
@@ -488,6 +488,53 @@ def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, list
     return replace(done, message=message, stop_reason=stop), notices
 
 
+#: A reply whose last lines are the same line this many times over (each at least
+#: `LOOP_LINE_CHARS` long) is a small model stuck in a loop: it is cut after the first.
+LOOP_LINES = 5
+LOOP_LINE_CHARS = 40
+
+
+@dataclass
+class LineLoop:
+    """Watches streamed text for the loop small models fall into: one long line (often a tool
+    call written as JSON) written again and again until `max_tokens`. `feed` returns the text to
+    keep (everything up to the end of the line's first copy) once the loop is seen."""
+
+    pieces: list[str] = field(default_factory=list)
+    #: The reply has structured calls: it is not cut (they would be lost with it).
+    structured: bool = False
+    partial: str = ""
+    #: Characters of the complete lines seen so far (their newlines included).
+    length: int = 0
+    line: str = ""
+    copies: int = 0
+    #: Where the first copy of `line` ends.
+    first_end: int = 0
+
+    def feed(self, delta: str) -> str | None:
+        self.pieces.append(delta)
+        if "\n" not in delta or self.structured:
+            self.partial += delta if not self.structured else ""
+            return None
+        *complete, self.partial = (self.partial + delta).split("\n")
+        for line in complete:
+            end = self.length + len(line)
+            self.length = end + 1
+            if line == self.line and len(line.strip()) >= LOOP_LINE_CHARS:
+                self.copies += 1
+            else:
+                self.line, self.copies, self.first_end = line, 1, end
+            if self.copies >= LOOP_LINES:
+                return "".join(self.pieces)[: self.first_end]
+        return None
+
+    def notice(self) -> str:
+        return (
+            f"the model wrote the same line {self.copies} times in a row "
+            f"({self.line.strip()[:60]}…); its reply was cut after the first"
+        )
+
+
 class SalvagingProvider:
     """Wraps a local model's client: hides call markup in streamed text and salvages the calls."""
 
@@ -501,7 +548,9 @@ class SalvagingProvider:
     async def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         tools = {spec.name: spec for spec in request.tools}
         markup = MarkupFilter(tools)
+        lines = LineLoop()
         stream = self.inner.stream(request)
+        cut: Done | None = None
         async with contextlib.aclosing(stream):
             async for event in stream:
                 if not tools:
@@ -510,16 +559,26 @@ class SalvagingProvider:
                     shown = markup.feed(event.text)
                     if shown:
                         yield TextDelta(shown)
+                    if (kept := lines.feed(event.text)) is not None:
+                        # Stop reading: the rest would be more of the same, at a few tokens/s.
+                        yield Notice(lines.notice(), "warning")
+                        message = Message("assistant", (Text(kept),), model=request.model)
+                        cut = Done(message, Usage(), "end_turn")
+                        break
                 elif isinstance(event, Done):
-                    rest = markup.flush()
-                    if rest:
-                        yield TextDelta(rest)
-                    done, notices = salvaged_done(event, tools)
-                    for notice in notices:
-                        yield notice
-                    yield done
+                    cut = event
+                    break
                 else:
+                    lines.structured = lines.structured or isinstance(event, ToolUseStart)
                     yield event
+        if cut is not None:
+            rest = markup.flush()
+            if rest:
+                yield TextDelta(rest)
+            done, notices = salvaged_done(cut, tools)
+            for notice in notices:
+                yield notice
+            yield done
 
     async def model_facts(self, model: str) -> ModelFacts:
         return await model_facts(self.inner, model)
