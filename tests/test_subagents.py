@@ -16,6 +16,7 @@ import pytest
 from keel.agent.events import BackgroundFinished, Event, SubagentEvent, ToolStarted
 from keel.agent.limits import Limits
 from keel.agent.loop import NOTIFICATIONS_PROMPT, Agent
+from keel.agent.prompt import context_text, env_block
 from keel.agent.subagents import (
     EXPLORE_PROMPT,
     PARENT_ONLY,
@@ -129,7 +130,11 @@ async def test_two_subagents_run_side_by_side(project: Path) -> None:
 
     explore = provider.of("CHILD-A")[0]
     assert explore.system.startswith(f"{EXPLORE_PROMPT}\n\n{REPORT_FOOTER}\n\nSafety:")
-    assert "<env>" in explore.system
+    assert "<env>" not in explore.system  # the environment opens the task, in its context
+    assert explore.messages[0].blocks == (
+        Text(context_text(env_block(project))),
+        Text("CHILD-A: find main"),
+    )
     assert [t.name for t in explore.tools] == [
         "glob",
         "grep",
@@ -138,8 +143,11 @@ async def test_two_subagents_run_side_by_side(project: Path) -> None:
         "read",
         "web_fetch",
     ]
-    assert explore.messages[0].text == "CHILD-A: find main"
     general = provider.of("CHILD-B")[0]
+    assert general.messages[0].blocks == (
+        Text(context_text(env_block(project))),
+        Text("CHILD-B: read util"),
+    )
     names = [t.name for t in general.tools]
     assert not PARENT_ONLY & set(names)
     assert {"bash", "edit", "write", "read"} <= set(names)
@@ -451,7 +459,10 @@ async def test_worktree_isolation_keeps_a_branch_with_the_changes(repo: Path) ->
     # The child worked in its own checkout, which is kept for review.
     (kept,) = await list_worktrees(repo)
     assert kept[0] == branch
-    assert f"Working directory: {kept[1]}" in provider.of("CHILD-W")[0].system
+    assert provider.of("CHILD-W")[0].messages[0].blocks == (
+        Text(context_text(env_block(kept[1]))),
+        Text("CHILD-W: add notes"),
+    )
     assert (kept[1] / "NOTES.md").read_text() == "notes\n"
     listed = ("branch", "--list", "keel/*", "--format=%(refname:short)")
     assert (await asyncio.to_thread(git, repo, *listed)).split() == [branch]
