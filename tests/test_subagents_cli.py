@@ -22,6 +22,7 @@ from keel.session.journal import read_records
 from keel.session.records import Meta, TerminalRecord, ToolResultRecord, UserRecord
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.routing import routed_responder
+from tests.helpers import context_of, without_context
 from tests.test_cli import keel, session_files, write_script
 
 PARENT = "PARENT: survey the project"
@@ -46,8 +47,12 @@ def task(prompt: str, kind: str = "general", **extra: Any) -> tuple[str, dict[st
 
 
 def first_user_text(body: dict[str, Any]) -> str:
+    """The first user message's prompt, after the context block that opens it (its own block)."""
     content = body["messages"][0]["content"]
-    return content if isinstance(content, str) else content[0]["text"]
+    if isinstance(content, str):
+        return without_context(content)
+    assert content[0]["text"] == context_of(body)
+    return str(content[1]["text"])
 
 
 def conversations(server: AnthropicServer) -> list[str]:
