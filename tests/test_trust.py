@@ -466,6 +466,7 @@ def test_a_command_line_the_sandbox_refuses_is_reported_not_crashed(
     assert "Traceback" not in out.stderr
     [path] = sorted(isolated_env.glob("sessions/*/*.jsonl"))
     users = [r.payload for r in read_records(path).records if isinstance(r.payload, UserRecord)]
-    text = users[0].message.blocks[0].text  # type: ignore[union-attr]
+    opening, text = [block.text for block in users[0].message.blocks]  # type: ignore[union-attr]
+    assert opening.startswith("<context>\n<env>\n")
     assert text.startswith("Say hi. [not run: !`echo hello`: ")
     assert ".vscode" in text
