@@ -29,6 +29,7 @@ from keel.bench import (
     run_bench,
 )
 from keel.bench.plot import plot_svg
+from tests.helpers import context_of
 
 BUILTIN = sorted(d.name for d in BUILTIN_DIR.iterdir() if d.is_dir())
 METRICS = {
@@ -481,7 +482,9 @@ def test_a_real_provider_over_loopback_is_measured_and_priced(
         assert out.returncode == 0, out.stderr
         first = server.model_requests[0].json
     prompt = (BUILTIN_DIR / "py-off-by-one" / "prompt.md").read_text(encoding="utf-8")
-    assert first["messages"][0]["content"][0]["text"] == prompt.strip()
+    context = context_of(first)
+    assert context.startswith("<context>\n<env>\nWorking directory: ")
+    assert [block["text"] for block in first["messages"][0]["content"]] == [context, prompt.strip()]
     (result,) = json.loads(out.stdout)["results"]
     total = Usage(input=3000, output=300, cache_read=9000, cache_write=1500)
     assert (result["status"], result["turns"], result["usage"]) == (
