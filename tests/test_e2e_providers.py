@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from keel.agent.prompt import build_system_prompt, context_text, env_block
 from keel.llm.script import Fault, reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.testing.openai_server import OpenAIChatServer, OpenAIResponsesServer
@@ -112,11 +113,17 @@ def test_anthropic_multi_tool_task(anthropic: AnthropicServer, project: Path) ->
     ]
     assert first["tools"][-2]["type"] == "web_search_20250305"
     assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
-    assert first["system"][0]["text"].startswith("You are keel, a coding agent.")
+    # The system prompt is the same in every project; the environment opens the first message.
+    assert first["system"] == [
+        {"type": "text", "text": build_system_prompt(), "cache_control": {"type": "ephemeral"}}
+    ]
     assert first["messages"] == [
         {
             "role": "user",
-            "content": [{"type": "text", "text": TASK, "cache_control": {"type": "ephemeral"}}],
+            "content": [
+                {"type": "text", "text": context_text(env_block(project))},
+                {"type": "text", "text": TASK, "cache_control": {"type": "ephemeral"}},
+            ],
         }
     ]
     glob_call = second["messages"][1]["content"][1]
@@ -171,7 +178,11 @@ def test_openai_compatible_multi_tool_task(chat: OpenAIChatServer, project: Path
     bodies = check_task_ran(chat, out)
     assert bodies[0]["model"] == "qwen2.5-coder"
     assert bodies[0]["stream_options"] == {"include_usage": True}
-    assert bodies[0]["messages"][0]["role"] == "system"
+    # Chat Completions: the context and the prompt are one string, joined by a blank line.
+    assert bodies[0]["messages"] == [
+        {"role": "system", "content": build_system_prompt()},
+        {"role": "user", "content": f"{context_text(env_block(project))}\n\n{TASK}"},
+    ]
     assert "authorization" not in chat.model_requests[0].headers
     # A model the catalog does not know is noted once, not refused.
     assert unsandboxed_line_dropped(out.stderr).splitlines()[0] == (
