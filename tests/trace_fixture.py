@@ -704,8 +704,10 @@ def record_session(root: Path) -> Path:
     and return its trace folder: the first request fails with a 529 and is retried; the model
     starts two `task` subagents (one label, `explore`, two agents); a PreToolUse hook (the
     user's own settings) sees the `write` call that the headless run then refuses; `keel
-    compact` compacts the session; a resume with `--force` after AGENTS.md changed sends another
-    system prompt (the cache break), and one subagent's report carries `</script>` and `<!--`.
+    compact` compacts the session; a resume with `--force` after AGENTS.md changed sends the
+    summary (opened by the context it was compacted with: the system prompt is the same) with the
+    new prompt in one request (the cache break: the messages before it were dropped), and one
+    subagent's report carries `</script>` and `<!--`.
     """
     import os
     import subprocess
@@ -799,7 +801,6 @@ def record_session(root: Path) -> Path:
             ),
             0.5,
         ),
-        slow(reply("Continuing from the summary.", usage=usage(200, 20, 0, 1500)), 0.3),
         slow(reply("Done.", usage=usage(200, 20, 1500, 60)), 0.3),
     ]
     model = "anthropic/claude-sonnet-4-5"

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from keel.frozen import frozen
+from keel.llm.messages import without_context
 from keel.trace.stats import MAIN, Tree, agent_key, agent_of, block_text, data_of
 
 SCHEMA_VERSION = "ATIF-v1.6"
@@ -209,6 +210,7 @@ class _Builder:
             first = next((m for m in rebuilt.messages if m.get("role") == "user"), None)
             if first is not None:
                 text = "".join(block_text(b) for b in first.get("content") or ())
+                text = without_context(text)  # its context is the model's, as a system prompt is
                 self._add({"timestamp": when, "source": "user", "message": text})
         self._prompted = True
 

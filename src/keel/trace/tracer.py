@@ -171,9 +171,14 @@ def _session_id(agent: Agent) -> str:
 
 
 def _sent_text(message: Message | None) -> str:
+    """The prompt as sent (the user's words after expansion, notes included): the last text
+    block of the turn's last user message. The blocks before it are not the prompt's: the
+    context that opens a fresh context, a compaction's summary the prompt follows (the request
+    record holds them)."""
     if message is None or message.role != "user":
         return ""
-    return "".join(b.text for b in message.blocks if isinstance(b, Text))
+    texts = [b.text for b in message.blocks if isinstance(b, Text)]
+    return texts[-1] if texts else ""
 
 
 class Tracer:
