@@ -1042,7 +1042,6 @@ def test_a_real_session_lanes_ledger_and_search(
 def test_a_real_session_retry_denial_and_cache_break(
     page: Any, real_page: Path, real_trace: Path
 ) -> None:
-    import difflib
 
     records = read_records(real_trace)
     open_static(page, real_page)
@@ -1064,29 +1063,19 @@ def test_a_real_session_retry_denial_and_cache_break(
         "content": "def test_x():\n    wait_for_port()\n",
     }
     assert page.eval_on_selector_all("#ledger tr .badge.deny", "bs => bs.length") == 1
-    # The one cache break: the resumed session's system prompt gained AGENTS.md (and the
-    # compaction before it dropped the earlier messages); the compaction call itself breaks
-    # nothing, nor does the reopened trace's reset.
+    # The one cache break: the compaction dropped the earlier messages (the resumed request
+    # opens with the summary). The system prompt is the same across it: AGENTS.md changed, but
+    # instruction files are in the context, which the compacted transcript carries. The
+    # compaction call itself breaks nothing, nor does the reopened trace's reset.
     requests = {r["req"]: r for r in records if r["kind"] == "request"}
-    systems = {
-        r["data"]["system_hash"]: r["data"]["system"]
-        for r in requests.values()
-        if "system" in r["data"]
-    }
-    before, after = (
-        systems[requests[5]["data"]["system_hash"]],
-        systems[requests[7]["data"]["system_hash"]],
-    )
+    assert requests[7]["data"]["system_hash"] == requests[5]["data"]["system_hash"]
     assert requests[7]["data"]["reset"]
     assert requests[6]["data"]["purpose"] == "compaction"
     assert page.eval_on_selector_all(
         "#ledger tr.cache-break", "rs => rs.map(r => Number(r.dataset.seq))"
     ) == [requests[7]["seq"]]
     page.click(f"#ledger tr[data-seq='{requests[7]['seq']}']")
-    pairs = enumerate(zip(before, after, strict=False))
-    index = next((i for i, (a, b) in pairs if a != b), min(len(before), len(after)))
     assert page.eval_on_selector_all(".cbreak .brk-reason", "ls => ls.map(l => l.textContent)") == [
-        f"system prompt differs at character {index} (line {before[:index].count(chr(10)) + 1})",
         "messages differ at message 1 of the 5 sent before (reset)",
     ]
     write = next(r for r in records if r["kind"] == "response" and r["req"] == 7)["data"]["usage"][
@@ -1095,17 +1084,7 @@ def test_a_real_session_retry_denial_and_cache_break(
     assert f"{write:,} cache-write tokens that should have been reads" in page.text_content(
         ".cbreak"
     )
-    diff = page.eval_on_selector_all(
-        ".system-diff .diff > div", "ds => ds.map(d => [d.className, d.textContent])"
-    )
-    added = [
-        line[2:]
-        for line in difflib.ndiff(before.split("\n"), after.split("\n"))
-        if line.startswith("+ ")
-    ]
-    assert [t for c, t in diff if c == "add"] == ["+ " + line for line in added]
-    assert [t for c, t in diff if c == "del"] == []
-    assert "Run the tests with pytest -x." in added
+    assert page.eval_on_selector_all(".system-diff", "ds => ds.length") == 0
     # A subagent's report carrying </script> and <!-- is text in the page.
     report = next(
         r
