@@ -36,8 +36,16 @@ SYSTEM = "You are keel."
 RUNNING = "the model wrote {n} tool call(s) as text ({names}); running them"
 NUDGE = (
     "That was not run: {what}. To use a tool, call it with the tool-calling format, not as text "
-    "in your reply; if you have finished, answer in plain words."
+    "in your reply; if you have finished, answer in plain words. The tools you can call: {tools} "
+    "(run commands with bash)."
 )
+
+
+def offered(request: RecordedRequest) -> str:
+    """The names of the tools a Chat Completions request offered, as the nudge lists them."""
+    return ", ".join(sorted(t["function"]["name"] for t in request.json["tools"]))
+
+
 UNKNOWN = "JSON call: get_weather is not one of the offered tools"
 UNKNOWN_CALL = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
 
@@ -233,7 +241,7 @@ async def test_an_unrun_call_is_nudged_once_and_the_model_goes_on(project: Path)
     with OpenAIChatServer(script) as server:
         result, events, _ = await run(chat_provider(server), project)
         requests = server.model_requests
-    nudge = NUDGE.format(what=UNKNOWN)
+    nudge = NUDGE.format(what=UNKNOWN, tools=offered(requests[0]))
     assert story(events) == [
         ("notice", "warning", f"a tool call written as text was not run ({UNKNOWN})"),
         ("notice", "info", f"asking the model again: {nudge}"),
@@ -271,14 +279,12 @@ def test_headless_an_unrun_call_after_the_nudge_ends_unrun_tool_call(project: Pa
         2,
     )
     assert len(requests) == 2
-    assert requests[1].json["messages"][-1] == {
-        "role": "user",
-        "content": NUDGE.format(what=UNKNOWN),
-    }
+    nudge = NUDGE.format(what=UNKNOWN, tools=offered(requests[0]))
+    assert requests[1].json["messages"][-1] == {"role": "user", "content": nudge}
     warning = f"keel: warning: a tool call written as text was not run ({UNKNOWN})"
     assert said(out.stderr) == [
         warning,
-        f"keel: asking the model again: {NUDGE.format(what=UNKNOWN)}",
+        f"keel: asking the model again: {nudge}",
         warning,
         "keel: warning: the model wrote a tool call as text again after it was asked to use the "
         "tool-calling format",

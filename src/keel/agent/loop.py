@@ -111,7 +111,8 @@ EMPTY_RESPONSE = "(empty response)"
 #: run (`tool_call_text: nudge`), and when it ended with nothing right after tool results.
 UNRUN_NUDGE = (
     "That was not run: {what}. To use a tool, call it with the tool-calling format, not as text "
-    "in your reply; if you have finished, answer in plain words."
+    "in your reply; if you have finished, answer in plain words. The tools you can call: {tools} "
+    "(run commands with bash)."
 )
 EMPTY_NUDGE = (
     "You ended your turn without a reply. Continue the task, or answer with what you found."
@@ -1591,7 +1592,9 @@ class Agent:
         if self.tool_call_text == "stop":
             return Finish("unrun_tool_call")  # the provider's notice said what was not run
         if "unrun" not in self._state.nudged:
-            return Nudge("unrun", UNRUN_NUDGE.format(what=what))
+            # A small model calls tools it imagines (`sort`, `unittest`): name the real ones.
+            tools = ", ".join(sorted(spec.name for spec in self.tool_specs))
+            return Nudge("unrun", UNRUN_NUDGE.format(what=what, tools=tools))
         return Finish(
             "unrun_tool_call",
             why="the model wrote a tool call as text again after it was asked to use the "
