@@ -28,6 +28,7 @@ from keel.testing.llamacpp_server import LlamaCppServer
 from keel.testing.ollama_server import OllamaServer
 from keel.testing.openai_server import OpenAIChatServer
 from keel.testing.server import RecordedRequest
+from keel.tools.base import spec as spec_of
 from keel.tools.builtin import builtin_tools
 from tests.helpers import unsandboxed_line_dropped
 from tests.test_cli import keel
@@ -658,3 +659,25 @@ def test_short_or_varied_repeated_lines_are_not_a_loop() -> None:
     text = "Let me look.\n" + "\n".join(["y" * 60] * 5) + "\n"
     kept = [watch.feed(text[i : i + 7]) for i in range(0, len(text), 7)]
     assert [k for k in kept if k is not None] == ["Let me look.\n" + "y" * 60]
+
+
+def test_the_same_call_twice_in_one_reply_runs_once() -> None:
+    from keel.llm.events import Done
+    from keel.llm.salvage import salvaged_done
+
+    spec = {t.name: spec_of(t) for t in builtin_tools() if t.name == "write"}
+    text = f"```json\n{A}\n```\n```json\n{B}\n```\n```json\n{A}\n```"
+    done, notices = salvaged_done(Done(assistant(text), Usage(), "end_turn"), spec)
+    assert [(c.name, c.input) for c in done.message.tool_uses] == [
+        ("write", {"path": "a.txt", "content": "A\n"}),
+        ("write", {"path": "b.txt", "content": "B\n"}),
+    ]
+    assert done.stop_reason == "tool_use"
+    assert [(n.text, n.level) for n in notices] == [
+        (RUNNING.format(n=2, names="write, write"), "info"),
+        (
+            "the model wrote the same tool call more than once in one reply; each runs once "
+            "(1 left out)",
+            "warning",
+        ),
+    ]

@@ -472,6 +472,17 @@ def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, list
         )
     if not calls:
         return done, notices
+    unique = list({json.dumps([n, a], sort_keys=True): (n, a) for n, a in calls}.values())
+    if len(unique) < len(calls):
+        # The same call again in one reply is a small model repeating itself: run it once.
+        notices.append(
+            Notice(
+                f"the model wrote the same tool call more than once in one reply; each runs "
+                f"once ({len(calls) - len(unique)} left out)",
+                "warning",
+            )
+        )
+        calls = unique
     blocks: list[Block] = []
     for block in done.message.blocks:
         if not isinstance(block, Text):
