@@ -681,3 +681,15 @@ def test_the_same_call_twice_in_one_reply_runs_once() -> None:
             "warning",
         ),
     ]
+
+
+def test_a_raw_tab_or_newline_inside_a_json_string_is_read() -> None:
+    """Strict JSON refuses control characters in strings; small models write them (a file's
+    content with its TABs), and the call is still the call they meant."""
+    tools = {t.name: spec_of(t) for t in builtin_tools() if t.name == "write"}
+    text = '{"name": "write", "arguments": {"path": "t.py", "content": "def f():\n\treturn 1\n"}}'
+    assert salvage(text, tools) == (
+        "",
+        [("write", {"path": "t.py", "content": "def f():\n\treturn 1\n"})],
+        [],
+    )

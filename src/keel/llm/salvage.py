@@ -80,7 +80,9 @@ _SPECIAL: Final = re.compile(r"<\|[\w]+\|>")
 _PARTIAL_CLOSING: Final = re.compile(r"</[\w\-]*>?\s*$")
 _CLOSINGS: Final = frozenset(TAGS.values())
 _SEPARATORS: Final = " \t\r\n,;"
-_DECODER: Final = json.JSONDecoder()
+#: Lenient about control characters in strings: small models put a raw TAB or newline inside a
+#: JSON string (a file's content), which strict JSON refuses.
+_DECODER: Final = json.JSONDecoder(strict=False)
 _NOT_STRINGS: Final = frozenset({"integer", "number", "boolean", "object", "array"})
 
 
@@ -94,7 +96,7 @@ def _checked(name: str, arguments: Any, tools: Mapping[str, ToolSpec]) -> Call |
         return f"{name} is not one of the offered tools"
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            arguments = _DECODER.decode(arguments) if arguments.strip() else {}
         except ValueError:
             return f"the arguments of {name} are not valid JSON"
     if not isinstance(arguments, dict):
@@ -176,7 +178,7 @@ def _xml_value(raw: str, schema: Mapping[str, Any]) -> Any:
     value = raw.strip("\n")
     if schema.get("type") in _NOT_STRINGS:
         with contextlib.suppress(ValueError):
-            return json.loads(value)
+            return _DECODER.decode(value)
     return value
 
 
