@@ -142,7 +142,9 @@ def test_a_refused_resume_names_the_instruction_file_that_changed(
     assert out.returncode == 2
     assert unsandboxed_line_dropped(out.stderr) == (
         f"keel: error: session {sid} was made with a different configuration: system prompt: "
-        f"instruction file {project.resolve() / 'AGENTS.md'} added {HINT}\n"
+        f"instruction file {project.resolve() / 'AGENTS.md'} added {HINT[:-1]} (the "
+        "conversation keeps the instructions it was sent; changed ones reach the model at its "
+        "next compaction or /clear))\n"
     )
 
 

@@ -33,6 +33,14 @@ from keel.session.records import Fingerprint, ProcessRecord
 #: platform line (a kernel update changes nothing the conversation relies on) and the date (the
 #: day the session, or the one it was forked from, started).
 NOT_COMPARED = frozenset({"<memory-index> section", "platform", "date"})
+#: Changes to parts of the context that opens the conversation (keel.agent.prompt), which the
+#: transcript keeps as it was sent.
+CONTEXT_CHANGES = (
+    "system prompt: instruction file ",
+    "system prompt: <skills> section",
+    "system prompt: working directory",
+    "system prompt: git repository",
+)
 #: The limits: a resume keeps the session's own unless a flag gives others, and a flag given is
 #: the user's choice (a higher budget after a `budget` stop), never a reason to refuse.
 LIMITS = ("max_turns", "max_tokens", "max_usd")
@@ -42,9 +50,16 @@ class ConfigurationChanged(UserError):
     """The session was made under another configuration; `changes` names each difference."""
 
     def __init__(self, session_id: str, changes: list[str]) -> None:
+        hint = "resume with the same model and settings, or pass --force to accept the change"
+        if any(c.startswith(CONTEXT_CHANGES) for c in changes):
+            # The context is in the transcript: --force goes on with the one the model was sent.
+            hint += (
+                " (the conversation keeps the instructions it was sent; changed ones reach the "
+                "model at its next compaction or /clear)"
+            )
         super().__init__(
             f"session {session_id} was made with a different configuration: " + "; ".join(changes),
-            hint="resume with the same model and settings, or pass --force to accept the change",
+            hint=hint,
         )
         self.session_id = session_id
         self.changes = changes
