@@ -445,7 +445,9 @@ async def test_a_subagents_requests_are_timed_through_its_own_loop(project: Path
     (answer,) = only(child, AssistantMessage)
     assert started.purpose == "turn"
     assert started.request is not None
-    assert started.request.messages[0].text.startswith("CHILD: look around")
+    opening = started.request.messages[0]
+    assert opening.blocks[0].text.startswith("<context>\n<env>\n")
+    assert opening.blocks[-1].text.startswith("CHILD: look around")
     assert answer.timing is finished.timing
     assert answer.timing.ttft_ms is not None
     assert 300.0 <= answer.timing.ttft_ms < 300.0 + SLACK_MS

@@ -186,8 +186,10 @@ def test_keys_typed_while_keel_starts_end_up_in_the_prompt(
     assert "typed before the prompt was there" in done
     session = latest_session(project)
     records = read_records(session).records
-    prompts = [r.payload.message.text for r in records if r.payload.type == "user"]
-    assert prompts == ["typed before the prompt was there"]
+    [opening] = [r.payload.message for r in records if r.payload.type == "user"]
+    context, typed = opening.blocks
+    assert context.text.startswith("<context>\n<env>\n")  # type: ignore[union-attr]
+    assert typed.text == "typed before the prompt was there"  # type: ignore[union-attr]
 
 
 def test_ctrl_c_stops_a_running_tool_and_a_second_one_quits(
