@@ -158,7 +158,7 @@ def _summary() -> Message:
 async def test_a_summary_that_does_not_fit_is_asked_of_a_trimmed_transcript(tmp_path: Path) -> None:
     provider = Window(6_000, [_summary(), Message("assistant", (Text("done"),))])
     agent = Agent(
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         model="scripted",
         tools=builtin_tools(),
         cwd=tmp_path,
@@ -190,7 +190,7 @@ async def test_a_summary_that_does_not_fit_is_asked_of_a_trimmed_transcript(tmp_
 async def test_when_nothing_fits_the_error_names_what_helps(tmp_path: Path) -> None:
     provider = Window(50, [])
     agent = Agent(
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         model="scripted",
         tools=[],
         cwd=tmp_path,
@@ -214,7 +214,10 @@ def test_continue_after_a_failed_prompt_sends_the_new_prompt(tmp_path: Path) -> 
     from keel.testing.script import Fault
 
     project = _project(tmp_path / "p", "Be brief.")
-    script = [Fault("status", status=400), Reply(Message("assistant", (Text("both done"),)))]
+    script: list[Reply | Fault] = [
+        Fault("status", status=400),
+        Reply(Message("assistant", (Text("both done"),))),
+    ]
     with OpenAIChatServer(script) as server:
         failed = keel("-p", "first task", "--model", MODEL, cwd=project, env=_env(server))
         assert failed.returncode == 1
