@@ -586,6 +586,14 @@ def test_salvaged_forms(text: str, expected: tuple[str, list[Any]]) -> None:
             f'<tools>\n{{"name": "bash", "arguments": {CMD}}}\n{{"name": "nope", "arguments": {{}}}}\n</tools>',
             "<tools>: nope is not one of the offered tools",
         ),
+        (  # what the real 0.5B model wrote: a doubled brace
+            '{{"name": "bash", "arguments": {"command": "ls"}}}',
+            "JSON call to bash with a doubled brace",
+        ),
+        (  # and quotes left unescaped inside a command
+            'Let me look.\n{"name": "bash", "arguments": {"command": "find . -name "*.py""}}',
+            "JSON call to bash that is not valid JSON",
+        ),
     ],
 )
 def test_markup_that_looks_like_a_call_but_is_not_run_is_named(text: str, problem: str) -> None:

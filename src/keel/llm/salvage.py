@@ -457,7 +457,37 @@ def salvage(
     if json_too:
         clean, more, unrun = json_calls(clean, tools)
         calls, problems = calls + more, problems + unrun
+        if not calls and not problems:
+            problems = _broken_calls(clean)
     return clean, calls, problems
+
+
+#: A line that opens as a call object does (`{"name": "bash", "arguments": …`, a brace doubled as
+#: small models sometimes write it).
+_CALL_OPENING: Final = re.compile(
+    r'^[ \t]*(\{+)\s*"name"\s*:\s*"([\w.\-]+)"\s*,\s*"(?:arguments|parameters|input)"\s*:',
+    re.MULTILINE,
+)
+
+
+def _broken_calls(text: str) -> list[str]:
+    """Lines that open as a call object but are not JSON (a doubled brace, quotes left unescaped
+    in a command): a call the model meant and keel cannot read, so it is named, never taken for
+    an answer. Valid JSON there is an example in prose (`json_calls` decided)."""
+    out = []
+    for match in _CALL_OPENING.finditer(text):
+        start = match.start(1) + len(match.group(1)) - 1  # from the last opening brace
+        try:
+            _DECODER.raw_decode(text, start)
+        except ValueError:
+            if len(match.group(1)) == 1:
+                out.append(f"JSON call to {match.group(2)} that is not valid JSON")
+            else:
+                out.append(f"JSON call to {match.group(2)} with a doubled brace")
+            continue
+        if len(match.group(1)) > 1:
+            out.append(f"JSON call to {match.group(2)} with a doubled brace")
+    return out
 
 
 def salvaged_done(done: Done, tools: Mapping[str, ToolSpec]) -> tuple[Done, list[Notice]]:
