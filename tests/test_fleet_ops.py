@@ -35,6 +35,8 @@ CREATED_NOTES = [
     "keel: note: created stream KEEL_RUNS (1 replica(s))",
     "keel: note: created stream KEEL_QUEUE (1 replica(s))",
     "keel: note: created KV bucket keel-runs (1 replica(s))",
+    "keel: note: created KV bucket keel-workers (1 replica(s))",
+    "keel: note: created KV bucket keel-schedules (1 replica(s))",
 ]
 
 
@@ -187,7 +189,7 @@ def test_up_status_down_up_again_purge(fleet_home: Path) -> None:
     assert server["url"] == url
     assert server["version"] == re.match(r"[\d.]+", server["version"]).group(0)  # type: ignore[union-attr]
     assert server["jetstream"] == {
-        "streams": 3,
+        "streams": 5,
         "consumers": 0,
         "storage_bytes": server["jetstream"]["storage_bytes"],
     }
@@ -541,6 +543,8 @@ async def test_cluster_replicated_streams_survive_a_node_kill(nats_cluster: Nats
             "created stream KEEL_RUNS (3 replica(s))",
             "created stream KEEL_QUEUE (3 replica(s))",
             "created KV bucket keel-runs (3 replica(s))",
+            "created KV bucket keel-workers (3 replica(s))",
+            "created KV bucket keel-schedules (3 replica(s))",
         ]
         assert await ensure_streams(js, replicas=3, create=False) == []
         # A new R3 stream answers once its raft group has elected a leader.

@@ -540,6 +540,8 @@ def test_checking_streams_that_do_not_exist(
             "created stream KEEL_RUNS (1 replica(s))",
             "created stream KEEL_QUEUE (1 replica(s))",
             "created KV bucket keel-runs (1 replica(s))",
+            "created KV bucket keel-workers (1 replica(s))",
+            "created KV bucket keel-schedules (1 replica(s))",
         ]
         with pytest.raises(FleetError, match=r"cannot change stream KEEL_RUNS to 3 replica"):
             ensure_streams_sync(bridge, replicas=3)

@@ -5,7 +5,8 @@
   discard new (per subject), no max age, a 2-minute duplicate window: what makes appends fenced
   and idempotent and journals kept until an operator deletes them.
 - `KEEL_QUEUE`: subjects `keel.queue.>`, work-queue retention, file storage.
-- KV bucket `keel-runs`: history 1, no TTL.
+- KV buckets `keel-runs` and `keel-schedules`: history 1, no TTL; `keel-workers`: history 1, its
+  entries expire `WORKERS_TTL` seconds after a worker's last heartbeat.
 
 A stream that exists with a shape that would break the journal's promises (another subject, a
 retention that deletes, no discard-new-per-subject, more than one message per subject, a max age,
@@ -174,10 +175,19 @@ async def _leader(js: JetStreamContext, name: str, wait: float = 15.0) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _bucket(js: JetStreamContext, replicas: int, create: bool) -> list[str]:
+#: The fleet's KV buckets: (name, TTL in seconds (0: none), description).
+BUCKETS = (
+    (streams.KV_BUCKET, 0.0, "keel run summaries"),
+    (streams.WORKERS_BUCKET, streams.WORKERS_TTL, "keel live workers (heartbeats)"),
+    (streams.SCHEDULES_BUCKET, 0.0, "keel scheduled and recurring runs"),
+)
+
+
+async def _bucket(
+    js: JetStreamContext, bucket: str, ttl: float, description: str, replicas: int, create: bool
+) -> list[str]:
     from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
 
-    bucket = streams.KV_BUCKET
     try:
         kv = await js.key_value(bucket)
     except (BucketNotFoundError, NotFoundError):
@@ -185,18 +195,26 @@ async def _bucket(js: JetStreamContext, replicas: int, create: bool) -> list[str
             raise FleetError(f"KV bucket {bucket} does not exist", hint=INIT_HINT) from None
         try:
             await js.create_key_value(
-                bucket=bucket, history=1, replicas=replicas, description="keel run summaries"
+                bucket=bucket,
+                history=1,
+                ttl=ttl or None,
+                replicas=replicas,
+                description=description,
             )
         except APIError as exc:
             raise FleetError(
                 f"cannot create KV bucket {bucket}: {exc.description or exc}", hint=INIT_HINT
             ) from None
+        if replicas > 1:
+            # A new replicated bucket refuses puts until its stream has a leader, as a stream
+            # does: `keel fleet init` returns only once every one can be written.
+            await _leader(js, f"KV_{bucket}")
         return [f"created KV bucket {bucket} ({replicas} replica(s))"]
     status = await kv.status()
     notes: list[str] = []
-    if status.ttl:
-        # Summaries, answers and cancel flags would expire while a run waits.
-        raise _wrong(f"{KV_STREAM} (KV bucket {bucket})", "a TTL of", f"{status.ttl:g} s", "none")
+    if status.ttl and not ttl:
+        # Summaries, answers, cancel flags and schedules would expire while they are needed.
+        raise _wrong(f"KV_{bucket} (KV bucket {bucket})", "a TTL of", f"{status.ttl:g} s", "none")
     have = status.stream_info.config.num_replicas or 1
     if have != replicas:
         notes.append(f"KV bucket {bucket} has {have} replica(s), not {replicas}")
@@ -206,8 +224,8 @@ async def _bucket(js: JetStreamContext, replicas: int, create: bool) -> list[str
 async def ensure_streams(
     js: JetStreamContext, *, replicas: int = 1, create: bool = True
 ) -> list[str]:
-    """Create (or with `create=False` only check) `KEEL_RUNS`, `KEEL_QUEUE` and the KV bucket
-    `keel-runs`. Returns notes (what was created or differs harmlessly); a wrong shape raises
+    """Create (or with `create=False` only check) `KEEL_RUNS`, `KEEL_QUEUE` and the KV buckets
+    (BUCKETS). Returns notes (what was created or differs harmlessly); a wrong shape raises
     `FleetError` naming the setting and the fix."""
     from nats.errors import Error as NatsError
     from nats.errors import NoRespondersError, TimeoutError
@@ -220,7 +238,8 @@ async def ensure_streams(
     try:
         notes = await _stream(js, _runs_config(replicas), _check_runs, replicas, create)
         notes += await _stream(js, _queue_config(replicas), _check_queue, replicas, create)
-        notes += await _bucket(js, replicas, create)
+        for bucket, ttl, description in BUCKETS:
+            notes += await _bucket(js, bucket, ttl, description, replicas, create)
     except (NoRespondersError, NoStreamResponseError, ServiceUnavailableError):
         raise FleetError(
             "the NATS server has no JetStream",

@@ -10,6 +10,12 @@
   and its cancel flag (`<run>.cancel`).
 - Core subject `keel.control.<run>`: a nudge to the worker running it (cancel), best effort; the
   KV flag is what counts.
+- KV bucket `keel-workers`: one entry per live worker (`<worker key>`), rewritten at every
+  heartbeat; entries expire WORKERS_TTL seconds after a worker's last beat.
+- KV bucket `keel-schedules`: scheduled and recurring runs (`<schedule id>`), fired by whichever
+  worker wins the compare-and-swap on the entry.
+- Core subject `keel.events.<run>`: a run's state changes that a person may act on (parked,
+  finished), as JSON; best effort (the KV summary is what counts).
 """
 
 from __future__ import annotations
@@ -24,6 +30,11 @@ QUEUE_SUBJECT = "keel.queue.runs"
 CONSUMER = "workers"
 KV_BUCKET = "keel-runs"
 CONTROL_PREFIX = "keel.control"
+WORKERS_BUCKET = "keel-workers"
+SCHEDULES_BUCKET = "keel-schedules"
+EVENTS_PREFIX = "keel.events"
+#: Seconds a worker's registry entry outlives its last heartbeat.
+WORKERS_TTL = 60.0
 
 #: How long a delivered run may go without a heartbeat before it goes to another worker. Set
 #: when the first worker creates the shared consumer (`KEEL_FLEET_ACK_WAIT` seconds overrides it:
