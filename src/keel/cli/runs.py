@@ -76,6 +76,12 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
     p.add_argument("--max-budget-usd", type=_money)
     p.add_argument("--wait", action="store_true", help="wait for the run to end; print its answer")
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="queue the run even when no live worker can serve it (its model's provider, its "
+        "workspace's root, its labels): for workers that are not up yet",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -118,6 +124,9 @@ def submit(argv: list[str]) -> int:
     )
 
     async def go(fleet: Any, args: argparse.Namespace) -> int:
+        if not args.no_check:
+            for warning in await _check_fleet(fleet, req):
+                print(f"keel: warning: {warning}", file=sys.stderr)
         summary = await fleet.submit(req)
         if not args.wait:
             print(json.dumps(summary) if args.json else req.run)
@@ -126,6 +135,18 @@ def submit(argv: list[str]) -> int:
         return _print_result(done, args.json)
 
     return _with(go, args, url)
+
+
+async def _check_fleet(fleet: Any, req: Any) -> list[str]:
+    """What no live worker of the fleet could serve, refused now (keel.fleet.checks)."""
+    from keel.config.settings import load_settings
+    from keel.fleet.checks import check_request
+
+    try:
+        providers = load_settings(Path.cwd()).providers
+    except UserError:
+        providers = {}
+    return await check_request(fleet, req, providers)
 
 
 def _check_here(spec: WorkspaceSpec, model: str | None) -> list[str]:
