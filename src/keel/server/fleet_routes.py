@@ -50,6 +50,7 @@ SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
     "workspace": (str, dict, NONE),
     "max_turns": (int, NONE),
     "max_tokens_budget": (int, NONE),
+    "no_check": (bool, NONE),
     "max_budget_usd": (int, float, NONE),
 }
 ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
@@ -199,8 +200,15 @@ class FleetRoutes:
         self.require()  # a 404 before the body is read when there is no fleet
         body = await read_body(request, SUBMIT_FIELDS)
         req = run_request(body)
-        summary = await self._call(lambda fleet: fleet.submit(req))
-        return JSONResponse(summary, 201)
+        no_check = bool(body.get("no_check"))
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            # As `keel submit`: what no live worker can serve is a 400 (keel.fleet.checks).
+            warnings = [] if no_check else await _check_fleet(fleet, req)
+            summary: dict[str, Any] = await fleet.submit(req)
+            return {**summary, "warnings": warnings} if warnings else summary
+
+        return JSONResponse(await self._call(go), 201)
 
     async def list_runs(self, request: Request) -> Response:
         summaries = await self._call(lambda fleet: fleet.runs())
@@ -333,6 +341,19 @@ class FleetRoutes:
 
 
 # -- checks -----------------------------------------------------------------------------------------
+
+
+async def _check_fleet(fleet: Fleet, req: Any) -> list[str]:
+    from pathlib import Path
+
+    from keel.config.settings import load_settings
+    from keel.fleet.checks import check_request
+
+    try:
+        providers = load_settings(Path.cwd()).providers
+    except UserError:
+        providers = {}
+    return await check_request(fleet, req, providers)
 
 
 def run_request(body: dict[str, Any]) -> Any:

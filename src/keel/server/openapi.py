@@ -163,6 +163,7 @@ def _run_paths() -> dict[str, Any]:
                     max_turns=whole,
                     max_tokens_budget=whole,
                     max_budget_usd=number,
+                    no_check={"type": "boolean"},
                 ),
                 status="201",
                 params=(),
