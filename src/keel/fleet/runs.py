@@ -272,6 +272,14 @@ class Fleet:
                 hint="`keel runs show RUN` says what a run waits for",
             )
         deferred = waits.get("waits_for") == "deferred"
+        limit = int(self.nc.max_payload) - SUMMARY_ROOM
+        if len((result or "").encode("utf-8")) + len(reason.encode("utf-8")) > limit:
+            size = len((result or reason).encode("utf-8"))
+            raise UserError(
+                f"the answer is {size:,} bytes: too long for one message on the fleet's NATS "
+                f"server (at most {limit:,} bytes)",
+                hint="put the text in a file in the run's workspace and answer with its path",
+            )
         if deferred and result is None:
             raise UserError(
                 f"run {run} waits for the result of {waits.get('tool')} ({request}), not a "
