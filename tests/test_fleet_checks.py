@@ -166,3 +166,28 @@ def test_keel_submit_refuses_what_no_live_worker_can_serve(nats_url: str, tmp_pa
     assert forced.returncode == 0, forced.stderr
     listed = json.loads(keel("runs", "list", "--json", env=env).stdout)
     assert sorted(s["id"] for s in listed) == sorted([ok.stdout.strip(), forced.stdout.strip()])
+
+
+@pytest.mark.needs("nats-server")
+def test_an_answer_too_long_for_one_message_is_refused(nats_url: str) -> None:  # noqa: F811
+    from keel.fleet.runs import Fleet
+
+    setup_fleet(nats_url)
+    waits = {"request": "toolu_1", "tool": "slow", "waits_for": "deferred", "question": ""}
+
+    async def go() -> str:
+        fleet = await Fleet.open(nats_url)
+        try:
+            await fleet.put_summary("r1", status="parked", waits_on=waits)
+            with pytest.raises(UserError) as caught:
+                await fleet.answer("r1", "toolu_1", None, result="x" * 2_000_000)
+            assert await fleet.get_answer("r1", "toolu_1") is None  # nothing stored
+            return caught.value.one_line()
+        finally:
+            await fleet.close()
+
+    assert asyncio.run(go()) == (
+        "the answer is 2,000,000 bytes: too long for one message on the fleet's NATS server "
+        "(at most 1,032,192 bytes) (hint: put the text in a file in the run's workspace and "
+        "answer with its path)"
+    )
