@@ -191,3 +191,23 @@ def test_an_answer_too_long_for_one_message_is_refused(nats_url: str) -> None:  
         "(at most 1,032,192 bytes) (hint: put the text in a file in the run's workspace and "
         "answer with its path)"
     )
+
+
+def test_a_summary_too_long_for_one_message_is_cut_to_fit() -> None:
+    from keel.fleet.runs import fit_summary
+
+    small = {"id": "r1", "status": "completed", "text": "done"}
+    assert fit_summary(dict(small), 1 << 20) == json.dumps(small, separators=(",", ":")).encode()
+    for char in ("x", "é", "\u2603", '"'):  # 1, 2 and 3 UTF-8 bytes; a quote JSON escapes
+        summary = {
+            "id": "r1",
+            "status": "completed",
+            "text": char * 1_500_000,
+            "request": {"run": "r1", "prompt": "p" * 900_000},
+        }
+        value = fit_summary(summary, 1 << 20)
+        assert len(value) <= (1 << 20) - 1024
+        stored = json.loads(value)
+        assert stored == summary  # cut in place: what is returned is what was stored
+        assert stored["text"].endswith("more characters; the run's journal has the whole text]")
+        assert stored["text"].startswith(char * 1000)
