@@ -554,6 +554,8 @@ class Subagents:
             child.web_search = parent.web_search
         child.ctx.background = None
         child.ctx.unsafe_to_repeat = parent.ctx.unsafe_to_repeat
+        child.ctx.max_file_size = parent.ctx.max_file_size
+        child.ctx.max_file_reason = parent.ctx.max_file_reason
         if cwd == parent.cwd:
             # The parent's sandbox, and its checkpoint store: the child's edits belong to the
             # parent's turn, and one /undo reverts both. A worktree child changes nothing here.

@@ -43,7 +43,7 @@ import shutil
 import signal
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
@@ -78,6 +78,13 @@ LOSS: dict[Kind, str] = {
 #: The worker's setting that lists the directories runs may name (path workspaces, local git
 #: remotes), `:`-separated. Unset: none.
 ROOTS_ENV = "KEEL_WORKSPACE_ROOTS"
+
+#: The worker's settings for how much a run may save to a git workspace: the largest file, what
+#: one tool round may add, what the whole run may add over its start (a size: `10M`, `1G`,
+#: `512k`, bytes; decimal units, `Mi`/`Gi` binary; `off`: no limit).
+MAX_FILE_ENV = "KEEL_FLEET_MAX_FILE"
+MAX_ROUND_ENV = "KEEL_FLEET_MAX_ROUND"
+MAX_RUN_ENV = "KEEL_FLEET_MAX_RUN"
 
 AUTHOR_NAME = "keel"
 AUTHOR_EMAIL = "keel@localhost"
@@ -143,6 +150,97 @@ class WorkspaceError(UserError):
 class WorkspaceConflict(WorkspaceError):
     """Another worker moved the run branch since this workspace last pushed: this worker no
     longer owns the run and must stop without saving anything more."""
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgt])(i)?b?|b)?$", re.IGNORECASE)
+_POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(text: str, name: str) -> int | None:
+    """Bytes from a size: `10M`, `1.5G`, `512k`, `2Mi` (binary), `123` (bytes); None for `off`.
+    `name` is the setting, for the one-line error."""
+    raw = text.strip()
+    if raw.lower() in ("off", "none"):
+        return None
+    match = _SIZE.match(raw)
+    hint = "write a size such as 10M, 1G or 500000 (bytes), or off for no limit"
+    if match is None:
+        raise WorkspaceError(f"{name}={text!r} is not a size", hint=hint)
+    number, unit, binary = match.groups()
+    value = int(float(number) * (1024 if binary else 1000) ** _POWERS.get((unit or "").lower(), 0))
+    if value < 1:
+        raise WorkspaceError(f"{name}={text!r} is less than one byte", hint=hint)
+    return value
+
+
+def size_text(size: int) -> str:
+    """`104.9 MB`, `10 MB`, `512 B` (decimal units, as the settings read them)."""
+    value, unit = float(size), "B"
+    for name in ("kB", "MB", "GB", "TB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, name
+    if unit == "B":
+        return f"{size} B"
+    return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+
+
+@frozen
+class WorkspaceLimits:
+    """How much a run may save to its git workspace, in bytes (None: no limit): the largest file
+    (`per_file`), what one tool round may add (`per_round`), what the run branch may add over
+    what the remote's other branches and tags already hold (`per_run`). What the run did not
+    add or change (the files of its start commit) never counts."""
+
+    per_file: int | None = 10_000_000
+    per_round: int | None = 50_000_000
+    per_run: int | None = 200_000_000
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkspaceLimits:
+        """The worker's limits: `KEEL_FLEET_MAX_FILE`, `KEEL_FLEET_MAX_ROUND`,
+        `KEEL_FLEET_MAX_RUN` (unset: the defaults); a one-line `WorkspaceError` for a bad one."""
+        base = os.environ if env is None else env
+        default = cls()
+
+        def read(name: str, fallback: int | None) -> int | None:
+            raw = base.get(name, "").strip()
+            return parse_size(raw, name) if raw else fallback
+
+        return cls(
+            per_file=read(MAX_FILE_ENV, default.per_file),
+            per_round=read(MAX_ROUND_ENV, default.per_round),
+            per_run=read(MAX_RUN_ENV, default.per_run),
+        )
+
+    def describe(self) -> str:
+        """One line for a worker's log."""
+
+        def show(limit: int | None) -> str:
+            return "no limit" if limit is None else size_text(limit)
+
+        return (
+            f"workspace limits: {show(self.per_file)} a file, {show(self.per_round)} a round, "
+            f"{show(self.per_run)} a run"
+        )
+
+
+@frozen
+class _Change:
+    """A changed file of the work tree: its path and the blob HEAD holds for it (None: new)."""
+
+    path: str
+    blob: str | None
+
+
+@frozen
+class LeftOut:
+    """A file a save did not commit: its path (relative to the workspace), its size, and which
+    limit kept it out (`file`, `round` or `run`)."""
+
+    path: str
+    size: int
+    limit: Literal["file", "round", "run"]
 
 
 @frozen
@@ -539,13 +637,23 @@ class Workspace:
         private: Path | None = None,
         resumed_from: str | None = None,
         env: Mapping[str, str] | None = None,
+        limits: WorkspaceLimits | None = None,
     ) -> None:
         self.spec = spec
         self.run_id = run_id
         self.path = path
         self.resumed_from = resumed_from
+        self.limits = limits or WorkspaceLimits()
         #: Nested repositories the last save left out (paths relative to `path`).
         self.skipped: tuple[str, ...] = ()
+        #: Files the last save left out for a limit.
+        self.left_out: tuple[LeftOut, ...] = ()
+        #: Bytes the run branch adds over the remote's other branches and tags (a git
+        #: workspace: counted at `prepare`, then grown by each save).
+        self.run_added = 0
+        #: Files the model has been told about, and the limit it was told of.
+        self._told: dict[str, str] = {}
+        self._notes: list[str] = []
         self._private = private
         self._env = dict(env) if env is not None else {}
         #: The commit the run branch holds as far as this workspace knows (the push lease);
@@ -566,15 +674,18 @@ class Workspace:
         *,
         env: Mapping[str, str] | None = None,
         roots: tuple[Path, ...] | None = None,
+        limits: WorkspaceLimits | None = None,
         timeout: float = NETWORK_TIMEOUT,
     ) -> Workspace:
         """The workspace for `run_id` on this worker. git: a fresh clone in
         `scratch/<run>/work` on the run branch (the remote's if it has one); path: the shared
         directory (it must exist); none: an empty `scratch/<run>/work`. A path workspace and a
         git remote on this machine must lie under one of `roots` (default: `KEEL_WORKSPACE_ROOTS`
-        in `env`), the directories this worker's operator shares with runs."""
+        in `env`), the directories this worker's operator shares with runs. A git workspace's
+        saves keep to `limits` (default: `WorkspaceLimits.from_env(env)`)."""
         check_run_id(run_id)
         roots = allowed_roots(env) if roots is None else roots
+        limits = WorkspaceLimits.from_env(env) if limits is None else limits
         if spec.kind == "path":
             shared = Path(_path_spec(spec.path).path)
             if not shared.is_dir():
@@ -595,7 +706,7 @@ class Workspace:
         if spec.kind == "none":
             work.mkdir(mode=0o700)
             return cls(spec, run_id, work, private=private)
-        workspace = cls(spec, run_id, work, private=private, env=git_env(env))
+        workspace = cls(spec, run_id, work, private=private, env=git_env(env), limits=limits)
         try:
             workspace._clone(timeout)
         except BaseException:
@@ -633,6 +744,7 @@ class Workspace:
         if saved is not None:
             self._git("checkout", "--quiet", "--no-track", "-B", branch, saved)
             self.resumed_from = self._pushed = saved
+            self.run_added = self._run_size(saved)
         else:
             start = self._start_commit()
             if start is None:  # an empty repository: the first save makes the root commit
@@ -696,27 +808,45 @@ class Workspace:
 
     def save(self, message: str) -> str | None:
         """Commit what changed since the last save and push it to the run branch; the commit, or
-        None when nothing changed (then it costs one `git status`). Path and none: None."""
+        None when nothing changed (then it costs one `git status`). Path and none: None.
+
+        Nothing over `limits` is committed: a file over the per-file limit is never even hashed;
+        when a round's files would add more than the round or run allows, the largest are left
+        out until the rest fits. Left-out files stay in the clone (`left_out`; `take_notes`
+        says so once per file). Commits made in the clone since the last push (the agent's own)
+        are pushed as they are when they fit, else undone into the round's changes first."""
         if self.spec.kind != "git":
             return None
         self._check_git_dir()
-        head, untracked_repos, dirty = self._status()
+        head, nested, changes, dirty = self._status()
+        pending = 0
+        if head is not None and head != self._pushed:
+            pending = self._unpushed(head)
+            if pending < 0:
+                self._rewind()
+                head, nested, changes, dirty = self._status()
+                pending = 0
+        left: list[LeftOut] = []
+        added = 0
         if dirty:
-            head = self._commit(message, untracked_repos, head)
+            head, added, left = self._commit(message, nested, changes, head, pending)
+        self._tell(left)
         if head is None or head == self._pushed:
             return None
         self._push(head)
+        self.run_added += pending + added
         return head
 
-    def _status(self) -> tuple[str | None, list[str], bool]:
-        """HEAD (None: no commit yet), the untracked nested repositories, whether anything is
-        to be committed."""
+    def _status(self) -> tuple[str | None, list[str], list[_Change], bool]:
+        """HEAD (None: no commit yet), the untracked nested repositories, the changed files
+        (paths with their blob in HEAD, if any), whether anything is to be committed."""
         out = self._git(
             "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
             "--ignore-submodules=all", "--no-renames",
         ).stdout  # fmt: skip
         head: str | None = None
         nested: list[str] = []
+        changes: list[_Change] = []
         dirty = False
         for entry in out.split(b"\0"):
             if entry.startswith(b"# branch.oid "):
@@ -726,8 +856,13 @@ class Workspace:
                 nested.append(os.fsdecode(entry[2:-1]))
             elif entry and not entry.startswith(b"#"):
                 dirty = True
+                if entry.startswith(b"? "):
+                    changes.append(_Change(os.fsdecode(entry[2:]), None))
+                elif entry.startswith(b"1 "):
+                    fields = entry.split(b" ", 8)
+                    changes.append(_Change(os.fsdecode(fields[8]), fields[6].decode()))
         self.skipped = tuple(nested)
-        return head, nested, dirty
+        return head, nested, changes, dirty
 
     def _gitlinks(self) -> list[str]:
         """Paths the index holds as submodules: `git add` would run `git status` in them."""
@@ -738,18 +873,33 @@ class Workspace:
                 found.append(os.fsdecode(entry.partition(b"\t")[2]))
         return found
 
-    def _commit(self, message: str, nested: list[str], head: str | None) -> str | None:
-        skip = [*nested, *self._gitlinks()]
+    def _commit(
+        self,
+        message: str,
+        nested: list[str],
+        changes: list[_Change],
+        head: str | None,
+        pending: int,
+    ) -> tuple[str | None, int, list[LeftOut]]:
+        """Commit the round's changes within the limits: the commit (HEAD when nothing is left
+        to commit), the bytes it adds, what it left out."""
+        too_big = self._too_big_on_disk(changes)
+        skip = [*nested, *self._gitlinks(), *(item.path for item in too_big)]
         specs = [".", *(f":(exclude,literal){p}" for p in skip)]
         self._git(
             "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul",
             stdin=b"\0".join(os.fsencode(s) for s in specs),
         )  # fmt: skip
+        # The sizes git stored decide (a file may have grown since it was measured on disk).
+        added, left = self._fit(self._staged(head), pending)
+        if left:
+            self._unstage(head, [item.path for item in left])
         tree = self._git("write-tree").stdout.decode().strip()
+        left = [*too_big, *left]
         if head is not None and self._git("rev-parse", f"{head}^{{tree}}").stdout.strip() == (
             tree.encode()
         ):
-            return head  # only left-out paths changed
+            return head, 0, left  # only left-out paths changed
         parents = ["-p", head] if head is not None else []
         commit = self._git(
             "commit-tree", "--no-gpg-sign", *parents, "-F", "-", tree,
@@ -757,7 +907,179 @@ class Workspace:
         ).stdout.decode().strip()  # fmt: skip
         # The old value pins what HEAD held (empty: it must not exist yet).
         self._git("update-ref", "-m", "keel save", "HEAD", commit, head or "")
-        return commit
+        return commit, added, left
+
+    def _too_big_on_disk(self, changes: list[_Change]) -> list[LeftOut]:
+        """Changed files over the per-file limit by their apparent size on disk (a sparse file
+        counts whole: git would store it whole), unless HEAD already holds that path over the
+        limit (a large file that came with the repository may be changed)."""
+        limit = self.limits.per_file
+        if limit is None:
+            return []
+        found: list[tuple[_Change, int]] = []
+        for change in changes:
+            try:
+                st = os.lstat(self.path / change.path)
+            except OSError:
+                continue  # deleted
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                found.append((change, st.st_size))
+        held = self._sizes(c.blob for c, _ in found if c.blob)
+        return [
+            LeftOut(change.path, size, "file")
+            for change, size in found
+            if not (change.blob and held.get(change.blob, 0) > limit)
+        ]
+
+    def _staged(self, head: str | None) -> list[tuple[str, int, int]]:
+        """What the index adds over `head`: each added or changed file's path, its size and the
+        size HEAD held (0: none)."""
+        base = head or self._empty_tree()
+        out = self._git("diff-index", "--cached", "-z", "--no-renames", "--raw", base).stdout
+        items = out.split(b"\0")
+        entries: list[tuple[str, str, str]] = []
+        for meta, path in zip(items[0::2], items[1::2], strict=False):
+            fields = meta.decode().split()
+            if len(fields) < 5 or fields[4] == "D" or fields[1] == "160000":
+                continue
+            old = fields[2] if fields[0] != ":000000" else ""
+            entries.append((os.fsdecode(path), fields[3], old))
+        sizes = self._sizes(oid for _, new, old in entries for oid in (new, old) if oid)
+        return [(path, sizes.get(new, 0), sizes.get(old, 0)) for path, new, old in entries]
+
+    def _fit(self, staged: list[tuple[str, int, int]], pending: int) -> tuple[int, list[LeftOut]]:
+        """The bytes the staged files add once the limits hold, and the files to leave out: each
+        one over the per-file limit (unless HEAD held it over the limit already), then the
+        largest until the round and the run fit."""
+        limits = self.limits
+        out: list[LeftOut] = []
+        kept: list[tuple[str, int]] = []
+        for path, size, held in staged:
+            if limits.per_file is not None and size > limits.per_file >= held:
+                out.append(LeftOut(path, size, "file"))
+            else:
+                kept.append((path, size))
+        total = pending + sum(size for _, size in kept)
+        for path, size in sorted(kept, key=lambda item: (-item[1], item[0])):
+            over_round = limits.per_round is not None and total > limits.per_round
+            over_run = limits.per_run is not None and self.run_added + total > limits.per_run
+            if not (over_round or over_run):
+                break
+            out.append(LeftOut(path, size, "round" if over_round else "run"))
+            total -= size
+        return total - pending, out
+
+    def _unstage(self, head: str | None, paths: list[str]) -> None:
+        """The index entries of `paths` back to what HEAD holds (nothing, if it holds none)."""
+        specs = b"\0".join(os.fsencode(f":(literal){p}") for p in paths)
+        flags = ("--pathspec-from-file=-", "--pathspec-file-nul")
+        if head is None:
+            self._git("rm", "--quiet", "--cached", "--ignore-unmatch", *flags, stdin=specs)
+        else:
+            self._git("reset", "--quiet", *flags, head, stdin=specs)
+
+    def _unpushed(self, head: str) -> int:
+        """The bytes the commits since the last push add (the agent's own, or a save whose push
+        failed); -1 when they hold a file over the per-file limit or more than the round or run
+        may add (they are not pushed as they are)."""
+        since = ["--not", self._pushed] if self._pushed else []
+        out = self._git("rev-list", "--objects", head, *since).stdout.decode()
+        sizes = self._sizes(line.split(" ", 1)[0] for line in out.splitlines() if line)
+        total = sum(sizes.values())
+        limits = self.limits
+        if (
+            (limits.per_file is not None and max(sizes.values(), default=0) > limits.per_file)
+            or (limits.per_round is not None and total > limits.per_round)
+            or (limits.per_run is not None and self.run_added + total > limits.per_run)
+        ):
+            return -1
+        return total
+
+    def _rewind(self) -> None:
+        """Undo the commits since the last push, keeping their files: HEAD and the index go back
+        to the pushed commit, so the next commit measures their changes file by file."""
+        if self._pushed is None:
+            self._git("update-ref", "-d", "HEAD")
+            self._git("read-tree", "--empty")
+        else:
+            self._git("update-ref", "-m", "keel: over the workspace limits", "HEAD", self._pushed)
+            self._git("read-tree", self._pushed)
+        self._notes.append(
+            "Commits made in the workspace since the last save were not pushed: they held more "
+            "than the run's workspace may keep. Their changes were saved as keel's own commit, "
+            "without the files over the limits."
+        )
+
+    def _run_size(self, head: str) -> int:
+        """The bytes of the blobs `head` holds that no other branch or tag of the remote does:
+        what the run added (a resumed run's count)."""
+        out = self._git(
+            "rev-list", "--objects", head, "--not", f"--exclude=origin/{self.branch}",
+            "--exclude=origin/HEAD", "--remotes=origin", "--tags",
+        ).stdout.decode()  # fmt: skip
+        return sum(self._sizes(line.split(" ", 1)[0] for line in out.splitlines() if line).values())
+
+    def _sizes(self, oids: Iterable[str]) -> dict[str, int]:
+        """The size of each blob among `oids` (other objects are left out)."""
+        unique = sorted(set(oids))
+        if not unique:
+            return {}
+        out = self._git(
+            "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)",
+            stdin="\n".join(unique).encode() + b"\n",
+        ).stdout.decode()  # fmt: skip
+        sizes = {}
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[1] == "blob":
+                sizes[fields[0]] = int(fields[2])
+        return sizes
+
+    def _empty_tree(self) -> str:
+        return self._git("hash-object", "-t", "tree", "--stdin", stdin=b"").stdout.decode().strip()
+
+    def _tell(self, left: list[LeftOut]) -> None:
+        """Record what this save left out; a note for each file the model has not been told
+        about for that limit (once per file: a file saved or gone since may be told again)."""
+        self.left_out = tuple(left)
+        now = {item.path: item for item in left}
+        self._told = {path: limit for path, limit in self._told.items() if path in now}
+        for item in left:
+            if self._told.get(item.path) != item.limit:
+                self._told[item.path] = item.limit
+                self._notes.append(self._note(item))
+
+    def _note(self, item: LeftOut) -> str:
+        limits = self.limits
+        lost = "It will be lost if the run moves to another worker."
+        what = f"{item.path} ({size_text(item.size)})"
+        if item.limit == "file":
+            assert limits.per_file is not None
+            return (
+                f"{what} was not saved to the run's workspace: files over "
+                f"{size_text(limits.per_file)} are not kept ({MAX_FILE_ENV}); delete it or make "
+                f"it smaller. {lost}"
+            )
+        if item.limit == "round":
+            assert limits.per_round is not None
+            return (
+                f"{what} was not saved with this tool round: one round may add at most "
+                f"{size_text(limits.per_round)} ({MAX_ROUND_ENV}) and this one added more. It is "
+                f"saved with a later round that has room for it; until then {lost[0].lower()}"
+                f"{lost[1:]}"
+            )
+        assert limits.per_run is not None
+        return (
+            f"{what} was not saved to the run's workspace: a run may add at most "
+            f"{size_text(limits.per_run)} to it ({MAX_RUN_ENV}) and this run has added "
+            f"{size_text(self.run_added)}; delete it or make it smaller. {lost}"
+        )
+
+    def take_notes(self) -> list[str]:
+        """What the model should be told since the last call: files left out for a limit (once
+        per file), commits undone. The worker queues them for the next model request."""
+        notes, self._notes = self._notes, []
+        return notes
 
     def _push(self, head: str) -> None:
         ref = f"refs/heads/{self.branch}"

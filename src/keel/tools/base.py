@@ -103,6 +103,11 @@ class ToolContext:
     #: agent from its permission gate (`PermissionGate.content_denied`). Tools that return the
     #: content of files they find themselves (grep, knowledge_search) ask it for each file.
     content_denied: Callable[[Path], str | None] | None = None
+    #: The largest file `write`, `edit` and `multi_edit` may leave, in bytes (None: no limit),
+    #: and why, in words the model reads. A fleet worker sets it from its workspace limits, so
+    #: a file its saves would leave out is refused before it is written.
+    max_file_size: int | None = None
+    max_file_reason: str = ""
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""

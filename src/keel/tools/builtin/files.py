@@ -283,7 +283,26 @@ def _checkpoint(ctx: ToolContext, target: Path, raw: str) -> None:
         raise ToolError(f"{exc.one_line()}; nothing was written to {raw}") from None
 
 
+def _check_size(ctx: ToolContext, target: Path, after: str, raw: str) -> None:
+    """Refuse a write that would leave a file over `ctx.max_file_size` that was not over it
+    already (a large file that was there before may still be edited)."""
+    limit = ctx.max_file_size
+    if limit is None:
+        return
+    size = len(after.encode("utf-8", "replace"))
+    if size <= limit or (target.exists() and target.stat().st_size > limit):
+        return
+    from keel.tools.builtin.listing import human_size
+
+    why = ctx.max_file_reason or f"files over {human_size(limit)} are refused here"
+    raise ToolError(
+        f"{raw} would be {human_size(size)}: {why}; nothing was written. Write a smaller file, "
+        "or keep large data out of the workspace"
+    )
+
+
 def _commit(ctx: ToolContext, target: Path, before: str | None, after: str, raw: str) -> ToolOutput:
+    _check_size(ctx, target, after, raw)
     _checkpoint(ctx, target, raw)
     _atomic_write(target, after)
     if ctx.checkpoints is not None:
