@@ -257,8 +257,8 @@ def test_a_run_over_its_limit_saves_nothing_more_and_a_resumed_run_counts_what_i
     assert branch_files(remote) == {"README.md": 10, "seed.bin": 5000, "a.bin": 600}
     assert ws.take_notes() == [
         "b.bin (500 B) was not saved to the run's workspace: a run may add at most 1 kB to it "
-        "(KEEL_FLEET_MAX_RUN) and this run has added 600 B; delete it or make it smaller. It "
-        "will be lost if the run moves to another worker."
+        "(KEEL_FLEET_MAX_RUN) and this run had added 600 B before this round; delete it or make "
+        "it smaller. It will be lost if the run moves to another worker."
     ]
     # Another worker resumes the run: it counts what the branch holds beyond main.
     other = prepare(remote, tmp_path / "w2", limits)

@@ -1071,8 +1071,8 @@ class Workspace:
         assert limits.per_run is not None
         return (
             f"{what} was not saved to the run's workspace: a run may add at most "
-            f"{size_text(limits.per_run)} to it ({MAX_RUN_ENV}) and this run has added "
-            f"{size_text(self.run_added)}; delete it or make it smaller. {lost}"
+            f"{size_text(limits.per_run)} to it ({MAX_RUN_ENV}) and this run had added "
+            f"{size_text(self.run_added)} before this round; delete it or make it smaller. {lost}"
         )
 
     def take_notes(self) -> list[str]:
