@@ -75,6 +75,19 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=_whole(1, 100_000, " turns"))
     p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
     p.add_argument("--max-budget-usd", type=_money)
+    p.add_argument(
+        "--priority",
+        choices=["high", "normal", "low"],
+        default="normal",
+        help="workers take higher priorities first (default: normal)",
+    )
+    p.add_argument(
+        "--needs",
+        metavar="LABELS",
+        default="",
+        help="worker labels the run needs, comma-separated (gpu,python): only a worker started "
+        "with all of them (keel worker --labels) takes it",
+    )
     p.add_argument("--wait", action="store_true", help="wait for the run to end; print its answer")
     p.add_argument(
         "--no-check",
@@ -89,6 +102,7 @@ def submit_parser() -> argparse.ArgumentParser:
 
 
 def submit(argv: list[str]) -> int:
+    from keel.fleet.queues import parse_labels
     from keel.fleet.runs import RunRequest
     from keel.fleet.workspace import parse_workspace
     from keel.permissions.gate import parse_mode
@@ -108,6 +122,7 @@ def submit(argv: list[str]) -> int:
             "(a directory every worker mounts), or none (an empty scratch directory)",
         )
     spec = parse_workspace(args.workspace)
+    needs = parse_labels(args.needs, what="need")
     url = resolve_url(given=args.nats or "")
     if is_loopback(url):  # the workers run on this machine: check what they will
         for warning in _check_here(spec, args.model):
@@ -121,6 +136,8 @@ def submit(argv: list[str]) -> int:
         max_turns=args.max_turns,
         max_tokens_budget=args.max_tokens_budget,
         max_budget_usd=args.max_budget_usd,
+        priority=args.priority,
+        needs=needs,
     )
 
     async def go(fleet: Any, args: argparse.Namespace) -> int:
@@ -194,15 +211,24 @@ def worker_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_whole(1, 256, ""), default=1, help="runs at once")
     p.add_argument("--scratch", help="where workspaces live (default: KEEL_HOME/fleet/work)")
     p.add_argument("--name", help="this worker's name in claims and summaries")
+    p.add_argument(
+        "--labels",
+        metavar="LABELS",
+        default="",
+        help="what this worker offers, comma-separated (python,gpu): it takes a run only when "
+        "it has every label the run needs (keel submit --needs)",
+    )
     p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
     p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     return p
 
 
 def worker(argv: list[str]) -> int:
+    from keel.fleet.queues import parse_labels
     from keel.fleet.worker import run_worker
 
     args = worker_parser().parse_args(argv)
+    labels = parse_labels(args.labels)
 
     def say(line: str) -> None:
         print(f"keel worker: {line}", file=sys.stderr, flush=True)
@@ -213,6 +239,7 @@ def worker(argv: list[str]) -> int:
         scratch=Path(args.scratch).expanduser().resolve() if args.scratch else None,
         name=args.name or "",
         say=say,
+        labels=labels,
     )
 
 
