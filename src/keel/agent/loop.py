@@ -679,11 +679,18 @@ class Agent:
         if isinstance(self.gate, PermissionGate):
             self.gate.asker = self.questions.ask_permission
 
-    def answer(self, request_id: str, reply: PermissionReply | QuestionReply) -> bool:
+    def answer(
+        self,
+        request_id: str,
+        reply: PermissionReply | QuestionReply,
+        *,
+        waited_ms: float | None = None,
+    ) -> bool:
         """Answer a waiting question (`PermissionAsked`: a `PermissionReply`; `QuestionRequest`:
         the values, None to decline, or a string saying why not). False: nothing waits under
-        that id."""
-        return self.questions.answer(request_id, reply)
+        that id. `waited_ms`: how long the question really waited, when it was answered before
+        it was asked here (a fleet run answered while parked)."""
+        return self.questions.answer(request_id, reply, waited_ms=waited_ms)
 
     def pending_questions(self) -> list[PermissionAsked | QuestionRequest]:
         return self.questions.pending()

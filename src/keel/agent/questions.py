@@ -26,6 +26,8 @@ class _Waiting:
     event: PermissionAsked | QuestionRequest
     reply: asyncio.Future[Any]
     since: float
+    #: How long it really waited, when the answer says so (a fleet run's park, then its answer).
+    waited_ms: float | None = None
 
 
 class Questions:
@@ -55,7 +57,7 @@ class Questions:
         )
         reply: asyncio.Future[PermissionReply] = asyncio.get_running_loop().create_future()
         since = time.monotonic()
-        self._waiting[request_id] = _Waiting(event, reply, since)
+        waiting = self._waiting[request_id] = _Waiting(event, reply, since)
         by = "user"
         answer = PermissionReply(False, reason="the run stopped before an answer")
         try:
@@ -66,7 +68,9 @@ class Questions:
             raise
         finally:
             self._waiting.pop(request_id, None)
-            waited = (time.monotonic() - since) * 1000
+            waited = waiting.waited_ms
+            if waited is None:
+                waited = (time.monotonic() - since) * 1000
             self.waited_ms[request.call.id] = waited
             self.emit(
                 PermissionAnswered(
@@ -95,7 +99,13 @@ class Questions:
     def done(self, request_id: str) -> None:
         self._waiting.pop(request_id, None)
 
-    def answer(self, request_id: str, reply: PermissionReply | QuestionReply) -> bool:
+    def answer(
+        self,
+        request_id: str,
+        reply: PermissionReply | QuestionReply,
+        *,
+        waited_ms: float | None = None,
+    ) -> bool:
         """Answer a waiting question. False: no such question waits (answered already, or the
         id is unknown); a reply of the wrong kind raises `TypeError`."""
         waiting = self._waiting.get(request_id)
@@ -104,6 +114,7 @@ class Questions:
         if isinstance(waiting.event, PermissionAsked) != isinstance(reply, PermissionReply):
             kind = "a PermissionReply" if isinstance(waiting.event, PermissionAsked) else "values"
             raise TypeError(f"{request_id} is answered with {kind}")
+        waiting.waited_ms = waited_ms
         waiting.reply.set_result(reply)
         return True
 

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,22 @@ from keel.fleet.connect import is_loopback, resolve_url
 
 if TYPE_CHECKING:
     from keel.fleet.workspace import WorkspaceSpec
+
+
+#: Runs `keel runs list` shows a page (`--limit`, `--all`).
+LIST_LIMIT = 50
+
+
+def _seconds(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
 
 
 def _money(text: str) -> float:
@@ -76,17 +93,9 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
     p.add_argument("--max-budget-usd", type=_money)
     p.add_argument(
-        "--priority",
-        choices=["high", "normal", "low"],
-        default="normal",
-        help="workers take higher priorities first (default: normal)",
-    )
-    p.add_argument(
-        "--needs",
-        metavar="LABELS",
-        default="",
-        help="worker labels the run needs, comma-separated (gpu,python): only a worker started "
-        "with all of them (keel worker --labels) takes it",
+        "--notify",
+        metavar="URL",
+        help="POST the run's events (it parked, it ended) as JSON to this http(s) URL",
     )
     p.add_argument("--wait", action="store_true", help="wait for the run to end; print its answer")
     p.add_argument(
@@ -102,7 +111,6 @@ def submit_parser() -> argparse.ArgumentParser:
 
 
 def submit(argv: list[str]) -> int:
-    from keel.fleet.queues import parse_labels
     from keel.fleet.runs import RunRequest
     from keel.fleet.workspace import parse_workspace
     from keel.permissions.gate import parse_mode
@@ -111,6 +119,10 @@ def submit(argv: list[str]) -> int:
     args = submit_parser().parse_args(argv)
     if args.mode:
         parse_mode(args.mode)  # refused here, not on a worker later
+    if args.notify:
+        from keel.fleet.view import check_notify_url
+
+        check_notify_url(args.notify)
     if args.model:
         from keel.llm.catalog import parse_model
 
@@ -122,7 +134,6 @@ def submit(argv: list[str]) -> int:
             "(a directory every worker mounts), or none (an empty scratch directory)",
         )
     spec = parse_workspace(args.workspace)
-    needs = parse_labels(args.needs, what="need")
     url = resolve_url(given=args.nats or "")
     if is_loopback(url):  # the workers run on this machine: check what they will
         for warning in _check_here(spec, args.model):
@@ -136,8 +147,7 @@ def submit(argv: list[str]) -> int:
         max_turns=args.max_turns,
         max_tokens_budget=args.max_tokens_budget,
         max_budget_usd=args.max_budget_usd,
-        priority=args.priority,
-        needs=needs,
+        notify=args.notify or None,
     )
 
     async def go(fleet: Any, args: argparse.Namespace) -> int:
@@ -211,24 +221,15 @@ def worker_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_whole(1, 256, ""), default=1, help="runs at once")
     p.add_argument("--scratch", help="where workspaces live (default: KEEL_HOME/fleet/work)")
     p.add_argument("--name", help="this worker's name in claims and summaries")
-    p.add_argument(
-        "--labels",
-        metavar="LABELS",
-        default="",
-        help="what this worker offers, comma-separated (python,gpu): it takes a run only when "
-        "it has every label the run needs (keel submit --needs)",
-    )
     p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
     p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     return p
 
 
 def worker(argv: list[str]) -> int:
-    from keel.fleet.queues import parse_labels
     from keel.fleet.worker import run_worker
 
     args = worker_parser().parse_args(argv)
-    labels = parse_labels(args.labels)
 
     def say(line: str) -> None:
         print(f"keel worker: {line}", file=sys.stderr, flush=True)
@@ -239,7 +240,6 @@ def worker(argv: list[str]) -> int:
         scratch=Path(args.scratch).expanduser().resolve() if args.scratch else None,
         name=args.name or "",
         say=say,
-        labels=labels,
     )
 
 
@@ -251,8 +251,35 @@ def runs_parser() -> argparse.ArgumentParser:
     p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
     p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    ls = sub.add_parser("list", help="every run: status, what it waits on, turns, cost")
-    ls.add_argument("--json", action="store_true")
+    ls = sub.add_parser(
+        "list",
+        help="the runs, newest first: status, what it waits on, turns, cost, why",
+        description="The runs, newest first, a page at a time (the footer says how many more). "
+        "--watch then prints one line per status change as it happens, until Ctrl-C.",
+    )
+    ls.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        metavar="S",
+        help="only runs with this status (repeat it, or a comma list); active = queued, "
+        "running, parked",
+    )
+    ls.add_argument("--limit", type=_whole(1, 1_000_000, " runs"), default=LIST_LIMIT, metavar="N")
+    ls.add_argument("--all", action="store_true", help="every matching run (no paging)")
+    ls.add_argument("--page", type=_whole(1, 10**9, ""), default=1, metavar="K")
+    ls.add_argument("--after", metavar="RUN", help="the page after this run (older runs)")
+    ls.add_argument(
+        "--watch", action="store_true", help="then print each status change as it happens"
+    )
+    ls.add_argument(
+        "--timeout", type=_seconds, metavar="S", help="with --watch: stop after S seconds"
+    )
+    ls.add_argument(
+        "--json",
+        action="store_true",
+        help="the page as a JSON array; with --watch, one JSON object per change instead",
+    )
     show = sub.add_parser("show", help="one run's summary")
     show.add_argument("run", help="a run id or a unique prefix (as for every RUN here)")
     show.add_argument("--json", action="store_true")
@@ -284,25 +311,55 @@ def _status(s: dict[str, Any]) -> str:
 
 
 def _table(summaries: list[dict[str, Any]]) -> str:
-    if not summaries:
-        return "no runs"
-    rows = []
-    for s in summaries:
-        cost = s.get("cost")
-        rows.append(
-            (
-                str(s.get("id", "")),
-                _status(s),
-                str(s.get("turns", "") or ""),
-                "" if cost is None else f"${cost:.4f}",
-                str(s.get("last_prompt", ""))[:50],
-            )
+    import shutil
+
+    from keel.fleet.view import table
+
+    width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
+    return table(summaries, width)
+
+
+async def _list(fleet: Any, args: argparse.Namespace) -> int:
+    """`keel runs list`: one page of the runs; with --watch, then each change as it happens."""
+    from keel.fleet.view import SummaryWatch, change, change_line, footer, parse_statuses, select
+
+    if args.timeout is not None and not args.watch:
+        raise UserError("--timeout goes with --watch", hint="keel runs list --watch --timeout S")
+    statuses = parse_statuses(args.status)
+    watch = SummaryWatch(await fleet.kv())
+    try:
+        page = select(
+            await watch.start(),
+            statuses=statuses,
+            limit=None if args.all else args.limit,
+            page=args.page,
+            after=args.after,
         )
-    width = max(len("STATUS"), *(len(r[1]) for r in rows))
-    head = ("RUN", "STATUS", "TURNS", "COST", "PROMPT")
-    return "\n".join(
-        f"{r[0]:<24} {r[1]:<{width}} {r[2]:>5} {r[3]:>9}  {r[4]}".rstrip() for r in (head, *rows)
-    )
+        if args.json and not args.watch:
+            print(json.dumps(page.runs))
+        elif not args.json:
+            print(_table(page.runs))
+            if page.total and (page.more or page.skipped):
+                print(footer(page))
+        if not args.watch:
+            return 0
+        deadline = None if args.timeout is None else time.monotonic() + args.timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return 0
+            try:
+                async with asyncio.timeout(left):
+                    before, after = await watch.next()
+            except TimeoutError:
+                return 0
+            item = change(before, after)
+            if item is None or (statuses is not None and item["status"] not in statuses):
+                continue
+            print(json.dumps({**item, "summary": after}) if args.json else change_line(item))
+            sys.stdout.flush()
+    finally:
+        await watch.stop()
 
 
 def runs(argv: list[str]) -> int:
@@ -310,9 +367,7 @@ def runs(argv: list[str]) -> int:
 
     async def go(fleet: Any, args: argparse.Namespace) -> int:
         if args.command == "list":
-            summaries = await fleet.runs()
-            print(json.dumps(summaries) if args.json else _table(summaries))
-            return 0
+            return await _list(fleet, args)
         if args.command in ("show", "cancel", "answer"):
             args.run = await fleet.resolve(args.run)
         if args.command == "show":
@@ -351,4 +406,9 @@ def runs(argv: list[str]) -> int:
         print(f"run {args.run}: answered {args.request} ({what}); queued to go on")
         return 0
 
-    return _with(go, args)
+    try:
+        return _with(go, args)
+    except KeyboardInterrupt:
+        if args.command == "list" and args.watch:
+            return 0  # Ctrl-C is how a watch ends
+        raise

@@ -11,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from keel.errors import UserError
 from keel.fleet import streams
 from keel.fleet.connect import FleetError
+from keel.fleet.view import STATUSES
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.kv import KeyValue
 
-#: Statuses of a run that is not over.
-ACTIVE = ("queued", "running", "parked")
+#: Statuses of a run that is not over (the first of every status a summary can hold).
+ACTIVE = STATUSES[:3]
 #: Terminal reasons that mean the run did its job.
 DONE = ("completed",)
 #: Bytes kept free beside a run request in one message: its summary carries the request with
@@ -52,11 +53,8 @@ class RunRequest:
     submitted: str = ""
     #: Why this message was queued: "start", "answer" (a parked run was answered), "cancel".
     why: str = "start"
-    #: "high", "normal" or "low": a worker takes higher priorities first (keel/fleet/queues.py).
-    priority: str = "normal"
-    #: Worker labels the run needs (`keel worker --labels`): only a worker with all of them
-    #: takes it.
-    needs: list[str] = field(default_factory=list)
+    #: A URL the run's events (parked, over) are POSTed to as JSON (`keel submit --notify`).
+    notify: str | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -82,6 +80,9 @@ class Fleet:
         self.nc = nc
         self.js = nc.jetstream()
         self._kv: KeyValue | None = None
+        #: Where a failed event or webhook is said (a worker's log); never raised.
+        self.say: Callable[[str], None] = lambda _line: None
+        self._notifying: set[asyncio.Task[bool]] = set()
 
     @classmethod
     async def open(
@@ -93,6 +94,8 @@ class Fleet:
         return cls(await connect(url, name="keel fleet client", env=env, reconnect=reconnect))
 
     async def close(self) -> None:
+        if self._notifying:  # webhooks in flight: each bounded by its own timeouts
+            await asyncio.wait(set(self._notifying))
         await self.nc.drain()
 
     async def kv(self) -> KeyValue:
@@ -160,8 +163,11 @@ class Fleet:
                 entry = None
             current = json.loads(entry.value) if entry is not None and entry.value else {}
             current = current if isinstance(current, dict) else {}
+            before = dict(current) if entry is not None else None
             current.setdefault("id", run)
             current.update(changes)
+            if current.get("status") != "parked":
+                current.pop("waits_on", None)  # what it waited on is answered, or moot
             current["updated"] = stamp()
             value = json.dumps(current, separators=(",", ":")).encode()
             try:
@@ -169,6 +175,7 @@ class Fleet:
                     await kv.create(run, value)
                 else:
                     await kv.update(run, value, last=entry.revision)
+                await self._announce(before, current)
                 return current
             except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError):
                 continue  # changed in between: merge again
@@ -178,32 +185,41 @@ class Fleet:
         )
 
     async def runs(self) -> list[dict[str, Any]]:
-        """Every run's summary, newest first."""
-        import nats.js.errors
+        """Every run's summary, newest first, in one pass over the bucket (a KV watch)."""
+        from keel.fleet.view import read_summaries
 
-        kv = await self.kv()
+        return await read_summaries(await self.kv())
+
+    async def _announce(self, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+        """A run parked or ended: its event on `keel.events.<run>`, and a POST to its webhook
+        (`keel submit --notify`) in the background. Best effort: a failure is said, never
+        raised (the summary is what counts)."""
+        from keel.fleet.view import event, post_webhook
+
+        body = event(before, after)
+        if body is None:
+            return
+        run = str(after.get("id", ""))
         try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        out = []
-        for key in keys:
-            if "." in key:  # answers and cancel flags
-                continue
-            value = await self._get(key)
-            if value is not None:
-                out.append(value)
-        return sorted(out, key=lambda s: (s.get("submitted", ""), s.get("id", "")), reverse=True)
+            await self.nc.publish(
+                f"{streams.EVENTS_PREFIX}.{run}", json.dumps(body, separators=(",", ":")).encode()
+            )
+        except Exception as exc:  # nats-py: the connection is closing or reconnecting
+            self.say(f"run {run}: its {body['status']} event was not published ({exc!r})")
+        request = after.get("request")
+        url = request.get("notify") if isinstance(request, dict) else None
+        if isinstance(url, str) and url:
+            task = asyncio.create_task(post_webhook(url, body, self.say))
+            self._notifying.add(task)
+            task.add_done_callback(self._notifying.discard)
 
     # -- the queue ----------------------------------------------------------------------------
 
     async def enqueue(self, req: RunRequest, msg_id: str) -> None:
-        """Queue `req` on its route (its priority and needs: keel/fleet/queues.py)."""
-        from keel.fleet.queues import Route
-
-        route = Route.of(req.priority, req.needs)
         try:
-            await self.js.publish(route.subject, req.to_bytes(), headers={"Nats-Msg-Id": msg_id})
+            await self.js.publish(
+                streams.QUEUE_SUBJECT, req.to_bytes(), headers={"Nats-Msg-Id": msg_id}
+            )
         except Exception as exc:  # no stream: the fleet was never set up on this server
             raise FleetError(
                 f"cannot queue run {req.run}: {type(exc).__name__}: {exc}",
@@ -213,10 +229,6 @@ class Fleet:
     async def submit(self, req: RunRequest) -> dict[str, Any]:
         """Queue `req`; its summary first. A request too big for one message of this server is
         refused before anything is written."""
-        from keel.fleet.queues import Route
-
-        route = Route.of(req.priority, req.needs)
-        req.priority, req.needs = route.priority, list(route.needs)
         self.check_fits(req)
         req.submitted = req.submitted or stamp()
         summary = await self.put_summary(
@@ -247,11 +259,14 @@ class Fleet:
 
     async def queue_depth(self) -> tuple[int, int]:
         """(messages waiting or in flight on the queue, of which delivered and not acked)."""
-        from keel.fleet.queues import in_flight
-
         info = await self.js.stream_info(streams.QUEUE_STREAM)
-        # Every route's consumer (none before a worker started).
-        return int(info.state.messages), await in_flight(self.js)
+        in_flight = 0
+        try:
+            consumer = await self.js.consumer_info(streams.QUEUE_STREAM, streams.CONSUMER)
+            in_flight = int(consumer.num_ack_pending or 0)
+        except Exception:  # no worker ever started: no consumer yet
+            in_flight = 0
+        return int(info.state.messages), in_flight
 
     # -- answers and cancels --------------------------------------------------------------------
 
@@ -300,10 +315,13 @@ class Fleet:
                 hint=f"keel runs answer {run} {request} allow|deny [--reason TEXT]",
             )
         kv = await self.kv()
+        from keel.session.records import now
+
+        at = now()  # to the millisecond: the journal says how long the run waited
         answer = (
-            {"result": result, "is_error": is_error, "at": stamp()}
+            {"result": result, "is_error": is_error, "at": at}
             if deferred
-            else {"allow": allow, "reason": reason, "at": stamp()}
+            else {"allow": allow, "reason": reason, "at": at}
         )
         import nats.js.errors
 
@@ -315,17 +333,8 @@ class Fleet:
                 hint="`keel runs show RUN` shows the run as it is now",
             ) from None
         await self.put_summary(run, status="queued")
-        req = self._follow_up(run, summary, "answer")
+        req = RunRequest(run, "", why="answer")
         await self.enqueue(req, f"{run}-answer-{request}")
-
-    @staticmethod
-    def _follow_up(run: str, summary: Mapping[str, Any], why: str) -> RunRequest:
-        """A message that only names the run (an answer, a cancel, a retry), on the run's own
-        route: only a worker that can serve the run takes it."""
-        from keel.fleet.queues import Route
-
-        route = Route.of_request(summary.get("request"))
-        return RunRequest(run, "", why=why, priority=route.priority, needs=list(route.needs))
 
     async def original(self, req: RunRequest) -> RunRequest:
         """The run's request as submitted, for a message that only names the run (an answer,
@@ -352,7 +361,7 @@ class Fleet:
         await kv.put(f"{run}.cancel", b"1")
         await self.nc.publish(f"{streams.CONTROL_PREFIX}.{run}", b"cancel")
         if summary.get("status") == "parked":  # nobody runs it: a worker closes it
-            await self.enqueue(self._follow_up(run, summary, "cancel"), f"{run}-cancel")
+            await self.enqueue(RunRequest(run, "", why="cancel"), f"{run}-cancel")
         return await self.put_summary(run, cancel_requested=True)
 
     async def cancelled(self, run: str) -> bool:

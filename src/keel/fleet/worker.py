@@ -80,6 +80,8 @@ class _Active:
     retry: bool = False
     dirty: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: When the journal's park records were written, by tool-use id (how long an answer took).
+    parked_at: dict[str, str] = field(default_factory=dict)
 
 
 class Worker:
@@ -94,7 +96,6 @@ class Worker:
         provider_for: Any = None,
         say: Any = None,
         tools: Sequence[Tool] = (),
-        labels: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise UserError("--concurrency must be 1 or more")
@@ -111,8 +112,6 @@ class Worker:
         self.active: dict[str, _Active] = {}
         self.stopping = asyncio.Event()
         self.ack_wait = streams.ack_wait(self.env)
-        #: What this worker offers (`keel worker --labels`).
-        self.labels = tuple(labels)
         self.done_runs = 0
         self._fleet: Fleet | None = None
         self._store: JetStreamStore | None = None
@@ -130,11 +129,15 @@ class Worker:
                 active.agent.request_suspend()
 
     async def run(self) -> int:
+        import nats.errors
+        import nats.js.errors
+        from nats.js.api import AckPolicy, ConsumerConfig
+
         from keel.fleet.connect import Bridge
         from keel.fleet.journal import JetStreamStore
-        from keel.fleet.queues import QueueReader
 
         fleet = self._fleet = await Fleet.open(self.url, self.env, reconnect=True)
+        fleet.say = self.say  # a webhook or event that failed is said in the worker's log
         await fleet.kv()  # the fleet exists here (a clear error if not)
         bridge = await asyncio.to_thread(Bridge, self.url, name=f"keel worker {self.name}")
         # The worker writes the summaries itself (one writer: the store's own would race it).
@@ -147,19 +150,21 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         control = await fleet.nc.subscribe(f"{streams.CONTROL_PREFIX}.*", cb=self._control)
         try:
-            reader = QueueReader(
-                fleet.js,
-                labels=self.labels,
-                ack_wait=self.ack_wait,
-                say=self.say,
-                is_closed=lambda: fleet.nc.is_closed,
+            sub = await fleet.js.pull_subscribe(
+                streams.QUEUE_SUBJECT,
+                durable=streams.CONSUMER,
+                stream=streams.QUEUE_STREAM,
+                config=ConsumerConfig(
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=self.ack_wait,
+                    max_deliver=-1,
+                    max_ack_pending=-1,
+                ),
             )
-            # The consumer's own wait rules the heartbeats.
-            self.ack_wait = await reader.start()
-            labels = f", labels {','.join(self.labels)}" if self.labels else ""
-            self.say(
-                f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once{labels})"
-            )
+            with contextlib.suppress(Exception):  # the consumer's own wait rules the heartbeats
+                info = await sub.consumer_info()
+                self.ack_wait = float(info.config.ack_wait or self.ack_wait)
+            self.say(f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once)")
             slots = asyncio.Semaphore(self.concurrency)
             running: set[asyncio.Task[None]] = set()
             while not self.stopping.is_set():
@@ -167,18 +172,31 @@ class Worker:
                 if self.stopping.is_set():
                     slots.release()
                     break
-                msg = await reader.next()
-                if msg is None:
+                try:
+                    msgs = await sub.fetch(1, timeout=1.0)
+                except (nats.errors.TimeoutError, TimeoutError):
                     slots.release()
                     continue
-                task = asyncio.create_task(self._take(msg))
-                running.add(task)
-                task.add_done_callback(running.discard)
-                task.add_done_callback(lambda _t: slots.release())
+                except (nats.js.errors.ServiceUnavailableError, nats.errors.Error):
+                    # No consumer leader for a moment (an election, a node lost), or the
+                    # connection reconnecting: the queue is still there; ask again.
+                    slots.release()
+                    if fleet.nc.is_closed:
+                        raise FleetError(
+                            f"the connection to {self.url} closed",
+                            hint="start the worker again once the server answers",
+                        ) from None
+                    await asyncio.sleep(1.0)
+                    continue
+                for msg in msgs:
+                    task = asyncio.create_task(self._take(msg))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    task.add_done_callback(lambda _t: slots.release())
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
             with contextlib.suppress(Exception):
-                await reader.close()
+                await sub.unsubscribe()
         finally:
             with contextlib.suppress(Exception):
                 await control.unsubscribe()
@@ -404,6 +422,7 @@ class Worker:
         from keel.session.resume import left_running, reap
 
         req = active.req
+        active.parked_at = _park_times(loaded.records)
         try:
             # What an earlier attempt on this machine left running goes first: it must not
             # write into the workspace this attempt is about to prepare.
@@ -550,6 +569,8 @@ class Worker:
             agent.answer(
                 event.request_id,
                 PermissionReply(bool(answer.get("allow")), reason=str(answer.get("reason", ""))),
+                # The question waited from the park to the answer, not the moment it took here.
+                waited_ms=_waited_ms(active.parked_at.get(request), answer.get("at")),
             )
             return
         await self._park(
@@ -673,6 +694,26 @@ def _last_saved(records: list[Any]) -> tuple[str | None, int]:
         elif isinstance(p, AssistantRecord) and p.message.tool_uses:
             rounds += 1
     return last, rounds
+
+
+def _park_times(records: list[Any]) -> dict[str, str]:
+    from keel.session.records import ParkRecord
+
+    return {r.payload.tool_use_id: r.ts for r in records if isinstance(r.payload, ParkRecord)}
+
+
+def _waited_ms(parked: str | None, answered: Any) -> float | None:
+    """Milliseconds from a park record's time to its answer's `at` (None: either is unknown)."""
+    from datetime import datetime
+
+    if not parked or not isinstance(answered, str):
+        return None
+    try:
+        start = datetime.fromisoformat(parked.replace("Z", "+00:00"))
+        end = datetime.fromisoformat(answered.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max((end - start).total_seconds() * 1000, 0.0)
 
 
 def _final_text(state: SessionState) -> str:
