@@ -335,6 +335,40 @@ async def test_write_and_edit_refuse_a_file_over_the_limit_before_writing(tmp_pa
     assert (tmp_path / "large.txt").stat().st_size == 2001
 
 
+# --- the agent's hook -----------------------------------------------------------------------
+
+
+async def test_a_note_queued_before_a_request_goes_with_that_request(project: Path) -> None:
+    from keel.agent.loop import Agent
+    from keel.permissions import AllowAll
+    from keel.tools.builtin import builtin_tools
+
+    first = reply("", ("read", {"path": "README.md"}))
+    (call_id,) = (call.id for call in first.message.tool_uses)
+    provider = ScriptedProvider([first, reply("Done.")])
+    agent = Agent(
+        provider=provider, model="scripted", cwd=project, system="s", tools=builtin_tools(),
+        gate=AllowAll(),
+    )  # fmt: skip
+    hooked: list[int] = []
+
+    def before() -> None:
+        hooked.append(len(provider.requests))
+        if len(provider.requests) == 1:  # the tool round is over, the second request is next
+            agent.add_request_note("big.bin was not saved")
+
+    agent.before_request.append(before)
+    result = await agent.run("look")
+    assert result.text == "Done."
+    assert hooked == [0, 1]
+    assert [m.role for m in provider.requests[0].messages] == ["user"]
+    last = provider.requests[1].messages[-1]
+    assert last.role == "user"
+    assert isinstance(last.blocks[0], ToolResult)
+    assert last.blocks[0].tool_use_id == call_id
+    assert last.blocks[1:] == (Text("big.bin was not saved"),)
+
+
 # --- a real worker ------------------------------------------------------------------------
 
 

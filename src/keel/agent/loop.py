@@ -320,6 +320,10 @@ class Agent:
         self._offered: tuple[tuple[ToolSpec, ...], WebSearchOptions | None] | None = None
         self._notes: list[str] = []
         self._resume_notes: list[str] = []
+        #: Called before each model request of a turn is built, after the tool round before it
+        #: (a fleet worker saves the round's files here); what they queue with
+        #: `add_request_note` goes with that very request.
+        self.before_request: list[Callable[[], None]] = []
         #: The permission mode the model last heard of, and whether the user changed it since.
         self._mode_heard: Mode | None = None
         self._mode_changed = False
@@ -620,6 +624,12 @@ class Agent:
         files lost the last round's edits). Journaled as a `note` user message."""
         self._resume_notes.append(text)
 
+    def add_request_note(self, text: str) -> None:
+        """Queue a note for the model that goes with the next model request of the running turn,
+        after the tool results of the round before it (a fleet run's files its save left out).
+        Journaled as a `note` user message, as resume notes are."""
+        self._resume_notes.append(text)
+
     def _deliver_resume_notes(self) -> None:
         if not self._resume_notes:
             return
@@ -784,6 +794,9 @@ class Agent:
             if (stop := self._check_limits(emit)) is not None:
                 return stop
             self._deliver_notifications()
+            for hook in self.before_request:
+                hook()
+            self._deliver_resume_notes()
             step = self._next_step(await self._ask_model(emit))
             match step:
                 case Finish(reason, unanswered, why):
