@@ -270,7 +270,7 @@ def test_up_status_down_up_again_purge(fleet_home: Path) -> None:
     assert up2.returncode == 0, up2.stderr
     assert up2.stderr == ""
     url2 = up2.stdout.splitlines()[-1]
-    assert URL_LINE.match(url2)
+    assert url2 == url  # the port it had: clients that kept the URL find it again
     report2 = json.loads(keel("fleet", "status", "--json").stdout)
     assert report2["queue"] == {"pending": 1, "in_flight": 0, "consumer": None}
     pid2 = report2["local"]["pid"]
@@ -715,3 +715,114 @@ def test_up_warns_when_keel_nats_url_names_another_server(fleet_home: Path) -> N
         "server, not this local fleet (unset it to use this one)"
     )
     assert URL_LINE.match(up.stdout.splitlines()[-1])
+
+
+def test_a_crashed_local_fleet_comes_back_on_its_port_and_its_worker_goes_on(
+    fleet_home: Path, tmp_path: Path
+) -> None:
+    from tests.fleet_helpers import WorkerProc, script, wait_for
+
+    up = keel("fleet", "up")
+    assert up.returncode == 0, up.stderr
+    url = up.stdout.splitlines()[-1]
+    pid = int((fleet_home / "fleet" / "pid").read_text(encoding="utf-8"))
+    side = tmp_path / "ws" / "side.txt"
+    side.parent.mkdir()
+    slow = script(
+        tmp_path / "slow.json",
+        [
+            {
+                "tool_calls": [
+                    {
+                        "id": f"toolu_slow_{i}",
+                        "name": "bash",
+                        "input": {"command": f"echo {i} >> {side} && sleep 1", "description": "s"},
+                    }
+                ]
+            }
+            for i in range(1, 4)
+        ]
+        + [{"text": "slow done"}],
+    )
+    quick = script(tmp_path / "quick.json", [{"text": "quick done"}])
+
+    def submit(model: str) -> str:
+        out = keel(
+            "submit",
+            "--model",
+            model,
+            "--mode",
+            "bypass",
+            "--workspace",
+            f"path:{side.parent}",
+            "go",
+        )
+        assert out.returncode == 0, out
+        return out.stdout.strip()
+
+    def summary(run: str) -> dict[str, Any]:
+        out = keel("runs", "show", run, "--json")
+        assert out.returncode == 0, out
+        shown: dict[str, Any] = json.loads(out.stdout)
+        return shown
+
+    worker = WorkerProc(
+        url, tmp_path / "scratch", "w1", env={**os.environ, "KEEL_FLEET_ACK_WAIT": "2"}
+    )
+    try:
+        running = submit(slow)
+        queued = submit(quick)  # waits behind the slow run (one at a time)
+        wait_for(lambda: summary(running)["status"] == "running", 30, "the slow run to start")
+        os.kill(pid, signal.SIGKILL)  # the server crashes; its data directory stays
+        wait_for(lambda: not alive(pid), 10, "the server to die")
+        again = keel("fleet", "up")
+        assert again.returncode == 0, again.stderr
+        assert "warning" not in again.stderr, again.stderr
+        assert again.stdout.splitlines()[-1] == url  # the same port: the worker finds it
+        after = submit(quick)
+        out = keel("runs", "wait", running, queued, after, "--timeout", "60", "--json")
+        assert out.returncode == 0, (out, worker.log())
+        done = {s["id"]: s for s in json.loads(out.stdout)}
+        assert worker.proc.poll() is None, worker.log()  # it reconnected on its own
+    finally:
+        worker.terminate()
+        worker.close()
+    assert {r: (done[r]["status"], done[r]["text"]) for r in (running, queued, after)} == {
+        running: ("completed", "slow done"),
+        queued: ("completed", "quick done"),
+        after: ("completed", "quick done"),
+    }, worker.log()
+    # At most the call in flight at the crash ran twice.
+    steps = side.read_text(encoding="utf-8").split()
+    assert sorted(set(steps)) == ["1", "2", "3"], steps
+    assert len(steps) <= 4, steps
+
+
+def test_a_taken_port_moves_the_local_fleet_with_a_warning(fleet_home: Path) -> None:
+    import socket
+
+    up = keel("fleet", "up")
+    assert up.returncode == 0, up.stderr
+    url = up.stdout.splitlines()[-1]
+    port = int(url.rsplit(":", 1)[1])
+    assert keel("fleet", "down").returncode == 0
+    # Another program listens there now.
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen()
+    try:
+        moved = keel("fleet", "up")
+    finally:
+        squatter.close()
+    assert moved.returncode == 0, moved.stderr
+    new = moved.stdout.splitlines()[-1]
+    assert URL_LINE.match(new)
+    assert new != url
+    assert moved.stderr.splitlines()[-1] == (
+        f"keel: warning: the local fleet's port {port} is taken by another program: it moved "
+        f"from {url} to {new}; workers started with the old URL must be started again "
+        "(`keel fleet up --port N` fixes the port)"
+    )
+    assert (fleet_home / "fleet" / "port").read_text(
+        encoding="utf-8"
+    ) == f"{new.rsplit(':', 1)[1]}\n"

@@ -23,7 +23,12 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="keel fleet", description="The fleet's NATS server (docs/fleet.md).")
     sub = p.add_subparsers(dest="action", required=True)
     s = sub.add_parser("up", help="start a local nats-server with JetStream in the background")
-    s.add_argument("--port", type=int, default=0, help="client port (default: a free one)")
+    s.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="client port (default: the one it had last, else a free one)",
+    )
     s.add_argument(
         "--data",
         type=Path,
@@ -64,6 +69,8 @@ def _up(args: argparse.Namespace) -> int:
     result = local.up(args.port, args.data)
     for note in result.notes:
         print(f"keel: note: {note}", file=sys.stderr)
+    for warning in result.warnings:
+        print(f"keel: warning: {warning}", file=sys.stderr)
     named = os.environ.get("KEEL_NATS_URL", "")
     if named and named != result.url:
         print(

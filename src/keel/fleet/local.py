@@ -3,7 +3,10 @@
 Owns the files under `<keel home>/fleet/`: `pid` (the server's process id), `url` (what
 `connect.resolve_url` reads), `datadir` (where its JetStream store is, for `--purge`),
 `nats.log` (its stdout and stderr), `run/` (the ports file nats-server writes, so a random
-port is learned without a race) and `lock` (one `up` or `down` at a time). It finds the
+port is learned without a race), `port` (the port it last listened on: a restart, after a crash
+or a `down`, takes it again so running workers find the server where they left it; only a port
+another program holds makes it take a new one, with a warning) and `lock` (one `up` or `down`
+at a time). It finds the
 binary, starts the server detached (its own session: it outlives the command), waits until it
 answers, creates the streams and says where it is. `down` stops only a process that is still the nats-server it started (a pid file can
 outlive its process and the pid be reused), and `--purge` removes only what nats-server made
@@ -69,6 +72,10 @@ class Paths:
     def default_data(self) -> Path:
         return self.root / "data"
 
+    @property
+    def port_file(self) -> Path:
+        return self.root / "port"
+
 
 def paths(env: Mapping[str, str] | None = None) -> Paths:
     return Paths(url_file(env).parent.absolute())
@@ -81,6 +88,8 @@ class UpResult:
     started: bool  # False: it was already up
     data_dir: Path
     notes: list[str] = field(default_factory=list)
+    #: What a user must act on (the fleet's port changed: workers on the old URL must restart).
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -244,6 +253,14 @@ def _recorded_url(env: Mapping[str, str] | None) -> str:
         return ""
 
 
+def _recorded_port(p: Paths) -> int:
+    try:
+        text = p.port_file.read_text(encoding="utf-8").strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() and 0 < int(text) <= 65535 else 0
+
+
 def _recorded_data(p: Paths) -> Path:
     try:
         text = p.datadir_file.read_text(encoding="utf-8").strip()
@@ -321,6 +338,12 @@ def _up(
             f"port {port} on 127.0.0.1 is already in use by another program",
             hint="choose another with --port, or leave it out to take a free one",
         )
+    # Without --port, the port it had: workers still running reconnect to it on their own.
+    last = 0 if port else _recorded_port(p)
+    why_moved = ""
+    if last and _answers(f"nats://127.0.0.1:{last}"):
+        why_moved = "is taken by another program"
+    kept = 0 if why_moved else last
     data = (data_dir or p.default_data).expanduser().absolute()
     make_dirs(p.root)
     make_dirs(p.ports_dir)
@@ -330,6 +353,33 @@ def _up(
     conf = p.root / "nats.conf"
     conf.write_text("jetstream {\n  sync_interval: always\n}\n", encoding="utf-8")
     conf.chmod(0o600)
+    try:
+        proc, url = _spawn(p, binary, conf, port or kept, data)
+    except FleetError:
+        if not kept:
+            raise
+        # Taken between the check and the start: a new port, as for one taken before.
+        why_moved = "could not be listened on"
+        proc, url = _spawn(p, binary, conf, 0, data)
+    _write_private(p.pid, f"{proc.pid}\n")
+    _write_private(p.datadir_file, f"{data}\n")
+    _write_private(url_file(env), f"{url}\n")
+    _write_private(p.port_file, f"{_host_port(url)[1]}\n")
+    warnings = []
+    if why_moved:
+        warnings.append(
+            f"the local fleet's port {last} {why_moved}: it moved from nats://127.0.0.1:{last} "
+            f"to {url}; workers started with the old URL must be started again "
+            "(`keel fleet up --port N` fixes the port)"
+        )
+    notes = _ensure_streams(url, env)
+    return UpResult(url, proc.pid, started=True, data_dir=data, notes=notes, warnings=warnings)
+
+
+def _spawn(
+    p: Paths, binary: Path, conf: Path, port: int, data: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start nats-server on `port` (0: a free one); the process and its URL once it answers."""
     args = [
         str(binary),
         "-c",
@@ -365,11 +415,7 @@ def _up(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(1)
         raise
-    _write_private(p.pid, f"{proc.pid}\n")
-    _write_private(p.datadir_file, f"{data}\n")
-    _write_private(url_file(env), f"{url}\n")
-    notes = _ensure_streams(url, env)
-    return UpResult(url, proc.pid, started=True, data_dir=data, notes=notes)
+    return proc, url
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], p: Paths) -> str:
@@ -592,15 +638,14 @@ async def server_status(nc: Any) -> dict[str, Any]:
                     "waiting": c.num_waiting,
                 }
             )
-        workers = next((c for c in consumers if c["name"] == CONSUMER), None)
-        if workers is not None:
-            queue = {
-                "pending": workers["pending"],
-                "in_flight": workers["in_flight"],
-                "consumer": CONSUMER,
-            }
-        else:  # no worker has bound yet: everything queued is pending
-            queue = {"pending": queue_info["messages"], "in_flight": 0, "consumer": None}
+        # Every route's consumer (keel/fleet/queues.py); none before a worker bound: then
+        # everything queued is pending.
+        in_flight = sum(int(c["in_flight"] or 0) for c in consumers)
+        queue = {
+            "pending": max(0, int(queue_info["messages"]) - in_flight),
+            "in_flight": in_flight,
+            "consumer": CONSUMER if any(c["name"] == CONSUMER for c in consumers) else None,
+        }
     return {"server": server, "streams": streams, "consumers": consumers, "queue": queue}
 
 
