@@ -14,7 +14,9 @@ the start for every later worker (a `ref` that moves on does not change a starte
 commits whatever the round changed (one `git status` when nothing did) and pushes it to the run
 branch with a lease on the commit this workspace last pushed, so a worker that lost the run
 cannot overwrite the branch of the one that took it over (`WorkspaceConflict`). What a crash
-can lose is in `LOSS`. A path workspace, and a git remote on the worker's own filesystem, must
+can lose is in `LOSS`. A save keeps to `WorkspaceLimits` (the worker's `KEEL_FLEET_MAX_FILE`,
+`KEEL_FLEET_MAX_ROUND`, `KEEL_FLEET_MAX_RUN`): what is over them is left out of the commit, never
+pushed, and `take_notes` words it for the model. A path workspace, and a git remote on the worker's own filesystem, must
 lie under a directory the worker's operator shares with runs (`KEEL_WORKSPACE_ROOTS`): a run
 request does not get to point the agent, or git, at any directory of the worker.
 
@@ -62,8 +64,8 @@ LOSS: dict[Kind, str] = {
     "git": (
         "at most the file edits of the tool round in flight: each round's changes are committed "
         "and pushed to the run branch keel/run-<id> before the next model request, and a "
-        "resuming worker checks that branch out (files the repository ignores and nested "
-        "repositories are never saved)"
+        "resuming worker checks that branch out (files the repository ignores, nested "
+        "repositories and files over the workspace limits are never saved)"
     ),
     "path": (
         "nothing of the files, which stay on the shared filesystem; but a tool round in flight "
