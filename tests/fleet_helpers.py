@@ -56,6 +56,7 @@ class WorkerProc:
         *,
         concurrency: int = 1,
         env: dict[str, str] | None = None,
+        labels: str = "",
     ) -> None:
         self.name = name
         self.log_path = scratch.parent / f"{name}.log"
@@ -74,6 +75,7 @@ class WorkerProc:
                 name,
                 "--concurrency",
                 str(concurrency),
+                *(["--labels", labels] if labels else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._log,

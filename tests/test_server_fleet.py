@@ -212,6 +212,8 @@ def test_a_run_posted_over_http_completes_on_a_worker(
             "max_budget_usd": None,
             "submitted": queued["submitted"],
             "why": "start",
+            "priority": "normal",
+            "needs": [],
         }
         assert queued == {
             "id": run,
@@ -796,7 +798,18 @@ def test_openapi_lists_the_fleet_routes(served: Served) -> None:
     schema = submit["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["prompt", "workspace"]
     assert sorted(schema["properties"]) == sorted(
-        ["prompt", "model", "mode", "workspace", "max_turns", "max_tokens_budget", "max_budget_usd"]
+        [
+            "prompt",
+            "model",
+            "mode",
+            "workspace",
+            "max_turns",
+            "max_tokens_budget",
+            "max_budget_usd",
+            "no_check",
+            "priority",
+            "needs",
+        ]
     )
     assert set(submit["responses"]) == {"201", "400", "401", "403", "404", "503"}
     with served.client(None) as c:

@@ -93,6 +93,19 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
     p.add_argument("--max-budget-usd", type=_money)
     p.add_argument(
+        "--priority",
+        choices=["high", "normal", "low"],
+        default="normal",
+        help="workers take higher priorities first (default: normal)",
+    )
+    p.add_argument(
+        "--needs",
+        metavar="LABELS",
+        default="",
+        help="worker labels the run needs, comma-separated (gpu,python): only a worker started "
+        "with all of them (keel worker --labels) takes it",
+    )
+    p.add_argument(
         "--notify",
         metavar="URL",
         help="POST the run's events (it parked, it ended) as JSON to this http(s) URL",
@@ -111,6 +124,7 @@ def submit_parser() -> argparse.ArgumentParser:
 
 
 def submit(argv: list[str]) -> int:
+    from keel.fleet.queues import parse_labels
     from keel.fleet.runs import RunRequest
     from keel.fleet.workspace import parse_workspace
     from keel.permissions.gate import parse_mode
@@ -134,6 +148,7 @@ def submit(argv: list[str]) -> int:
             "(a directory every worker mounts), or none (an empty scratch directory)",
         )
     spec = parse_workspace(args.workspace)
+    needs = parse_labels(args.needs, what="need")
     url = resolve_url(given=args.nats or "")
     if is_loopback(url):  # the workers run on this machine: check what they will
         for warning in _check_here(spec, args.model):
@@ -148,6 +163,8 @@ def submit(argv: list[str]) -> int:
         max_tokens_budget=args.max_tokens_budget,
         max_budget_usd=args.max_budget_usd,
         notify=args.notify or None,
+        priority=args.priority,
+        needs=needs,
     )
 
     async def go(fleet: Any, args: argparse.Namespace) -> int:
@@ -221,15 +238,24 @@ def worker_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_whole(1, 256, ""), default=1, help="runs at once")
     p.add_argument("--scratch", help="where workspaces live (default: KEEL_HOME/fleet/work)")
     p.add_argument("--name", help="this worker's name in claims and summaries")
+    p.add_argument(
+        "--labels",
+        metavar="LABELS",
+        default="",
+        help="what this worker offers, comma-separated (python,gpu): it takes a run only when "
+        "it has every label the run needs (keel submit --needs)",
+    )
     p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
     p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     return p
 
 
 def worker(argv: list[str]) -> int:
+    from keel.fleet.queues import parse_labels
     from keel.fleet.worker import run_worker
 
     args = worker_parser().parse_args(argv)
+    labels = parse_labels(args.labels)
 
     def say(line: str) -> None:
         print(f"keel worker: {line}", file=sys.stderr, flush=True)
@@ -240,6 +266,7 @@ def worker(argv: list[str]) -> int:
         scratch=Path(args.scratch).expanduser().resolve() if args.scratch else None,
         name=args.name or "",
         say=say,
+        labels=labels,
     )
 
 

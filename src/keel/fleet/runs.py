@@ -55,6 +55,11 @@ class RunRequest:
     why: str = "start"
     #: A URL the run's events (parked, over) are POSTed to as JSON (`keel submit --notify`).
     notify: str | None = None
+    #: "high", "normal" or "low": a worker takes higher priorities first (keel/fleet/queues.py).
+    priority: str = "normal"
+    #: Worker labels the run needs (`keel worker --labels`): only a worker with all of them
+    #: takes it.
+    needs: list[str] = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -216,10 +221,12 @@ class Fleet:
     # -- the queue ----------------------------------------------------------------------------
 
     async def enqueue(self, req: RunRequest, msg_id: str) -> None:
+        """Queue `req` on its route (its priority and needs: keel/fleet/queues.py)."""
+        from keel.fleet.queues import Route
+
+        route = Route.of(req.priority, req.needs)
         try:
-            await self.js.publish(
-                streams.QUEUE_SUBJECT, req.to_bytes(), headers={"Nats-Msg-Id": msg_id}
-            )
+            await self.js.publish(route.subject, req.to_bytes(), headers={"Nats-Msg-Id": msg_id})
         except Exception as exc:  # no stream: the fleet was never set up on this server
             raise FleetError(
                 f"cannot queue run {req.run}: {type(exc).__name__}: {exc}",
@@ -229,6 +236,10 @@ class Fleet:
     async def submit(self, req: RunRequest) -> dict[str, Any]:
         """Queue `req`; its summary first. A request too big for one message of this server is
         refused before anything is written."""
+        from keel.fleet.queues import Route
+
+        route = Route.of(req.priority, req.needs)
+        req.priority, req.needs = route.priority, list(route.needs)
         self.check_fits(req)
         req.submitted = req.submitted or stamp()
         summary = await self.put_summary(
@@ -259,14 +270,11 @@ class Fleet:
 
     async def queue_depth(self) -> tuple[int, int]:
         """(messages waiting or in flight on the queue, of which delivered and not acked)."""
+        from keel.fleet.queues import in_flight
+
         info = await self.js.stream_info(streams.QUEUE_STREAM)
-        in_flight = 0
-        try:
-            consumer = await self.js.consumer_info(streams.QUEUE_STREAM, streams.CONSUMER)
-            in_flight = int(consumer.num_ack_pending or 0)
-        except Exception:  # no worker ever started: no consumer yet
-            in_flight = 0
-        return int(info.state.messages), in_flight
+        # Every route's consumer (none before a worker started).
+        return int(info.state.messages), await in_flight(self.js)
 
     # -- answers and cancels --------------------------------------------------------------------
 
@@ -333,8 +341,17 @@ class Fleet:
                 hint="`keel runs show RUN` shows the run as it is now",
             ) from None
         await self.put_summary(run, status="queued")
-        req = RunRequest(run, "", why="answer")
+        req = self._follow_up(run, summary, "answer")
         await self.enqueue(req, f"{run}-answer-{request}")
+
+    @staticmethod
+    def _follow_up(run: str, summary: Mapping[str, Any], why: str) -> RunRequest:
+        """A message that only names the run (an answer, a cancel, a retry), on the run's own
+        route: only a worker that can serve the run takes it."""
+        from keel.fleet.queues import Route
+
+        route = Route.of_request(summary.get("request"))
+        return RunRequest(run, "", why=why, priority=route.priority, needs=list(route.needs))
 
     async def original(self, req: RunRequest) -> RunRequest:
         """The run's request as submitted, for a message that only names the run (an answer,
@@ -361,7 +378,7 @@ class Fleet:
         await kv.put(f"{run}.cancel", b"1")
         await self.nc.publish(f"{streams.CONTROL_PREFIX}.{run}", b"cancel")
         if summary.get("status") == "parked":  # nobody runs it: a worker closes it
-            await self.enqueue(RunRequest(run, "", why="cancel"), f"{run}-cancel")
+            await self.enqueue(self._follow_up(run, summary, "cancel"), f"{run}-cancel")
         return await self.put_summary(run, cancel_requested=True)
 
     async def cancelled(self, run: str) -> bool:

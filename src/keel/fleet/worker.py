@@ -96,6 +96,7 @@ class Worker:
         provider_for: Any = None,
         say: Any = None,
         tools: Sequence[Tool] = (),
+        labels: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise UserError("--concurrency must be 1 or more")
@@ -112,6 +113,8 @@ class Worker:
         self.active: dict[str, _Active] = {}
         self.stopping = asyncio.Event()
         self.ack_wait = streams.ack_wait(self.env)
+        #: What this worker offers (`keel worker --labels`).
+        self.labels = tuple(labels)
         self.done_runs = 0
         self._fleet: Fleet | None = None
         self._store: JetStreamStore | None = None
@@ -129,12 +132,9 @@ class Worker:
                 active.agent.request_suspend()
 
     async def run(self) -> int:
-        import nats.errors
-        import nats.js.errors
-        from nats.js.api import AckPolicy, ConsumerConfig
-
         from keel.fleet.connect import Bridge
         from keel.fleet.journal import JetStreamStore
+        from keel.fleet.queues import QueueReader
 
         fleet = self._fleet = await Fleet.open(self.url, self.env, reconnect=True)
         fleet.say = self.say  # a webhook or event that failed is said in the worker's log
@@ -150,21 +150,19 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         control = await fleet.nc.subscribe(f"{streams.CONTROL_PREFIX}.*", cb=self._control)
         try:
-            sub = await fleet.js.pull_subscribe(
-                streams.QUEUE_SUBJECT,
-                durable=streams.CONSUMER,
-                stream=streams.QUEUE_STREAM,
-                config=ConsumerConfig(
-                    ack_policy=AckPolicy.EXPLICIT,
-                    ack_wait=self.ack_wait,
-                    max_deliver=-1,
-                    max_ack_pending=-1,
-                ),
+            reader = QueueReader(
+                fleet.js,
+                labels=self.labels,
+                ack_wait=self.ack_wait,
+                say=self.say,
+                is_closed=lambda: fleet.nc.is_closed,
             )
-            with contextlib.suppress(Exception):  # the consumer's own wait rules the heartbeats
-                info = await sub.consumer_info()
-                self.ack_wait = float(info.config.ack_wait or self.ack_wait)
-            self.say(f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once)")
+            # The consumer's own wait rules the heartbeats.
+            self.ack_wait = await reader.start()
+            labels = f", labels {','.join(self.labels)}" if self.labels else ""
+            self.say(
+                f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once{labels})"
+            )
             slots = asyncio.Semaphore(self.concurrency)
             running: set[asyncio.Task[None]] = set()
             while not self.stopping.is_set():
@@ -172,31 +170,18 @@ class Worker:
                 if self.stopping.is_set():
                     slots.release()
                     break
-                try:
-                    msgs = await sub.fetch(1, timeout=1.0)
-                except (nats.errors.TimeoutError, TimeoutError):
+                msg = await reader.next()
+                if msg is None:
                     slots.release()
                     continue
-                except (nats.js.errors.ServiceUnavailableError, nats.errors.Error):
-                    # No consumer leader for a moment (an election, a node lost), or the
-                    # connection reconnecting: the queue is still there; ask again.
-                    slots.release()
-                    if fleet.nc.is_closed:
-                        raise FleetError(
-                            f"the connection to {self.url} closed",
-                            hint="start the worker again once the server answers",
-                        ) from None
-                    await asyncio.sleep(1.0)
-                    continue
-                for msg in msgs:
-                    task = asyncio.create_task(self._take(msg))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                    task.add_done_callback(lambda _t: slots.release())
+                task = asyncio.create_task(self._take(msg))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                task.add_done_callback(lambda _t: slots.release())
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
             with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+                await reader.close()
         finally:
             with contextlib.suppress(Exception):
                 await control.unsubscribe()

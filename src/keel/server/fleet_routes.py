@@ -52,6 +52,8 @@ SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
     "max_tokens_budget": (int, NONE),
     "no_check": (bool, NONE),
     "max_budget_usd": (int, float, NONE),
+    "priority": (str, NONE),
+    "needs": (list, str, NONE),
 }
 ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
     "allow": (bool,),
@@ -359,6 +361,7 @@ async def _check_fleet(fleet: Fleet, req: Any) -> list[str]:
 def run_request(body: dict[str, Any]) -> Any:
     """The `RunRequest` for a `POST /v1/runs` body, checked as `keel submit` checks its flags
     (a 400 with one line otherwise; nothing is queued)."""
+    from keel.fleet.queues import Route as QueueRoute
     from keel.fleet.runs import RunRequest
     from keel.fleet.workspace import parse_workspace
     from keel.session.store import new_session_id
@@ -385,6 +388,19 @@ def run_request(body: dict[str, Any]) -> Any:
                 '({"git": URL, "ref": REF} or {"path": DIR}), or "none" for an empty directory',
             )
         spec = parse_workspace(body["workspace"])
+        needs = body.get("needs") or []
+        if isinstance(needs, str):
+            needs = [needs]  # "gpu,python" as keel submit --needs takes it
+        if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+            raise UserError(
+                f"needs must be a list of labels, not {needs!r}", hint='send "needs": ["gpu"]'
+            )
+        priority = body.get("priority")
+        if priority is not None and not isinstance(priority, str):
+            raise UserError(
+                f"priority must be a string, not {priority!r}", hint='send "priority": "high"'
+            )
+        route = QueueRoute.of(priority, needs)
     except UserError as exc:
         raise ApiError.of(exc) from exc
     turns = _whole(body, "max_turns", *TURNS, "turns")
@@ -401,6 +417,8 @@ def run_request(body: dict[str, Any]) -> Any:
         max_turns=turns,
         max_tokens_budget=tokens,
         max_budget_usd=None if usd is None else float(usd),
+        priority=route.priority,
+        needs=list(route.needs),
     )
 
 

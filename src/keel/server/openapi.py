@@ -164,6 +164,8 @@ def _run_paths() -> dict[str, Any]:
                     max_tokens_budget=whole,
                     max_budget_usd=number,
                     no_check={"type": "boolean"},
+                    priority={"type": "string", "enum": ["high", "normal", "low"]},
+                    needs={"type": "array", "items": STR},
                 ),
                 status="201",
                 params=(),
