@@ -467,3 +467,49 @@ def test_due_is_pure() -> None:
         "2026-12-03T07:00:00Z",
         "2026-12-03T06:00:00Z",
     )
+
+
+@pytest.mark.needs("nats-server")
+def test_schedules_over_http(fleet: str, tmp_path: Path) -> None:
+    """`keel serve --fleet`'s /v1/schedules: store, list, read, remove; bad bodies are a 400."""
+    from starlette.testclient import TestClient
+
+    from keel.server.host import Host
+    from keel.server.http import create_app
+
+    token = "schedule-token-0123456789"
+    app = create_app(Host(tmp_path), token=token, hosts=["testserver"], fleet_url=fleet)
+    headers = {"authorization": f"Bearer {token}"}
+    body = {"prompt": "nightly triage", "workspace": "none", "model": "scripted:demo"}
+    with TestClient(app, headers=headers) as c:
+        made = c.post("/v1/schedules", json={**body, "every": "@daily", "no_check": True})
+        assert made.status_code == 201, made.text
+        entry = made.json()
+        sid = entry["id"]
+        assert (entry["every"], entry["at"], entry["fired"], entry["overdue"]) == (
+            "@daily",
+            None,
+            0,
+            False,
+        )
+        assert entry["request"]["prompt"] == "nightly triage"
+        assert parse_iso(entry["next"]).strftime("%H:%M:%S") == "00:00:00"
+        assert c.get("/v1/schedules").json() == {"schedules": [entry]}
+        assert c.get(f"/v1/schedules/{sid}").json() == entry
+        for bad, error in (
+            ({**body, "at": "2020-01-01T00:00Z"}, "--at '2020-01-01T00:00Z' is in the past"),
+            ({**body, "every": "0 25 * * *"}, "cron field 2 (hour) '25': 25 is outside 0-23"),
+            ({**body, "every": "@daily", "at": "+1h"}, "--at and --every cannot be used"),
+            (body, "a schedule needs --at TIME or --every CRON"),
+            ({**body, "every": "@daily", "tz": "Nowhere/Land"}, "unknown time zone"),
+            ({**body, "at": "+1h", "workspace": None}, "workspace is missing"),
+        ):
+            r = c.post("/v1/schedules", json=bad)
+            assert r.status_code == 400, (bad, r.text)
+            assert error in r.json()["error"], (bad, r.json())
+        assert c.get("/v1/schedules/sch-nope").status_code == 400
+        assert c.get("/v1/schedules/sch-000000000000").status_code == 404
+        removed = c.delete(f"/v1/schedules/{sid}")
+        assert (removed.status_code, removed.json()["id"]) == (200, sid)
+        assert c.get("/v1/schedules").json() == {"schedules": []}
+        assert c.delete(f"/v1/schedules/{sid}").status_code == 404

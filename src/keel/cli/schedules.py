@@ -19,7 +19,7 @@ from keel.fleet.connect import resolve_url
 
 if TYPE_CHECKING:
     from keel.fleet.runs import Fleet, RunRequest
-    from keel.fleet.schedules import Schedule
+    from keel.fleet.schedules import Schedule, When
 
 OVERDUE_NOTE = "overdue: no worker has fired it"
 
@@ -47,15 +47,14 @@ def add_schedule_options(p: argparse.ArgumentParser) -> None:
 class Planned:
     """A `keel submit` that stores a schedule instead of queueing a run."""
 
-    at: datetime | None
-    every: str | None
-    tz: str | None
+    when: When
     now: datetime
 
     async def store(self, fleet: Fleet, req: RunRequest, *, as_json: bool) -> int:
         from keel.fleet.schedules import Schedules, make
 
-        schedule = make(req, at=self.at, every=self.every, tz=self.tz, now=self.now)
+        w = self.when
+        schedule = make(req, at=w.at, every=w.every, tz=w.tz, now=self.now)
         await Schedules(fleet).add(schedule)
         print(json.dumps(schedule.to_json()) if as_json else schedule.id)
         if not as_json:
@@ -66,29 +65,19 @@ class Planned:
 def planned(args: argparse.Namespace, now: datetime | None = None) -> Planned | None:
     """What `--at`, `--every` and `--tz` ask for, checked before anything is sent (a time in
     the past, a bad cron field, an unknown zone: one line each); None without them."""
-    from keel.fleet.cron import Cron
-    from keel.fleet.schedules import parse_at, zone
+    from keel.fleet.schedules import when
 
     if args.at is None and args.every is None:
         if args.tz:
             raise UserError("--tz is for --at or --every", hint="drop --tz, or add --at/--every")
         return None
-    if args.at is not None and args.every is not None:
-        raise UserError(
-            "--at and --every cannot be used together",
-            hint="--at TIME for one run later, --every CRON for a recurring run",
-        )
     if args.wait:
         raise UserError(
             "--wait cannot wait for a scheduled run",
             hint="`keel schedules show ID` says its last run; `keel runs wait RUN` waits for it",
         )
     now = now or datetime.now(UTC)
-    tz = zone(args.tz) if args.tz else None
-    if args.every is not None:
-        Cron.parse(args.every).next_after(now, tz or UTC)  # a bad field, or one that never fires
-        return Planned(None, args.every, args.tz, now)
-    return Planned(parse_at(args.at, now=now, tz=tz), None, args.tz, now)
+    return Planned(when(args.at, args.every, args.tz, now=now), now)
 
 
 # -- keel schedules ---------------------------------------------------------------------------------

@@ -108,6 +108,35 @@ def parse_at(text: str, *, now: datetime, tz: tzinfo | None = None) -> datetime:
     return when
 
 
+@dataclass(frozen=True)
+class When:
+    """When a schedule fires: once `at`, or `every` firing of a cron expression (in `tz`)."""
+
+    at: datetime | None
+    every: str | None
+    tz: str | None
+
+
+def when(at: str | None, every: str | None, tz: str | None, *, now: datetime) -> When:
+    """`--at`, `--every` and `--tz` (or a request's `at`, `every`, `tz`) checked: one of the
+    first two, a time after `now`, a cron expression that parses and fires, a known zone."""
+    if at is not None and every is not None:
+        raise UserError(
+            "--at and --every cannot be used together",
+            hint="--at TIME for one run later, --every CRON for a recurring run",
+        )
+    if at is None and every is None:
+        raise UserError(
+            "a schedule needs --at TIME or --every CRON", hint="e.g. --at +30m or --every @daily"
+        )
+    tzinfo_ = zone(tz) if tz else None
+    if every is not None:
+        Cron.parse(every).next_after(now, tzinfo_ or UTC)  # a bad field, or it never fires
+        return When(None, every.strip(), tz or None)
+    assert at is not None
+    return When(parse_at(at, now=now, tz=tzinfo_), None, tz or None)
+
+
 @dataclass
 class Schedule:
     """One schedule (the JSON value of its entry)."""
@@ -164,12 +193,10 @@ def make(
     tz: str | None = None,
     now: datetime,
 ) -> Schedule:
-    """A new schedule for `req` (its run id is not kept: each firing gets its own)."""
+    """A new schedule for `req` (its run id is not kept: each firing gets its own); `at` or
+    `every` as `when` checked them."""
     if (at is None) == (every is None):
-        raise UserError(
-            "a schedule has either a time (--at) or a cron expression (--every)",
-            hint="--at for one run later, --every for a run on each firing",
-        )
+        raise ValueError("a schedule has either `at` or `every`")
     request = {k: v for k, v in asdict(req).items() if k not in ("run", "submitted")}
     if at is not None:
         first = at
@@ -224,6 +251,13 @@ def due(schedule: Schedule, now: datetime) -> Firing | None:
 
 def overdue(schedule: Schedule, now: datetime) -> bool:
     return (now - parse_iso(schedule.next)).total_seconds() > OVERDUE
+
+
+def check_id(schedule: str) -> str:
+    """A whole schedule id (`sch-` and 12 hex digits)."""
+    if not _ID.match(schedule) or len(schedule) != len(PREFIX) + 12:
+        raise UserError(f"{schedule!r} is not a schedule id", hint=LIST_HINT)
+    return schedule
 
 
 class Schedules:
