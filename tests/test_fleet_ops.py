@@ -826,3 +826,56 @@ def test_a_taken_port_moves_the_local_fleet_with_a_warning(fleet_home: Path) -> 
     assert (fleet_home / "fleet" / "port").read_text(
         encoding="utf-8"
     ) == f"{new.rsplit(':', 1)[1]}\n"
+
+
+@pytest.mark.slow  # three fresh clusters: it runs in `pytest -m slow` (.ci/run)
+def test_init_on_a_fresh_cluster_returns_only_once_everything_can_be_written(
+    tmp_path: Path,
+) -> None:
+    """`keel fleet init --replicas 3` right after a cluster starts (and raising an R1 fleet to
+    R3): once it returns, every stream and bucket takes a write at the first try."""
+    import nats
+
+    async def write_each(url: str) -> list[str]:
+        nc = await nats.connect(url.split(","), connect_timeout=2)
+        try:
+            js = nc.jetstream(timeout=2)  # one try each, no retries: a missing leader fails
+            await js.publish(streams.run_subject("r1", 1), b"{}")
+            await js.publish(streams.QUEUE_SUBJECT, b"{}")
+            for bucket in (streams.KV_BUCKET, streams.WORKERS_BUCKET, streams.SCHEDULES_BUCKET):
+                await (await js.key_value(bucket)).put("probe", b"1")
+            out = []
+            for name in (
+                streams.RUNS_STREAM,
+                streams.QUEUE_STREAM,
+                *(f"KV_{b}" for b in (streams.KV_BUCKET, streams.WORKERS_BUCKET)),
+                f"KV_{streams.SCHEDULES_BUCKET}",
+            ):
+                info = await js.stream_info(name)
+                assert info.cluster is not None, name
+                assert info.cluster.leader, name
+                out.append(f"{name}:{info.config.num_replicas}")
+            return out
+        finally:
+            await nc.close()
+
+    want = [
+        "KEEL_RUNS:3",
+        "KEEL_QUEUE:3",
+        "KV_keel-runs:3",
+        "KV_keel-workers:3",
+        "KV_keel-schedules:3",
+    ]
+    for i in range(3):
+        cluster = NatsCluster(tmp_path / f"cluster{i}")
+        try:
+            if i == 0:  # the path where an existing fleet's replicas are raised
+                one = keel("fleet", "init", "--replicas", "1", "--url", cluster.url)
+                assert one.returncode == 0, one.stderr
+            init = keel("fleet", "init", "--replicas", "3", "--url", cluster.url)
+            assert init.returncode == 0, init.stderr
+            if i == 0:
+                assert "KV bucket keel-workers: replicas set to 3" in init.stderr, init.stderr
+            assert run(write_each(cluster.url)) == want
+        finally:
+            cluster.stop()

@@ -18,6 +18,8 @@ imported only inside the functions.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from keel.fleet import streams
@@ -155,9 +157,29 @@ async def _stream(
     return notes
 
 
-async def _leader(js: JetStreamContext, name: str, wait: float = 15.0) -> None:
+async def _patiently(step: Callable[[], Awaitable[list[str]]], wait: float = 30.0) -> list[str]:
+    """`step()`, again while JetStream answers "not now" (a fresh cluster still electing its
+    meta leader, a stream's group forming): creating the same stream or bucket twice is a
+    no-op, so a request that timed out after it took effect is safe to repeat."""
+    import asyncio
+    import time
+
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.errors import ServiceUnavailableError
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return await step()
+        except (NatsTimeout, TimeoutError, ServiceUnavailableError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def _leader(js: JetStreamContext, name: str, wait: float = 15.0) -> bool:
     """A new replicated stream has no leader for a moment, and refuses publishes until it does:
-    return once it has one (or after `wait` s; the first publish then says what is wrong)."""
+    True once it has one, False after `wait` s without."""
     import asyncio
     import time
 
@@ -171,8 +193,9 @@ async def _leader(js: JetStreamContext, name: str, wait: float = 15.0) -> None:
         except (NatsError, APIError, TimeoutError):
             info = None  # not answering yet, while the group forms: ask again
         if info is not None and (info.cluster is None or info.cluster.leader):
-            return
+            return True
         await asyncio.sleep(0.1)
+    return False
 
 
 #: The fleet's KV buckets: (name, TTL in seconds (0: none), description).
@@ -215,8 +238,20 @@ async def _bucket(
     if status.ttl and not ttl:
         # Summaries, answers, cancel flags and schedules would expire while they are needed.
         raise _wrong(f"KV_{bucket} (KV bucket {bucket})", "a TTL of", f"{status.ttl:g} s", "none")
-    have = status.stream_info.config.num_replicas or 1
-    if have != replicas:
+    config = status.stream_info.config
+    have = config.num_replicas or 1
+    if have != replicas and create:
+        config.num_replicas = replicas
+        try:
+            await js.update_stream(config)
+        except APIError as exc:
+            raise FleetError(
+                f"cannot change KV bucket {bucket} to {replicas} replica(s): "
+                f"{exc.description or exc}",
+                hint="a cluster needs at least as many JetStream servers as replicas",
+            ) from None
+        notes.append(f"KV bucket {bucket}: replicas set to {replicas}")
+    elif have != replicas:
         notes.append(f"KV bucket {bucket} has {have} replica(s), not {replicas}")
     return notes
 
@@ -236,10 +271,27 @@ async def ensure_streams(
             f"replicas must be at least 1, not {replicas}", hint="--replicas 1, 3 or 5"
         )
     try:
-        notes = await _stream(js, _runs_config(replicas), _check_runs, replicas, create)
-        notes += await _stream(js, _queue_config(replicas), _check_queue, replicas, create)
+        notes = await _patiently(
+            lambda: _stream(js, _runs_config(replicas), _check_runs, replicas, create)
+        )
+        notes += await _patiently(
+            lambda: _stream(js, _queue_config(replicas), _check_queue, replicas, create)
+        )
         for bucket, ttl, description in BUCKETS:
-            notes += await _bucket(js, bucket, ttl, description, replicas, create)
+            notes += await _patiently(
+                functools.partial(_bucket, js, bucket, ttl, description, replicas, create)
+            )
+        if create:
+            # Every stream and bucket can be written once this returns: a replicated one whose
+            # group is still electing (new, raised, or a node just lost) is waited for.
+            names = [streams.RUNS_STREAM, streams.QUEUE_STREAM, *(f"KV_{b}" for b, *_ in BUCKETS)]
+            for name in names:
+                if not await _leader(js, name):
+                    raise FleetError(
+                        f"stream {name} has no leader after 15 s",
+                        hint="are enough of the cluster's JetStream servers up? "
+                        "`nats server report jetstream` shows them",
+                    )
     except (NoRespondersError, NoStreamResponseError, ServiceUnavailableError):
         raise FleetError(
             "the NATS server has no JetStream",
