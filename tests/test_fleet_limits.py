@@ -443,3 +443,18 @@ def test_a_worker_leaves_a_100_mb_file_out_of_the_push_and_tells_the_model_in_it
         ),
     )
     assert f"run {run}: {note}" in said  # and the worker's log names it
+
+
+@pytest.mark.needs("git")
+def test_an_empty_remote_keeps_to_the_limits_from_its_first_commit(tmp_path: Path) -> None:
+    remote = tmp_path / "empty.git"
+    sh("init", "--quiet", "--bare", str(remote), cwd=tmp_path)
+    spec = parse_workspace({"git": str(remote)})
+    limits = WorkspaceLimits(per_file=1000, per_round=1000)
+    ws = Workspace.prepare(spec, RUN, tmp_path / "w", roots=(tmp_path,), limits=limits)
+    (ws.path / "big.bin").write_bytes(b"B" * 2000)
+    (ws.path / "a.txt").write_bytes(b"a" * 700)
+    (ws.path / "b.txt").write_bytes(b"b" * 600)
+    assert ws.save("round 1") is not None
+    assert branch_files(remote) == {"b.txt": 600}
+    assert left(ws) == [LeftOut("big.bin", 2000, "file"), LeftOut("a.txt", 700, "round")]
