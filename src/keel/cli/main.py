@@ -166,6 +166,7 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("submit PROMPT --workspace W", "queue a run for the fleet's workers"),
     ("worker [--concurrency N]", "take queued runs until SIGTERM"),
     ("runs list|show|wait|cancel|answer", "the fleet's runs"),
+    ("schedules list|show|rm", "runs queued later or on a cron"),
 )
 
 PROMPT_OR_COMMAND = """\
@@ -562,6 +563,12 @@ def _fleet(argv: list[str]) -> int:
     return fleet(argv)
 
 
+def _schedules(argv: list[str]) -> int:
+    from keel.cli.schedules import schedules
+
+    return schedules(argv)
+
+
 def _runs_command(name: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
         from keel.cli import runs
@@ -600,6 +607,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "submit": _runs_command("submit"),
     "worker": _runs_command("worker"),
     "runs": _runs_command("runs"),
+    "schedules": _schedules,
 }
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keel.cli.main import _Parser, _whole
+from keel.cli.schedules import add_schedule_options, planned
 from keel.errors import UserError
 from keel.fleet.connect import is_loopback, resolve_url
 
@@ -110,6 +111,7 @@ def submit_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="POST the run's events (it parked, it ended) as JSON to this http(s) URL",
     )
+    add_schedule_options(p)  # --at, --every, --tz (keel/cli/schedules.py)
     p.add_argument("--wait", action="store_true", help="wait for the run to end; print its answer")
     p.add_argument(
         "--no-check",
@@ -131,6 +133,7 @@ def submit(argv: list[str]) -> int:
     from keel.session.store import new_session_id
 
     args = submit_parser().parse_args(argv)
+    scheduled = planned(args)  # --at/--every: a schedule is stored instead of a run queued
     if args.mode:
         parse_mode(args.mode)  # refused here, not on a worker later
     if args.notify:
@@ -171,6 +174,8 @@ def submit(argv: list[str]) -> int:
         if not args.no_check:
             for warning in await _check_fleet(fleet, req):
                 print(f"keel: warning: {warning}", file=sys.stderr)
+        if scheduled is not None:
+            return await scheduled.store(fleet, req, as_json=args.json)
         summary = await fleet.submit(req)
         if not args.wait:
             print(json.dumps(summary) if args.json else req.run)
