@@ -214,6 +214,7 @@ def test_a_run_posted_over_http_completes_on_a_worker(
             "why": "start",
             "priority": "normal",
             "needs": [],
+            "notify": None,
         }
         assert queued == {
             "id": run,
@@ -243,7 +244,7 @@ def test_a_run_posted_over_http_completes_on_a_worker(
         got = c.get(f"/v1/runs/{run}")
         assert (got.status_code, got.json()) == (200, done)
         listed = c.get("/v1/runs")
-        assert (listed.status_code, listed.json()) == (200, {"runs": [done]})
+        assert (listed.status_code, listed.json()) == (200, {"runs": [done], "total": 1, "more": 0})
         assert keel_json("runs", "--nats", fleet, "show", run) == done
     assert (shared / "out.txt").read_text(encoding="utf-8") == "from-http"
     assert [r.payload.type for r in read_run(fleet, run, tmp_path / "reader")] == [
@@ -610,7 +611,7 @@ def test_bad_run_requests_are_400_in_one_line_and_nothing_is_queued(
             404,
             {"error": "no run '20260101T000000-nobody00'", "hint": "GET /v1/runs lists the runs"},
         )
-        assert c.get("/v1/runs").json() == {"runs": []}
+        assert c.get("/v1/runs").json() == {"runs": [], "total": 0, "more": 0}
     assert _queue_depth(fleet) == (0, 0)
 
 
@@ -630,6 +631,8 @@ def test_without_fleet_the_run_routes_are_404_with_a_hint(servers: Servers) -> N
             ("POST", "/v1/runs/20260101T000000-abcdefgh/answers/toolu_1"),
             ("GET", "/v1/runs/20260101T000000-abcdefgh/wait"),
             ("GET", "/v1/runs/not.a.run/wait"),
+            ("GET", "/v1/runs/events"),
+            ("GET", "/metrics"),
         ):
             r = c.request(
                 method,
@@ -663,7 +666,7 @@ def test_the_fleet_routes_need_the_token_and_the_host(served: Served) -> None:
             "a token in the query string is accepted only on …/events",
         )
     with served.client() as c:
-        assert c.get("/v1/runs").json() == {"runs": []}  # nothing was queued by the refusals
+        assert c.get("/v1/runs").json() == {"runs": [], "total": 0, "more": 0}  # nothing queued
 
 
 def test_nats_down_is_503_in_one_line_without_the_password_and_the_server_reconnects(
@@ -679,7 +682,7 @@ def test_nats_down_is_503_in_one_line_without_the_password_and_the_server_reconn
         f"keel serve: fronting the fleet at nats://keel:***@127.0.0.1:{nats_server.port} (/v1/runs)"
     )
     with served.client() as c:
-        assert c.get("/v1/runs").json() == {"runs": []}
+        assert c.get("/v1/runs").json() == {"runs": [], "total": 0, "more": 0}
         nats_server.stop()
         for method, path in (
             ("GET", "/v1/runs"),
@@ -701,7 +704,7 @@ def test_nats_down_is_503_in_one_line_without_the_password_and_the_server_reconn
         again = NatsServer(nats_server.store, port=nats_server.port)
         try:
             r = c.get("/v1/runs")
-            assert (r.status_code, r.json()) == (200, {"runs": []}), r.text
+            assert (r.status_code, r.json()) == (200, {"runs": [], "total": 0, "more": 0}), r.text
         finally:
             again.stop()
     assert secret not in servers.errors()
@@ -793,7 +796,9 @@ def test_openapi_lists_the_fleet_routes(served: Served) -> None:
         ("post", "/v1/runs/{id}/cancel"),
         ("post", "/v1/runs/{id}/answers/{request_id}"),
         ("get", "/v1/runs/{id}/wait"),
+        ("get", "/v1/runs/events"),
     }
+    assert list(document["paths"]["/metrics"]) == ["get"]
     submit = document["paths"]["/v1/runs"]["post"]
     schema = submit["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["prompt", "workspace"]
@@ -809,6 +814,7 @@ def test_openapi_lists_the_fleet_routes(served: Served) -> None:
             "no_check",
             "priority",
             "needs",
+            "notify",
         ]
     )
     assert set(submit["responses"]) == {"201", "400", "401", "403", "404", "503"}
@@ -823,3 +829,209 @@ def test_redact_hides_passwords_only() -> None:
     assert redact("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
     assert redact("nats://u:p@h:1,tls://v:q@[::1]:2") == "nats://u:***@h:1,tls://v:***@[::1]:2"
     assert redact("nats://tok@h:4222") == "nats://***@h:4222"
+
+
+# -- a view of the fleet: paging, run events, metrics ---------------------------------------------
+
+
+def _put(url: str, *changes: tuple[str, dict[str, Any]]) -> None:
+    from keel.fleet.runs import Fleet
+
+    async def go() -> None:
+        fleet = await Fleet.open(url)
+        try:
+            for run, fields in changes:
+                await fleet.put_summary(run, **fields)
+        finally:
+            await fleet.close()
+
+    asyncio.run(go())
+
+
+def _kv_consumers(url: str) -> int:
+    from keel.fleet.runs import Fleet
+
+    async def go() -> int:
+        fleet = await Fleet.open(url)
+        try:
+            info = await fleet.js.stream_info("KV_keel-runs")
+            return int(info.state.consumer_count or 0)
+        finally:
+            await fleet.close()
+
+    return asyncio.run(go())
+
+
+def test_runs_are_listed_by_status_a_page_at_a_time_over_http(served: Served, fleet: str) -> None:
+    _put(
+        fleet,
+        *(
+            (f"r{i}", {"status": s, "submitted": f"2026-01-01T00:00:0{i}Z"})
+            for i, s in enumerate(["completed", "queued", "parked", "error", "running"])
+        ),
+    )
+    with served.client() as c:
+        r = c.get("/v1/runs", params=[("status", "active"), ("limit", "2")])
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert ([s["id"] for s in body["runs"]], body["total"], body["more"]) == (
+            ["r4", "r2"],
+            3,
+            1,
+        )
+        r = c.get("/v1/runs", params={"status": "active", "limit": "2", "after": "r2"})
+        assert ([s["id"] for s in r.json()["runs"]], r.json()["more"]) == (["r1"], 0)
+        r = c.get("/v1/runs")
+        assert [s["id"] for s in r.json()["runs"]] == ["r4", "r3", "r2", "r1", "r0"]
+        r = c.get("/v1/runs", params={"status": "runing"})
+        assert r.status_code == 400
+        assert r.json()["error"] == "'runing' is not a run status", r.json()
+        r = c.get("/v1/runs", params={"limit": "0"})
+        assert r.json() == {
+            "error": "limit must be a whole number from 1 to 1000000, not '0'",
+            "hint": "",
+        }
+        r = c.post(
+            "/v1/runs",
+            json={"prompt": "p", "workspace": "none", "notify": "ftp://h/x", "no_check": True},
+        )
+        assert (r.status_code, r.json()["error"]) == (
+            400,
+            "--notify 'ftp://h/x' is not an http or https URL",
+        )
+
+
+def test_run_events_stream_each_status_change_as_server_sent_events(
+    served: Served, fleet: str
+) -> None:
+    import json
+
+    got: list[dict[str, Any]] = []
+    lines: list[str] = []
+
+    def listen() -> None:
+        # EventSource cannot send headers: the token goes in the query string.
+        with (
+            served.client(None) as c,
+            c.stream(
+                "GET", "/v1/runs/events", params={"token": TOKEN, "status": "parked,completed"}
+            ) as r,
+        ):
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            for line in r.iter_lines():
+                lines.append(line)
+                if line.startswith("data: "):
+                    got.append(json.loads(line[6:]))
+                    if len(got) == 2:
+                        return
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while _kv_consumers(fleet) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    waits = {"request": "toolu_1", "tool": "write", "waits_for": "permission"}
+    _put(
+        fleet,
+        ("s1", {"status": "queued", "submitted": "2026"}),
+        ("s1", {"status": "running"}),
+        ("s1", {"status": "parked", "waits_on": waits}),
+        ("s1", {"status": "queued"}),
+        ("s1", {"status": "completed", "text": "done"}),
+    )
+    thread.join(30)
+    assert not thread.is_alive(), lines
+    assert lines[:2] == ["retry: 1000", ""], lines
+    assert [line for line in lines if line.startswith("event:")] == ["event: change"] * 2
+    for item in got:
+        assert item.pop("at").startswith("20"), item
+        assert item.pop("summary")["id"] == "s1"
+    assert got == [
+        {"run": "s1", "status": "parked", "previous": "running", "waits_on": waits},
+        {"run": "s1", "status": "completed", "previous": "queued"},
+    ]
+
+
+def _parse_prometheus(text: str) -> dict[str, float]:
+    """Text format 0.0.4, strictly: HELP then TYPE then the family's samples, each sample a
+    name of its family (with a _count/_sum/_total suffix where the type has them), optional
+    labels, a float; the text ends with a newline. Returns {sample with labels: value}."""
+    import re
+
+    assert text.endswith("\n"), text
+    samples: dict[str, float] = {}
+    family, kind = "", ""
+    helped: set[str] = set()
+    sample = re.compile(
+        r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"\})? (\S+)$'
+    )
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line[7:].partition(" ")
+            assert help_text, line
+            assert name not in helped, line
+            helped.add(name)
+        elif line.startswith("# TYPE "):
+            family, _, kind = line[7:].partition(" ")
+            assert family in helped, line
+            assert kind in ("counter", "gauge", "summary", "histogram"), line
+        else:
+            m = sample.match(line)
+            assert m is not None, line
+            name = m.group(1)
+            allowed = {family} | (
+                {f"{family}_count", f"{family}_sum"} if kind == "summary" else set()
+            )
+            assert name in allowed, (line, family, kind)
+            if kind == "counter":
+                assert name.endswith("_total"), line
+            key = name + (m.group(2) or "")
+            assert key not in samples, line
+            samples[key] = float(m.group(3))
+    return samples
+
+
+def test_metrics_are_prometheus_text_with_queue_runs_workers_pickup_and_attempts(
+    served: Served, fleet: str
+) -> None:
+    from keel.fleet.runs import Fleet, RunRequest
+
+    _put(
+        fleet,
+        ("m1", {"status": "completed", "attempts": 2, "pickup_s": 4.5}),
+        ("m2", {"status": "completed", "attempts": 1}),
+        ("m3", {"status": "failed", "attempts": 3, "pickup_s": [2.0, 3.5]}),
+        ("m4", {"status": "parked", "attempts": 1}),
+    )
+
+    async def seed() -> None:
+        f = await Fleet.open(fleet)
+        try:
+            await f.submit(RunRequest("m5", "p", workspace={}))  # queued, no worker: waits
+            workers = await f.js.key_value("keel-workers")
+            await workers.put("w-a", b'{"name":"a"}')
+            await workers.put("w-b", b'{"name":"b"}')
+        finally:
+            await f.close()
+
+    asyncio.run(seed())
+    with served.client() as c:
+        r = c.get("/metrics")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert _parse_prometheus(r.text) == {
+        "keel_fleet_queue_messages": 1.0,
+        "keel_fleet_queue_in_flight": 0.0,
+        'keel_fleet_runs{status="completed"}': 2.0,
+        'keel_fleet_runs{status="failed"}': 1.0,
+        'keel_fleet_runs{status="parked"}': 1.0,
+        'keel_fleet_runs{status="queued"}': 1.0,
+        'keel_fleet_runs{status="running"}': 0.0,
+        "keel_fleet_workers": 2.0,
+        "keel_fleet_pickup_seconds_count": 3.0,
+        "keel_fleet_pickup_seconds_sum": 10.0,
+        "keel_fleet_attempts_total": 7.0,
+    }
+    with served.client(None) as c:
+        assert c.get("/metrics").status_code == 401  # behind the token like every route

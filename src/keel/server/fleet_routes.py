@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from keel.errors import UserError
 from keel.server.host import ApiError
+from keel.server.ring import KEEPALIVE
 
 if TYPE_CHECKING:
     from keel.fleet.runs import Fleet
@@ -54,6 +55,7 @@ SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
     "max_budget_usd": (int, float, NONE),
     "priority": (str, NONE),
     "needs": (list, str, NONE),
+    "notify": (str, NONE),
 }
 ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
     "allow": (bool,),
@@ -65,6 +67,8 @@ ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
 T = TypeVar("T")
 
 HINT_LIST = "GET /v1/runs lists the runs"
+#: The content type of `GET /metrics` (Prometheus text format 0.0.4).
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def redact(url: str) -> str:
@@ -92,8 +96,10 @@ def redact(url: str) -> str:
 class FleetRoutes:
     """The `/v1/runs` routes over the fleet at `url` (None: this server fronts no fleet)."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, *, keepalive: float = KEEPALIVE) -> None:
         self.url = url
+        #: Seconds of quiet after which the run events' stream sends a keepalive comment.
+        self.keepalive = keepalive
         self.shown = redact(url) if url else ""
         self._fleet: Fleet | None = None
         self._lock = asyncio.Lock()
@@ -213,8 +219,80 @@ class FleetRoutes:
         return JSONResponse(await self._call(go), 201)
 
     async def list_runs(self, request: Request) -> Response:
+        """The runs, newest first: all of them, or `?status=` (a comma list; `active`), a page
+        of `?limit=` from `?page=` or `?after=RUN`, with how many more there are."""
+        from keel.fleet.view import select
+
+        self.require()
+        statuses = _statuses(request)
+        limit = _query_whole(request, "limit", 1, 1_000_000)
+        page = _query_whole(request, "page", 1, 10**9) or 1
+        after = request.query_params.get("after") or None
         summaries = await self._call(lambda fleet: fleet.runs())
-        return JSONResponse({"runs": summaries})
+        try:
+            shown = select(summaries, statuses=statuses, limit=limit, page=page, after=after)
+        except UserError as exc:
+            raise ApiError(400, exc.message, HINT_LIST) from exc
+        return JSONResponse({"runs": shown.runs, "total": shown.total, "more": shown.more})
+
+    async def run_events(self, request: Request) -> Response:
+        """Server-Sent Events: one `change` event per run status change (a KV watch on the
+        summaries, as `keel runs list --watch --json`), `?status=` to keep some."""
+        from starlette.responses import StreamingResponse
+
+        from keel.fleet.view import SummaryWatch, change
+        from keel.server.ring import message
+
+        self.require()
+        statuses = _statuses(request)
+
+        async def start(fleet: Fleet) -> SummaryWatch:
+            watch = SummaryWatch(await fleet.kv())
+            await watch.start()
+            return watch
+
+        watch = await self._call(start)
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                yield b"retry: 1000\n\n"
+                while True:
+                    try:
+                        async with asyncio.timeout(self.keepalive):
+                            before, after = await watch.next()
+                    except TimeoutError:
+                        yield b": keepalive\n\n"
+                        continue
+                    except EOFError:
+                        return
+                    item = change(before, after)
+                    if item is None or (statuses is not None and item["status"] not in statuses):
+                        continue
+                    yield message("change", {**item, "summary": after})
+            finally:
+                await watch.stop()
+
+        return StreamingResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        """The fleet in Prometheus text format 0.0.4 (keel.fleet.view.metrics)."""
+        from keel.fleet import streams
+        from keel.fleet.view import count_keys, metrics
+
+        self.require()
+
+        async def go(fleet: Fleet) -> str:
+            queue = await fleet.queue_depth()
+            summaries = await fleet.runs()
+            workers = await count_keys(fleet.js, streams.WORKERS_BUCKET)
+            return metrics(queue=queue, summaries=summaries, workers=workers)
+
+        text = await self._call(go)
+        return Response(text, headers={"content-type": PROMETHEUS_TYPE})
 
     async def get_run(self, request: Request) -> Response:
         self.require()
@@ -335,6 +413,8 @@ class FleetRoutes:
         return [
             Route("/v1/runs", self.list_runs, methods=["GET"]),
             Route("/v1/runs", self.submit, methods=["POST"]),
+            Route("/v1/runs/events", self.run_events, methods=["GET"]),  # before /v1/runs/{id}
+            Route("/metrics", self.metrics, methods=["GET"]),
             Route(r, self.get_run, methods=["GET"]),
             Route(f"{r}/cancel", self.cancel, methods=["POST"]),
             Route(f"{r}/answers/{{request_id}}", self.answer, methods=["POST"]),
@@ -401,6 +481,11 @@ def run_request(body: dict[str, Any]) -> Any:
                 f"priority must be a string, not {priority!r}", hint='send "priority": "high"'
             )
         route = QueueRoute.of(priority, needs)
+        notify = body.get("notify") or None
+        if notify is not None:
+            from keel.fleet.view import check_notify_url
+
+            check_notify_url(notify)
     except UserError as exc:
         raise ApiError.of(exc) from exc
     turns = _whole(body, "max_turns", *TURNS, "turns")
@@ -417,9 +502,28 @@ def run_request(body: dict[str, Any]) -> Any:
         max_turns=turns,
         max_tokens_budget=tokens,
         max_budget_usd=None if usd is None else float(usd),
+        notify=notify,
         priority=route.priority,
         needs=list(route.needs),
     )
+
+
+def _statuses(request: Request) -> frozenset[str] | None:
+    from keel.fleet.view import parse_statuses
+
+    try:
+        return parse_statuses(request.query_params.getlist("status"))
+    except UserError as exc:
+        raise ApiError.of(exc) from exc
+
+
+def _query_whole(request: Request, name: str, low: int, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ApiError(400, f"{name} must be a whole number from {low} to {high}, not {raw!r}", "")
+    return int(raw)
 
 
 def _whole(body: dict[str, Any], name: str, low: int, high: int, unit: str) -> int | None:

@@ -36,8 +36,8 @@ from keel.server.ring import KEEPALIVE
 MAX_BODY = 4 * 1024 * 1024
 #: Paths that need no token (the Host check still applies).
 OPEN_PATHS = frozenset({"/v1/health", "/openapi.json"})
-#: The one route that also takes the token as `?token=` (EventSource cannot send headers).
-EVENTS_PATH = re.compile(r"^/v1/sessions/[^/]+/events$")
+#: The routes that also take the token as `?token=` (EventSource cannot send headers).
+EVENTS_PATH = re.compile(r"^/v1/(sessions/[^/]+|runs)/events$")
 
 
 def error(
@@ -690,7 +690,7 @@ def create_app(
     """The ASGI app: `Guard` over the routes of `Api(host)`; `fleet_url`: the fleet the
     `/v1/runs` routes front (None: they answer 404)."""
 
-    fleet = FleetRoutes(fleet_url)
+    fleet = FleetRoutes(fleet_url, keepalive=keepalive)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:

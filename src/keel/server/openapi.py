@@ -139,9 +139,34 @@ def _run_paths() -> dict[str, Any]:
     return {
         "/v1/runs": {
             "get": _run_op(
-                "The fleet's runs (their summaries, never their journals), newest first",
-                _json(_obj(runs={"type": "array", "items": _ref("RunSummary")}), "The runs"),
-                params=(),
+                "The fleet's runs (their summaries, never their journals), newest first: all, "
+                "or those with a `status` (repeat it or a comma list; `active` = queued, "
+                "running, parked), `limit` of them from `page` (1: the newest) or after run "
+                "`after`; `total` matching runs, `more` after this page",
+                _json(
+                    _obj(
+                        runs={"type": "array", "items": _ref("RunSummary")},
+                        total={"type": "integer"},
+                        more={"type": "integer"},
+                    ),
+                    "The runs",
+                ),
+                params=(
+                    {"name": "status", "in": "query", "required": False, "schema": STR},
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                    },
+                    {
+                        "name": "page",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                    },
+                    {"name": "after", "in": "query", "required": False, "schema": STR},
+                ),
             ),
             "post": _run_op(
                 "Queue a run for the fleet's workers (checked as `keel submit` checks it; the "
@@ -166,10 +191,38 @@ def _run_paths() -> dict[str, Any]:
                     no_check={"type": "boolean"},
                     priority={"type": "string", "enum": ["high", "normal", "low"]},
                     needs={"type": "array", "items": STR},
+                    notify=OPT_STR,
                 ),
                 status="201",
                 params=(),
             ),
+        },
+        "/v1/runs/events": {
+            "get": _run_op(
+                "Run status changes as Server-Sent Events (a KV watch, as `keel runs list "
+                "--watch --json`): `event: change`, `data: {run, status, previous, at, "
+                "waits_on?, error?, summary}`; `status` keeps some; the token may be ?token= here",
+                {
+                    "description": "text/event-stream",
+                    "content": {"text/event-stream": {"schema": STR}},
+                },
+                params=(
+                    {"name": "status", "in": "query", "required": False, "schema": STR},
+                    {"name": "token", "in": "query", "required": False, "schema": STR},
+                ),
+            )
+        },
+        "/metrics": {
+            "get": _run_op(
+                "The fleet in Prometheus text format 0.0.4: keel_fleet_queue_messages, "
+                "keel_fleet_queue_in_flight, keel_fleet_runs{status}, keel_fleet_workers, "
+                "keel_fleet_pickup_seconds (summary), keel_fleet_attempts_total",
+                {
+                    "description": "Prometheus text format 0.0.4",
+                    "content": {"text/plain": {"schema": STR}},
+                },
+                params=(),
+            )
         },
         run: {"get": _run_op("One run's summary", summary)},
         f"{run}/cancel": {
