@@ -238,7 +238,9 @@ def worker_parser() -> argparse.ArgumentParser:
         prog="keel worker",
         description="Run queued runs until SIGTERM or SIGINT (then each run suspends at its loop "
         "boundary and goes back to the queue). Keys and base URLs come from this worker's own "
-        "settings and environment.",
+        "settings and environment. KEEL_FLEET_MAX_FILE, KEEL_FLEET_MAX_ROUND and "
+        "KEEL_FLEET_MAX_RUN bound what a run saves to a git workspace (default 10M, 50M, 200M; "
+        "off for none).",
     )
     p.add_argument("--concurrency", type=_whole(1, 256, ""), default=1, help="runs at once")
     p.add_argument("--scratch", help="where workspaces live (default: KEEL_HOME/fleet/work)")
@@ -258,13 +260,17 @@ def worker_parser() -> argparse.ArgumentParser:
 def worker(argv: list[str]) -> int:
     from keel.fleet.queues import parse_labels
     from keel.fleet.worker import run_worker
+    from keel.fleet.workspace import WorkspaceLimits
 
     args = worker_parser().parse_args(argv)
     labels = parse_labels(args.labels)
+    # A bad KEEL_FLEET_MAX_* is one line now, not a refusal of every git run later.
+    limits = WorkspaceLimits.from_env()
 
     def say(line: str) -> None:
         print(f"keel worker: {line}", file=sys.stderr, flush=True)
 
+    say(limits.describe())
     return run_worker(
         resolve_url(given=args.nats or ""),
         concurrency=args.concurrency,
