@@ -453,6 +453,7 @@ class Worker:
 
     async def _drive(self, active: _Active, agent: Agent, prompt: str | None) -> RunResult | None:
         active.agent = agent
+        self._bound_workspace(active, agent)
         agent.ask_through_events()
 
         async def later(call: ToolUse, note: str) -> None:
@@ -509,6 +510,29 @@ class Worker:
             # An MCP server's question: nobody can answer it in a fleet run.
             active.agent.answer(event.request_id, "a fleet run cannot answer questions")
 
+    def _bound_workspace(self, active: _Active, agent: Agent) -> None:
+        """Hold the run to its git workspace's limits: the file tools refuse a file the saves
+        would leave out, and each round is saved before the next model request is built, so
+        what a save left out is told in that very request."""
+        from keel.fleet.workspace import MAX_FILE_ENV, size_text
+
+        workspace = active.workspace
+        if workspace is None or workspace.spec.kind != "git":
+            return
+        if workspace.limits.per_file is not None:
+            agent.ctx.max_file_size = workspace.limits.per_file
+            agent.ctx.max_file_reason = (
+                f"files over {size_text(workspace.limits.per_file)} are not kept in this fleet "
+                f"run's workspace ({MAX_FILE_ENV})"
+            )
+
+        def save_round() -> None:
+            if active.dirty:
+                active.dirty = False
+                self._save_workspace(active)
+
+        agent.before_request.append(save_round)
+
     def _save_workspace(self, active: _Active) -> None:
         """Push the files of the tool round that just ended, before the next model request (it
         blocks the worker's loop for the push: the next request must not start before it). A
@@ -523,6 +547,10 @@ class Worker:
             saved = active.workspace.save(f"keel run {active.req.run}: tool round")
             if saved is not None:
                 _journal_saved(active, active.agent)
+            for note in active.workspace.take_notes():  # files left out for a limit
+                self.say(f"run {active.req.run}: {note}")
+                if active.agent is not None:
+                    active.agent.add_request_note(note)
         except WorkspaceConflict as exc:
             self.say(f"run {active.req.run}: {exc.one_line()}")
             self._stop_attempt(active, fenced=True)
