@@ -19,6 +19,7 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -69,6 +70,14 @@ T = TypeVar("T")
 HINT_LIST = "GET /v1/runs lists the runs"
 #: The content type of `GET /metrics` (Prometheus text format 0.0.4).
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+HINT_SCHEDULES = "GET /v1/schedules lists the schedules"
+#: `POST /v1/schedules`: a run request's fields, and when (keel.fleet.schedules.when).
+SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {
+    **SUBMIT_FIELDS,
+    "at": (str, NONE),
+    "every": (str, NONE),
+    "tz": (str, NONE),
+}
 
 
 def redact(url: str) -> str:
@@ -419,7 +428,92 @@ class FleetRoutes:
             Route(f"{r}/cancel", self.cancel, methods=["POST"]),
             Route(f"{r}/answers/{{request_id}}", self.answer, methods=["POST"]),
             Route(f"{r}/wait", self.wait, methods=["GET"]),
+            *self.schedule_routes(),
         ]
+
+    # -- schedules (keel.fleet.schedules) ----------------------------------------------------------
+
+    def schedule_routes(self) -> list[Route]:
+        return [
+            Route("/v1/schedules", self.list_schedules, methods=["GET"]),
+            Route("/v1/schedules", self.add_schedule, methods=["POST"]),
+            Route("/v1/schedules/{id}", self.get_schedule, methods=["GET"]),
+            Route("/v1/schedules/{id}", self.remove_schedule, methods=["DELETE"]),
+        ]
+
+    async def list_schedules(self, request: Request) -> Response:
+        from keel.fleet.schedules import Schedules
+
+        found = await self._call(lambda fleet: Schedules(fleet).all())
+        now = datetime.now(UTC)
+        return JSONResponse({"schedules": [_schedule_json(s, now) for s in found]})
+
+    async def add_schedule(self, request: Request) -> Response:
+        """`POST /v1/runs`'s body with `at` or `every` (and `tz`): stored, fired by a worker."""
+        from keel.fleet.schedules import Schedules, make, when
+        from keel.server.http import read_body
+
+        self.require()
+        body = await read_body(request, SCHEDULE_FIELDS)
+        now = datetime.now(UTC)
+        try:
+            w = when(body.get("at"), body.get("every"), body.get("tz"), now=now)
+        except UserError as exc:
+            raise ApiError.of(exc) from exc
+        req = run_request(body)
+        no_check = bool(body.get("no_check"))
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            warnings = [] if no_check else await _check_fleet(fleet, req)
+            schedule = make(req, at=w.at, every=w.every, tz=w.tz, now=now)
+            await Schedules(fleet).add(schedule)
+            entry = _schedule_json(schedule, now)
+            return {**entry, "warnings": warnings} if warnings else entry
+
+        return JSONResponse(await self._call(go), 201)
+
+    async def get_schedule(self, request: Request) -> Response:
+        from keel.fleet.schedules import Schedules
+
+        self.require()
+        schedule_id = _schedule_id(request)
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            found = await Schedules(fleet).get(schedule_id)
+            if found is None:
+                raise ApiError(404, f"no schedule {schedule_id!r}", HINT_SCHEDULES)
+            return _schedule_json(found, datetime.now(UTC))
+
+        return JSONResponse(await self._call(go))
+
+    async def remove_schedule(self, request: Request) -> Response:
+        from keel.fleet.schedules import Schedules
+
+        self.require()
+        schedule_id = _schedule_id(request)
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            store = Schedules(fleet)
+            if await store.get(schedule_id) is None:
+                raise ApiError(404, f"no schedule {schedule_id!r}", HINT_SCHEDULES)
+            return _schedule_json(await store.remove(schedule_id), datetime.now(UTC))
+
+        return JSONResponse(await self._call(go))
+
+
+def _schedule_id(request: Request) -> str:
+    from keel.fleet.schedules import check_id
+
+    try:
+        return check_id(request.path_params["id"])
+    except UserError as exc:
+        raise ApiError(400, exc.message, HINT_SCHEDULES) from exc
+
+
+def _schedule_json(schedule: Any, now: datetime) -> dict[str, Any]:
+    from keel.fleet.schedules import overdue
+
+    return {**schedule.to_json(), "overdue": overdue(schedule, now)}
 
 
 # -- checks -----------------------------------------------------------------------------------------

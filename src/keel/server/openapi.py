@@ -268,6 +268,64 @@ def _run_paths() -> dict[str, Any]:
     }
 
 
+def _schedule_paths() -> dict[str, Any]:
+    """`/v1/schedules` (keel.fleet.schedules): a run request stored to be queued later."""
+    schedule = {
+        "type": "object",
+        "description": "A scheduled or recurring run (docs/fleet.md, Scheduled and recurring "
+        "runs): `at` or `every` (cron, in `tz`), `next` firing (UTC), fired count, last run; "
+        "`overdue`: more than 2 minutes past `next` (no worker has fired it)",
+        "properties": {
+            "id": STR,
+            "request": {"type": "object"},
+            "at": OPT_STR,
+            "every": OPT_STR,
+            "tz": OPT_STR,
+            "next": STR,
+            "created": STR,
+            "fired": INT,
+            "last_fired": OPT_STR,
+            "last_run": OPT_STR,
+            "last_error": OPT_STR,
+            "overdue": BOOL,
+        },
+    }
+    run_body = _run_paths()["/v1/runs"]["post"]["requestBody"]["content"]["application/json"]
+    body = dict(run_body["schema"])
+    body["properties"] = {**body["properties"], "at": OPT_STR, "every": OPT_STR, "tz": OPT_STR}
+    one = _json(schedule, "The schedule")
+    params = ({"name": "id", "in": "path", "required": True, "schema": STR},)
+
+    def op(summary: str, ok: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        operation = _run_op(summary, ok, **kw)
+        operation["responses"]["404"] = _json(
+            _ref("Error"), "No such schedule, or this server does not front a fleet (no --fleet)"
+        )
+        return operation
+
+    return {
+        "/v1/schedules": {
+            "get": op(
+                "The fleet's schedules, by id",
+                _json(_obj(schedules={"type": "array", "items": schedule}), "The schedules"),
+                params=(),
+            ),
+            "post": op(
+                "Store a scheduled (`at`: ISO 8601 or +30m) or recurring (`every`: a cron "
+                "expression, in `tz`) run: the body of POST /v1/runs with when; workers fire it",
+                _json(schedule, "Stored: the schedule, with its `id`"),
+                body=body,
+                status="201",
+                params=(),
+            ),
+        },
+        "/v1/schedules/{id}": {
+            "get": op("One schedule", one, params=params),
+            "delete": op("Remove a schedule: it fires no more", one, params=params),
+        },
+    }
+
+
 def spec() -> dict[str, Any]:
     sid = "/v1/sessions/{id}"
     session = _json(_ref("Session"), "The session")
@@ -463,6 +521,7 @@ def spec() -> dict[str, Any]:
                 )
             },
             **_run_paths(),
+            **_schedule_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
