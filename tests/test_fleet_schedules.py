@@ -18,7 +18,15 @@ import pytest
 from keel.errors import UserError
 from keel.fleet.cron import Cron
 from keel.fleet.runs import Fleet, RunRequest
-from keel.fleet.schedules import Schedule, Schedules, due, make, parse_at, parse_iso
+from keel.fleet.schedules import (
+    Schedule,
+    Scheduler,
+    Schedules,
+    due,
+    make,
+    parse_at,
+    parse_iso,
+)
 from tests.fleet_helpers import WorkerProc, keel, keel_json, script, setup_fleet, wait_for
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 
@@ -513,3 +521,36 @@ def test_schedules_over_http(fleet: str, tmp_path: Path) -> None:
         assert (removed.status_code, removed.json()["id"]) == (200, sid)
         assert c.get("/v1/schedules").json() == {"schedules": []}
         assert c.delete(f"/v1/schedules/{sid}").status_code == 404
+
+
+@pytest.mark.needs("nats-server")
+def test_scheduler_task_fires_what_is_due_and_stops(fleet: str, tmp_path: Path) -> None:
+    """The task a worker runs: it fires a schedule that is due within a tick or two, says so,
+    and `stop` ends it at once between passes."""
+
+    async def go() -> tuple[list[str], list[str], float]:
+        (f,) = await _open(fleet, 1)
+        said: list[str] = []
+        try:
+            now = datetime.now(UTC)
+            store = Schedules(f)
+            s = await store.add(
+                make(_request("scripted:demo"), at=now + timedelta(seconds=1), now=now)
+            )
+            ticker = Scheduler(f, say=said.append, tick=0.2).start()
+            for _ in range(100):
+                if await store.all() == []:
+                    break
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await ticker.stop()
+            stopped = time.monotonic() - started
+            runs = [r["id"] for r in await f.runs() if r["id"].startswith(s.id)]
+            return runs, said, stopped
+        finally:
+            await f.close()
+
+    runs, said, stopped = asyncio.run(go())
+    assert len(runs) == 1, (runs, said)
+    assert said == [f"schedule {runs[0].rsplit('-', 1)[0]} fired: run {runs[0]}"]
+    assert stopped < 1.0

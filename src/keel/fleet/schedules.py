@@ -3,14 +3,15 @@
 A schedule is one entry in the KV bucket `keel-schedules`, key = its id (`sch-<12 hex>`): the run
 request to queue (without a run id), `at` (a one-shot time) or `every` (a cron expression, in
 `tz`), `next` (the UTC time of the next firing) and what has fired so far. Nothing fires a
-schedule but a worker: each `keel worker` runs `scheduler`, which reads the bucket about once a
-second and, for each schedule that is due, moves it on with a compare-and-swap on the entry's
+schedule but a worker: each `keel worker` runs a `Scheduler`, which reads the bucket about once
+a second and, for each schedule that is due, moves it on with a compare-and-swap on the entry's
 revision; the one worker whose swap lands queues the run through `Fleet.submit`, with the run id
 `<schedule>-<YYYYmmddHHMM>` of the firing time (so a retried submit is the same run, and the
 queue's message id with it). A one-shot schedule's entry is deleted when it fires. A recurring
 one that missed firings (no worker was up) fires once, for the latest missed time, then goes on
 from the next time after now. A firing is at most once: a worker that dies between winning the
-swap and queueing the run loses that one firing (it is not queued twice).
+swap and queueing the run loses that one firing (it is not queued twice); a worker that stops
+cleanly finishes the pass in progress first.
 
 This module decides when; it never runs anything itself. nats-py is imported inside functions.
 """
@@ -30,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from keel.errors import UserError
 from keel.fleet import streams
-from keel.fleet.connect import FleetError
 from keel.fleet.cron import Cron
 
 if TYPE_CHECKING:
@@ -426,36 +426,44 @@ def _request(schedule: Schedule, run: str) -> RunRequest:
     return RunRequest(**{**fields, "run": run, "submitted": "", "why": "start"})
 
 
-async def scheduler(
-    fleet: Fleet,
-    stopping: asyncio.Event,
-    *,
-    say: Callable[[str], None] | None = None,
-    tick: float = TICK,
-) -> None:
-    """A worker's scheduler: fire what is due about every `tick` seconds (jittered, so workers
-    do not all look at once) until `stopping` is set. A failed look is said once per distinct
+class Scheduler:
+    """A worker's scheduler: a task that fires what is due about every `tick` seconds (jittered,
+    so workers do not all look at once) until `stop`. A failed look is said once per distinct
     error and tried again at the next tick."""
-    say = say or (lambda _line: None)
-    schedules = Schedules(fleet)
-    last_error = ""
-    while not stopping.is_set():
-        try:
-            await schedules.fire_due(say=say)
-            last_error = ""
-        except Exception as exc:  # the scheduler must outlive a NATS hiccup; it says why
-            error = (
-                exc.one_line() if isinstance(exc, FleetError) else f"{type(exc).__name__}: {exc}"
-            )
-            if error != last_error:
-                say(f"schedules: {error}; trying again")
-            last_error = error
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), tick * random.uniform(0.5, 1.5))
 
+    def __init__(
+        self, fleet: Fleet, *, say: Callable[[str], None] | None = None, tick: float = TICK
+    ) -> None:
+        self.schedules = Schedules(fleet)
+        self.say = say or (lambda _line: None)
+        self.tick = tick
+        self._halt = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
 
-async def stop_scheduler(task: asyncio.Task[None]) -> None:
-    """Stop a `scheduler` task (the worker's, when it stops)."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    def start(self) -> Scheduler:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def stop(self, wait: float = 10.0) -> None:
+        """Stop once the pass in progress is over (a firing it won is queued, not lost);
+        cancel it after `wait` seconds."""
+        self._halt.set()
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, wait)
+
+    async def _run(self) -> None:
+        last_error = ""
+        while not self._halt.is_set():
+            try:
+                await self.schedules.fire_due(say=self.say)
+                last_error = ""
+            except Exception as exc:  # the scheduler must outlive a NATS hiccup; it says why
+                error = (
+                    exc.one_line() if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+                )
+                if error != last_error:
+                    self.say(f"schedules: {error}; trying again")
+                last_error = error
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._halt.wait(), self.tick * random.uniform(0.5, 1.5))

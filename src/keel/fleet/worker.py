@@ -135,7 +135,7 @@ class Worker:
         from keel.fleet.connect import Bridge
         from keel.fleet.journal import JetStreamStore
         from keel.fleet.queues import QueueReader
-        from keel.fleet.schedules import scheduler, stop_scheduler
+        from keel.fleet.schedules import Scheduler
 
         fleet = self._fleet = await Fleet.open(self.url, self.env, reconnect=True)
         fleet.say = self.say  # a webhook or event that failed is said in the worker's log
@@ -150,7 +150,7 @@ class Worker:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop)
         control = await fleet.nc.subscribe(f"{streams.CONTROL_PREFIX}.*", cb=self._control)
-        ticker = asyncio.create_task(scheduler(fleet, self.stopping, say=self.say))
+        ticker = Scheduler(fleet, say=self.say).start()  # fires due schedules (schedules.py)
         try:
             reader = QueueReader(
                 fleet.js,
@@ -185,7 +185,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await reader.close()
         finally:
-            await stop_scheduler(ticker)
+            await ticker.stop()
             with contextlib.suppress(Exception):
                 await control.unsubscribe()
             self._store.close()
