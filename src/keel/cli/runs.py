@@ -303,9 +303,21 @@ def runs_parser() -> argparse.ArgumentParser:
         help="only runs with this status (repeat it, or a comma list); active = queued, "
         "running, parked",
     )
-    ls.add_argument("--limit", type=_whole(1, 1_000_000, " runs"), default=LIST_LIMIT, metavar="N")
+    ls.add_argument(
+        "--limit",
+        type=_whole(1, 1_000_000, " runs"),
+        default=LIST_LIMIT,
+        metavar="N",
+        help=f"runs a page (default {LIST_LIMIT})",
+    )
     ls.add_argument("--all", action="store_true", help="every matching run (no paging)")
-    ls.add_argument("--page", type=_whole(1, 10**9, ""), default=1, metavar="K")
+    ls.add_argument(
+        "--page",
+        type=_whole(1, 10**9, ""),
+        default=1,
+        metavar="K",
+        help="the K-th page (1: newest)",
+    )
     ls.add_argument("--after", metavar="RUN", help="the page after this run (older runs)")
     ls.add_argument(
         "--watch", action="store_true", help="then print each status change as it happens"
