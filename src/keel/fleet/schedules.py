@@ -73,15 +73,15 @@ def zone(name: str | None) -> tzinfo:
     """The zone `name` names (an IANA name such as Europe/Paris); UTC for None."""
     if not name or name.upper() == "UTC":
         return UTC
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise UserError(
-            f"unknown time zone {name!r}",
-            hint="an IANA name such as Europe/Paris, America/New_York or UTC",
-        ) from None
+        hint = "an IANA name such as Europe/Paris, America/New_York or UTC"
+        if not available_timezones():
+            hint = "this machine has no time zone database: install the tzdata package, or use UTC"
+        raise UserError(f"unknown time zone {name!r}", hint=hint) from None
 
 
 def parse_at(text: str, *, now: datetime, tz: tzinfo | None = None) -> datetime:
