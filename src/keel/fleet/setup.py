@@ -256,6 +256,15 @@ async def _bucket(
     return notes
 
 
+async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int = 1) -> list[str]:
+    """Create one of the fleet's KV buckets (BUCKETS) if it is missing, as `keel fleet init`
+    would: a worker on a fleet made before the bucket existed makes it itself."""
+    for name, ttl, description in BUCKETS:
+        if name == bucket:
+            return await _bucket(js, name, ttl, description, replicas, True)
+    raise ValueError(f"{bucket} is not one of the fleet's buckets")
+
+
 async def ensure_streams(
     js: JetStreamContext, *, replicas: int = 1, create: bool = True
 ) -> list[str]:
