@@ -25,6 +25,7 @@ appends fail with `JournalWriteError` (or `Fenced`), reads with one-line `UserEr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds one publish waits for its acknowledgement (it is retried once, same Msg-Id).
 APPEND_TIMEOUT = 10.0
+#: Seconds between asks while a stream has no leader (an election after a node loss).
+ELECTION_PAUSE = 0.25
 #: Seconds a read may wait for the next message of a run.
 READ_TIMEOUT = 10.0
 #: JetStream's error code for a publish whose expected last sequence is not the last one.
@@ -246,14 +249,19 @@ class JetStreamJournal:
         from nats.js.errors import APIError, NoStreamResponseError
 
         subject = subject_for(self.run_id, seq)
-        for attempt in (1, 2):
+        # A replicated stream electing a leader (a node lost) answers "no responders" or 503
+        # for a few seconds: asked again within the window, so an election stops no run (a
+        # stopped attempt would run its tool call in flight again on the next worker).
+        deadline = time.monotonic() + 2 * self.timeout
+        timeouts = 0
+        while True:
             try:
                 ack = await self.bridge.js.publish(
                     subject, line, timeout=self.timeout, headers=self._headers(seq)
                 )
-                return int(ack.seq)
             except (nats.errors.TimeoutError, TimeoutError):
-                if attempt == 2:
+                timeouts += 1
+                if timeouts == 2 or time.monotonic() >= deadline:
                     raise JournalWriteError(
                         f"the fleet's NATS server did not acknowledge record {seq} of run "
                         f"{self.run_id} within {self.timeout:g} s (tried twice)",
@@ -262,12 +270,18 @@ class JetStreamJournal:
             except APIError as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE:
                     return await self._stored_or_fenced(subject, seq, line)
+                if exc.code == 503 and time.monotonic() < deadline:
+                    await asyncio.sleep(ELECTION_PAUSE)
+                    continue
                 raise JournalWriteError(
                     f"the stream refused record {seq} of run {self.run_id}: "
                     f"{exc.description or exc}",
                     hint="`keel fleet init --check` checks the stream's settings",
                 ) from None
             except NoStreamResponseError:
+                if time.monotonic() < deadline:
+                    await asyncio.sleep(ELECTION_PAUSE)
+                    continue
                 raise JournalWriteError(
                     f"no stream {streams.RUNS_STREAM} answers for run {self.run_id}",
                     hint="create the streams with `keel fleet init`",
@@ -277,7 +291,14 @@ class JetStreamJournal:
                     f"cannot append record {seq} of run {self.run_id}: {type(exc).__name__}: {exc}",
                     hint=RETRY_HINT,
                 ) from None
-        raise AssertionError("unreachable")
+            else:
+                if ack.duplicate:
+                    # The server matched the Msg-Id `<run>-<seq>` within its duplicate window
+                    # and stored nothing, before any fence check: our own earlier publish, or
+                    # another writer's record `seq` (a takeover racing this worker). Only the
+                    # first is ours to go on from.
+                    return await self._stored_or_fenced(subject, seq, line)
+                return int(ack.seq)
 
     async def _stored_or_fenced(self, subject: str, seq: int, line: bytes) -> int:
         from nats.js.errors import NotFoundError

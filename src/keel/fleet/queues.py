@@ -175,10 +175,13 @@ def consumer_config(route: Route, ack_wait: float) -> Any:
     )
 
 
-def _differs(config: Any, ack_wait: float) -> list[str]:
+def _differs(config: Any, route: Route, ack_wait: float) -> list[str]:
     from nats.js.api import AckPolicy
 
     out = []
+    if (config.filter_subject or "") != route.subject:
+        # Unfiltered, the default route's consumer would hand any worker every route's runs.
+        out.append(f"filter {config.filter_subject or '(none)'} → {route.subject}")
     have = float(config.ack_wait or 0)
     if abs(have - ack_wait) > 0.001:
         out.append(f"ack wait {have:g} s → {ack_wait:g} s")
@@ -203,7 +206,7 @@ async def ensure_consumer(
     except NotFoundError:
         info = None
     if info is not None:
-        changes = _differs(info.config, ack_wait)
+        changes = _differs(info.config, route, ack_wait)
         if not changes:
             return info, []
     else:

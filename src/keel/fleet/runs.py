@@ -33,6 +33,11 @@ DONE = ("completed",)
 SUMMARY_ROOM = 16 * 1024
 
 
+#: Seconds a summary write keeps asking a bucket that has no leader (an election takes 4 to
+#: 6.5 s after a node loss).
+ELECTION_WAIT = 20.0
+
+
 def stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -158,14 +163,30 @@ class Fleet:
     async def put_summary(self, run: str, **changes: Any) -> dict[str, Any]:
         """Merge `changes` into the run's summary (compare-and-swap on the entry's revision, so
         a worker's record-driven update in between is merged, never lost)."""
+        import nats.errors
         import nats.js.errors
 
         kv = await self.kv()
-        for _ in range(10):
+        # A replicated bucket electing a leader (a node lost) times out or answers "no
+        # responders" / 503 for a few seconds: asked again meanwhile, so a worker does not hand
+        # its run back for it.
+        patience = time.monotonic() + ELECTION_WAIT
+        races = 0
+        while races < 10:
             try:
                 entry = await kv.get(run)
             except nats.js.errors.KeyNotFoundError:
                 entry = None
+            except (
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                nats.js.errors.NoStreamResponseError,
+                nats.js.errors.ServiceUnavailableError,
+            ):
+                if time.monotonic() > patience:
+                    raise
+                await asyncio.sleep(0.25)
+                continue
             current = json.loads(entry.value) if entry is not None and entry.value else {}
             current = current if isinstance(current, dict) else {}
             before = dict(current) if entry is not None else None
@@ -180,10 +201,21 @@ class Fleet:
                     await kv.create(run, value)
                 else:
                     await kv.update(run, value, last=entry.revision)
-                await self._announce(before, current)
-                return current
+            except (
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                nats.js.errors.NoStreamResponseError,
+                nats.js.errors.ServiceUnavailableError,
+            ):
+                if time.monotonic() > patience:
+                    raise
+                await asyncio.sleep(0.25)
+                continue  # it may have landed: read it again and merge
             except (nats.js.errors.KeyWrongLastSequenceError, nats.js.errors.APIError):
+                races += 1
                 continue  # changed in between: merge again
+            await self._announce(before, current)
+            return current
         raise FleetError(
             f"the summary of run {run} kept changing under this update",
             hint="try again; the run itself is not affected",
