@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from keel.config.settings import ProviderConfig
 from keel.errors import UserError
 from keel.fleet.checks import check_against_workers
 from keel.fleet.runs import RunRequest
+from keel.llm.provider import ProviderConfig
 from tests.fleet_helpers import keel, setup_fleet
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 
@@ -91,7 +91,7 @@ def test_what_no_live_worker_can_serve_is_refused_with_what_they_have() -> None:
 
 def test_labels_no_worker_has_are_a_warning() -> None:
     req = _req(path="/shared/app")
-    req.needs = ["gpu"]  # type: ignore[attr-defined]
+    req.needs = ["gpu"]
     warnings = check_against_workers(req, [_worker("w1", labels=["python"])], {})
     assert warnings == [
         "no live worker has the labels gpu (up: w1); the run waits for one "
