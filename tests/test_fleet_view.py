@@ -223,7 +223,19 @@ def _changes(url: str) -> None:
 def test_watch_prints_the_table_then_one_line_per_status_change(fleet: str) -> None:
     _with_fleet(fleet, lambda f: f.put_summary("old", status="completed", submitted="2026"))
     with subprocess.Popen(
-        [sys.executable, "-m", "keel", "runs", "--nats", fleet, "list", "--watch"],
+        # --timeout only so that a broken watch cannot hang the test: Ctrl-C ends it first.
+        [
+            sys.executable,
+            "-m",
+            "keel",
+            "runs",
+            "--nats",
+            fleet,
+            "list",
+            "--watch",
+            "--timeout",
+            "60",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -255,7 +267,7 @@ def test_watch_json_prints_one_object_per_change_and_ends_at_its_timeout(fleet: 
     def watch() -> None:
         out["proc"] = keel(
             "runs", "--nats", fleet, "list", "--watch", "--json", "--status", "parked,error",
-            "--timeout", "6",
+            "--timeout", "8",
         )  # fmt: skip
 
     thread = threading.Thread(target=watch)
