@@ -165,8 +165,9 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("fleet up|down|status|init", "the fleet's NATS server"),
     ("submit PROMPT --workspace W", "queue a run for the fleet's workers"),
     ("worker [--concurrency N]", "take queued runs until SIGTERM"),
-    ("runs list|show|wait|cancel|answer", "the fleet's runs"),
+    ("runs list|show|wait|cancel|answer|retry", "the fleet's runs"),
     ("schedules list|show|rm", "runs queued later or on a cron"),
+    ("workers", "the fleet's live workers and what each runs"),
 )
 
 PROMPT_OR_COMMAND = """\
@@ -608,6 +609,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "worker": _runs_command("worker"),
     "runs": _runs_command("runs"),
     "schedules": _schedules,
+    "workers": _runs_command("workers"),
 }
 
 

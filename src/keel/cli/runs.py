@@ -94,6 +94,18 @@ def submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens-budget", type=_whole(0, 10**12, " tokens"))
     p.add_argument("--max-budget-usd", type=_money)
     p.add_argument(
+        "--max-attempts",
+        type=_whole(1, 100, ""),
+        metavar="N",
+        help="end the run failed after N lost attempts (workers that died running it) or N "
+        "workers that cannot serve it (default: the worker's KEEL_FLEET_MAX_ATTEMPTS, else 3)",
+    )
+    p.add_argument(
+        "--notify",
+        metavar="URL",
+        help="POST the run's events (it parked, it ended) as JSON to this http(s) URL",
+    )
+    p.add_argument(
         "--priority",
         choices=["high", "normal", "low"],
         default="normal",
@@ -105,11 +117,6 @@ def submit_parser() -> argparse.ArgumentParser:
         default="",
         help="worker labels the run needs, comma-separated (gpu,python): only a worker started "
         "with all of them (keel worker --labels) takes it",
-    )
-    p.add_argument(
-        "--notify",
-        metavar="URL",
-        help="POST the run's events (it parked, it ended) as JSON to this http(s) URL",
     )
     add_schedule_options(p)  # --at, --every, --tz (keel/cli/schedules.py)
     p.add_argument("--wait", action="store_true", help="wait for the run to end; print its answer")
@@ -165,6 +172,7 @@ def submit(argv: list[str]) -> int:
         max_turns=args.max_turns,
         max_tokens_budget=args.max_tokens_budget,
         max_budget_usd=args.max_budget_usd,
+        max_attempts=args.max_attempts,
         notify=args.notify or None,
         priority=args.priority,
         needs=needs,
@@ -281,6 +289,61 @@ def worker(argv: list[str]) -> int:
     )
 
 
+# -- keel workers ---------------------------------------------------------------------------------
+
+
+def workers_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="keel workers",
+        description="The fleet's workers, from their heartbeats in the keel-workers bucket: what "
+        "each runs, its labels, its last heartbeat. A worker without a heartbeat for "
+        "a few seconds is marked silent (dead, stopped or cut off); its entry goes after a minute.",
+    )
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--nats", metavar="URL", help="the fleet's NATS server (default: KEEL_NATS_URL)")
+    p.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def workers(argv: list[str]) -> int:
+    from keel.fleet.registry import read_workers
+
+    args = workers_parser().parse_args(argv)
+
+    async def go(fleet: Any, args: argparse.Namespace) -> int:
+        found = await read_workers(fleet)
+        print(json.dumps(found) if args.json else _workers_table(found))
+        return 0
+
+    return _with(go, args)
+
+
+def _workers_table(found: list[dict[str, Any]]) -> str:
+    from keel.fleet.registry import ago
+
+    if not found:
+        return "no workers (none has sent a heartbeat in the last minute)"
+    rows = []
+    for w in found:
+        running = [str(r) for r in w.get("running") or []]
+        state = "silent" if w.get("silent") else "stopping" if w.get("stopping") else "live"
+        rows.append(
+            (
+                str(w.get("name", "")),
+                state,
+                ago(float(w.get("age") or 0.0)),
+                f"{len(running)}/{w.get('concurrency', '?')}",
+                ",".join(str(x) for x in w.get("labels") or []) or "-",
+                " ".join(running) or "-",
+            )
+        )
+    head = ("WORKER", "STATE", "HEARTBEAT", "BUSY", "LABELS", "RUNS")
+    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(5)]
+    return "\n".join(
+        "  ".join(f"{r[i]:<{widths[i]}}" for i in range(5)) + f"  {r[5]}" for r in (head, *rows)
+    )
+
+
 # -- keel runs ------------------------------------------------------------------------------------
 
 
@@ -340,6 +403,13 @@ def runs_parser() -> argparse.ArgumentParser:
     wait.add_argument("--json", action="store_true")
     cancel = sub.add_parser("cancel", help="stop a run at its next loop boundary")
     cancel.add_argument("run")
+    retry = sub.add_parser(
+        "retry",
+        help="queue a failed run again: a worker resumes it from its journal",
+        description="Queue a run that ended failed (its attempt limit, no worker could serve it) "
+        "or error again. Its lost and refused counts start over; its attempt log stays.",
+    )
+    retry.add_argument("run")
     answer = sub.add_parser("answer", help="answer what a parked run waits for")
     answer.add_argument("run")
     answer.add_argument("request", help="the request id `keel runs show` names")
@@ -358,6 +428,27 @@ def _status(s: dict[str, Any]) -> str:
     if s.get("error"):
         return f"{status}: {str(s['error']).splitlines()[0][:100]}"
     return status
+
+
+def _show(summary: dict[str, Any]) -> str:
+    """`keel runs show`: one line per field, the attempts as a count and one line each."""
+    lines = []
+    for key, value in summary.items():
+        if key == "attempt_log":
+            continue
+        if key == "attempts":
+            lost = int(summary.get("lost") or 0)
+            value = f"{value}" + (f" ({lost} lost)" if lost else "")
+        lines.append(f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}")
+    for n, entry in enumerate(summary.get("attempt_log") or [], 1):
+        if not isinstance(entry, dict):
+            continue
+        how = entry.get("ended") or "running"
+        why = f": {entry['reason']}" if entry.get("reason") else ""
+        lines.append(
+            f"  attempt {n}: {entry.get('worker')} from {entry.get('started')}, {how}{why}"
+        )
+    return "\n".join(lines)
 
 
 def _table(summaries: list[dict[str, Any]]) -> str:
@@ -418,7 +509,7 @@ def runs(argv: list[str]) -> int:
     async def go(fleet: Any, args: argparse.Namespace) -> int:
         if args.command == "list":
             return await _list(fleet, args)
-        if args.command in ("show", "cancel", "answer"):
+        if args.command in ("show", "cancel", "answer", "retry"):
             args.run = await fleet.resolve(args.run)
         if args.command == "show":
             summary = await fleet.summary(args.run)
@@ -427,10 +518,11 @@ def runs(argv: list[str]) -> int:
             if args.json:
                 print(json.dumps(summary))
             else:
-                for key, value in summary.items():
-                    print(
-                        f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}"
-                    )
+                print(_show(summary))
+            return 0
+        if args.command == "retry":
+            await fleet.retry(args.run)
+            print(f"run {args.run}: queued again; a worker resumes it from its journal")
             return 0
         if args.command == "wait":
             if not args.run and not args.all:

@@ -33,6 +33,24 @@ DONE = ("completed",)
 SUMMARY_ROOM = 16 * 1024
 
 
+#: Lost attempts (or refusing workers) after which a run ends `failed`, unless the request or
+#: `KEEL_FLEET_MAX_ATTEMPTS` says otherwise.
+MAX_ATTEMPTS = 3
+#: Statuses `keel runs retry` queues again.
+RETRYABLE = ("failed", "error")
+
+
+def max_attempts(req_value: int | None, env: Mapping[str, str]) -> int:
+    """The attempt limit of a run: its request's, else `KEEL_FLEET_MAX_ATTEMPTS`, else 3."""
+    if req_value is not None and req_value >= 1:
+        return int(req_value)
+    try:
+        value = int(env.get("KEEL_FLEET_MAX_ATTEMPTS", "") or MAX_ATTEMPTS)
+    except ValueError:
+        value = MAX_ATTEMPTS
+    return value if value >= 1 else MAX_ATTEMPTS
+
+
 #: Seconds a summary write keeps asking a bucket that has no leader (an election takes 4 to
 #: 6.5 s after a node loss).
 ELECTION_WAIT = 20.0
@@ -40,6 +58,38 @@ ELECTION_WAIT = 20.0
 
 def stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+#: Summary fields cut, in this order, when a summary would not fit in one message.
+_CUTTABLE = ("text", "error", "last_prompt")
+
+
+def fit_summary(summary: dict[str, Any], limit: int) -> bytes:
+    """`summary` as JSON bytes that fit in one message of `limit` bytes: a final answer or an
+    error too long for it is cut (the whole text stays in the run's journal), then the copy of
+    the request's prompt. Cuts `summary` in place, so what is returned is what was stored."""
+    value = json.dumps(summary, separators=(",", ":")).encode()
+    room = limit - 1024  # the KV subject and headers
+    for key in (*_CUTTABLE, "request"):
+        if len(value) <= room:
+            break
+        holder, field_name = (
+            (summary.get("request"), "prompt") if key == "request" else (summary, key)
+        )
+        if not isinstance(holder, dict) or not isinstance(holder.get(field_name), str):
+            continue
+        text: str = holder[field_name]
+        whole = len(text)
+        while len(value) > room and text:
+            # JSON may spend up to 6 bytes on a character: cut by the text's own ratio.
+            ratio = len(json.dumps(text)) / len(text)
+            text = text[: max(0, int(len(text) - (len(value) - room + 300) / ratio))]
+            holder[field_name] = (
+                f"{text}\n[cut: {whole - len(text):,} more characters; the "
+                "run's journal has the whole text]"
+            )
+            value = json.dumps(summary, separators=(",", ":")).encode()
+    return value
 
 
 @dataclass
@@ -56,8 +106,12 @@ class RunRequest:
     max_tokens_budget: int | None = None
     max_budget_usd: float | None = None
     submitted: str = ""
-    #: Why this message was queued: "start", "answer" (a parked run was answered), "cancel".
+    #: Why this message was queued: "start", "answer" (a parked run was answered), "cancel",
+    #: "retry" (`keel runs retry`).
     why: str = "start"
+    #: Attempts lost (a worker died running it) or workers that refused it before the run ends
+    #: `failed`; None: the worker's `KEEL_FLEET_MAX_ATTEMPTS`, else MAX_ATTEMPTS.
+    max_attempts: int | None = None
     #: A URL the run's events (parked, over) are POSTed to as JSON (`keel submit --notify`).
     notify: str | None = None
     #: "high", "normal" or "low": a worker takes higher priorities first (keel/fleet/queues.py).
@@ -160,9 +214,17 @@ class Fleet:
         value = json.loads(entry.value)
         return value if isinstance(value, dict) else None
 
-    async def put_summary(self, run: str, **changes: Any) -> dict[str, Any]:
+    async def put_summary(
+        self,
+        run: str,
+        *,
+        update: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        **changes: Any,
+    ) -> dict[str, Any]:
         """Merge `changes` into the run's summary (compare-and-swap on the entry's revision, so
-        a worker's record-driven update in between is merged, never lost)."""
+        a worker's record-driven update in between is merged, never lost). `update(current)`,
+        when given, returns more changes computed from the summary as it is (it may run more
+        than once: on a lost race it sees the newer summary)."""
         import nats.errors
         import nats.js.errors
 
@@ -192,10 +254,12 @@ class Fleet:
             before = dict(current) if entry is not None else None
             current.setdefault("id", run)
             current.update(changes)
+            if update is not None:
+                current.update(update(dict(current)))
             if current.get("status") != "parked":
                 current.pop("waits_on", None)  # what it waited on is answered, or moot
             current["updated"] = stamp()
-            value = json.dumps(current, separators=(",", ":")).encode()
+            value = fit_summary(current, int(self.nc.max_payload))
             try:
                 if entry is None:
                     await kv.create(run, value)
@@ -412,6 +476,35 @@ class Fleet:
         if summary.get("status") == "parked":  # nobody runs it: a worker closes it
             await self.enqueue(self._follow_up(run, summary, "cancel"), f"{run}-cancel")
         return await self.put_summary(run, cancel_requested=True)
+
+    async def retry(self, run: str) -> dict[str, Any]:
+        """Queue a run that ended `failed` or `error` again: its lost and refused counts start
+        over (the attempt log stays), and a worker resumes it from its journal (or starts it,
+        when it has none). Refuses a run in any other state."""
+        summary = await self.summary(run)
+        if summary is None:
+            raise UserError(f"no run {run!r}", hint="`keel runs list` shows the runs")
+        status = summary.get("status")
+        if status not in RETRYABLE:
+            hint = (
+                "it may still finish: `keel runs wait RUN`, or stop it with `keel runs cancel`"
+                if status in ACTIVE
+                else "submit it again with `keel submit`"
+            )
+            raise UserError(f"run {run} is {status}: only a failed run can be retried", hint=hint)
+        retries = int(summary.get("retries") or 0) + 1
+        changed = await self.put_summary(
+            run,
+            status="queued",
+            lost=0,
+            refused=[],
+            error="",
+            note=f"retried by hand ({stamp()})",
+            retries=retries,
+        )
+        # A fresh message id: the first request's id is still in the duplicate window.
+        await self.enqueue(self._follow_up(run, summary, "retry"), f"{run}-retry-{retries}")
+        return changed
 
     async def cancelled(self, run: str) -> bool:
         import nats.js.errors

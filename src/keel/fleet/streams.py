@@ -36,12 +36,17 @@ EVENTS_PREFIX = "keel.events"
 #: Seconds a worker's registry entry outlives its last heartbeat.
 WORKERS_TTL = 60.0
 
-#: How long a delivered run may go without a heartbeat before it goes to another worker. Set
-#: when the first worker creates the shared consumer (`KEEL_FLEET_ACK_WAIT` seconds overrides it:
-#: a shorter wait moves a dead worker's runs sooner, at the price of more heartbeats).
-ACK_WAIT = 30.0
-#: Heartbeats (in-progress acks) per ACK_WAIT while a run is active.
+#: How long a delivered run may go without a heartbeat before it goes to another worker: a dead
+#: worker's run is taken again 6 to 8 s after it died (`KEEL_FLEET_ACK_WAIT` seconds overrides
+#: it: a shorter wait moves a dead worker's runs sooner, at the price of more heartbeats and of
+#: a takeover of a worker whose loop stalls that long).
+ACK_WAIT = 8.0
+#: Heartbeats (in-progress acks) per ACK_WAIT while a run is active: one every 2 s by default.
 BEATS_PER_WAIT = 4
+#: Seconds between a worker's registry entries (`keel-workers`).
+WORKER_BEAT = 2.0
+#: A registry entry older than this many seconds is a silent worker (three missed beats).
+WORKER_SILENT = 3 * WORKER_BEAT + 1.0
 
 
 def ack_wait(env: Mapping[str, str]) -> float:
@@ -64,6 +69,12 @@ def check_run_id(run_id: str) -> str:
             f"{run_id!r} is not a run id", hint="`keel runs list` shows the runs and their ids"
         )
     return run_id
+
+
+def worker_key(name: str) -> str:
+    """A worker's key in `keel-workers`: its name with every character outside [A-Za-z0-9_-]
+    made `_` (a KV key may not hold dots, stars, `>` or spaces)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
 
 
 def run_subject(run_id: str, seq: int | str) -> str:

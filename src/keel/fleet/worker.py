@@ -9,6 +9,15 @@ journal that is already complete is answered from without a model call). A worke
 run (another took it over) stops it without writing or acking anything. SIGTERM: take no more
 work, let each run reach its loop boundary (`suspended`), hand the message back.
 
+Attempts: each take of a run (a start or a resume) is one entry in the summary's `attempt_log`. An
+entry still open when the next worker takes the run was lost (its worker died); a run lost
+`max_attempts` times ends `failed` (its journal left as it is, so `keel runs retry` resumes it).
+A worker that cannot serve a run because of its own configuration (no key for the model, a
+workspace outside its roots, a model its catalog does not know: a `UserError` while preparing the
+run, before any model call) refuses it: the run goes back to the queue with a note, and fails
+once `max_attempts` workers, or every live worker, refused it. The worker's own entry in the
+registry (`keel-workers`, keel/fleet/registry.py) is rewritten every 2 s while it runs.
+
 Questions park: a permission question or plan approval is looked up in the run's answers; with
 none, a `park` record is journaled, the summary says what the run waits on, the journal is fenced
 (nothing more of this attempt lands), the run stops and the message is acked. `keel runs answer`
@@ -25,7 +34,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,19 +50,53 @@ from keel.agent.events import (
 from keel.errors import UserError
 from keel.fleet import streams
 from keel.fleet.connect import FleetError
-from keel.fleet.runs import Fleet, RunRequest, stamp
+from keel.fleet.runs import Fleet, RunRequest, max_attempts, stamp
 from keel.session.journal import JournalWriteError, SessionLocked
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
 
     from keel.agent.loop import Agent, RunResult
+    from keel.fleet.connect import Bridge
     from keel.fleet.journal import JetStreamStore
+    from keel.fleet.registry import Registration
     from keel.llm.catalog import ModelRef
     from keel.llm.messages import ToolUse
     from keel.llm.provider import Provider
     from keel.session.fold import SessionState
     from keel.tools.base import Tool
+
+
+#: Seconds a worker that refused a run hands it back at once, without trying it again.
+REFUSAL_MEMORY = 60.0
+#: Seconds the worker's loop may be blocked (a journal append waiting through a leader election:
+#: at most 3 publish timeouts and a margin) while its runs' heartbeats go on from the journal's
+#: thread; a loop blocked longer lets its runs go to another worker.
+STALL_LIMIT = 40.0
+#: Seconds before a refused run is offered again when no other worker waits for work.
+REFUSAL_DELAY = 2.0
+#: Attempt log entries kept in a run's summary.
+ATTEMPT_LOG = 20
+
+
+class Refused(Exception):
+    """This worker cannot serve the run: its own configuration, not the run, is the reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@contextlib.contextmanager
+def preparing() -> Iterator[None]:
+    """A `UserError` while a run is prepared (workspace, settings, model, provider) is this
+    worker's refusal; trouble with the fleet's server is not."""
+    try:
+        yield
+    except FleetError:
+        raise
+    except UserError as exc:
+        raise Refused(exc.one_line()) from exc
 
 
 def default_scratch(env: Mapping[str, str] | None = None) -> Path:
@@ -113,11 +156,20 @@ class Worker:
         self.active: dict[str, _Active] = {}
         self.stopping = asyncio.Event()
         self.ack_wait = streams.ack_wait(self.env)
-        #: What this worker offers (`keel worker --labels`).
+        #: What this worker offers (`keel worker --labels`), written in its registry entry.
         self.labels = tuple(labels)
+        self.started = stamp()
         self.done_runs = 0
         self._fleet: Fleet | None = None
         self._store: JetStreamStore | None = None
+        self._bridge: Bridge | None = None
+        #: Runs this worker refused lately (run id → [when, when it last handed it back],
+        #: monotonic): handed back at once, without trying them again.
+        self._refused: dict[str, list[float]] = {}
+        self._providers: list[str] | None = None
+        #: Set when the runs this worker holds change: its registry entry is rewritten then.
+        self._changed = asyncio.Event()
+        self._closed = False
 
     # -- the main loop -----------------------------------------------------------------------
 
@@ -126,6 +178,7 @@ class Worker:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        self._changed.set()
         for active in self.active.values():
             active.handed_back = True
             if active.agent is not None:
@@ -141,6 +194,7 @@ class Worker:
         fleet.say = self.say  # a webhook or event that failed is said in the worker's log
         await fleet.kv()  # the fleet exists here (a clear error if not)
         bridge = await asyncio.to_thread(Bridge, self.url, name=f"keel worker {self.name}")
+        self._bridge = bridge
         # The worker writes the summaries itself (one writer: the store's own would race it).
         self._store = JetStreamStore(
             bridge, scratch=self.scratch / "journals", worker=self.name, auto_summary=False
@@ -151,6 +205,8 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         control = await fleet.nc.subscribe(f"{streams.CONTROL_PREFIX}.*", cb=self._control)
         ticker = Scheduler(fleet, say=self.say).start()  # fires due schedules (schedules.py)
+        registration = await self._register()
+        beats = asyncio.create_task(self._registry_beats(registration))
         try:
             reader = QueueReader(
                 fleet.js,
@@ -186,6 +242,12 @@ class Worker:
                 await reader.close()
         finally:
             await ticker.stop()
+            self._closed = True
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await beats
+            with contextlib.suppress(Exception):  # a clean stop: gone from `keel workers` now
+                await registration.remove()
             with contextlib.suppress(Exception):
                 await control.unsubscribe()
             self._store.close()
@@ -193,6 +255,67 @@ class Worker:
             with contextlib.suppress(Exception):
                 await fleet.close()
         return 0
+
+    # -- the registry -------------------------------------------------------------------------
+
+    async def _register(self) -> Registration:
+        from keel.fleet.registry import Registration, workers_bucket
+
+        assert self._fleet is not None
+        kv = await workers_bucket(self._fleet.js, create=True)
+        assert kv is not None
+        registration = Registration(kv, self.name)
+        await registration.put(self.entry())
+        return registration
+
+    def entry(self) -> dict[str, Any]:
+        """This worker's registry entry as of now."""
+        from keel import __version__
+        from keel.fleet.registry import stamp_beat
+        from keel.fleet.workspace import allowed_roots
+
+        if self._providers is None:
+            self._providers = self._servable()
+        return stamp_beat(
+            {
+                "name": self.name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "version": __version__,
+                "started": self.started,
+                "concurrency": self.concurrency,
+                "running": sorted(self.active),
+                "labels": list(self.labels),
+                "roots": [str(root) for root in allowed_roots(self.env)],
+                "providers": self._providers,
+                "ack_wait": self.ack_wait,
+                "stopping": self.stopping.is_set(),
+            }
+        )
+
+    def _servable(self) -> list[str]:
+        from keel.config.settings import load_settings
+        from keel.fleet.registry import servable_providers
+
+        try:
+            settings = load_settings(self.scratch, self.env)
+        except UserError:
+            settings = None
+        return servable_providers(self.env, settings)
+
+    async def _registry_beats(self, registration: Registration) -> None:
+        # Ends on `_closed`, not only on a cancel: nats-py turns a cancel that lands inside a
+        # request (the put) into its own TimeoutError, which the beat would swallow.
+        while not self._closed:
+            # A beat every WORKER_BEAT s, and at once when the runs it holds change.
+            with contextlib.suppress(TimeoutError):
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel that
+                # stops this task when the event is set at the same moment.
+                async with asyncio.timeout(streams.WORKER_BEAT):
+                    await self._changed.wait()
+            self._changed.clear()
+            with contextlib.suppress(Exception):  # NATS trouble: the next beat tries again
+                await registration.put(self.entry())
 
     async def _control(self, msg: Msg) -> None:
         run = msg.subject.rsplit(".", 1)[-1]
@@ -213,50 +336,270 @@ class Worker:
             return
         if req.run in self.active:  # a redelivery of what this worker runs (a slow heartbeat)
             return
+        refused = self._refused.get(req.run)
+        now = time.monotonic()
+        if refused is not None and now - refused[0] < REFUSAL_MEMORY:
+            # Refused here a moment ago: this worker's configuration has not changed since. Back
+            # at once, to the worker that has waited longest; back again within a second means
+            # no other worker waits: then after a delay, not in a tight loop.
+            delay = REFUSAL_DELAY if now - refused[1] < 1.0 else 0.0
+            refused[1] = now
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=delay or None)
+            return
         assert self._fleet is not None
         req = await self._fleet.original(req)
         active = self.active[req.run] = _Active(req, msg)
+        self._changed.set()
         beat = asyncio.create_task(self._heartbeat(msg))
         try:
             await self._handle(active)
+        except Refused as exc:
+            await self._refuse(active, exc.reason)
         except (FleetError, JournalWriteError, SessionLocked) as exc:
             # The stream, not the run: another attempt (here or elsewhere) goes on from the
             # journal once it answers again.
             self.say(f"run {req.run}: {exc.one_line()}; handed back")
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=5)
+            await self._hand_back(active, exc.one_line())
         except Exception as exc:  # one run's failure must not stop the worker
             import nats.errors
 
             if isinstance(exc, nats.errors.Error | TimeoutError | ConnectionError):
                 # NATS trouble (an election, a reconnect), not the run's: hand it back.
                 self.say(f"run {req.run}: {type(exc).__name__}: {exc}; handed back")
-                with contextlib.suppress(Exception):
-                    await msg.nak(delay=5)
+                await self._hand_back(active, f"{type(exc).__name__}: {exc}")
             elif not active.fenced:
                 self.say(f"run {req.run}: {type(exc).__name__}: {exc}")
                 with contextlib.suppress(Exception):
-                    await self._summary(req.run, status="error", error=str(exc)[:500])
+                    await self._summary(
+                        req.run,
+                        status="error",
+                        error=str(exc)[:500],
+                        update=self._ended("error", str(exc)[:200]),
+                    )
                     await msg.ack()
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
             self.active.pop(req.run, None)
+            self._changed.set()
+            if active.fenced:
+                with contextlib.suppress(Exception):
+                    await self._summary(req.run, update=self._taken_over())
             # A fenced attempt's directory may be the new owner's now (the same machine).
             if active.workspace is not None and not (active.handed_back or active.fenced):
                 with contextlib.suppress(Exception):
                     active.workspace.cleanup()
 
     async def _heartbeat(self, msg: Msg) -> None:
-        while True:
-            await asyncio.sleep(self.ack_wait / streams.BEATS_PER_WAIT)
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
+        """In-progress acks for `msg`, sent from the journal's connection on its own thread: a
+        journal append blocks this loop, and during a cluster's leader election it may wait for
+        seconds; beats sent from here would stop then, and another worker would take over a
+        live run (and run its tool call in flight again). This loop still ticks the beats: one
+        stuck for more than STALL_LIMIT s stops them, and the run moves on."""
+        interval = self.ack_wait / streams.BEATS_PER_WAIT
+        bridge = self._bridge
+        if bridge is None or not msg.reply:
+            while True:
+                await asyncio.sleep(interval)
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
+        ticked = [time.monotonic()]
+        beats = bridge.submit(_beat(bridge, msg.reply, interval, ticked))
+        try:
+            while True:
+                ticked[0] = time.monotonic()
+                await asyncio.sleep(interval)
+        finally:
+            beats.cancel()
 
-    async def _summary(self, run: str, **changes: Any) -> None:
+    async def _summary(self, run: str, **changes: Any) -> dict[str, Any]:
         assert self._fleet is not None
-        await self._fleet.put_summary(run, **changes)
+        return await self._fleet.put_summary(run, **changes)
+
+    async def _hand_back(self, active: _Active, reason: str) -> None:
+        """Give the run back to the queue for a trouble of the fleet's, not the run's: another
+        attempt goes on from the journal (not a lost attempt)."""
+        with contextlib.suppress(Exception):
+            await self._summary(
+                active.req.run,
+                status="queued",
+                worker="",
+                update=self._ended("handed back", reason[:200]),
+            )
+        with contextlib.suppress(Exception):
+            await active.msg.nak(delay=5)
+
+    # -- attempts ------------------------------------------------------------------------------
+
+    def _ended(self, how: str, reason: str = "") -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """A summary update that closes this worker's open attempt: it ended `how`."""
+
+        def update(current: dict[str, Any]) -> dict[str, Any]:
+            log = _attempt_log(current)
+            for entry in reversed(log):
+                if entry.get("worker") == self.name and not entry.get("ended"):
+                    entry.update(ended=how, at=stamp())
+                    if reason:
+                        entry["reason"] = reason
+                    break
+            return {"attempt_log": log}
+
+        return update
+
+    def _taken_over(self) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """A summary update for a fenced attempt: the worker that took the run over counted it
+        lost, but this worker is alive (it stalled): not a lost attempt."""
+
+        def update(current: dict[str, Any]) -> dict[str, Any]:
+            log = _attempt_log(current)
+            for entry in reversed(log):
+                if entry.get("worker") == self.name and entry.get("ended") == "lost":
+                    entry.update(
+                        ended="taken over",
+                        reason="the worker stalled past the ack wait; another took the run over",
+                    )
+                    lost = max(0, int(current.get("lost") or 0) - 1)
+                    return {"attempt_log": log, "lost": lost}
+            return {}
+
+        return update
+
+    async def _begin_attempt(self, active: _Active) -> bool:
+        """Record this take of the run in its summary; an attempt another worker left open was
+        lost (that worker died). False when the run has now been lost `max_attempts` times: it
+        is `failed` and its message acked (its journal is left for `keel runs retry`)."""
+        assert self._fleet is not None
+        req = active.req
+        limit = max_attempts(req.max_attempts, self.env)
+        current = await self._fleet.summary(req.run) or {}
+        pickup = await self._pickup(current)
+
+        def update(current: dict[str, Any]) -> dict[str, Any]:
+            log = _attempt_log(current)
+            changes: dict[str, Any] = {}
+            lost = int(current.get("lost") or 0)
+            open_entry = log[-1] if log and not log[-1].get("ended") else None
+            if open_entry is None and not log and current.get("status") == "running":
+                # A summary from before attempts were recorded: its worker's attempt is open.
+                open_entry = {"worker": current.get("worker") or "?", "started": ""}
+                log.append(open_entry)
+            if open_entry is not None:
+                who = open_entry.get("worker") or "?"
+                open_entry.update(
+                    ended="lost",
+                    at=stamp(),
+                    reason=f"worker {who} stopped while running it (killed or crashed)",
+                )
+                lost += 1
+                changes["lost"] = lost
+                if pickup is not None:
+                    changes["pickup_s"] = pickup
+            if lost >= limit:
+                took = [str(e.get("worker")) for e in log if e.get("ended") == "lost"][-lost:]
+                changes.update(
+                    status="failed",
+                    worker="",
+                    finished=stamp(),
+                    error=f"the run was lost {lost} time{'s' if lost != 1 else ''}: "
+                    f"worker{'s' if len(took) != 1 else ''} {', '.join(took)} stopped while "
+                    "running it (killed or crashed)",
+                )
+            else:
+                log.append({"worker": self.name, "started": stamp()})
+                changes["attempts"] = int(current.get("attempts") or 0) + 1
+            changes["attempt_log"] = log[-ATTEMPT_LOG:]
+            return changes
+
+        summary = await self._summary(req.run, update=update)
+        if summary.get("status") == "failed":
+            self.say(f"run {req.run} failed: {summary.get('error')}")
+            await active.msg.ack()
+            return False
+        return True
+
+    async def _pickup(self, current: dict[str, Any]) -> float | None:
+        """Seconds from the last sign of life of the worker whose attempt is open in `current`
+        (its last registry beat, else the attempt's start) to now; None when none is open."""
+        log = _attempt_log(current)
+        if log and not log[-1].get("ended"):
+            who, started = str(log[-1].get("worker") or ""), str(log[-1].get("started") or "")
+        elif not log and current.get("status") == "running":
+            who, started = str(current.get("worker") or ""), str(current.get("started") or "")
+        else:
+            return None
+        since: float | None = None
+        assert self._fleet is not None
+        with contextlib.suppress(Exception):
+            from keel.fleet.registry import workers_bucket
+
+            kv = await workers_bucket(self._fleet.js)
+            if kv is not None and who:
+                import json
+
+                entry = await kv.get(streams.worker_key(who))
+                since = float(json.loads(entry.value or b"{}").get("beat_at") or 0) or None
+        if since is None and started:
+            import calendar
+
+            with contextlib.suppress(ValueError):
+                since = float(calendar.timegm(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ")))
+        return None if since is None else round(max(0.0, time.time() - since), 2)
+
+    async def _refuse(self, active: _Active, reason: str) -> None:
+        """This worker cannot serve the run (its own configuration): hand it back with a note,
+        or fail it once `max_attempts` workers, or every live worker, refused it."""
+        from keel.fleet.registry import live_workers
+
+        assert self._fleet is not None
+        req = active.req
+        self._refused[req.run] = [time.monotonic()] * 2
+        self.say(f"run {req.run}: this worker cannot serve it: {reason}; handed back")
+        live: set[str] = set()
+        with contextlib.suppress(Exception):
+            live = {str(w.get("name")) for w in await live_workers(self._fleet)}
+        limit = max_attempts(req.max_attempts, self.env)
+        close = self._ended("refused", reason[:300])
+
+        def update(current: dict[str, Any]) -> dict[str, Any]:
+            changes = close(current)
+            refused = [
+                dict(r)
+                for r in current.get("refused") or []
+                if isinstance(r, dict) and r.get("worker") != self.name
+            ]
+            refused.append({"worker": self.name, "reason": reason[:300]})
+            changes["refused"] = refused
+            names = {str(r.get("worker")) for r in refused}
+            if len(names) >= limit or (live and live <= names):
+                each = "; ".join(f"{r['worker']}: {r['reason']}" for r in refused)
+                changes.update(
+                    status="failed",
+                    worker="",
+                    finished=stamp(),
+                    error=f"no worker can serve this run: {each}",
+                )
+            else:
+                changes.update(
+                    status="queued",
+                    worker="",
+                    note=f"worker {self.name} cannot serve it ({reason[:200]}); back in the "
+                    "queue for another worker",
+                )
+            return changes
+
+        try:
+            summary = await self._summary(req.run, update=update)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await active.msg.nak(delay=REFUSAL_DELAY)
+            raise
+        if summary.get("status") == "failed":
+            self.say(f"run {req.run} failed: {summary.get('error')}")
+            await active.msg.ack()
+        else:
+            await active.msg.nak()  # to the worker that has waited longest for work
 
     async def _handle(self, active: _Active) -> None:
         assert self._fleet is not None
@@ -266,7 +609,7 @@ class Worker:
         cancel = await self._fleet.cancelled(req.run)
         exists = await asyncio.to_thread(store.exists, req.run)
         if not exists:
-            if req.why != "start":
+            if req.why not in ("start", "retry"):
                 self.say(f"run {req.run}: no journal for a {req.why} message; dropped")
                 await msg.ack()
                 return
@@ -274,7 +617,8 @@ class Worker:
                 await self._summary(req.run, status="cancelled", finished=stamp())
                 await msg.ack()
                 return
-            await self._start(active)
+            if await self._begin_attempt(active):
+                await self._start(active)
             return
         journal, loaded = await asyncio.to_thread(
             store.open, req.run, worker=self.name, attempt=attempt
@@ -294,7 +638,10 @@ class Worker:
             )
             await msg.ack()
             return
-        if state.terminal is not None and state.terminal.reason != "suspended":
+        again = (
+            req.why == "retry" and state.terminal is not None and state.terminal.reason == "error"
+        )
+        if state.terminal is not None and state.terminal.reason != "suspended" and not again:
             await self._answer_from_journal(active, journal, state)
             return
         if state.parked is not None:
@@ -304,6 +651,14 @@ class Worker:
                 await self._summary(req.run, status="parked")
                 await msg.ack()
                 return
+        try:
+            begun = await self._begin_attempt(active)
+        except BaseException:
+            journal.close()
+            raise
+        if not begun:
+            journal.close()
+            return
         await self._resume(active, journal, loaded, state)
 
     async def _answer_from_journal(
@@ -366,21 +721,22 @@ class Worker:
 
         assert self._store is not None
         req = active.req
-        cwd = await self._workspace(active)
-        options = self._options(req, cwd)
-        notice = self._notice(req.run)
-        settings = read_settings(cwd, notice)
-        ref = choose_model(req.model, settings)
-        agent = await open_agent(
-            options,
-            notice,
-            settings=settings,
-            ref=ref,
-            provider=self._provider(ref),
-            session=False,
-            session_id=req.run,
-            tools=self.tools,
-        )
+        with preparing():
+            cwd = await self._workspace(active)
+            options = self._options(req, cwd)
+            notice = self._notice(req.run)
+            settings = read_settings(cwd, notice)
+            ref = choose_model(req.model, settings)
+            agent = await open_agent(
+                options,
+                notice,
+                settings=settings,
+                ref=ref,
+                provider=self._provider(ref),
+                session=False,
+                session_id=req.run,
+                tools=self.tools,
+            )
         try:
             meta = Meta(req.run, str(cwd), str(ref), agent.fingerprint(), None, None, __version__)
             try:
@@ -415,21 +771,23 @@ class Worker:
             # What an earlier attempt on this machine left running goes first: it must not
             # write into the workspace this attempt is about to prepare.
             await asyncio.to_thread(reap, left_running(journal.path, state.processes))
-            cwd = await self._workspace(active)
+            with preparing():
+                cwd = await self._workspace(active)
+                options = self._options(req, cwd)
+                agent, state, journal, _ref = await continue_session(
+                    journal,
+                    loaded,
+                    options,
+                    self._notice(req.run),
+                    where=f"run {req.run}",
+                    provider_for=self.provider_for,
+                    cwd=cwd,
+                    tools=self.tools,
+                )
         except BaseException:
-            journal.close()
+            with contextlib.suppress(Exception):
+                journal.close()
             raise
-        options = self._options(req, cwd)
-        agent, state, journal, _ref = await continue_session(
-            journal,
-            loaded,
-            options,
-            self._notice(req.run),
-            where=f"run {req.run}",
-            provider_for=self.provider_for,
-            cwd=cwd,
-            tools=self.tools,
-        )
         for note in state.undo_notes:
             agent.add_note(note)
         if state.parked is not None and state.parked.waits_for == "deferred":
@@ -632,30 +990,48 @@ class Worker:
             return  # the message is the other worker's now: no ack, no nak
         if active.parked:
             self.say(f"run {req.run} parked: it waits for an answer")
+            await self._summary(req.run, update=self._ended("parked"))
             await msg.ack()
             return
         if active.retry:
-            await self._summary(req.run, status="queued", worker="")
+            await self._summary(
+                req.run,
+                status="queued",
+                worker="",
+                update=self._ended("handed back", "the workspace or the journal failed"),
+            )
             await msg.nak(delay=5)
             return
         assert result is not None
         if result.stop_reason == "suspended" and active.cancelled:
             await self._summary(
-                req.run, status="cancelled", finished=stamp(), turns=result.turns, cost=result.cost
+                req.run,
+                status="cancelled",
+                finished=stamp(),
+                turns=result.turns,
+                cost=result.cost,
+                update=self._ended("cancelled"),
             )
             await msg.ack()
             return
         if result.stop_reason == "suspended" and active.handed_back:
-            await self._summary(req.run, status="queued", worker="")
+            await self._summary(
+                req.run,
+                status="queued",
+                worker="",
+                update=self._ended("handed back", "the worker stopped (SIGTERM)"),
+            )
             await msg.nak()
             self.say(f"run {req.run} suspended and handed back")
             return
         from keel.agent.loop import _TERMINAL
 
         self.done_runs += 1
+        status = _TERMINAL.get(result.stop_reason, result.stop_reason)
         await self._summary(
             req.run,
-            status=_TERMINAL.get(result.stop_reason, result.stop_reason),
+            update=self._ended(status, (result.error or "")[:200]),
+            status=status,
             text=result.text,
             error=result.error or "",
             turns=result.turns,
@@ -672,6 +1048,17 @@ class Worker:
                 self.say(f"run {run}: {text}")
 
         return notice
+
+
+async def _beat(bridge: Bridge, reply: str, interval: float, ticked: list[float]) -> None:
+    """In-progress acks to `reply` every `interval` s while the worker's loop ticked (`ticked`)
+    within STALL_LIMIT s; runs on the bridge's loop."""
+    while True:
+        await asyncio.sleep(interval)
+        if time.monotonic() - ticked[0] > STALL_LIMIT:
+            continue  # the worker's loop is stuck past any append's bound: let the run move on
+        with contextlib.suppress(Exception):
+            await bridge.nc.publish(reply, b"+WPI")
 
 
 def agent_suspend_soon(agent: Agent) -> None:
@@ -710,6 +1097,11 @@ def _last_saved(records: list[Any]) -> tuple[str | None, int]:
         elif isinstance(p, AssistantRecord) and p.message.tool_uses:
             rounds += 1
     return last, rounds
+
+
+def _attempt_log(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A copy of the summary's attempt log (entries that are not objects dropped)."""
+    return [dict(e) for e in summary.get("attempt_log") or [] if isinstance(e, dict)]
 
 
 def _park_times(records: list[Any]) -> dict[str, str]:
