@@ -158,7 +158,7 @@ def test_a_message_on_the_old_subject_is_taken_by_any_worker(fleet: str) -> None
     _go(fleet, body)
 
 
-def test_answers_and_cancels_go_back_to_the_runs_route(fleet: str) -> None:
+def test_answers_cancels_and_retries_go_back_to_the_runs_route(fleet: str) -> None:
     async def body(fleet: Fleet) -> dict[str, int]:
         request = RunRequest("routed", "x", priority="low", needs=["gpu"])
         await fleet.submit(request)
@@ -172,12 +172,14 @@ def test_answers_and_cancels_go_back_to_the_runs_route(fleet: str) -> None:
         await fleet.answer("routed", "toolu_1", True)
         await fleet.put_summary("routed", status="parked", waits_on=waits)
         await fleet.cancel("routed")
+        await fleet.put_summary("routed", status="failed")
+        await fleet.retry("routed")
         info = await fleet.js.stream_info(streams.QUEUE_STREAM, subjects_filter="keel.queue.>")
         await reader.close()
         return dict(info.state.subjects or {})
 
-    # Both messages on the run's own route: only a gpu worker takes them.
-    assert _go(fleet, body) == {"keel.queue.runs.low.gpu": 2}
+    # Three messages, all on the run's own route: only a gpu worker takes them.
+    assert _go(fleet, body) == {"keel.queue.runs.low.gpu": 3}
 
 
 def test_a_consumer_made_with_another_ack_wait_converges_to_the_configured_one(
