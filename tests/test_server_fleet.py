@@ -215,6 +215,7 @@ def test_a_run_posted_over_http_completes_on_a_worker(
             "priority": "normal",
             "needs": [],
             "notify": None,
+            "max_attempts": None,
         }
         assert queued == {
             "id": run,
