@@ -165,9 +165,9 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("fleet up|down|status|init", "the fleet's NATS server"),
     ("submit PROMPT --workspace W", "queue a run for the fleet's workers"),
     ("worker [--concurrency N]", "take queued runs until SIGTERM"),
-    ("runs list|show|wait|cancel|answer|retry", "the fleet's runs"),
+    ("runs list|show|answer|retry|…", "the fleet's runs (also wait, cancel)"),
     ("schedules list|show|rm", "runs queued later or on a cron"),
-    ("workers", "the fleet's live workers and what each runs"),
+    ("workers", "the fleet's live workers and their runs"),
 )
 
 PROMPT_OR_COMMAND = """\
