@@ -306,3 +306,24 @@ def test_the_http_submit_body_takes_priority_and_needs() -> None:
     with pytest.raises(ApiError) as caught:
         run_request({"prompt": "x", "workspace": "none", "needs": [3]})
     assert "needs must be a list of labels" in caught.value.error
+
+
+def test_a_worker_on_a_server_without_the_queue_stream_stops_with_one_line(
+    nats_url: str,  # noqa: F811
+) -> None:
+    async def body() -> str:
+        from keel.fleet.connect import FleetError, connect
+
+        nc = await connect(nats_url, reconnect=False)
+        try:
+            with pytest.raises(FleetError) as caught:
+                await QueueReader(nc.jetstream(), ack_wait=8).start()
+            return caught.value.one_line()
+        finally:
+            await nc.close()
+
+    line = asyncio.run(body())
+    assert line.startswith(f"cannot read the queue {streams.QUEUE_STREAM}: "), line
+    assert line.endswith(
+        "(hint: create the fleet's streams with `keel fleet init` (or `keel fleet up`))"
+    )

@@ -263,8 +263,18 @@ class QueueReader:
 
     async def start(self) -> float:
         """Bind the default route's consumer (converging its settings); the ack wait that
-        rules the heartbeats (the consumer's)."""
-        await self._sub(Route())
+        rules the heartbeats (the consumer's). `FleetError` when the queue cannot be read."""
+        from nats.js.errors import APIError
+
+        from keel.fleet.connect import FleetError
+
+        try:
+            await self._sub(Route())
+        except APIError as exc:
+            raise FleetError(
+                f"cannot read the queue {streams.QUEUE_STREAM}: {exc.description or exc}",
+                hint="create the fleet's streams with `keel fleet init` (or `keel fleet up`)",
+            ) from None
         return self.ack_wait
 
     async def _sub(self, route: Route) -> JetStreamContext.PullSubscription:
