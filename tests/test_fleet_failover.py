@@ -58,3 +58,29 @@ def test_a_stale_owner_whose_record_number_a_claim_took_is_fenced_on_a_cluster(
         NoteRecord("w2 continues"),
     ]
     journal.close()
+
+
+def test_a_late_running_write_does_not_reopen_a_finished_run(
+    stores: tuple[JetStreamStore, JetStreamStore],
+) -> None:
+    """A worker's summary write that waited through an election lands after another worker
+    finished the run: the run stays finished (a retry, `queued`, still reopens it)."""
+    from keel.fleet.runs import Fleet
+
+    store, _ = stores
+
+    async def body() -> list[tuple[str, str]]:
+        fleet = Fleet(store.bridge.nc)
+        seen = []
+        await fleet.put_summary(RUN, status="running", worker="w2")
+        await fleet.put_summary(RUN, status="completed", worker="w2", text="done")
+        late = await fleet.put_summary(RUN, status="running", worker="w1", attempt=1)
+        seen.append((late["status"], late["worker"]))
+        await fleet.put_summary(RUN, status="failed", worker="")
+        retried = await fleet.put_summary(RUN, status="queued")
+        seen.append((retried["status"], retried["worker"]))
+        again = await fleet.put_summary(RUN, status="running", worker="w3")
+        seen.append((again["status"], again["worker"]))
+        return seen
+
+    assert store.bridge.call(body()) == [("completed", "w2"), ("queued", ""), ("running", "w3")]

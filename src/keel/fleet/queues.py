@@ -318,6 +318,16 @@ class QueueReader:
         import nats.errors
 
         started = time.monotonic()
+        for sub in list(self._subs.values()):
+            # A run delivered just as an earlier fetch gave up waits here, delivered to this
+            # worker: taken first, before its ack wait sends it to another.
+            if sub.pending_msgs:
+                try:
+                    msgs = await sub.fetch(1, timeout=ROUTE_WAIT)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    continue
+                if msgs:
+                    return msgs[0]
         routes = await waiting_routes(self.js)
         mine = sorted((r for r in routes if r.served_by(self.labels)), key=lambda r: r.rank)
         for route in mine:

@@ -202,13 +202,26 @@ class Fleet:
         )
 
     async def _get(self, key: str) -> dict[str, Any] | None:
+        import nats.errors
         import nats.js.errors
 
         kv = await self.kv()
-        try:
-            entry = await kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
+        patience = time.monotonic() + ELECTION_WAIT  # as for put_summary: a bucket electing
+        while True:
+            try:
+                entry = await kv.get(key)
+                break
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            except (
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                nats.js.errors.NoStreamResponseError,
+                nats.js.errors.ServiceUnavailableError,
+            ):
+                if time.monotonic() > patience:
+                    raise
+                await asyncio.sleep(0.25)
         if not entry.value:
             return None
         value = json.loads(entry.value)
@@ -256,6 +269,13 @@ class Fleet:
             current.update(changes)
             if update is not None:
                 current.update(update(dict(current)))
+            was = (before or {}).get("status")
+            if was and was not in ACTIVE and current.get("status") == "running":
+                # A late write of an attempt that lost the run (it waited through a leader
+                # election while another worker finished the run): the end stands. Only a
+                # retry (`queued`) starts an ended run again.
+                current["status"] = was
+                current["worker"] = (before or {}).get("worker", "")
             if current.get("status") != "parked":
                 current.pop("waits_on", None)  # what it waited on is answered, or moot
             current["updated"] = stamp()
