@@ -455,13 +455,17 @@ class Worker:
         def update(current: dict[str, Any]) -> dict[str, Any]:
             log = _attempt_log(current)
             for entry in reversed(log):
-                if entry.get("worker") == self.name and entry.get("ended") == "lost":
-                    entry.update(
-                        ended="taken over",
-                        reason="the worker stalled past the ack wait; another took the run over",
-                    )
-                    lost = max(0, int(current.get("lost") or 0) - 1)
-                    return {"attempt_log": log, "lost": lost}
+                if entry.get("worker") != self.name or entry.get("ended") not in (None, "lost"):
+                    continue
+                changes: dict[str, Any] = {"attempt_log": log}
+                if entry.get("ended") == "lost":
+                    changes["lost"] = max(0, int(current.get("lost") or 0) - 1)
+                entry.update(
+                    ended="taken over",
+                    at=stamp(),
+                    reason="another worker took the run over while this one was alive",
+                )
+                return changes
             return {}
 
         return update
