@@ -513,6 +513,7 @@ class Worker:
             else:
                 log.append({"worker": self.name, "started": stamp()})
                 changes["attempts"] = int(current.get("attempts") or 0) + 1
+                changes["note"] = ""  # why it was queued again: moot once a worker has it
             changes["attempt_log"] = log[-ATTEMPT_LOG:]
             return changes
 
