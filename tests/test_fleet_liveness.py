@@ -286,6 +286,17 @@ def test_a_worker_without_roots_hands_a_run_back_and_one_with_them_runs_it(
         assert failed["error"].startswith("no worker can serve this run: bad: "), failed
         assert "KEEL_WORKSPACE_ROOTS" in failed["error"], failed
         assert asyncio.run(_depth(nats_url)) == 0
+
+        # Another live worker could serve it, but the run's limit is one refusing worker.
+        asyncio.run(_pretend_live(nats_url, "other"))
+        once = _submit(nats_url, model, tmp_path / "ws3", "--no-check", "--max-attempts", "1")
+        limited = wait_for(
+            lambda: (s := summary(nats_url, once)).get("status") == "failed" and s,
+            30,
+            "the run to fail at its limit of refusals",
+        )
+        assert limited["error"].startswith("no worker can serve this run: bad: "), limited
+        assert [r["worker"] for r in limited["refused"]] == ["bad"], limited
     finally:
         bad.terminate(10)
         bad.close()
