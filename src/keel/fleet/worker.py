@@ -559,7 +559,9 @@ class Worker:
 
         assert self._fleet is not None
         req = active.req
-        self._refused[req.run] = [time.monotonic()] * 2
+        now = time.monotonic()
+        self._refused = {r: t for r, t in self._refused.items() if now - t[0] < REFUSAL_MEMORY}
+        self._refused[req.run] = [now, now]
         self.say(f"run {req.run}: this worker cannot serve it: {reason}; handed back")
         live: set[str] = set()
         with contextlib.suppress(Exception):
