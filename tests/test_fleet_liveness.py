@@ -172,7 +172,9 @@ def test_a_poison_run_fails_after_its_attempt_limit_and_runs_retry_queues_it_aga
     )
     run = _submit(nats_url, model, ws, "--max-attempts", "2")
     env = _env(KEEL_FLEET_ACK_WAIT="2", KEEL_NO_SANDBOX="1")
-    pool = [WorkerProc(nats_url, tmp_path / "scratch", f"p{i}", env=env) for i in range(3)]
+    # The first attempt gets the model's reply journaled before its bash kills the worker:
+    # progress, so its loss is not counted; the next two make none and fail the run.
+    pool = [WorkerProc(nats_url, tmp_path / "scratch", f"p{i}", env=env) for i in range(4)]
     try:
         failed = wait_for(
             lambda: (s := summary(nats_url, run)).get("status") == "failed" and s,
@@ -181,21 +183,26 @@ def test_a_poison_run_fails_after_its_attempt_limit_and_runs_retry_queues_it_aga
         )
         dead = sorted(w.name for w in pool if w.proc.poll() is not None)
         (alive,) = [w for w in pool if w.proc.poll() is None]
-        assert len(dead) == 2, [w.log() for w in pool]
+        assert len(dead) == 3, [w.log() for w in pool]
         log = failed["attempt_log"]
-        assert [e["ended"] for e in log] == ["lost", "lost"], log
+        assert [(e["ended"], e.get("progress", False)) for e in log] == [
+            ("lost", True),
+            ("lost", False),
+            ("lost", False),
+        ], log
         took = [e["worker"] for e in log]
         assert sorted(took) == dead, (took, dead)
         assert failed["error"] == (
-            f"the run was lost 2 times: workers {took[0]}, {took[1]} stopped while running it "
-            "(killed or crashed)"
+            f"the run was lost 2 times in a row without progress: workers {took[1]}, {took[2]} "
+            "stopped while running it (killed or crashed)"
         )
-        assert (failed["attempts"], failed["lost"]) == (2, 2), failed
+        assert (failed["attempts"], failed["lost"], failed["lost_in_a_row"]) == (3, 3, 2), failed
         assert asyncio.run(_depth(nats_url)) == 0  # no more deliveries
         shown = keel("runs", "--nats", nats_url, "show", run)
         assert shown.returncode == 0, shown
-        assert "attempts: 2 (2 lost)" in shown.stdout, shown.stdout
+        assert "attempts: 3 (3 lost)" in shown.stdout, shown.stdout
         assert f"  attempt 1: {took[0]} from " in shown.stdout, shown.stdout
+        assert ", lost after some progress: " in shown.stdout, shown.stdout
         listed = keel_json("runs", "--nats", nats_url, "list")
         assert [s["status"] for s in listed if s["id"] == run] == ["failed"], listed
 
@@ -226,7 +233,7 @@ def test_a_poison_run_fails_after_its_attempt_limit_and_runs_retry_queues_it_aga
         0,
         1,
     ), done
-    assert [e["ended"] for e in done["attempt_log"]] == ["lost", "lost", "completed"], done
+    assert [e["ended"] for e in done["attempt_log"]] == ["lost"] * 3 + ["completed"], done
     assert (ws / "side").read_text() == "ran\n"  # resumed from the journal: the call ran once
 
 

@@ -434,7 +434,7 @@ def _show(summary: dict[str, Any]) -> str:
     """`keel runs show`: one line per field, the attempts as a count and one line each."""
     lines = []
     for key, value in summary.items():
-        if key == "attempt_log":
+        if key in ("attempt_log", "lost_in_a_row"):
             continue
         if key == "attempts":
             lost = int(summary.get("lost") or 0)
@@ -444,6 +444,8 @@ def _show(summary: dict[str, Any]) -> str:
         if not isinstance(entry, dict):
             continue
         how = entry.get("ended") or "running"
+        if how == "lost" and entry.get("progress"):
+            how = "lost after some progress"
         why = f": {entry['reason']}" if entry.get("reason") else ""
         lines.append(
             f"  attempt {n}: {entry.get('worker')} from {entry.get('started')}, {how}{why}"

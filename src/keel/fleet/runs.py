@@ -517,6 +517,7 @@ class Fleet:
             run,
             status="queued",
             lost=0,
+            lost_in_a_row=0,
             refused=[],
             error="",
             note=f"retried by hand ({stamp()})",

@@ -460,6 +460,9 @@ class Worker:
                 changes: dict[str, Any] = {"attempt_log": log}
                 if entry.get("ended") == "lost":
                     changes["lost"] = max(0, int(current.get("lost") or 0) - 1)
+                    if not entry.get("progress"):
+                        streak = int(current.get("lost_in_a_row") or 0)
+                        changes["lost_in_a_row"] = max(0, streak - 1)
                 entry.update(
                     ended="taken over",
                     at=stamp(),
@@ -470,10 +473,13 @@ class Worker:
 
         return update
 
-    async def _begin_attempt(self, active: _Active) -> bool:
+    async def _begin_attempt(self, active: _Active, work: int = 0) -> bool:
         """Record this take of the run in its summary; an attempt another worker left open was
-        lost (that worker died). False when the run has now been lost `max_attempts` times: it
-        is `failed` and its message acked (its journal is left for `keel runs retry`)."""
+        lost (that worker died). `work`: how many model replies and tool results the journal
+        holds now. A lost attempt that added none made no progress: a run lost `max_attempts`
+        times in a row without progress (a poison run: whatever it does next kills its worker)
+        is `failed` and its message acked (its journal is left for `keel runs retry`). A lost
+        attempt that made progress was bad luck, not poison: it restarts that count."""
         assert self._fleet is not None
         req = active.req
         limit = max_attempts(req.max_attempts, self.env)
@@ -484,6 +490,7 @@ class Worker:
             log = _attempt_log(current)
             changes: dict[str, Any] = {}
             lost = int(current.get("lost") or 0)
+            streak = int(current.get("lost_in_a_row") or 0)
             open_entry = log[-1] if log and not log[-1].get("ended") else None
             if open_entry is None and not log and current.get("status") == "running":
                 # A summary from before attempts were recorded: its worker's attempt is open.
@@ -497,21 +504,27 @@ class Worker:
                     reason=f"worker {who} stopped while running it (killed or crashed)",
                 )
                 lost += 1
-                changes["lost"] = lost
+                before = open_entry.get("work")
+                if isinstance(before, int) and work > before:
+                    open_entry["progress"] = True  # it got somewhere before it died
+                    streak = 0
+                else:
+                    streak += 1
+                changes.update(lost=lost, lost_in_a_row=streak)
                 if pickup is not None:
                     changes["pickup_s"] = pickup
-            if lost >= limit:
-                took = [str(e.get("worker")) for e in log if e.get("ended") == "lost"][-lost:]
+            if streak >= limit:
+                took = [str(e.get("worker")) for e in log if e.get("ended") == "lost"][-streak:]
                 changes.update(
                     status="failed",
                     worker="",
                     finished=stamp(),
-                    error=f"the run was lost {lost} time{'s' if lost != 1 else ''}: "
-                    f"worker{'s' if len(took) != 1 else ''} {', '.join(took)} stopped while "
-                    "running it (killed or crashed)",
+                    error=f"the run was lost {streak} time{'s' if streak != 1 else ''} in a row "
+                    f"without progress: worker{'s' if len(took) != 1 else ''} {', '.join(took)} "
+                    "stopped while running it (killed or crashed)",
                 )
             else:
-                log.append({"worker": self.name, "started": stamp()})
+                log.append({"worker": self.name, "started": stamp(), "work": work})
                 changes["attempts"] = int(current.get("attempts") or 0) + 1
                 changes["note"] = ""  # why it was queued again: moot once a worker has it
             changes["attempt_log"] = log[-ATTEMPT_LOG:]
@@ -659,7 +672,7 @@ class Worker:
                 await msg.ack()
                 return
         try:
-            begun = await self._begin_attempt(active)
+            begun = await self._begin_attempt(active, _work(loaded.records))
         except BaseException:
             journal.close()
             raise
@@ -1129,6 +1142,14 @@ def _waited_ms(parked: str | None, answered: Any) -> float | None:
     except ValueError:
         return None
     return max((end - start).total_seconds() * 1000, 0.0)
+
+
+def _work(records: list[Any]) -> int:
+    """The model replies and tool results in a journal: what an attempt gets done (a tool
+    started but not finished, a claim or a note is not progress)."""
+    from keel.session.records import AssistantRecord, ToolResultRecord
+
+    return sum(isinstance(r.payload, AssistantRecord | ToolResultRecord) for r in records)
 
 
 def _final_text(state: SessionState) -> str:

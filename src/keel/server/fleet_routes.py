@@ -68,8 +68,6 @@ ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
 T = TypeVar("T")
 
 HINT_LIST = "GET /v1/runs lists the runs"
-#: The content type of `GET /metrics` (Prometheus text format 0.0.4).
-PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HINT_SCHEDULES = "GET /v1/schedules lists the schedules"
 #: `POST /v1/schedules`: a run request's fields, and when (keel.fleet.schedules.when).
 SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {
@@ -78,6 +76,8 @@ SCHEDULE_FIELDS: dict[str, tuple[type, ...]] = {
     "every": (str, NONE),
     "tz": (str, NONE),
 }
+#: The content type of `GET /metrics` (Prometheus text format 0.0.4).
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def redact(url: str) -> str:
