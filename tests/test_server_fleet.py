@@ -195,6 +195,7 @@ def test_a_run_posted_over_http_completes_on_a_worker(
         "mode": "accept-edits",
         "workspace": {"path": str(shared)},
         "max_turns": 5,
+        "max_attempts": 4,
     }
     with served.client() as c:
         posted = c.post("/v1/runs", json=body)
@@ -215,7 +216,7 @@ def test_a_run_posted_over_http_completes_on_a_worker(
             "priority": "normal",
             "needs": [],
             "notify": None,
-            "max_attempts": None,
+            "max_attempts": 4,
         }
         assert queued == {
             "id": run,
@@ -588,6 +589,10 @@ def test_bad_run_requests_are_400_in_one_line_and_nothing_is_queued(
             {"prompt": "p", "workspace": "none", "max_budget_usd": 0},
             "max_budget_usd must be a positive amount",
         ),
+        (
+            {"prompt": "p", "workspace": "none", "max_attempts": 0},
+            "max_attempts must be from 1 to 100 attempts, not 0",
+        ),
         ({"prompt": 7}, "prompt must be a string, not a number"),
         (["p"], "the body must be a JSON object"),
     ]
@@ -818,11 +823,15 @@ def test_openapi_lists_the_fleet_routes(served: Served) -> None:
             "max_tokens_budget",
             "max_budget_usd",
             "no_check",
+            "max_attempts",
             "priority",
             "needs",
             "notify",
         ]
     )
+    from keel.server.fleet_routes import SUBMIT_FIELDS
+
+    assert sorted(schema["properties"]) == sorted(SUBMIT_FIELDS)  # the body the route reads
     assert set(submit["responses"]) == {"201", "400", "401", "403", "404", "503"}
     with served.client(None) as c:
         served_doc = c.get("/openapi.json")

@@ -97,8 +97,9 @@ def submit_parser() -> argparse.ArgumentParser:
         "--max-attempts",
         type=_whole(1, 100, ""),
         metavar="N",
-        help="end the run failed after N lost attempts (workers that died running it) or N "
-        "workers that cannot serve it (default: the worker's KEEL_FLEET_MAX_ATTEMPTS, else 3)",
+        help="end the run failed after N attempts in a row lost without progress (workers that "
+        "died running it) or N workers that cannot serve it (default: the worker's "
+        "KEEL_FLEET_MAX_ATTEMPTS, else 3)",
     )
     p.add_argument(
         "--notify",

@@ -43,6 +43,7 @@ POLL = 0.2
 #: A run request's limits, as `keel submit` takes them: (smallest, largest).
 TURNS = (1, 100_000)
 TOKENS = (0, 10**12)
+ATTEMPTS = (1, 100)
 
 NONE = type(None)
 SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
@@ -57,6 +58,7 @@ SUBMIT_FIELDS: dict[str, tuple[type, ...]] = {
     "priority": (str, NONE),
     "needs": (list, str, NONE),
     "notify": (str, NONE),
+    "max_attempts": (int, NONE),
 }
 ANSWER_FIELDS: dict[str, tuple[type, ...]] = {
     "allow": (bool,),
@@ -584,6 +586,7 @@ def run_request(body: dict[str, Any]) -> Any:
         raise ApiError.of(exc) from exc
     turns = _whole(body, "max_turns", *TURNS, "turns")
     tokens = _whole(body, "max_tokens_budget", *TOKENS, "tokens")
+    attempts = _whole(body, "max_attempts", *ATTEMPTS, "attempts")
     usd = body.get("max_budget_usd")
     if usd is not None and (not math.isfinite(usd) or usd <= 0):
         raise ApiError(400, f"max_budget_usd must be a positive amount of dollars, not {usd!r}", "")
@@ -597,6 +600,7 @@ def run_request(body: dict[str, Any]) -> Any:
         max_tokens_budget=tokens,
         max_budget_usd=None if usd is None else float(usd),
         notify=notify,
+        max_attempts=attempts,
         priority=route.priority,
         needs=list(route.needs),
     )

@@ -189,6 +189,7 @@ def _run_paths() -> dict[str, Any]:
                     max_tokens_budget=whole,
                     max_budget_usd=number,
                     no_check={"type": "boolean"},
+                    max_attempts=whole,
                     priority={"type": "string", "enum": ["high", "normal", "low"]},
                     needs={"type": "array", "items": STR},
                     notify=OPT_STR,
