@@ -78,23 +78,16 @@ async def read_workers(fleet: Fleet, now: float | None = None) -> list[dict[str,
     kv = await workers_bucket(fleet.js)
     if kv is None:
         return []
-    watcher: Any = await kv.watchall(ignore_deletes=True)  # nats-py leaves it untyped
+    from keel.fleet.view import bucket_entries
+
     out: list[dict[str, Any]] = []
-    try:
-        while True:
-            entry = await watcher.updates(timeout=5.0)
-            if entry is None:  # the end of what the bucket holds now
-                break
-            if not entry.value:
-                continue
-            try:
-                value = json.loads(entry.value)
-            except ValueError:
-                continue  # not a worker's entry: someone else wrote it
-            if isinstance(value, dict):
-                out.append(value)
-    finally:
-        await watcher.stop()
+    for entry in await bucket_entries(kv):
+        try:
+            value = json.loads(entry.value)
+        except ValueError:
+            continue  # not a worker's entry: someone else wrote it
+        if isinstance(value, dict):
+            out.append(value)
     now = time.time() if now is None else now
     for value in out:
         try:

@@ -92,6 +92,37 @@ def fit_summary(summary: dict[str, Any], limit: int) -> bytes:
     return value
 
 
+def _electing() -> tuple[type[Exception], ...]:
+    """What a replicated bucket answers while it elects a leader (a node lost): a timeout, "no
+    responders" or a 503, for a few seconds."""
+    import nats.errors
+    import nats.js.errors
+
+    return (
+        nats.errors.TimeoutError,
+        nats.errors.NoRespondersError,
+        nats.js.errors.NoStreamResponseError,
+        nats.js.errors.ServiceUnavailableError,
+    )
+
+
+async def _read(kv: KeyValue, key: str, patience: float) -> Any:
+    """The bucket's entry for `key` (None when there is none), asked again until the monotonic
+    time `patience` while the bucket elects a leader, so a worker does not hand its run back
+    for an election."""
+    import nats.js.errors
+
+    while True:
+        try:
+            return await kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except _electing():
+            if time.monotonic() > patience:
+                raise
+            await asyncio.sleep(0.25)
+
+
 @dataclass
 class RunRequest:
     """What a worker needs to start a run (the queue message's body)."""
@@ -202,27 +233,9 @@ class Fleet:
         )
 
     async def _get(self, key: str) -> dict[str, Any] | None:
-        import nats.errors
-        import nats.js.errors
-
-        kv = await self.kv()
-        patience = time.monotonic() + ELECTION_WAIT  # as for put_summary: a bucket electing
-        while True:
-            try:
-                entry = await kv.get(key)
-                break
-            except nats.js.errors.KeyNotFoundError:
-                return None
-            except (
-                nats.errors.TimeoutError,
-                nats.errors.NoRespondersError,
-                nats.js.errors.NoStreamResponseError,
-                nats.js.errors.ServiceUnavailableError,
-            ):
-                if time.monotonic() > patience:
-                    raise
-                await asyncio.sleep(0.25)
-        if not entry.value:
+        # As for put_summary: asked again while a replicated bucket elects a leader.
+        entry = await _read(await self.kv(), key, time.monotonic() + ELECTION_WAIT)
+        if entry is None or not entry.value:
             return None
         value = json.loads(entry.value)
         return value if isinstance(value, dict) else None
@@ -238,7 +251,6 @@ class Fleet:
         a worker's record-driven update in between is merged, never lost). `update(current)`,
         when given, returns more changes computed from the summary as it is (it may run more
         than once: on a lost race it sees the newer summary)."""
-        import nats.errors
         import nats.js.errors
 
         kv = await self.kv()
@@ -248,20 +260,7 @@ class Fleet:
         patience = time.monotonic() + ELECTION_WAIT
         races = 0
         while races < 10:
-            try:
-                entry = await kv.get(run)
-            except nats.js.errors.KeyNotFoundError:
-                entry = None
-            except (
-                nats.errors.TimeoutError,
-                nats.errors.NoRespondersError,
-                nats.js.errors.NoStreamResponseError,
-                nats.js.errors.ServiceUnavailableError,
-            ):
-                if time.monotonic() > patience:
-                    raise
-                await asyncio.sleep(0.25)
-                continue
+            entry = await _read(kv, run, patience)
             current = json.loads(entry.value) if entry is not None and entry.value else {}
             current = current if isinstance(current, dict) else {}
             before = dict(current) if entry is not None else None
@@ -285,12 +284,7 @@ class Fleet:
                     await kv.create(run, value)
                 else:
                     await kv.update(run, value, last=entry.revision)
-            except (
-                nats.errors.TimeoutError,
-                nats.errors.NoRespondersError,
-                nats.js.errors.NoStreamResponseError,
-                nats.js.errors.ServiceUnavailableError,
-            ):
+            except _electing():
                 if time.monotonic() > patience:
                     raise
                 await asyncio.sleep(0.25)

@@ -295,21 +295,14 @@ class Schedules:
     async def entries(self) -> list[tuple[Schedule, int]]:
         """Every schedule with its entry's revision, by id: one watch over the bucket."""
         kv = await self.kv()
-        watcher: Any = await kv.watchall(ignore_deletes=True)  # nats-py leaves it untyped
+        from keel.fleet.view import bucket_entries
+
         out: list[tuple[Schedule, int]] = []
-        try:
-            while True:
-                entry = await watcher.updates(timeout=5.0)
-                if entry is None:  # the end of what the bucket holds now
-                    break
-                if not entry.value:
-                    continue
-                try:
-                    out.append((Schedule.from_bytes(entry.value), int(entry.revision or 0)))
-                except (ValueError, TypeError):
-                    continue  # not a schedule: someone else wrote it
-        finally:
-            await watcher.stop()
+        for entry in await bucket_entries(kv):
+            try:
+                out.append((Schedule.from_bytes(entry.value), int(entry.revision or 0)))
+            except (ValueError, TypeError):
+                continue  # not a schedule: someone else wrote it
         return sorted(out, key=lambda e: e[0].id)
 
     async def all(self) -> list[Schedule]:

@@ -180,6 +180,22 @@ async def count_keys(js: Any, bucket: str) -> int | None:
         await watcher.stop()
 
 
+async def bucket_entries(kv: Any, *, wait: float = 5.0) -> list[Any]:
+    """The entries a KV bucket holds now that have a value (deletes left out), from one watch
+    of every key: what listing workers and schedules reads instead of a get per key."""
+    watcher = await kv.watchall(ignore_deletes=True)
+    out: list[Any] = []
+    try:
+        while True:
+            entry = await watcher.updates(timeout=wait)
+            if entry is None:  # the end of what the bucket holds now
+                return out
+            if entry.value:
+                out.append(entry)
+    finally:
+        await watcher.stop()
+
+
 # -- the listing ------------------------------------------------------------------------------------
 
 
