@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,17 @@ def test_keel_submit_and_worker_refuse_bad_labels_and_priorities(fleet: str) -> 
     assert "label 'any' is reserved" in worker.stderr, worker
 
 
+async def _taken(reader: QueueReader, within: float = 15.0) -> Any:
+    """The reader's next message: `next()` returns None after an idle second, and a loaded
+    machine may take longer than that to answer the first fetch of a new consumer."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        msg = await reader.next()
+        if msg is not None:
+            return msg
+    raise AssertionError(f"no message for the reader within {within:g} s")
+
+
 def test_a_high_priority_run_submitted_after_ten_normal_ones_is_taken_first(fleet: str) -> None:
     async def body(fleet: Fleet) -> list[str]:
         for i in range(10):
@@ -106,8 +118,7 @@ def test_a_high_priority_run_submitted_after_ten_normal_ones_is_taken_first(flee
         await reader.start()
         taken = []
         for _ in range(12):
-            msg = await reader.next()
-            assert msg is not None
+            msg = await _taken(reader)
             taken.append(RunRequest.from_bytes(msg.data).run)
             await msg.ack_sync()
         assert await reader.next() is None  # drained: an idle wait, then nothing
@@ -124,15 +135,13 @@ def test_a_run_that_needs_a_label_waits_for_a_worker_that_has_it(fleet: str) -> 
         await fleet.submit(RunRequest("plain", "x"))
         plain = QueueReader(fleet.js, ack_wait=30)
         gpu = QueueReader(fleet.js, labels=["gpu", "python"], ack_wait=30)
-        msg = await plain.next()
-        assert msg is not None
+        msg = await _taken(plain)
         assert RunRequest.from_bytes(msg.data).run == "plain"
         await msg.ack_sync()
         # Only the gpu run is left: the unlabelled reader stays idle, the message stays queued.
         assert await plain.next() is None
         assert await waiting_routes(fleet.js) == {Route.of("normal", ["gpu"]): 1}
-        msg = await gpu.next()
-        assert msg is not None
+        msg = await _taken(gpu)
         assert RunRequest.from_bytes(msg.data).run == "needsgpu"
         await msg.ack_sync()
         assert await waiting_routes(fleet.js) == {}
@@ -148,8 +157,7 @@ def test_a_message_on_the_old_subject_is_taken_by_any_worker(fleet: str) -> None
         old = json.dumps({"run": "oldrun", "prompt": "x", "why": "start"}).encode()
         await fleet.js.publish(streams.QUEUE_SUBJECT, old)
         reader = QueueReader(fleet.js, labels=["gpu"], ack_wait=30)
-        msg = await reader.next()
-        assert msg is not None
+        msg = await _taken(reader)
         req = RunRequest.from_bytes(msg.data)
         assert (req.run, req.priority, req.needs) == ("oldrun", "normal", [])
         await msg.ack_sync()
@@ -163,8 +171,7 @@ def test_answers_cancels_and_retries_go_back_to_the_runs_route(fleet: str) -> No
         request = RunRequest("routed", "x", priority="low", needs=["gpu"])
         await fleet.submit(request)
         reader = QueueReader(fleet.js, labels=["gpu"], ack_wait=30)
-        msg = await reader.next()
-        assert msg is not None
+        msg = await _taken(reader)
         await msg.ack_sync()
         # As a worker leaves a parked run: waiting for an answer.
         waits = {"request": "toolu_1", "waits_for": "permission", "tool": "write"}

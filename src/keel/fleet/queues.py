@@ -45,8 +45,10 @@ LABEL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 MAX_NEEDS = 8
 #: Seconds an idle worker waits on the default route before it looks at every route again.
 IDLE_WAIT = 1.0
-#: Seconds a fetch from a route that had messages waits (they may all be another worker's now).
-ROUTE_WAIT = 0.1
+#: Seconds a fetch from a route that had messages waits (they may all be another worker's now,
+#: in flight): long enough that a loaded server's answer is not missed, so a higher priority is
+#: not passed over for a slow round trip.
+ROUTE_WAIT = 0.5
 
 
 def check_priority(value: str | None) -> str:
