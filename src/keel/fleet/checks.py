@@ -58,17 +58,17 @@ def _under(path: Path, roots: Sequence[str]) -> bool:
     return False
 
 
-#: A worker whose last heartbeat is older than this is not counted as up.
-SILENT_AFTER = 15.0
-
-
 def _live(worker: Mapping[str, Any]) -> bool:
+    """Up: not marked silent or stopping, and (for an entry not read through the registry) a
+    heartbeat within `streams.WORKER_SILENT` seconds."""
     import time
+
+    from keel.fleet import streams
 
     if worker.get("silent") or worker.get("stopping"):
         return False
     beat = worker.get("beat_at")
-    return not isinstance(beat, int | float) or time.time() - beat < SILENT_AFTER
+    return not isinstance(beat, int | float) or time.time() - beat <= streams.WORKER_SILENT
 
 
 def _names(workers: Sequence[Mapping[str, Any]]) -> str:
@@ -133,15 +133,12 @@ async def check_request(
     fleet: Fleet, req: RunRequest, settings_providers: Mapping[str, Any]
 ) -> list[str]:
     """`check_against_workers` with the fleet's live workers (none when the fleet has no
-    registry yet); `Fleet.check_fits` first."""
+    registry); `Fleet.check_fits` first."""
+    from keel.fleet.registry import live_workers
+
     fleet.check_fits(req)
     try:
-        from keel.fleet.registry import live_workers
-    except ImportError:  # pragma: no cover - the registry lands with the liveness work
-        workers: list[dict[str, Any]] = []
-    else:
-        try:
-            workers = list(await live_workers(fleet))
-        except UserError:
-            workers = []
+        workers = list(await live_workers(fleet))
+    except UserError:  # no registry to read: nothing to check against
+        workers = []
     return check_against_workers(req, workers, settings_providers)
