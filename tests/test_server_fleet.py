@@ -14,6 +14,7 @@ error.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -1025,8 +1026,14 @@ def test_metrics_are_prometheus_text_with_queue_runs_workers_pickup_and_attempts
         try:
             await f.submit(RunRequest("m5", "p", workspace={}))  # queued, no worker: waits
             workers = await f.js.key_value("keel-workers")
-            await workers.put("w-a", b'{"name":"a"}')
-            await workers.put("w-b", b'{"name":"b"}')
+            now = time.time()
+            for name, beat in (("a", now), ("b", now), ("silent", now - 60)):
+                entry = {"name": name, "beat_at": beat}
+                await workers.put(f"w-{name}", json.dumps(entry).encode())
+            await workers.put(
+                "w-leaving",
+                json.dumps({"name": "leaving", "beat_at": now, "stopping": True}).encode(),
+            )
         finally:
             await f.close()
 

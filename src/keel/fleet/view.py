@@ -155,31 +155,6 @@ async def read_summaries(kv: KeyValue) -> list[dict[str, Any]]:
         await watch.stop()
 
 
-async def count_keys(js: Any, bucket: str) -> int | None:
-    """How many live keys `bucket` holds (None: there is no such bucket)."""
-    import nats.errors
-
-    try:
-        kv = await js.key_value(bucket)
-    except Exception as exc:
-        if _nats_error(exc):
-            return None
-        raise
-    watcher = await kv.watchall(ignore_deletes=True, meta_only=True)
-    count = 0
-    try:
-        while True:
-            try:
-                entry = await watcher.updates(timeout=READ_WAIT)
-            except nats.errors.TimeoutError:
-                return count
-            if entry is None:
-                return count
-            count += 1
-    finally:
-        await watcher.stop()
-
-
 async def bucket_entries(kv: Any, *, wait: float = 5.0) -> list[Any]:
     """The entries a KV bucket holds now that have a value (deletes left out), from one watch
     of every key: what listing workers and schedules reads instead of a get per key."""
@@ -521,7 +496,7 @@ def metrics(
     family(
         "keel_fleet_workers",
         "gauge",
-        "Live workers (entries in the keel-workers bucket).",
+        "Live workers: entries in the keel-workers bucket with a recent heartbeat.",
         [("keel_fleet_workers", workers or 0)],
     )
     family(

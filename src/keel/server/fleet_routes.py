@@ -291,15 +291,15 @@ class FleetRoutes:
 
     async def metrics(self, request: Request) -> Response:
         """The fleet in Prometheus text format 0.0.4 (keel.fleet.view.metrics)."""
-        from keel.fleet import streams
-        from keel.fleet.view import count_keys, metrics
+        from keel.fleet.registry import live_workers
+        from keel.fleet.view import metrics
 
         self.require()
 
         async def go(fleet: Fleet) -> str:
             queue = await fleet.queue_depth()
             summaries = await fleet.runs()
-            workers = await count_keys(fleet.js, streams.WORKERS_BUCKET)
+            workers = len(await live_workers(fleet))  # silent and stopping ones left out
             return metrics(queue=queue, summaries=summaries, workers=workers)
 
         text = await self._call(go)
