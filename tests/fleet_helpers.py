@@ -26,6 +26,22 @@ def setup_fleet(url: str, replicas: int = 1) -> None:
         bridge.close()
 
 
+def with_fleet(url: str, fn: Any) -> Any:
+    """`await fn(fleet)` with a `Fleet` client open on `url`, from synchronous test code."""
+    import asyncio
+
+    from keel.fleet.runs import Fleet
+
+    async def go() -> Any:
+        fleet = await Fleet.open(url)
+        try:
+            return await fn(fleet)
+        finally:
+            await fleet.close()
+
+    return asyncio.run(go())
+
+
 def keel(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from keel.fleet.queues import (
     waiting_routes,
 )
 from keel.fleet.runs import Fleet, RunRequest
-from tests.fleet_helpers import WorkerProc, keel, script, setup_fleet
+from tests.fleet_helpers import WorkerProc, keel, script, setup_fleet, with_fleet
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 
 pytestmark = [pytest.mark.needs("nats-server")]
@@ -34,17 +34,6 @@ pytestmark = [pytest.mark.needs("nats-server")]
 def fleet(nats_url: str) -> str:  # noqa: F811
     setup_fleet(nats_url)
     return nats_url
-
-
-def _go(url: str, body: Any) -> Any:
-    async def main() -> Any:
-        fleet = await Fleet.open(url)
-        try:
-            return await body(fleet)
-        finally:
-            await fleet.close()
-
-    return asyncio.run(main())
 
 
 def test_routes_name_their_subject_and_consumer_and_read_back() -> None:
@@ -125,7 +114,7 @@ def test_a_high_priority_run_submitted_after_ten_normal_ones_is_taken_first(flee
         await reader.close()
         return taken
 
-    taken = _go(fleet, body)
+    taken = with_fleet(fleet, body)
     assert taken == ["urgent", *(f"normal{i}" for i in range(10)), "later"]
 
 
@@ -148,7 +137,7 @@ def test_a_run_that_needs_a_label_waits_for_a_worker_that_has_it(fleet: str) -> 
         await plain.close()
         await gpu.close()
 
-    _go(fleet, body)
+    with_fleet(fleet, body)
 
 
 def test_a_message_on_the_old_subject_is_taken_by_any_worker(fleet: str) -> None:
@@ -163,7 +152,7 @@ def test_a_message_on_the_old_subject_is_taken_by_any_worker(fleet: str) -> None
         await msg.ack_sync()
         await reader.close()
 
-    _go(fleet, body)
+    with_fleet(fleet, body)
 
 
 def test_answers_cancels_and_retries_go_back_to_the_runs_route(fleet: str) -> None:
@@ -186,7 +175,7 @@ def test_answers_cancels_and_retries_go_back_to_the_runs_route(fleet: str) -> No
         return dict(info.state.subjects or {})
 
     # Three messages, all on the run's own route: only a gpu worker takes them.
-    assert _go(fleet, body) == {"keel.queue.runs.low.gpu": 3}
+    assert with_fleet(fleet, body) == {"keel.queue.runs.low.gpu": 3}
 
 
 def test_a_consumer_made_with_another_ack_wait_converges_to_the_configured_one(
@@ -223,7 +212,7 @@ def test_a_consumer_made_with_another_ack_wait_converges_to_the_configured_one(
         assert routed.config.filter_subject == "keel.queue.runs.high.gpu"
         return used, float(info.config.ack_wait or 0)
 
-    assert _go(fleet, body) == (8.0, 8.0)
+    assert with_fleet(fleet, body) == (8.0, 8.0)
     assert said == [
         "queue consumer workers: ack wait 30 s → 8 s, max deliver 5 → unlimited, "
         "max ack pending 1000 → unlimited"

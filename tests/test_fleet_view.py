@@ -24,7 +24,15 @@ from keel.fleet import streams
 from keel.fleet.runs import Fleet
 from keel.fleet.view import Page, check_notify_url, parse_statuses, select, table
 from keel.session.records import DecisionRecord
-from tests.fleet_helpers import WorkerProc, keel, read_run, script, setup_fleet, wait_for
+from tests.fleet_helpers import (
+    WorkerProc,
+    keel,
+    read_run,
+    script,
+    setup_fleet,
+    wait_for,
+    with_fleet,
+)
 from tests.nats_fixture import nats_server, nats_url  # noqa: F401
 
 pytestmark = [pytest.mark.needs("nats-server")]
@@ -34,17 +42,6 @@ pytestmark = [pytest.mark.needs("nats-server")]
 def fleet(nats_url: str) -> str:  # noqa: F811
     setup_fleet(nats_url)
     return nats_url
-
-
-def _with_fleet(url: str, fn: Any) -> Any:
-    async def go() -> Any:
-        fleet = await Fleet.open(url)
-        try:
-            return await fn(fleet)
-        finally:
-            await fleet.close()
-
-    return asyncio.run(go())
 
 
 async def _seed(fleet: Fleet, statuses: list[str]) -> list[str]:
@@ -79,7 +76,7 @@ def test_runs_reads_every_summary_in_one_pass_newest_first_without_answers_or_fl
         await kv.delete(ids[2])  # a deleted run is not listed
         return await f.runs()
 
-    found = _with_fleet(fleet, go)
+    found = with_fleet(fleet, go)
     assert [s["id"] for s in found] == [f"run{i:03d}" for i in range(299, 2, -1)] + [
         "run001",
         "run000",
@@ -88,7 +85,7 @@ def test_runs_reads_every_summary_in_one_pass_newest_first_without_answers_or_fl
 
 
 def test_runs_of_an_empty_fleet_is_empty(fleet: str) -> None:
-    assert _with_fleet(fleet, lambda f: f.runs()) == []
+    assert with_fleet(fleet, lambda f: f.runs()) == []
 
 
 # -- filters, pages, columns -----------------------------------------------------------------------
@@ -98,7 +95,7 @@ def test_list_filters_by_status_and_pages_newest_first(
     fleet: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     statuses = ["completed", "queued", "running", "parked", "error", "completed", "queued"]
-    ids = _with_fleet(fleet, lambda f: _seed(f, statuses))
+    ids = with_fleet(fleet, lambda f: _seed(f, statuses))
 
     code, out = _list(fleet, capsys, "--json", "--status", "active")
     assert code == 0
@@ -202,7 +199,7 @@ def _kv_consumers(url: str) -> int:
         info = await f.js.stream_info(f"KV_{streams.KV_BUCKET}")
         return int(info.state.consumer_count or 0)
 
-    return int(_with_fleet(url, go))
+    return int(with_fleet(url, go))
 
 
 def _changes(url: str) -> None:
@@ -217,11 +214,11 @@ def _changes(url: str) -> None:
         await f.put_summary("w1", status="queued")
         await f.put_summary("w1", status="error", error="boom\nmore")
 
-    _with_fleet(url, go)
+    with_fleet(url, go)
 
 
 def test_watch_prints_the_table_then_one_line_per_status_change(fleet: str) -> None:
-    _with_fleet(fleet, lambda f: f.put_summary("old", status="completed", submitted="2026"))
+    with_fleet(fleet, lambda f: f.put_summary("old", status="completed", submitted="2026"))
     with subprocess.Popen(
         # --timeout only so that a broken watch cannot hang the test: Ctrl-C ends it first.
         [
@@ -366,7 +363,7 @@ def test_a_run_that_parks_or_ends_publishes_one_event_and_posts_its_webhook(
         assert "waits_on" not in queued  # no longer parked: what it waited on is gone
         return events
 
-    events = _with_fleet(fleet, go)  # close() waits for the webhooks in flight
+    events = with_fleet(fleet, go)  # close() waits for the webhooks in flight
     assert [e.pop("subject") for e in events] == ["keel.events.e1", "keel.events.e1"]
     for e in events:
         assert e.pop("at").startswith("20")
@@ -395,7 +392,7 @@ def test_a_webhook_that_fails_is_tried_twice_and_said_never_raised(fleet: str) -
             )
             return await f.put_summary("e2", status="failed", error="worker died 3 times")
 
-        summary = _with_fleet(fleet, go)
+        summary = with_fleet(fleet, go)
     finally:
         failing.close()
     assert summary["status"] == "failed"
@@ -423,7 +420,7 @@ def test_submit_refuses_a_bad_notify_url_in_one_line_before_queueing(fleet: str)
         "keel: error: --notify 'file:///etc/passwd' is not an http or https URL (hint: "
         "--notify https://HOST/PATH (the run's events are POSTed there as JSON))"
     ], out.stderr
-    assert _with_fleet(fleet, lambda f: f.runs()) == []
+    assert with_fleet(fleet, lambda f: f.runs()) == []
 
 
 # -- end to end on a worker: the webhook, the real wait, waits_on ---------------------------------
@@ -472,7 +469,7 @@ def test_a_parked_run_notifies_its_webhook_and_its_journal_says_how_long_the_ans
     ], (hook.bodies, worker.log())
     assert hook.bodies[0]["waits_on"]["request"] == "toolu_ask_1"
     assert hook.bodies[1]["text"] == "Wrote it."
-    summary = _with_fleet(fleet, lambda f: f.summary(run))
+    summary = with_fleet(fleet, lambda f: f.summary(run))
     assert summary["status"] == "completed"
     assert "waits_on" not in summary
     (decision,) = [
