@@ -180,8 +180,10 @@ def submit(argv: list[str]) -> int:
     )
 
     async def go(fleet: Any, args: argparse.Namespace) -> int:
+        from keel.fleet.checks import check_request
+
         if not args.no_check:
-            for warning in await _check_fleet(fleet, req):
+            for warning in await check_request(fleet, req):
                 print(f"keel: warning: {warning}", file=sys.stderr)
         if scheduled is not None:
             return await scheduled.store(fleet, req, as_json=args.json)
@@ -193,18 +195,6 @@ def submit(argv: list[str]) -> int:
         return _print_result(done, args.json)
 
     return _with(go, args, url)
-
-
-async def _check_fleet(fleet: Any, req: Any) -> list[str]:
-    """What no live worker of the fleet could serve, refused now (keel.fleet.checks)."""
-    from keel.config.settings import load_settings
-    from keel.fleet.checks import check_request
-
-    try:
-        providers = load_settings(Path.cwd()).providers
-    except UserError:
-        providers = {}
-    return await check_request(fleet, req, providers)
 
 
 def _check_here(spec: WorkspaceSpec, model: str | None) -> list[str]:

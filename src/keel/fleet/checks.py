@@ -129,16 +129,20 @@ def check_against_workers(
     return warnings
 
 
-async def check_request(
-    fleet: Fleet, req: RunRequest, settings_providers: Mapping[str, Any]
-) -> list[str]:
+async def check_request(fleet: Fleet, req: RunRequest, cwd: Path | None = None) -> list[str]:
     """`check_against_workers` with the fleet's live workers (none when the fleet has no
-    registry); `Fleet.check_fits` first."""
+    registry) and the providers the settings at `cwd` (default: here) define; `Fleet.check_fits`
+    first. What `keel submit` and `POST /v1/runs` (and their schedules) run before queueing."""
+    from keel.config.settings import load_settings
     from keel.fleet.registry import live_workers
 
     fleet.check_fits(req)
     try:
+        providers: Mapping[str, Any] = load_settings(cwd or Path.cwd()).providers
+    except UserError:  # a broken settings file is the workers' concern, not this check's
+        providers = {}
+    try:
         workers = list(await live_workers(fleet))
     except UserError:  # no registry to read: nothing to check against
         workers = []
-    return check_against_workers(req, workers, settings_providers)
+    return check_against_workers(req, workers, providers)

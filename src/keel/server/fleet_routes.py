@@ -214,6 +214,7 @@ class FleetRoutes:
     # -- routes -----------------------------------------------------------------------------------
 
     async def submit(self, request: Request) -> Response:
+        from keel.fleet.checks import check_request
         from keel.server.http import read_body
 
         self.require()  # a 404 before the body is read when there is no fleet
@@ -223,7 +224,7 @@ class FleetRoutes:
 
         async def go(fleet: Fleet) -> dict[str, Any]:
             # As `keel submit`: what no live worker can serve is a 400 (keel.fleet.checks).
-            warnings = [] if no_check else await _check_fleet(fleet, req)
+            warnings = [] if no_check else await check_request(fleet, req)
             summary: dict[str, Any] = await fleet.submit(req)
             return {**summary, "warnings": warnings} if warnings else summary
 
@@ -452,6 +453,7 @@ class FleetRoutes:
 
     async def add_schedule(self, request: Request) -> Response:
         """`POST /v1/runs`'s body with `at` or `every` (and `tz`): stored, fired by a worker."""
+        from keel.fleet.checks import check_request
         from keel.fleet.schedules import Schedules, make, when
         from keel.server.http import read_body
 
@@ -466,7 +468,7 @@ class FleetRoutes:
         no_check = bool(body.get("no_check"))
 
         async def go(fleet: Fleet) -> dict[str, Any]:
-            warnings = [] if no_check else await _check_fleet(fleet, req)
+            warnings = [] if no_check else await check_request(fleet, req)
             schedule = make(req, at=w.at, every=w.every, tz=w.tz, now=now)
             await Schedules(fleet).add(schedule)
             entry = _schedule_json(schedule, now)
@@ -519,19 +521,6 @@ def _schedule_json(schedule: Any, now: datetime) -> dict[str, Any]:
 
 
 # -- checks -----------------------------------------------------------------------------------------
-
-
-async def _check_fleet(fleet: Fleet, req: Any) -> list[str]:
-    from pathlib import Path
-
-    from keel.config.settings import load_settings
-    from keel.fleet.checks import check_request
-
-    try:
-        providers = load_settings(Path.cwd()).providers
-    except UserError:
-        providers = {}
-    return await check_request(fleet, req, providers)
 
 
 def run_request(body: dict[str, Any]) -> Any:
