@@ -33,10 +33,9 @@ from keel.session.resume import NOT_COMPARED, check_resume, config_diff
 from keel.testing import ScriptedProvider, reply
 from keel.testing.anthropic_server import AnthropicServer
 from tests.helpers import context_of, unsandboxed_line_dropped
+from tests.server_helpers import MODEL, Servers
 from tests.test_cli import keel, session_files, write_script
 from tests.test_server import (  # noqa: F401 (fixtures)
-    MODEL,
-    Servers,
     anthropic,
     create,
     run,
