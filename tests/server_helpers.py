@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from keel.testing.anthropic_server import AnthropicServer
 
@@ -182,3 +184,27 @@ class Events:
 
     def close(self) -> None:
         self._cm.__exit__(None, None, None)
+
+
+# -- fixtures: import them by these names (`from tests.server_helpers import served_fixture`);
+# tests take them as `anthropic`, `servers` and `served`.
+
+
+@pytest.fixture(name="anthropic")
+def anthropic_fixture() -> Iterator[AnthropicServer]:
+    with AnthropicServer(api_key="sk-ant-test") as server:
+        yield server
+
+
+@pytest.fixture(name="servers")
+def servers_fixture(project: Path, anthropic: AnthropicServer, tmp_path: Path) -> Iterator[Servers]:
+    s = Servers(project, anthropic, tmp_path / "serve.log")
+    try:
+        yield s
+    finally:
+        s.stop_all()
+
+
+@pytest.fixture(name="served")
+def served_fixture(servers: Servers) -> Served:
+    return servers.start()

@@ -31,6 +31,8 @@ from keel.llm.messages import without_context
 from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
+from keel.server.webpage import is_open
+from keel.server.webpage import routes as web_routes
 
 #: The largest request body read (a prompt with a pasted file fits).
 MAX_BODY = 4 * 1024 * 1024
@@ -103,7 +105,7 @@ class Guard:
                 "this port is refused: DNS rebinding)",
             )
         path = scope["path"]
-        if path in OPEN_PATHS:
+        if path in OPEN_PATHS or is_open(path):
             return None
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         auth = headers.get("authorization", "")
@@ -607,6 +609,7 @@ class Api:
             Route(f"{s}/tasks", self.tasks, methods=["GET"]),
             Route(f"{s}/tasks/{{task_id}}", self.stop_task, methods=["DELETE"]),
             *self.fleet.routes(),
+            *web_routes(),
         ]
 
 

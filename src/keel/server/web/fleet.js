@@ -1,0 +1,2 @@
+// keel web front end: the fleet page (docs/web.md).
+"use strict";
