@@ -43,3 +43,25 @@ def test_pages_and_files_are_served_with_the_csp_and_nothing_else(served: Served
 def test_a_rebinding_host_gets_no_page(served: Served, path: str) -> None:
     with served.client(None, host="evil.example") as c:
         assert c.get(path).status_code == 403
+
+
+def test_dot_segments_and_encoded_slashes_do_not_pass_the_guard(served: Served) -> None:
+    """Raw request lines (a client library would normalize them): a path that starts like a web
+    file but names an API route still needs the token, or matches nothing."""
+    import socket
+
+    def status(path: str) -> int:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as s:
+            s.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return int(data.split(b" ", 2)[1])
+
+    assert status("/web/app.js") == 200
+    for path in ["/web/../v1/info", "/web/..%2fv1%2finfo", "/fleet/../v1/info", "//v1/info"]:
+        assert status(path) in (401, 404), path
+    assert status("/web/../v1/sessions") in (401, 404)

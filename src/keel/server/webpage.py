@@ -41,8 +41,10 @@ TYPES = {
 
 
 def is_open(path: str) -> bool:
-    """A path of the web front end (served without a token)."""
-    return path in PAGES or path.startswith(FILES)
+    """A path of the web front end (served without a token): a page, or one file's name right
+    under `/web/` (never `/web/../v1/info`: the router would not match it anyway, but the
+    Guard does not count on that)."""
+    return path in PAGES or (path.startswith(FILES) and bool(NAME.match(path[len(FILES) :])))
 
 
 @cache
