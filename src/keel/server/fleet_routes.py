@@ -420,6 +420,94 @@ class FleetRoutes:
 
         return JSONResponse(await self._call(go))
 
+    async def retry(self, request: Request) -> Response:
+        """As `keel runs retry`: a `failed` or `error` run queued again on its route (a worker
+        resumes it from its journal); any other state is a 409."""
+        from keel.fleet.runs import ACTIVE, RETRYABLE
+        from keel.server.http import read_body
+
+        self.require()
+        await read_body(request, {})
+        run = _run_id(request)
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            summary = await _found(fleet, run)
+            status = summary.get("status")
+            if status not in RETRYABLE:
+                raise ApiError(
+                    409,
+                    f"run {run} is {status}: only a failed run can be retried",
+                    f"it may still finish: GET /v1/runs/{run}/wait, or POST /v1/runs/{run}/cancel"
+                    if status in ACTIVE
+                    else "submit it again: POST /v1/runs",
+                )
+            return await fleet.retry(run)
+
+        return JSONResponse(await self._call(go))
+
+    async def workers(self, request: Request) -> Response:
+        """The workers' registry entries (`keel workers --json`): silent ones flagged."""
+        from keel.fleet.registry import read_workers
+
+        self.require()
+        found = await self._call(read_workers)
+        return JSONResponse({"workers": found})
+
+    async def journal(self, request: Request) -> Response:
+        """Server-Sent Events: the run's journal records, each as its session file line
+        (`event: record`, `id:` its seq), from the first (or after `Last-Event-ID` / `?after=`)
+        and then live as the run's workers append them. A run not started yet has none: the
+        stream waits for them."""
+        from starlette.responses import StreamingResponse
+
+        from keel.fleet import streams
+
+        self.require()
+        run = _run_id(request)
+        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if not raw.strip().isdigit():
+            raise ApiError(400, f"Last-Event-ID / after must be a record seq, not {raw!r}", "")
+        after = int(raw)
+
+        async def start(fleet: Fleet) -> Any:
+            await _found(fleet, run)
+            return await fleet.js.subscribe(
+                streams.run_filter(run), ordered_consumer=True, pending_msgs_limit=-1
+            )
+
+        subscription = await self._call(start)
+
+        async def body() -> AsyncIterator[bytes]:
+            import nats.errors
+
+            try:
+                yield b"retry: 1000\n\n"
+                while True:
+                    try:
+                        msg = await subscription.next_msg(timeout=self.keepalive)
+                    except nats.errors.TimeoutError:
+                        yield b": keepalive\n\n"
+                        continue
+                    except nats.errors.Error:
+                        return  # the connection closed: the client reconnects with its id
+                    line = msg.data.decode("utf-8", "replace").strip()
+                    seq = _record_seq(line)
+                    if seq is None or seq <= after:
+                        continue
+                    yield f"event: record\nid: {seq}\ndata: {line}\n\n".encode()
+            finally:
+                try:
+                    await subscription.unsubscribe()
+                except Exception as exc:
+                    if not _nats_error(exc):
+                        raise
+
+        return StreamingResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+
     def routes(self) -> list[Route]:
         r = "/v1/runs/{id}"
         return [
@@ -431,6 +519,9 @@ class FleetRoutes:
             Route(f"{r}/cancel", self.cancel, methods=["POST"]),
             Route(f"{r}/answers/{{request_id}}", self.answer, methods=["POST"]),
             Route(f"{r}/wait", self.wait, methods=["GET"]),
+            Route(f"{r}/retry", self.retry, methods=["POST"]),
+            Route(f"{r}/journal", self.journal, methods=["GET"]),
+            Route("/v1/workers", self.workers, methods=["GET"]),
             *self.schedule_routes(),
         ]
 
@@ -644,6 +735,18 @@ def _run_id(request: Request) -> str:
         return check_run_id(run)
     except UserError as exc:
         raise ApiError(400, exc.message, HINT_LIST) from exc
+
+
+def _record_seq(line: str) -> int | None:
+    """A journal line's `seq`; None for a line that is not one record of JSON on one line."""
+    import json
+
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    seq = value.get("seq") if isinstance(value, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and "\n" not in line else None
 
 
 async def _found(fleet: Fleet, run: str) -> dict[str, Any]:

@@ -1,0 +1,454 @@
+"""The fleet page of `keel serve --fleet` (docs/web-fleet.md) and the routes it reads: a real
+nats-server (tests/nats_fixture.py), a real `keel worker` playing scripted models, a real
+`keel serve --fleet`, and Debian's chromium driven by playwright.
+
+Over HTTP: `GET /v1/workers` (the registry, as `keel workers --json`), `POST /v1/runs/{id}/retry`
+(a run that ended in error queued again; every other state a 409 in one line) and
+`GET /v1/runs/{id}/journal` (the run's journal records as SSE, from the start or after a seq).
+In the browser: the token taken from the address and kept in session storage, asked for on a 401;
+a run that parks shows its question, Allow makes it complete; Deny with a reason reaches the model;
+cancel and retry from the page; the run's detail with its live journal; hostile run text rendered
+as text; readable at 390 px.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fleet_helpers import WorkerProc, script, setup_fleet, wait_for
+from tests.nats_fixture import NatsServer
+from tests.server_helpers import TOKEN, Served
+
+pytestmark = [pytest.mark.needs("nats-server")]
+
+
+# -- one fleet for the module: nats-server, a worker, keel serve --fleet ---------------------------
+
+
+@dataclass
+class Fleetside:
+    nats: str
+    served: Served
+    worker: WorkerProc
+    root: Path  # the worker's KEEL_WORKSPACE_ROOTS: scripts and workspaces live here
+    log: Path
+
+    def client(self, token: str | None = TOKEN) -> httpx.Client:
+        return self.served.client(token)
+
+    def errors(self) -> str:
+        return self.log.read_text(encoding="utf-8") + self.worker.log()
+
+
+def _serve(nats: str, root: Path, log: Path) -> Served:
+    err = log.open("a", encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel", "serve", "--port", "0", "--fleet", nats],
+        cwd=root,
+        env={**os.environ, "KEEL_SERVER_TOKEN": TOKEN},
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+    err.close()
+    got: list[str] = []
+    stdout = proc.stdout
+    assert stdout is not None
+    reader = threading.Thread(
+        target=lambda: got.extend(stdout.readline().rstrip("\n") for _ in range(2)), daemon=True
+    )
+    reader.start()
+    reader.join(30)
+    assert len(got) == 2 and got[0].startswith("keel serve: listening on http://127.0.0.1:"), (
+        got,
+        log.read_text(encoding="utf-8"),
+    )
+    url = got[0].split()[4]
+    return Served(proc, url, int(url.rsplit(":", 1)[1]), got)
+
+
+@pytest.fixture(scope="module")
+def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleetside]:
+    if shutil.which("nats-server") is None:
+        pytest.skip("needs nats-server")
+    tmp = tmp_path_factory.mktemp("fleetweb")
+    nats = NatsServer(tmp / "nats-store")
+    try:
+        setup_fleet(nats.url)
+        root = tmp / "root"
+        root.mkdir()
+        log = tmp / "serve.log"
+        worker = WorkerProc(nats.url, root / "scratch", "w1", concurrency=2)
+        served = _serve(nats.url, root, log)
+        try:
+            yield Fleetside(nats.url, served, worker, root, log)
+        finally:
+            if served.proc.poll() is None:
+                served.proc.send_signal(signal.SIGTERM)
+                try:
+                    served.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    served.proc.kill()
+            if served.proc.stdout is not None:
+                served.proc.stdout.close()
+            worker.terminate(10)
+            worker.close()
+    finally:
+        nats.stop()
+
+
+def _write_run(side: Fleetside, name: str, marker: str) -> tuple[str, Path]:
+    """A scripted model that writes `marker` to out.txt (asking first, in the default mode),
+    and the workspace it writes in."""
+    ws = side.root / f"ws-{name}"
+    ws.mkdir()
+    model = script(
+        side.root / f"{name}.json",
+        [
+            {
+                "text": "I'll write the file.",
+                "tool_calls": [
+                    {
+                        "id": f"toolu_{name}_1",
+                        "name": "write",
+                        "input": {"path": "out.txt", "content": marker},
+                    }
+                ],
+            },
+            {"text": f"Wrote {marker}."},
+        ],
+    )
+    return model, ws
+
+
+def _submit(c: httpx.Client, model: str, ws: Path, prompt: str = "write the marker") -> str:
+    r = c.post("/v1/runs", json={"prompt": prompt, "model": model, "workspace": f"path:{ws}"})
+    assert r.status_code == 201, r.text
+    run: str = r.json()["id"]
+    return run
+
+
+def _wait(c: httpx.Client, run: str, timeout: float = 30) -> dict[str, Any]:
+    r = c.get(f"/v1/runs/{run}/wait", params={"timeout": timeout})
+    assert r.status_code == 200, r.text
+    summary: dict[str, Any] = r.json()
+    return summary
+
+
+def _journal(c: httpx.Client, run: str, until: str, **params: Any) -> list[tuple[str, str, Any]]:
+    """(event, id, data) of the run's journal stream up to the first record of type `until`."""
+    headers = {}
+    if "last_event_id" in params:
+        headers["last-event-id"] = str(params.pop("last_event_id"))
+    frames: list[tuple[str, str, Any]] = []
+    with c.stream("GET", f"/v1/runs/{run}/journal", params=params, headers=headers) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        for line in r.iter_lines():
+            if line == "":
+                if "data" in fields:
+                    data = json.loads(fields["data"])
+                    frames.append((fields.get("event", ""), fields.get("id", ""), data))
+                    if data["type"] == until:
+                        return frames
+                fields = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(":")
+                fields[name] = value.removeprefix(" ")
+    raise AssertionError(f"the stream ended: {frames}")
+
+
+# -- the routes ------------------------------------------------------------------------------------
+
+
+def test_workers_route_shows_the_registry_as_keel_workers_does(side: Fleetside) -> None:
+    with side.client() as c:
+        got = wait_for(
+            lambda: (r := c.get("/v1/workers")).status_code == 200 and r.json()["workers"] and r,
+            20,
+            "the worker's first heartbeat",
+        )
+        body = got.json()
+        assert list(body) == ["workers"], body
+        (w,) = body["workers"]
+        beat, beat_at, age, started = w.pop("beat"), w.pop("beat_at"), w.pop("age"), w.pop("started")
+        assert beat.endswith("Z") and started and beat_at > 0 and 0 <= age < 7, (beat, age)
+        from keel import __version__
+
+        assert w == {
+            "name": "w1",
+            "host": socket.gethostname(),
+            "pid": side.worker.proc.pid,
+            "version": __version__,
+            "concurrency": 2,
+            "running": [],
+            "labels": [],
+            "roots": [str(side.root)],
+            "providers": w["providers"],
+            "ack_wait": 8.0,
+            "stopping": False,
+            "silent": False,
+        }
+        assert "scripted" in w["providers"], w
+    with side.client(None) as anonymous:
+        refused = anonymous.get("/v1/workers")
+    assert refused.status_code == 401, refused.text
+
+
+def test_retry_requeues_an_errored_run_and_refuses_other_states_in_one_line(
+    side: Fleetside,
+) -> None:
+    ws = side.root / "ws-retry"
+    ws.mkdir()
+    path = side.root / "flaky.json"
+    # The model refuses the request outright (a 400 is not retried): the run ends in error.
+    model = script(path, [{"fault": {"kind": "status", "status": 400, "message": "bad day"}}])
+    with side.client() as c:
+        run = _submit(c, model, ws, "say done")
+        errored = _wait(c, run)
+        assert errored["status"] == "error", (errored, side.errors())
+        script(path, [{"text": "done"}])  # the model is well again: a retry can finish
+        r = c.post(f"/v1/runs/{run}/retry", json={})
+        assert r.status_code == 200, r.text
+        queued = r.json()
+        assert (queued["id"], queued["retries"], queued["error"], queued["lost"]) == (
+            run,
+            1,
+            "",
+            0,
+        ), queued
+        assert queued["note"].startswith("retried by hand ("), queued
+        assert queued["status"] in ("queued", "running"), queued
+        done = _wait(c, run)
+        assert (done["status"], done["text"], done["retries"]) == ("completed", "done", 1), done
+        again = c.post(f"/v1/runs/{run}/retry", json={})
+        assert (again.status_code, again.json()) == (
+            409,
+            {
+                "error": f"run {run} is completed: only a failed run can be retried",
+                "hint": "submit it again: POST /v1/runs",
+            },
+        )
+        nobody = c.post("/v1/runs/20260101T000000-nobody00/retry", json={})
+        assert (nobody.status_code, nobody.json()) == (
+            404,
+            {"error": "no run '20260101T000000-nobody00'", "hint": "GET /v1/runs lists the runs"},
+        )
+        bad = c.post(f"/v1/runs/{run}/retry", json={"now": True})
+        assert (bad.status_code, bad.json()["error"]) == (400, "unknown field 'now'")
+
+
+def test_the_journal_streams_every_record_then_resumes_after_a_seq(side: Fleetside) -> None:
+    model = script(side.root / "hello.json", [{"text": "hello there"}])
+    ws = side.root / "ws-journal"
+    ws.mkdir()
+    with side.client() as c:
+        run = _submit(c, model, ws, "greet")
+        assert _wait(c, run)["status"] == "completed", side.errors()
+        frames = _journal(c, run, "terminal")
+        assert [(kind, rid, data["seq"], data["type"]) for kind, rid, data in frames] == [
+            ("record", "1", 1, "meta"),
+            ("record", "2", 2, "user"),
+            ("record", "3", 3, "assistant"),
+            ("record", "4", 4, "terminal"),
+        ], frames
+        # The prompt, after the context keel puts before it.
+        assert frames[1][2]["message"]["content"][-1] == {"type": "text", "text": "greet"}
+        assert frames[2][2]["message"]["content"] == [{"type": "text", "text": "hello there"}]
+        assert (frames[3][2]["reason"], frames[3][2]["turns"]) == ("completed", 1)
+        assert frames[0][2]["id"] == run
+        # A reconnect names the last seq it has: only the later records come.
+        later = _journal(c, run, "terminal", last_event_id=2)
+        assert [data["type"] for _, _, data in later] == ["assistant", "terminal"]
+        assert [data["type"] for _, _, data in _journal(c, run, "terminal", after=3)] == [
+            "terminal"
+        ]
+        bad = c.get(f"/v1/runs/{run}/journal", params={"after": "x"})
+        assert (bad.status_code, bad.json()) == (
+            400,
+            {"error": "Last-Event-ID / after must be a record seq, not 'x'", "hint": ""},
+        )
+        missing = c.get("/v1/runs/20260101T000000-nobody00/journal")
+        assert missing.status_code == 404, missing.text
+        dotted = c.get("/v1/runs/a.b/journal")
+        assert dotted.status_code == 400, dotted.text
+
+
+# -- the page --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
+    from playwright.sync_api import Error, sync_playwright
+
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        except Error as err:
+            pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    pg = context.new_page()
+    pg.problems = []
+    pg.external = []
+    pg.on("pageerror", lambda e: pg.problems.append(str(e)))
+    pg.on("console", lambda m: pg.problems.append(m.text) if m.type == "error" else None)
+    pg.on(
+        "request",
+        lambda r: None if r.url.startswith("http://127.0.0.1") else pg.external.append(r.url),
+    )
+    yield pg
+    context.close()
+
+
+def _run_item(page: Any, run: str) -> Any:
+    return page.locator(f'li.run[data-run="{run}"]')
+
+
+def _status_of(page: Any, run: str, status: str, timeout: float = 30_000) -> None:
+    page.wait_for_selector(f'li.run[data-run="{run}"][data-status="{status}"]', timeout=timeout)
+
+
+@pytest.mark.needs("chromium")
+def test_a_parked_question_is_answered_from_the_page_and_the_run_completes(
+    side: Fleetside, page: Any
+) -> None:
+    model, ws = _write_run(side, "page", "from-the-page")
+    page.goto(f"{side.served.url}/fleet#token={TOKEN}")
+    page.wait_for_selector("#live[data-state='live']")
+    # The token left the address and lives in the tab's session storage.
+    assert page.evaluate("location.href") == f"{side.served.url}/fleet"
+    assert page.evaluate("sessionStorage.getItem('keel-token')") == TOKEN
+    with side.client() as c:
+        run = _submit(c, model, ws)
+        _status_of(page, run, "parked")
+        item = _run_item(page, run)
+        question = item.locator(".question")
+        assert question.locator(".asks code").text_content() == "write"
+        assert json.loads(question.locator("pre.input").text_content()) == {
+            "path": "out.txt",
+            "content": "from-the-page",
+        }
+        assert "toolu_page_1" in question.locator(".asks").text_content()
+        # The workers' table shows the worker; the parked run is nobody's now.
+        page.wait_for_selector('#workers tr[data-worker="w1"] .badge.w-live')
+        item.get_by_role("button", name="Allow").click()
+        _status_of(page, run, "completed")
+        assert item.locator(".question").count() == 0
+        assert "Wrote from-the-page." in item.locator(".meta").text_content()
+        done = c.get(f"/v1/runs/{run}").json()
+        assert (done["status"], done["text"]) == ("completed", "Wrote from-the-page.")
+    assert (ws / "out.txt").read_text(encoding="utf-8") == "from-the-page"
+    # The detail: the summary and the journal, record by record, opened from the keyboard.
+    item.locator("button.open").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#detail-journal li.r-terminal")
+    assert page.evaluate("document.activeElement.id") == "detail-title"
+    types = page.eval_on_selector_all("#detail-journal li", "ls => ls.map(l => l.className)")
+    assert types == [
+        f"rec r-{t}"
+        for t in (
+            "meta",
+            "user",
+            "assistant",
+            "park",
+            "claim",
+            "decision",
+            "tool_result",
+            "assistant",
+            "terminal",
+        )
+    ], types
+    assert page.locator("#detail-summary dd.f-status").text_content() == "completed"
+    assert page.locator("#detail-attempts li").count() >= 2
+    page.keyboard.press("Escape")
+    assert page.locator("#detail").is_hidden()
+    assert page.evaluate("document.activeElement.closest('li.run').dataset.run") == run
+    assert page.problems == []
+    assert page.external == []
+
+
+@pytest.mark.needs("chromium")
+def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
+    side: Fleetside, page: Any
+) -> None:
+    hostile = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+    model, ws = _write_run(side, "deny", hostile)
+    model2, ws2 = _write_run(side, "stop", "never")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{side.served.url}/fleet")
+    # No token yet: the page asks for one.
+    page.wait_for_selector("#token-form:not([hidden])")
+    page.fill("#token", "wrong-token")
+    page.press("#token", "Enter")
+    page.wait_for_selector("#token-form:not([hidden]) #token-error:not(:empty)")
+    page.fill("#token", TOKEN)
+    page.press("#token", "Enter")
+    page.wait_for_selector("#live[data-state='live']")
+    with side.client() as c:
+        run = _submit(c, model, ws, hostile)
+        stopped = _submit(c, model2, ws2)
+        _status_of(page, run, "parked")
+        _status_of(page, stopped, "parked")
+        item = _run_item(page, run)
+        assert item.locator(".prompt").text_content() == hostile[:79] + "…"
+        assert hostile in item.locator("pre.input").text_content()
+        item.get_by_role("textbox", name="Reason").fill("not that file")
+        item.get_by_role("textbox", name="Reason").press("Enter")  # Enter in the reason: Deny
+        _status_of(page, run, "completed")
+        _run_item(page, stopped).get_by_role("button", name=f"Cancel run {stopped}").click()
+        _status_of(page, stopped, "cancelled")
+        assert c.get(f"/v1/runs/{stopped}").json()["status"] == "cancelled"
+    assert not (ws / "out.txt").exists() and not (ws2 / "out.txt").exists()
+    with side.client() as c:
+        frames = _journal(c, run, "terminal")
+    (denied,) = [d for _, _, d in frames if d["type"] == "decision"]
+    assert (denied["outcome"], denied["reason"]) == ("deny", "not that file"), denied
+    assert page.evaluate("window.pwned === undefined")
+    assert page.locator("li.run img, li.run script").count() == 0
+    # Readable on a phone: nothing wider than the screen.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert page.problems == [] or all("401" in p for p in page.problems), page.problems
+    assert page.external == []
+
+
+@pytest.mark.needs("chromium")
+def test_a_failed_run_is_retried_from_the_page(side: Fleetside, page: Any) -> None:
+    ws = side.root / "ws-page-retry"
+    ws.mkdir()
+    path = side.root / "page-flaky.json"
+    model = script(path, [{"fault": {"kind": "status", "status": 400, "message": "no"}}])
+    page.goto(f"{side.served.url}/fleet#token={TOKEN}")
+    page.wait_for_selector("#live[data-state='live']")
+    with side.client() as c:
+        run = _submit(c, model, ws, "try")
+        _status_of(page, run, "error")
+        script(path, [{"text": "second time lucky"}])
+        page.locator("#filters button[data-filter='error']").click()
+        assert page.locator("li.run:not([hidden])").count() == 1
+        _run_item(page, run).get_by_role("button", name=f"Retry run {run}").click()
+        page.locator("#filters button[data-filter='all']").click()
+        _status_of(page, run, "completed")
+        assert c.get(f"/v1/runs/{run}").json()["retries"] == 1
+    assert page.problems == []
