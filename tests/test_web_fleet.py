@@ -318,6 +318,10 @@ def page(browser: Any) -> Iterator[Any]:
         "request",
         lambda r: None if r.url.startswith("http://127.0.0.1") else pg.external.append(r.url),
     )
+    pg.on(
+        "response",
+        lambda r: pg.problems.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+    )
     yield pg
     context.close()
 
@@ -403,6 +407,10 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
     page.fill("#token", "wrong-token")
     page.press("#token", "Enter")
     page.wait_for_selector("#token-form:not([hidden]) #token-error:not(:empty)")
+    assert page.locator("#token-error").text_content() in (
+        "wrong bearer token",
+        "the token was refused",
+    )
     page.fill("#token", TOKEN)
     page.press("#token", "Enter")
     page.wait_for_selector("#live[data-state='live']")
@@ -412,8 +420,9 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         _status_of(page, run, "parked")
         _status_of(page, stopped, "parked")
         item = _run_item(page, run)
-        assert item.locator(".prompt").text_content() == hostile[:79] + "…"
-        assert hostile in item.locator("pre.input").text_content()
+        assert item.locator(".prompt").text_content() == hostile
+        shown = json.loads(item.locator("pre.input").text_content())
+        assert shown == {"path": "out.txt", "content": hostile}
         item.get_by_role("textbox", name="Reason").fill("not that file")
         item.get_by_role("textbox", name="Reason").press("Enter")  # Enter in the reason: Deny
         _status_of(page, run, "completed")
@@ -424,12 +433,24 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
     with side.client() as c:
         frames = _journal(c, run, "terminal")
     (denied,) = [d for _, _, d in frames if d["type"] == "decision"]
-    assert (denied["outcome"], denied["reason"]) == ("deny", "not that file"), denied
+    assert (denied["outcome"], denied["reason"]) == (
+        "deny",
+        "the user denied this: not that file",
+    ), denied
+    # What the model reads next: the denial with its reason, as the tool's error result.
+    (result,) = [d["result"] for _, _, d in frames if d["type"] == "tool_result"]
+    assert result["is_error"] is True, result
+    assert "not that file" in result["content"][0]["text"], result
     assert page.evaluate("window.pwned === undefined")
     assert page.locator("li.run img, li.run script").count() == 0
     # Readable on a phone: nothing wider than the screen.
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
-    assert page.problems == [] or all("401" in p for p in page.problems), page.problems
+    # The wrong token's refusals only (the first one stops the page's other requests).
+    assert page.problems and set(page.problems) <= {
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)",
+        f"401 {side.served.url}/v1/workers",
+        f"401 {side.served.url}/v1/runs/events",
+    }, page.problems
     assert page.external == []
 
 
