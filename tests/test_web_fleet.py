@@ -73,10 +73,8 @@ def _serve(nats: str, root: Path, log: Path) -> Served:
     )
     reader.start()
     reader.join(30)
-    assert len(got) == 2 and got[0].startswith("keel serve: listening on http://127.0.0.1:"), (
-        got,
-        log.read_text(encoding="utf-8"),
-    )
+    assert len(got) == 2, (got, log.read_text(encoding="utf-8"))
+    assert got[0].startswith("keel serve: listening on http://127.0.0.1:"), got
     url = got[0].split()[4]
     return Served(proc, url, int(url.rsplit(":", 1)[1]), got)
 
@@ -186,8 +184,16 @@ def test_workers_route_shows_the_registry_as_keel_workers_does(side: Fleetside) 
         body = got.json()
         assert list(body) == ["workers"], body
         (w,) = body["workers"]
-        beat, beat_at, age, started = w.pop("beat"), w.pop("beat_at"), w.pop("age"), w.pop("started")
-        assert beat.endswith("Z") and started and beat_at > 0 and 0 <= age < 7, (beat, age)
+        beat, beat_at, age, started = (
+            w.pop("beat"),
+            w.pop("beat_at"),
+            w.pop("age"),
+            w.pop("started"),
+        )
+        assert beat.endswith("Z"), beat
+        assert started, w
+        assert beat_at > 0, beat_at
+        assert 0 <= age < 7, age
         from keel import __version__
 
         assert w == {
@@ -429,7 +435,8 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         _run_item(page, stopped).get_by_role("button", name=f"Cancel run {stopped}").click()
         _status_of(page, stopped, "cancelled")
         assert c.get(f"/v1/runs/{stopped}").json()["status"] == "cancelled"
-    assert not (ws / "out.txt").exists() and not (ws2 / "out.txt").exists()
+    assert not (ws / "out.txt").exists()
+    assert not (ws2 / "out.txt").exists()
     with side.client() as c:
         frames = _journal(c, run, "terminal")
     (denied,) = [d for _, _, d in frames if d["type"] == "decision"]
@@ -446,7 +453,8 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
     # Readable on a phone: nothing wider than the screen.
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     # The wrong token's refusals only (the first one stops the page's other requests).
-    assert page.problems and set(page.problems) <= {
+    assert page.problems
+    assert set(page.problems) <= {
         "Failed to load resource: the server responded with a status of 401 (Unauthorized)",
         f"401 {side.served.url}/v1/workers",
         f"401 {side.served.url}/v1/runs/events",
