@@ -35,6 +35,8 @@ from tests.server_helpers import TOKEN, Served
 
 pytestmark = [pytest.mark.needs("nats-server")]
 
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "web-fleet.png"
+
 
 # -- one fleet for the module: nats-server, a worker, keel serve --fleet ---------------------------
 
@@ -342,7 +344,7 @@ def _status_of(page: Any, run: str, status: str, timeout: float = 30_000) -> Non
 
 @pytest.mark.needs("chromium")
 def test_a_parked_question_is_answered_from_the_page_and_the_run_completes(
-    side: Fleetside, page: Any
+    side: Fleetside, page: Any, tmp_path: Path
 ) -> None:
     model, ws = _write_run(side, "page", "from-the-page")
     page.goto(f"{side.served.url}/fleet#token={TOKEN}")
@@ -363,6 +365,10 @@ def test_a_parked_question_is_answered_from_the_page_and_the_run_completes(
         assert "toolu_page_1" in question.locator(".asks").text_content()
         # The workers' table shows the worker; the parked run is nobody's now.
         page.wait_for_selector('#workers tr[data-worker="w1"] .badge.w-live')
+        # The picture in docs/web-fleet.md; KEEL_UPDATE_SCREENSHOT=1 writes it there.
+        shot = SCREENSHOT if os.environ.get("KEEL_UPDATE_SCREENSHOT") else tmp_path / "shot.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
         item.get_by_role("button", name="Allow").click()
         _status_of(page, run, "completed")
         assert item.locator(".question").count() == 0

@@ -281,7 +281,7 @@
     p.id.textContent = s.id;
     p.prompt.textContent = short(s.last_prompt || "", 80);
     const bits = [];
-    if (s.worker) bits.push("on " + s.worker);
+    if (s.worker) bits.push((status === "running" ? "on " : "worker ") + s.worker);
     if (s.attempts) bits.push("attempts " + s.attempts);
     if (s.error) bits.push(short(String(s.error).split("\n")[0], 100));
     else if (s.text && !ACTIVE.has(status)) bits.push(short(s.text, 100));
@@ -570,7 +570,7 @@
         const running = w.running || [];
         return el(
           "tr",
-          { class: "w-" + state, "data-worker": w.name },
+          { "data-state": state, "data-worker": w.name },
           el("th", { scope: "row", text: w.name || "" }),
           el("td", {}, el("span", { class: "badge w-" + state, text: state })),
           el("td", { text: Math.round(Number(w.age) || 0) + " s ago" }),
