@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from keel.tools.base import AnswerLater, ToolContext, tool
 from tests.fleet_helpers import WorkerProc, script, setup_fleet, wait_for
 from tests.nats_fixture import NatsServer
 from tests.server_helpers import TOKEN, Served
@@ -56,10 +58,10 @@ class Fleetside:
         return self.log.read_text(encoding="utf-8") + self.worker.log()
 
 
-def _serve(nats: str, root: Path, log: Path) -> Served:
+def _serve(nats: str, root: Path, log: Path, port: int = 0) -> Served:
     err = log.open("a", encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "keel", "serve", "--port", "0", "--fleet", nats],
+        [sys.executable, "-m", "keel", "serve", "--port", str(port), "--fleet", nats],
         cwd=root,
         env={**os.environ, "KEEL_SERVER_TOKEN": TOKEN},
         stdout=subprocess.PIPE,
@@ -81,6 +83,18 @@ def _serve(nats: str, root: Path, log: Path) -> Served:
     return Served(proc, url, int(url.rsplit(":", 1)[1]), got)
 
 
+def _stop(served: Served) -> None:
+    if served.proc.poll() is None:
+        served.proc.send_signal(signal.SIGTERM)
+        try:
+            served.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            served.proc.kill()
+            served.proc.wait(5)
+    if served.proc.stdout is not None:
+        served.proc.stdout.close()
+
+
 @pytest.fixture(scope="module")
 def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleetside]:
     if shutil.which("nats-server") is None:
@@ -97,14 +111,7 @@ def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleetside]:
         try:
             yield Fleetside(nats.url, served, worker, root, log)
         finally:
-            if served.proc.poll() is None:
-                served.proc.send_signal(signal.SIGTERM)
-                try:
-                    served.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    served.proc.kill()
-            if served.proc.stdout is not None:
-                served.proc.stdout.close()
+            _stop(served)
             worker.terminate(10)
             worker.close()
     finally:
@@ -149,28 +156,46 @@ def _wait(c: httpx.Client, run: str, timeout: float = 30) -> dict[str, Any]:
     return summary
 
 
-def _journal(c: httpx.Client, run: str, until: str, **params: Any) -> list[tuple[str, str, Any]]:
-    """(event, id, data) of the run's journal stream up to the first record of type `until`."""
-    headers = {}
-    if "last_event_id" in params:
-        headers["last-event-id"] = str(params.pop("last_event_id"))
-    frames: list[tuple[str, str, Any]] = []
-    with c.stream("GET", f"/v1/runs/{run}/journal", params=params, headers=headers) as r:
-        assert r.status_code == 200, r.read()
-        assert r.headers["content-type"].startswith("text/event-stream")
+class Journal:
+    """One `GET /v1/runs/{id}/journal` stream, read record by record."""
+
+    def __init__(self, c: httpx.Client, run: str, **params: Any) -> None:
+        headers = {}
+        if "last_event_id" in params:
+            headers["last-event-id"] = str(params.pop("last_event_id"))
+        self._cm = c.stream("GET", f"/v1/runs/{run}/journal", params=params, headers=headers)
+        self.response = self._cm.__enter__()
+        assert self.response.status_code == 200, self.response.read()
+        assert self.response.headers["content-type"].startswith("text/event-stream")
+        self._lines = self.response.iter_lines()
+
+    def until(self, kind: str) -> list[tuple[str, str, Any]]:
+        """(event, id, record) frames up to the first record of type `kind`."""
+        frames: list[tuple[str, str, Any]] = []
         fields: dict[str, str] = {}
-        for line in r.iter_lines():
+        for line in self._lines:
             if line == "":
                 if "data" in fields:
                     data = json.loads(fields["data"])
                     frames.append((fields.get("event", ""), fields.get("id", ""), data))
-                    if data["type"] == until:
+                    if data["type"] == kind:
                         return frames
                 fields = {}
             elif not line.startswith(":"):
                 name, _, value = line.partition(":")
                 fields[name] = value.removeprefix(" ")
-    raise AssertionError(f"the stream ended: {frames}")
+        raise AssertionError(f"the stream ended: {frames}")
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+
+
+def _journal(c: httpx.Client, run: str, until: str, **params: Any) -> list[tuple[str, str, Any]]:
+    stream = Journal(c, run, **params)
+    try:
+        return stream.until(until)
+    finally:
+        stream.close()
 
 
 # -- the routes ------------------------------------------------------------------------------------
@@ -261,38 +286,55 @@ def test_retry_requeues_an_errored_run_and_refuses_other_states_in_one_line(
         assert (bad.status_code, bad.json()["error"]) == (400, "unknown field 'now'")
 
 
-def test_the_journal_streams_every_record_then_resumes_after_a_seq(side: Fleetside) -> None:
-    model = script(side.root / "hello.json", [{"text": "hello there"}])
-    ws = side.root / "ws-journal"
-    ws.mkdir()
+def test_the_journal_streams_every_record_live_then_resumes_after_a_seq(
+    side: Fleetside,
+) -> None:
+    model, ws = _write_run(side, "journal", "journaled")
     with side.client() as c:
         run = _submit(c, model, ws, "greet")
-        assert _wait(c, run)["status"] == "completed", side.errors()
-        frames = _journal(c, run, "terminal")
+        assert _wait(c, run)["status"] == "parked", side.errors()
+        stream = Journal(c, run)
+        try:
+            frames = stream.until("park")
+            # The stream is open; the answer makes the run go on, its records come as written.
+            answered = c.post(f"/v1/runs/{run}/answers/toolu_journal_1", json={"allow": True})
+            assert answered.status_code == 200, answered.text
+            frames += stream.until("terminal")
+        finally:
+            stream.close()
         assert [(kind, rid, data["seq"], data["type"]) for kind, rid, data in frames] == [
             ("record", "1", 1, "meta"),
             ("record", "2", 2, "user"),
             ("record", "3", 3, "assistant"),
-            ("record", "4", 4, "terminal"),
+            ("record", "4", 4, "park"),
+            ("record", "5", 5, "claim"),
+            ("record", "6", 6, "decision"),
+            ("record", "7", 7, "tool_result"),
+            ("record", "8", 8, "assistant"),
+            ("record", "9", 9, "terminal"),
         ], frames
+        records = [data for _, _, data in frames]
+        assert records[0]["id"] == run
         # The prompt, after the context keel puts before it.
-        assert frames[1][2]["message"]["content"][-1] == {"type": "text", "text": "greet"}
-        assert frames[2][2]["message"]["content"] == [{"type": "text", "text": "hello there"}]
-        assert (frames[3][2]["reason"], frames[3][2]["turns"]) == ("completed", 1)
-        assert frames[0][2]["id"] == run
+        assert records[1]["message"]["content"][-1] == {"type": "text", "text": "greet"}
+        assert records[3]["request_id"] == "toolu_journal_1"
+        assert (records[4]["worker"], records[4]["attempt"]) == ("w1", 1)
+        assert records[7]["message"]["content"] == [{"type": "text", "text": "Wrote journaled."}]
+        assert (records[8]["reason"], records[8]["turns"]) == ("completed", 2)
         # A reconnect names the last seq it has: only the later records come.
-        later = _journal(c, run, "terminal", last_event_id=2)
-        assert [data["type"] for _, _, data in later] == ["assistant", "terminal"]
-        assert [data["type"] for _, _, data in _journal(c, run, "terminal", after=3)] == [
-            "terminal"
-        ]
+        later = _journal(c, run, "terminal", last_event_id=7)
+        assert later == frames[7:]
+        assert _journal(c, run, "terminal", after=8) == frames[8:]
         bad = c.get(f"/v1/runs/{run}/journal", params={"after": "x"})
         assert (bad.status_code, bad.json()) == (
             400,
             {"error": "Last-Event-ID / after must be a record seq, not 'x'", "hint": ""},
         )
         missing = c.get("/v1/runs/20260101T000000-nobody00/journal")
-        assert missing.status_code == 404, missing.text
+        assert (missing.status_code, missing.json()) == (
+            404,
+            {"error": "no run '20260101T000000-nobody00'", "hint": "GET /v1/runs lists the runs"},
+        )
         dotted = c.get("/v1/runs/a.b/journal")
         assert dotted.status_code == 400, dotted.text
 
@@ -486,4 +528,135 @@ def test_a_failed_run_is_retried_from_the_page(side: Fleetside, page: Any) -> No
         page.locator("#filters button[data-filter='all']").click()
         _status_of(page, run, "completed")
         assert c.get(f"/v1/runs/{run}").json()["retries"] == 1
+    assert page.problems == []
+
+
+@pytest.mark.needs("chromium")
+def test_the_page_reconnects_after_the_server_restarts_and_catches_up(
+    side: Fleetside, page: Any, tmp_path: Path
+) -> None:
+    from tests.helpers import free_port
+
+    port = free_port()
+    log = tmp_path / "serve.log"
+    served = _serve(side.nats, side.root, log, port)
+    try:
+        page.goto(f"{served.url}/fleet#token={TOKEN}")
+        page.wait_for_selector("#live[data-state='live']")
+        # The page's two streams (the runs' events, a run's journal) end when the server stops:
+        # they do not hold its shutdown up (uvicorn would wait 5 s for them).
+        model = script(side.root / "before.json", [{"text": "done before"}])
+        ws = side.root / "ws-before"
+        ws.mkdir()
+        with side.client() as c:
+            before = _submit(c, model, ws, "before the restart")
+        _status_of(page, before, "completed")
+        _run_item(page, before).locator("button.open").click()
+        page.wait_for_selector("#detail-journal li.r-terminal")
+        assert page.locator("#journal-state").text_content() == "(live)"
+        started = time.monotonic()
+        _stop(served)
+        assert time.monotonic() - started < 4, served.proc.returncode
+        assert served.proc.returncode == -signal.SIGTERM, log.read_text(encoding="utf-8")
+        page.wait_for_selector("#live:text-matches('^reconnecting in [0-9]+ s…$')")
+        # While this server is down a run is submitted and completes (through the module's
+        # server): the page must find it when it is back.
+        model = script(side.root / "while-away.json", [{"text": "done while away"}])
+        ws = side.root / "ws-away"
+        ws.mkdir()
+        with side.client() as c:
+            run = _submit(c, model, ws, "while the page was away")
+            assert _wait(c, run)["status"] == "completed", side.errors()
+        served = _serve(side.nats, side.root, log, port)
+        _status_of(page, run, "completed", timeout=40_000)
+        page.wait_for_selector("#live[data-state='live']")
+        assert _run_item(page, run).locator(".prompt").text_content() == "while the page was away"
+    finally:
+        _stop(served)
+    assert page.evaluate("sessionStorage.getItem('keel-token')") == TOKEN
+    # What the browser says of a server that went away (a stream cut, refused connections).
+    assert {p.split("net::")[-1] for p in page.problems} <= {
+        "ERR_CONNECTION_REFUSED",
+        "ERR_INCOMPLETE_CHUNKED_ENCODING",
+    }, page.problems
+
+
+@pytest.mark.needs("chromium")
+def test_a_deferred_tool_gets_its_result_from_the_page(side: Fleetside, page: Any) -> None:
+    import asyncio
+
+    from keel.fleet.worker import Worker
+
+    calls: list[int] = []
+
+    @tool
+    async def approve_budget(ctx: ToolContext, amount: int) -> str:
+        """Ask finance to approve a budget.
+
+        Args:
+            amount: Dollars.
+        """
+        calls.append(amount)
+        raise AnswerLater(f"finance reviews {amount} dollars")
+
+    model = script(
+        side.root / "later.json",
+        [
+            {
+                "tool_calls": [
+                    {"id": "toolu_later_1", "name": "approve_budget", "input": {"amount": 500}}
+                ]
+            },
+            {"text": "Budget settled.", "expect": {"last_user_contains": "approved by Ann"}},
+        ],
+    )
+    # A worker of its own (in this process, with the tool), the only one with the run's label.
+    worker = Worker(
+        side.nats,
+        scratch=side.root / "scratch-finance",
+        name="finance",
+        tools=[approve_budget],
+        labels=["finance"],
+        env={**os.environ, "KEEL_WORKSPACE_ROOTS": str(side.root)},
+    )
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(worker.run()), daemon=True)
+    thread.start()
+    page.goto(f"{side.served.url}/fleet#token={TOKEN}")
+    page.wait_for_selector("#live[data-state='live']")
+    try:
+        with side.client() as c:
+            r = c.post(
+                "/v1/runs",
+                json={
+                    "prompt": "get the budget approved",
+                    "model": model,
+                    "mode": "bypass",
+                    "needs": ["finance"],
+                    "workspace": f"path:{side.root}",
+                },
+            )
+            assert r.status_code == 201, r.text
+            run = r.json()["id"]
+            _status_of(page, run, "parked")
+            item = _run_item(page, run)
+            assert item.locator(".asks").text_content() == (
+                "Waits for a result: approve_budget toolu_later_1"
+            )
+            assert item.locator(".question .text").text_content() == ("finance reviews 500 dollars")
+            assert item.get_by_role("button", name="Allow").count() == 0
+            item.get_by_role("textbox", name="Result of approve_budget").fill("approved by Ann")
+            item.get_by_role("button", name="Send result").click()
+            _status_of(page, run, "completed")
+            done = c.get(f"/v1/runs/{run}").json()
+    finally:
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(30)
+        loop.close()
+    assert (done["status"], done["text"], done["worker"]) == (
+        "completed",
+        "Budget settled.",
+        "finance",
+    )
+    assert calls == [500]
     assert page.problems == []

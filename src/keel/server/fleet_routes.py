@@ -16,6 +16,7 @@ It never runs a model or a tool itself (workers do) and never imports nats-py at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -119,6 +120,9 @@ class FleetRoutes:
         # same question at once one gets its 200 and the other a 409 (not both a 200, with the
         # run doing what the last write said).
         self._answering = asyncio.Lock()
+        # Set when the server stops: the event streams end, so no open connection holds the
+        # shutdown up (`end_streams`).
+        self._stopping = asyncio.Event()
 
     # -- the client ------------------------------------------------------------------------------
 
@@ -163,6 +167,30 @@ class FleetRoutes:
             if not _nats_error(exc):
                 raise
             await fleet.nc.close()
+
+    def end_streams(self) -> None:
+        """The server is stopping: the run events' and journals' streams end."""
+        self._stopping.set()
+
+    async def _next(self, step: Awaitable[T]) -> T:
+        """`step`, unless the server stops first (`EOFError`) or `self.keepalive` seconds pass
+        (`TimeoutError`); either way `step` is cancelled."""
+        task = asyncio.ensure_future(step)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, stop}, timeout=self.keepalive, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stop.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if stop in done:
+            raise EOFError("the server is stopping")
+        raise TimeoutError
 
     async def _call(self, fn: Callable[[Fleet], Awaitable[T]]) -> T:
         """`fn(fleet)`, with the fleet's failures as answers: a `FleetError` or a NATS failure
@@ -270,8 +298,7 @@ class FleetRoutes:
                 yield b"retry: 1000\n\n"
                 while True:
                     try:
-                        async with asyncio.timeout(self.keepalive):
-                            before, after = await watch.next()
+                        before, after = await self._next(watch.next())
                     except TimeoutError:
                         yield b": keepalive\n\n"
                         continue
@@ -484,12 +511,12 @@ class FleetRoutes:
                 yield b"retry: 1000\n\n"
                 while True:
                     try:
-                        msg = await subscription.next_msg(timeout=self.keepalive)
-                    except nats.errors.TimeoutError:
+                        msg = await self._next(subscription.next_msg(timeout=None))
+                    except TimeoutError:
                         yield b": keepalive\n\n"
                         continue
-                    except nats.errors.Error:
-                        return  # the connection closed: the client reconnects with its id
+                    except (EOFError, nats.errors.Error):
+                        return  # stopping, or the connection closed: the client reconnects
                     line = msg.data.decode("utf-8", "replace").strip()
                     seq = _record_seq(line)
                     if seq is None or seq <= after:
