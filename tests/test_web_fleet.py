@@ -58,10 +58,12 @@ class Fleetside:
         return self.log.read_text(encoding="utf-8") + self.worker.log()
 
 
-def _serve(nats: str, root: Path, log: Path, port: int = 0) -> Served:
+def _serve(nats: str | None, root: Path, log: Path, port: int = 0) -> Served:
+    """`keel serve` fronting the fleet at `nats` (None: no fleet)."""
     err = log.open("a", encoding="utf-8")
+    fleet = ["--fleet", nats] if nats else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "keel", "serve", "--port", str(port), "--fleet", nats],
+        [sys.executable, "-m", "keel", "serve", "--port", str(port), *fleet],
         cwd=root,
         env={**os.environ, "KEEL_SERVER_TOKEN": TOKEN},
         stdout=subprocess.PIPE,
@@ -72,12 +74,14 @@ def _serve(nats: str, root: Path, log: Path, port: int = 0) -> Served:
     got: list[str] = []
     stdout = proc.stdout
     assert stdout is not None
+    lines = 2 if nats else 1
     reader = threading.Thread(
-        target=lambda: got.extend(stdout.readline().rstrip("\n") for _ in range(2)), daemon=True
+        target=lambda: got.extend(stdout.readline().rstrip("\n") for _ in range(lines)),
+        daemon=True,
     )
     reader.start()
     reader.join(30)
-    assert len(got) == 2, (got, log.read_text(encoding="utf-8"))
+    assert len(got) == lines, (got, log.read_text(encoding="utf-8"))
     assert got[0].startswith("keel serve: listening on http://127.0.0.1:"), got
     url = got[0].split()[4]
     return Served(proc, url, int(url.rsplit(":", 1)[1]), got)
@@ -660,3 +664,23 @@ def test_a_deferred_tool_gets_its_result_from_the_page(side: Fleetside, page: An
     )
     assert calls == [500]
     assert page.problems == []
+
+
+@pytest.mark.needs("chromium")
+def test_without_a_fleet_the_page_says_so_in_one_line(page: Any, tmp_path: Path) -> None:
+    served = _serve(None, tmp_path, tmp_path / "serve.log")
+    try:
+        page.goto(f"{served.url}/fleet#token={TOKEN}")
+        page.wait_for_selector("#error:not([hidden])")
+        assert page.locator("#error").text_content() == (
+            "this server does not front a fleet (start keel serve with --fleet (KEEL_NATS_URL "
+            "or the local fleet) or --fleet nats://HOST:PORT)"
+        )
+        assert page.locator("#live").text_content() == "refused"
+        assert page.locator("#workers-error").text_content() == "this server does not front a fleet"
+    finally:
+        _stop(served)
+    assert {p for p in page.problems if not p.startswith("Failed to load resource")} == {
+        f"404 {served.url}/v1/runs/events",
+        f"404 {served.url}/v1/workers",
+    }, page.problems

@@ -9,6 +9,7 @@
 (() => {
   const TOKEN_KEY = "keel-token";
   const WORKERS_EVERY = 3000;
+  const LIMIT = 500;
   // States shown first, in this order; every other end state after them.
   const ORDER = ["parked", "running", "queued", "failed", "error", "completed", "cancelled"];
   const RETRYABLE = new Set(["failed", "error"]);
@@ -21,6 +22,7 @@
   let token = null;
   let openRun = null; // {id, abort, journalSeq}
   let runsAbort = null;
+  let older = 0; // runs beyond the newest LIMIT, not loaded
 
   // -- the token ---------------------------------------------------------------------------------
 
@@ -71,8 +73,9 @@
     }
     const data = await response.json().catch(() => ({}));
     if (!response.ok) {
-      const error = new Error((data.error || response.statusText) + (data.hint ? " (" + data.hint + ")" : ""));
+      const error = new Error(data.error || response.statusText);
       error.status = response.status;
+      error.hint = data.hint || "";
       throw error;
     }
     return data;
@@ -85,7 +88,7 @@
       return;
     }
     const line = $("error");
-    line.textContent = String(error.message || error);
+    line.textContent = String(error.message || error) + (error.hint ? " (" + error.hint + ")" : "");
     line.hidden = false;
   }
 
@@ -107,6 +110,7 @@
       const data = await response.json().catch(() => ({}));
       const error = new Error(data.error || response.statusText);
       error.status = response.status;
+      error.hint = data.hint || "";
       throw error;
     }
     if (onOpen) await onOpen();
@@ -146,11 +150,13 @@
   }
 
   // Keeps `connect(signal)` running: again after it ends or fails, waiting longer each time
-  // (1 s doubling to 30 s, back to 1 s after a stream that opened); stops on a 401 or abort.
+  // (1 s, half as long again each time, up to 30 s; 1 s again after a stream that opened);
+  // stops on a 401, a 404 or 400 (no fleet here, no such run) or an abort.
   async function keep(signal, connect, onState) {
     let pause = 1000;
     while (!signal.aborted) {
       let opened = false;
+      let why = "";
       try {
         await connect(signal, () => {
           opened = true;
@@ -164,13 +170,16 @@
           return;
         }
         if (error.status === 404 || error.status === 400) {
-          onState("refused: " + error.message);
+          onState("refused");
+          showError(error);
           return;
         }
+        // A 503 says why (the fleet's NATS server is down); a network error says little.
+        why = error.status ? error.message + "; " : "";
       }
       if (signal.aborted) return;
-      if (!opened) pause = Math.min(pause * 2, 30000);
-      onState("reconnecting in " + Math.round(pause / 1000) + " s…");
+      if (!opened) pause = Math.min(pause * 1.5, 30000);
+      onState(why + "reconnecting in " + Math.round(pause / 1000) + " s…");
       await new Promise((resolve) => setTimeout(resolve, pause));
     }
   }
@@ -193,15 +202,6 @@
   function short(text, n) {
     const s = String(text == null ? "" : text);
     return s.length > n ? s.slice(0, n - 1) + "…" : s;
-  }
-
-  function ago(stamp) {
-    const t = Date.parse(stamp || "");
-    if (Number.isNaN(t)) return "";
-    const s = Math.max(0, (Date.now() - t) / 1000);
-    if (s < 90) return Math.round(s) + " s ago";
-    if (s < 5400) return Math.round(s / 60) + " min ago";
-    return Math.round(s / 3600) + " h ago";
   }
 
   // -- runs ------------------------------------------------------------------------------------------
@@ -241,8 +241,19 @@
     g.list.insertBefore(entry.el, before ? before.el : null);
   }
 
+  let countsDue = false;
+  function recount() {
+    if (countsDue) return;
+    countsDue = true;
+    queueMicrotask(() => {
+      countsDue = false;
+      counts();
+    });
+  }
+
   function upsert(summary) {
     if (!summary || !summary.id) return;
+    recount();
     let entry = runs.get(summary.id);
     if (!entry) {
       entry = makeRun(summary);
@@ -406,7 +417,8 @@
       g.count.textContent = "(" + n + ")";
       g.section.hidden = n === 0 || (filter !== "all" && filter !== status);
     }
-    $("total").textContent = "(" + runs.size + ")";
+    // The page loads the newest LIMIT runs; `keel runs list` pages through the rest.
+    $("total").textContent = older ? "(newest " + runs.size + " of " + (runs.size + older) + ")" : "(" + runs.size + ")";
     $("no-runs").hidden = runs.size > 0;
     const box = $("filters");
     const states = ["all", ...[...groups.keys()].filter((s) => by.get(s))];
@@ -590,8 +602,11 @@
     while (!signal.aborted) {
       try {
         fillWorkers((await api("GET", "/v1/workers")).workers || []);
+        $("workers-error").textContent = "";
       } catch (error) {
         if (error instanceof Unauthorized) return showError(error);
+        $("workers-error").textContent = String(error.message || error);
+        if (error.status === 404) return; // no fleet here: the page says so once
       }
       await new Promise((resolve) => setTimeout(resolve, WORKERS_EVERY));
     }
@@ -600,9 +615,9 @@
   // -- start ------------------------------------------------------------------------------------------
 
   async function loadRuns() {
-    const page = await api("GET", "/v1/runs?limit=500");
+    const page = await api("GET", "/v1/runs?limit=" + LIMIT);
     for (const s of page.runs || []) upsert(s);
-    counts();
+    older = Math.max(0, (page.total || 0) - (page.runs || []).length);
   }
 
   function setLive(text) {
@@ -629,10 +644,7 @@
           "/v1/runs/events",
           signal,
           (kind, item) => {
-            if (kind === "change") {
-              upsert(item.summary);
-              counts();
-            }
+            if (kind === "change") upsert(item.summary);
           },
           async () => {
             onOpen();
