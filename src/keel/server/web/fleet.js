@@ -20,7 +20,7 @@
   const groups = new Map(); // status -> {section, list, count}
   let filter = "all";
   let token = null;
-  let openRun = null; // {id, abort, journalSeq}
+  let openRun = null; // the run whose detail is open: {id, abort, seq (journal), waits}
   let runsAbort = null;
   let older = 0; // runs beyond the newest LIMIT, not loaded
 
@@ -83,7 +83,11 @@
 
   function showError(error) {
     if (error instanceof Unauthorized) {
+      // A refused token is forgotten: the page asks for another.
       stop();
+      closeDetail(false);
+      sessionStorage.removeItem(TOKEN_KEY);
+      token = null;
       askToken(error.message);
       return;
     }
@@ -217,13 +221,21 @@
     g = { section, list, count };
     groups.set(status, g);
     // Place the group by ORDER, unknown states last, alphabetically.
-    const rank = (s) => (ORDER.indexOf(s) < 0 ? ORDER.length : ORDER.indexOf(s));
     const after = [...groups.keys()]
       .filter((s) => s !== status)
-      .sort((a, b) => rank(a) - rank(b) || a.localeCompare(b))
-      .find((s) => rank(s) > rank(status) || (rank(s) === rank(status) && s > status));
+      .sort(byRank)
+      .find((s) => byRank(s, status) > 0);
     $("groups").insertBefore(section, after ? groups.get(after).section : null);
     return g;
+  }
+
+  function rank(status) {
+    const i = ORDER.indexOf(status);
+    return i < 0 ? ORDER.length : i;
+  }
+
+  function byRank(a, b) {
+    return rank(a) - rank(b) || a.localeCompare(b);
   }
 
   function newest(a, b) {
@@ -298,7 +310,6 @@
     else if (s.text && !ACTIVE.has(status)) bits.push(short(s.text, 100));
     if (s.cancel_requested && ACTIVE.has(status)) bits.push("cancel requested");
     p.meta.textContent = bits.join(" · ");
-    p.open.setAttribute("aria-label", "Open run " + s.id + " (" + status + ")");
     entry.el.dataset.status = status;
     actions(p.actions, s);
     const waits = status === "parked" ? s.waits_on : null;
@@ -421,7 +432,7 @@
     $("total").textContent = older ? "(newest " + runs.size + " of " + (runs.size + older) + ")" : "(" + runs.size + ")";
     $("no-runs").hidden = runs.size > 0;
     const box = $("filters");
-    const states = ["all", ...[...groups.keys()].filter((s) => by.get(s))];
+    const states = ["all", ...[...groups.keys()].filter((s) => by.get(s)).sort(byRank)];
     if (filter !== "all" && !by.get(filter)) filter = "all";
     const have = [...box.children].map((b) => b.dataset.filter + ":" + b.dataset.n);
     const want = states.map((s) => s + ":" + (s === "all" ? runs.size : by.get(s)));
@@ -584,13 +595,13 @@
           "tr",
           { "data-state": state, "data-worker": w.name },
           el("th", { scope: "row", text: w.name || "" }),
-          el("td", {}, el("span", { class: "badge w-" + state, text: state })),
-          el("td", { text: Math.round(Number(w.age) || 0) + " s ago" }),
-          el("td", { text: running.length + "/" + (w.concurrency == null ? "?" : w.concurrency) }),
-          el("td", { text: (w.labels || []).join(", ") || "–" }),
-          el("td", { text: (w.host || "") + (w.pid ? " (pid " + w.pid + ")" : "") }),
-          el("td", { text: (w.providers || []).join(", ") }),
-          el("td", { class: "ids", text: running.join(" ") || "–" }),
+          el("td", { "data-label": "State" }, el("span", { class: "badge w-" + state, text: state })),
+          el("td", { "data-label": "Heartbeat", text: Math.round(Number(w.age) || 0) + " s ago" }),
+          el("td", { "data-label": "Busy", text: running.length + "/" + (w.concurrency == null ? "?" : w.concurrency) }),
+          el("td", { "data-label": "Labels", text: (w.labels || []).join(", ") || "–" }),
+          el("td", { "data-label": "Host", text: (w.host || "") + (w.pid ? " (pid " + w.pid + ")" : "") }),
+          el("td", { "data-label": "Providers", text: (w.providers || []).join(", ") }),
+          el("td", { "data-label": "Runs", class: "ids", text: running.join(" ") || "–" }),
         );
       }),
     );
