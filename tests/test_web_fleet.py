@@ -384,6 +384,29 @@ def _run_item(page: Any, run: str) -> Any:
     return page.locator(f'li.run[data-run="{run}"]')
 
 
+#: The page's order of the groups: runs waiting for a person first.
+ORDER = ["parked", "running", "queued", "failed", "error", "completed", "cancelled"]
+
+
+def _check_groups(page: Any, side: Fleetside) -> None:
+    """The page's groups and counts are the fleet's runs by state, in the page's order."""
+    with side.client() as c:
+        listed = c.get("/v1/runs").json()["runs"]
+    by: dict[str, list[str]] = {}
+    for summary in listed:
+        by.setdefault(summary["status"], []).append(summary["id"])
+    want = sorted(by, key=lambda s: (ORDER.index(s) if s in ORDER else len(ORDER), s))
+    shown = page.evaluate(
+        """() => [...document.querySelectorAll('#groups section.group:not([hidden])')].map(g =>
+             [g.dataset.status, g.querySelector('.group-title .muted').textContent,
+              [...g.querySelectorAll('li.run')].map(r => r.dataset.run)])"""
+    )
+    # Newest first in each group, as GET /v1/runs lists them.
+    assert shown == [[s, f"({len(by[s])})", by[s]] for s in want], shown
+    chips = page.eval_on_selector_all("#filters button", "bs => bs.map(b => b.textContent)")
+    assert chips == [f"all {len(listed)}", *(f"{s} {len(by[s])}" for s in want)], chips
+
+
 def _status_of(page: Any, run: str, status: str, timeout: float = 30_000) -> None:
     page.wait_for_selector(f'li.run[data-run="{run}"][data-status="{status}"]', timeout=timeout)
 
@@ -477,6 +500,7 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         stopped = _submit(c, model2, ws2)
         _status_of(page, run, "parked")
         _status_of(page, stopped, "parked")
+        _check_groups(page, side)
         item = _run_item(page, run)
         assert item.locator(".prompt").text_content() == hostile
         shown = json.loads(item.locator("pre.input").text_content())
@@ -487,6 +511,7 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         _run_item(page, stopped).get_by_role("button", name=f"Cancel run {stopped}").click()
         _status_of(page, stopped, "cancelled")
         assert c.get(f"/v1/runs/{stopped}").json()["status"] == "cancelled"
+        _check_groups(page, side)
     assert not (ws / "out.txt").exists()
     assert not (ws2 / "out.txt").exists()
     with side.client() as c:
