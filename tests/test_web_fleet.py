@@ -214,6 +214,12 @@ def test_workers_route_shows_the_registry_as_keel_workers_does(side: Fleetside) 
         )
         body = got.json()
         assert list(body) == ["workers"], body
+        from jsonschema import validate
+
+        from keel.server.openapi import spec
+
+        answer = spec()["paths"]["/v1/workers"]["get"]["responses"]["200"]
+        validate(body, answer["content"]["application/json"]["schema"])  # as described
         (w,) = body["workers"]
         beat, beat_at, age, started = (
             w.pop("beat"),

@@ -304,11 +304,39 @@ def _run_paths() -> dict[str, Any]:
                 "beat (`beat`, `beat_at`, `age` seconds), `stopping`, and `silent` (no beat for "
                 "7 s: dead, stopped or cut off; the entry goes after a minute)",
                 _json(
-                    _obj(workers={"type": "array", "items": {"type": "object"}}),
+                    _obj(workers={"type": "array", "items": _worker_schema()}),
                     "The workers, by name",
                 ),
                 params=(),
             )
+        },
+    }
+
+
+def _worker_schema() -> dict[str, Any]:
+    """One worker's registry entry (keel.fleet.worker's `entry`, with the reader's `age` and
+    `silent`); open to fields a newer worker adds."""
+    strings = {"type": "array", "items": STR}
+    number = {"type": "number"}
+    return {
+        "type": "object",
+        "properties": {
+            "name": STR,
+            "host": STR,
+            "pid": INT,
+            "version": STR,
+            "started": STR,
+            "concurrency": INT,
+            "running": strings,
+            "labels": strings,
+            "roots": strings,
+            "providers": strings,
+            "ack_wait": number,
+            "stopping": BOOL,
+            "beat": STR,
+            "beat_at": number,
+            "age": number,
+            "silent": BOOL,
         },
     }
 
