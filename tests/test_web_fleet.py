@@ -518,6 +518,15 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         _status_of(page, stopped, "cancelled")
         assert c.get(f"/v1/runs/{stopped}").json()["status"] == "cancelled"
         _check_groups(page, side)
+    # j and k walk the runs shown, in the page's order (the focus starts nowhere).
+    order = page.eval_on_selector_all("#groups li.run", "rs => rs.map(r => r.dataset.run)")
+    focused = "document.activeElement.closest('li.run')?.dataset.run ?? null"
+    page.evaluate("document.activeElement.blur()")
+    walked = []
+    for key in ("j", "j", "k", "k"):
+        page.keyboard.press(key)
+        walked.append(page.evaluate(focused))
+    assert walked == [order[0], order[1], order[0], order[0]], (walked, order)
     assert not (ws / "out.txt").exists()
     assert not (ws2 / "out.txt").exists()
     with side.client() as c:

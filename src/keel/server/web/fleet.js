@@ -579,8 +579,22 @@
   }
 
   $("detail-close").addEventListener("click", () => closeDetail(true));
+  // Keys: Escape closes the run's detail; j and k (outside a text field) move to the next and
+  // the previous run shown; Tab, Enter and Space do the rest.
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && openRun) closeDetail(true);
+    if (event.key === "Escape" && openRun) {
+      closeDetail(true);
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest("input, textarea")) return;
+    if (event.key !== "j" && event.key !== "k") return;
+    const shown = [...document.querySelectorAll("#groups section.group:not([hidden]) li.run:not([hidden]) button.open")];
+    if (!shown.length) return;
+    const at = shown.indexOf(document.activeElement.closest("li.run")?.querySelector("button.open"));
+    const next = at < 0 ? 0 : Math.min(shown.length - 1, Math.max(0, at + (event.key === "j" ? 1 : -1)));
+    shown[next].focus();
+    event.preventDefault();
   });
 
   // -- workers --------------------------------------------------------------------------------------
