@@ -13,6 +13,7 @@ as text; readable at 390 px.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -347,6 +348,47 @@ def test_the_journal_streams_every_record_live_then_resumes_after_a_seq(
         )
         dotted = c.get("/v1/runs/a.b/journal")
         assert dotted.status_code == 400, dotted.text
+
+
+def test_a_keepalive_waits_for_the_step_in_flight_and_a_stop_ends_the_stream() -> None:
+    """`paced`, under both fleet event streams: a keepalive between two records never cancels
+    the read in flight (a record taken at that moment would be lost), and the server's stop
+    ends the stream at once."""
+    import asyncio
+
+    from keel.server.fleet_routes import paced
+
+    async def go() -> tuple[list[int | None], list[str]]:
+        stop = asyncio.Event()
+        log: list[str] = []
+        count = 0
+
+        async def step() -> int:
+            nonlocal count
+            count += 1
+            log.append(f"start {count}")
+            try:
+                await asyncio.sleep(0.4 if count < 3 else 60)
+            except asyncio.CancelledError:
+                log.append(f"cancelled {count}")
+                raise
+            return count
+
+        got: list[int | None] = []
+        async with contextlib.aclosing(paced(step, keepalive=0.04, stop=stop)) as steps:
+            async for item in steps:
+                got.append(item)
+                if item == 2:
+                    asyncio.get_running_loop().call_later(0.05, stop.set)
+        return got, log
+
+    got, log = asyncio.run(go())
+    # Each read outlives keepalives (about ten) and still yields its value; the third is
+    # cancelled only by the stop.
+    assert [item for item in got if item is not None] == [1, 2], got
+    assert None in got[: got.index(1)], got
+    assert None in got[got.index(1) : got.index(2)], got
+    assert log == ["start 1", "start 2", "start 3", "cancelled 3"], log
 
 
 # -- the page --------------------------------------------------------------------------------------

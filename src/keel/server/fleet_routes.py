@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -172,26 +172,6 @@ class FleetRoutes:
         """The server is stopping: the run events' and journals' streams end."""
         self._stopping.set()
 
-    async def _next(self, step: Awaitable[T]) -> T:
-        """`step`, unless the server stops first (`EOFError`) or `self.keepalive` seconds pass
-        (`TimeoutError`); either way `step` is cancelled."""
-        task = asyncio.ensure_future(step)
-        stop = asyncio.ensure_future(self._stopping.wait())
-        try:
-            done, _ = await asyncio.wait(
-                {task, stop}, timeout=self.keepalive, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            stop.cancel()
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        if stop in done:
-            raise EOFError("the server is stopping")
-        raise TimeoutError
-
     async def _call(self, fn: Callable[[Fleet], Awaitable[T]]) -> T:
         """`fn(fleet)`, with the fleet's failures as answers: a `FleetError` or a NATS failure
         is a 503 (the next request connects again if the connection died); another `UserError`
@@ -296,18 +276,22 @@ class FleetRoutes:
         async def body() -> AsyncIterator[bytes]:
             try:
                 yield b"retry: 1000\n\n"
-                while True:
-                    try:
-                        before, after = await self._next(watch.next())
-                    except TimeoutError:
-                        yield b": keepalive\n\n"
-                        continue
-                    except EOFError:
-                        return
-                    item = change(before, after)
-                    if item is None or (statuses is not None and item["status"] not in statuses):
-                        continue
-                    yield message("change", {**item, "summary": after})
+                async with contextlib.aclosing(
+                    paced(watch.next, keepalive=self.keepalive, stop=self._stopping)
+                ) as changes:
+                    async for got in changes:
+                        if got is None:
+                            yield b": keepalive\n\n"
+                            continue
+                        before, after = got
+                        item = change(before, after)
+                        if item is None or (
+                            statuses is not None and item["status"] not in statuses
+                        ):
+                            continue
+                        yield message("change", {**item, "summary": after})
+            except EOFError:
+                return  # the watch was stopped
             finally:
                 await watch.stop()
 
@@ -509,19 +493,23 @@ class FleetRoutes:
 
             try:
                 yield b"retry: 1000\n\n"
-                while True:
-                    try:
-                        msg = await self._next(subscription.next_msg(timeout=None))
-                    except TimeoutError:
-                        yield b": keepalive\n\n"
-                        continue
-                    except (EOFError, nats.errors.Error):
-                        return  # stopping, or the connection closed: the client reconnects
-                    line = msg.data.decode("utf-8", "replace").strip()
-                    seq = _record_seq(line)
-                    if seq is None or seq <= after:
-                        continue
-                    yield f"event: record\nid: {seq}\ndata: {line}\n\n".encode()
+                messages = paced(
+                    lambda: subscription.next_msg(timeout=None),
+                    keepalive=self.keepalive,
+                    stop=self._stopping,
+                )
+                async with contextlib.aclosing(messages):
+                    async for msg in messages:
+                        if msg is None:
+                            yield b": keepalive\n\n"
+                            continue
+                        line = msg.data.decode("utf-8", "replace").strip()
+                        seq = _record_seq(line)
+                        if seq is None or seq <= after:
+                            continue
+                        yield f"event: record\nid: {seq}\ndata: {line}\n\n".encode()
+            except nats.errors.Error:
+                return  # the connection closed: the client reconnects with its Last-Event-ID
             finally:
                 try:
                     await subscription.unsubscribe()
@@ -621,6 +609,38 @@ class FleetRoutes:
             return _schedule_json(await store.remove(schedule_id), datetime.now(UTC))
 
         return JSONResponse(await self._call(go))
+
+
+async def paced(
+    step: Callable[[], Awaitable[T]], *, keepalive: float, stop: asyncio.Event
+) -> AsyncGenerator[T | None, None]:
+    """Each result of `step()` in turn, and None after each `keepalive` seconds without one (an
+    event stream's keepalive); ends once `stop` is set (the server is stopping). A `step()` in
+    flight at a keepalive is waited for again, never cancelled: cancelled, the record or change
+    it was taking could be lost."""
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    pending: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(step())
+            done, _ = await asyncio.wait(
+                {pending, stopped}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED
+            )
+            if pending in done:
+                finished, pending = pending, None
+                result: T = finished.result()
+                yield result
+            elif stopped in done:
+                return
+            else:
+                yield None
+    finally:
+        stopped.cancel()
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
 
 
 def _schedule_id(request: Request) -> str:
@@ -795,4 +815,4 @@ def _what(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
 
 
-__all__ = ["FleetRoutes", "redact", "run_request"]
+__all__ = ["FleetRoutes", "paced", "redact", "run_request"]
