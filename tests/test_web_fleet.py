@@ -549,6 +549,7 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         _status_of(page, run, "parked")
         _status_of(page, stopped, "parked")
         _check_groups(page, side)
+        assert page.title() == "(2 parked) keel fleet"  # a tab in the background says so
         item = _run_item(page, run)
         assert item.locator(".prompt").text_content() == hostile
         shown = json.loads(item.locator("pre.input").text_content())
@@ -560,6 +561,7 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         _status_of(page, stopped, "cancelled")
         assert c.get(f"/v1/runs/{stopped}").json()["status"] == "cancelled"
         _check_groups(page, side)
+        assert page.title() == "keel fleet"
     # j and k walk the runs shown, in the page's order (the focus starts nowhere).
     order = page.eval_on_selector_all("#groups li.run", "rs => rs.map(r => r.dataset.run)")
     focused = "document.activeElement.closest('li.run')?.dataset.run ?? null"

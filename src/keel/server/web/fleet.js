@@ -431,6 +431,9 @@
     // The page loads the newest LIMIT runs; `keel runs list` pages through the rest.
     $("total").textContent = older ? "(newest " + runs.size + " of " + (runs.size + older) + ")" : "(" + runs.size + ")";
     $("no-runs").hidden = runs.size > 0;
+    // A tab in the background says how many runs wait for a person.
+    const waiting = by.get("parked") || 0;
+    document.title = waiting ? "(" + waiting + " parked) keel fleet" : "keel fleet";
     const box = $("filters");
     const states = ["all", ...[...groups.keys()].filter((s) => by.get(s)).sort(byRank)];
     if (filter !== "all" && !by.get(filter)) filter = "all";
@@ -553,12 +556,15 @@
           (kind, record, seq) => {
             if (kind !== "record" || !openRun || openRun.id !== id) return;
             openRun.seq = Number(seq) || openRun.seq;
+            // Following the end of the journal: it stays in view as records come.
+            const following = journal.scrollHeight - journal.scrollTop - journal.clientHeight < 8;
             journal.append(
               el("li", { class: "rec r-" + record.type, "data-seq": String(record.seq) },
                 el("span", { class: "seq muted", text: "#" + record.seq }), " ",
                 el("span", { class: "type", text: record.type }), " ",
                 el("span", { class: "what", text: describe(record) })),
             );
+            if (following) journal.scrollTop = journal.scrollHeight;
           },
           onOpen,
           openRun.seq ? { "last-event-id": String(openRun.seq) } : undefined,
