@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -646,7 +647,7 @@ def test_the_page_reconnects_after_the_server_restarts_and_catches_up(
         _stop(served)
         assert time.monotonic() - started < 4, served.proc.returncode
         assert served.proc.returncode == -signal.SIGTERM, log.read_text(encoding="utf-8")
-        page.wait_for_selector("#live:text-matches('^reconnecting in [0-9]+ s…$')")
+        page.wait_for_selector("#live:text-matches('^reconnecting in [0-9]+ s…$')")  # no why
         # While this server is down a run is submitted and completes (through the module's
         # server): the page must find it when it is back.
         model = script(side.root / "while-away.json", [{"text": "done while away"}])
@@ -767,4 +768,49 @@ def test_without_a_fleet_the_page_says_so_in_one_line(page: Any, tmp_path: Path)
     assert {p for p in page.problems if not p.startswith("Failed to load resource")} == {
         f"404 {served.url}/v1/runs/events",
         f"404 {served.url}/v1/workers",
+    }, page.problems
+
+
+@pytest.mark.needs("chromium")
+def test_the_page_says_why_while_the_fleets_nats_server_is_down_and_comes_back(
+    page: Any, tmp_path: Path
+) -> None:
+    nats = NatsServer(tmp_path / "nats-store")
+    served: Served | None = None
+    try:
+        setup_fleet(nats.url)
+        served = _serve(nats.url, tmp_path, tmp_path / "serve.log")
+        page.goto(f"{served.url}/fleet#token={TOKEN}")
+        page.wait_for_selector("#live[data-state='live']")
+        nats.stop()
+        # The runs' stream ends when the fleet's connection dies (it does not go on sending
+        # keepalives as if all were well); the page says why and keeps trying.
+        from playwright.sync_api import expect
+
+        down = re.escape(f"cannot connect to the fleet's NATS server at {nats.url}")
+        expect(page.locator("#live")).to_have_text(
+            re.compile(down + r" \(Connection refused\); reconnecting in [0-9]+ s…"),
+            timeout=15_000,
+        )
+        expect(page.locator("#workers-error")).to_have_text(
+            re.compile(down + r" \(Connection refused\)")
+        )
+        nats = NatsServer(tmp_path / "nats-store", port=nats.port)  # back, with its streams
+        with served.client() as c:
+            r = c.post(
+                "/v1/runs",
+                json={"prompt": "after the outage", "workspace": "none", "no_check": True},
+            )
+            assert r.status_code == 201, r.text
+            run = r.json()["id"]
+        _status_of(page, run, "queued", timeout=30_000)
+        page.wait_for_selector("#live[data-state='live']")
+        page.wait_for_selector("#workers-error:empty", state="attached")
+    finally:
+        if served is not None:
+            _stop(served)
+        nats.stop()
+    assert {p.split(" http")[0] for p in page.problems} <= {
+        "503",
+        "Failed to load resource: the server responded with a status of 503 (Service Unavailable)",
     }, page.problems

@@ -40,6 +40,8 @@ MAX_WAIT = 300.0
 DEFAULT_WAIT = 30.0
 #: How often a wait reads the run's summary.
 POLL = 0.2
+#: How often an event stream looks whether the fleet's connection is still up (seconds).
+ALIVE_EVERY = 1.0
 
 #: A run request's limits, as `keel submit` takes them: (smallest, largest).
 TURNS = (1, 100_000)
@@ -266,19 +268,23 @@ class FleetRoutes:
         self.require()
         statuses = _statuses(request)
 
-        async def start(fleet: Fleet) -> SummaryWatch:
+        async def start(fleet: Fleet) -> tuple[Fleet, SummaryWatch]:
             watch = SummaryWatch(await fleet.kv())
             await watch.start()
-            return watch
+            return fleet, watch
 
-        watch = await self._call(start)
+        fleet, watch = await self._call(start)
 
         async def body() -> AsyncIterator[bytes]:
             try:
                 yield b"retry: 1000\n\n"
-                async with contextlib.aclosing(
-                    paced(watch.next, keepalive=self.keepalive, stop=self._stopping)
-                ) as changes:
+                changes = paced(
+                    watch.next,
+                    keepalive=self.keepalive,
+                    stop=self._stopping,
+                    alive=lambda: not fleet.nc.is_closed,
+                )
+                async with contextlib.aclosing(changes):
                     async for got in changes:
                         if got is None:
                             yield b": keepalive\n\n"
@@ -293,7 +299,7 @@ class FleetRoutes:
             except EOFError:
                 return  # the watch was stopped
             finally:
-                await watch.stop()
+                await _quietly(watch.stop())
 
         return StreamingResponse(
             body(),
@@ -480,13 +486,14 @@ class FleetRoutes:
             raise ApiError(400, f"Last-Event-ID / after must be a record seq, not {raw!r}", "")
         after = int(raw)
 
-        async def start(fleet: Fleet) -> Any:
+        async def start(fleet: Fleet) -> tuple[Fleet, Any]:
             await _found(fleet, run)
-            return await fleet.js.subscribe(
+            subscription = await fleet.js.subscribe(
                 streams.run_filter(run), ordered_consumer=True, pending_msgs_limit=-1
             )
+            return fleet, subscription
 
-        subscription = await self._call(start)
+        fleet, subscription = await self._call(start)
 
         async def body() -> AsyncIterator[bytes]:
             import nats.errors
@@ -497,6 +504,7 @@ class FleetRoutes:
                     lambda: subscription.next_msg(timeout=None),
                     keepalive=self.keepalive,
                     stop=self._stopping,
+                    alive=lambda: not fleet.nc.is_closed,
                 )
                 async with contextlib.aclosing(messages):
                     async for msg in messages:
@@ -511,11 +519,7 @@ class FleetRoutes:
             except nats.errors.Error:
                 return  # the connection closed: the client reconnects with its Last-Event-ID
             finally:
-                try:
-                    await subscription.unsubscribe()
-                except Exception as exc:
-                    if not _nats_error(exc):
-                        raise
+                await _quietly(subscription.unsubscribe())
 
         return StreamingResponse(
             body(),
@@ -612,28 +616,40 @@ class FleetRoutes:
 
 
 async def paced(
-    step: Callable[[], Awaitable[T]], *, keepalive: float, stop: asyncio.Event
+    step: Callable[[], Awaitable[T]],
+    *,
+    keepalive: float,
+    stop: asyncio.Event,
+    alive: Callable[[], bool] = lambda: True,
 ) -> AsyncGenerator[T | None, None]:
     """Each result of `step()` in turn, and None after each `keepalive` seconds without one (an
-    event stream's keepalive); ends once `stop` is set (the server is stopping). A `step()` in
-    flight at a keepalive is waited for again, never cancelled: cancelled, the record or change
-    it was taking could be lost."""
+    event stream's keepalive); ends once `stop` is set (the server is stopping) or, looked at
+    every `ALIVE_EVERY` seconds, `alive()` is false (the fleet's connection died: the client
+    reconnects and is told why). A `step()` in flight at a keepalive is waited for again, never
+    cancelled: cancelled, the record or change it was taking could be lost."""
+    loop = asyncio.get_running_loop()
     stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
     pending: asyncio.Future[Any] | None = None
+    quiet_since = loop.time()
     try:
-        while True:
+        while alive():
             if pending is None:
                 pending = asyncio.ensure_future(step())
+            left = quiet_since + keepalive - loop.time()
             done, _ = await asyncio.wait(
-                {pending, stopped}, timeout=keepalive, return_when=asyncio.FIRST_COMPLETED
+                {pending, stopped},
+                timeout=max(0.0, min(ALIVE_EVERY, left)),
+                return_when=asyncio.FIRST_COMPLETED,
             )
             if pending in done:
                 finished, pending = pending, None
+                quiet_since = loop.time()
                 result: T = finished.result()
                 yield result
             elif stopped in done:
                 return
-            else:
+            elif loop.time() - quiet_since >= keepalive:
+                quiet_since = loop.time()
                 yield None
     finally:
         stopped.cancel()
@@ -801,6 +817,16 @@ async def _found(fleet: Fleet, run: str) -> dict[str, Any]:
     if summary is None:
         raise ApiError(404, f"no run {run!r}", HINT_LIST)
     return summary
+
+
+async def _quietly(closing: Awaitable[Any]) -> None:
+    """Await `closing` (a stream's watch or subscription ending); a NATS error, as when the
+    connection is gone, is nothing more to tell."""
+    try:
+        await closing
+    except Exception as exc:
+        if not _nats_error(exc):
+            raise
 
 
 def _nats_error(exc: BaseException) -> bool:
