@@ -3,8 +3,10 @@
 
 A thin front over one `keel.fleet.runs.Fleet` client, opened on first use in the server's event
 loop and opened again after its NATS connection died: submit a run (checked as `keel submit`
-checks it, before anything is queued), read summaries, cancel, answer what a parked run waits for,
-and long-poll until a run is over or parked. Answers through this server are taken one at a
+checks it, before anything is queued), read summaries, cancel, retry, answer what a parked run
+waits for, long-poll until a run is over or parked, list the workers, and stream status changes
+and a run's journal as Server-Sent Events (both end when the server stops or the fleet's
+connection dies, so the client reconnects and learns why). Answers through this server are taken one at a
 time (two clients answering one question at once: one 200, one 409). The guard in front (Host check, bearer token) is
 `keel.server.http`'s, so are the body reader and the error shape. Without `--fleet` every route
 answers 404 with a hint; a NATS server that cannot be reached, or refuses, is a 503 with the
