@@ -645,6 +645,9 @@ def test_without_fleet_the_run_routes_are_404_with_a_hint(servers: Servers) -> N
             ("GET", "/v1/runs/not.a.run/wait"),
             ("GET", "/v1/runs/events"),
             ("GET", "/metrics"),
+            ("GET", "/v1/workers"),
+            ("POST", "/v1/runs/20260101T000000-abcdefgh/retry"),
+            ("GET", "/v1/runs/20260101T000000-abcdefgh/journal"),
         ):
             r = c.request(
                 method,
@@ -808,9 +811,12 @@ def test_openapi_lists_the_fleet_routes(served: Served) -> None:
         ("post", "/v1/runs/{id}/cancel"),
         ("post", "/v1/runs/{id}/answers/{request_id}"),
         ("get", "/v1/runs/{id}/wait"),
+        ("post", "/v1/runs/{id}/retry"),
+        ("get", "/v1/runs/{id}/journal"),
         ("get", "/v1/runs/events"),
     }
     assert list(document["paths"]["/metrics"]) == ["get"]
+    assert list(document["paths"]["/v1/workers"]) == ["get"]
     submit = document["paths"]["/v1/runs"]["post"]
     schema = submit["requestBody"]["content"]["application/json"]["schema"]
     assert schema["required"] == ["prompt", "workspace"]

@@ -3,8 +3,10 @@
 
 A thin front over one `keel.fleet.runs.Fleet` client, opened on first use in the server's event
 loop and opened again after its NATS connection died: submit a run (checked as `keel submit`
-checks it, before anything is queued), read summaries, cancel, answer what a parked run waits for,
-and long-poll until a run is over or parked. Answers through this server are taken one at a
+checks it, before anything is queued), read summaries, cancel, retry, answer what a parked run
+waits for, long-poll until a run is over or parked, list the workers, and stream status changes
+and a run's journal as Server-Sent Events (both end when the server stops or the fleet's
+connection dies, so the client reconnects and learns why). Answers through this server are taken one at a
 time (two clients answering one question at once: one 200, one 409). The guard in front (Host check, bearer token) is
 `keel.server.http`'s, so are the body reader and the error shape. Without `--fleet` every route
 answers 404 with a hint; a NATS server that cannot be reached, or refuses, is a 503 with the
@@ -16,9 +18,10 @@ It never runs a model or a tool itself (workers do) and never imports nats-py at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -39,6 +42,8 @@ MAX_WAIT = 300.0
 DEFAULT_WAIT = 30.0
 #: How often a wait reads the run's summary.
 POLL = 0.2
+#: How often an event stream looks whether the fleet's connection is still up (seconds).
+ALIVE_EVERY = 1.0
 
 #: A run request's limits, as `keel submit` takes them: (smallest, largest).
 TURNS = (1, 100_000)
@@ -119,6 +124,9 @@ class FleetRoutes:
         # same question at once one gets its 200 and the other a 409 (not both a 200, with the
         # run doing what the last write said).
         self._answering = asyncio.Lock()
+        # Set when the server stops: the event streams end, so no open connection holds the
+        # shutdown up (`end_streams`).
+        self._stopping = asyncio.Event()
 
     # -- the client ------------------------------------------------------------------------------
 
@@ -163,6 +171,10 @@ class FleetRoutes:
             if not _nats_error(exc):
                 raise
             await fleet.nc.close()
+
+    def end_streams(self) -> None:
+        """The server is stopping: the run events' and journals' streams end."""
+        self._stopping.set()
 
     async def _call(self, fn: Callable[[Fleet], Awaitable[T]]) -> T:
         """`fn(fleet)`, with the fleet's failures as answers: a `FleetError` or a NATS failure
@@ -258,31 +270,38 @@ class FleetRoutes:
         self.require()
         statuses = _statuses(request)
 
-        async def start(fleet: Fleet) -> SummaryWatch:
+        async def start(fleet: Fleet) -> tuple[Fleet, SummaryWatch]:
             watch = SummaryWatch(await fleet.kv())
             await watch.start()
-            return watch
+            return fleet, watch
 
-        watch = await self._call(start)
+        fleet, watch = await self._call(start)
 
         async def body() -> AsyncIterator[bytes]:
             try:
                 yield b"retry: 1000\n\n"
-                while True:
-                    try:
-                        async with asyncio.timeout(self.keepalive):
-                            before, after = await watch.next()
-                    except TimeoutError:
-                        yield b": keepalive\n\n"
-                        continue
-                    except EOFError:
-                        return
-                    item = change(before, after)
-                    if item is None or (statuses is not None and item["status"] not in statuses):
-                        continue
-                    yield message("change", {**item, "summary": after})
+                changes = paced(
+                    watch.next,
+                    keepalive=self.keepalive,
+                    stop=self._stopping,
+                    alive=lambda: not fleet.nc.is_closed,
+                )
+                async with contextlib.aclosing(changes):
+                    async for got in changes:
+                        if got is None:
+                            yield b": keepalive\n\n"
+                            continue
+                        before, after = got
+                        item = change(before, after)
+                        if item is None or (
+                            statuses is not None and item["status"] not in statuses
+                        ):
+                            continue
+                        yield message("change", {**item, "summary": after})
+            except EOFError:
+                return  # the watch was stopped
             finally:
-                await watch.stop()
+                await _quietly(watch.stop())
 
         return StreamingResponse(
             body(),
@@ -420,6 +439,96 @@ class FleetRoutes:
 
         return JSONResponse(await self._call(go))
 
+    async def retry(self, request: Request) -> Response:
+        """As `keel runs retry`: a `failed` or `error` run queued again on its route (a worker
+        resumes it from its journal); any other state is a 409."""
+        from keel.fleet.runs import ACTIVE, RETRYABLE
+        from keel.server.http import read_body
+
+        self.require()
+        await read_body(request, {})
+        run = _run_id(request)
+
+        async def go(fleet: Fleet) -> dict[str, Any]:
+            summary = await _found(fleet, run)
+            status = summary.get("status")
+            if status not in RETRYABLE:
+                raise ApiError(
+                    409,
+                    f"run {run} is {status}: only a failed run can be retried",
+                    f"it may still finish: GET /v1/runs/{run}/wait, or POST /v1/runs/{run}/cancel"
+                    if status in ACTIVE
+                    else "submit it again: POST /v1/runs",
+                )
+            return await fleet.retry(run)
+
+        return JSONResponse(await self._call(go))
+
+    async def workers(self, request: Request) -> Response:
+        """The workers' registry entries (`keel workers --json`): silent ones flagged."""
+        from keel.fleet.registry import read_workers
+
+        self.require()
+        found = await self._call(read_workers)
+        return JSONResponse({"workers": found})
+
+    async def journal(self, request: Request) -> Response:
+        """Server-Sent Events: the run's journal records, each as its session file line
+        (`event: record`, `id:` its seq), from the first (or after `Last-Event-ID` / `?after=`)
+        and then live as the run's workers append them. A run not started yet has none: the
+        stream waits for them."""
+        from starlette.responses import StreamingResponse
+
+        from keel.fleet import streams
+
+        self.require()
+        run = _run_id(request)
+        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if not raw.strip().isdigit():
+            raise ApiError(400, f"Last-Event-ID / after must be a record seq, not {raw!r}", "")
+        after = int(raw)
+
+        async def start(fleet: Fleet) -> tuple[Fleet, Any]:
+            await _found(fleet, run)
+            subscription = await fleet.js.subscribe(
+                streams.run_filter(run), ordered_consumer=True, pending_msgs_limit=-1
+            )
+            return fleet, subscription
+
+        fleet, subscription = await self._call(start)
+
+        async def body() -> AsyncIterator[bytes]:
+            import nats.errors
+
+            try:
+                yield b"retry: 1000\n\n"
+                messages = paced(
+                    lambda: subscription.next_msg(timeout=None),
+                    keepalive=self.keepalive,
+                    stop=self._stopping,
+                    alive=lambda: not fleet.nc.is_closed,
+                )
+                async with contextlib.aclosing(messages):
+                    async for msg in messages:
+                        if msg is None:
+                            yield b": keepalive\n\n"
+                            continue
+                        line = msg.data.decode("utf-8", "replace").strip()
+                        seq = _record_seq(line)
+                        if seq is None or seq <= after:
+                            continue
+                        yield f"event: record\nid: {seq}\ndata: {line}\n\n".encode()
+            except nats.errors.Error:
+                return  # the connection closed: the client reconnects with its Last-Event-ID
+            finally:
+                await _quietly(subscription.unsubscribe())
+
+        return StreamingResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+
     def routes(self) -> list[Route]:
         r = "/v1/runs/{id}"
         return [
@@ -431,6 +540,9 @@ class FleetRoutes:
             Route(f"{r}/cancel", self.cancel, methods=["POST"]),
             Route(f"{r}/answers/{{request_id}}", self.answer, methods=["POST"]),
             Route(f"{r}/wait", self.wait, methods=["GET"]),
+            Route(f"{r}/retry", self.retry, methods=["POST"]),
+            Route(f"{r}/journal", self.journal, methods=["GET"]),
+            Route("/v1/workers", self.workers, methods=["GET"]),
             *self.schedule_routes(),
         ]
 
@@ -503,6 +615,50 @@ class FleetRoutes:
             return _schedule_json(await store.remove(schedule_id), datetime.now(UTC))
 
         return JSONResponse(await self._call(go))
+
+
+async def paced(
+    step: Callable[[], Awaitable[T]],
+    *,
+    keepalive: float,
+    stop: asyncio.Event,
+    alive: Callable[[], bool] = lambda: True,
+) -> AsyncGenerator[T | None, None]:
+    """Each result of `step()` in turn, and None after each `keepalive` seconds without one (an
+    event stream's keepalive); ends once `stop` is set (the server is stopping) or, looked at
+    every `ALIVE_EVERY` seconds, `alive()` is false (the fleet's connection died: the client
+    reconnects and is told why). A `step()` in flight at a keepalive is waited for again, never
+    cancelled: cancelled, the record or change it was taking could be lost."""
+    loop = asyncio.get_running_loop()
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    pending: asyncio.Future[Any] | None = None
+    quiet_since = loop.time()
+    try:
+        while alive():
+            if pending is None:
+                pending = asyncio.ensure_future(step())
+            left = quiet_since + keepalive - loop.time()
+            done, _ = await asyncio.wait(
+                {pending, stopped},
+                timeout=max(0.0, min(ALIVE_EVERY, left)),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if pending in done:
+                finished, pending = pending, None
+                quiet_since = loop.time()
+                result: T = finished.result()
+                yield result
+            elif stopped in done:
+                return
+            elif loop.time() - quiet_since >= keepalive:
+                quiet_since = loop.time()
+                yield None
+    finally:
+        stopped.cancel()
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pending
 
 
 def _schedule_id(request: Request) -> str:
@@ -646,11 +802,33 @@ def _run_id(request: Request) -> str:
         raise ApiError(400, exc.message, HINT_LIST) from exc
 
 
+def _record_seq(line: str) -> int | None:
+    """A journal line's `seq`; None for a line that is not one record of JSON on one line."""
+    import json
+
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    seq = value.get("seq") if isinstance(value, dict) else None
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) and "\n" not in line else None
+
+
 async def _found(fleet: Fleet, run: str) -> dict[str, Any]:
     summary = await fleet.summary(run)
     if summary is None:
         raise ApiError(404, f"no run {run!r}", HINT_LIST)
     return summary
+
+
+async def _quietly(closing: Awaitable[Any]) -> None:
+    """Await `closing` (a stream's watch or subscription ending); a NATS error, as when the
+    connection is gone, is nothing more to tell."""
+    try:
+        await closing
+    except Exception as exc:
+        if not _nats_error(exc):
+            raise
 
 
 def _nats_error(exc: BaseException) -> bool:
@@ -665,4 +843,4 @@ def _what(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
 
 
-__all__ = ["FleetRoutes", "redact", "run_request"]
+__all__ = ["FleetRoutes", "paced", "redact", "run_request"]

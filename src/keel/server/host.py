@@ -259,6 +259,8 @@ class Host:
         self.all_projects = all_projects
         self.sessions: dict[str, Hosted] = {}
         self._opening = asyncio.Lock()
+        #: What else ends its streams when the server stops (the fleet's, keel.server.fleet_routes).
+        self.stream_enders: list[Callable[[], None]] = []
 
     def get(self, session_id: str) -> Hosted:
         hosted = self.sessions.get(session_id)
@@ -404,6 +406,8 @@ class Host:
         for hosted in self.sessions.values():
             hosted.ring.publish({"type": "server_stopping"})
             hosted.ring.close()
+        for end in self.stream_enders:
+            end()
 
     async def aclose(self) -> None:
         """Stop every session: running work is asked to suspend at the next loop boundary

@@ -694,6 +694,7 @@ def create_app(
     `/v1/runs` routes front (None: they answer 404)."""
 
     fleet = FleetRoutes(fleet_url, keepalive=keepalive)
+    host.stream_enders.append(fleet.end_streams)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:

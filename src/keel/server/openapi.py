@@ -266,6 +266,78 @@ def _run_paths() -> dict[str, Any]:
                 ),
             )
         },
+        f"{run}/retry": {
+            "post": _run_op(
+                "Queue a run that ended failed or error again (as `keel runs retry`): its lost "
+                "and refused counts start over, its attempt log stays; a worker resumes it "
+                "from its journal",
+                _json(_ref("RunSummary"), "Queued again: the summary"),
+                body=_obj(),
+                conflict="The run is not failed or error (one line; the hint says what to do)",
+            )
+        },
+        f"{run}/journal": {
+            "get": _run_op(
+                "The run's journal as Server-Sent Events: `event: record`, `id:` the record's "
+                "seq, `data:` its session file line (meta, user, assistant, decision, "
+                "tool_result, park, claim, terminal, ...); every record so far, then live as "
+                "workers append them; `Last-Event-ID` or `after` skips those up to a seq",
+                {
+                    "description": "text/event-stream",
+                    "content": {"text/event-stream": {"schema": STR}},
+                },
+                params=(
+                    RUN,
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 0},
+                    },
+                ),
+            )
+        },
+        "/v1/workers": {
+            "get": _run_op(
+                "The fleet's workers from their heartbeats (as `keel workers --json`): name, "
+                "host, pid, version, concurrency, running runs, labels, roots, providers, last "
+                "beat (`beat`, `beat_at`, `age` seconds), `stopping`, and `silent` (no beat for "
+                "7 s: dead, stopped or cut off; the entry goes after a minute)",
+                _json(
+                    _obj(workers={"type": "array", "items": _worker_schema()}),
+                    "The workers, by name",
+                ),
+                params=(),
+            )
+        },
+    }
+
+
+def _worker_schema() -> dict[str, Any]:
+    """One worker's registry entry (keel.fleet.worker's `entry`, with the reader's `age` and
+    `silent`); open to fields a newer worker adds."""
+    strings = {"type": "array", "items": STR}
+    number = {"type": "number"}
+    return {
+        "type": "object",
+        "properties": {
+            "name": STR,
+            "host": STR,
+            "pid": INT,
+            "version": STR,
+            "started": STR,
+            "concurrency": INT,
+            "running": strings,
+            "labels": strings,
+            "roots": strings,
+            "providers": strings,
+            "ack_wait": number,
+            "stopping": BOOL,
+            "beat": STR,
+            "beat_at": number,
+            "age": number,
+            "silent": BOOL,
+        },
     }
 
 
