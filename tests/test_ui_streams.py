@@ -226,7 +226,7 @@ def test_agui_streams_a_run_with_thinking_text_and_a_tool(
         {"type": "REASONING_MESSAGE_CONTENT", "messageId": "run-1-1-reasoning1", "delta": "m."},
         {"type": "REASONING_MESSAGE_END", "messageId": "run-1-1-reasoning1"},
         {"type": "REASONING_END", "messageId": "run-1-1-reasoning1"},
-        *text_message("run-1-1-text2", "Looking."),
+        *text_message("run-1-1", "Looking."),
         *tool_call(gid, "glob", {"pattern": "*.py"}, "run-1-1"),
         usage_delta(1),
         {
@@ -238,7 +238,7 @@ def test_agui_streams_a_run_with_thinking_text_and_a_tool(
         },
         {"type": "STEP_FINISHED", "stepName": "turn 1"},
         {"type": "STEP_STARTED", "stepName": "turn 2"},
-        *text_message("run-1-2-text3", "Two files."),
+        *text_message("run-1-2", "Two files."),
         usage_delta(2),
         {"type": "STEP_FINISHED", "stepName": "turn 2"},
         *finished(sid, "run-1", "Two files.", 2, 2),
@@ -394,7 +394,7 @@ def test_agui_permission_questions_are_interrupts_that_resume_runs_answer(
             "role": "tool",
         },
         {"type": "STEP_STARTED", "stepName": "turn 3"},
-        *text_message("run-3-3-text1", "Wrote one."),
+        *text_message("run-3-3", "Wrote one."),
         usage_delta(3),
         {"type": "STEP_FINISHED", "stepName": "turn 3"},
         *finished(sid, "run-3", "Wrote one.", 3, 3),
@@ -405,3 +405,455 @@ def test_agui_permission_questions_are_interrupts_that_resume_runs_answer(
     last = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
     assert (last["tool_use_id"], last["is_error"]) == (w2, True)
     assert "not that file" in last["content"][0]["text"]
+
+
+def test_a_failed_run_is_a_run_error_and_an_error_chunk(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    bad = Fault("status", status=400, message="messages: bad request")
+    anthropic.add(bad, bad)
+    with served.client() as c:
+        sid = create(c)
+        events = agui(c, sid, run_input(sid, "run-1", "hi"))
+        headers, chunks = post_stream(c, f"/v1/sessions/{sid}/ui-stream", chat_body(sid, "hi"))
+    failure = "anthropic returned 400: messages: bad request"
+    assert events == [
+        {"type": "RUN_STARTED", "threadId": sid, "runId": "run-1"},
+        state(sid, 0),
+        {"type": "STEP_STARTED", "stepName": "turn 1"},
+        {"type": "STEP_FINISHED", "stepName": "turn 1"},
+        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/busy", "value": False}]},
+        {
+            "type": "RUN_ERROR",
+            "message": failure,
+            "code": "error",
+            "usage": [
+                {
+                    "provider": "anthropic",
+                    "model": "claude-sonnet-4-5",
+                    "inputTokens": 0,
+                    "outputTokens": 0,
+                    "totalTokens": 0,
+                    "cachedInputTokens": 0,
+                    "cacheWriteInputTokens": 0,
+                }
+            ],
+        },
+    ]
+    assert headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert chunks == [
+        {"type": "start", "messageMetadata": {"session": sid}, "messageId": chunks[0]["messageId"]},
+        {"type": "start-step"},
+        {"type": "finish-step"},
+        {"type": "error", "errorText": failure},
+        {
+            "type": "finish",
+            "finishReason": "error",
+            "messageMetadata": {
+                "stop_reason": "error",
+                "turns": 1,
+                "usage": usage_of(0),
+                "cost_usd": 0.0,
+            },
+        },
+        "[DONE]",
+    ]
+
+
+# -- the AI SDK's UI message stream ----------------------------------------------------------------
+
+
+def chat_body(sid: str, text: str, *history: dict[str, Any]) -> dict[str, Any]:
+    """The body the AI SDK's DefaultChatTransport sends for a new user message."""
+    user = {"id": f"user-{len(history)}", "role": "user", "parts": [{"type": "text", "text": text}]}
+    return {"id": sid, "messages": [*history, user], "trigger": "submit-message", "messageId": None}
+
+
+def ui_stream(client: httpx.Client, sid: str, body: dict[str, Any]) -> list[Any]:
+    headers, chunks = post_stream(client, f"/v1/sessions/{sid}/ui-stream", body)
+    assert headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert chunks[-1] == "[DONE]"
+    return chunks
+
+
+def tool_input(call_id: str, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+    raw = json.dumps(args)
+    third = -(-len(raw) // 3)
+    return [
+        {"type": "tool-input-start", "toolCallId": call_id, "toolName": name, "dynamic": True},
+        *(
+            {
+                "type": "tool-input-delta",
+                "toolCallId": call_id,
+                "inputTextDelta": raw[i : i + third],
+            }
+            for i in range(0, len(raw), third)
+        ),
+    ]
+
+
+def text_part(part_id: str, text: str, kind: str = "text") -> list[dict[str, Any]]:
+    third = -(-len(text) // 3)
+    return [
+        {"type": f"{kind}-start", "id": part_id},
+        *(
+            {"type": f"{kind}-delta", "id": part_id, "delta": text[i : i + third]}
+            for i in range(0, len(text), third)
+        ),
+        {"type": f"{kind}-end", "id": part_id},
+    ]
+
+
+def metadata(turns: int) -> dict[str, Any]:
+    return {
+        "type": "message-metadata",
+        "messageMetadata": {
+            "usage": usage_of(turns),
+            "cost_usd": round(COST * turns, 6),
+            "context_tokens": 120,
+            "context_window": 200_000,
+        },
+    }
+
+
+def finish(turns: int, run_turns: int) -> dict[str, Any]:
+    return {
+        "type": "finish",
+        "finishReason": "stop",
+        "messageMetadata": {
+            "stop_reason": "end_turn",
+            "turns": run_turns,
+            "usage": usage_of(run_turns),
+            "cost_usd": round(COST * run_turns, 6),
+        },
+    }
+
+
+def test_ui_stream_streams_a_run_with_thinking_text_and_a_tool(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    glob = reply("Looking.", ("glob", {"pattern": "*.py"}), thinking="Hmm.")
+    anthropic.add(glob, reply("Two files."))
+    with served.client() as c:
+        sid = create(c)
+        chunks = ui_stream(c, sid, chat_body(sid, "which files?"))
+    gid = tool_id(glob)
+    assert chunks == [
+        {"type": "start", "messageMetadata": {"session": sid}, "messageId": f"{sid}-1"},
+        {"type": "start-step"},
+        *text_part("reasoning-1", "Hmm.", "reasoning"),
+        *text_part("text-2", "Looking."),
+        *tool_input(gid, "glob", {"pattern": "*.py"}),
+        {
+            "type": "tool-input-available",
+            "toolCallId": gid,
+            "toolName": "glob",
+            "input": {"pattern": "*.py"},
+            "dynamic": True,
+        },
+        metadata(1),
+        {
+            "type": "tool-output-available",
+            "toolCallId": gid,
+            "output": "app.py\nutil.py",
+            "dynamic": True,
+        },
+        {"type": "finish-step"},
+        {"type": "start-step"},
+        *text_part("text-3", "Two files."),
+        metadata(2),
+        {"type": "finish-step"},
+        finish(2, 2),
+        "[DONE]",
+    ]
+
+
+def test_ui_stream_tool_approvals_answer_permission_questions(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    first = reply("", ("write", {"path": "notes.txt", "content": "hi\n"}))
+    second = reply("", ("write", {"path": "secret.txt", "content": "no\n"}))
+    anthropic.add(first, second, reply("Wrote one."))
+    w1, w2 = tool_id(first), tool_id(second)
+    with served.client() as c:
+        sid = create(c)
+        user = chat_body(sid, "write two")["messages"]
+        chunks1 = ui_stream(c, sid, chat_body(sid, "write two"))
+        rid = c.get(f"/v1/sessions/{sid}/permissions").json()["pending"][0]["request_id"]
+        # What the Chat holds after the stream and `addToolApprovalResponse`: the tool part
+        # with its approval answered (only the fields keel reads matter).
+        assistant = {
+            "id": f"{sid}-1",
+            "role": "assistant",
+            "parts": [
+                {"type": "step-start"},
+                {
+                    "type": "dynamic-tool",
+                    "toolName": "write",
+                    "toolCallId": w1,
+                    "state": "approval-responded",
+                    "input": {"path": "notes.txt", "content": "hi\n"},
+                    "approval": {"id": rid, "approved": True},
+                },
+            ],
+        }
+        again = {"id": sid, "messages": [*user, assistant], "trigger": "submit-message"}
+        chunks2 = ui_stream(c, sid, again)
+        rid2 = c.get(f"/v1/sessions/{sid}/permissions").json()["pending"][0]["request_id"]
+        assistant["parts"][1] |= {"state": "output-available", "output": "Created notes.txt."}
+        assistant["parts"] += [
+            {"type": "step-start"},
+            {
+                "type": "dynamic-tool",
+                "toolName": "write",
+                "toolCallId": w2,
+                "state": "approval-responded",
+                "input": {"path": "secret.txt", "content": "no\n"},
+                "approval": {"id": rid2, "approved": False, "reason": "not that file"},
+            },
+        ]
+        chunks3 = ui_stream(c, sid, again)
+        stale = c.post(f"/v1/sessions/{sid}/ui-stream", json=again)
+    assert (stale.status_code, stale.json()) == (
+        404,
+        {
+            "error": f"no pending question {rid2!r} in session {sid}",
+            "hint": "answered already, or the run stopped",
+        },
+    )
+    assert chunks1 == [
+        {"type": "start", "messageMetadata": {"session": sid}, "messageId": f"{sid}-1"},
+        {"type": "start-step"},
+        *tool_input(w1, "write", {"path": "notes.txt", "content": "hi\n"}),
+        {
+            "type": "tool-input-available",
+            "toolCallId": w1,
+            "toolName": "write",
+            "input": {"path": "notes.txt", "content": "hi\n"},
+            "dynamic": True,
+        },
+        metadata(1),
+        {
+            "type": "tool-approval-request",
+            "approvalId": rid,
+            "toolCallId": w1,
+            "reason": "change notes.txt",
+        },
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "tool-calls"},
+        "[DONE]",
+    ]
+    assert chunks2 == [
+        {"type": "start", "messageMetadata": {"session": sid}},
+        {
+            "type": "tool-output-available",
+            "toolCallId": w1,
+            "output": "Created notes.txt (1 lines).",
+            "dynamic": True,
+        },
+        {"type": "start-step"},
+        *tool_input(w2, "write", {"path": "secret.txt", "content": "no\n"}),
+        {
+            "type": "tool-input-available",
+            "toolCallId": w2,
+            "toolName": "write",
+            "input": {"path": "secret.txt", "content": "no\n"},
+            "dynamic": True,
+        },
+        metadata(2),
+        {
+            "type": "tool-approval-request",
+            "approvalId": rid2,
+            "toolCallId": w2,
+            "reason": "change secret.txt",
+        },
+        {"type": "finish-step"},
+        {"type": "finish", "finishReason": "tool-calls"},
+        "[DONE]",
+    ]
+    assert chunks3 == [
+        {"type": "start", "messageMetadata": {"session": sid}},
+        {"type": "tool-output-denied", "toolCallId": w2},
+        {"type": "start-step"},
+        *text_part("text-1", "Wrote one."),
+        metadata(3),
+        {"type": "finish-step"},
+        finish(3, 3),
+        "[DONE]",
+    ]
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
+    assert not (project / "secret.txt").exists()
+    last = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert (last["tool_use_id"], last["is_error"]) == (w2, True)
+    assert "not that file" in last["content"][0]["text"]
+
+
+# -- the protocols' own clients --------------------------------------------------------------------
+
+
+def node_client(served: Served, script: str, sid: str, prompt: str) -> dict[str, Any]:
+    """Run a client script of tests/ui_streams/node against `served`; its one JSON line."""
+    if not (NODE_DIR / "node_modules").is_dir():
+        pytest.skip(
+            "the protocol clients are not installed: npm ci --prefix tests/ui_streams/node "
+            "--no-audit --no-fund"
+        )
+    node = shutil.which("node")
+    assert node is not None
+    done = subprocess.run(
+        [node, str(NODE_DIR / script), served.url, TOKEN, sid, prompt],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out
+
+
+@pytest.mark.needs("node")
+def test_the_ag_ui_client_runs_a_session_through_an_interrupt(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("Writing.", ("write", {"path": "notes.txt", "content": "hi\n"}))
+    anthropic.add(write, reply("Wrote it."))
+    wid = tool_id(write)
+    with served.client() as c:
+        sid = create(c)
+        got = node_client(served, "agui_client.mjs", sid, "write a note")
+        rid = got["asked"][0]["id"]
+        assert c.get(f"/v1/sessions/{sid}/permissions").json() == {"pending": []}
+    assert got["invalid"] == []
+    assert got["bodies"] == [
+        {"runId": "run-1", "resume": None, "messages": 1},
+        {
+            "runId": "run-2",
+            "resume": [{"interruptId": rid, "status": "resolved", "payload": {"approved": True}}],
+            "messages": 2,
+        },
+    ]
+    assert [(i["id"], i["reason"], i["toolCallId"]) for i in got["asked"]] == [
+        (rid, "tool_call", wid)
+    ]
+    assert got["pending"] == []
+    assert [o["outcome"] for o in got["outcomes"]] == ["interrupt", "success"]
+    assert got["events"] == [
+        "RUN_STARTED",
+        "STATE_SNAPSHOT",
+        "STEP_STARTED",
+        *["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT"],
+        *["TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"],
+        *["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_ARGS", "TOOL_CALL_ARGS"],
+        *["TOOL_CALL_END", "STATE_DELTA", "STEP_FINISHED", "STATE_SNAPSHOT", "RUN_FINISHED"],
+        *["RUN_STARTED", "STATE_SNAPSHOT", "CUSTOM", "TOOL_CALL_RESULT", "STEP_STARTED"],
+        *["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT"],
+        *["TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STATE_DELTA", "STEP_FINISHED"],
+        *["STATE_DELTA", "RUN_FINISHED"],
+    ]
+    # The conversation as the client's agent holds it: what a UI renders.
+    assert got["messages"] == [
+        {"id": "user-1", "role": "user", "content": "write a note"},
+        {
+            "id": "run-1-1",
+            "role": "assistant",
+            "content": "Writing.",
+            "toolCalls": [
+                {
+                    "id": wid,
+                    "type": "function",
+                    "function": {
+                        "name": "write",
+                        "arguments": '{"path": "notes.txt", "content": "hi\\n"}',
+                    },
+                }
+            ],
+        },
+        {
+            "id": f"run-2-result-{wid}",
+            "role": "tool",
+            "toolCallId": wid,
+            "content": "Created notes.txt (1 lines).",
+        },
+        {"id": "run-2-2", "role": "assistant", "content": "Wrote it."},
+    ]
+    assert got["state"] == {
+        "session": sid,
+        "model": MODEL,
+        "mode": "default",
+        "busy": False,
+        "usage": usage_of(2),
+        "cost_usd": round(COST * 2, 6),
+        "pending": [],
+    }
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
+
+
+@pytest.mark.needs("node")
+def test_the_ai_sdk_chat_runs_a_session_through_a_tool_approval(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    write = reply("Writing.", ("write", {"path": "notes.txt", "content": "hi\n"}))
+    anthropic.add(write, reply("Wrote it."))
+    wid = tool_id(write)
+    with served.client() as c:
+        sid = create(c)
+        got = node_client(served, "ai_chat.mjs", sid, "write a note")
+        assert c.get(f"/v1/sessions/{sid}/permissions").json() == {"pending": []}
+    assert got["invalid"] == []
+    assert got["errors"] == []
+    assert got["status"] == "ready"
+    assert got["headers"] == ["v1", "v1"]
+    keys = ["id", "messages", "trigger"]
+    assert got["requests"] == [
+        {"keys": keys, "id": sid, "trigger": "submit-message", "roles": ["user"]},
+        {
+            "keys": sorted([*keys, "messageId"]),
+            "id": sid,
+            "trigger": "submit-message",
+            "roles": ["user", "assistant"],
+        },
+    ]
+    rid = got["approvals"][0]["id"]
+    assert got["approvals"] == [{"id": rid, "requestReason": "change notes.txt"}]
+    assert got["chunks"] == [
+        *["start", "start-step", "text-start", "text-delta", "text-delta", "text-delta"],
+        *["text-end", "tool-input-start", "tool-input-delta", "tool-input-delta"],
+        *["tool-input-delta", "tool-input-available", "message-metadata"],
+        *["tool-approval-request", "finish-step", "finish", "[DONE]"],
+        *["start", "tool-output-available", "start-step", "text-start", "text-delta"],
+        *["text-delta", "text-delta", "text-end", "message-metadata", "finish-step"],
+        *["finish", "[DONE]"],
+    ]
+    user, assistant = got["messages"]
+    assert user["role"] == "user"
+    assert user["parts"] == [{"type": "text", "text": "write a note"}]
+    # One assistant message, continued by the stream after the approval, as useChat renders it.
+    assert assistant["id"] == f"{sid}-1"
+    assert assistant["metadata"] == {
+        "session": sid,
+        "usage": usage_of(2),
+        "cost_usd": round(COST * 2, 6),
+        "context_tokens": 120,
+        "context_window": 200_000,
+        "stop_reason": "end_turn",
+        "turns": 2,
+    }
+    assert assistant["parts"] == [
+        {"type": "step-start"},
+        {"type": "text", "text": "Writing.", "state": "done"},
+        {
+            "type": "dynamic-tool",
+            "toolName": "write",
+            "toolCallId": wid,
+            "state": "output-available",
+            "input": {"path": "notes.txt", "content": "hi\n"},
+            "output": "Created notes.txt (1 lines).",
+            "approval": {"id": rid, "requestReason": "change notes.txt", "approved": True},
+        },
+        {"type": "step-start"},
+        {"type": "text", "text": "Wrote it.", "state": "done"},
+    ]
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"

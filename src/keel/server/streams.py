@@ -162,7 +162,10 @@ class AguiRun:
         self.done = False
         self._turn = 0
         self._messages = 0
+        #: The id of the model's reply now streaming: its first text message's and the parent
+        #: of its tool calls, so that a client folds them into one assistant message.
         self._reply = f"{run_id}-0"
+        self._reply_has_text = False
         self._text: str | None = None
         self._reasoning: str | None = None
         self._args: list[str] = []
@@ -230,6 +233,7 @@ class AguiRun:
                 out = self._close_step()
                 self._turn = event["turn"]
                 self._reply = f"{self.run_id}-{self._turn}"
+                self._reply_has_text = False
                 self._step = f"turn {self._turn}"
                 return [*out, {"type": "STEP_STARTED", "stepName": self._step}]
             case "text_delta":
@@ -237,7 +241,8 @@ class AguiRun:
                 if self._reasoning is not None:
                     out = self._close_text()
                 if self._text is None:
-                    self._text = self._new_id("text")
+                    self._text = self._new_id("text") if self._reply_has_text else self._reply
+                    self._reply_has_text = True
                     out.append(
                         {"type": "TEXT_MESSAGE_START", "messageId": self._text, "role": "assistant"}
                     )
