@@ -582,7 +582,7 @@ def test_ui_stream_tool_approvals_answer_permission_questions(
         rid = c.get(f"/v1/sessions/{sid}/permissions").json()["pending"][0]["request_id"]
         # What the Chat holds after the stream and `addToolApprovalResponse`: the tool part
         # with its approval answered (only the fields keel reads matter).
-        assistant = {
+        assistant: dict[str, Any] = {
             "id": f"{sid}-1",
             "role": "assistant",
             "parts": [
