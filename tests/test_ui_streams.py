@@ -857,3 +857,190 @@ def test_the_ai_sdk_chat_runs_a_session_through_a_tool_approval(
         {"type": "text", "text": "Wrote it.", "state": "done"},
     ]
     assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
+
+
+# -- refusals --------------------------------------------------------------------------------------
+
+
+def test_bad_requests_get_one_line_and_a_hint(served: Served, anthropic: AnthropicServer) -> None:
+    anthropic.add(Fault("stall", after_events=0, seconds=20))
+    with served.client() as c:
+        sid = create(c)
+        agui_path, ui_path = f"/v1/sessions/{sid}/agui", f"/v1/sessions/{sid}/ui-stream"
+
+        def refused(path: str, body: Any, status: int = 400) -> dict[str, Any]:
+            r = (
+                c.post(path, json=body)
+                if not isinstance(body, bytes)
+                else c.post(path, content=body)
+            )
+            assert r.status_code == status, r.text
+            assert r.headers["content-type"] == "application/json"
+            got: dict[str, Any] = r.json()
+            return got
+
+        assert refused(agui_path, b"{not json")["error"].startswith("malformed JSON body: ")
+        assert refused(agui_path, {"threadId": sid, "messages": []}) == {
+            "error": "runId is missing",
+            "hint": "send a RunAgentInput: {threadId, runId, messages, …}",
+        }
+        assert refused(agui_path, {**run_input(sid, "r", "hi"), "thread_id": sid}) == {
+            "error": "unknown field 'thread_id'",
+            "hint": "this route takes: threadId, runId, parentRunId, protocolVersion, state, "
+            "messages, tools, context, forwardedProps, resume",
+        }
+        assert refused(agui_path, run_input(sid, "r")) == {
+            "error": "the last message is not the user's",
+            "hint": "add the prompt as the last message: {id, role: user, content}",
+        }
+        assert refused("/v1/sessions/nope/agui", run_input("nope", "r", "hi"), 404) == {
+            "error": "no loaded session 'nope'",
+            "hint": 'load it with POST /v1/sessions {"resume": "nope"}; GET /v1/sessions lists them',
+        }
+        assert refused(ui_path, {**chat_body(sid, "hi"), "trigger": "regenerate-message"}) == {
+            "error": "trigger 'regenerate-message' is not supported",
+            "hint": "keel runs new prompts (submit-message); fork the session to try a turn again",
+        }
+        assert refused(ui_path, {"id": sid, "messages": []}) == {
+            "error": "messages is empty",
+            "hint": "send the chat's messages, the last one new",
+        }
+        lone = {"id": "a", "role": "assistant", "parts": [{"type": "text", "text": "hi"}]}
+        assert refused(ui_path, {"id": sid, "messages": [lone]}) == {
+            "error": "the last message is the assistant's and answers no approval",
+            "hint": "add a user message, or answer the tool approval requests",
+        }
+        no_text = {"id": "u", "role": "user", "parts": [{"type": "file", "url": "x"}]}
+        assert refused(ui_path, {"id": sid, "messages": [no_text]}) == {
+            "error": "the last user message has no text part",
+            "hint": "give it a text part",
+        }
+        # A run in progress (the model stalls): both routes are a 409, as a prompt is.
+        assert c.post(f"/v1/sessions/{sid}/prompt", json={"text": "slow"}).status_code == 202
+        busy = {
+            "error": f"session {sid} is busy (prompt running)",
+            "hint": f"wait for its `status` event with busy false, or POST /v1/sessions/{sid}/cancel",
+        }
+        assert refused(agui_path, run_input(sid, "r", "hi"), 409) == busy
+        assert refused(ui_path, chat_body(sid, "hi"), 409) == busy
+        assert c.post(f"/v1/sessions/{sid}/cancel", json={}).json() == {"interrupted": True}
+    with served.client(token=None) as anonymous:
+        r = anonymous.post(agui_path, json=run_input(sid, "r", "hi"))
+        assert (r.status_code, r.json()["error"]) == (401, "no bearer token")
+
+
+# -- the translations of what a scripted run does not reach ----------------------------------------
+
+
+def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
+    from keel.server.streams import AguiRun, UiStreamRun
+
+    question = {
+        "type": "question",
+        "request_id": "q-1",
+        "source": "mcp:notes",
+        "message": "Which title?",
+        "schema": {"type": "object", "properties": {"title": {"type": "string"}}},
+    }
+    waiting = [question]
+    session = {"session": "s", "model": MODEL, "mode": "default", "usage": usage_of(0)}
+
+    def agui_run() -> AguiRun:
+        return AguiRun(
+            thread_id="t", run_id="r", session=lambda: dict(session), pending=lambda: waiting
+        )
+
+    def ui_run() -> UiStreamRun:
+        return UiStreamRun(session="s", pending=lambda: waiting, message_id=None, seen=set())
+
+    notice = {"type": "notice", "level": "warning", "text": "no sandbox", "seq": 3, "session": "s"}
+    sub = {"type": "text_delta", "text": "inner", "subagent": {"parent_tool_use_id": "t1"}}
+    quiet = [
+        {"type": k}
+        for k in ("user_message", "status", "turn_started", "tool_started", "request_finished")
+    ]
+    a = agui_run()
+    assert [a.feed(e) for e in [*quiet, sub]] == [[]] * 6
+    assert a.feed(notice) == [
+        {
+            "type": "CUSTOM",
+            "name": "keel.notice",
+            "value": {"type": "notice", "level": "warning", "text": "no sandbox"},
+        }
+    ]
+    # A reply that came whole (not streamed): its tool calls at once.
+    whole = {
+        "type": "assistant",
+        "message": {"content": [{"type": "tool_use", "id": "t9", "name": "glob", "input": {}}]},
+    }
+    assert a.feed(whole) == [
+        {
+            "type": "TOOL_CALL_START",
+            "toolCallId": "t9",
+            "toolCallName": "glob",
+            "parentMessageId": "r-0",
+        },
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "t9", "delta": "{}"},
+        {"type": "TOOL_CALL_END", "toolCallId": "t9"},
+    ]
+    assert agui_checked(a.feed({**question, "seq": 9, "session": "s"}))[-1] == {
+        "type": "RUN_FINISHED",
+        "threadId": "t",
+        "runId": "r",
+        "outcome": {
+            "type": "interrupt",
+            "interrupts": [
+                {
+                    "id": "q-1",
+                    "reason": "input_required",
+                    "message": "Which title?",
+                    "responseSchema": question["schema"],
+                    "metadata": {"keel": {"source": "mcp:notes"}},
+                }
+            ],
+        },
+    }
+    assert a.done
+    ends = {
+        "error": ({"error": "the model failed", "hint": "retry"}, "the model failed (hint: retry)"),
+        "session_closed": ({"reason": "other"}, "the session was closed (other)"),
+        "cleared": ({"new_session": "s2"}, "the session was cleared; it goes on as s2"),
+        "dropped": (
+            {"reason": "this client fell behind the run"},
+            "this client fell behind the run",
+        ),
+        "server_stopping": ({}, "the server is stopping"),
+    }
+    for kind, (fields, message) in ends.items():
+        a, u = agui_run(), ui_run()
+        assert agui_checked(a.feed({"type": kind, **fields})) == [
+            {
+                "type": "RUN_ERROR",
+                "message": message,
+                "code": kind,
+            }
+        ]
+        assert u.feed({"type": kind, **fields}) == [{"type": "error", "errorText": message}]
+        assert a.done
+        assert u.done
+
+    u = ui_run()
+    assert [u.feed(e) for e in [*quiet, sub]] == [[]] * 6
+    assert u.feed(notice) == [
+        {
+            "type": "data-keel-notice",
+            "data": {"level": "warning", "text": "no sandbox"},
+            "transient": True,
+        }
+    ]
+    # No chunk asks for input: the question is a data part the UI answers over keel's route,
+    # and the stream goes on.
+    assert u.feed(question) == [
+        {
+            "type": "data-keel-question",
+            "data": {k: v for k, v in question.items() if k != "type"},
+            "id": "q-1",
+        }
+    ]
+    assert u.feed(question) == []
+    assert not u.done

@@ -105,6 +105,18 @@ async def follow(
 # -- AG-UI -----------------------------------------------------------------------------------------
 
 
+def session_state(hosted: Hosted) -> dict[str, Any]:
+    """The session as AG-UI's shared state carries it: what `GET /v1/sessions/{id}` says of its
+    model, mode and spending."""
+    return {
+        "session": hosted.id,
+        "model": hosted.model,
+        "mode": hosted.mode,
+        "usage": hosted.agent.spend.usage.to_json(),
+        "cost_usd": round(hosted.agent.spend.cost, 6),
+    }
+
+
 def _token_usage(usage: dict[str, Any], model: str) -> dict[str, Any]:
     """keel's usage (input excludes the cache) in AG-UI's accounting (totals and their parts)."""
     provider, _, name = model.partition("/")
@@ -154,10 +166,17 @@ class AguiRun:
     """One AG-UI run's translation: keel event JSON in (`feed`), AG-UI events out, until
     `done`. `pending` lists the session's waiting questions (their event JSON)."""
 
-    def __init__(self, *, thread_id: str, run_id: str, hosted: Hosted, pending: Pending) -> None:
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        session: Callable[[], dict[str, Any]],
+        pending: Pending,
+    ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
-        self.hosted = hosted
+        self.session = session
         self.pending = pending
         self.done = False
         self._turn = 0
@@ -172,18 +191,9 @@ class AguiRun:
         self._step: str | None = None
 
     def state(self, *, busy: bool) -> dict[str, Any]:
-        """keel's side of the shared state: the session as `GET /v1/sessions/{id}` has it, in
-        part."""
-        hosted = self.hosted
-        return {
-            "session": hosted.id,
-            "model": hosted.model,
-            "mode": hosted.mode,
-            "busy": busy,
-            "usage": hosted.agent.spend.usage.to_json(),
-            "cost_usd": round(hosted.agent.spend.cost, 6),
-            "pending": self.pending(),
-        }
+        """keel's side of the shared state: the session (`session_state`), busy or not, and its
+        waiting questions."""
+        return {**self.session(), "busy": busy, "pending": self.pending()}
 
     def start(self) -> list[dict[str, Any]]:
         return [
@@ -438,9 +448,9 @@ class UiStreamRun:
     follows on from an approval)."""
 
     def __init__(
-        self, *, hosted: Hosted, pending: Pending, message_id: str | None, seen: set[str]
+        self, *, session: str, pending: Pending, message_id: str | None, seen: set[str]
     ) -> None:
-        self.hosted = hosted
+        self.session = session
         self.pending = pending
         self.message_id = message_id
         self.done = False
@@ -453,7 +463,7 @@ class UiStreamRun:
         self._asked: set[str] = set()
 
     def start(self) -> list[dict[str, Any]]:
-        start: dict[str, Any] = {"type": "start", "messageMetadata": {"session": self.hosted.id}}
+        start: dict[str, Any] = {"type": "start", "messageMetadata": {"session": self.session}}
         if self.message_id is not None:
             start["messageId"] = self.message_id
         return [start]
@@ -771,7 +781,10 @@ class Streams:
                 )
         pending = self._pending(hosted)
         run = AguiRun(
-            thread_id=body["threadId"], run_id=body["runId"], hosted=hosted, pending=pending
+            thread_id=body["threadId"],
+            run_id=body["runId"],
+            session=lambda: session_state(hosted),
+            pending=pending,
         )
         resume = body.get("resume") or []
         refusal = self._agui_refusal(hosted, resume, pending())
@@ -871,7 +884,7 @@ class Streams:
                 for p in last.get("parts") or []
                 if isinstance(p, dict) and isinstance(p.get("toolCallId"), str)
             }
-            run = UiStreamRun(hosted=hosted, pending=pending, message_id=None, seen=seen)
+            run = UiStreamRun(session=hosted.id, pending=pending, message_id=None, seen=seen)
             waiting = {q["request_id"] for q in pending()}
             stale = [rid for rid, _ in answers if rid not in waiting]
             if stale:
@@ -889,7 +902,7 @@ class Streams:
             )
         text = _ui_prompt(last)
         run = UiStreamRun(
-            hosted=hosted,
+            session=hosted.id,
             pending=pending,
             message_id=f"{hosted.id}-{hosted.ring.last_seq + 1}",
             seen=set(),
