@@ -935,7 +935,7 @@ def test_bad_requests_get_one_line_and_a_hint(served: Served, anthropic: Anthrop
 def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
     from keel.server.streams import AguiRun, UiStreamRun
 
-    question = {
+    question: dict[str, Any] = {
         "type": "question",
         "request_id": "q-1",
         "source": "mcp:notes",
@@ -954,7 +954,11 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
         return UiStreamRun(session="s", pending=lambda: waiting, message_id=None, seen=set())
 
     notice = {"type": "notice", "level": "warning", "text": "no sandbox", "seq": 3, "session": "s"}
-    sub = {"type": "text_delta", "text": "inner", "subagent": {"parent_tool_use_id": "t1"}}
+    sub: dict[str, Any] = {
+        "type": "text_delta",
+        "text": "inner",
+        "subagent": {"parent_tool_use_id": "t1"},
+    }
     quiet = [
         {"type": k}
         for k in ("user_message", "status", "turn_started", "tool_started", "request_finished")
