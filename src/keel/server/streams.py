@@ -678,7 +678,17 @@ class Streams:
     # -- shared ------------------------------------------------------------------------------------
 
     def _pending(self, hosted: Hosted) -> Pending:
-        return lambda: [question_json(q) for q in hosted.agent.pending_questions()]
+        """The session's waiting questions; forgets where streams stopped at the ones that no
+        longer wait (answered another way, or the run stopped)."""
+
+        def pending() -> list[dict[str, Any]]:
+            waiting = [question_json(q) for q in hosted.agent.pending_questions()]
+            ids = {q["request_id"] for q in waiting}
+            for key in [k for k in self.stopped_at if k[0] == hosted.id and k[1] not in ids]:
+                del self.stopped_at[key]
+            return waiting
+
+        return pending
 
     def _answer(self, hosted: Hosted, request_id: str, reply: Any) -> None:
         if not hosted.agent.answer(request_id, reply):
