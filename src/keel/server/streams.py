@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Literal
 
 from starlette.requests import Request
@@ -71,7 +71,7 @@ async def follow(
     gap: dict[str, Any] | None,
     *,
     keepalive: float,
-) -> AsyncIterator[dict[str, Any] | None]:
+) -> AsyncGenerator[dict[str, Any] | None, None]:
     """The events after the subscription point as JSON (None: `keepalive` quiet seconds
     passed), then live ones; a `dropped` event when this reader fell behind; ends when the ring
     closes."""
@@ -714,48 +714,40 @@ class Streams:
         *,
         done: bytes = b"",
     ) -> AsyncIterator[bytes]:
-        """Subscribe from `after`, then do `work` (start the prompt, answer the questions): the
-        stream cannot miss what the work publishes. An `ApiError` from the work is raised with
-        nothing subscribed."""
-        ring = hosted.ring
-        sub, missed, gap = ring.subscribe(after)
-        try:
-            work()
-        except BaseException:
-            ring.unsubscribe(sub)
-            raise
-        return self._frames(hosted, ring, sub, missed, gap, run, done)
+        """Do `work` (start the prompt, answer the questions; an `ApiError` is raised as it
+        is), then stream the run from `after`: the ring replays what the work published before
+        the stream subscribed, so nothing is missed and nothing is subscribed for a stream
+        that never starts."""
+        work()
+        return self._frames(hosted, after, run, done)
 
     async def _frames(
-        self,
-        hosted: Hosted,
-        ring: EventRing,
-        sub: Subscriber,
-        missed: list[Sent],
-        gap: dict[str, Any] | None,
-        run: AguiRun | UiStreamRun,
-        done: bytes,
+        self, hosted: Hosted, after: int, run: AguiRun | UiStreamRun, done: bytes
     ) -> AsyncIterator[bytes]:
+        ring = hosted.ring
+        sub, missed, gap = ring.subscribe(after)
+        events = follow(ring, sub, missed, gap, keepalive=self.keepalive)
         try:
             yield b"".join(_sse(e) for e in run.start())
-        except BaseException:
-            ring.unsubscribe(sub)  # closed before `follow` began: it cannot unsubscribe
-            raise
-        async for event in follow(ring, sub, missed, gap, keepalive=self.keepalive):
-            if event is None:
-                yield b": keepalive\n\n"
-                continue
-            out = run.feed(event)
-            if run.done and event["type"] in ("permission_request", "question"):
-                for q in run.pending():
-                    self.stopped_at.setdefault((hosted.id, q["request_id"]), int(event["seq"]))
-            if out:
-                yield b"".join(_sse(e) for e in out)
-            if run.done:
-                break
-        if not run.done:  # the ring closed without a word (it always says why first)
-            yield _sse(run_error({"type": "server_stopping"}))
-        yield done
+            async for event in events:
+                if event is None:
+                    yield b": keepalive\n\n"
+                    continue
+                out = run.feed(event)
+                if run.done and event["type"] in ("permission_request", "question"):
+                    for q in run.pending():
+                        key = (hosted.id, q["request_id"])
+                        self.stopped_at.setdefault(key, int(event["seq"]))
+                if out:
+                    yield b"".join(_sse(e) for e in out)
+                if run.done:
+                    break
+            if not run.done:  # the ring closed without a word (it always says why first)
+                yield _sse(run_error({"type": "server_stopping"}))
+            yield done
+        finally:
+            await events.aclose()
+            ring.unsubscribe(sub)  # `follow` does too, once it has started
 
     def _response(self, body: AsyncIterator[bytes], *, ui: bool = False) -> Response:
         headers = {**SSE_HEADERS, **(UI_STREAM_HEADER if ui else {})}
