@@ -1048,3 +1048,34 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
     ]
     assert u.feed(question) == []
     assert not u.done
+
+    # A subagent's permission question: its call is not in the message, so it comes first.
+    asked = {
+        "type": "permission_request",
+        "request_id": "perm-7",
+        "tool_use_id": "t7",
+        "tool": "bash",
+        "input": {"command": "ls"},
+        "reason": "run ls",
+        "suggestion": "bash(ls)",
+        "agent": "explore",
+    }
+    waiting[:] = [asked]
+    u = ui_run()
+    assert u.feed({**asked, "subagent": {"parent_tool_use_id": "t1"}}) == [
+        {
+            "type": "tool-input-available",
+            "toolCallId": "t7",
+            "toolName": "bash",
+            "input": {"command": "ls"},
+            "dynamic": True,
+        },
+        {
+            "type": "tool-approval-request",
+            "approvalId": "perm-7",
+            "toolCallId": "t7",
+            "reason": "run ls",
+        },
+        {"type": "finish", "finishReason": "tool-calls"},
+    ]
+    assert u.done
