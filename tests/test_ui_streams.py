@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from tests.server_helpers import (  # noqa: F401
     MODEL,
     TOKEN,
     Served,
+    Servers,
     anthropic_fixture,
     served_fixture,
     servers_fixture,
@@ -1079,3 +1081,56 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
         {"type": "finish", "finishReason": "tool-calls"},
     ]
     assert u.done
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="keel serve refuses an MCP server's question as in a headless run: mcp_wiring asks "
+    "agent.interactive, which keel serve leaves False for the loop guard",
+)
+def test_an_mcp_servers_question_is_an_input_required_interrupt(
+    servers: Servers, anthropic: AnthropicServer
+) -> None:
+    """An MCP server's elicitation (the real features server): AG-UI's `input_required`
+    interrupt with the server's fields as its schema; the resume's payload is the answer."""
+    from tests.helpers import user_settings_file
+
+    features = Path(__file__).parent / "mcp_servers" / "features_server.py"
+    settings = {"mcp_servers": {"feat": {"command": sys.executable, "args": [str(features)]}}}
+    user_settings_file().parent.mkdir(parents=True, exist_ok=True)
+    user_settings_file().write_text(json.dumps(settings), encoding="utf-8")
+    ask = reply("", ("mcp__feat__favourite", {}))
+    anthropic.add(ask, reply("Blue it is."))
+    served = servers.start()
+    with served.client() as c:
+        sid = create(c)
+        run1 = agui(c, sid, run_input(sid, "run-1", "my favourite colour?"))
+        allow = run1[-1]["outcome"]["interrupts"][0]
+        assert (allow["reason"], allow["toolCallId"]) == ("tool_call", tool_id(ask))
+        approve = [
+            {"interruptId": allow["id"], "status": "resolved", "payload": {"approved": True}}
+        ]
+        run2 = agui(c, sid, run_input(sid, "run-2", resume=approve))
+        assert run2[-1]["outcome"]["type"] == "interrupt", run2[-3:]
+        question = run2[-1]["outcome"]["interrupts"]
+        assert question == [
+            {
+                "id": question[0]["id"],
+                "reason": "input_required",
+                "message": "Which colour?",
+                "responseSchema": question[0]["responseSchema"],
+                "metadata": {"keel": {"source": "feat"}},
+            }
+        ]
+        assert sorted(question[0]["responseSchema"]["properties"]) == ["colour", "shade"]
+        answer = [
+            {
+                "interruptId": question[0]["id"],
+                "status": "resolved",
+                "payload": {"colour": "blue", "shade": 2},
+            }
+        ]
+        run3 = agui(c, sid, run_input(sid, "run-3", resume=answer))
+    result = next(e for e in run3 if e["type"] == "TOOL_CALL_RESULT")
+    assert result["content"] == "accepted blue 2"
+    assert run3[-1]["outcome"] == {"type": "success"}
