@@ -935,7 +935,8 @@ def test_bad_requests_get_one_line_and_a_hint(served: Served, anthropic: Anthrop
 
 
 def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
-    from keel.server.streams import AguiRun, UiStreamRun
+    from keel.server.agui import AguiRun
+    from keel.server.ui_stream import UiStreamRun
 
     question: dict[str, Any] = {
         "type": "question",
