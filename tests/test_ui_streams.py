@@ -17,6 +17,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -1135,3 +1137,64 @@ def test_an_mcp_servers_question_is_an_input_required_interrupt(
     result = next(e for e in run3 if e["type"] == "TOOL_CALL_RESULT")
     assert result["content"] == "accepted blue 2"
     assert run3[-1]["outcome"] == {"type": "success"}
+
+
+def test_a_cancelled_run_and_an_unloaded_session_end_both_streams(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    """`POST …/cancel` mid-run, or `DELETE` of the session: AG-UI's cancelled outcome, the AI
+    SDK's finish `other`."""
+    stall = Fault("stall", after_events=0, seconds=20)
+    anthropic.add(stall, stall, stall, stall)
+    got: dict[str, list[Any]] = {}
+
+    def read(name: str, path: str, body: dict[str, Any]) -> None:
+        with served.client() as c:
+            got[name] = post_stream(c, path, body)[1]
+
+    def run(name: str, sid: str, then: str) -> None:
+        path, body = (
+            (f"/v1/sessions/{sid}/agui", run_input(sid, "run-1", "hi"))
+            if name.startswith("agui")
+            else (f"/v1/sessions/{sid}/ui-stream", chat_body(sid, "hi"))
+        )
+        reader = threading.Thread(target=read, args=(name, path, body))
+        reader.start()
+        with served.client() as c:
+            deadline = time.monotonic() + 20
+            while not c.get(f"/v1/sessions/{sid}").json()["busy"]:
+                assert time.monotonic() < deadline, "the run never started"
+                time.sleep(0.02)
+            if then == "cancel":
+                assert c.post(f"/v1/sessions/{sid}/cancel", json={}).status_code == 200
+            else:
+                assert c.delete(f"/v1/sessions/{sid}").status_code == 204
+        reader.join(30)
+        assert not reader.is_alive()
+
+    with served.client() as c:
+        sids = [create(c) for _ in range(4)]
+    run("agui-cancel", sids[0], "cancel")
+    run("ui-cancel", sids[1], "cancel")
+    run("agui-unload", sids[2], "unload")
+    run("ui-unload", sids[3], "unload")
+    agui_checked(got["agui-cancel"])
+    agui_checked(got["agui-unload"])
+    assert got["agui-cancel"][-1]["outcome"] == {"type": "cancelled"}
+    assert got["agui-cancel"][-1]["result"]["stop_reason"] == "interrupted"
+    assert got["ui-cancel"][-2:] == [
+        {
+            "type": "finish",
+            "finishReason": "other",
+            "messageMetadata": {
+                "stop_reason": "interrupted",
+                "turns": 1,
+                "usage": usage_of(0),
+                "cost_usd": 0.0,
+            },
+        },
+        "[DONE]",
+    ]
+    # Unloading interrupts the run first: its result ends the streams before `session_closed`.
+    assert got["agui-unload"][-1]["outcome"] == {"type": "cancelled"}
+    assert got["ui-unload"][-2:] == got["ui-cancel"][-2:]
