@@ -695,13 +695,18 @@ def test_ui_stream_tool_approvals_answer_permission_questions(
 # -- the protocols' own clients --------------------------------------------------------------------
 
 
-def node_client(served: Served, script: str, sid: str, prompt: str) -> dict[str, Any]:
-    """Run a client script of tests/ui_streams/node against `served`; its one JSON line."""
+@pytest.fixture
+def clients() -> None:
+    """The protocols' clients are installed (tests/ui_streams/node), or the test is skipped."""
     if not (NODE_DIR / "node_modules").is_dir():
         pytest.skip(
             "the protocol clients are not installed: npm ci --prefix tests/ui_streams/node "
             "--no-audit --no-fund"
         )
+
+
+def node_client(served: Served, script: str, sid: str, prompt: str) -> dict[str, Any]:
+    """Run a client script of tests/ui_streams/node against `served`; its one JSON line."""
     node = shutil.which("node")
     assert node is not None
     done = subprocess.run(
@@ -719,6 +724,7 @@ def node_client(served: Served, script: str, sid: str, prompt: str) -> dict[str,
 
 
 @pytest.mark.needs("node")
+@pytest.mark.usefixtures("clients")
 def test_the_ag_ui_client_runs_a_session_through_an_interrupt(
     served: Served, anthropic: AnthropicServer, project: Path
 ) -> None:
@@ -796,6 +802,7 @@ def test_the_ag_ui_client_runs_a_session_through_an_interrupt(
 
 
 @pytest.mark.needs("node")
+@pytest.mark.usefixtures("clients")
 def test_the_ai_sdk_chat_runs_a_session_through_a_tool_approval(
     served: Served, anthropic: AnthropicServer, project: Path
 ) -> None:
