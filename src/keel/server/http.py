@@ -31,6 +31,7 @@ from keel.llm.messages import without_context
 from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
+from keel.server.streams import Streams
 from keel.server.webpage import is_open
 from keel.server.webpage import routes as web_routes
 
@@ -609,6 +610,7 @@ class Api:
             Route(f"{s}/tasks", self.tasks, methods=["GET"]),
             Route(f"{s}/tasks/{{task_id}}", self.stop_task, methods=["DELETE"]),
             *self.fleet.routes(),
+            *Streams(self.host, keepalive=self.keepalive).routes(),
             *web_routes(),
         ]
 

@@ -399,6 +399,56 @@ def _schedule_paths() -> dict[str, Any]:
     }
 
 
+def _ui_stream_paths(sid: str) -> dict[str, Any]:
+    """The streams for agent UIs (`keel.server.streams`; docs/server.md)."""
+    events = {"description": "text/event-stream", "content": {"text/event-stream": {"schema": STR}}}
+    array = {"type": "array", "items": {"type": "object"}}
+    any_json: dict[str, Any] = {}
+    return {
+        f"{sid}/agui": {
+            "post": _op(
+                "Run a prompt (the last user message), or answer the interrupts a run stopped at "
+                "(resume), as AG-UI events over SSE: RUN_STARTED … RUN_FINISHED or RUN_ERROR",
+                events,
+                body={
+                    "type": "object",
+                    "description": "AG-UI's RunAgentInput",
+                    "properties": {
+                        "threadId": STR,
+                        "runId": STR,
+                        "parentRunId": OPT_STR,
+                        "protocolVersion": OPT_STR,
+                        "state": any_json,
+                        "messages": array,
+                        "tools": array,
+                        "context": array,
+                        "forwardedProps": any_json,
+                        "resume": {"type": ["array", "null"], "items": {"type": "object"}},
+                    },
+                    "required": ["threadId", "runId", "messages"],
+                    "additionalProperties": False,
+                },
+                busy=True,
+            )
+        },
+        f"{sid}/ui-stream": {
+            "post": _op(
+                "Run a prompt (the last user message), or answer tool approvals, as the Vercel AI "
+                "SDK's UI message stream (SSE, x-vercel-ai-ui-message-stream: v1, data: [DONE])",
+                events,
+                body=_obj(
+                    ("messages",),
+                    id=STR,
+                    messages=array,
+                    trigger={"enum": ["submit-message"]},
+                    messageId=OPT_STR,
+                ),
+                busy=True,
+            )
+        },
+    }
+
+
 def spec() -> dict[str, Any]:
     sid = "/v1/sessions/{id}"
     session = _json(_ref("Session"), "The session")
@@ -595,6 +645,7 @@ def spec() -> dict[str, Any]:
             },
             **_run_paths(),
             **_schedule_paths(),
+            **_ui_stream_paths(sid),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
