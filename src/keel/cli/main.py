@@ -152,6 +152,7 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("trust [list|approve|revoke]", "approve what the project asks for"),
     ("hooks [list|approve]", "the hooks that apply here"),
     ("mcp [list|approve|login NAME]", "the MCP servers that apply here"),
+    ("mcp serve [--http]", "keel as an MCP server for other agents"),
     ("skills", "skills and custom commands found here"),
     ("plugin [list|install|enable|…]", "Claude Code plugins and marketplaces"),
     ("models [PROVIDER] [--json]", "models keel knows: window, prices"),
