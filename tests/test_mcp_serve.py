@@ -207,14 +207,252 @@ async def test_a_run_returns_its_answer_and_reports_progress(
     messages = [re.sub(r"in [\d.]+m?s$", "in T", m or "") for _, _, m in progress]
     assert messages == ["started", "turn 1", "glob *.py", "glob done in T", "turn 2"]
     assert [p for p, _, _ in progress] == list(range(1, len(progress) + 1))
-    first = anthropic.model_requests()[0].json()
+    first = anthropic.model_requests[0].json
     assert first["model"] == "claude-sonnet-4-5"
-    assert first["messages"][0]["role"] == "user"
-    assert any(
-        b.get("type") == "text" and b["text"] == "which files?"
-        for b in first["messages"][0]["content"]
-    )
-    second = anthropic.model_requests()[1].json()
-    tool_result = last_user_text(second)[0]
+    assert [m["role"] for m in first["messages"]] == ["user"]
+    assert last_user_text(first)[-1]["text"] == "which files?"
+    tool_result = last_user_text(anthropic.model_requests[1].json)[0]
     assert tool_result["type"] == "tool_result"
-    assert "app.py" in json.dumps(tool_result) and "util.py" in json.dumps(tool_result)
+    assert tool_result["content"][0]["text"].split() == ["app.py", "util.py"]
+
+
+# -- permission questions --------------------------------------------------------------------------
+
+
+def deciding(decision: str, reason: str = "") -> Elicitor:
+    async def answer(_params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="accept", content={"decision": decision, "reason": reason})
+
+    return answer
+
+
+WRITE = ("write", {"path": "notes.txt", "content": "hi\n"})
+
+
+async def test_a_permission_question_allowed_through_elicitation_writes_the_file(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    anthropic.add(reply("", WRITE), reply("Wrote it."))
+    async with stdio(project, anthropic, answer=deciding("allow")) as c:
+        result = await c.session.call_tool("keel_run", {"prompt": "write notes"})
+    assert norm_result(result.structured_content) == done("Wrote it.", turns=2, inp=200, out=40)
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
+    [asked] = c.questions
+    assert asked.mode == "form"
+    assert asked.message.startswith("keel needs your permission to ")
+    assert asked.message.endswith('write {"path": "notes.txt", "content": "hi\\n"}')
+    assert asked.requested_schema == {
+        "type": "object",
+        "title": "Decision",
+        "description": "The answer to a permission question (the elicitation's schema).",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "enum": ["allow", "deny"],
+                "title": "Decision",
+                "description": "allow: run this call once; deny: refuse it (keel's model is told)",
+            },
+            "reason": {
+                "type": "string",
+                "title": "Reason",
+                "description": "why (a denial's reason is shown to the model)",
+                "default": "",
+            },
+        },
+        "required": ["decision"],
+    }
+    tool_result = last_user_text(anthropic.model_requests[1].json)[0]
+    assert tool_result.get("is_error", False) is False
+
+
+async def test_a_denial_with_a_reason_reaches_the_model(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    anthropic.add(reply("", WRITE), reply("I did not write it."))
+    async with stdio(project, anthropic, answer=deciding("deny", "not that file")) as c:
+        result = await c.session.call_tool("keel_run", {"prompt": "write notes"})
+    assert norm_result(result.structured_content) == done(
+        "I did not write it.", turns=2, inp=200, out=40
+    )
+    assert not (project / "notes.txt").exists()
+    assert len(c.questions) == 1
+    tool_result = last_user_text(anthropic.model_requests[1].json)[0]
+    assert tool_result["is_error"] is True
+    assert tool_result["content"] == [{"type": "text", "text": "the user denied this: not that file"}]
+
+
+async def test_a_client_without_elicitation_gets_its_questions_refused(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    anthropic.add(reply("", WRITE), reply("Refused."))
+    async with stdio(project, anthropic) as c:  # declares no elicitation capability
+        result = await c.session.call_tool("keel_run", {"prompt": "write notes"})
+    assert norm_result(result.structured_content) == done("Refused.", turns=2, inp=200, out=40)
+    assert not (project / "notes.txt").exists()
+    tool_result = last_user_text(anthropic.model_requests[1].json)[0]
+    assert tool_result["is_error"] is True
+    [text] = [b["text"] for b in tool_result["content"]]
+    assert text.startswith("permission needed, but nobody can answer it: keel runs as an MCP server")
+    assert text == (
+        "permission needed, but nobody can answer it: keel runs as an MCP server for a client "
+        "that cannot answer questions (no elicitation); the caller may pass mode accept-edits, "
+        "or the server's owner may allow it with keel mcp serve --allowed-tools (needed to "
+        "change notes.txt)"
+    )
+
+
+async def test_permissions_refuse_never_asks_even_a_client_that_could_answer(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    anthropic.add(reply("", WRITE), reply("Refused."))
+    async with stdio(
+        project, anthropic, "--permissions", "refuse", answer=deciding("allow")
+    ) as c:
+        result = await c.session.call_tool("keel_run", {"prompt": "write notes"})
+    assert c.questions == []
+    assert not (project / "notes.txt").exists()
+    assert norm_result(result.structured_content)["result"] == "Refused."
+
+
+async def test_mode_accept_edits_writes_unasked_and_bypass_needs_the_server_flag(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    anthropic.add(reply("", WRITE), reply("Wrote it."))
+    async with stdio(project, anthropic, answer=deciding("deny")) as c:
+        result = await c.session.call_tool(
+            "keel_run", {"prompt": "write notes", "mode": "accept-edits"}
+        )
+        bypass = await c.session.call_tool("keel_run", {"prompt": "anything", "mode": "bypass"})
+    assert c.questions == []
+    assert norm_result(result.structured_content)["result"] == "Wrote it."
+    assert (project / "notes.txt").exists()
+    assert bypass.is_error is True
+    assert text_of(bypass) == (
+        "mode bypass is not allowed by this server (hint: its owner may start keel mcp serve "
+        "--allow-bypass; accept-edits lets edits through)"
+    )
+    assert len(anthropic.model_requests) == 2  # the refused call asked no model
+
+
+# -- cancellation, resume, reading -----------------------------------------------------------------
+
+
+async def test_cancelling_the_call_interrupts_the_run_and_the_session_goes_on(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    slow = reply("Too slow.")
+    slow.delay = 30
+    anthropic.add(slow, reply("Carried on."))
+    started = anyio.Event()
+
+    async def heard(_p: float, _t: float | None, message: str | None) -> None:
+        if message == "turn 1":
+            started.set()
+
+    async with stdio(project, anthropic) as c:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    await c.session.call_tool(
+                        "keel_run", {"prompt": "take your time"}, progress_callback=heard
+                    )
+
+                tg.start_soon(call)
+                await started.wait()
+                tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+            listed = await _wait_for_status(c, "interrupted")
+            sid = listed["id"]
+            resumed = await c.session.call_tool(
+                "keel_reply", {"session_id": sid, "prompt": "go on"}
+            )
+            transcript = await c.session.call_tool("keel_session", {"session_id": sid})
+    assert listed["last_prompt"] == "take your time"
+    data = norm_result(resumed.structured_content)
+    assert data == done("Carried on.", turns=1)
+    assert resumed.structured_content is not None
+    assert resumed.structured_content["session_id"] == sid
+    last = anthropic.model_requests[-1].json["messages"]
+    assert [m["role"] for m in last] == ["user"]
+    # The interrupted prompt had no answer: it and the new one go in one user message.
+    assert [b["text"] for b in last[0]["content"]][-2:] == ["take your time", "go on"]
+    text = text_of(transcript)
+    assert "take your time" in text and "go on" in text and "Carried on." in text
+    assert "interrupted" in text
+
+
+async def _wait_for_status(c: Client, status: str) -> dict[str, Any]:
+    while True:
+        listed = await c.session.call_tool("keel_sessions", {})
+        assert listed.structured_content is not None
+        sessions = listed.structured_content["sessions"]
+        if sessions and sessions[0]["status"] == status:
+            return dict(sessions[0])
+        await anyio.sleep(0.05)
+
+
+async def test_a_session_is_continued_and_read(project: Path, anthropic: AnthropicServer) -> None:
+    anthropic.add(reply("First answer."), reply("Second answer."))
+    async with stdio(project, anthropic) as c:
+        first = await c.session.call_tool("keel_run", {"prompt": "first question"})
+        assert first.structured_content is not None
+        sid = first.structured_content["session_id"]
+        second = await c.session.call_tool(
+            "keel_reply", {"session_id": sid[:15], "prompt": "second question"}
+        )
+        read = await c.session.call_tool("keel_session", {"session_id": sid})
+        listed = await c.session.call_tool("keel_sessions", {"limit": 5})
+    assert norm_result(second.structured_content) == done("Second answer.")
+    assert second.structured_content is not None
+    assert second.structured_content["session_id"] == sid
+    messages = anthropic.model_requests[1].json["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert messages[1]["content"] == [{"type": "text", "text": "First answer."}]
+    assert messages[2]["content"][-1]["text"] == "second question"
+    text = text_of(read)
+    assert text.index("first question") < text.index("First answer.") < text.index(
+        "second question"
+    ) < text.index("Second answer.")
+    assert listed.structured_content is not None
+    [item] = listed.structured_content["sessions"]
+    assert item == {
+        "id": sid,
+        "started": item["started"],
+        "status": "completed",
+        "last_prompt": "second question",
+        "turns": 2,
+        "cost_usd": pytest.approx(2 * (100 * 3 + 20 * 15) / 1e6),
+        "model": MODEL,
+        "cwd": str(project),
+    }
+
+
+async def test_bad_arguments_are_one_line_tool_errors(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    outside = project.parent / "elsewhere"
+    outside.mkdir()
+    async with stdio(project, anthropic) as c:
+        calls = [
+            await c.session.call_tool("keel_run", {"prompt": 3, "max_turns": 0}),
+            await c.session.call_tool("keel_run", {"prompt": "x", "cwd": "../elsewhere"}),
+            await c.session.call_tool("keel_run", {"prompt": "x", "model": "nope/nothing"}),
+            await c.session.call_tool("keel_reply", {"session_id": "20990101", "prompt": "x"}),
+            await c.session.call_tool("keel_session", {"session_id": "../x"}),
+        ]
+    assert all(r.is_error for r in calls)
+    texts = [text_of(r) for r in calls]
+    assert all("\n" not in t for t in texts), texts
+    assert texts[0] == (
+        "invalid arguments for keel_run: prompt: Input should be a valid string; max_turns: "
+        "Input should be greater than or equal to 1 (hint: tools/list shows each tool's input "
+        "schema)"
+    )
+    assert texts[1] == (
+        f"cwd ../elsewhere is outside the server's project {project} (hint: give a directory "
+        "inside it, or start keel mcp serve --cwd there)"
+    )
+    assert texts[2].startswith("unknown provider 'nope' in model 'nope/nothing' (hint: known ")
+    assert texts[3] == "no session '20990101' (hint: `keel sessions list --all` shows every session)"
+    assert texts[4] == "'../x' is not a session id (hint: `keel sessions list` shows them)"
+    assert anthropic.model_requests == []

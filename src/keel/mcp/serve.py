@@ -154,6 +154,8 @@ class _Server(MCPServer):
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
                 raise ToolError(f"invalid arguments for {name}: {_fields(exc.__cause__)}") from None
+            if isinstance(exc.__cause__, ToolError):  # the tool's own words, without a prefix
+                raise ToolError(str(exc.__cause__)) from None
             raise
 
 
