@@ -456,3 +456,131 @@ async def test_bad_arguments_are_one_line_tool_errors(
     assert texts[3] == "no session '20990101' (hint: `keel sessions list --all` shows every session)"
     assert texts[4] == "'../x' is not a session id (hint: `keel sessions list` shows them)"
     assert anthropic.model_requests == []
+
+
+# -- streamable HTTP -------------------------------------------------------------------------------
+
+
+@dataclass
+class HttpServed:
+    proc: subprocess.Popen[str]
+    url: str
+    port: int
+
+
+@pytest.fixture(name="http_served")
+def http_served_fixture(project: Path, anthropic: AnthropicServer) -> Iterator[HttpServed]:
+    log = (project.parent / "mcp-http.log").open("a", encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel", "mcp", "serve", "--http", "--model", MODEL],
+        cwd=project,
+        env=_env(anthropic),
+        stdout=log,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log.close()
+    try:
+        line = _first_line(proc)
+        assert line.startswith("keel mcp serve: listening on http://127.0.0.1:"), line
+        url = line.split()[5]
+        assert url.endswith("/mcp") and line.endswith(f" for {project}")
+        yield HttpServed(proc, url, int(url.split(":")[2].split("/")[0]))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _first_line(proc: subprocess.Popen[str]) -> str:
+    got: list[str] = []
+    assert proc.stderr is not None
+    stderr = proc.stderr
+    reader = threading.Thread(target=lambda: got.append(stderr.readline()), daemon=True)
+    reader.start()
+    reader.join(30)
+    assert got and got[0], f"keel mcp serve printed nothing (exit {proc.poll()})"
+    return got[0].rstrip("\n")
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "curl", "version": "0"},
+    },
+}
+
+
+def test_http_refuses_a_missing_or_wrong_token_and_a_foreign_host(
+    http_served: HttpServed,
+) -> None:
+    headers = {"accept": "application/json, text/event-stream"}
+    with httpx.Client(timeout=10) as c:
+        missing = c.post(http_served.url, json=INITIALIZE, headers=headers)
+        wrong = c.post(
+            http_served.url,
+            json=INITIALIZE,
+            headers={**headers, "authorization": "Bearer wrong-token-0123456789"},
+        )
+        foreign = c.post(
+            http_served.url,
+            json=INITIALIZE,
+            headers={
+                **headers,
+                "authorization": f"Bearer {TOKEN}",
+                "host": f"evil.example:{http_served.port}",
+            },
+        )
+        right = c.post(
+            http_served.url,
+            json=INITIALIZE,
+            headers={**headers, "authorization": f"Bearer {TOKEN}"},
+        )
+    assert (missing.status_code, missing.headers["www-authenticate"]) == (401, "Bearer")
+    assert missing.json()["error"] == "no bearer token"
+    assert (wrong.status_code, wrong.json()["error"]) == (401, "wrong bearer token")
+    assert foreign.status_code == 403
+    assert foreign.json()["error"] == (
+        f"Host header 'evil.example:{http_served.port}' does not name this server"
+    )
+    assert right.status_code == 200, right.text
+
+
+async def test_a_run_over_streamable_http_with_elicitation_and_progress(
+    http_served: HttpServed, anthropic: AnthropicServer, project: Path
+) -> None:
+    import httpx2
+
+    anthropic.add(reply("", WRITE), reply("Wrote it."))
+    progress: list[str | None] = []
+
+    async def heard(_p: float, _t: float | None, message: str | None) -> None:
+        progress.append(message)
+
+    http = httpx2.AsyncClient(
+        headers={"authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=60)
+    )
+    async with http, streamable_http_client(http_served.url, http_client=http) as streams:
+        async with _session(*streams[:2], deciding("allow")) as c:
+            result = await c.session.call_tool(
+                "keel_run", {"prompt": "write notes"}, progress_callback=heard
+            )
+    assert norm_result(result.structured_content) == done("Wrote it.", turns=2, inp=200, out=40)
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
+    assert len(c.questions) == 1
+    assert [re.sub(r"in [\d.]+m?s$", "in T", m or "") for m in progress] == [
+        "started",
+        "turn 1",
+        "write notes.txt",
+        "write done in T",
+        "turn 2",
+    ]
