@@ -584,3 +584,66 @@ async def test_a_run_over_streamable_http_with_elicitation_and_progress(
         "write done in T",
         "turn 2",
     ]
+
+
+# -- from another keel -----------------------------------------------------------------------------
+
+
+def test_another_keel_calls_keel_run_through_its_mcp_servers(
+    project: Path, anthropic: AnthropicServer, tmp_path: Path, isolated_env: Path
+) -> None:
+    """An outer `keel -p` whose project's `.mcp.json` names `keel mcp serve` (approved with
+    `keel mcp approve`, as a project's server must be) hands a task to the inner keel, which
+    works in `project`; one loopback model answers both, in turn."""
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    entry = {
+        "command": sys.executable,
+        "args": ["-m", "keel", "mcp", "serve", "--cwd", str(project), "--model", MODEL],
+        "env": {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "ANTHROPIC_BASE_URL": anthropic.url,
+            "KEEL_HOME": str(isolated_env),
+            "KEEL_CONFIG_DIR": str(isolated_env / "config"),
+        },
+    }
+    (outer / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"inner": entry}}), encoding="utf-8"
+    )
+    env = _env(anthropic)
+    approved = subprocess.run(
+        [sys.executable, "-m", "keel", "mcp", "approve", "inner"],
+        cwd=outer, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    delegate = ("mcp__inner__keel_run", {"prompt": "which files are there?"})
+    anthropic.add(
+        reply("", delegate),  # the outer keel's first request
+        reply("app.py and util.py."),  # the inner keel's
+        reply("The other keel found app.py and util.py."),  # the outer keel's second
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "keel", "-p", "ask the other keel", "--model", MODEL,
+         "--allowed-tools", "mcp__inner__keel_run", "--output-format", "stream-json"],
+        cwd=outer, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    finished = [e for e in lines if e.get("type") == "tool_finished"]
+    assert [(e["name"], e["is_error"]) for e in finished] == [("mcp__inner__keel_run", False)]
+    assert finished[0]["output"].startswith("app.py and util.py.\n\n[session ")
+    result = lines[-1]
+    assert (result["type"], result["result"]) == (
+        "result",
+        "The other keel found app.py and util.py.",
+    )
+    requests = [r.json for r in anthropic.model_requests]
+    assert len(requests) == 3
+    offered = [t["name"] for t in requests[0]["tools"]]
+    assert "mcp__inner__keel_run" in offered
+    assert last_user_text(requests[1])[-1]["text"] == "which files are there?"
+    inner_env = last_user_text(requests[1])[0]["text"]
+    assert f"Working directory: {project}" in inner_env
+    tool_result = last_user_text(requests[2])[0]
+    assert tool_result["type"] == "tool_result"
+    assert tool_result["content"][0]["text"].startswith("app.py and util.py.")
