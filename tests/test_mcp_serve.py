@@ -75,9 +75,11 @@ async def stdio(
     )
     log = (errlog or project.parent / "mcp-serve.log").open("a", encoding="utf-8")
     try:
-        async with stdio_client(params, errlog=log) as (read, write):
-            async with _session(read, write, answer) as client:
-                yield client
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            _session(read, write, answer) as client,
+        ):
+            yield client
     finally:
         log.close()
 
@@ -89,7 +91,7 @@ async def _session(read: Any, write: Any, answer: Elicitor | None) -> AsyncItera
     if answer is not None:
         given = answer
 
-        async def callback(_ctx: Any, params: ElicitRequestParams) -> ElicitResult:
+        async def callback(context: Any, params: ElicitRequestParams) -> ElicitResult:
             questions.append(params)
             return await given(params)
 
@@ -135,24 +137,29 @@ def done(text: str, *, turns: int = 1, inp: int = 100, out: int = 20) -> dict[st
 
 
 def last_user_text(body: dict[str, Any]) -> list[Any]:
-    return body["messages"][-1]["content"]
+    content: list[Any] = body["messages"][-1]["content"]
+    return content
 
 
 # -- listing ---------------------------------------------------------------------------------------
 
 
-async def test_tools_are_listed_with_their_schemas(project: Path, anthropic: AnthropicServer) -> None:
+async def test_tools_are_listed_with_their_schemas(
+    project: Path, anthropic: AnthropicServer
+) -> None:
     async with stdio(project, anthropic) as c:
         init_tools = (await c.session.list_tools()).tools
     tools = {t.name: t for t in init_tools}
     assert sorted(tools) == ["keel_reply", "keel_run", "keel_session", "keel_sessions"]
     run = tools["keel_run"]
-    assert run.description is not None and run.description.startswith("Run a task with keel")
+    assert run.description is not None
+    assert run.description.startswith("Run a task with keel")
     schema = run.input_schema
     assert schema["required"] == ["prompt"]
     props = schema["properties"]
     assert sorted(props) == ["cwd", "max_budget_usd", "max_turns", "mode", "model", "prompt"]
-    assert props["prompt"]["type"] == "string" and props["prompt"]["minLength"] == 1
+    assert props["prompt"]["type"] == "string"
+    assert props["prompt"]["minLength"] == 1
     assert props["mode"]["anyOf"][0] == {
         "enum": ["default", "accept-edits", "plan", "bypass"],
         "type": "string",
@@ -190,10 +197,10 @@ async def test_a_run_returns_its_answer_and_reports_progress(
     project: Path, anthropic: AnthropicServer
 ) -> None:
     anthropic.add(reply("Looking.", ("glob", {"pattern": "*.py"})), reply("Two files."))
-    progress: list[tuple[float, float | None, str | None]] = []
+    reports: list[tuple[float, float | None, str | None]] = []
 
-    async def heard(p: float, total: float | None, message: str | None) -> None:
-        progress.append((p, total, message))
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
 
     async with stdio(project, anthropic) as c:
         result = await c.session.call_tool(
@@ -204,9 +211,9 @@ async def test_a_run_returns_its_answer_and_reports_progress(
     assert data == done("Two files.", turns=2, inp=200, out=40)
     sid = result.structured_content["session_id"] if result.structured_content else ""
     assert text_of(result) == f"Two files.\n\n[session {sid}; continue it with keel_reply]"
-    messages = [re.sub(r"in [\d.]+m?s$", "in T", m or "") for _, _, m in progress]
+    messages = [re.sub(r"in [\d.]+m?s$", "in T", m or "") for _, _, m in reports]
     assert messages == ["started", "turn 1", "glob *.py", "glob done in T", "turn 2"]
-    assert [p for p, _, _ in progress] == list(range(1, len(progress) + 1))
+    assert [(p, t) for p, t, _ in reports] == [(n, None) for n in range(1, len(reports) + 1)]
     first = anthropic.model_requests[0].json
     assert first["model"] == "claude-sonnet-4-5"
     assert [m["role"] for m in first["messages"]] == ["user"]
@@ -278,7 +285,9 @@ async def test_a_denial_with_a_reason_reaches_the_model(
     assert len(c.questions) == 1
     tool_result = last_user_text(anthropic.model_requests[1].json)[0]
     assert tool_result["is_error"] is True
-    assert tool_result["content"] == [{"type": "text", "text": "the user denied this: not that file"}]
+    assert tool_result["content"] == [
+        {"type": "text", "text": "the user denied this: not that file"}
+    ]
 
 
 async def test_a_client_without_elicitation_gets_its_questions_refused(
@@ -292,7 +301,9 @@ async def test_a_client_without_elicitation_gets_its_questions_refused(
     tool_result = last_user_text(anthropic.model_requests[1].json)[0]
     assert tool_result["is_error"] is True
     [text] = [b["text"] for b in tool_result["content"]]
-    assert text.startswith("permission needed, but nobody can answer it: keel runs as an MCP server")
+    assert text.startswith(
+        "permission needed, but nobody can answer it: keel runs as an MCP server"
+    )
     assert text == (
         "permission needed, but nobody can answer it: keel runs as an MCP server for a client "
         "that cannot answer questions (no elicitation); the caller may pass mode accept-edits, "
@@ -305,9 +316,7 @@ async def test_permissions_refuse_never_asks_even_a_client_that_could_answer(
     project: Path, anthropic: AnthropicServer
 ) -> None:
     anthropic.add(reply("", WRITE), reply("Refused."))
-    async with stdio(
-        project, anthropic, "--permissions", "refuse", answer=deciding("allow")
-    ) as c:
+    async with stdio(project, anthropic, "--permissions", "refuse", answer=deciding("allow")) as c:
         result = await c.session.call_tool("keel_run", {"prompt": "write notes"})
     assert c.questions == []
     assert not (project / "notes.txt").exists()
@@ -345,7 +354,7 @@ async def test_cancelling_the_call_interrupts_the_run_and_the_session_goes_on(
     anthropic.add(slow, reply("Carried on."))
     started = anyio.Event()
 
-    async def heard(_p: float, _t: float | None, message: str | None) -> None:
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
         if message == "turn 1":
             started.set()
 
@@ -377,7 +386,9 @@ async def test_cancelling_the_call_interrupts_the_run_and_the_session_goes_on(
     # The interrupted prompt had no answer: it and the new one go in one user message.
     assert [b["text"] for b in last[0]["content"]][-2:] == ["take your time", "go on"]
     text = text_of(transcript)
-    assert "take your time" in text and "go on" in text and "Carried on." in text
+    assert "take your time" in text
+    assert "go on" in text
+    assert "Carried on." in text
     assert "interrupted" in text
 
 
@@ -410,9 +421,12 @@ async def test_a_session_is_continued_and_read(project: Path, anthropic: Anthrop
     assert messages[1]["content"] == [{"type": "text", "text": "First answer."}]
     assert messages[2]["content"][-1]["text"] == "second question"
     text = text_of(read)
-    assert text.index("first question") < text.index("First answer.") < text.index(
-        "second question"
-    ) < text.index("Second answer.")
+    assert (
+        text.index("first question")
+        < text.index("First answer.")
+        < text.index("second question")
+        < text.index("Second answer.")
+    )
     assert listed.structured_content is not None
     [item] = listed.structured_content["sessions"]
     assert item == {
@@ -453,7 +467,9 @@ async def test_bad_arguments_are_one_line_tool_errors(
         "inside it, or start keel mcp serve --cwd there)"
     )
     assert texts[2].startswith("unknown provider 'nope' in model 'nope/nothing' (hint: known ")
-    assert texts[3] == "no session '20990101' (hint: `keel sessions list --all` shows every session)"
+    assert (
+        texts[3] == "no session '20990101' (hint: `keel sessions list --all` shows every session)"
+    )
     assert texts[4] == "'../x' is not a session id (hint: `keel sessions list` shows them)"
     assert anthropic.model_requests == []
 
@@ -484,7 +500,8 @@ def http_served_fixture(project: Path, anthropic: AnthropicServer) -> Iterator[H
         line = _first_line(proc)
         assert line.startswith("keel mcp serve: listening on http://127.0.0.1:"), line
         url = line.split()[5]
-        assert url.endswith("/mcp") and line.endswith(f" for {project}")
+        assert url.endswith("/mcp")
+        assert line.endswith(f" for {project}")
         yield HttpServed(proc, url, int(url.split(":")[2].split("/")[0]))
     finally:
         proc.terminate()
@@ -504,7 +521,8 @@ def _first_line(proc: subprocess.Popen[str]) -> str:
     reader = threading.Thread(target=lambda: got.append(stderr.readline()), daemon=True)
     reader.start()
     reader.join(30)
-    assert got and got[0], f"keel mcp serve printed nothing (exit {proc.poll()})"
+    assert got, f"keel mcp serve printed nothing in 30 s (exit {proc.poll()})"
+    assert got[0], f"keel mcp serve exited before printing its address (exit {proc.poll()})"
     return got[0].rstrip("\n")
 
 
@@ -561,23 +579,26 @@ async def test_a_run_over_streamable_http_with_elicitation_and_progress(
     import httpx2
 
     anthropic.add(reply("", WRITE), reply("Wrote it."))
-    progress: list[str | None] = []
+    reports: list[str | None] = []
 
-    async def heard(_p: float, _t: float | None, message: str | None) -> None:
-        progress.append(message)
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        reports.append(message)
 
     http = httpx2.AsyncClient(
         headers={"authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=60)
     )
-    async with http, streamable_http_client(http_served.url, http_client=http) as streams:
-        async with _session(*streams[:2], deciding("allow")) as c:
-            result = await c.session.call_tool(
-                "keel_run", {"prompt": "write notes"}, progress_callback=heard
-            )
+    async with (
+        http,
+        streamable_http_client(http_served.url, http_client=http) as (read, write),
+        _session(read, write, deciding("allow")) as c,
+    ):
+        result = await c.session.call_tool(
+            "keel_run", {"prompt": "write notes"}, progress_callback=heard
+        )
     assert norm_result(result.structured_content) == done("Wrote it.", turns=2, inp=200, out=40)
     assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
     assert len(c.questions) == 1
-    assert [re.sub(r"in [\d.]+m?s$", "in T", m or "") for m in progress] == [
+    assert [re.sub(r"in [\d.]+m?s$", "in T", m or "") for m in reports] == [
         "started",
         "turn 1",
         "write notes.txt",
@@ -607,9 +628,7 @@ def test_another_keel_calls_keel_run_through_its_mcp_servers(
             "KEEL_CONFIG_DIR": str(isolated_env / "config"),
         },
     }
-    (outer / ".mcp.json").write_text(
-        json.dumps({"mcpServers": {"inner": entry}}), encoding="utf-8"
-    )
+    (outer / ".mcp.json").write_text(json.dumps({"mcpServers": {"inner": entry}}), encoding="utf-8")
     env = _env(anthropic)
     approved = subprocess.run(
         [sys.executable, "-m", "keel", "mcp", "approve", "inner"],
@@ -647,3 +666,39 @@ def test_another_keel_calls_keel_run_through_its_mcp_servers(
     tool_result = last_user_text(requests[2])[0]
     assert tool_result["type"] == "tool_result"
     assert tool_result["content"][0]["text"].startswith("app.py and util.py.")
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def test_flags_that_need_http_are_one_line_errors(project: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "keel", "mcp", "serve", "--token-file", "t"],
+        cwd=project, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == "keel: error: --token-file needs --http\n"
+    remote = subprocess.run(
+        [sys.executable, "-m", "keel", "mcp", "serve", "--http", "--host", "0.0.0.0"],
+        cwd=project, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert (remote.returncode, remote.stdout) == (2, "")
+    assert remote.stderr == (
+        "keel: error: --host 0.0.0.0 is not a loopback address (hint: keel mcp serve listens "
+        "on this machine only (127.0.0.1, ::1, localhost))\n"
+    )
+
+
+def test_keel_version_and_keel_p_do_not_import_the_mcp_server(project: Path) -> None:
+    for args in (["--version"], ["-p", "hi", "--model", "scripted:demo", "--no-session"]):
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "keel", *args],
+            cwd=project, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        imported = {
+            line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line
+        }
+        assert "keel.cli.main" in imported
+        assert sorted(m for m in imported if m in ("keel.mcp.serve", "keel.cli.mcp_serve")) == []
+        assert sorted(m for m in imported if m.split(".")[0] in ("mcp", "mcp_types")) == []

@@ -35,7 +35,9 @@ def parser() -> argparse.ArgumentParser:
         "KEEL_SERVER_TOKEN, --token-file, or generated and printed on stderr).",
     )
     p.add_argument("--cwd", help="the project runs happen in (default: the current directory)")
-    p.add_argument("-m", "--model", help="provider/model of runs that name none (default: settings)")
+    p.add_argument(
+        "-m", "--model", help="provider/model of runs that name none (default: settings)"
+    )
     p.add_argument(
         "--mode",
         choices=("default", "accept-edits", "plan", "bypass"),
@@ -55,7 +57,9 @@ def parser() -> argparse.ArgumentParser:
     )
     add_rule_flags(p)
     p.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
-    p.add_argument("--port", type=int, default=0, help="with --http: the port (default: a free one)")
+    p.add_argument(
+        "--port", type=int, default=0, help="with --http: the port (default: a free one)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="with --http: a loopback address")
     p.add_argument("--token-file", metavar="F", help="with --http: read the token from F (0600)")
     p.add_argument("--debug", action="store_true", help="the SDK's log and tracebacks on stderr")

@@ -483,7 +483,9 @@ class _Relay:
             reply = PermissionReply(False, reason=f"the MCP client did not answer ({said})")
         else:
             if answer.action != "accept":
-                reply = PermissionReply(False, reason=f"the MCP client's user chose {answer.action}")
+                reply = PermissionReply(
+                    False, reason=f"the MCP client's user chose {answer.action}"
+                )
             elif answer.data.decision == "allow":
                 plan = event.call.name == "exit_plan_mode"
                 reply = PermissionReply(True, mode="default" if plan else None)
