@@ -321,6 +321,15 @@ async def test_permissions_refuse_never_asks_even_a_client_that_could_answer(
     assert c.questions == []
     assert not (project / "notes.txt").exists()
     assert norm_result(result.structured_content)["result"] == "Refused."
+    tool_result = last_user_text(anthropic.model_requests[1].json)[0]
+    assert tool_result["content"] == [
+        {
+            "type": "text",
+            "text": "permission needed, but keel runs as an MCP server that asks no questions "
+            "(--permissions refuse); the caller may pass mode accept-edits, or the server's owner "
+            "may allow it with keel mcp serve --allowed-tools (needed to change notes.txt)",
+        }
+    ]
 
 
 async def test_mode_accept_edits_writes_unasked_and_bypass_needs_the_server_flag(

@@ -49,12 +49,16 @@ Permissions = Literal["ask", "refuse"]
 PERMISSIONS: tuple[Permissions, ...] = ("ask", "refuse")
 RunMode = Literal["default", "accept-edits", "plan", "bypass"]
 
-#: What the model sees when a question was refused because nobody can answer it.
-REFUSED = (
-    "permission needed, but nobody can answer it: keel runs as an MCP server for a client that "
-    "cannot answer questions (no elicitation); the caller may pass mode accept-edits, or the "
-    "server's owner may allow it with keel mcp serve --allowed-tools"
-)
+#: What the model sees when a question was refused: the client cannot answer, or the server's
+#: owner said never to ask (`--permissions refuse`).
+REFUSED = {
+    "client": "permission needed, but nobody can answer it: keel runs as an MCP server for a "
+    "client that cannot answer questions (no elicitation); the caller may pass mode "
+    "accept-edits, or the server's owner may allow it with keel mcp serve --allowed-tools",
+    "setting": "permission needed, but keel runs as an MCP server that asks no questions "
+    "(--permissions refuse); the caller may pass mode accept-edits, or the server's owner may "
+    "allow it with keel mcp serve --allowed-tools",
+}
 INTERRUPTED = "cancelled by the MCP client"
 
 
@@ -370,16 +374,20 @@ class KeelTools:
         """Run `steps` (a prompt, or None to settle an unfinished turn) while this call's
         progress and questions go to the client; a cancelled call interrupts the run."""
         relay = _Relay(ctx, agent)
-        if isinstance(agent.gate, PermissionGate):
-            agent.gate.headless_hint = REFUSED
         if self._can_ask(ctx):
             agent.ask_through_events()
+        elif isinstance(agent.gate, PermissionGate):
+            refuse = self.options.permissions == "refuse"
+            agent.gate.headless_hint = REFUSED["setting" if refuse else "client"]
         start = time.monotonic()
         run = asyncio.create_task(_steps(agent, steps, relay.sink), name="keel mcp run")
         run.add_done_callback(lambda _: relay.put(None))
         try:
             await relay.serve()
             result = await run
+        except KeelError as exc:  # the run could not go on (a resume with nothing to do, …)
+            await agent.aclose()
+            raise ToolError(exc.one_line()) from None
         except BaseException:
             # The call was cancelled (or the client went away): stop the run; its session is
             # journaled as interrupted and can be continued with keel_reply.
