@@ -305,8 +305,8 @@ async def test_a_client_without_elicitation_gets_its_questions_refused(
         "permission needed, but nobody can answer it: keel runs as an MCP server"
     )
     assert text == (
-        "permission needed, but nobody can answer it: keel runs as an MCP server for a client "
-        "that cannot answer questions (no elicitation); the caller may pass mode accept-edits, "
+        "permission needed, but nobody can answer it: keel runs as an MCP server whose client "
+        "cannot answer questions here (MCP elicitation); the caller may pass mode accept-edits, "
         "or the server's owner may allow it with keel mcp serve --allowed-tools (needed to "
         "change notes.txt)"
     )
@@ -350,6 +350,47 @@ async def test_mode_accept_edits_writes_unasked_and_bypass_needs_the_server_flag
         "--allow-bypass; accept-edits lets edits through)"
     )
     assert len(anthropic.model_requests) == 2  # the refused call asked no model
+
+
+async def test_a_2026_client_runs_a_task_and_its_questions_are_refused(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    """The SDK's high-level `Client` speaks the 2026-07-28 protocol: no handshake, and no
+    request from the server within a call, so an elicitation cannot be sent; questions are
+    refused even though the client could answer one."""
+    from mcp import Client as ModernClient
+
+    anthropic.add(reply("", WRITE), reply("Refused."))
+    asked: list[ElicitRequestParams] = []
+
+    async def answer(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params)
+        return ElicitResult(action="accept", content={"decision": "allow"})
+
+    reports: list[str | None] = []
+
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        reports.append(message)
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "keel", "mcp", "serve", "--model", MODEL],
+        env=_env(anthropic),
+        cwd=project,
+    )
+    async with ModernClient(params, elicitation_callback=answer) as client:
+        result = await client.call_tool(
+            "keel_run", {"prompt": "write notes"}, progress_callback=heard
+        )
+    assert norm_result(result.structured_content) == done("Refused.", turns=2, inp=200, out=40)
+    assert asked == []
+    assert not (project / "notes.txt").exists()
+    assert [re.sub(r"in [\d.]+m?s$", "in T", m or "") for m in reports] == [
+        "started",
+        "turn 1",
+        "write failed in T",
+        "turn 2",
+    ]
 
 
 # -- cancellation, resume, reading -----------------------------------------------------------------

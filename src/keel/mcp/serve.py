@@ -52,8 +52,8 @@ RunMode = Literal["default", "accept-edits", "plan", "bypass"]
 #: What the model sees when a question was refused: the client cannot answer, or the server's
 #: owner said never to ask (`--permissions refuse`).
 REFUSED = {
-    "client": "permission needed, but nobody can answer it: keel runs as an MCP server for a "
-    "client that cannot answer questions (no elicitation); the caller may pass mode "
+    "client": "permission needed, but nobody can answer it: keel runs as an MCP server whose "
+    "client cannot answer questions here (MCP elicitation); the caller may pass mode "
     "accept-edits, or the server's owner may allow it with keel mcp serve --allowed-tools",
     "setting": "permission needed, but keel runs as an MCP server that asks no questions "
     "(--permissions refuse); the caller may pass mode accept-edits, or the server's owner may "
