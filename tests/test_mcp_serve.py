@@ -352,25 +352,29 @@ async def test_mode_accept_edits_writes_unasked_and_bypass_needs_the_server_flag
     assert len(anthropic.model_requests) == 2  # the refused call asked no model
 
 
-async def test_a_2026_client_runs_a_task_and_its_questions_are_refused(
+async def test_a_2026_client_answers_questions_in_rounds(
     project: Path, anthropic: AnthropicServer
 ) -> None:
     """The SDK's high-level `Client` speaks the 2026-07-28 protocol: no handshake, and no
-    request from the server within a call, so an elicitation cannot be sent; questions are
-    refused even though the client could answer one."""
+    request from the server within a call. A question is the call's `input_required` result
+    (an elicitation, and the run's state); the client's next round answers it and the call
+    goes on following the run, its progress numbered on."""
     from mcp import Client as ModernClient
 
-    anthropic.add(reply("", WRITE), reply("Refused."))
+    anthropic.add(reply("", WRITE), reply("", ("write", {"path": "b.txt", "content": "b\n"})))
+    anthropic.add(reply("One written, one refused."))
     asked: list[ElicitRequestParams] = []
+    answers = iter([("allow", ""), ("deny", "not b")])
 
     async def answer(context: Any, params: ElicitRequestParams) -> ElicitResult:
         asked.append(params)
-        return ElicitResult(action="accept", content={"decision": "allow"})
+        decision, reason = next(answers)
+        return ElicitResult(action="accept", content={"decision": decision, "reason": reason})
 
-    reports: list[str | None] = []
+    reports: list[tuple[float, str | None]] = []
 
     async def heard(progress: float, total: float | None, message: str | None) -> None:
-        reports.append(message)
+        reports.append((progress, message))
 
     params = StdioServerParameters(
         command=sys.executable,
@@ -382,15 +386,41 @@ async def test_a_2026_client_runs_a_task_and_its_questions_are_refused(
         result = await client.call_tool(
             "keel_run", {"prompt": "write notes"}, progress_callback=heard
         )
-    assert norm_result(result.structured_content) == done("Refused.", turns=2, inp=200, out=40)
-    assert asked == []
-    assert not (project / "notes.txt").exists()
-    assert [re.sub(r"in [\d.]+m?s$", "in T", m or "") for m in reports] == [
-        "started",
-        "turn 1",
-        "write failed in T",
-        "turn 2",
+    assert norm_result(result.structured_content) == done(
+        "One written, one refused.", turns=3, inp=300, out=60
+    )
+    assert [q.message.splitlines()[-1] for q in asked] == [
+        'write {"path": "notes.txt", "content": "hi\\n"}',
+        'write {"path": "b.txt", "content": "b\\n"}',
     ]
+    assert (project / "notes.txt").exists()
+    assert not (project / "b.txt").exists()
+    refused = last_user_text(anthropic.model_requests[2].json)[0]
+    assert refused["content"] == [{"type": "text", "text": "the user denied this: not b"}]
+    messages = [re.sub(r"in [\d.]+m?s$", "in T", m or "") for _, m in reports]
+    assert messages[:3] == ["started", "turn 1", "write notes.txt"]
+    assert messages[-1] == "turn 3"
+    assert "write failed in T" in messages
+
+
+async def test_a_2026_client_without_elicitation_gets_its_questions_refused(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    from mcp import Client as ModernClient
+
+    anthropic.add(reply("", WRITE), reply("Refused."))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "keel", "mcp", "serve", "--model", MODEL],
+        env=_env(anthropic),
+        cwd=project,
+    )
+    async with ModernClient(params) as client:
+        result = await client.call_tool("keel_run", {"prompt": "write notes"})
+    assert norm_result(result.structured_content) == done("Refused.", turns=2, inp=200, out=40)
+    assert not (project / "notes.txt").exists()
+    refused = last_user_text(anthropic.model_requests[1].json)[0]
+    assert refused["content"][0]["text"].startswith("permission needed, but nobody can answer it")
 
 
 # -- cancellation, resume, reading -----------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import sys
 import time
 import traceback
@@ -60,6 +61,15 @@ REFUSED = {
     "allow it with keel mcp serve --allowed-tools",
 }
 INTERRUPTED = "cancelled by the MCP client"
+#: How a question reaches the client: an `elicitation/create` request within the call, or (the
+#: 2026-07-28 protocol, where a call carries no request from the server) the call's result is
+#: an `input_required` one and the client's next round carries the answer. None: refused.
+Asking = Literal["request", "rounds"] | None
+ROUNDS_PROTOCOL = "2026-07-28"
+#: The key of the answer in an `input_required` result's requests.
+ANSWER_KEY = "permission"
+#: How long a run waits for the next round that answers its question before it is stopped.
+PARK_SECONDS = 600.0
 
 
 @dataclass
@@ -203,6 +213,9 @@ class KeelTools:
     def __init__(self, options: ServeOptions) -> None:
         self.options = options
         self.project = options.project.resolve()
+        #: Runs waiting for a later round's answer (2026-07-28), by request state.
+        self.parked: dict[str, tuple[_Run, PermissionAsked]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
 
     async def keel_run(
         self,
@@ -227,12 +240,14 @@ class KeelTools:
             str | None,
             Field(description="directory to work in, inside the server's project (default: it)"),
         ] = None,
-    ) -> Annotated[CallToolResult, RunOutput]:
+    ) -> Annotated[CallToolResult, RunOutput] | InputRequiredResult:
         """Run a task with keel, a coding agent, in this server's project, to its end: it reads,
         edits and runs commands there as its permission mode allows. Returns the answer and
         the session id (continue it with keel_reply)."""
         from keel.app import Options, choose_model, open_agent, read_settings
 
+        if ctx.request_state is not None:
+            return await self._answered(ctx)
         try:
             where = self._cwd(cwd)
             options = Options(
@@ -257,11 +272,13 @@ class KeelTools:
         session_id: Annotated[str, Field(min_length=1, description="from keel_run's result")],
         prompt: Annotated[str, Field(min_length=1, description="what to tell keel next")],
         ctx: Context,
-    ) -> Annotated[CallToolResult, RunOutput]:
+    ) -> Annotated[CallToolResult, RunOutput] | InputRequiredResult:
         """Continue a keel session (one that ended, or was interrupted) with a new prompt, in
         the conversation it had; returns the answer as keel_run does."""
         from keel.app import Options, resume_agent
 
+        if ctx.request_state is not None:
+            return await self._answered(ctx)
         try:
             path = self._own_session(session_id)
             options = Options(
@@ -360,48 +377,125 @@ class KeelTools:
             )
         return path
 
-    def _can_ask(self, ctx: Context) -> bool:
+    def _asking(self, ctx: Context) -> Asking:
+        """How this call's questions reach the client, if they can."""
         if self.options.permissions == "refuse":
-            return False
+            return None
         caps = ctx.client_capabilities
-        return caps is not None and caps.elicitation is not None and ctx.session.can_send_request
+        if caps is None or caps.elicitation is None:
+            return None
+        if ctx.session.can_send_request:
+            return "request"
+        protocol = ctx.protocol_version or ""
+        return "rounds" if protocol >= ROUNDS_PROTOCOL else None
 
     # -- a run -------------------------------------------------------------------------------------
 
     async def _drive(
         self, agent: Agent, steps: list[str | None], ctx: Context, model: str
-    ) -> CallToolResult:
+    ) -> CallToolResult | InputRequiredResult:
         """Run `steps` (a prompt, or None to settle an unfinished turn) while this call's
         progress and questions go to the client; a cancelled call interrupts the run."""
-        relay = _Relay(ctx, agent)
-        if self._can_ask(ctx):
+        how = self._asking(ctx)
+        relay = _Relay(ctx, agent, how)
+        if how is not None:
             agent.ask_through_events()
         elif isinstance(agent.gate, PermissionGate):
             refuse = self.options.permissions == "refuse"
             agent.gate.headless_hint = REFUSED["setting" if refuse else "client"]
-        start = time.monotonic()
-        run = asyncio.create_task(_steps(agent, steps, relay.sink), name="keel mcp run")
-        run.add_done_callback(lambda _: relay.put(None))
+        task = asyncio.create_task(_steps(agent, steps, relay.sink), name="keel mcp run")
+        task.add_done_callback(lambda _: relay.put(None))
+        return await self._follow(_Run(agent, task, relay, model, time.monotonic()), ctx)
+
+    async def _follow(self, run: _Run, ctx: Context) -> CallToolResult | InputRequiredResult:
+        """Relay `run`'s events to the call `ctx` until it ends, or (2026-07-28) until it asks
+        a question, which goes back as this call's result: the client's next round answers it."""
+        agent = run.agent
+        run.relay.ctx = ctx
         try:
-            await relay.serve()
-            result = await run
+            asked = await run.relay.serve()
+            if asked is not None:
+                return self._park(run, asked)
+            result = await run.task
         except KeelError as exc:  # the run could not go on (a resume with nothing to do, …)
             await agent.aclose()
             raise ToolError(exc.one_line()) from None
         except BaseException:
             # The call was cancelled (or the client went away): stop the run; its session is
             # journaled as interrupted and can be continued with keel_reply.
-            if agent.busy:
-                agent.interrupt(INTERRUPTED)
-            else:
-                run.cancel()  # it had not started yet
             with anyio.CancelScope(shield=True):
-                await asyncio.wait([run])
-                await agent.aclose()
+                await _stop(run)
             raise
         path = str(agent.session.path) if agent.session else None
         await agent.aclose()
-        return _result(result, model=model, seconds=time.monotonic() - start, path=path)
+        return _result(result, model=run.model, seconds=time.monotonic() - run.start, path=path)
+
+    def _park(self, run: _Run, asked: PermissionAsked) -> InputRequiredResult:
+        from mcp.server.elicitation import render_elicitation_schema
+        from mcp_types import ElicitRequest, ElicitRequestFormParams
+
+        state = secrets.token_urlsafe(16)
+        loop = asyncio.get_running_loop()
+        run.expiry = loop.call_later(PARK_SECONDS, self._expire, state)
+        self.parked[state] = (run, asked)
+        params = ElicitRequestFormParams(
+            message=question(asked), requested_schema=render_elicitation_schema(Decision)
+        )
+        return InputRequiredResult(
+            input_requests={ANSWER_KEY: ElicitRequest(params=params)}, request_state=state
+        )
+
+    async def _answered(self, ctx: Context) -> CallToolResult | InputRequiredResult:
+        """A later round of a call whose run asked a question: the answer goes to the run, and
+        the call goes on following it."""
+        from mcp_types import ElicitResult
+
+        state = ctx.request_state or ""
+        parked = self.parked.pop(state, None)
+        if parked is None:
+            raise ToolError(
+                "no question of keel waits under this request state (hint: the run it "
+                f"belonged to ended or waited more than {PARK_SECONDS:g} s; call again)"
+            )
+        run, asked = parked
+        if run.expiry is not None:
+            run.expiry.cancel()
+        answer = (ctx.input_responses or {}).get(ANSWER_KEY)
+        if isinstance(answer, ElicitResult):
+            reply = decision_reply(asked, answer.action, answer.content)
+        else:
+            reply = PermissionReply(False, reason="the MCP client did not answer")
+        run.agent.answer(asked.request_id, reply)
+        return await self._follow(run, ctx)
+
+    def _expire(self, state: str) -> None:
+        """Nobody came back with an answer: the run is stopped (its session stays)."""
+        parked = self.parked.pop(state, None)
+        if parked is not None:
+            task = asyncio.get_running_loop().create_task(_stop(parked[0]))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+
+@dataclass(eq=False)
+class _Run:
+    """A run in progress, followed by one call (or by one round after another)."""
+
+    agent: Agent
+    task: asyncio.Task[RunResult]
+    relay: _Relay
+    model: str
+    start: float
+    expiry: asyncio.TimerHandle | None = None
+
+
+async def _stop(run: _Run) -> None:
+    if run.agent.busy:
+        run.agent.interrupt(INTERRUPTED)
+    else:
+        run.task.cancel()  # it had not started yet
+    await asyncio.wait([run.task])
+    await run.agent.aclose()
 
 
 async def _steps(agent: Agent, steps: list[str | None], sink: Any) -> RunResult:
@@ -450,13 +544,15 @@ def _result(finished: RunResult, *, model: str, seconds: float, path: str | None
 
 
 class _Relay:
-    """One call's events, in order: progress notifications (when the client sent a
-    progressToken; the SDK sends nothing otherwise) and permission questions, asked one at a
-    time. The agent's sink only queues: it must not block or raise."""
+    """One run's events, in order: progress notifications (when the call sent a progressToken;
+    the SDK sends nothing otherwise) and permission questions, asked one at a time. The
+    agent's sink only queues: it must not block or raise. `ctx` is the call being answered (a
+    later round's, on the 2026-07-28 protocol)."""
 
-    def __init__(self, ctx: Context, agent: Agent) -> None:
+    def __init__(self, ctx: Context, agent: Agent, how: Asking) -> None:
         self.ctx = ctx
         self.agent = agent
+        self.how = how
         self.queue: asyncio.Queue[str | PermissionAsked | None] = asyncio.Queue()
         self.count = 0
 
@@ -469,37 +565,48 @@ class _Relay:
         elif (line := progress_line(event)) is not None:
             self.put(line)
 
-    async def serve(self) -> None:
-        """Until the run ends (a None)."""
+    async def serve(self) -> PermissionAsked | None:
+        """Until the run ends (None), or, when questions go back as the call's result, until
+        one is asked (it is returned)."""
         while (item := await self.queue.get()) is not None:
             if isinstance(item, PermissionAsked):
+                if self.how == "rounds":
+                    return item
                 await self._ask(item)
             else:
                 self.count += 1
                 await self.ctx.report_progress(self.count, None, item)
+        return None
 
     async def _ask(self, event: PermissionAsked) -> None:
-        """Ask the client; its answer (or the failure to get one: a denial) goes to the agent.
-        Anything but an accepted "allow" denies."""
+        """Ask the client; its answer (or the failure to get one: a denial) goes to the agent."""
         from mcp import MCPError
 
-        reply = PermissionReply(False, reason="the MCP client did not answer")
         try:
             answer = await self.ctx.elicit(question(event), Decision)
         except (MCPError, ValidationError, RuntimeError, OSError) as exc:
             said = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             reply = PermissionReply(False, reason=f"the MCP client did not answer ({said})")
         else:
-            if answer.action != "accept":
-                reply = PermissionReply(
-                    False, reason=f"the MCP client's user chose {answer.action}"
-                )
-            elif answer.data.decision == "allow":
-                plan = event.call.name == "exit_plan_mode"
-                reply = PermissionReply(True, mode="default" if plan else None)
-            else:
-                reply = PermissionReply(False, reason=answer.data.reason.strip())
+            data = answer.data.model_dump() if answer.action == "accept" else None
+            reply = decision_reply(event, answer.action, data)
         self.agent.answer(event.request_id, reply)
+
+
+def decision_reply(
+    event: PermissionAsked, action: str, content: dict[str, Any] | None
+) -> PermissionReply:
+    """The client's answer to a question as keel's. Anything but an accepted "allow" denies."""
+    if action != "accept":
+        return PermissionReply(False, reason=f"the MCP client's user chose {action}")
+    try:
+        decision = Decision.model_validate(content or {})
+    except ValidationError:
+        return PermissionReply(False, reason="the MCP client's answer did not fit the question")
+    if decision.decision == "allow":
+        plan = event.call.name == "exit_plan_mode"
+        return PermissionReply(True, mode="default" if plan else None)
+    return PermissionReply(False, reason=decision.reason.strip())
 
 
 def question(event: PermissionAsked) -> str:
