@@ -20,6 +20,8 @@ import secrets
 import sys
 import time
 import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -185,6 +187,15 @@ def _fields(error: ValidationError) -> str:
 def build_server(options: ServeOptions) -> MCPServer:
     """The MCP server with keel's tools."""
     keel = KeelTools(options)
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield {}
+        finally:
+            with anyio.CancelScope(shield=True):
+                await keel.aclose()
+
     server = _Server(
         "keel",
         title="keel",
@@ -193,6 +204,7 @@ def build_server(options: ServeOptions) -> MCPServer:
         f"{options.project}: keel_run gives it a task and returns its answer; keel_reply "
         "continues a session; keel_session and keel_sessions read them.",
         debug=options.debug,
+        lifespan=lifespan,
         log_level="DEBUG" if options.debug else "WARNING",
     )
     server.add_tool(keel.keel_run, annotations=ToolAnnotations(open_world_hint=True))
@@ -467,6 +479,17 @@ class KeelTools:
             reply = PermissionReply(False, reason="the MCP client did not answer")
         run.agent.answer(asked.request_id, reply)
         return await self._follow(run, ctx)
+
+    async def aclose(self) -> None:
+        """The server stops: runs still waiting for an answer are stopped (their sessions are
+        journaled as interrupted)."""
+        for run, _asked in self.parked.values():
+            if run.expiry is not None:
+                run.expiry.cancel()
+            await _stop(run)
+        self.parked.clear()
+        if self._stopping:
+            await asyncio.wait(self._stopping)
 
     def _expire(self, state: str) -> None:
         """Nobody came back with an answer: the run is stopped (its session stays)."""
