@@ -49,7 +49,6 @@ from keel.permissions.gate import PermissionGate, PermissionReply
 #: What the server does with a permission question: `ask` the client (elicitation) when it can
 #: answer, else refuse; `refuse` always (what would ask is denied, as `keel -p` denies it).
 Permissions = Literal["ask", "refuse"]
-PERMISSIONS: tuple[Permissions, ...] = ("ask", "refuse")
 RunMode = Literal["default", "accept-edits", "plan", "bypass"]
 
 #: What the model sees when a question was refused: the client cannot answer, or the server's
@@ -668,7 +667,6 @@ def progress_line(event: Event, agent: str = "") -> str | None:
 
 
 __all__ = [
-    "PERMISSIONS",
     "Decision",
     "KeelTools",
     "Permissions",
