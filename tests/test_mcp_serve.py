@@ -184,6 +184,11 @@ async def test_tools_are_listed_with_their_schemas(
         ]
     )
     assert tools["keel_reply"].input_schema["required"] == ["session_id", "prompt"]
+    assert sorted(tools["keel_reply"].input_schema["properties"]) == [
+        "mode",
+        "prompt",
+        "session_id",
+    ]
     assert tools["keel_session"].input_schema["required"] == ["session_id"]
     assert tools["keel_session"].annotations is not None
     assert tools["keel_session"].annotations.read_only_hint is True

@@ -283,6 +283,10 @@ class KeelTools:
         session_id: Annotated[str, Field(min_length=1, description="from keel_run's result")],
         prompt: Annotated[str, Field(min_length=1, description="what to tell keel next")],
         ctx: Context,
+        mode: Annotated[
+            RunMode | None,
+            Field(description="permission mode for this run, as for keel_run"),
+        ] = None,
     ) -> Annotated[CallToolResult, RunOutput] | InputRequiredResult:
         """Continue a keel session (one that ended, or was interrupted) with a new prompt, in
         the conversation it had; returns the answer as keel_run does."""
@@ -294,6 +298,7 @@ class KeelTools:
             path = self._own_session(session_id)
             options = Options(
                 cwd=self.project,
+                mode=self._mode(mode),
                 allowed_tools=list(self.options.allowed_tools),
                 disallowed_tools=list(self.options.disallowed_tools),
                 debug=self.options.debug,
