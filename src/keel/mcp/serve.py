@@ -113,7 +113,9 @@ class RunOutput(BaseModel):
 class SessionItem(BaseModel):
     id: str
     started: str
-    status: str = Field(description="the last run's stop reason, or running / crashed / empty")
+    status: str = Field(
+        description="how its last run ended (completed, interrupted, …), or running / crashed"
+    )
     last_prompt: str
     turns: int | None
     cost_usd: float | None
