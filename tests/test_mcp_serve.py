@@ -428,6 +428,57 @@ async def test_a_2026_client_without_elicitation_gets_its_questions_refused(
     assert refused["content"][0]["text"].startswith("permission needed, but nobody can answer it")
 
 
+async def test_a_question_nobody_comes_back_for_stops_the_run(
+    project: Path, anthropic: AnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process (the SDK's `Client` on the server object): the first round returns the
+    question, and nobody answers it; after the wait the run is stopped, its session
+    interrupted, and a late answer is an error."""
+    from mcp import Client as ModernClient
+    from mcp_types import InputRequiredResult
+
+    import keel.mcp.serve as serve
+
+    monkeypatch.setattr(serve, "PARK_SECONDS", 0.3)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic.url)
+    anthropic.add(reply("", WRITE))
+    server = serve.build_server(serve.ServeOptions(project=project, model=MODEL))
+
+    async def never(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        raise AssertionError("the test answers nothing")
+
+    async with ModernClient(server, elicitation_callback=never) as client:
+        first = await client.session.call_tool(
+            "keel_run", {"prompt": "write notes"}, allow_input_required=True
+        )
+        assert isinstance(first, InputRequiredResult)
+        assert first.input_requests is not None
+        assert sorted(first.input_requests) == ["permission"]
+        with anyio.fail_after(10):
+            while True:
+                listed = await client.call_tool("keel_sessions", {})
+                assert listed.structured_content is not None
+                [item] = listed.structured_content["sessions"]
+                if item["status"] == "interrupted":
+                    break
+                await anyio.sleep(0.05)
+        late = await client.session.call_tool(
+            "keel_run",
+            {"prompt": "write notes"},
+            input_responses={
+                "permission": ElicitResult(action="accept", content={"decision": "allow"})
+            },
+            request_state=first.request_state,
+        )
+    assert late.is_error is True
+    assert text_of(late) == (
+        "no question of keel waits under this request state (hint: the run it belonged to "
+        "ended or waited more than 0.3 s; call again)"
+    )
+    assert not (project / "notes.txt").exists()
+
+
 # -- cancellation, resume, reading -----------------------------------------------------------------
 
 
