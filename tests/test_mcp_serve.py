@@ -804,6 +804,57 @@ def test_another_keel_calls_keel_run_through_its_mcp_servers(
     assert tool_result["content"][0]["text"].startswith("app.py and util.py.")
 
 
+def test_stdout_carries_nothing_but_mcp(project: Path, anthropic: AnthropicServer) -> None:
+    """Raw JSON-RPC lines in (the server's own `--mode bypass` lets a call run bash): every
+    line out is a JSON-RPC message, the answers in order, and nothing else is written there."""
+    anthropic.add(reply("", ("bash", {"command": "echo printed"})), reply("Ran it."))
+    calls = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "keel_run", "arguments": {"prompt": "run it", "mode": "bypass"}},
+        },
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel", "mcp", "serve", "--model", MODEL, "--mode", "bypass"],
+        cwd=project, env=_env(anthropic), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    lines: list[dict[str, Any]] = []
+
+    def read() -> None:  # until the call's answer (stdin stays open: EOF would cancel it)
+        while line := stdout.readline():
+            lines.append(json.loads(line))
+            if lines[-1].get("id") == 2:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc.stdin.write("".join(json.dumps(c) + "\n" for c in calls))
+    proc.stdin.flush()
+    reader.join(60)
+    proc.stdin.close()
+    assert proc.wait(30) == 0
+    assert stdout.read() == ""
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    stdout.close()
+    proc.stderr.close()
+    assert all(m["jsonrpc"] == "2.0" for m in lines)
+    assert [m.get("id") for m in lines] == [1, 2]
+    assert "result" in lines[1], lines[1]
+    assert lines[1]["result"]["structuredContent"]["result"] == "Ran it."
+    bash = last_user_text(anthropic.model_requests[1].json)[0]
+    assert "printed" in json.dumps(bash)
+    assert "Traceback" not in err
+
+
 # -- the command line ------------------------------------------------------------------------------
 
 
