@@ -1,4 +1,4 @@
-"""`keel mcp list|approve` and `keel skills`: what MCP servers, skills and custom slash commands
+"""`keel mcp list|approve|login` (`keel mcp serve`: keel.cli.mcp_serve) and `keel skills`: what MCP servers, skills and custom slash commands
 apply in this project, and approving the project's shared MCP servers (each pinned to a hash of
 its entry)."""
 
@@ -19,11 +19,15 @@ from keel.session.store import keel_home
 if TYPE_CHECKING:
     from keel.mcp.config import ServerConfig
 
-MCP_USAGE = "usage: keel mcp [list | approve [NAME ...] | login NAME]"
+MCP_USAGE = "usage: keel mcp [list | approve [NAME ...] | login NAME | serve [--http] …]"
 
 
 def mcp(argv: list[str]) -> int:
     action, names = (argv[0], argv[1:]) if argv else ("list", [])
+    if action == "serve":
+        from keel.cli.mcp_serve import mcp_serve
+
+        return mcp_serve(names)
     if action not in ("list", "approve", "login") or (
         (action == "list" and names) or (action == "login" and len(names) != 1)
     ):

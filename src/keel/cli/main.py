@@ -151,7 +151,7 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("doctor", "what keel sees here, and what is wrong"),
     ("trust [list|approve|revoke]", "approve what the project asks for"),
     ("hooks [list|approve]", "the hooks that apply here"),
-    ("mcp [list|approve|login NAME]", "the MCP servers that apply here"),
+    ("mcp [list|approve|login|serve]", "MCP servers here; serve: keel as one"),
     ("skills", "skills and custom commands found here"),
     ("plugin [list|install|enable|…]", "Claude Code plugins and marketplaces"),
     ("models [PROVIDER] [--json]", "models keel knows: window, prices"),

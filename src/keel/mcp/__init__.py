@@ -4,6 +4,9 @@
 servers in the background and owns their sessions; `tools.McpTool` turns each server tool into a
 keel `Tool`; `describe` renders `keel mcp list`. Importing this package must never import the
 `mcp` SDK (it loads in a worker thread once a server is started) or start anything.
+
+The other way round, `serve` is keel as an MCP server (`keel mcp serve`); it imports the SDK and
+is not re-exported here.
 """
 
 from keel.mcp.client import (
