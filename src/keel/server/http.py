@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keel import __version__
 from keel.errors import KeelError, UserError
-from keel.llm.messages import without_context
+from keel.llm.messages import Message, message_to_json, without_context
 from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
@@ -238,6 +238,7 @@ class Api:
                 "pid": os.getpid(),
                 "loaded": sorted(self.host.sessions),
                 "sandbox": {"ok": sandbox.ok, "detail": sandbox.detail},
+                "fleet": self.fleet.url is not None,
             }
         )
 
@@ -360,7 +361,6 @@ class Api:
         return Response(status_code=204)
 
     async def messages(self, request: Request) -> Response:
-        from keel.llm.messages import message_to_json
         from keel.session.fold import FoldError, fold
         from keel.session.journal import read_records
 
@@ -376,7 +376,7 @@ class Api:
         return JSONResponse(
             {
                 "id": state.meta.id,
-                "messages": [message_to_json(m) for m in state.conversation.messages],
+                "messages": [_message_json(m) for m in state.conversation.messages],
                 "last_seq": hosted.ring.last_seq if hosted is not None else None,
             }
         )
@@ -447,6 +447,7 @@ class Api:
             {
                 "allow": (bool,),
                 "always": (bool,),
+                "session": (bool,),
                 "reason": STR,
                 "mode": STR,
                 "values": (dict, NONE),
@@ -465,10 +466,13 @@ class Api:
             if "allow" not in body or "values" in body:
                 raise ApiError(
                     400,
-                    "a permission question takes {allow, always, reason, mode}",
+                    "a permission question takes {allow, always, session, reason, mode}",
                     'e.g. {"allow": true}',
                 )
-            scope: Literal["once", "always"] = "always" if body.get("always") else "once"
+            # "session": allowed for the rest of this session, saved nowhere (the TUI's `s`).
+            scope: Literal["once", "session", "always"] = (
+                "always" if body.get("always") else "session" if body.get("session") else "once"
+            )
             mode = None
             if "mode" in body:  # a plan approval: the mode to go on in
                 from keel.permissions.gate import parse_mode
@@ -645,6 +649,17 @@ def _provider_for(hosted: Hosted, spec: str) -> tuple[Any, str, Any]:
     except KeelError as exc:
         raise ApiError(400, f"{exc.message} (still on {hosted.model})", exc.hint) from exc
     return provider, ref.model, model_info(ref, settings.models)
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    """A message of the transcript; a user's text also as the user typed it (`typed`: without
+    the context and notes keel put around it), which is what a transcript shows."""
+    from keel.agent.mentions import typed_prompt
+
+    out = message_to_json(message)
+    if message.role == "user" and message.text:
+        out["typed"] = typed_prompt(message.text)
+    return out
 
 
 def _relative(cwd: Path) -> Callable[[Path], str]:
