@@ -244,6 +244,25 @@ def test_mode_switching_patches_the_session(served: Served, tabs: Any) -> None:
         assert c.get(f"/v1/sessions/{sid}").json()["mode"] == "accept-edits"
 
 
+def test_a_subagents_work_nests_under_the_call_that_started_it(
+    served: Served, anthropic: AnthropicServer, tabs: Any
+) -> None:
+    anthropic.add(
+        reply("", ("task", {"description": "look around", "prompt": "list the files"})),
+        reply("Three files, **one** README."),  # the subagent's
+        reply("The helper found three files."),
+    )
+    tab = tabs(session_url(served, new_session(served)))
+    tab.prompt("delegate")
+    tab.result("done · 2 turns")
+    card = tab.loc("#transcript > .tool")
+    expect(card.locator(".tool-name")).to_have_text("task")
+    expect(card.locator(".tool-summary")).to_have_text("look around")
+    expect(card.locator(".tool-nested .assistant")).to_have_text("Three files, one README.")
+    expect(card.locator(".tool-nested strong")).to_have_text("one")
+    expect(tab.loc("#transcript > .assistant")).to_have_text(["The helper found three files."])
+
+
 # -- the stream: restarts and two tabs -------------------------------------------------------------
 
 
@@ -333,7 +352,7 @@ def test_the_token_is_taken_from_the_fragment_and_never_put_in_a_url(
 
 
 HOSTILE = (
-    'Look: <img src=x onerror="document.title=\'pwned\'"> and '
+    "Look: <img src=x onerror=\"document.title='pwned'\"> and "
     "[click me](javascript:document.title='pwned') and "
     "<script>document.title='pwned'</script> and [safe](https://example.com/a) and "
     "![pic](http://127.0.0.1:1/x.png)"
@@ -351,7 +370,7 @@ def test_a_hostile_transcript_renders_inert(
     expect(tab.loc(".user-text")).to_have_text("<b>hi</b>")
     tab.result("done · 2 turns")
     answer = tab.loc("#transcript .assistant").last
-    expect(answer).to_contain_text('<img src=x onerror="document.title=\'pwned\'">')
+    expect(answer).to_contain_text("<img src=x onerror=\"document.title='pwned'\">")
     expect(answer).to_contain_text("<script>document.title='pwned'</script>")
     expect(answer).to_contain_text("click me (javascript:document.title='pwned')")
     links = answer.locator("a")
@@ -383,7 +402,8 @@ def test_fork_and_unload_from_the_list(
     row.locator("button", has_text="Fork").click()
     expect(tab.loc("#transcript .assistant")).to_have_text(["Hello."])
     forked = tab.page.evaluate("location.hash").removeprefix("#session=")
-    assert forked and forked != sid
+    assert forked
+    assert forked != sid
     expect(tab.loc("#sessions .session")).to_have_count(2)
     row.locator("button", has_text="Unload").click()
     expect(tab.loc("#toast")).to_contain_text(f"unloaded {sid}; its file stays")

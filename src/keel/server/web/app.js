@@ -48,7 +48,8 @@
   }
 
   function kilo(n) {
-    return n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(n);
+    if (n >= 1e6) return `${+(n / 1e6).toFixed(1)}M`;
+    return n >= 1000 ? `${+(n / 1000).toFixed(n < 10000 ? 1 : 0)}k` : String(n);
   }
 
   let toastTimer = null;
@@ -512,6 +513,7 @@
     endStreaming(ctx);
     const card = toolCard(data.tool_use_id, data.tool, ctx);
     setInput(card, data.tool, data.input);
+    card.status.textContent = "waiting for an answer";
     const box = el("div", "ask");
     box.tabIndex = 0;
     box.dataset.request = data.request_id;
