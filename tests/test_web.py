@@ -11,9 +11,11 @@ in docs/web.md, written there with KEEL_UPDATE_SCREENSHOTS=1).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,6 +263,39 @@ def test_a_subagents_work_nests_under_the_call_that_started_it(
     expect(card.locator(".tool-nested .assistant")).to_have_text("Three files, one README.")
     expect(card.locator(".tool-nested strong")).to_have_text("one")
     expect(tab.loc("#transcript > .assistant")).to_have_text(["The helper found three files."])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="keel serve's agents are not `interactive` (the flag also makes the loop guard only "
+    "warn), so an MCP server's elicitation is refused as headless and never reaches the page",
+)
+def test_an_mcp_servers_question_is_answered_from_its_form(
+    servers: Servers, anthropic: AnthropicServer, isolated_env: Path, tabs: Any
+) -> None:
+    features = Path(__file__).parent / "mcp_servers" / "features_server.py"
+    settings = isolated_env / "config" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    server = {"command": sys.executable, "args": [str(features)]}
+    settings.write_text(json.dumps({"mcp_servers": {"feat": server}}), encoding="utf-8")
+    served = servers.start()
+    anthropic.add(reply("", ("mcp__feat__favourite", {})), reply("Blue it is."))
+    tab = tabs(session_url(served, new_session(served)))
+    tab.prompt("ask me")
+    ask = tab.loc(".ask:not(.question)")
+    expect(ask).to_be_focused()
+    tab.page.keyboard.press("y")
+    form = tab.loc("form.question")
+    expect(form.locator(".ask-title")).to_have_text("feat asks: Which colour?")
+    expect(form.locator("label > span")).to_have_text(["Colour *", "Shade"])
+    expect(form.locator("input[type=number]")).to_have_value("1")
+    form.locator("input[type=text]").fill("blue")
+    form.locator("input[type=number]").fill("2")
+    form.locator("button", has_text="Send").click()
+    tab.result("done · 2 turns")
+    expect(tab.loc(".answered").last).to_have_text("answered")
+    result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert result["content"][0]["text"] == "accepted blue 2"
 
 
 # -- the stream: restarts and two tabs -------------------------------------------------------------
