@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -296,6 +297,23 @@ def test_an_mcp_servers_question_is_answered_from_its_form(
     expect(tab.loc(".answered").last).to_have_text("answered")
     result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
     assert result["content"][0]["text"] == "accepted blue 2"
+
+
+def test_a_background_command_shows_on_the_call_that_started_it(
+    served: Served, anthropic: AnthropicServer, tabs: Any
+) -> None:
+    command = ("bash", {"command": "echo hi", "run_in_background": True})
+    anthropic.add(reply("", command), reply("Started it."), reply("It said hi."))
+    tab = tabs(session_url(served, new_session(served)))
+    tab.prompt("run it in the background")
+    expect(tab.loc(".ask, .task-line")).not_to_have_count(0)
+    if tab.loc(".ask").count():  # no sandbox here: bash asks
+        tab.loc(".ask button", has_text="Allow once").click()
+    card = tab.loc("#transcript > .tool").first
+    expect(card.locator(".task-line")).to_have_text(re.compile(r"background task \S+: completed"))
+    expect(tab.loc("#tasks-button")).to_have_text("Tasks 0/1")
+    tab.page.click("#tasks-button")
+    expect(tab.loc("#tasks .task")).to_contain_text("shell")
 
 
 # -- the stream: restarts and two tabs -------------------------------------------------------------

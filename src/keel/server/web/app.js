@@ -21,8 +21,10 @@
     follow: null, // the AbortController of the event stream
     cards: new Map(), // tool_use_id -> tool card
     asks: new Map(), // request_id -> question card
+    tasks: new Map(), // background task id -> its line on the card of the call that started it
     contexts: new Map(), // parent tool_use_id (or "") -> where its events render
     listTimer: null,
+    reloadWhenIdle: false, // opened mid-run: reload the transcript when the run ends
   };
 
   // -- small helpers -----------------------------------------------------------------------------
@@ -216,6 +218,7 @@
     $("transcript").replaceChildren();
     state.cards.clear();
     state.asks.clear();
+    state.tasks.clear();
     state.contexts.clear();
   }
 
@@ -254,7 +257,10 @@
     }
     showSession(session);
     await loadHistory(sid);
+    showTasks(session.tasks);
     for (const pending of session.pending) handle(pending);
+    // Opened mid-run: what it streamed before now is in the file once it ends.
+    state.reloadWhenIdle = session.busy;
     follow(sid);
     refreshList();
     $("prompt").focus();
@@ -499,6 +505,18 @@
     card.status.textContent = status;
     card.root.classList.toggle("failed", Boolean(isError));
     card.root.classList.add("finished");
+    const started = /^started (\S+?):? (?:in the background|a )/.exec(text);
+    if (started && !isError) {
+      // A background task this call started: its state shows on the card.
+      const line = el("div", "task-line", `background task ${started[1]}: running`);
+      card.root.insertBefore(line, card.nested);
+      state.tasks.set(started[1], line);
+    }
+  }
+
+  function taskFinished(data) {
+    const line = state.tasks.get(data.task_id);
+    if (line) line.textContent = `background task ${data.task_id}: ${data.status}`;
   }
 
   // -- permission, plan and MCP question cards ---------------------------------------------------
@@ -742,6 +760,7 @@
         break;
       case "background_finished":
         line(ctx, "notice", `background ${data.kind} ${data.task_id} ${data.status}: ${data.description}`);
+        taskFinished(data);
         refreshTasks();
         break;
       case "result":
@@ -750,6 +769,10 @@
       case "status":
         setBusy(data.busy);
         if (!data.busy) refreshSession();
+        if (!data.busy && state.reloadWhenIdle) {
+          state.reloadWhenIdle = false;
+          reloadAfterGap();
+        }
         break;
       case "error":
         line(ctx, "error", data.hint ? `${data.error} (${data.hint})` : data.error);
@@ -821,6 +844,8 @@
     $("tasks-button").textContent = `Tasks ${running.length}/${tasks.length}`;
     panel.replaceChildren();
     for (const task of tasks) {
+      const line = state.tasks.get(task.id);
+      if (line) line.textContent = `background task ${task.id}: ${task.status}`;
       const row = el("div", `task task-${task.status}`);
       row.appendChild(el("span", "badge", task.status));
       row.appendChild(el("span", "", ` ${task.kind} ${task.id}: ${task.description} (${task.seconds}s)`));
@@ -1017,7 +1042,8 @@
     await refreshList();
     clearInterval(state.listTimer);
     state.listTimer = setInterval(() => {
-      if (!document.hidden && state.token) refreshList();
+      // Not while someone is moving through the list: a new list would take their place.
+      if (!document.hidden && state.token && !$("sessions").contains(document.activeElement)) refreshList();
     }, 5000);
   }
 
