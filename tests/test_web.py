@@ -287,6 +287,8 @@ def test_an_mcp_servers_question_is_answered_from_its_form(
     expect(ask).to_be_focused()
     tab.page.keyboard.press("y")
     form = tab.loc("form.question")
+    expect(tab.loc("form.question, .line.result")).not_to_have_count(0)
+    assert form.count() == 1, tab.loc("#transcript .tool-output pre").all_text_contents()
     expect(form.locator(".ask-title")).to_have_text("feat asks: Which colour?")
     expect(form.locator("label > span")).to_have_text(["Colour *", "Shade"])
     expect(form.locator("input[type=number]")).to_have_value("1")
