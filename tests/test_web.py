@@ -131,12 +131,20 @@ def expect(locator: Any) -> Any:
 def test_a_prompt_streams_to_the_answer_as_markdown(
     served: Served, anthropic: AnthropicServer, tabs: Any
 ) -> None:
-    anthropic.add(reply("# Plan\n\nSome **bold** and `code`:\n\n- one\n- two\n\n```py\nx = 1\n```"))
+    anthropic.add(
+        reply(
+            "# Plan\n\nSome **bold** and `code`:\n\n- one\n- two\n\n```py\nx = 1\n```",
+            thinking="The user wants a plan.",
+        )
+    )
     tab = tabs(session_url(served))
     tab.page.click("#new-session")
     expect(tab.loc("#conv-pane")).to_be_visible()
     tab.prompt("make a plan")
     expect(tab.loc("#transcript .user-text")).to_have_text("make a plan")
+    thinking = tab.loc("#transcript details.thinking")
+    expect(thinking.locator(".thinking-text")).to_have_text("The user wants a plan.")
+    expect(thinking).not_to_have_attribute("open", "")  # folded until clicked
     answer = tab.loc("#transcript .assistant").last
     expect(answer.locator("h1")).to_have_text("Plan")
     expect(answer.locator("strong")).to_have_text("bold")
@@ -177,6 +185,12 @@ def test_an_edit_is_approved_from_its_diff_card_by_key(
     tab.result("done · 3 turns")
     expect(card.locator(".tool-status")).to_have_text("done")
     assert (project / "util.py").read_text(encoding="utf-8") == "X = 2\n"
+    # /undo in the prompt puts the file back, as in the TUI.
+    tab.prompt("/undo")
+    expect(tab.loc("#transcript .line.notice").last).to_have_text(
+        re.compile(r"^undid .*: restored util\.py$")
+    )
+    assert (project / "util.py").read_text(encoding="utf-8") == "X = 1\n"
 
 
 def test_a_denial_with_a_reason_reaches_the_model(
