@@ -173,6 +173,7 @@ def test_an_edit_is_approved_from_its_diff_card_by_key(
     tab.prompt("set X to 2")
     ask = tab.loc(".tool .ask")
     expect(ask).to_be_focused()
+    expect(ask).to_have_class(re.compile(r"\barmed\b"))  # takes keys (not typed for the prompt)
     card = tab.loc(".tool").last
     expect(card.locator(".tool-name")).to_have_text("edit")
     expect(card.locator(".diff-path")).to_have_text("util.py")
@@ -200,7 +201,7 @@ def test_a_denial_with_a_reason_reaches_the_model(
     anthropic.add(write, reply("Understood."))
     tab = tabs(session_url(served, new_session(served)))
     tab.prompt("take notes")
-    expect(tab.loc(".ask")).to_be_focused()
+    expect(tab.loc(".ask.armed")).to_be_focused()
     tab.page.keyboard.press("n")  # the reason field first
     expect(tab.loc(".ask-reason")).to_be_focused()
     tab.page.keyboard.type("use notes.md instead")
@@ -239,7 +240,13 @@ def test_esc_interrupts_the_run(
     anthropic.add(reply("", ("write", {"path": "x.txt", "content": "x\n"})))
     tab = tabs(session_url(served, new_session(served)))
     tab.prompt("write x")
-    expect(tab.loc(".ask")).to_be_visible()
+    # Typing on (the next prompt) as the card appears answers nothing: the card does not take
+    # the focus from text being written, nor keys before it is armed.
+    tab.page.keyboard.type("yes sure")
+    expect(tab.loc(".ask.armed")).to_be_visible()
+    expect(tab.loc("#prompt")).to_be_focused()
+    expect(tab.loc("#prompt")).to_have_value("yes sure")
+    expect(tab.loc(".answered")).to_have_count(0)
     expect(tab.loc("#busy")).to_be_visible()
     tab.page.keyboard.press("Escape")
     expect(tab.loc(".answered.denied")).to_have_text("denied (cancelled)")
@@ -297,7 +304,7 @@ def test_an_mcp_servers_question_is_answered_from_its_form(
     anthropic.add(reply("", ("mcp__feat__favourite", {})), reply("Blue it is."))
     tab = tabs(session_url(served, new_session(served)))
     tab.prompt("ask me")
-    ask = tab.loc(".ask:not(.question)")
+    ask = tab.loc(".ask.armed:not(.question)")
     expect(ask).to_be_focused()
     tab.page.keyboard.press("y")
     form = tab.loc("form.question")

@@ -9,6 +9,8 @@
 
 (function () {
   const TOKEN_KEY = "keel.token";
+  // Keys on a question card within this long of its appearing are ignored (typed for the prompt).
+  const KEY_GRACE_MS = 400;
   const $ = (id) => document.getElementById(id);
   const md = window.keelMarkdown;
 
@@ -572,8 +574,12 @@
         keys.n.click();
       }
     });
+    // Keys typed for something else just as the card appeared do not answer it: it takes keys
+    // once armed.
+    setTimeout(() => box.classList.add("armed"), KEY_GRACE_MS);
     box.addEventListener("keydown", (event) => {
       if (event.target !== box || event.ctrlKey || event.metaKey || event.altKey) return;
+      if (!box.classList.contains("armed")) return;
       const key = event.key.toLowerCase();
       if (key === "n" && !reason.value) {
         event.preventDefault();
@@ -588,7 +594,14 @@
     card.asks.appendChild(box);
     state.asks.set(data.request_id, box);
     card.root.scrollIntoView({ block: "nearest" });
-    box.focus({ preventScroll: true });
+    takeFocus(box);
+  }
+
+  /** Focus a new question card, unless the user is writing something (then Tab reaches it). */
+  function takeFocus(card) {
+    const active = document.activeElement;
+    const writing = active && (active.tagName === "TEXTAREA" || active.tagName === "INPUT") && active.value;
+    if (!writing) card.focus({ preventScroll: true });
   }
 
   function permissionAnswered(data) {
@@ -669,7 +682,7 @@
     });
     ctx.container.appendChild(form);
     state.asks.set(data.request_id, form);
-    form.focus();
+    takeFocus(form);
     scrollDown(true);
   }
 
@@ -942,7 +955,7 @@
         if (control.signal.aborted) return;
         if (err instanceof ApiError && err.status !== 0) {
           toast(err.message, err.hint);
-          if (err.status === 409 || err.status === 400) {
+          if (err.status === 409 || err.status === 400 || err.status === 404) {
             linkState("not following");
             return;
           }
