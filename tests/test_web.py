@@ -462,6 +462,74 @@ def test_a_hostile_transcript_renders_inert(
     assert not [r.url for r in tab.requests if r.url.endswith(("/x", "/y", "x.png"))]
 
 
+#: Markdown and what the renderer must build from it (tags, text and attributes only).
+MARKDOWN = [
+    ("a *b* **c** ~~d~~ `e`", "<p>a <em>b</em> <strong>c</strong> <s>d</s> <code>e</code></p>"),
+    ("## T\n\n> q\n\n---", "<h2>T</h2><blockquote><p>q</p></blockquote><hr>"),
+    ("- a\n  - b\n- c", "<ul><li><p>a</p><ul><li>b</li></ul></li><li>c</li></ul>"),
+    ("3. x\n4. y", '<ol start="3"><li>x</li><li>y</li></ol>'),
+    (
+        "| a | b |\n|---|:-:|\n| 1 | 2 |",
+        '<div class="table-wrap"><table><thead><tr><th>a</th>'
+        "<th>b</th></tr></thead><tbody><tr><td>1</td><td>2</td></tr></tbody></table></div>",
+    ),
+    ("```js\n<b>x</b>\n```", '<pre><code data-lang="js">&lt;b&gt;x&lt;/b&gt;</code></pre>'),
+    ("snake_case_name and 2 * 3 * 4", "<p>snake_case_name and 2 * 3 * 4</p>"),
+    ("line one\nline two", "<p>line one<br>line two</p>"),
+    (
+        "<https://a.example/x>",
+        '<p><a href="https://a.example/x" rel="noopener noreferrer '
+        'nofollow" target="_blank">https://a.example/x</a></p>',
+    ),
+    (
+        "[m](mailto:me@a.example)",
+        '<p><a href="mailto:me@a.example" rel="noopener noreferrer '
+        'nofollow" target="_blank">m</a></p>',
+    ),
+]
+#: Links that must not be links.
+INERT = [
+    "javascript:alert(1)",
+    "JaVaScRiPt:alert(1)",
+    " javascript:alert(1)",
+    "java\tscript:alert(1)",
+    "data:text/html,<script>alert(1)</script>",
+    "vbscript:x",
+    "//evil.example/x",
+    "/v1/sessions",
+    "file:///etc/passwd",
+]
+
+
+def test_the_markdown_renderer_builds_only_safe_nodes(served: Served, tabs: Any) -> None:
+    tab = tabs(f"{served.url}/")
+    render = "t => { const d = document.createElement('div'); keelMarkdown.render(t, d); return d.innerHTML; }"
+    got = [tab.page.evaluate(render, text) for text, _ in MARKDOWN]
+    assert got == [html for _, html in MARKDOWN]
+    for target in INERT:
+        html = tab.page.evaluate(render, f"[x]({target}) and ![y]({target})")
+        assert "<a" not in html, (target, html)
+    hostile = [
+        "<img src=x onerror=alert(1)>",
+        "<svg/onload=alert(1)>",
+        '[a](https://x.example/"onmouseover="alert(1))',
+        '<a href="javascript:alert(1)">x</a>',
+        "```\n</code><script>alert(1)</script>\n```",
+        "**<iframe src=//evil.example>**",
+    ]
+    allowed = {"P", "A", "CODE", "PRE", "STRONG", "EM", "S", "BR"}
+    for text in hostile:
+        tags = tab.page.evaluate(
+            "t => { const d = document.createElement('div'); keelMarkdown.render(t, d); "
+            "return [...d.querySelectorAll('*')].map(e => [e.tagName, "
+            "[...e.attributes].map(a => a.name)]); }",
+            text,
+        )
+        for tag, attributes in tags:
+            assert tag in allowed, (text, tag)
+            assert set(attributes) <= {"href", "rel", "target"}, (text, attributes)
+
+
 # -- the list ----------------------------------------------------------------------------------------
 
 

@@ -28,6 +28,8 @@
     return node;
   }
 
+  const LINKS = new Set(["image", "link", "autolink", "url"]);
+
   function link(parent, label, target) {
     const url = safeUrl(target);
     if (url === null) {
@@ -39,7 +41,7 @@
     a.href = url;
     a.rel = "noopener noreferrer nofollow";
     a.target = "_blank";
-    inline(label, a);
+    inline(label, a, true);
     parent.appendChild(a);
   }
 
@@ -58,7 +60,8 @@
   ];
   const STARTS = /[`!\[<h*_~\n]/g;
 
-  function inline(text, parent) {
+  /** Inline Markdown of `text` into `parent`; `inLink`: no links inside (a link's label). */
+  function inline(text, parent, inLink) {
     let plain = "";
     const flush = () => {
       if (plain) parent.appendChild(document.createTextNode(plain));
@@ -76,6 +79,7 @@
       i = next.index;
       let matched = false;
       for (const [kind, pattern] of INLINE) {
+        if (inLink && LINKS.has(kind)) continue;
         pattern.lastIndex = i;
         const m = pattern.exec(text);
         if (m === null) continue;
@@ -97,7 +101,7 @@
         } else {
           const tag = { strong: "strong", em: "em", strike: "s" }[kind];
           const node = el(tag);
-          inline(m[1] !== undefined ? m[1] : m[2], node);
+          inline(m[1] !== undefined ? m[1] : m[2], node, inLink);
           parent.appendChild(node);
         }
         break;
