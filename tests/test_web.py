@@ -486,6 +486,11 @@ MARKDOWN = [
         '<p><a href="mailto:me@a.example" rel="noopener noreferrer '
         'nofollow" target="_blank">m</a></p>',
     ),
+    (
+        "see https://a.example/x.",
+        '<p>see <a href="https://a.example/x" rel="noopener noreferrer nofollow" '
+        'target="_blank">https://a.example/x</a>.</p>',
+    ),
 ]
 #: Links that must not be links.
 INERT = [
