@@ -27,6 +27,7 @@
     contexts: new Map(), // parent tool_use_id (or "") -> where its events render
     listTimer: null,
     reloadWhenIdle: false, // opened mid-run: reload the transcript when the run ends
+    held: null, // events that arrive while the transcript reloads (then shown after it)
   };
 
   // -- small helpers -----------------------------------------------------------------------------
@@ -249,6 +250,7 @@
     resetTranscript();
     state.sid = sid;
     state.lastSeq = null;
+    state.held = null;
     $("conv-pane").hidden = false;
     document.body.classList.add("in-session");
     history.replaceState(null, "", `${location.pathname}${location.search}#session=${encodeURIComponent(sid)}`);
@@ -792,6 +794,7 @@
         break;
       case "gap":
         state.lastSeq = data.last_seq;
+        state.held = [];
         reloadAfterGap();
         break;
       case "cleared":
@@ -835,13 +838,19 @@
     if (session && state.sid === sid) showSession(session);
   }
 
+  /** The transcript again from the session file; events that arrive meanwhile are held and
+   * shown after it. */
   async function reloadAfterGap() {
     const sid = state.sid;
+    if (!state.held) state.held = [];
     await loadHistory(sid);
     const session = await attempt(() => api("GET", `/v1/sessions/${sid}`));
+    const held = state.held || [];
+    state.held = null;
     if (!session || state.sid !== sid) return;
     showSession(session);
     for (const pending of session.pending) handle(pending);
+    for (const data of held) handle(data);
   }
 
   async function refreshTasks() {
@@ -949,7 +958,8 @@
           } catch (_err) {
             return;
           }
-          handle(data);
+          if (state.held && data.type !== "gap") state.held.push(data);
+          else handle(data);
         });
       } catch (err) {
         if (control.signal.aborted) return;
