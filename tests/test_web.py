@@ -561,6 +561,14 @@ def test_fork_and_unload_from_the_list(
         assert c.get(f"/v1/sessions/{sid}").status_code == 404
         listed = {s["id"] for s in c.get("/v1/sessions").json()["sessions"]}
     assert {sid, forked} <= listed
+    # Opening it from the list loads it again (resume), its transcript from the file.
+    row.locator(".session-open").click()
+    expect(row.locator(".badge.loaded")).to_have_text("loaded")
+    expect(tab.loc("#conv-title")).to_have_text(sid)
+    expect(tab.loc("#transcript .user-text")).to_have_text(["hi"])
+    expect(tab.loc("#transcript .assistant")).to_have_text(["Hello."])
+    with served.client() as c:
+        assert c.get(f"/v1/sessions/{sid}").json()["loaded"] is True
 
 
 def test_a_phone_width_and_the_screenshot(
