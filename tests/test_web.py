@@ -255,7 +255,7 @@ def test_esc_interrupts_the_run(
     assert not (project / "x.txt").exists()
 
 
-def test_mode_switching_patches_the_session(served: Served, tabs: Any) -> None:
+def test_mode_switching_patches_the_session_and_clear_keeps_it(served: Served, tabs: Any) -> None:
     sid = new_session(served)
     tab = tabs(session_url(served, sid))
     expect(tab.loc("#mode")).to_have_value("default")
@@ -266,6 +266,14 @@ def test_mode_switching_patches_the_session(served: Served, tabs: Any) -> None:
                 break
             tab.page.wait_for_timeout(50)
         assert c.get(f"/v1/sessions/{sid}").json()["mode"] == "accept-edits"
+    # /clear: a fresh session with the same mode, the old one unloaded (its file stays).
+    tab.prompt("/clear")
+    expect(tab.loc("#conv-title")).not_to_have_text(sid)
+    fresh = tab.loc("#conv-title").text_content()
+    expect(tab.loc("#mode")).to_have_value("accept-edits")
+    with served.client() as c:
+        assert c.get(f"/v1/sessions/{fresh}").json()["mode"] == "accept-edits"
+        assert c.get(f"/v1/sessions/{sid}").status_code == 404
 
 
 def test_a_subagents_work_nests_under_the_call_that_started_it(
