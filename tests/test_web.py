@@ -398,6 +398,38 @@ def test_two_tabs_on_one_session_stay_in_step(
     assert (project / "notes.txt").read_text(encoding="utf-8") == "hi\n"
 
 
+def test_the_trace_link_opens_the_viewer_at_a_capability_url(
+    servers: Servers, anthropic: AnthropicServer, tabs: Any
+) -> None:
+    plain = servers.start()
+    sid = new_session(plain)
+    with plain.client() as c:
+        r = c.get(f"/v1/sessions/{sid}/trace")
+        assert (r.status_code, r.json()["error"]) == (404, f"session {sid} has no trace")
+    plain.proc.terminate()
+    plain.proc.wait(10)
+    served = servers.start(env={"KEEL_DEBUG": "1"})
+    anthropic.add(reply("Traced."))
+    tab = tabs(session_url(served, sid))
+    tab.prompt("trace me")
+    tab.result("done")
+    link = tab.loc("#trace-link")
+    expect(link).to_be_visible()
+    href = link.get_attribute("href")
+    assert href.startswith("/trace/")
+    assert TOKEN not in href
+    with tab.page.context.expect_page() as opened:
+        link.click()
+    viewer = opened.value
+    viewer.wait_for_selector("#ledger tbody tr")
+    assert viewer.url == f"{served.url}{href}"
+    with served.client(None) as c:
+        assert c.get(href).status_code == 200  # the capability is the credential
+        assert c.get("/trace/not-a-capability/").status_code == 404
+    with served.client(None, host="evil.example") as c:
+        assert c.get(href).status_code == 403
+
+
 # -- the token, and what the page will not do ------------------------------------------------------
 
 

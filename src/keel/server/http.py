@@ -31,7 +31,7 @@ from keel.llm.messages import Message, message_to_json, without_context
 from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
-from keel.server.webpage import is_open
+from keel.server.webpage import TRACES, TraceViews, is_open
 from keel.server.webpage import routes as web_routes
 
 #: The largest request body read (a prompt with a pasted file fits).
@@ -213,6 +213,7 @@ class Api:
         self.host = host
         self.keepalive = keepalive
         self.fleet = fleet or FleetRoutes(None)
+        self.traces = TraceViews()
 
     def hosted(self, request: Request) -> Hosted:
         return self.host.get(request.path_params["id"])
@@ -573,6 +574,24 @@ class Api:
             fork = {**fork, "loaded": True, "session": loaded.describe()}
         return JSONResponse(fork, 201)
 
+    async def trace(self, request: Request) -> Response:
+        """The address of the trace viewer over the session's debug trace (docs/web.md)."""
+        session_id = request.path_params["id"]
+        hosted = self.host.sessions.get(session_id)
+        path = hosted.path if hosted is not None else None
+        if path is None:
+            path = self.host._session_path(session_id, False)
+        # Where the tracer writes (keel.trace.tracer.default_directory): beside the session file.
+        directory = path.with_name(path.name.removesuffix(".jsonl") + ".trace")
+        if not (directory / "events.jsonl").is_file():
+            raise ApiError(
+                404,
+                f"session {path.stem} has no trace",
+                "traces are recorded with debug mode on: start keel serve with KEEL_DEBUG=1 "
+                'or set "debug": true in the settings',
+            )
+        return JSONResponse({"url": self.traces.capability(directory, request.url.port or 80)})
+
     async def tasks(self, request: Request) -> Response:
         hosted = self.hosted(request)
         return JSONResponse(
@@ -612,6 +631,8 @@ class Api:
             Route(f"{s}/fork", self.fork, methods=["POST"]),
             Route(f"{s}/tasks", self.tasks, methods=["GET"]),
             Route(f"{s}/tasks/{{task_id}}", self.stop_task, methods=["DELETE"]),
+            Route(f"{s}/trace", self.trace, methods=["GET"]),
+            Route(TRACES + "{capability}/{rest:path}", self.traces),
             *self.fleet.routes(),
             *web_routes(),
         ]

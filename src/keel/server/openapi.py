@@ -471,6 +471,13 @@ def spec() -> dict[str, Any]:
                     ),
                 )
             },
+            f"{sid}/trace": {
+                "get": _op(
+                    "The address of the trace viewer over the session's debug trace "
+                    "(a capability URL, /trace/…/, that needs no token; 404 without a trace)",
+                    _json(_obj(url=STR), "The viewer's path on this server"),
+                )
+            },
             f"{sid}/compact": {
                 "post": _op(
                     "Summarize the conversation now",

@@ -270,8 +270,26 @@
     $("prompt").focus();
   }
 
+  /** The link to the session's trace in the trace viewer, when it has one (debug mode). */
+  async function showTrace(sid) {
+    const link = $("trace-link");
+    if (!link.hidden && link.dataset.sid === sid) return;
+    link.hidden = true;
+    let found;
+    try {
+      found = await api("GET", `/v1/sessions/${sid}/trace`);
+    } catch (_err) {
+      return; // no trace (or the server is away): no link
+    }
+    if (state.sid !== sid) return;
+    link.href = found.url;
+    link.dataset.sid = sid;
+    link.hidden = false;
+  }
+
   function showSession(session) {
     state.session = session;
+    showTrace(session.id);
     $("conv-title").textContent = session.id;
     $("conv-title").title = `${session.model} in ${session.cwd}`;
     if (session.mode) $("mode").value = session.mode;
