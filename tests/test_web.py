@@ -365,7 +365,8 @@ def test_the_page_recovers_when_the_server_is_killed_and_started_again(
     expect(tab.loc("#link-state")).to_have_text("reconnecting…")
     second = servers.start("--port", str(first.port))
     assert second.url == first.url
-    expect(tab.loc("#link-state")).to_have_text("live")
+    # The page tries again at most 8 s apart.
+    expect(tab.loc("#link-state")).to_have_text("live", timeout=2 * WAIT)
     # Reloaded from the session file (the new server's ring said what it lost: a gap).
     expect(tab.loc("#transcript .assistant")).to_have_text(["First answer."])
     expect(tab.loc("#transcript .user-text")).to_have_text(["one"])

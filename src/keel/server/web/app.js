@@ -992,7 +992,7 @@
       if (control.signal.aborted) return;
       linkState("reconnecting…");
       await sleep(delay + Math.random() * delay);
-      delay = Math.min(delay * 2, 8000);
+      delay = Math.min(delay * 2, 4000); // so at most 8 s between tries, jitter included
     }
   }
 
