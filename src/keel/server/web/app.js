@@ -802,6 +802,7 @@
       case "status":
         setBusy(data.busy);
         if (!data.busy) refreshSession();
+        refreshList(); // its status, cost and last prompt
         if (!data.busy && state.reloadWhenIdle) {
           state.reloadWhenIdle = false;
           reloadAfterGap();
