@@ -1063,11 +1063,14 @@ def test_a_generated_token_is_printed_and_required(servers: Servers) -> None:
     try:
         assert proc.stdout is not None
         head = proc.stdout.readline().rstrip("\n")
+        open_line = proc.stdout.readline().rstrip("\n")
         token_line = proc.stdout.readline().rstrip("\n")
         url = head.split()[4]
         assert head == f"keel serve: listening on {url} for {servers.project}"
         assert token_line.startswith("keel serve: token ")
         token = token_line.removeprefix("keel serve: token ")
+        # The web page's address, the token in its fragment (docs/web.md).
+        assert open_line == f"keel serve: open {url}/#token={token}"
         assert len(token) == 64
         assert int(token, 16) >= 0
         with httpx.Client(base_url=url) as c:
@@ -1166,6 +1169,7 @@ def test_info_and_health(served: Served, project: Path, isolated_env: Path) -> N
             "pid": served.proc.pid,
             "loaded": [sid],
             "sandbox": {"ok": sandbox.ok, "detail": sandbox.detail},
+            "fleet": False,
         },
     )
 

@@ -21,6 +21,7 @@ def test_pages_and_files_are_served_with_the_csp_and_nothing_else(served: Served
             ("/fleet", "text/html"),
             ("/web/app.js", "text/javascript"),
             ("/web/app.css", "text/css"),
+            ("/web/markdown.js", "text/javascript"),
         ]:
             r = c.get(path)
             assert r.status_code == 200, (path, r.text)

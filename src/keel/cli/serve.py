@@ -171,12 +171,16 @@ def serve(argv: list[str]) -> int:
             file=sys.stderr,
         )
     print(f"keel serve: listening on http://{shown}:{port} for {cwd}", flush=True)
-    if generated:
-        print(f"keel serve: token {token}", flush=True)
     if fleet_url is not None:
         from keel.server.fleet_routes import redact
 
         print(f"keel serve: fronting the fleet at {redact(fleet_url)} (/v1/runs)", flush=True)
+    # The page reads the token from the fragment, which the browser never sends (docs/web.md).
+    local = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else shown
+    fragment = f"#token={token}" if generated else ""
+    print(f"keel serve: open http://{local}:{port}/{fragment}", flush=True)
+    if generated:
+        print(f"keel serve: token {token}", flush=True)
     return _run(
         sock,
         cwd,

@@ -27,12 +27,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from keel import __version__
 from keel.errors import KeelError, UserError
-from keel.llm.messages import without_context
+from keel.llm.messages import Message, message_to_json, without_context
 from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
 from keel.server.streams import Streams
-from keel.server.webpage import is_open
+from keel.server.webpage import TRACES, TraceViews, is_open
 from keel.server.webpage import routes as web_routes
 
 #: The largest request body read (a prompt with a pasted file fits).
@@ -214,6 +214,7 @@ class Api:
         self.host = host
         self.keepalive = keepalive
         self.fleet = fleet or FleetRoutes(None)
+        self.traces = TraceViews()
 
     def hosted(self, request: Request) -> Hosted:
         return self.host.get(request.path_params["id"])
@@ -239,6 +240,7 @@ class Api:
                 "pid": os.getpid(),
                 "loaded": sorted(self.host.sessions),
                 "sandbox": {"ok": sandbox.ok, "detail": sandbox.detail},
+                "fleet": self.fleet.url is not None,
             }
         )
 
@@ -361,7 +363,6 @@ class Api:
         return Response(status_code=204)
 
     async def messages(self, request: Request) -> Response:
-        from keel.llm.messages import message_to_json
         from keel.session.fold import FoldError, fold
         from keel.session.journal import read_records
 
@@ -377,7 +378,7 @@ class Api:
         return JSONResponse(
             {
                 "id": state.meta.id,
-                "messages": [message_to_json(m) for m in state.conversation.messages],
+                "messages": [_message_json(m) for m in state.conversation.messages],
                 "last_seq": hosted.ring.last_seq if hosted is not None else None,
             }
         )
@@ -448,6 +449,7 @@ class Api:
             {
                 "allow": (bool,),
                 "always": (bool,),
+                "session": (bool,),
                 "reason": STR,
                 "mode": STR,
                 "values": (dict, NONE),
@@ -466,10 +468,13 @@ class Api:
             if "allow" not in body or "values" in body:
                 raise ApiError(
                     400,
-                    "a permission question takes {allow, always, reason, mode}",
+                    "a permission question takes {allow, always, session, reason, mode}",
                     'e.g. {"allow": true}',
                 )
-            scope: Literal["once", "always"] = "always" if body.get("always") else "once"
+            # "session": allowed for the rest of this session, saved nowhere (the TUI's `s`).
+            scope: Literal["once", "session", "always"] = (
+                "always" if body.get("always") else "session" if body.get("session") else "once"
+            )
             mode = None
             if "mode" in body:  # a plan approval: the mode to go on in
                 from keel.permissions.gate import parse_mode
@@ -570,6 +575,24 @@ class Api:
             fork = {**fork, "loaded": True, "session": loaded.describe()}
         return JSONResponse(fork, 201)
 
+    async def trace(self, request: Request) -> Response:
+        """The address of the trace viewer over the session's debug trace (docs/web.md)."""
+        session_id = request.path_params["id"]
+        hosted = self.host.sessions.get(session_id)
+        path = hosted.path if hosted is not None else None
+        if path is None:
+            path = self.host._session_path(session_id, False)
+        # Where the tracer writes (keel.trace.tracer.default_directory): beside the session file.
+        directory = path.with_name(path.name.removesuffix(".jsonl") + ".trace")
+        if not (directory / "events.jsonl").is_file():
+            raise ApiError(
+                404,
+                f"session {path.stem} has no trace",
+                "traces are recorded with debug mode on: start keel serve with KEEL_DEBUG=1 "
+                'or set "debug": true in the settings',
+            )
+        return JSONResponse({"url": self.traces.capability(directory, request.url.port or 80)})
+
     async def tasks(self, request: Request) -> Response:
         hosted = self.hosted(request)
         return JSONResponse(
@@ -609,6 +632,8 @@ class Api:
             Route(f"{s}/fork", self.fork, methods=["POST"]),
             Route(f"{s}/tasks", self.tasks, methods=["GET"]),
             Route(f"{s}/tasks/{{task_id}}", self.stop_task, methods=["DELETE"]),
+            Route(f"{s}/trace", self.trace, methods=["GET"]),
+            Route(TRACES + "{capability}/{rest:path}", self.traces),
             *self.fleet.routes(),
             *Streams(self.host, keepalive=self.keepalive).routes(),
             *web_routes(),
@@ -647,6 +672,17 @@ def _provider_for(hosted: Hosted, spec: str) -> tuple[Any, str, Any]:
     except KeelError as exc:
         raise ApiError(400, f"{exc.message} (still on {hosted.model})", exc.hint) from exc
     return provider, ref.model, model_info(ref, settings.models)
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    """A message of the transcript; a user's text also as the user typed it (`typed`: without
+    the context and notes keel put around it), which is what a transcript shows."""
+    from keel.agent.mentions import typed_prompt
+
+    out = message_to_json(message)
+    if message.role == "user" and message.text:
+        out["typed"] = typed_prompt(message.text)
+    return out
 
 
 def _relative(cwd: Path) -> Callable[[Path], str]:

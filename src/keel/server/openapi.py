@@ -489,8 +489,9 @@ def spec() -> dict[str, Any]:
                             pid=INT,
                             loaded={"type": "array", "items": STR},
                             sandbox=_obj(ok=BOOL, detail=STR),
+                            fleet=BOOL,
                         ),
-                        "The server",
+                        "The server (fleet: it fronts a fleet, `--fleet`)",
                     ),
                     params=(),
                 )
@@ -575,12 +576,13 @@ def spec() -> dict[str, Any]:
             },
             f"{sid}/permissions/{{request_id}}": {
                 "post": _op(
-                    "Answer a permission question ({allow, always, reason}) or an MCP server's "
-                    "question ({values} or {reason})",
+                    "Answer a permission question ({allow, always, session, reason, mode}) or "
+                    "an MCP server's question ({values} or {reason})",
                     _json(_obj(request_id=STR, allow=BOOL, scope=STR, answered=BOOL), "Answered"),
                     body=_obj(
                         allow=BOOL,
                         always=BOOL,
+                        session=BOOL,
                         reason=STR,
                         mode=STR,
                         values={"type": ["object", "null"]},
@@ -589,6 +591,13 @@ def spec() -> dict[str, Any]:
                         SESSION,
                         {"name": "request_id", "in": "path", "required": True, "schema": STR},
                     ),
+                )
+            },
+            f"{sid}/trace": {
+                "get": _op(
+                    "The address of the trace viewer over the session's debug trace "
+                    "(a capability URL, /trace/…/, that needs no token; 404 without a trace)",
+                    _json(_obj(url=STR), "The viewer's path on this server"),
                 )
             },
             f"{sid}/compact": {

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["BODY_NAME", "read_records", "serve", "write_html"]
+__all__ = ["BODY_NAME", "live_app", "read_records", "serve", "write_html"]
 
 #: The only names a body file may have: `http/0001-request.json`, `http/0001-response.txt` and
 #: `http/0002-request.tail` (a body stored as what it adds to an earlier one, `request_delta`).
@@ -414,6 +414,13 @@ class _Guard:
             await send(message)
 
         await self.app(scope, receive, send_secure)
+
+
+def live_app(directory: Path, token: str, port: int) -> ASGIApp:
+    """The live viewer of the trace in `directory` as an ASGI app, at `/{token}/` on
+    127.0.0.1:`port` (or localhost): what `serve` runs, and what `keel serve` mounts for its
+    web page's trace links (docs/web.md)."""
+    return _app(directory, token, port)
 
 
 def serve(directory: Path, *, open_browser: bool, port: int = 0) -> None:
