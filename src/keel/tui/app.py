@@ -48,9 +48,9 @@ from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, Tool
 from keel.llm.messages import Text, Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui import commands as cmds
-from keel.tui.control import LOCAL_SETTINGS, Controller, finished_text
+from keel.tui.control import LOCAL_SETTINGS, Driver, finished_text
 from keel.tui.format import duration, key_argument, progress_text
-from keel.tui.history import History, history_path
+from keel.tui.history import History
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
 from keel.tui.screens import (
     PermissionScreen,
@@ -228,12 +228,11 @@ class KeelApp(App[int]):
         Binding("pagedown", "scroll_transcript(1)", show=False, priority=True),
     ]
 
-    def __init__(self, controller: Controller, *, prompt: str = "") -> None:
+    def __init__(self, controller: Driver, *, prompt: str = "") -> None:
         super().__init__()
         self.controller = controller
         self.initial_prompt = prompt
-        root = controller.agent.ctx.root
-        self.history = History(history_path(root) if controller.factory.keep_sessions else None)
+        self.history = History(controller.history_file())
         self._queue: deque[ViewEvent | _Reset] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -340,27 +339,13 @@ class KeelApp(App[int]):
             total=status.tokens,
         )
         self.activity.set_running(status.since)
+        if status.remote:
+            self.status_line_bar.set_line(status.remote)
         if self.status_line is not None:
             self.status_line.request()
 
     def _start_status_line(self) -> None:
-        config = self.controller.factory.settings.status_line
-        if config is None:
-            return
-        import os
-        import time
-
-        from keel.tui.statusline import StatusLine, payload
-
-        started = time.monotonic()
-        controller = self.controller
-        self.status_line = StatusLine(
-            config,
-            lambda: payload(controller.agent, context=controller.context, started=started),
-            lambda line: self.status_line_bar.set_line(line, config.padding),
-            cwd=str(controller.agent.cwd),
-            env=dict(os.environ),
-        )
+        self.status_line = self.controller.status_line(self.status_line_bar.set_line)
 
     async def on_unmount(self) -> None:
         if self.status_line is not None:
@@ -467,7 +452,7 @@ class KeelApp(App[int]):
                 self.todos.todos = []
                 self.todos.refresh_list()
                 status = self.controller.status()
-                await self._add(Welcome(status.model, self.controller.agent.cwd, __version__))
+                await self._add(Welcome(status.model, self.controller.cwd, __version__))
                 for e in replayed:
                     await self._render(e)
                 self.refresh_status()
@@ -613,7 +598,7 @@ class KeelApp(App[int]):
         self.controller.submit(text)
 
     def exit(self, result: int | None = 0, return_code: int = 0, message: Any = None) -> None:
-        self.controller.interrupt()
+        self.controller.leave()
         super().exit(result, return_code, message)
 
     @on(TextArea.Changed, "#prompt")
@@ -626,7 +611,7 @@ class KeelApp(App[int]):
         before = prompt.get_text_range((0, 0), prompt.cursor_location)
         if before.startswith("/") and not any(c.isspace() for c in before):
             names = {n: b.summary for n, b in cmds.BUILTINS.items()}
-            names.update(cmds.extension_names(self.controller.agent))
+            names.update(self.controller.command_names())
             typed = before[1:]
             self._offer(
                 [(f"/{n}", f"/{n}  {d}") for n, d in sorted(names.items()) if n.startswith(typed)][
@@ -642,8 +627,10 @@ class KeelApp(App[int]):
         self._offer([(path, path) for path in complete(found[1], files)])
 
     async def _project_files(self) -> list[str]:
+        root = self.controller.local_files()
+        if root is None:
+            return []
         if time.monotonic() - self._files_at > FILES_TTL:
-            root = self.controller.agent.cwd
             self._files = with_folders(await asyncio.to_thread(project_files, root))
             self._files_at = time.monotonic()
         return self._files
