@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import Markdown
 
 from keel.agent.events import (
     AssistantMessage,
@@ -54,8 +55,8 @@ from keel.testing.anthropic_server import AnthropicServer
 from keel.tui.app import KeelApp
 from keel.tui.format import typed_prompt
 from keel.tui.remote import Connection, RemoteController, open_session
-from keel.tui.screens import PermissionScreen
-from keel.tui.widgets import NoticeLine, StatusLineBar, ToolCard, UserPrompt
+from keel.tui.screens import PermissionScreen, PlanScreen
+from keel.tui.widgets import CommandOutput, NoticeLine, StatusLineBar, ToolCard, UserPrompt
 from keel.tui.widgets import Reply as ReplyWidget
 from tests.server_helpers import (  # noqa: F401
     TOKEN,
@@ -171,7 +172,7 @@ def remote(app: KeelApp) -> RemoteController:
     return app.controller
 
 
-async def wait_until(pilot: Any, test: Callable[[], bool], within: float = 15.0) -> None:
+async def wait_until(pilot: Any, test: Callable[[], bool], within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not test():
         assert time.monotonic() < deadline, "timed out"
@@ -184,7 +185,7 @@ async def send(pilot: Any, app: KeelApp, text: str) -> None:
 
 
 async def settle(pilot: Any, app: KeelApp) -> None:
-    await asyncio.wait_for(app.idle(), 20)
+    await asyncio.wait_for(app.idle(), 40)
     await pilot.pause()
 
 
@@ -289,7 +290,7 @@ async def test_escape_interrupts_the_run_on_the_server(
 
 async def test_detaching_leaves_the_run_going(served: Served, anthropic: AnthropicServer) -> None:
     slow = reply("Finished without you.")
-    slow.delay = 1.0
+    slow.delay = 2.0
     anthropic.add(slow)
     async with attached(served, new=True) as app:
         sid = remote(app).session_id
@@ -298,9 +299,10 @@ async def test_detaching_leaves_the_run_going(served: Served, anthropic: Anthrop
             await wait_until(pilot, lambda: remote(app).running)
             await pilot.press("ctrl+d")  # detach
             await pilot.pause()
-    assert describe(served, sid)["busy"] is True
+        # It left before the run ended: no result had reached it.
+        assert "result" not in [f.event for f in remote(app).frames]
     with served.client() as c:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while c.get(f"/v1/sessions/{sid}").json()["busy"]:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
@@ -343,71 +345,192 @@ async def test_attaching_mid_run_shows_what_happened_and_follows(
     assert (project / "count.txt").read_text() == "2\n"
 
 
+async def test_plan_approval_and_mode_changes_go_to_the_server(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    plan = "## Plan\n\n1. Set X to 2 in `util.py`."
+    edit = {"path": "util.py", "old_string": "X = 1", "new_string": "X = 2"}
+    anthropic.add(
+        reply("", ("exit_plan_mode", {"plan": plan})), reply("", ("read", {"path": "util.py"}))
+    )
+    anthropic.add(reply("", ("edit", edit)), reply("Done."))
+    async with attached(served, new=True) as app, app.run_test(size=SIZE) as pilot:
+        sid = remote(app).session_id
+        await pilot.press("shift+tab", "shift+tab")  # default → accept-edits → plan
+        await wait_until(pilot, lambda: describe(served, sid)["mode"] == "plan")
+        await settle(pilot, app)
+        assert remote(app).status().mode == "plan"
+        await send(pilot, app, "set X to 2")
+        await wait_until(pilot, lambda: bool(app.screen.query(Markdown)))
+        assert isinstance(app.screen, PlanScreen)
+        assert app.screen.query_one(Markdown).source == plan
+        await pilot.press("1")  # yes, and accept edits
+        await settle(pilot, app)
+        assert (project / "util.py").read_text() == "X = 2\n"
+        assert describe(served, sid)["mode"] == "accept-edits"
+        assert remote(app).status().mode == "accept-edits"
+        assert transcript(app)[-1] == ("reply", "Done.")
+
+
+async def test_slash_commands_run_on_the_server_or_say_they_cannot(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    anthropic.add(
+        reply("", ("write", {"path": "new.txt", "content": "new\n"})),
+        reply("Wrote it."),
+        reply("<summary>We wrote new.txt.</summary>"),  # the compaction
+    )
+    async with (
+        attached(served, new=True, mode="accept-edits") as app,
+        app.run_test(size=SIZE) as pilot,
+    ):
+        sid = remote(app).session_id
+        await send(pilot, app, "write new.txt")
+        await settle(pilot, app)
+        assert (project / "new.txt").exists()
+        for line in ("/undo", "/model anthropic/claude-opus-4-1", "/init", "!ls"):
+            await send(pilot, app, line)
+            await settle(pilot, app)
+        assert not (project / "new.txt").exists()
+        outputs = [
+            (w.border_title, w.text, w.kind)
+            for w in app.transcript.children
+            if isinstance(w, CommandOutput)
+        ]
+        assert outputs == [
+            ("/undo", "Undid **write new.txt**\n- removed `new.txt`", "markdown"),
+            (
+                "error",
+                "/init works in a local session only (keel in the project), not in an "
+                "attached one: /help lists what does",
+                "error",
+            ),
+            (
+                "error",
+                "!commands run on this machine, not the server's: not in an attached session",
+                "error",
+            ),
+        ]
+        assert notices(app)[-1] == "· model: anthropic/claude-opus-4-1 (from the next request on)"
+        assert describe(served, sid)["model"] == "anthropic/claude-opus-4-1"
+        # /fork and /clear: the screen follows the new session.
+        await send(pilot, app, "/fork")
+        await wait_until(pilot, lambda: remote(app).session_id != sid)
+        await settle(pilot, app)
+        forked = remote(app).session_id
+        assert notices(app)[-1] == f"· forked from {sid}: now session {forked}"
+        assert [kind for kind, _ in transcript(app)] == ["prompt", "tool", "reply"]
+        assert transcript(app)[-1] == ("reply", "Wrote it.")
+        await send(pilot, app, "/compact")
+        await settle(pilot, app)
+        assert notices(app)[-1].startswith("· compacted: 120 → ")
+        await send(pilot, app, "/clear")
+        await wait_until(pilot, lambda: remote(app).session_id != forked)
+        await settle(pilot, app)
+        cleared = remote(app).session_id
+        bar = str(app.query_one(StatusLineBar).render())
+        assert bar == f"attached to {served.url} · session {cleared}"
+        assert notices(app)[-1] == f"· a fresh context (/clear): now session {cleared}"
+
+
+async def test_ctrl_c_detaches_without_stopping_the_run(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    write = reply("", ("write", {"path": "later.txt", "content": "x\n"}))
+    anthropic.add(write, reply("Written after all."))
+    async with attached(served, new=True) as app:
+        sid = remote(app).session_id
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "write later.txt")
+            await wait_until(pilot, lambda: isinstance(app.screen, PermissionScreen))
+            await pilot.press("ctrl+c")  # on a card of an attached session: only arms the quit
+            await pilot.pause()
+            assert isinstance(app.screen, PermissionScreen)
+            await pilot.press("ctrl+c")
+            await wait_until(pilot, lambda: not app.is_running)
+    with served.client() as c:
+        # The question still waits, for whoever attaches next.
+        [pending] = c.get(f"/v1/sessions/{sid}/permissions").json()["pending"]
+        assert pending["tool_use_id"] == tool_id(write)
+        assert c.get(f"/v1/sessions/{sid}").json()["busy"] is True
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 
-def run_attach(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k != "KEEL_SERVER_TOKEN"}
-    return subprocess.run(
-        [sys.executable, "-m", "keel", "attach", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**full, **(env or {})},
-    )
-
-
 def test_errors_are_one_line_with_a_hint(
-    served: Served, anthropic: AnthropicServer, tmp_path: Path
+    served: Served,
+    anthropic: AnthropicServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    token_env = {"KEEL_SERVER_TOKEN": TOKEN}
+    """Each failure before the screen opens, through the command's own entry point (in this
+    process: its stdin is no terminal): one line on stderr with a hint, exit 2."""
+    from keel.cli.main import main
+
     readable = tmp_path / "token"
     readable.write_text(TOKEN, encoding="utf-8")
     readable.chmod(0o644)
-    cases = {
-        "not a URL": (("localhost",), {}, "error: 'localhost' is not an http:// address"),
-        "no token": ((served.url,), {}, "error: no token for the server"),
+    monkeypatch.delenv("KEEL_SERVER_TOKEN", raising=False)
+    cases: dict[str, tuple[tuple[str, ...], bool, str]] = {
+        "not a URL": (("localhost",), False, "error: 'localhost' is not an http:// address"),
+        "no token": ((served.url,), False, "error: no token for the server"),
         "readable token file": (
             (served.url, "--token-file", str(readable)),
-            {},
+            False,
             f"error: --token-file {readable} can be read by other users (mode 0644)",
         ),
         "wrong token": (
             (f"{served.url}/#token=wrong-token-0123456789",),
-            {},
+            False,
             "error: the server refused the token: wrong bearer token",
         ),
         "unreachable": (
             ("http://127.0.0.1:9",),
-            token_env,
+            True,
             "error: cannot reach keel serve at http://127.0.0.1:9",
         ),
-        "not keel": ((anthropic.url,), token_env, f"error: {anthropic.url} is not a keel serve"),
-        "no sessions": ((served.url,), token_env, f"error: no sessions on {served.url} yet"),
+        "not keel": ((anthropic.url,), True, f"error: {anthropic.url} is not a keel serve"),
+        "no sessions": ((served.url,), True, f"error: no sessions on {served.url} yet"),
         "no such session": (
             (served.url, "nosuch"),
-            token_env,
+            True,
             f"error: no session 'nosuch' on {served.url}",
         ),
         "model without --new": (
             (served.url, "--model", "x/y"),
-            token_env,
+            True,
             "error: --model and --mode apply to a new session",
         ),
         "no terminal": (
             (f"{served.url}/#token={TOKEN}", "--new"),
-            {},
+            False,
             "error: keel attach needs a terminal",
         ),
     }
-    for name, (args, env, expected) in cases.items():
-        done = run_attach(*args, env=env)
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2, (name, done.stderr)
-        assert len(lines) == 1, (name, done.stderr)
-        assert "(hint: " in lines[0], (name, done.stderr)
+    for name, (args, env_token, expected) in cases.items():
+        if env_token:
+            monkeypatch.setenv("KEEL_SERVER_TOKEN", TOKEN)
+        else:
+            monkeypatch.delenv("KEEL_SERVER_TOKEN", raising=False)
+        code = main(["attach", *args])
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2, (name, err)
+        assert len(lines) == 1, (name, err)
+        assert "(hint: " in lines[0], (name, err)
         assert expected in lines[0], (name, lines[0])
-        assert "Traceback" not in done.stderr
+    # And as a process of its own: no traceback, the same line.
+    done = subprocess.run(
+        [sys.executable, "-m", "keel", "attach", f"{served.url}/#token=wrong-token-0123456789"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("keel: error: the server refused the token: wrong bearer token")
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 # -- the hand-over -----------------------------------------------------------------------------

@@ -80,7 +80,17 @@ def attach(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     base, fragment = server_address(args.url)
     token = token_for(fragment, args.token_file, dict(os.environ))
+    if args.new:
+        need_terminal()  # before a session is made that nobody would drive
     return asyncio.run(_attach(args, base, token))
+
+
+def need_terminal() -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UserError(
+            "keel attach needs a terminal",
+            hint="script the server over HTTP instead (docs/server.md)",
+        )
 
 
 async def _attach(args: argparse.Namespace, base: str, token: str) -> int:
@@ -98,11 +108,7 @@ async def _attach(args: argparse.Namespace, base: str, token: str) -> int:
         )
         controller = RemoteController(connection, described)
         await controller.load()
-        if not (sys.stdin.isatty() and sys.stdout.isatty()):
-            raise UserError(
-                "keel attach needs a terminal",
-                hint="script the server over HTTP instead (docs/server.md)",
-            )
+        need_terminal()
     except BaseException:
         await connection.aclose()
         raise

@@ -691,19 +691,22 @@ class KeelApp(App[int]):
     def action_ctrl_c(self) -> None:
         """As in Claude Code and Codex: the first Ctrl+C stops what runs (a model's stream, a
         tool, a `!cmd`); on an idle, empty prompt a second one within `QUIT_WINDOW` quits (the
-        first says so under the prompt). With text in the prompt, it clears the prompt."""
+        first says so under the prompt). With text in the prompt, it clears the prompt. In an
+        attached session (`keel attach`) Ctrl+C never stops the server's work: it only detaches
+        (Esc interrupts)."""
         screen = self.screen
         now = time.monotonic()
+        stops = self.controller.ctrl_c_stops
         if isinstance(screen, QuitScreen):
             screen.dismiss(True)
-        elif isinstance(screen, _Question):
+        elif isinstance(screen, _Question) and stops:
             screen.action_interrupt()  # stops the turn the question belongs to
             self._arm_quit(now)
         elif isinstance(screen, PickerScreen):
             screen.action_cancel()
-        elif self.controller.interrupt():
+        elif stops and self.controller.interrupt():
             self._arm_quit(now)
-        elif self.prompt.text:
+        elif self.prompt.text and not isinstance(screen, _Question):
             self.prompt.clear_prompt()
             self._offer([])
         elif self._quit_armed and now - self._quit_armed < QUIT_WINDOW:

@@ -95,6 +95,10 @@ class Driver(Protocol):
     def cwd(self) -> Path:
         """The project, as the welcome line names it."""
 
+    @property
+    def ctrl_c_stops(self) -> bool:
+        """Ctrl+C stops what runs (here), or only ever quits (an attached session's work)."""
+
     def attach(self, ui: FrontEnd) -> None: ...
 
     def begin(self, prompt: str = "") -> None: ...
@@ -309,6 +313,8 @@ class Controller:
     @property
     def cwd(self) -> Path:
         return self.agent.cwd
+
+    ctrl_c_stops = True
 
     def leave(self) -> None:
         self.interrupt()

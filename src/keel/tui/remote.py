@@ -258,7 +258,6 @@ class RemoteController:
     def __init__(self, connection: Connection, described: dict[str, Any]) -> None:
         self.connection = connection
         self._ui: FrontEnd | None = None
-        self._describe(described)
         self.decoder = EventDecoder()
         self.transcript: list[ViewEvent] = []
         self.last_seq = 0
@@ -267,8 +266,9 @@ class RemoteController:
         self.cost = 0.0
         self.tokens = 0
         #: The server's `status`: a piece of work runs (or a prompt was just sent).
-        self.running = bool(described.get("busy"))
-        self._since: float | None = time.monotonic() if self.running else None
+        self.running = False
+        self._since: float | None = None
+        self._describe(described)
         self._sent = False
         self.queue: list[str] = []
         self.exited = False
@@ -278,8 +278,8 @@ class RemoteController:
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._answered: set[str] = set()
         self._idle = asyncio.Event()
-        if not self.running:
-            self._idle.set()
+        self._patching = asyncio.Lock()
+        self._settle()
         #: Called with each frame as it is handled (tests measure the hand-over with it).
         self.frames: list[Frame] = []
 
@@ -289,6 +289,8 @@ class RemoteController:
         self.mode: str = described.get("mode") or "allow-all"
         self.project = Path(described.get("cwd") or ".")
         self.pending: list[dict[str, Any]] = list(described.get("pending") or [])
+        self.running = bool(described.get("busy"))
+        self._since = (self._since or time.monotonic()) if self.running else None
         if "cost_usd" in described:
             self.cost = float(described["cost_usd"])
             self.tokens = sum(int(v) for v in (described.get("usage") or {}).values())
@@ -320,6 +322,9 @@ class RemoteController:
     @property
     def cwd(self) -> Path:
         return self.project
+
+    #: Ctrl+C detaches; only Esc stops the server's work.
+    ctrl_c_stops = False
 
     def attach(self, ui: FrontEnd) -> None:
         self._ui = ui
@@ -392,8 +397,14 @@ class RemoteController:
             await self.connection.request(
                 "POST", f"/v1/sessions/{self.session_id}/prompt", {"text": text.rstrip()}
             )
-        except KeelError:
+        except ServerRefused as exc:
             self._sent = False
+            if exc.status == 409:  # another client's work runs: this prompt waits for it
+                self.queue.insert(0, text)
+                self.show(Notice(f"queued behind the running work: {one_line(text, 60)}"))
+                self.running = True
+                self._idle.clear()
+                return
             self._settle()
             raise
 
@@ -409,6 +420,8 @@ class RemoteController:
     def cycle_mode(self) -> Mode:
         i = MODE_CYCLE.index(self.mode) if self.mode in MODE_CYCLE else -1
         mode = MODE_CYCLE[(i + 1) % len(MODE_CYCLE)]
+        self.mode = mode  # the next Shift+Tab cycles on from here, before the server answers
+        self.refresh()
         self._spawn(self._set_mode(mode))
         return mode
 
@@ -618,6 +631,10 @@ class RemoteController:
         """Follow another session of the server from now on (after /clear, /fork)."""
         described = await self.connection.request("GET", f"/v1/sessions/{session_id}")
         self._describe(described)
+        if self.busy:
+            self._idle.clear()
+        else:
+            self._settle()
         self.last_seq = 0
         self.decoder = EventDecoder()
         await self.load()
@@ -709,9 +726,13 @@ class RemoteController:
                 )
 
     async def _set_mode(self, mode: Mode) -> None:
-        described = await self.connection.request(
-            "PATCH", f"/v1/sessions/{self.session_id}", {"mode": mode}
-        )
+        async with self._patching:  # in the order they were asked for (a lock is first come)
+            try:
+                described = await self.connection.request(
+                    "PATCH", f"/v1/sessions/{self.session_id}", {"mode": mode}
+                )
+            finally:
+                self._spawn(self._refresh_description())
         self.mode = described.get("mode") or mode
         self.show(Notice(f"mode: {self.mode}"))
         self.refresh()
