@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -455,6 +456,29 @@ async def test_ctrl_c_detaches_without_stopping_the_run(
         assert c.get(f"/v1/sessions/{sid}").json()["busy"] is True
 
 
+async def test_a_restarted_server_is_reconnected_and_the_session_reloaded(
+    servers: Servers, anthropic: AnthropicServer
+) -> None:
+    served = servers.start()
+    anthropic.add(reply("Before."), reply("After."))
+    async with attached(served, new=True) as app, app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "one")
+        await settle(pilot, app)
+        served.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(served.proc.wait, 30)
+        await wait_until(pilot, lambda: any("server is stopping" in n for n in notices(app)))
+        servers.start("--port", str(served.port))  # the same address
+        await wait_until(pilot, lambda: "· reloaded the session on the server" in notices(app))
+        await send(pilot, app, "two")
+        await settle(pilot, app)
+        assert transcript(app) == [
+            ("prompt", "one"),
+            ("reply", "Before."),
+            ("prompt", "two"),
+            ("reply", "After."),
+        ]
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 
@@ -658,9 +682,7 @@ def test_keel_attach_in_a_real_terminal(
         term.type("say hello")
         term.keys("Enter")
         term.wait_for("Hello from the server.")
-        term.keys("C-c")  # on an empty prompt: says how to quit
-        term.wait_for("press Ctrl+C again to quit")
-        term.keys("C-c")
+        term.keys("C-d")  # on an empty prompt: detach
         screen = term.wait_for("Detached from session")
         assert f"To come back: keel attach {served.url} " in screen.replace("\n", "")
         assert TOKEN not in screen

@@ -23,6 +23,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
+from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Collapsible, TextArea
 
@@ -222,7 +223,8 @@ class KeelApp(App[int]):
         Binding("ctrl+c", "ctrl_c", "clear / quit", priority=True, show=False),
         Binding("shift+tab", "cycle_mode", "mode", priority=True, show=False),
         Binding("escape", "escape", "interrupt", show=False),
-        Binding("ctrl+d", "ctrl_d", "quit", show=False),
+        # Priority: the prompt (a TextArea) would take Ctrl+D as "delete right" and never quit.
+        Binding("ctrl+d", "ctrl_d", "quit", show=False, priority=True),
         Binding("ctrl+o", "toggle_details", "details", show=False),
         Binding("pageup", "scroll_transcript(-1)", show=False, priority=True),
         Binding("pagedown", "scroll_transcript(1)", show=False, priority=True),
@@ -725,8 +727,13 @@ class KeelApp(App[int]):
             self.key_hint.say("")
 
     def action_ctrl_d(self) -> None:
-        if not self.prompt.text:
-            self.exit(0)
+        """Quit on an empty prompt; else what Ctrl+D does in a text field (delete right)."""
+        if isinstance(self.screen, ModalScreen) or self.prompt.text:
+            delete_right = getattr(self.focused, "action_delete_right", None)
+            if delete_right is not None:
+                delete_right()
+            return
+        self.exit(0)
 
     def _offer_quit(self) -> None:
         if any(isinstance(s, QuitScreen) for s in self.screen_stack):

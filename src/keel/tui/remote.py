@@ -574,8 +574,11 @@ class RemoteController:
 
     async def _refresh_description(self) -> None:
         """The model, mode and cost as the server has them (another client may have changed
-        them)."""
-        described = await self.connection.request("GET", f"/v1/sessions/{self.session_id}")
+        them); a server away now is said by the stream, not here."""
+        try:
+            described = await self.connection.request("GET", f"/v1/sessions/{self.session_id}")
+        except ServerRefused:
+            return
         self.model = described.get("model") or self.model
         self.mode = described.get("mode") or self.mode
         self.cost = float(described.get("cost_usd", self.cost))
