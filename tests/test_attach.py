@@ -48,15 +48,26 @@ from keel.agent.loop import RunResult
 from keel.app.jsonin import EventDecoder
 from keel.app.jsonout import event_json, result_json
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
-from keel.llm.messages import Message, Text, Thinking, ToolUse, Usage, tool_result
+from keel.llm.messages import (
+    Message,
+    Text,
+    Thinking,
+    ToolUse,
+    Usage,
+    assistant,
+    message_to_json,
+    tool_result,
+    user,
+)
 from keel.session.fold import fold
 from keel.session.journal import read_records
 from keel.testing import reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.tui.app import KeelApp
 from keel.tui.format import typed_prompt
-from keel.tui.remote import Connection, RemoteController, open_session
-from keel.tui.screens import PermissionScreen, PlanScreen
+from keel.tui.remote import Connection, Frame, RemoteController, open_session
+from keel.tui.screens import PermissionScreen, PlanScreen, QuestionScreen
+from keel.tui.view import PromptSubmitted
 from keel.tui.widgets import CommandOutput, NoticeLine, StatusLineBar, ToolCard, UserPrompt
 from keel.tui.widgets import Reply as ReplyWidget
 from tests.server_helpers import (  # noqa: F401
@@ -479,6 +490,87 @@ async def test_a_restarted_server_is_reconnected_and_the_session_reloaded(
         ]
 
 
+class ScriptedConnection(Connection):
+    """A server that answers from the test: each `events` call streams the next list of
+    frames, then holds the stream open; requests answer from `answers` and are recorded."""
+
+    def __init__(self, streams: list[list[Frame]], answers: dict[str, Any]) -> None:
+        self.url = "http://127.0.0.1:1"
+        self.streams = streams
+        self.answers = answers
+        self.sent: list[tuple[str, str, dict[str, Any] | None]] = []
+        self.followed_after: list[int] = []
+
+    async def aclose(self) -> None:
+        return None
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        self.sent.append((method, path, body))
+        return self.answers.get(f"{method} {path}", {})
+
+    async def events(self, session: str, after: int) -> AsyncIterator[Frame]:
+        self.followed_after.append(after)
+        for frame in self.streams.pop(0) if self.streams else []:
+            yield frame
+        await asyncio.Event().wait()  # open until the follower goes
+
+
+def user_message(text: str) -> dict[str, Any]:
+    return message_to_json(user(text))
+
+
+def assistant_message(text: str) -> dict[str, Any]:
+    return message_to_json(assistant(text))
+
+
+SCRIPTED = {"id": "s1", "model": "anthropic/claude-sonnet-4-5", "mode": "default", "cwd": "/p"}
+
+
+async def test_a_gap_reloads_the_transcript_and_follows_on_from_the_server_s_seq() -> None:
+    gap = {"type": "gap", "after": 3, "first": 10, "last_seq": 12, "reason": "no longer held"}
+    connection = ScriptedConnection(
+        [[Frame(None, "gap", gap)], [Frame(13, "notice", {"type": "notice", "text": "later"})]],
+        {"GET /v1/sessions/s1/messages": {"messages": [user_message("hi")], "last_seq": 3}},
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    assert controller.transcript == [PromptSubmitted("hi")]
+    # What the session file holds by the time the gap is read.
+    connection.answers["GET /v1/sessions/s1/messages"] = {
+        "messages": [user_message("hi"), assistant_message("Hello."), user_message("more")],
+        "last_seq": 12,
+    }
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: "· later" in notices(app))
+        assert transcript(app) == [("prompt", "hi"), ("reply", "Hello."), ("prompt", "more")]
+    await controller.close()
+    assert connection.followed_after == [3, 12]
+
+
+async def test_an_mcp_question_is_answered_over_http() -> None:
+    question = {
+        "type": "question",
+        "request_id": "q1",
+        "source": "tickets",
+        "message": "Which ticket?",
+        "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+    connection = ScriptedConnection(
+        [[Frame(5, "question", question)]],
+        {"GET /v1/sessions/s1/messages": {"messages": [], "last_seq": 4}},
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press("4", "2", "enter")
+        posted = ("POST", "/v1/sessions/s1/permissions/q1", {"values": {"id": 42}})
+        await wait_until(pilot, lambda: posted in connection.sent)
+    await controller.close()
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 
@@ -614,7 +706,7 @@ async def test_one_session_moves_from_attach_to_a_browser_to_a_second_attach(
         # 3. A terminal on "machine B", mid-task.
         monkeypatch.setenv("HOME", str(tmp_path / "home-b"))
         began = time.monotonic()
-        async with attached(served, sid) as app:
+        async with attached(served) as app:  # `keel attach URL`: the latest session
             start_seq = remote(app).last_seq
             async with app.run_test(size=SIZE) as pilot:
                 await wait_until(pilot, lambda: isinstance(app.screen, PermissionScreen))
