@@ -446,8 +446,11 @@ async def test_slash_commands_run_on_the_server_or_say_they_cannot(
 
 
 async def test_ctrl_c_detaches_without_stopping_the_run(
-    served: Served, anthropic: AnthropicServer
+    served: Served, anthropic: AnthropicServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from keel.tui import app as tui_app
+
+    monkeypatch.setattr(tui_app, "QUIT_WINDOW", 60.0)  # a loaded machine is slow between keys
     write = reply("", ("write", {"path": "later.txt", "content": "x\n"}))
     anthropic.add(write, reply("Written after all."))
     async with attached(served, new=True) as app:
@@ -770,12 +773,12 @@ def test_keel_attach_in_a_real_terminal(
             **{k: os.environ[k] for k in ("KEEL_HOME", "KEEL_CONFIG_DIR", "HOME", "PATH")},
         }
         term.start(keel_argv("attach", f"{served.url}/#token={TOKEN}", "--new"), env)
-        term.wait_for(f"attached to {served.url}")
+        term.wait_for(f"attached to {served.url}", timeout=60)
         term.type("say hello")
         term.keys("Enter")
-        term.wait_for("Hello from the server.")
+        term.wait_for("Hello from the server.", timeout=60)
         term.keys("C-d")  # on an empty prompt: detach
-        screen = term.wait_for("Detached from session")
+        screen = term.wait_for("Detached from session", timeout=60)
         assert f"To come back: keel attach {served.url} " in screen.replace("\n", "")
         assert TOKEN not in screen
     finally:
