@@ -584,8 +584,8 @@ def test_errors_are_one_line_with_a_hint(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each failure before the screen opens, through the command's own entry point (in this
-    process: its stdin is no terminal): one line on stderr with a hint, exit 2."""
+    """Each failure before the screen opens, through the command's own entry point: one line on
+    stderr with a hint, exit 2."""
     from keel.cli.main import main
 
     readable = tmp_path / "token"
@@ -622,11 +622,6 @@ def test_errors_are_one_line_with_a_hint(
             True,
             "error: --model and --mode apply to a new session",
         ),
-        "no terminal": (
-            (f"{served.url}/#token={TOKEN}", "--new"),
-            False,
-            "error: keel attach needs a terminal",
-        ),
     }
     for name, (args, env_token, expected) in cases.items():
         if env_token:
@@ -650,6 +645,30 @@ def test_errors_are_one_line_with_a_hint(
     assert done.returncode == 2
     assert done.stderr.startswith("keel: error: the server refused the token: wrong bearer token")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_line_mode_prompts_and_detaches(served: Served, anthropic: AnthropicServer) -> None:
+    """`keel attach --no-tui` (and any attach whose stdin is not a terminal): the same session
+    line by line; the end of stdin detaches."""
+    anthropic.add(reply("Hello from the server."))
+    done = subprocess.run(
+        [sys.executable, "-m", "keel", "attach", f"{served.url}/#token={TOKEN}", "--new"],
+        input="say hello\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "say hello" in out
+    assert "Hello from the server." in out
+    with served.client() as c:
+        [sid] = [s["id"] for s in c.get("/v1/sessions").json()["sessions"]]
+    assert out.rstrip().endswith(
+        f"Detached from session {sid} on {served.url}: it stays loaded there. "
+        f"To come back: keel attach {served.url} {sid}"
+    )
+    assert TOKEN not in out
 
 
 # -- the hand-over -----------------------------------------------------------------------------

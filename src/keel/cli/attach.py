@@ -43,6 +43,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="load a session made under another configuration anyway",
     )
+    p.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="line mode (also when stdin or stdout is not a terminal)",
+    )
     p.add_argument("--debug", action="store_true", help="tracebacks")
     return p
 
@@ -80,17 +85,7 @@ def attach(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     base, fragment = server_address(args.url)
     token = token_for(fragment, args.token_file, dict(os.environ))
-    if args.new:
-        need_terminal()  # before a session is made that nobody would drive
     return asyncio.run(_attach(args, base, token))
-
-
-def need_terminal() -> None:
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UserError(
-            "keel attach needs a terminal",
-            hint="script the server over HTTP instead (docs/server.md)",
-        )
 
 
 async def _attach(args: argparse.Namespace, base: str, token: str) -> int:
@@ -108,18 +103,22 @@ async def _attach(args: argparse.Namespace, base: str, token: str) -> int:
         )
         controller = RemoteController(connection, described)
         await controller.load()
-        need_terminal()
     except BaseException:
         await connection.aclose()
         raise
-    from keel.tui.app import KeelApp
+    if args.no_tui or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        from keel.tui.line import run_line
 
-    app = KeelApp(controller)
-    try:
-        await app.run_async()
-    finally:
-        await controller.close()
-    print(detached_line(controller.session_id, base, controller.running))
+        await run_line(controller)  # closes the controller
+    else:
+        from keel.tui.app import KeelApp
+
+        app = KeelApp(controller)
+        try:
+            await app.run_async()
+        finally:
+            await controller.close()
+    print(detached_line(controller.session_id, base, controller.running), flush=True)
     return EXIT_OK
 
 

@@ -116,6 +116,13 @@ class Driver(Protocol):
     def leave(self) -> None:
         """The front end is closing (what runs here stops; a remote session goes on)."""
 
+    @property
+    def exited(self) -> bool:
+        """The user asked to quit (`/exit`)."""
+
+    async def close(self) -> None:
+        """Stop what runs here and let go of the session (the line mode closes it)."""
+
     def history_file(self) -> Path | None:
         """Where the prompt history is kept (None: in memory only)."""
 
