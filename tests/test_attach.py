@@ -312,7 +312,7 @@ async def test_detaching_leaves_the_run_going(served: Served, anthropic: Anthrop
             await pilot.press("ctrl+d")  # detach
             await pilot.pause()
         # It left before the run ended: no result had reached it.
-        assert "result" not in [f.event for f in remote(app).frames]
+        assert "result" not in [kind for _seq, kind in remote(app).seen]
     with served.client() as c:
         deadline = time.monotonic() + 30
         while c.get(f"/v1/sessions/{sid}").json()["busy"]:
@@ -744,7 +744,7 @@ async def test_one_session_moves_from_attach_to_a_browser_to_a_second_attach(
                 timings["attach #2: answer to the task finished"] = time.monotonic() - answered
                 await settle(pilot, app)
                 shown = transcript(app)
-                seen = [f.id for f in remote(app).frames if f.id is not None]
+                seen = [seq for seq, _kind in remote(app).seen if seq is not None]
             timings["browser's question waiting to answered from #2"] = time.monotonic() - before
         frames = stream.until("status", busy=False)
         stream.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 
 #: Seconds between reconnection attempts (doubling up to the last).
 RECONNECT = (0.2, 0.5, 1.0, 2.0, 5.0)
+#: How many frames `RemoteController.seen` keeps.
+SEEN = 10_000
 #: The slash commands an attached session runs on the server.
 REMOTE_COMMANDS: dict[str, str] = {
     "help": "this list",
@@ -280,8 +283,8 @@ class RemoteController:
         self._idle = asyncio.Event()
         self._patching = asyncio.Lock()
         self._settle()
-        #: Called with each frame as it is handled (tests measure the hand-over with it).
-        self.frames: list[Frame] = []
+        #: The (seq, kind) of the frames handled lately, in order (what a test checks).
+        self.seen: deque[tuple[int | None, str]] = deque(maxlen=SEEN)
 
     def _describe(self, described: dict[str, Any]) -> None:
         self.session_id: str = described["id"]
@@ -310,6 +313,13 @@ class RemoteController:
         )
         if data.get("last_seq") is not None:
             self.last_seq = int(data["last_seq"])
+        # Asked so far and not answered, read after the seq to follow from: one answered since
+        # is a `permission_answered` on the stream (its card closes), one asked since is on
+        # both (asked once).
+        waiting = await self.connection.request(
+            "GET", f"/v1/sessions/{self.session_id}/permissions"
+        )
+        self.pending = list(waiting.get("pending") or []) if isinstance(waiting, dict) else []
         if self.window == 0:
             self.window = _window(self.model)
 
@@ -507,7 +517,7 @@ class RemoteController:
         self.ui.reset([*self.transcript, *([Notice(notice)] if notice else [])])
 
     def _frame(self, frame: Frame) -> None:  # noqa: C901 - one case per kind of line
-        self.frames.append(frame)
+        self.seen.append((frame.id, frame.event))
         if frame.id is not None:
             self.last_seq = frame.id
         data = frame.data
