@@ -647,6 +647,37 @@ def test_errors_are_one_line_with_a_hint(
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+async def test_a_changed_configuration_is_refused_until_forced(
+    served: Served,
+    anthropic: AnthropicServer,
+    project: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from keel.cli.main import main
+
+    anthropic.add(reply("One."))
+    with served.client() as c:
+        sid = c.post("/v1/sessions", json={}).json()["id"]
+        assert c.post(f"/v1/sessions/{sid}/prompt", json={"text": "one", "wait": True}).is_success
+        assert c.delete(f"/v1/sessions/{sid}").status_code == 204  # unloaded
+    (project / "AGENTS.md").write_text("Indent with tabs.\n", encoding="utf-8")
+    monkeypatch.setenv("KEEL_SERVER_TOKEN", TOKEN)
+    assert await asyncio.to_thread(main, ["attach", served.url, sid]) == 2
+    agents = project.resolve() / "AGENTS.md"
+    assert capsys.readouterr().err == (
+        f"keel: error: session {sid} was made with a different configuration: system prompt: "
+        f"instruction file {agents} added (hint: add --force to go on with the configuration "
+        "as it is now)\n"
+    )
+    connection = Connection(served.url, TOKEN)
+    try:
+        described = await open_session(connection, sid, force=True)
+    finally:
+        await connection.aclose()
+    assert (described["id"], described["loaded"]) == (sid, True)
+
+
 def test_line_mode_prompts_and_detaches(served: Served, anthropic: AnthropicServer) -> None:
     """`keel attach --no-tui` (and any attach whose stdin is not a terminal): the same session
     line by line; the end of stdin detaches."""
