@@ -276,6 +276,28 @@ async def test_double_escape_offers_to_quit_and_ctrl_c_twice_quits(project: Path
     assert not running(app)
 
 
+async def test_ctrl_d_deletes_right_in_the_prompt_and_quits_on_an_empty_one(
+    project: Path,
+) -> None:
+    # The bug: in a real terminal the prompt (a TextArea) took Ctrl+D as "delete right", so it
+    # never quit keel; the pilot did not show it (tests/test_attach.py's tmux test quits with
+    # Ctrl+D). Here: both halves of what the key does now.
+    controller = await make_controller(project, scripted())
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        app.prompt.load_text("abc")
+        app.prompt.move_cursor((0, 1))
+        await pilot.press("ctrl+d")
+        await pilot.pause()
+        assert app.prompt.text == "ac"
+        assert running(app)
+        app.prompt.load_text("")
+        await pilot.press("ctrl+d")
+        await pilot.pause()
+    assert app.return_value == 0
+    assert not running(app)
+
+
 async def test_the_quit_hint_goes_after_its_window_and_ctrl_c_starts_over(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

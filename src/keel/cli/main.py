@@ -160,6 +160,7 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("knowledge index|search|status", "a search index of the project's docs"),
     ("bench --models M[,M…]", "graded tasks: a report per model"),
     ("serve [--port N]", "an HTTP + SSE API for UIs and scripts"),
+    ("attach URL [SESSION]", "drive a served session from this terminal"),
     ("acp", "an agent for editors (ACP)"),
     ("serve-tools --identity NAME", "serve tools to keel agents over NATS"),
     ("fleet up|down|status|init", "the fleet's NATS server"),
@@ -510,6 +511,12 @@ def _serve(argv: list[str]) -> int:
     return serve(argv)
 
 
+def _attach(argv: list[str]) -> int:
+    from keel.cli.attach import attach
+
+    return attach(argv)
+
+
 def _serve_tools(argv: list[str]) -> int:
     from keel.cli.serve_tools import serve_tools
 
@@ -600,6 +607,7 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "undo": _undo,
     "replay": _replay,
     "serve": _serve,
+    "attach": _attach,
     "serve-tools": _serve_tools,
     "fork": _sessions_command("fork"),
     "sessions": _sessions_command("sessions"),

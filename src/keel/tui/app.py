@@ -23,6 +23,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
+from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Collapsible, TextArea
 
@@ -48,9 +49,9 @@ from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, Tool
 from keel.llm.messages import Text, Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.tui import commands as cmds
-from keel.tui.control import LOCAL_SETTINGS, Controller, finished_text
+from keel.tui.control import LOCAL_SETTINGS, Driver, finished_text
 from keel.tui.format import duration, key_argument, progress_text
-from keel.tui.history import History, history_path
+from keel.tui.history import History
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
 from keel.tui.screens import (
     PermissionScreen,
@@ -222,18 +223,18 @@ class KeelApp(App[int]):
         Binding("ctrl+c", "ctrl_c", "clear / quit", priority=True, show=False),
         Binding("shift+tab", "cycle_mode", "mode", priority=True, show=False),
         Binding("escape", "escape", "interrupt", show=False),
-        Binding("ctrl+d", "ctrl_d", "quit", show=False),
+        # Priority: the prompt (a TextArea) would take Ctrl+D as "delete right" and never quit.
+        Binding("ctrl+d", "ctrl_d", "quit", show=False, priority=True),
         Binding("ctrl+o", "toggle_details", "details", show=False),
         Binding("pageup", "scroll_transcript(-1)", show=False, priority=True),
         Binding("pagedown", "scroll_transcript(1)", show=False, priority=True),
     ]
 
-    def __init__(self, controller: Controller, *, prompt: str = "") -> None:
+    def __init__(self, controller: Driver, *, prompt: str = "") -> None:
         super().__init__()
         self.controller = controller
         self.initial_prompt = prompt
-        root = controller.agent.ctx.root
-        self.history = History(history_path(root) if controller.factory.keep_sessions else None)
+        self.history = History(controller.history_file())
         self._queue: deque[ViewEvent | _Reset] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -340,27 +341,13 @@ class KeelApp(App[int]):
             total=status.tokens,
         )
         self.activity.set_running(status.since)
+        if status.remote:
+            self.status_line_bar.set_line(status.remote)
         if self.status_line is not None:
             self.status_line.request()
 
     def _start_status_line(self) -> None:
-        config = self.controller.factory.settings.status_line
-        if config is None:
-            return
-        import os
-        import time
-
-        from keel.tui.statusline import StatusLine, payload
-
-        started = time.monotonic()
-        controller = self.controller
-        self.status_line = StatusLine(
-            config,
-            lambda: payload(controller.agent, context=controller.context, started=started),
-            lambda line: self.status_line_bar.set_line(line, config.padding),
-            cwd=str(controller.agent.cwd),
-            env=dict(os.environ),
-        )
+        self.status_line = self.controller.status_line(self.status_line_bar.set_line)
 
     async def on_unmount(self) -> None:
         if self.status_line is not None:
@@ -467,7 +454,7 @@ class KeelApp(App[int]):
                 self.todos.todos = []
                 self.todos.refresh_list()
                 status = self.controller.status()
-                await self._add(Welcome(status.model, self.controller.agent.cwd, __version__))
+                await self._add(Welcome(status.model, self.controller.cwd, __version__))
                 for e in replayed:
                     await self._render(e)
                 self.refresh_status()
@@ -613,7 +600,7 @@ class KeelApp(App[int]):
         self.controller.submit(text)
 
     def exit(self, result: int | None = 0, return_code: int = 0, message: Any = None) -> None:
-        self.controller.interrupt()
+        self.controller.leave()
         super().exit(result, return_code, message)
 
     @on(TextArea.Changed, "#prompt")
@@ -626,7 +613,7 @@ class KeelApp(App[int]):
         before = prompt.get_text_range((0, 0), prompt.cursor_location)
         if before.startswith("/") and not any(c.isspace() for c in before):
             names = {n: b.summary for n, b in cmds.BUILTINS.items()}
-            names.update(cmds.extension_names(self.controller.agent))
+            names.update(self.controller.command_names())
             typed = before[1:]
             self._offer(
                 [(f"/{n}", f"/{n}  {d}") for n, d in sorted(names.items()) if n.startswith(typed)][
@@ -642,8 +629,10 @@ class KeelApp(App[int]):
         self._offer([(path, path) for path in complete(found[1], files)])
 
     async def _project_files(self) -> list[str]:
+        root = self.controller.local_files()
+        if root is None:
+            return []
         if time.monotonic() - self._files_at > FILES_TTL:
-            root = self.controller.agent.cwd
             self._files = with_folders(await asyncio.to_thread(project_files, root))
             self._files_at = time.monotonic()
         return self._files
@@ -704,19 +693,22 @@ class KeelApp(App[int]):
     def action_ctrl_c(self) -> None:
         """As in Claude Code and Codex: the first Ctrl+C stops what runs (a model's stream, a
         tool, a `!cmd`); on an idle, empty prompt a second one within `QUIT_WINDOW` quits (the
-        first says so under the prompt). With text in the prompt, it clears the prompt."""
+        first says so under the prompt). With text in the prompt, it clears the prompt. In an
+        attached session (`keel attach`) Ctrl+C never stops the server's work: it only detaches
+        (Esc interrupts)."""
         screen = self.screen
         now = time.monotonic()
+        stops = self.controller.ctrl_c_stops
         if isinstance(screen, QuitScreen):
             screen.dismiss(True)
-        elif isinstance(screen, _Question):
+        elif isinstance(screen, _Question) and stops:
             screen.action_interrupt()  # stops the turn the question belongs to
             self._arm_quit(now)
         elif isinstance(screen, PickerScreen):
             screen.action_cancel()
-        elif self.controller.interrupt():
+        elif stops and self.controller.interrupt():
             self._arm_quit(now)
-        elif self.prompt.text:
+        elif self.prompt.text and not isinstance(screen, _Question):
             self.prompt.clear_prompt()
             self._offer([])
         elif self._quit_armed and now - self._quit_armed < QUIT_WINDOW:
@@ -735,8 +727,13 @@ class KeelApp(App[int]):
             self.key_hint.say("")
 
     def action_ctrl_d(self) -> None:
-        if not self.prompt.text:
-            self.exit(0)
+        """Quit on an empty prompt; else what Ctrl+D does in a text field (delete right)."""
+        if isinstance(self.screen, ModalScreen) or self.prompt.text:
+            delete_right = getattr(self.focused, "action_delete_right", None)
+            if delete_right is not None:
+                delete_right()
+            return
+        self.exit(0)
 
     def _offer_quit(self) -> None:
         if any(isinstance(s, QuitScreen) for s in self.screen_stack):

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from keel.llm.provider import Provider
     from keel.session.records import Record
     from keel.session.resume import ConfigurationChanged
+    from keel.tui.statusline import StatusLine
 
 #: Seconds a `!cmd` line may run.
 SHELL_TIMEOUT = 600.0
@@ -81,6 +82,58 @@ class FrontEnd(Protocol):
 
     async def pick(self, title: str, choices: Sequence[Choice]) -> str | None:
         """One of `choices` by value, or None if the user backed out."""
+
+
+class Driver(Protocol):
+    """What a front end drives: the session behind the screen. `Controller` runs the agent in
+    this process; `keel.tui.remote.RemoteController` drives one that `keel serve` hosts."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def cwd(self) -> Path:
+        """The project, as the welcome line names it."""
+
+    @property
+    def ctrl_c_stops(self) -> bool:
+        """Ctrl+C stops what runs (here), or only ever quits (an attached session's work)."""
+
+    def attach(self, ui: FrontEnd) -> None: ...
+
+    def begin(self, prompt: str = "") -> None: ...
+
+    def status(self) -> Status: ...
+
+    def submit(self, text: str) -> None: ...
+
+    def interrupt(self) -> bool: ...
+
+    def cycle_mode(self) -> Mode: ...
+
+    async def wait(self) -> None: ...
+
+    def leave(self) -> None:
+        """The front end is closing (what runs here stops; a remote session goes on)."""
+
+    @property
+    def exited(self) -> bool:
+        """The user asked to quit (`/exit`)."""
+
+    async def close(self) -> None:
+        """Stop what runs here and let go of the session (the line mode closes it)."""
+
+    def history_file(self) -> Path | None:
+        """Where the prompt history is kept (None: in memory only)."""
+
+    def local_files(self) -> Path | None:
+        """The folder `@path` completion lists (None: no files on this machine)."""
+
+    def command_names(self) -> dict[str, str]:
+        """`/name` → description of the skills and custom commands besides the built-ins."""
+
+    def status_line(self, show: Callable[[str, int], None]) -> StatusLine | None:
+        """The settings' `statusLine` command, calling `show(line, padding)` (None: none)."""
 
 
 class _Backlog:
@@ -204,6 +257,8 @@ class Status:
     session_id: str
     #: monotonic time the running prompt started (None: idle)
     since: float | None
+    #: Where the session runs, when not here ("attached to URL · session ID").
+    remote: str = ""
 
 
 #: Claude Code's default wait before its `idle_prompt` notification.
@@ -259,6 +314,43 @@ class Controller:
         self._ui = ui
         ui.reset(backlog)
         ui.refresh_status()
+
+    # -- what a front end asks of its driver (`Driver`) ----------------------------------
+
+    @property
+    def cwd(self) -> Path:
+        return self.agent.cwd
+
+    ctrl_c_stops = True
+
+    def leave(self) -> None:
+        self.interrupt()
+
+    def history_file(self) -> Path | None:
+        from keel.tui.history import history_path
+
+        return history_path(self.agent.ctx.root) if self.factory.keep_sessions else None
+
+    def local_files(self) -> Path | None:
+        return self.agent.cwd
+
+    def command_names(self) -> dict[str, str]:
+        return cmds.extension_names(self.agent)
+
+    def status_line(self, show: Callable[[str, int], None]) -> StatusLine | None:
+        config = self.factory.settings.status_line
+        if config is None:
+            return None
+        from keel.tui.statusline import StatusLine, payload
+
+        started = time.monotonic()
+        return StatusLine(
+            config,
+            lambda: payload(self.agent, context=self.context, started=started),
+            lambda line: show(line, config.padding),
+            cwd=str(self.agent.cwd),
+            env=dict(os.environ),
+        )
 
     def show(self, event: ViewEvent) -> None:
         if isinstance(event, UsageUpdated):
@@ -1184,6 +1276,7 @@ __all__ = [
     "MODE_CYCLE",
     "AgentFactory",
     "Controller",
+    "Driver",
     "FrontEnd",
     "Status",
     "finished_text",

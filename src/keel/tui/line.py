@@ -38,7 +38,7 @@ from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import Text as TextBlock
 from keel.llm.messages import Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
-from keel.tui.control import Controller, finished_text
+from keel.tui.control import Controller, Driver, finished_text
 from keel.tui.format import (
     call_preview,
     context_meter,
@@ -137,7 +137,7 @@ class LineFrontEnd:
 
     def __init__(
         self,
-        controller: Controller,
+        controller: Driver,
         console: Console,
         reader: LineReader,
         *,
@@ -473,10 +473,13 @@ class StatusLinePrinter:
     fed what the terminal UI feeds it (keel.tui.statusline), and its line is printed when it
     differs from the one printed last (a failed run prints nothing)."""
 
-    def __init__(self, controller: Controller, console: Console) -> None:
+    def __init__(self, controller: Driver, console: Console) -> None:
         self.controller = controller
         self.console = console
-        self.config = controller.factory.settings.status_line
+        # An attached session (`keel attach`) runs no statusLine command of this machine's.
+        self.config = (
+            controller.factory.settings.status_line if isinstance(controller, Controller) else None
+        )
         self._started = time.monotonic()
         self._shown = ""
 
@@ -485,6 +488,7 @@ class StatusLinePrinter:
             return
         from keel.tui.statusline import payload, run_once
 
+        assert isinstance(self.controller, Controller)
         agent = self.controller.agent
         data = payload(agent, context=self.controller.context, started=self._started)
         line = await run_once(self.config, data, cwd=str(agent.cwd), env=dict(os.environ))
@@ -495,7 +499,7 @@ class StatusLinePrinter:
         self._shown = line
 
 
-async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | None = None) -> int:
+async def run_line(controller: Driver, *, prompt: str = "", stdin: TextIO | None = None) -> int:
     """Drive `controller` from stdin until it ends or the user quits; returns the exit code."""
     stdin = stdin or sys.stdin
     loop = asyncio.get_running_loop()
@@ -507,7 +511,7 @@ async def run_line(controller: Controller, *, prompt: str = "", stdin: TextIO | 
 
     def on_sigint() -> None:
         nonlocal last_sigint
-        if controller.interrupt():
+        if controller.ctrl_c_stops and controller.interrupt():
             return
         now = time.monotonic()
         if now - last_sigint < 2.0:
