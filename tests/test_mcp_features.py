@@ -437,7 +437,7 @@ def interactive_agent(
 
     gate = PermissionGate(mode="default", root=project, cwd=project, asker=asker)
     agent = Agent(provider=provider, model="scripted", cwd=project, gate=gate)
-    agent.interactive = True
+    agent.interactive = agent.takes_questions = True
     wire(agent, manager)
     return agent, asked
 
@@ -514,7 +514,7 @@ async def test_elicitation_is_refused_headless_and_asked_interactively(
             questions.append(event)
             event.reply.set_result({"colour": "blue", "shade": 2})
 
-    agent.interactive = True
+    agent.interactive = agent.takes_questions = True
     agent.on_background_event = answer
     assert await call_text(manager, "feat", "favourite") == "accepted blue 2"
     assert [(q.source, q.message, sorted(q.schema["properties"])) for q in questions] == [
@@ -576,7 +576,7 @@ async def test_elicitation_hooks_answer_for_the_user_and_change_the_answer(
         if isinstance(event, QuestionRequest):
             event.reply.set_result({"colour": "blue", "shade": 2})
 
-    agent.interactive = True
+    agent.interactive = agent.takes_questions = True
     agent.on_background_event = user
     assert await call_text(manager, "feat", "favourite") == "accepted blue 9"
     told = json.loads(notified.read_text(encoding="utf-8"))

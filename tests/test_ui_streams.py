@@ -1093,11 +1093,6 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
     assert u.done
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keel serve refuses an MCP server's question as in a headless run: mcp_wiring asks "
-    "agent.interactive, which keel serve leaves False for the loop guard",
-)
 def test_an_mcp_servers_question_is_an_input_required_interrupt(
     servers: Servers, anthropic: AnthropicServer
 ) -> None:

@@ -295,11 +295,6 @@ def test_a_subagents_work_nests_under_the_call_that_started_it(
     expect(tab.loc("#transcript > .assistant")).to_have_text(["The helper found three files."])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keel serve's agents are not `interactive` (the flag also makes the loop guard only "
-    "warn), so an MCP server's elicitation is refused as headless and never reaches the page",
-)
 def test_an_mcp_servers_question_is_answered_from_its_form(
     servers: Servers, anthropic: AnthropicServer, isolated_env: Path, tabs: Any
 ) -> None:

@@ -362,6 +362,10 @@ class Agent:
         self.web_search: WebSearchOptions | None = None
         #: Someone is watching: the loop guard warns instead of stopping.
         self.interactive = False
+        #: Someone can answer an MCP server's questions (elicitation, sampling approval): they go
+        #: out as events and wait for `answer` (the TUI, `keel serve`); else they are refused.
+        #: Apart from `interactive`: a served session can be answered but nobody need watch it.
+        self.takes_questions = False
         #: PreCompact hooks: called with (trigger, instructions) before a compaction.
         self.pre_compact: list[Callable[[str, str], Awaitable[None]]] = []
         self._last_context = 0  # tokens in the context after the last response

@@ -107,7 +107,7 @@ async def _approve_sampling(agent: Agent, ask: SamplingAsk) -> str:
 
     gate = agent.gate
     asker = gate.asker if isinstance(gate, PermissionGate) else None
-    if not agent.interactive or asker is None:
+    if not agent.takes_questions or asker is None:
         return (
             f'MCP server "{ask.server}" asked for a model completion (sampling); refused: '
             'nobody can approve it in a headless run (set "mcp_sampling": "allow" in your '
@@ -139,7 +139,7 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
     hooked = await _elicitation_hook(agent, "Elicitation", fields, ask.server)
     if hooked is not None:
         return hooked[1] if hooked[0] == "accept" else None
-    if not agent.interactive:
+    if not agent.takes_questions:
         return (
             f'MCP server "{ask.server}" asked the user a question (elicitation); refused: '
             "nobody can answer in a headless run"

@@ -281,6 +281,7 @@ class Host:
         ring = EventRing(agent.session_id)
         hosted = Hosted(agent, ring, options)
         agent.on_background_event = hosted.sink
+        agent.takes_questions = True  # an MCP server's question waits for a client's answer
         if isinstance(agent.gate, PermissionGate):
             agent.gate.save_rule = hosted.save_rule
         self.sessions[agent.session_id] = hosted

@@ -390,6 +390,7 @@ class Controller:
             keel.trace.follow(self._agent, agent)  # `/debug on` outlives /clear and /resume
         self._agent = agent
         agent.interactive = True
+        agent.takes_questions = True
         agent.on_background_event = self._background_event
         gate = agent.gate
         agent.ask_through_events()  # questions reach `show` as PermissionAsked
