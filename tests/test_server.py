@@ -554,7 +554,7 @@ def test_requests_without_the_right_token_are_refused(served: Served) -> None:
         assert (r.status_code, r.json()) == (
             401,
             {
-                "error": "a token in the query string is accepted only on …/events",
+                "error": "a token in the query string is accepted only on the event streams (…/events, …/journal)",
                 "hint": "send it as `Authorization: Bearer <token>`",
             },
         )

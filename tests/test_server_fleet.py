@@ -678,7 +678,7 @@ def test_the_fleet_routes_need_the_token_and_the_host(served: Served) -> None:
         r = c.get("/v1/runs", params={"token": TOKEN})
         assert (r.status_code, r.json()["error"]) == (
             401,
-            "a token in the query string is accepted only on …/events",
+            "a token in the query string is accepted only on the event streams (…/events, …/journal)",
         )
     with served.client() as c:
         assert c.get("/v1/runs").json() == {"runs": [], "total": 0, "more": 0}  # nothing queued

@@ -40,7 +40,7 @@ MAX_BODY = 4 * 1024 * 1024
 #: Paths that need no token (the Host check still applies).
 OPEN_PATHS = frozenset({"/v1/health", "/openapi.json"})
 #: The routes that also take the token as `?token=` (EventSource cannot send headers).
-EVENTS_PATH = re.compile(r"^/v1/(sessions/[^/]+|runs)/events$")
+EVENTS_PATH = re.compile(r"^/v1/(sessions/[^/]+/events|runs/events|runs/[^/]+/journal)$")
 
 
 def error(
@@ -117,7 +117,7 @@ class Guard:
         elif "token" in query:
             if not EVENTS_PATH.match(path):
                 return _unauthorized(
-                    "a token in the query string is accepted only on …/events",
+                    "a token in the query string is accepted only on the event streams (…/events, …/journal)",
                     "send it as `Authorization: Bearer <token>`",
                 )
             given = query["token"][-1]
