@@ -39,6 +39,18 @@ class Served:
             headers["authorization"] = f"Bearer {token}"
         return httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(20.0))
 
+    def stop(self) -> None:
+        """SIGTERM (SIGKILL after 10 s), and its stdout closed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
 
 @dataclass
 class Servers:
@@ -78,15 +90,7 @@ class Servers:
 
     def stop_all(self) -> None:
         for served in self.started:
-            if served.proc.poll() is None:
-                served.proc.send_signal(signal.SIGTERM)
-                try:
-                    served.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    served.proc.kill()
-                    served.proc.wait(5)
-            if served.proc.stdout is not None:
-                served.proc.stdout.close()
+            served.stop()
 
 
 def _first_line(proc: subprocess.Popen[str]) -> list[str]:

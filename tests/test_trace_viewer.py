@@ -31,6 +31,7 @@ import pytest
 from keel.llm.messages import Text
 from keel.trace.viewer import write_html
 from tests import trace_fixture
+from tests.browser_helpers import browser_fixture  # noqa: F401 (fixture)
 from tests.trace_fixture import HOSTILE, SYSTEM, SYSTEM_DIRTY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -463,20 +464,6 @@ def test_live_server_stops_cleanly_on_ctrl_c(live: tuple[Server, Path]) -> None:
 
 
 # ------------------------------------------------------------------ in the browser
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
-    from playwright.sync_api import Error, sync_playwright
-
-    with sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
-        except Error as err:
-            pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
-        yield b
-        b.close()
 
 
 @pytest.fixture

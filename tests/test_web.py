@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
+from tests.browser_helpers import WAIT, browser_fixture  # noqa: F401 (fixture)
 from tests.server_helpers import (  # noqa: F401 (fixtures)
     MODEL,
     TOKEN,
@@ -39,24 +39,8 @@ from tests.server_helpers import (  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "docs" / "images" / "web.png"
-WAIT = 15_000  # ms: a busy two-core machine runs these in parallel
 
 pytestmark = pytest.mark.needs("chromium")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
-    from playwright.sync_api import Error, expect, sync_playwright
-
-    expect.set_options(timeout=WAIT)
-    with sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
-        except Error as err:
-            pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
-        yield b
-        b.close()
 
 
 @dataclass

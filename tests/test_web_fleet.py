@@ -33,6 +33,7 @@ import httpx
 import pytest
 
 from keel.tools.base import AnswerLater, ToolContext, tool
+from tests.browser_helpers import browser_fixture  # noqa: F401 (fixture)
 from tests.fleet_helpers import WorkerProc, script, setup_fleet, wait_for
 from tests.nats_fixture import NatsServer
 from tests.server_helpers import TOKEN, Served
@@ -89,18 +90,6 @@ def _serve(nats: str | None, root: Path, log: Path, port: int = 0) -> Served:
     return Served(proc, url, int(url.rsplit(":", 1)[1]), got)
 
 
-def _stop(served: Served) -> None:
-    if served.proc.poll() is None:
-        served.proc.send_signal(signal.SIGTERM)
-        try:
-            served.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            served.proc.kill()
-            served.proc.wait(5)
-    if served.proc.stdout is not None:
-        served.proc.stdout.close()
-
-
 @pytest.fixture(scope="module")
 def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleetside]:
     if shutil.which("nats-server") is None:
@@ -117,7 +106,7 @@ def side(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleetside]:
         try:
             yield Fleetside(nats.url, served, worker, root, log)
         finally:
-            _stop(served)
+            served.stop()
             worker.terminate(10)
             worker.close()
     finally:
@@ -395,20 +384,6 @@ def test_a_keepalive_waits_for_the_step_in_flight_and_a_stop_ends_the_stream() -
 # -- the page --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
-    from playwright.sync_api import Error, sync_playwright
-
-    with sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
-        except Error as err:
-            pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1200, "height": 900})
@@ -644,7 +619,7 @@ def test_the_page_reconnects_after_the_server_restarts_and_catches_up(
         page.wait_for_selector("#detail-journal li.r-terminal")
         assert page.locator("#journal-state").text_content() == "(live)"
         started = time.monotonic()
-        _stop(served)
+        served.stop()
         assert time.monotonic() - started < 4, served.proc.returncode
         assert served.proc.returncode == -signal.SIGTERM, log.read_text(encoding="utf-8")
         page.wait_for_selector("#live:text-matches('^reconnecting in [0-9]+ s…$')")  # no why
@@ -661,7 +636,7 @@ def test_the_page_reconnects_after_the_server_restarts_and_catches_up(
         page.wait_for_selector("#live[data-state='live']")
         assert _run_item(page, run).locator(".prompt").text_content() == "while the page was away"
     finally:
-        _stop(served)
+        served.stop()
     assert page.evaluate("sessionStorage.getItem('keel-token')") == TOKEN
     # What the browser says of a server that went away (a stream cut, refused connections).
     assert {p.split("net::")[-1] for p in page.problems} <= {
@@ -764,7 +739,7 @@ def test_without_a_fleet_the_page_says_so_in_one_line(page: Any, tmp_path: Path)
         assert page.locator("#live").text_content() == "refused"
         assert page.locator("#workers-error").text_content() == "this server does not front a fleet"
     finally:
-        _stop(served)
+        served.stop()
     assert {p for p in page.problems if not p.startswith("Failed to load resource")} == {
         f"404 {served.url}/v1/runs/events",
         f"404 {served.url}/v1/workers",
@@ -808,7 +783,7 @@ def test_the_page_says_why_while_the_fleets_nats_server_is_down_and_comes_back(
         page.wait_for_selector("#workers-error:empty", state="attached")
     finally:
         if served is not None:
-            _stop(served)
+            served.stop()
         nats.stop()
     assert {p.split(" http")[0] for p in page.problems} <= {
         "503",

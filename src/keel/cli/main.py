@@ -160,7 +160,7 @@ COMMAND_HELP: tuple[tuple[str, str], ...] = (
     ("knowledge index|search|status", "a search index of the project's docs"),
     ("bench --models M[,M…]", "graded tasks: a report per model"),
     ("serve [--port N]", "an HTTP + SSE API for UIs and scripts"),
-    ("attach URL [SESSION]", "drive a served session from this terminal"),
+    ("attach URL [SESSION]", "drive a served session from here"),
     ("acp", "an agent for editors (ACP)"),
     ("serve-tools --identity NAME", "serve tools to keel agents over NATS"),
     ("fleet up|down|status|init", "the fleet's NATS server"),
