@@ -59,6 +59,13 @@ def create(client: httpx.Client) -> str:
     return sid
 
 
+def first_message_id(client: httpx.Client, sid: str) -> str:
+    """The id the stream gives the assistant message of the session's next prompt: the seq of
+    its first event (a session without a sandbox has a notice before it)."""
+    last: int = client.get(f"/v1/sessions/{sid}").json()["last_seq"]
+    return f"{sid}-{last + 1}"
+
+
 def post_stream(
     client: httpx.Client, path: str, body: dict[str, Any]
 ) -> tuple[httpx.Headers, list[Any]]:
@@ -540,10 +547,11 @@ def test_ui_stream_streams_a_run_with_thinking_text_and_a_tool(
     anthropic.add(glob, reply("Two files."))
     with served.client() as c:
         sid = create(c)
+        mid = first_message_id(c, sid)
         chunks = ui_stream(c, sid, chat_body(sid, "which files?"))
     gid = tool_id(glob)
     assert chunks == [
-        {"type": "start", "messageMetadata": {"session": sid}, "messageId": f"{sid}-1"},
+        {"type": "start", "messageMetadata": {"session": sid}, "messageId": mid},
         {"type": "start-step"},
         *text_part("reasoning-1", "Hmm.", "reasoning"),
         *text_part("text-2", "Looking."),
@@ -581,13 +589,14 @@ def test_ui_stream_tool_approvals_answer_permission_questions(
     w1, w2 = tool_id(first), tool_id(second)
     with served.client() as c:
         sid = create(c)
+        mid = first_message_id(c, sid)
         user = chat_body(sid, "write two")["messages"]
         chunks1 = ui_stream(c, sid, chat_body(sid, "write two"))
         rid = c.get(f"/v1/sessions/{sid}/permissions").json()["pending"][0]["request_id"]
         # What the Chat holds after the stream and `addToolApprovalResponse`: the tool part
         # with its approval answered (only the fields keel reads matter).
         assistant: dict[str, Any] = {
-            "id": f"{sid}-1",
+            "id": mid,
             "role": "assistant",
             "parts": [
                 {"type": "step-start"},
@@ -626,7 +635,7 @@ def test_ui_stream_tool_approvals_answer_permission_questions(
         },
     )
     assert chunks1 == [
-        {"type": "start", "messageMetadata": {"session": sid}, "messageId": f"{sid}-1"},
+        {"type": "start", "messageMetadata": {"session": sid}, "messageId": mid},
         {"type": "start-step"},
         *tool_input(w1, "write", {"path": "notes.txt", "content": "hi\n"}),
         {
@@ -811,6 +820,7 @@ def test_the_ai_sdk_chat_runs_a_session_through_a_tool_approval(
     wid = tool_id(write)
     with served.client() as c:
         sid = create(c)
+        mid = first_message_id(c, sid)
         got = node_client(served, "ai_chat.mjs", sid, "write a note")
         assert c.get(f"/v1/sessions/{sid}/permissions").json() == {"pending": []}
     assert got["invalid"] == []
@@ -842,7 +852,7 @@ def test_the_ai_sdk_chat_runs_a_session_through_a_tool_approval(
     assert user["role"] == "user"
     assert user["parts"] == [{"type": "text", "text": "write a note"}]
     # One assistant message, continued by the stream after the approval, as useChat renders it.
-    assert assistant["id"] == f"{sid}-1"
+    assert assistant["id"] == mid
     assert assistant["metadata"] == {
         "session": sid,
         "usage": usage_of(2),
