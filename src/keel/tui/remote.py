@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from keel.agent.events import (
     PermissionAnswered,
     PermissionAsked,
+    QuestionAnswered,
     QuestionRequest,
     ToolFinished,
     UsageUpdated,
@@ -280,6 +281,8 @@ class RemoteController:
         #: Permission questions on screen, by request id, and the ones this client answered.
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._answered: set[str] = set()
+        #: MCP questions on screen, by request id (their form closes on `question_answered`).
+        self._questions: dict[str, QuestionRequest] = {}
         self._idle = asyncio.Event()
         self._patching = asyncio.Lock()
         self._settle()
@@ -551,9 +554,19 @@ class RemoteController:
                 task = self._asking.get(request_id)
                 if task is not None:
                     task.cancel()  # answered by another client: the card closes
-            case QuestionRequest():
+            case QuestionRequest() if event.request_id not in self._questions:
+                self._questions[event.request_id] = event
                 event.reply.add_done_callback(lambda f: self._spawn(self._reply(event, f)))
                 self.show(event)
+            case QuestionRequest():
+                return  # on screen already (pending when this client came, and on the stream)
+            case QuestionAnswered(request_id, action, by):
+                question = self._questions.pop(request_id, None)
+                if question is not None and not question.reply.done():
+                    question.reply.cancel()  # answered by another client: the form closes
+                    how = {"accept": "answered", "decline": "declined"}.get(action, action)
+                    whom = "in another client" if by == "user" else f"({by})"
+                    self.show(Notice(f"{question.source}'s question was {how} {whom}"))
             case ToolFinished(call, result):
                 self.show(replace(event, display=rebuilt_diff(call, result, self.project)))
             case UsageUpdated(_turn, total, cost, context, window):
