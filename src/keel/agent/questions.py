@@ -110,7 +110,9 @@ class Questions:
             return
         reply = waiting.reply
         answer = reply.result() if reply.done() and not reply.cancelled() else by
-        action = "accept" if isinstance(answer, dict) else "decline" if answer is None else "refused"
+        action = (
+            "accept" if isinstance(answer, dict) else "decline" if answer is None else "refused"
+        )
         waited = waiting.waited_ms
         if waited is None:
             waited = (time.monotonic() - waiting.since) * 1000
