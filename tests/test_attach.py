@@ -618,6 +618,41 @@ async def test_an_mcp_question_answered_elsewhere_closes_its_form() -> None:
     assert [s for s in connection.sent if s[0] == "POST"] == []
 
 
+async def test_line_mode_leaves_an_mcp_question_to_a_client_that_shows_forms() -> None:
+    """The line UI cannot show a form: attached, it says so and leaves the question waiting
+    for the session's other clients rather than refusing it for all of them."""
+    import io
+
+    from rich.console import Console
+
+    from keel.tui.line import LineFrontEnd, LineReader
+
+    question = {
+        "type": "question",
+        "request_id": "q1",
+        "source": "tickets",
+        "message": "Which ticket?",
+        "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+    connection = ScriptedConnection(
+        [[Frame(5, "question", question)]],
+        {"GET /v1/sessions/s1/messages": {"messages": [], "last_seq": 4}},
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    out = io.StringIO()
+    reader = LineReader(io.StringIO(""), asyncio.get_running_loop())
+    ui = LineFrontEnd(controller, Console(file=out, width=200), reader, echo=False)
+    controller.attach(ui)
+    deadline = time.monotonic() + 10
+    while "waits for a client that shows forms" not in out.getvalue():
+        assert time.monotonic() < deadline, out.getvalue()
+        await asyncio.sleep(0.02)
+    await controller.close()
+    assert "MCP server tickets asked: Which ticket?" in out.getvalue()
+    assert [s for s in connection.sent if s[0] == "POST"] == []
+
+
 # -- errors ------------------------------------------------------------------------------------
 
 

@@ -649,7 +649,18 @@ class RemoteController:
         if future.cancelled() or self.exited:
             return
         answer = future.result()
-        body = {"reason": answer} if isinstance(answer, str) else {"values": answer}
+        if isinstance(answer, str):
+            # This front end cannot show the form (line mode): refusing would refuse it for
+            # every client of the session, so it waits for one that can.
+            self.show(
+                Notice(
+                    f"{event.source}'s question waits for a client that shows forms "
+                    "(the web page, or keel attach without --no-tui)",
+                    "warning",
+                )
+            )
+            return
+        body = {"values": answer}
         path = f"/v1/sessions/{self.session_id}/permissions/{event.request_id}"
         await self.connection.request("POST", path, body)
 
