@@ -618,6 +618,43 @@ async def test_an_mcp_question_answered_elsewhere_closes_its_form() -> None:
     assert [s for s in connection.sent if s[0] == "POST"] == []
 
 
+async def test_an_answer_that_came_second_is_not_an_error() -> None:
+    """Two clients answer one question at once: the server takes the first; the second's 404
+    is no error on its screen (the form closed, the stream says how it ended)."""
+    from keel.tui.remote import ServerRefused
+
+    question = {
+        "type": "question",
+        "request_id": "q1",
+        "source": "tickets",
+        "message": "Which ticket?",
+        "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+
+    class AnsweredFirstElsewhere(ScriptedConnection):
+        async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+            if method == "POST":
+                self.sent.append((method, path, body))
+                raise ServerRefused("no question q1 waits", status=404)
+            return await super().request(method, path, body)
+
+    connection = AnsweredFirstElsewhere(
+        [[Frame(5, "question", question)]],
+        {"GET /v1/sessions/s1/messages": {"messages": [], "last_seq": 4}},
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press("7", "enter")
+        await wait_until(pilot, lambda: any(s[0] == "POST" for s in connection.sent))
+        await settle(pilot, app)
+        shown = [w for w in app.transcript.children if isinstance(w, CommandOutput)]
+        assert shown == []
+    await controller.close()
+
+
 async def test_line_mode_leaves_an_mcp_question_to_a_client_that_shows_forms() -> None:
     """The line UI cannot show a form: attached, it says so and leaves the question waiting
     for the session's other clients rather than refusing it for all of them."""

@@ -662,7 +662,11 @@ class RemoteController:
             return
         body = {"values": answer}
         path = f"/v1/sessions/{self.session_id}/permissions/{event.request_id}"
-        await self.connection.request("POST", path, body)
+        try:
+            await self.connection.request("POST", path, body)
+        except ServerRefused as exc:
+            if exc.status != 404:  # 404: another client answered first (its question_answered)
+                raise
 
     async def _switch(self, session_id: str, why: str) -> None:
         """Follow another session of the server from now on (after /clear, /fork)."""
