@@ -33,6 +33,7 @@ from keel.agent.events import (
     Event,
     PermissionAnswered,
     PermissionAsked,
+    QuestionAnswered,
     QuestionRequest,
     RequestFinished,
     RequestStarted,
@@ -109,6 +110,7 @@ def every_event() -> list[Event]:
         PermissionAsked("r1", call, "change a.txt", "write", "", "", False),
         PermissionAsked("r2", call, "plan", "", "# Plan", "helper", True),
         PermissionAnswered("r1", "toolu_1", False, "once", "not that", "user", 1200.0),
+        QuestionAnswered("question-2", "accept", "user", 850.5),
         ToolFinished(call, tool_result("toolu_1", "Created a.txt"), 0.25, None, 1.5, "builtin"),
         UsageUpdated(usage, usage + usage, 1.25, 1234, 200000),
         ContextCompacted("manual", 5000, 800),
@@ -572,6 +574,120 @@ async def test_an_mcp_question_is_answered_over_http() -> None:
         posted = ("POST", "/v1/sessions/s1/permissions/q1", {"values": {"id": 42}})
         await wait_until(pilot, lambda: posted in connection.sent)
     await controller.close()
+
+
+async def test_an_mcp_question_answered_elsewhere_closes_its_form() -> None:
+    question = {
+        "type": "question",
+        "request_id": "q1",
+        "source": "tickets",
+        "message": "Which ticket?",
+        "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+    answered = {
+        "type": "question_answered",
+        "request_id": "q1",
+        "action": "decline",
+        "by": "user",
+        "waited_ms": 900.0,
+    }
+    go_on = asyncio.Event()
+
+    class AnsweredElsewhere(ScriptedConnection):
+        async def events(self, session: str, after: int) -> AsyncIterator[Frame]:
+            yield Frame(5, "question", question)
+            await go_on.wait()  # until the form is on screen
+            yield Frame(6, "question_answered", answered)
+            await asyncio.Event().wait()
+
+    connection = AnsweredElsewhere(
+        [], {"GET /v1/sessions/s1/messages": {"messages": [], "last_seq": 4}}
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        go_on.set()
+        await wait_until(pilot, lambda: not isinstance(app.screen, QuestionScreen))
+        await wait_until(pilot, lambda: bool(notices(app)))
+        assert notices(app)[-1].endswith("tickets's question was declined in another client")
+        await pilot.pause(0.1)
+    await controller.close()
+    # Nothing was answered from here: the form closed without a reply.
+    assert [s for s in connection.sent if s[0] == "POST"] == []
+
+
+async def test_an_answer_that_came_second_is_not_an_error() -> None:
+    """Two clients answer one question at once: the server takes the first; the second's 404
+    is no error on its screen (the form closed, the stream says how it ended)."""
+    from keel.tui.remote import ServerRefused
+
+    question = {
+        "type": "question",
+        "request_id": "q1",
+        "source": "tickets",
+        "message": "Which ticket?",
+        "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+
+    class AnsweredFirstElsewhere(ScriptedConnection):
+        async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+            if method == "POST":
+                self.sent.append((method, path, body))
+                raise ServerRefused("no question q1 waits", status=404)
+            return await super().request(method, path, body)
+
+    connection = AnsweredFirstElsewhere(
+        [[Frame(5, "question", question)]],
+        {"GET /v1/sessions/s1/messages": {"messages": [], "last_seq": 4}},
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    app = KeelApp(controller)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, QuestionScreen))
+        await pilot.press("7", "enter")
+        await wait_until(pilot, lambda: any(s[0] == "POST" for s in connection.sent))
+        await settle(pilot, app)
+        shown = [w for w in app.transcript.children if isinstance(w, CommandOutput)]
+        assert shown == []
+    await controller.close()
+
+
+async def test_line_mode_leaves_an_mcp_question_to_a_client_that_shows_forms() -> None:
+    """The line UI cannot show a form: attached, it says so and leaves the question waiting
+    for the session's other clients rather than refusing it for all of them."""
+    import io
+
+    from rich.console import Console
+
+    from keel.tui.line import LineFrontEnd, LineReader
+
+    question = {
+        "type": "question",
+        "request_id": "q1",
+        "source": "tickets",
+        "message": "Which ticket?",
+        "schema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+    }
+    connection = ScriptedConnection(
+        [[Frame(5, "question", question)]],
+        {"GET /v1/sessions/s1/messages": {"messages": [], "last_seq": 4}},
+    )
+    controller = RemoteController(connection, SCRIPTED)
+    await controller.load()
+    out = io.StringIO()
+    reader = LineReader(io.StringIO(""), asyncio.get_running_loop())
+    ui = LineFrontEnd(controller, Console(file=out, width=200), reader, echo=False)
+    controller.attach(ui)
+    deadline = time.monotonic() + 10
+    while "waits for a client that shows forms" not in out.getvalue():
+        assert time.monotonic() < deadline, out.getvalue()
+        await asyncio.sleep(0.02)
+    await controller.close()
+    assert "MCP server tickets asked: Which ticket?" in out.getvalue()
+    assert [s for s in connection.sent if s[0] == "POST"] == []
 
 
 # -- errors ------------------------------------------------------------------------------------

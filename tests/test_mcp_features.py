@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from keel.agent.events import Event, QuestionRequest, ToolFinished, ToolProgress, ToolStarted
+from keel.agent.events import (
+    Event,
+    QuestionAnswered,
+    QuestionRequest,
+    ToolFinished,
+    ToolProgress,
+    ToolStarted,
+)
 from keel.agent.loop import Agent
 from keel.app.mcp_wiring import wire
 from keel.llm.messages import Text
@@ -520,6 +527,42 @@ async def test_elicitation_is_refused_headless_and_asked_interactively(
     assert [(q.source, q.message, sorted(q.schema["properties"])) for q in questions] == [
         ("feat", "Which colour?", ["colour", "shade"])
     ]
+
+
+@module_loop
+async def test_every_client_hears_how_a_question_ended(
+    manager: McpManager, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`QuestionAnswered` follows each question (the other clients close its form): declined
+    by the user, then left unanswered until the time ran out."""
+    from keel.app import mcp_wiring
+
+    agent = Agent(provider=ScriptedProvider([]), model="scripted", cwd=project)
+    wire(agent, manager)
+    seen: list[Event] = []
+    declining = [True]
+
+    def client(event: Event) -> None:
+        seen.append(event)
+        if isinstance(event, QuestionRequest) and declining[0]:
+            event.reply.set_result(None)
+
+    agent.interactive = agent.takes_questions = True
+    agent.on_background_event = client
+    assert await call_text(manager, "feat", "favourite") == "decline"
+    declining[0] = False
+    monkeypatch.setattr(mcp_wiring, "QUESTION_TIMEOUT", 0.2)
+    late = await call_text(manager, "feat", "favourite")
+    assert late == "elicitation refused: nobody answered within 0.2 s"
+    asked = [e.request_id for e in seen if isinstance(e, QuestionRequest)]
+    ended = [e for e in seen if isinstance(e, QuestionAnswered)]
+    assert [(e.request_id, e.action, e.by) for e in ended] == [
+        (asked[0], "decline", "user"),
+        (asked[1], "refused", "no-answer"),
+    ]
+    assert [type(e).__name__ for e in seen] == ["QuestionRequest", "QuestionAnswered"] * 2
+    assert ended[1].waited_ms >= 200
+    assert agent.pending_questions() == []
 
 
 @module_loop

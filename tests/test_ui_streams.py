@@ -976,6 +976,15 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
         return UiStreamRun(session="s", pending=lambda: waiting, message_id=None, seen=set())
 
     notice = {"type": "notice", "level": "warning", "text": "no sandbox", "seq": 3, "session": "s"}
+    answered = {
+        "type": "question_answered",
+        "request_id": "q-1",
+        "action": "accept",
+        "by": "user",
+        "waited_ms": 812.5,
+        "seq": 4,
+        "session": "s",
+    }
     sub: dict[str, Any] = {
         "type": "text_delta",
         "text": "inner",
@@ -992,6 +1001,14 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
             "type": "CUSTOM",
             "name": "keel.notice",
             "value": {"type": "notice", "level": "warning", "text": "no sandbox"},
+        }
+    ]
+    # A question answered (in this client or another): every client closes its form.
+    assert a.feed(answered) == [
+        {
+            "type": "CUSTOM",
+            "name": "keel.question_answered",
+            "value": {k: v for k, v in answered.items() if k not in ("seq", "session")},
         }
     ]
     # A reply that came whole (not streamed): its tool calls at once.
@@ -1056,6 +1073,14 @@ def test_every_other_keel_event_is_mapped_or_dropped_deliberately() -> None:
         {
             "type": "data-keel-notice",
             "data": {"level": "warning", "text": "no sandbox"},
+            "transient": True,
+        }
+    ]
+    assert u.feed(answered) == [
+        {
+            "type": "data-keel-question_answered",
+            "data": {"request_id": "q-1", "action": "accept", "by": "user", "waited_ms": 812.5},
+            "id": "q-1",
             "transient": True,
         }
     ]

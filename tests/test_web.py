@@ -16,8 +16,6 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,87 +24,28 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests.browser_helpers import WAIT, browser_fixture  # noqa: F401 (fixture)
 from tests.server_helpers import (  # noqa: F401 (fixtures)
     MODEL,
     TOKEN,
+    Events,
     Served,
     Servers,
     anthropic_fixture,
     served_fixture,
     servers_fixture,
 )
+from tests.web_helpers import (  # noqa: F401 (fixtures)
+    WAIT,
+    browser_fixture,
+    expect,
+    new_session,
+    session_url,
+    tabs_fixture,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "docs" / "images" / "web.png"
-
 pytestmark = pytest.mark.needs("chromium")
-
-
-@dataclass
-class Tab:
-    """One browser tab on the page, with what it requested and what went wrong in it."""
-
-    page: Any
-    requests: list[Any] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    def loc(self, selector: str, **options: Any) -> Any:
-        return self.page.locator(selector, **options)
-
-    def prompt(self, text: str) -> None:
-        self.page.fill("#prompt", text)
-        self.page.press("#prompt", "Enter")
-
-    def result(self, text: str) -> None:
-        from playwright.sync_api import expect
-
-        expect(self.loc("#transcript .line.result").last).to_contain_text(text)
-
-
-@pytest.fixture
-def tabs(browser: Any) -> Iterator[Any]:
-    contexts: list[Any] = []
-    opened: list[Tab] = []
-
-    def open_tab(url: str, *, width: int = 1200, height: int = 800, context: Any = None) -> Tab:
-        if context is None:
-            context = browser.new_context(viewport={"width": width, "height": height})
-            contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(WAIT)
-        tab = Tab(page)
-        page.on("request", lambda r: tab.requests.append(r))
-        page.on("pageerror", lambda e: tab.problems.append(str(e)))
-        page.on("console", lambda m: tab.problems.append(m.text) if m.type == "error" else None)
-        page.goto(url)
-        opened.append(tab)
-        return tab
-
-    yield open_tab
-    for context in contexts:
-        context.close()
-    for tab in opened:
-        # No script error, no CSP violation (chromium logs those as console errors).
-        assert [p for p in tab.problems if "Failed to load resource" not in p] == []
-
-
-def session_url(served: Served, sid: str = "") -> str:
-    return f"{served.url}/#token={TOKEN}" + (f"&session={sid}" if sid else "")
-
-
-def new_session(served: Served, **body: Any) -> str:
-    with served.client() as c:
-        r = c.post("/v1/sessions", json={"model": MODEL, **body})
-        assert r.status_code == 201, r.text
-        sid: str = r.json()["id"]
-        return sid
-
-
-def expect(locator: Any) -> Any:
-    from playwright.sync_api import expect as pw_expect
-
-    return pw_expect(locator)
 
 
 # -- the conversation ------------------------------------------------------------------------------
@@ -279,15 +218,21 @@ def test_a_subagents_work_nests_under_the_call_that_started_it(
     expect(tab.loc("#transcript > .assistant")).to_have_text(["The helper found three files."])
 
 
-def test_an_mcp_servers_question_is_answered_from_its_form(
-    servers: Servers, anthropic: AnthropicServer, isolated_env: Path, tabs: Any
-) -> None:
+def with_features_server(servers: Servers, isolated_env: Path) -> Served:
+    """`keel serve` with tests/mcp_servers/features_server.py as MCP server `feat` (its
+    `favourite` tool asks which colour)."""
     features = Path(__file__).parent / "mcp_servers" / "features_server.py"
     settings = isolated_env / "config" / "settings.json"
     settings.parent.mkdir(parents=True, exist_ok=True)
     server = {"command": sys.executable, "args": [str(features)]}
     settings.write_text(json.dumps({"mcp_servers": {"feat": server}}), encoding="utf-8")
-    served = servers.start()
+    return servers.start()
+
+
+def test_an_mcp_servers_question_is_answered_from_its_form(
+    servers: Servers, anthropic: AnthropicServer, isolated_env: Path, tabs: Any
+) -> None:
+    served = with_features_server(servers, isolated_env)
     anthropic.add(reply("", ("mcp__feat__favourite", {})), reply("Blue it is."))
     tab = tabs(session_url(served, new_session(served)))
     tab.prompt("ask me")
@@ -307,6 +252,49 @@ def test_an_mcp_servers_question_is_answered_from_its_form(
     expect(tab.loc(".answered").last).to_have_text("answered")
     result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
     assert result["content"][0]["text"] == "accepted blue 2"
+
+
+def test_an_mcp_question_answered_in_one_tab_closes_in_the_other(
+    servers: Servers, anthropic: AnthropicServer, isolated_env: Path, tabs: Any
+) -> None:
+    served = with_features_server(servers, isolated_env)
+    anthropic.add(reply("", ("mcp__feat__favourite", {})), reply("Green it is."))
+    sid = new_session(served)
+    a = tabs(session_url(served, sid))
+    b = tabs(session_url(served, sid))
+    expect(b.loc("#link-state")).to_have_text("live")
+    with served.client() as c:
+        stream = Events(c, sid, after=c.get(f"/v1/sessions/{sid}").json()["last_seq"])
+        a.prompt("ask me")
+        a.loc(".ask:not(.question) button", has_text="Allow once").click()
+        for tab in (a, b):
+            expect(tab.loc("form.question .ask-title")).to_have_text("feat asks: Which colour?")
+        b.loc("form.question input[type=text]").fill("green")
+        b.loc("form.question button", has_text="Send").click()
+        # Tab A's form closes on the stream's question_answered, before the run's result
+        # (which would say "withdrawn (the run ended)").
+        expect(a.loc("form.question")).to_have_count(0)
+        expect(a.loc(".answered").last).to_have_text("answered")
+        frames = stream.until("result")
+        stream.close()
+    for tab in (a, b):
+        tab.result("done · 2 turns")
+    [asked] = [f.data for f in frames if f.event == "question"]
+    [answered] = [f.data for f in frames if f.event == "question_answered"]
+    assert answered == {
+        "type": "question_answered",
+        "request_id": asked["request_id"],
+        "action": "accept",
+        "by": "user",
+        "waited_ms": answered["waited_ms"],
+        "seq": answered["seq"],
+        "session": sid,
+    }
+    assert answered["waited_ms"] > 0
+    kinds = [f.event for f in frames]
+    assert kinds.index("question") < kinds.index("question_answered") < kinds.index("result")
+    result = anthropic.model_requests[-1].json["messages"][-1]["content"][0]
+    assert result["content"][0]["text"] == "accepted green 1"
 
 
 def test_a_background_command_shows_on_the_call_that_started_it(

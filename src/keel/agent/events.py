@@ -179,6 +179,18 @@ class QuestionRequest:
 
 
 @frozen
+class QuestionAnswered:
+    """A `QuestionRequest` was answered, so every front end that shows it closes it: `action`
+    is accept, decline or refused (a reason instead of values); `by` is user, no-answer (it
+    timed out) or cancelled. The values themselves stay with the asker."""
+
+    request_id: str
+    action: str
+    by: str
+    waited_ms: float
+
+
+@frozen
 class ToolFinished:
     call: ToolUse
     result: ToolResult
@@ -262,6 +274,7 @@ Event: TypeAlias = (
     | PermissionAsked
     | PermissionAnswered
     | QuestionRequest
+    | QuestionAnswered
     | ToolFinished
     | UsageUpdated
     | ContextCompacted
@@ -279,6 +292,7 @@ __all__ = [
     "Notice",
     "PermissionAnswered",
     "PermissionAsked",
+    "QuestionAnswered",
     "QuestionRequest",
     "RequestFinished",
     "RequestStarted",

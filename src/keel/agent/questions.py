@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from keel.agent.events import Event, PermissionAnswered, PermissionAsked, QuestionRequest
+from keel.agent.events import (
+    Event,
+    PermissionAnswered,
+    PermissionAsked,
+    QuestionAnswered,
+    QuestionRequest,
+)
 from keel.permissions.gate import PermissionReply, PermissionRequest
 
 #: What answers a `QuestionRequest`: the values (accepted), None (declined), or why not.
@@ -89,15 +95,28 @@ class Questions:
         self, source: str, message: str, schema: dict[str, Any]
     ) -> tuple[QuestionRequest, asyncio.Future[QuestionReply]]:
         """A `QuestionRequest` to emit, registered so that `answer` reaches it; the caller
-        emits it and awaits the future (then calls `done`)."""
+        emits it and awaits the future (then calls `done`, which emits `QuestionAnswered`)."""
         request_id = f"question-{next(self._ids)}"
         reply: asyncio.Future[QuestionReply] = asyncio.get_running_loop().create_future()
         event = QuestionRequest(source, message, schema, reply, request_id)
         self._waiting[request_id] = _Waiting(event, reply, time.monotonic())
         return event, reply
 
-    def done(self, request_id: str) -> None:
-        self._waiting.pop(request_id, None)
+    def done(self, request_id: str, *, by: str = "user") -> None:
+        """The question is over (`by`: user, no-answer, cancelled): every front end hears
+        `QuestionAnswered` and closes its card, whichever of them answered."""
+        waiting = self._waiting.pop(request_id, None)
+        if waiting is None:
+            return
+        reply = waiting.reply
+        answer = reply.result() if reply.done() and not reply.cancelled() else by
+        action = (
+            "accept" if isinstance(answer, dict) else "decline" if answer is None else "refused"
+        )
+        waited = waiting.waited_ms
+        if waited is None:
+            waited = (time.monotonic() - waiting.since) * 1000
+        self.emit(QuestionAnswered(request_id, action, by, round(waited, 1)))
 
     def answer(
         self,

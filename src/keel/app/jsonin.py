@@ -21,6 +21,7 @@ from keel.agent.events import (
     Event,
     PermissionAnswered,
     PermissionAsked,
+    QuestionAnswered,
     QuestionRequest,
     RequestFinished,
     RequestStarted,
@@ -149,6 +150,10 @@ class EventDecoder:
                 reply: asyncio.Future[dict[str, Any] | str | None] = _future()
                 return QuestionRequest(
                     data["source"], data["message"], data["schema"], reply, data["request_id"]
+                )
+            case "question_answered":
+                return QuestionAnswered(
+                    data["request_id"], data["action"], data["by"], data["waited_ms"]
                 )
             case "result":
                 return TurnFinished(

@@ -15,6 +15,7 @@ from keel.agent.events import (
     Event,
     PermissionAnswered,
     PermissionAsked,
+    QuestionAnswered,
     QuestionRequest,
     RequestFinished,
     RequestStarted,
@@ -84,13 +85,15 @@ def event_json(event: Event) -> dict[str, Any] | None:
             }
         case RequestStarted() | RequestFinished() | AssistantMessage():
             return _request_json(event)
-        case PermissionAsked() | PermissionAnswered() | QuestionRequest():
+        case PermissionAsked() | PermissionAnswered() | QuestionRequest() | QuestionAnswered():
             return question_json(event)
         case _:
             return _loop_event_json(event)
 
 
-def question_json(event: PermissionAsked | PermissionAnswered | QuestionRequest) -> dict[str, Any]:
+def question_json(
+    event: PermissionAsked | PermissionAnswered | QuestionRequest | QuestionAnswered,
+) -> dict[str, Any]:
     """A question for the user (answered on stdin with `--input-format stream-json`, over HTTP
     by `keel serve`), and how it was answered."""
     match event:
@@ -129,6 +132,14 @@ def question_json(event: PermissionAsked | PermissionAnswered | QuestionRequest)
                 "source": source,
                 "message": message,
                 "schema": schema,
+            }
+        case QuestionAnswered(request_id, action, by, waited_ms):
+            return {
+                "type": "question_answered",
+                "request_id": request_id,
+                "action": action,
+                "by": by,
+                "waited_ms": waited_ms,
             }
         case _:
             assert_never(event)

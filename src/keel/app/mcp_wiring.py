@@ -147,13 +147,18 @@ async def _elicit(agent: Agent, ask: ElicitAsk) -> dict[str, Any] | str | None:
     question, future = agent.questions.question(ask.server, ask.message, ask.schema)
     agent.forward(question)
     told = asyncio.create_task(_notify_dialog(agent, ask))  # beside the question, as in Claude Code
+    by = "user"
     try:
         async with asyncio.timeout(QUESTION_TIMEOUT):
             answer = await future
     except TimeoutError:
+        by = "no-answer"
         return f"nobody answered within {QUESTION_TIMEOUT:g} s"
+    except asyncio.CancelledError:
+        by = "cancelled"
+        raise
     finally:
-        agent.questions.done(question.request_id)
+        agent.questions.done(question.request_id, by=by)
         await told
     if isinstance(answer, str):
         return answer

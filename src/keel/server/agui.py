@@ -337,7 +337,14 @@ class AguiRun:
             case "error" | "session_closed" | "server_stopping" | "cleared" | "dropped":
                 self.done = True
                 return [*self._close_step(), run_error(event)]
-            case "notice" | "compacted" | "background_finished" | "permission_answered" | "gap":
+            case (
+                "notice"
+                | "compacted"
+                | "background_finished"
+                | "permission_answered"
+                | "question_answered"
+                | "gap"
+            ):
                 return self._custom(event)
             case _:
                 # user_message, status, turn_started, tool_started, request (not a turn's),

@@ -371,10 +371,23 @@ class KeelApp(App[int]):
         return reply
 
     async def _answer(self, question: QuestionRequest) -> None:
-        """A server's question (MCP elicitation) as a form; Esc declines."""
+        """A server's question (MCP elicitation) as a form; Esc declines. A reply that comes
+        from elsewhere first (another client of an attached session) closes the form."""
+        modal = asyncio.ensure_future(self._modal(QuestionScreen(question)))
+
+        def closed(_reply: object) -> None:
+            modal.cancel()
+
+        question.reply.add_done_callback(closed)
         try:
-            answer = await self._modal(QuestionScreen(question))
+            answer = await modal
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task was cancelled, not only the form
+            return  # the form closed: answered elsewhere
         finally:
+            question.reply.remove_done_callback(closed)
             self._questions = {t for t in self._questions if not t.done()}
         if not question.reply.done():
             question.reply.set_result(answer)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from keel.agent.events import (
     PermissionAnswered,
     PermissionAsked,
+    QuestionAnswered,
     QuestionRequest,
     ToolFinished,
     UsageUpdated,
@@ -280,6 +281,8 @@ class RemoteController:
         #: Permission questions on screen, by request id, and the ones this client answered.
         self._asking: dict[str, asyncio.Task[None]] = {}
         self._answered: set[str] = set()
+        #: MCP questions on screen, by request id (their form closes on `question_answered`).
+        self._questions: dict[str, QuestionRequest] = {}
         self._idle = asyncio.Event()
         self._patching = asyncio.Lock()
         self._settle()
@@ -551,9 +554,19 @@ class RemoteController:
                 task = self._asking.get(request_id)
                 if task is not None:
                     task.cancel()  # answered by another client: the card closes
-            case QuestionRequest():
+            case QuestionRequest() if event.request_id not in self._questions:
+                self._questions[event.request_id] = event
                 event.reply.add_done_callback(lambda f: self._spawn(self._reply(event, f)))
                 self.show(event)
+            case QuestionRequest():
+                return  # on screen already (pending when this client came, and on the stream)
+            case QuestionAnswered(request_id, action, by):
+                question = self._questions.pop(request_id, None)
+                if question is not None and not question.reply.done():
+                    question.reply.cancel()  # answered by another client: the form closes
+                    how = {"accept": "answered", "decline": "declined"}.get(action, action)
+                    whom = "in another client" if by == "user" else f"({by})"
+                    self.show(Notice(f"{question.source}'s question was {how} {whom}"))
             case ToolFinished(call, result):
                 self.show(replace(event, display=rebuilt_diff(call, result, self.project)))
             case UsageUpdated(_turn, total, cost, context, window):
@@ -636,9 +649,24 @@ class RemoteController:
         if future.cancelled() or self.exited:
             return
         answer = future.result()
-        body = {"reason": answer} if isinstance(answer, str) else {"values": answer}
+        if isinstance(answer, str):
+            # This front end cannot show the form (line mode): refusing would refuse it for
+            # every client of the session, so it waits for one that can.
+            self.show(
+                Notice(
+                    f"{event.source}'s question waits for a client that shows forms "
+                    "(the web page, or keel attach without --no-tui)",
+                    "warning",
+                )
+            )
+            return
+        body = {"values": answer}
         path = f"/v1/sessions/{self.session_id}/permissions/{event.request_id}"
-        await self.connection.request("POST", path, body)
+        try:
+            await self.connection.request("POST", path, body)
+        except ServerRefused as exc:
+            if exc.status != 404:  # 404: another client answered first (its question_answered)
+                raise
 
     async def _switch(self, session_id: str, why: str) -> None:
         """Follow another session of the server from now on (after /clear, /fork)."""

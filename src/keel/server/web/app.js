@@ -706,6 +706,12 @@
     scrollDown(true);
   }
 
+  /** Answered anywhere (this tab, another, a terminal): the form closes with what it was. */
+  function questionAnswered(data) {
+    const how = { accept: "answered", decline: "declined", refused: "refused" }[data.action] || data.action;
+    questionDone(data.request_id, data.by && data.by !== "user" ? `${how} (${data.by})` : how);
+  }
+
   function questionDone(requestId, how) {
     const form = state.asks.get(requestId);
     if (!form) return;
@@ -778,6 +784,9 @@
         break;
       case "question":
         questionCard(data);
+        break;
+      case "question_answered":
+        questionAnswered(data);
         break;
       case "assistant":
         endStreaming(ctx);
