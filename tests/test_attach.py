@@ -379,8 +379,9 @@ async def test_plan_approval_and_mode_changes_go_to_the_server(
         assert isinstance(app.screen, PlanScreen)
         assert app.screen.query_one(Markdown).source == plan
         await pilot.press("1")  # yes, and accept edits
+        # The answer goes over HTTP and the run goes on there: wait for its effect, then idle.
+        await wait_until(pilot, lambda: (project / "util.py").read_text() == "X = 2\n")
         await settle(pilot, app)
-        assert (project / "util.py").read_text() == "X = 2\n"
         assert describe(served, sid)["mode"] == "accept-edits"
         assert remote(app).status().mode == "accept-edits"
         assert transcript(app)[-1] == ("reply", "Done.")
