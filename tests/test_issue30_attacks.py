@@ -421,3 +421,62 @@ def test_a_hostile_server_gets_no_escapes_onto_the_terminal_and_no_token_elsewhe
         assert server.RequestHandlerClass.seen, answers
         assert all(auth == f"Bearer {TOKEN}" for _, auth in server.RequestHandlerClass.seen)
     assert elsewhere.RequestHandlerClass.seen == []
+
+
+# -- keel mcp serve: nothing outside its project ----------------------------------------------------
+
+
+async def test_mcp_serve_keeps_runs_and_sessions_inside_its_project(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    """A caller names directories outside the project (absolute, through a symlink, through a
+    symlink and back up) and sessions of another project (whole id, prefix): each is a
+    one-line tool error, and the model is never asked."""
+    from tests.test_mcp_serve import _env, stdio, text_of
+
+    other = project.parent / "other"
+    other.mkdir()
+    (project / "out").symlink_to(other)
+    (project / "sub").mkdir()
+    (project / "sub" / "up").symlink_to(project.parent)
+    anthropic.add(reply("theirs"))
+    done = subprocess.run(
+        [sys.executable, "-m", "keel", "-p", "x", "--model", MODEL, "--output-format", "json"],
+        cwd=other,
+        env=_env(anthropic),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    theirs = json.loads(done.stdout)["session_id"]
+    asked = len(anthropic.model_requests)
+    async with stdio(project, anthropic) as c:
+        run = [
+            await c.session.call_tool("keel_run", {"prompt": "x", "cwd": cwd})
+            for cwd in (str(other), "out", "out/.", "sub/up/other", "sub/up", "/")
+        ]
+        read = [
+            await c.session.call_tool(
+                tool,
+                {"session_id": sid, "prompt": "x"} if tool == "keel_reply" else {"session_id": sid},
+            )
+            for tool in ("keel_session", "keel_reply")
+            for sid in (theirs, theirs[:-2])
+        ]
+        listed = await c.session.call_tool("keel_sessions", {})
+    for result in [*run, *read]:
+        assert result.is_error, result
+        assert "\n" not in text_of(result)
+    assert [text_of(r).split(" is outside")[0] for r in run] == [
+        f"cwd {other}",
+        "cwd out",
+        "cwd out/.",
+        "cwd sub/up/other",
+        "cwd sub/up",
+        "cwd /",
+    ]
+    for result in read:
+        assert text_of(result).startswith(f"session {theirs} belongs to another project ({other})")
+    assert listed.structured_content == {"sessions": []}
+    assert len(anthropic.model_requests) == asked
