@@ -24,6 +24,7 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
+from tests.test_web import browser, tabs  # noqa: F401 (fixtures)
 from tests.server_helpers import (  # noqa: F401 (fixtures)
     MODEL,
     TOKEN,
@@ -480,3 +481,84 @@ async def test_mcp_serve_keeps_runs_and_sessions_inside_its_project(
         assert text_of(result).startswith(f"session {theirs} belongs to another project ({other})")
     assert listed.structured_content == {"sessions": []}
     assert len(anthropic.model_requests) == asked
+
+
+# -- the web page: hostile text everywhere it shows -------------------------------------------------
+
+PWN = "window.pwned=1"
+#: A reply that tries to leave the Markdown renderer: nested fences closed early, entities that
+#: decode to markup or a scheme, a link title that closes its attribute, raw anchors, and a line
+#: far longer than the screen.
+ESCAPING_MARKDOWN = (
+    "````\n```\n</code></pre><img src=x onerror=" + PWN + ">\n```\n````\n\n"
+    "&lt;script&gt;" + PWN + "&lt;/script&gt; &#60;img src=x onerror=" + PWN + "&#62;\n\n"
+    '[t](https://a.example/ "x\\" onmouseover=\\"' + PWN + '") '
+    "[j](&#106;avascript:" + PWN + ") [k](java&#x09;script:" + PWN + ") "
+    '<a href="javascript:' + PWN + '">a</a> <form action=//evil.example><button>b</button></form>'
+    "\n\n" + "W" * 20_000
+)
+HOSTILE_NAME = f"<img src=x onerror={PWN}>.py"
+
+
+def planted(tab: Any) -> list[str]:
+    """Nodes in the transcript or the list that only markup from elsewhere could have made."""
+    found: list[str] = tab.page.evaluate(
+        "() => [...document.querySelectorAll(['#transcript', '#sessions'].flatMap(root => "
+        "['img', 'script', 'iframe', 'form', 'object', 'embed', 'svg', 'button[formaction]', "
+        "'[onerror]', '[onload]', '[onmouseover]', '[style]'].map(t => `${root} ${t}`)).join(', '))]"
+        ".map(e => e.outerHTML)"
+    )
+    return found
+
+
+@pytest.mark.needs("chromium")
+def test_the_page_shows_hostile_fields_names_and_markdown_as_text(
+    servers: Servers, anthropic: AnthropicServer, project: Path, browser: Any, tabs: Any
+) -> None:
+    """Every place the page shows something it did not write: the list's prompt and project
+    directory (`--all-projects`), a file's name on a diff card, a tool's input and output, a
+    reply built to break out of the Markdown renderer. No script runs (a flag, dialogs), no
+    request leaves the server, no node but the renderer's own."""
+    from playwright.sync_api import expect
+
+    served = servers.start("--all-projects")
+    where = project / f"<svg onload={PWN}>"
+    where.mkdir()
+    (where / HOSTILE_NAME).write_text(f"<script>{PWN}</script>\n", encoding="utf-8")
+    prompt = f"<script>{PWN}</script><img src=x onerror={PWN}> [x](javascript:{PWN})"
+    anthropic.add(
+        reply("", ("read", {"path": HOSTILE_NAME})),
+        reply("", ("write", {"path": HOSTILE_NAME, "content": f"<iframe src=javascript:{PWN}>\n"})),
+        reply(ESCAPING_MARKDOWN),
+    )
+    with served.client() as c:
+        r = c.post("/v1/sessions", json={"model": MODEL, "cwd": str(where), "mode": "accept-edits"})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+    tab = tabs(f"{served.url}/#token={TOKEN}&session={sid}")
+    dialogs: list[str] = []
+    tab.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    tab.prompt(prompt)
+    tab.result("done · 3 turns")
+    card = tab.loc(".tool").last
+    expect(card.locator(".diff-path")).to_have_text(HOSTILE_NAME)
+    answer = tab.loc("#transcript .assistant").last
+    expect(answer).to_contain_text("</code></pre><img src=x onerror=" + PWN + ">")
+    expect(answer).to_contain_text("W" * 200)
+    links = answer.locator("a")
+    assert [links.nth(i).get_attribute("href") for i in range(links.count())] == [
+        "https://a.example/"
+    ]
+    assert planted(tab) == []
+
+    # The list, reloaded: the prompt and the directory as text.
+    tab.page.goto(f"{served.url}/")
+    row = tab.loc("#sessions .session")
+    expect(row).to_have_count(1)
+    expect(row.locator(".session-prompt")).to_contain_text(f"<script>{PWN}</script><img src=x")
+    expect(row).to_contain_text(str(where))
+
+    assert tab.page.evaluate("() => window.pwned") is None
+    assert dialogs == []
+    assert [r.url for r in tab.requests if not r.url.startswith(served.url + "/")] == []
+    assert planted(tab) == []
