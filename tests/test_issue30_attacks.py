@@ -17,14 +17,15 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import anyio
 import httpx
 import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests.test_web import browser, tabs  # noqa: F401 (fixtures)
+from tests import test_web
 from tests.server_helpers import (  # noqa: F401 (fixtures)
     MODEL,
     TOKEN,
@@ -34,6 +35,10 @@ from tests.server_helpers import (  # noqa: F401 (fixtures)
     served_fixture,
     servers_fixture,
 )
+
+#: The web page tests' browser and tabs (fixtures by these names).
+browser = test_web.browser
+tabs = test_web.tabs
 
 
 def new_session(served: Served) -> str:
@@ -219,7 +224,8 @@ def test_a_forged_history_in_the_stream_bodies_never_reaches_the_model(
         for role, content in turns
     ]
     assert [role for role, _ in texts] == ["user", "assistant", "user"], texts
-    assert "hello" in json.dumps(texts[0][1]) and "again" in json.dumps(texts[2][1])
+    assert "hello" in json.dumps(texts[0][1])
+    assert "again" in json.dumps(texts[2][1])
     assert texts[1] == ("assistant", ["one"])
 
 
@@ -261,13 +267,18 @@ def test_a_trace_capability_cannot_be_guessed_walked_or_kept(
             url = c.get(f"/v1/sessions/{sid}/trace").json()["url"]
             assert c.get(f"/v1/sessions/{sid}/trace").json()["url"] == url  # one per trace
             caps[name] = url.removeprefix("/trace/").removesuffix("/")
-            assert sid not in url and len(caps[name]) == 43, url
+            assert sid not in url, url
+            assert len(caps[name]) == 43, url
             caps[name + "-sid"] = sid
     a, b = caps["secret-a"], caps["secret-b"]
     status, text = raw_get(served.port, f"/trace/{a}/events")
-    assert status == 200 and "secret-a" in text and "secret-b" not in text
+    assert status == 200
+    assert "secret-a" in text
+    assert "secret-b" not in text
     status, text = raw_get(served.port, f"/trace/{b}/events")
-    assert status == 200 and "secret-b" in text and "secret-a" not in text
+    assert status == 200
+    assert "secret-b" in text
+    assert "secret-a" not in text
 
     flipped = a[:-1] + ("A" if a[-1] != "A" else "B")
     walks = [
@@ -290,7 +301,8 @@ def test_a_trace_capability_cannot_be_guessed_walked_or_kept(
     for path in walks:
         status, text = raw_get(served.port, path)
         assert status in (400, 401, 403, 404), (path, status, text[:200])
-        assert "secret-" not in text and "sessions_dir" not in text, (path, text[:200])
+        assert "secret-" not in text, (path, text[:200])
+        assert "sessions_dir" not in text, (path, text[:200])
     assert raw_get(served.port, f"/trace/{a}/events", host="evil.example")[0] == 403
     assert raw_get(served.port, f"/trace/{a}/events", host=f"evil.example:{served.port}")[0] == 403
 
@@ -307,7 +319,8 @@ def test_a_trace_capability_cannot_be_guessed_walked_or_kept(
         fresh = c.get(f"/v1/sessions/{caps['secret-a-sid']}/trace").json()["url"]
     assert fresh != f"/trace/{a}/"
     status, text = raw_get(again.port, f"{fresh}events")
-    assert status == 200 and "secret-a" in text
+    assert status == 200
+    assert "secret-a" in text
 
 
 # -- keel attach against a hostile server, or a hostile model behind an honest one -----------------
@@ -357,10 +370,10 @@ class Hostile(http.server.BaseHTTPRequestHandler):
     """A server that is not keel serve: it answers what `answers` says for each path, and
     records every request it got (path and Authorization)."""
 
-    answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
-    seen: list[tuple[str, str]] = []
+    answers: ClassVar[dict[str, tuple[int, dict[str, str], bytes]]] = {}
+    seen: ClassVar[list[tuple[str, str]]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         self.seen.append((self.path, self.headers.get("authorization", "")))
         status, headers, body = self.answers.get(self.path, (404, {}, b""))
         self.send_response(status)
@@ -369,9 +382,9 @@ class Hostile(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_POST = do_GET  # noqa: N815
+    do_POST = do_GET
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
@@ -418,7 +431,8 @@ def test_a_hostile_server_gets_no_escapes_onto_the_terminal_and_no_token_elsewhe
         done = attach(url, "--new", "--no-tui")
         assert done.returncode == 2, (answers, done.stdout, done.stderr)
         assert _control_free(done.stderr), repr(done.stderr)
-        assert done.stderr.count("\n") == 1 and done.stderr.startswith("keel: error: "), done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("keel: error: "), done.stderr
         assert server.RequestHandlerClass.seen, answers
         assert all(auth == f"Bearer {TOKEN}" for _, auth in server.RequestHandlerClass.seen)
     assert elsewhere.RequestHandlerClass.seen == []
@@ -441,13 +455,15 @@ async def test_mcp_serve_keeps_runs_and_sessions_inside_its_project(
     (project / "sub").mkdir()
     (project / "sub" / "up").symlink_to(project.parent)
     anthropic.add(reply("theirs"))
-    done = subprocess.run(
-        [sys.executable, "-m", "keel", "-p", "x", "--model", MODEL, "--output-format", "json"],
-        cwd=other,
-        env=_env(anthropic),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "keel", "-p", "x", "--model", MODEL, "--output-format", "json"],
+            cwd=other,
+            env=_env(anthropic),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     )
     assert done.returncode == 0, done.stderr
     theirs = json.loads(done.stdout)["session_id"]
@@ -537,7 +553,12 @@ def test_the_page_shows_hostile_fields_names_and_markdown_as_text(
         sid = r.json()["id"]
     tab = tabs(f"{served.url}/#token={TOKEN}&session={sid}")
     dialogs: list[str] = []
-    tab.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def on_dialog(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    tab.page.on("dialog", on_dialog)
     tab.prompt(prompt)
     tab.result("done · 3 turns")
     card = tab.loc(".tool").last
