@@ -25,7 +25,7 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests import test_web
+from tests import test_mcp_serve, test_web
 from tests.server_helpers import (  # noqa: F401 (fixtures)
     MODEL,
     TOKEN,
@@ -39,6 +39,8 @@ from tests.server_helpers import (  # noqa: F401 (fixtures)
 #: The web page tests' browser and tabs (fixtures by these names).
 browser = test_web.browser
 tabs = test_web.tabs
+#: `keel mcp serve --http` on a loopback port (a fixture by this name).
+http_served = test_mcp_serve.http_served_fixture
 
 
 def new_session(served: Served) -> str:
@@ -583,3 +585,50 @@ def test_the_page_shows_hostile_fields_names_and_markdown_as_text(
     assert dialogs == []
     assert [r.url for r in tab.requests if not r.url.startswith(served.url + "/")] == []
     assert planted(tab) == []
+    # The token: this tab's session storage only, never a URL or a Referer.
+    assert tab.page.evaluate("() => localStorage.length") == 0
+    assert tab.page.evaluate("() => Object.values(sessionStorage)") == [TOKEN]
+    assert not [r.url for r in tab.requests if TOKEN in r.url]
+    assert not [r.url for r in tab.requests if TOKEN in (r.headers.get("referer") or "")]
+
+
+def test_mcp_serve_over_http_refuses_a_foreign_origin_and_a_token_in_the_address(
+    http_served: Any,
+) -> None:
+    """A page on another site that somehow holds the token (or a browser that sends the Host
+    right) still names its Origin: refused. The token is taken from the header only, and the
+    refusals carry the same headers as keel serve's."""
+    from tests.test_mcp_serve import INITIALIZE
+
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "authorization": f"Bearer {TOKEN}",
+    }
+    own = f"http://127.0.0.1:{http_served.port}"
+    with httpx.Client(timeout=10) as c:
+        answers = {
+            origin: c.post(http_served.url, json=INITIALIZE, headers={**headers, "origin": origin})
+            for origin in (
+                "https://evil.example",
+                "null",
+                f"http://127.0.0.1.evil.example:{http_served.port}",
+                f"http://localhost:{http_served.port + 1}",
+                own,
+            )
+        }
+        in_query = c.post(
+            f"{http_served.url}?token={TOKEN}",
+            json=INITIALIZE,
+            headers={"accept": headers["accept"]},
+        )
+    assert {o: r.status_code for o, r in answers.items()} == {
+        "https://evil.example": 403,
+        "null": 403,
+        f"http://127.0.0.1.evil.example:{http_served.port}": 403,
+        f"http://localhost:{http_served.port + 1}": 403,
+        own: 200,
+    }
+    assert in_query.status_code == 401
+    for r in [*answers.values(), in_query]:
+        assert r.headers.get("x-content-type-options") == "nosniff", r.headers
+        assert not [h for h in r.headers if h.startswith("access-control-")], r.headers
