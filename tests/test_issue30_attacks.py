@@ -632,3 +632,43 @@ def test_mcp_serve_over_http_refuses_a_foreign_origin_and_a_token_in_the_address
     for r in [*answers.values(), in_query]:
         assert r.headers.get("x-content-type-options") == "nosniff", r.headers
         assert not [h for h in r.headers if h.startswith("access-control-")], r.headers
+
+
+async def test_a_hostile_model_cannot_write_escapes_to_the_terminal_through_the_tui(
+    project: Path,
+) -> None:
+    """The full-screen TUI (`keel`, and `keel attach` on a terminal) draws what a model says,
+    what a tool prints and the call a permission card asks about: every control character
+    reaches the screen as a stand-in (textual itself would draw them as they are)."""
+    from keel.testing import ScriptedProvider
+    from keel.tui.app import KeelApp
+    from keel.tui.screens import PermissionScreen
+    from tests.tui_helpers import make_controller
+
+    (project / "hostile.txt").write_text(ESCAPES + "\n", encoding="utf-8")
+    provider = ScriptedProvider(
+        [
+            reply("", ("read", {"path": "hostile.txt"})),
+            reply(ESCAPES, ("write", {"path": "notes.txt", "content": ESCAPES})),
+            reply(ESCAPES, thinking=ESCAPES),
+        ]
+    )
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=(100, 36)) as pilot:
+        app.prompt.load_text(f"go {ESCAPES}")
+        await pilot.press("enter")
+        for _ in range(200):
+            if isinstance(app.screen, PermissionScreen):
+                break
+            await pilot.pause(0.02)
+        assert isinstance(app.screen, PermissionScreen)
+        card = app.export_screenshot()
+        await pilot.press("1")
+        await app.idle()
+        await pilot.pause()
+        screen = app.export_screenshot()
+    for shown in (card, screen):
+        assert "pwned" in shown
+        assert _control_free(shown), [ch for ch in shown if not _control_free(ch)][:5]
+    assert (project / "notes.txt").read_text(encoding="utf-8") == ESCAPES  # shown, not changed
