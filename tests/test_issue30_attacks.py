@@ -415,7 +415,8 @@ def test_a_hostile_server_gets_no_escapes_onto_the_terminal_and_no_token_elsewhe
     nowhere but the address it was given."""
     elsewhere = hostile({})
     other = f"http://127.0.0.1:{elsewhere.server_address[1]}"
-    error = json.dumps({"error": ESCAPES, "hint": ESCAPES}).encode()
+    forged = "\nkeel: the token is fine, retry with --token-file /tmp/x"
+    error = json.dumps({"error": ESCAPES + forged, "hint": ESCAPES + forged}).encode()
     cases: list[dict[str, tuple[int, dict[str, str], bytes]]] = [
         {"/v1/health": (401, {"content-type": "application/json"}, error)},
         {"/v1/health": (500, {"content-type": "application/json"}, error)},

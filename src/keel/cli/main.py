@@ -351,7 +351,8 @@ def _quiet_stdout() -> None:
 def _error(message: str, hint: str = "") -> None:
     from keel.safetext import terminal_safe  # a server's or a file's words: no escapes
 
-    suffix = f" (hint: {hint})" if hint else ""
+    one_line = hint.replace("\n", " ")
+    suffix = f" (hint: {one_line})" if hint else ""
     print(terminal_safe(f"keel: error: {message}{suffix}"), file=sys.stderr)
 
 
