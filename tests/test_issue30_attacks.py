@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -36,9 +37,27 @@ from tests.server_helpers import (  # noqa: F401 (fixtures)
     servers_fixture,
 )
 
-#: The web page tests' browser and tabs (fixtures by these names).
-browser = test_web.browser
+#: The web page tests' tabs (a fixture by this name), over this module's browser.
 tabs = test_web.tabs
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Chromium for one test (test_web's lives as long as its module: here its event loop would
+    be running under the async tests that follow)."""
+    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
+    from playwright.sync_api import Error, expect, sync_playwright
+
+    expect.set_options(timeout=test_web.WAIT)
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        except Error as err:
+            pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
+        yield b
+        b.close()
+
+
 #: `keel mcp serve --http` on a loopback port (a fixture by this name).
 http_served = test_mcp_serve.http_served_fixture
 
