@@ -349,8 +349,11 @@ def _quiet_stdout() -> None:
 
 
 def _error(message: str, hint: str = "") -> None:
-    suffix = f" (hint: {hint})" if hint else ""
-    print(f"keel: error: {message}{suffix}", file=sys.stderr)
+    from keel.safetext import terminal_safe  # a server's or a file's words: no escapes
+
+    one_line = hint.replace("\n", " ")
+    suffix = f" (hint: {one_line})" if hint else ""
+    print(terminal_safe(f"keel: error: {message}{suffix}"), file=sys.stderr)
 
 
 #: The output formats that print JSON on stdout (docs/headless.md).

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Message as AsgiMessage
 
 from keel import __version__
 from keel.errors import KeelError, UserError
@@ -32,7 +33,7 @@ from keel.server.fleet_routes import FleetRoutes
 from keel.server.host import ApiError, Host, Hosted, question_json, task_json
 from keel.server.ring import KEEPALIVE
 from keel.server.streams import Streams
-from keel.server.webpage import TRACES, TraceViews, is_open
+from keel.server.webpage import CSP, TRACES, TraceViews, is_open
 from keel.server.webpage import routes as web_routes
 
 #: The largest request body read (a prompt with a pasted file fits).
@@ -70,6 +71,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _secured(send)
         refusal = self._refusal(scope)
         if refusal is not None:
             await refusal(scope, receive, send)
@@ -126,6 +128,29 @@ class Guard:
         if not hmac.compare_digest(given.strip().encode(), self.token):
             return _unauthorized("wrong bearer token")
         return None
+
+
+#: What every answer carries unless it says otherwise (the pages and the trace viewer set their
+#: own): an error body echoes what the request said (a Host, a field, a session id), so no
+#: answer may be sniffed as HTML, framed, or sent a Referer.
+SECURE_HEADERS = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+)
+
+
+def _secured(send: Send) -> Send:
+    """`send`, with `SECURE_HEADERS` added to the start of every response that lacks them."""
+
+    async def secured(message: AsgiMessage) -> None:
+        if message["type"] == "http.response.start":
+            given = {name.lower() for name, _ in message.get("headers", [])}
+            extra = [(name, value) for name, value in SECURE_HEADERS if name not in given]
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return secured
 
 
 def _unauthorized(message: str, hint: str = "") -> Response:

@@ -48,6 +48,7 @@ from keel.frozen import frozen
 from keel.llm.events import Notice, TextDelta, ThinkingDelta, ToolUseDelta, ToolUseStart
 from keel.llm.messages import Text, Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
+from keel.safetext import terminal_safe_copy
 from keel.tui import commands as cmds
 from keel.tui.control import LOCAL_SETTINGS, Driver, finished_text
 from keel.tui.format import duration, key_argument, progress_text
@@ -319,12 +320,13 @@ class KeelApp(App[int]):
     # -- FrontEnd ------------------------------------------------------------------------------
 
     def show(self, event: ViewEvent) -> None:
-        self._queue.append(event)
+        # A model's, a tool's or a server's words: textual would draw their escapes as they are.
+        self._queue.append(terminal_safe_copy(event))
         self._idle.clear()
         self._wake.set()
 
     def reset(self, events: Sequence[ViewEvent]) -> None:
-        self._queue.append(_Reset(tuple(events)))
+        self._queue.append(_Reset(tuple(map(terminal_safe_copy, events))))
         self._idle.clear()
         self._wake.set()
 
@@ -358,10 +360,11 @@ class KeelApp(App[int]):
         self.prompt.move_cursor(self.prompt.document.end)
 
     async def ask(self, request: PermissionRequest) -> PermissionReply:
+        shown = terminal_safe_copy(request)  # the model's call, as `show` draws events
         if request.plan:
-            screen: _Question = PlanScreen(request)
+            screen: _Question = PlanScreen(shown)
         else:
-            screen = PermissionScreen(request, str(LOCAL_SETTINGS))
+            screen = PermissionScreen(shown, str(LOCAL_SETTINGS))
         reply: PermissionReply = await self._modal(screen)
         if screen.interrupted:
             # Esc on a card stops the turn: the cancellation lands at the next await (this

@@ -38,6 +38,7 @@ from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import Text as TextBlock
 from keel.llm.messages import Thinking, ToolUse
 from keel.permissions.gate import PermissionReply, PermissionRequest
+from keel.safetext import terminal_safe
 from keel.tui.control import Controller, Driver, finished_text
 from keel.tui.format import (
     call_preview,
@@ -499,12 +500,30 @@ class StatusLinePrinter:
         self._shown = line
 
 
+class SafeConsole(Console):
+    """A Console that shows the control characters in what it is given as visible stand-ins
+    (`keel.safetext`): the text is a model's, a tool's, a file name or a server's, and an escape
+    sequence in it would otherwise reach the terminal as it is (rich drops only a few). Its own
+    styles are added after, so they still colour the line."""
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*map(_terminal_safe, objects), **options)
+
+
+def _terminal_safe(shown: Any) -> Any:
+    if isinstance(shown, Text):
+        safe = shown.copy()
+        safe.plain = terminal_safe(shown.plain)  # the same length: the styles' spans still fit
+        return safe
+    return terminal_safe(shown) if isinstance(shown, str) else shown
+
+
 async def run_line(controller: Driver, *, prompt: str = "", stdin: TextIO | None = None) -> int:
     """Drive `controller` from stdin until it ends or the user quits; returns the exit code."""
     stdin = stdin or sys.stdin
     loop = asyncio.get_running_loop()
     reader = LineReader(stdin, loop)
-    console = Console(highlight=False, soft_wrap=True, width=terminal_width())
+    console = SafeConsole(highlight=False, soft_wrap=True, width=terminal_width())
     ui = LineFrontEnd(controller, console, reader, echo=not stdin.isatty(), width=terminal_width)
     controller.attach(ui)
     last_sigint = 0.0

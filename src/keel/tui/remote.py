@@ -120,6 +120,15 @@ class Connection:
         return self._answer(response, f"{method} {path}")
 
     def _answer(self, response: httpx.Response, what: str) -> Any:
+        if 300 <= response.status_code < 400:
+            # Never followed: the token is for this address only.
+            raise ServerRefused(
+                f"{self.url} is not a keel serve ({what} answered {response.status_code}, "
+                f"a redirect to {response.headers.get('location', 'nowhere')})",
+                hint="give the address keel serve printed, e.g. http://127.0.0.1:4096 "
+                "(keel attach follows no redirect)",
+                status=response.status_code,
+            )
         if response.status_code < 400:
             return response.json() if response.content else None
         try:
@@ -153,7 +162,7 @@ class Connection:
             async with self.client.stream(
                 "GET", f"/v1/sessions/{session}/events", headers=headers, timeout=timeout
             ) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 300:
                     await response.aread()
                     self._answer(response, "GET …/events")
                 fields: dict[str, str] = {}
