@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -14,8 +15,9 @@ import pytest
 WAIT = 15_000
 
 
-@pytest.fixture(name="browser", scope="module")
-def browser_fixture() -> Iterator[Any]:
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless chromium (skips the test, with the reason, where it cannot start)."""
     pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
     from playwright.sync_api import Error, expect, sync_playwright
 
@@ -27,3 +29,9 @@ def browser_fixture() -> Iterator[Any]:
             pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
         yield b
         b.close()
+
+
+@pytest.fixture(name="browser", scope="module")
+def browser_fixture() -> Iterator[Any]:
+    with chromium() as b:
+        yield b

@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -26,7 +25,8 @@ import pytest
 
 from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
-from tests import test_mcp_serve, test_web
+from tests import test_mcp_serve
+from tests.browser_helpers import chromium
 from tests.server_helpers import (  # noqa: F401 (fixtures)
     MODEL,
     TOKEN,
@@ -36,26 +36,15 @@ from tests.server_helpers import (  # noqa: F401 (fixtures)
     served_fixture,
     servers_fixture,
 )
-
-#: The web page tests' tabs (a fixture by this name), over this module's browser.
-tabs = test_web.tabs
+from tests.web_helpers import tabs_fixture  # noqa: F401 (fixture: tabs over this browser)
 
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    """Chromium for one test (test_web's lives as long as its module: here its event loop would
-    be running under the async tests that follow)."""
-    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (keel[dev])")
-    from playwright.sync_api import Error, expect, sync_playwright
-
-    expect.set_options(timeout=test_web.WAIT)
-    with sync_playwright() as p:
-        try:
-            b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
-        except Error as err:
-            pytest.skip(f"chromium cannot start here: {str(err).splitlines()[0]}")
+    """Chromium for one test (the web tests' lives as long as its module: here its event loop
+    would be running under the async tests that follow)."""
+    with chromium() as b:
         yield b
-        b.close()
 
 
 #: `keel mcp serve --http` on a loopback port (a fixture by this name).
