@@ -79,6 +79,13 @@ def _parallel(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # `-m serial` on the command line replaces the default `-m 'not slow'`: slow tests still run
+    # only where a marker expression names them (`pytest -m slow`).
+    if "slow" not in (config.option.markexpr or ""):
+        slow = [item for item in items if item.get_closest_marker("slow") is not None]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     parallel = _parallel(config)
     for item in items:
         if item.path.name in SERIAL_MODULES:
