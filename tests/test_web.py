@@ -6,7 +6,7 @@ reason the model reads, a plan approved into accept-edits, an interrupt with Esc
 recovering when the server is killed and started again, two tabs on one session in step, the
 token flow (taken from the fragment, never in a URL the page requests), a hostile transcript
 rendered inert, fork and unload from the list, and the page at a phone's width (the screenshot
-in docs/web.md, written there with KEEL_UPDATE_SCREENSHOTS=1).
+in docs/web.md, written there with KEEL_UPDATE_SCREENSHOT=1).
 """
 
 from __future__ import annotations
@@ -583,7 +583,7 @@ def test_a_phone_width_and_the_screenshot(
     served: Served, anthropic: AnthropicServer, tabs: Any, tmp_path: Path
 ) -> None:
     """Readable at 390 px: nothing wider than the screen. The picture in docs/web.md;
-    KEEL_UPDATE_SCREENSHOTS=1 writes it there."""
+    KEEL_UPDATE_SCREENSHOT=1 writes it there."""
     anthropic.add(
         reply(
             "I'll bump the version.",
@@ -596,7 +596,7 @@ def test_a_phone_width_and_the_screenshot(
     expect(tab.loc("#list-pane")).to_be_hidden()
     width = tab.page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390
-    out = SCREENSHOT if os.environ.get("KEEL_UPDATE_SCREENSHOTS") else tmp_path / "web.png"
+    out = SCREENSHOT if os.environ.get("KEEL_UPDATE_SCREENSHOT") else tmp_path / "web.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     tab.page.screenshot(path=str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

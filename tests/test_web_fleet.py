@@ -458,8 +458,8 @@ def test_a_parked_question_is_answered_from_the_page_and_the_run_completes(
         assert "toolu_page_1" in question.locator(".asks").text_content()
         # The workers' table shows the worker; the parked run is nobody's now.
         page.wait_for_selector('#workers tr[data-worker="w1"] .badge.w-live')
-        # The picture in docs/web.md; KEEL_UPDATE_SCREENSHOTS=1 writes it there.
-        shot = SCREENSHOT if os.environ.get("KEEL_UPDATE_SCREENSHOTS") else tmp_path / "shot.png"
+        # The picture in docs/web.md; KEEL_UPDATE_SCREENSHOT=1 writes it there.
+        shot = SCREENSHOT if os.environ.get("KEEL_UPDATE_SCREENSHOT") else tmp_path / "shot.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
         item.get_by_role("button", name="Allow").click()
