@@ -34,10 +34,10 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from keel.agent.events import (
     Event,
@@ -65,6 +65,9 @@ if TYPE_CHECKING:
     from keel.llm.provider import Provider
     from keel.session.fold import SessionState
     from keel.tools.base import Tool
+
+
+T = TypeVar("T")
 
 
 #: Seconds a worker that refused a run hands it back at once, without trying it again.
@@ -205,7 +208,7 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         control = await fleet.nc.subscribe(f"{streams.CONTROL_PREFIX}.*", cb=self._control)
         ticker = Scheduler(fleet, say=self.say).start()  # fires due schedules (schedules.py)
-        registration = await self._register()
+        registration = await self._through_election(self._register, "registry")
         beats = asyncio.create_task(self._registry_beats(registration))
         try:
             reader = QueueReader(
@@ -216,7 +219,7 @@ class Worker:
                 is_closed=lambda: fleet.nc.is_closed,
             )
             # The consumer's own wait rules the heartbeats.
-            self.ack_wait = await reader.start()
+            self.ack_wait = await self._through_election(reader.start, "queue")
             labels = f", labels {','.join(self.labels)}" if self.labels else ""
             self.say(
                 f"worker {self.name} takes runs from {self.url} ({self.concurrency} at once{labels})"
@@ -255,6 +258,22 @@ class Worker:
             with contextlib.suppress(Exception):
                 await fleet.close()
         return 0
+
+    async def _through_election(self, step: Callable[[], Awaitable[T]], what: str) -> T:
+        """`step()`, asked again while the fleet's replicated streams elect a leader (a node
+        lost: a timeout or "no responders" for a few seconds), so a worker that starts during an
+        election waits it out instead of exiting; after `ELECTION_WAIT` the error stands."""
+        from keel.fleet.runs import ELECTION_WAIT, _electing
+
+        patience = time.monotonic() + ELECTION_WAIT
+        while True:
+            try:
+                return await step()
+            except _electing() as exc:
+                if time.monotonic() > patience:
+                    raise
+                self.say(f"{what}: {type(exc).__name__}: {exc}; trying again")
+                await asyncio.sleep(0.5)
 
     # -- the registry -------------------------------------------------------------------------
 
