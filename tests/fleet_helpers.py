@@ -130,6 +130,26 @@ def script(path: Path, turns: list[dict[str, Any]]) -> str:
     return f"scripted:{path}"
 
 
+def edit_script(tmp: Path, name: str, marker: str) -> str:
+    """A scripted model that writes `marker` to out.txt (one `write` call), then says so."""
+    return script(
+        tmp / f"{name}.json",
+        [
+            {
+                "text": "I'll write the file.",
+                "tool_calls": [
+                    {
+                        "id": f"toolu_{name}_1",
+                        "name": "write",
+                        "input": {"path": "out.txt", "content": marker},
+                    }
+                ],
+            },
+            {"text": f"Wrote {marker}."},
+        ],
+    )
+
+
 def read_run(url: str, run: str, scratch: Path) -> list[Record]:
     store = JetStreamStore.connect(url, scratch=scratch)
     try:

@@ -17,6 +17,7 @@ from keel.session.fold import fold
 from keel.tools.base import AnswerLater, ToolContext, tool
 from tests.fleet_helpers import (
     WorkerProc,
+    edit_script,
     keel,
     keel_json,
     read_run,
@@ -65,25 +66,6 @@ def _wait(url: str, *runs: str, timeout: float = 90) -> list[dict[str, Any]]:
     return summaries
 
 
-def _edit_script(tmp: Path, name: str, marker: str) -> str:
-    return script(
-        tmp / f"{name}.json",
-        [
-            {
-                "text": "I'll write the file.",
-                "tool_calls": [
-                    {
-                        "id": f"toolu_{name}_1",
-                        "name": "write",
-                        "input": {"path": "out.txt", "content": marker},
-                    }
-                ],
-            },
-            {"text": f"Wrote {marker}."},
-        ],
-    )
-
-
 def test_submitted_runs_complete_on_a_worker_and_their_journals_are_in_jetstream(
     fleet: str, tmp_path: Path
 ) -> None:
@@ -91,7 +73,7 @@ def test_submitted_runs_complete_on_a_worker_and_their_journals_are_in_jetstream
     shared.mkdir()
     runs = []
     for i in range(3):
-        model = _edit_script(tmp_path, f"r{i}", f"marker-{i}")
+        model = edit_script(tmp_path, f"r{i}", f"marker-{i}")
         (shared / f"d{i}").mkdir()
         runs.append(
             _submit(
@@ -143,7 +125,7 @@ def test_a_question_parks_the_run_and_an_answer_resumes_it_without_a_model_call(
     shared = tmp_path / "shared"
     shared.mkdir()
     # default mode: the edit asks; nobody is there, so the run parks.
-    model = _edit_script(tmp_path, "ask", "answered")
+    model = edit_script(tmp_path, "ask", "answered")
     run = _submit(fleet, "write it", "--model", model, "--workspace", f"path:{shared}")
     worker = WorkerProc(fleet, tmp_path / "scratch", "w1")
     try:
@@ -160,7 +142,7 @@ def test_a_question_parks_the_run_and_an_answer_resumes_it_without_a_model_call(
             fleet,
             "x",
             "--model",
-            _edit_script(tmp_path, "b", "b"),
+            edit_script(tmp_path, "b", "b"),
             "--mode",
             "accept-edits",
             "--workspace",
@@ -198,7 +180,7 @@ def test_a_question_parks_the_run_and_an_answer_resumes_it_without_a_model_call(
 
 
 def test_a_denied_answer_reaches_the_model_with_its_reason(fleet: str, tmp_path: Path) -> None:
-    model = _edit_script(tmp_path, "deny", "never")
+    model = edit_script(tmp_path, "deny", "never")
     run = _submit(fleet, "write it", "--model", model, "--workspace", f"path:{tmp_path}")
     worker = WorkerProc(fleet, tmp_path / "scratch", "w1")
     try:
@@ -332,7 +314,7 @@ def test_a_redelivered_run_whose_journal_is_complete_is_answered_from_it(
 
     from keel.fleet.runs import Fleet, RunRequest
 
-    model = _edit_script(tmp_path, "once", "once")
+    model = edit_script(tmp_path, "once", "once")
     run = _submit(
         fleet, "w", "--model", model, "--mode", "accept-edits", "--workspace", f"path:{tmp_path}"
     )

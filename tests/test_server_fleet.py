@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from keel.tools.base import AnswerLater, ToolContext, tool
-from tests.fleet_helpers import WorkerProc, keel_json, read_run, script, setup_fleet
+from tests.fleet_helpers import WorkerProc, edit_script, keel_json, read_run, script, setup_fleet
 from tests.helpers import free_port
 from tests.nats_fixture import NatsServer, nats_server, nats_url  # noqa: F401
 
@@ -132,25 +132,6 @@ def served(servers: Servers, fleet: str) -> Served:
     return servers.start("--fleet", fleet, lines=2)
 
 
-def _edit_script(tmp: Path, name: str, marker: str) -> str:
-    return script(
-        tmp / f"{name}.json",
-        [
-            {
-                "text": "I'll write the file.",
-                "tool_calls": [
-                    {
-                        "id": f"toolu_{name}_1",
-                        "name": "write",
-                        "input": {"path": "out.txt", "content": marker},
-                    }
-                ],
-            },
-            {"text": f"Wrote {marker}."},
-        ],
-    )
-
-
 def _worker(url: str, tmp: Path, name: str = "w1") -> WorkerProc:
     return WorkerProc(url, tmp / "scratch", name)
 
@@ -189,7 +170,7 @@ def test_a_run_posted_over_http_completes_on_a_worker(
     assert served.lines[1] == f"keel serve: fronting the fleet at {fleet} (/v1/runs)"
     shared = tmp_path / "shared"
     shared.mkdir()
-    model = _edit_script(tmp_path, "http", "from-http")
+    model = edit_script(tmp_path, "http", "from-http")
     body = {
         "prompt": "write the marker",
         "model": model,
@@ -272,7 +253,7 @@ def test_a_parked_question_is_answered_over_http_and_the_run_completes(
     shared = tmp_path / "shared"
     shared.mkdir()
     # The default mode: the write asks, nobody is there, the run parks.
-    model = _edit_script(tmp_path, "ask", "answered")
+    model = edit_script(tmp_path, "ask", "answered")
     worker = _worker(fleet, tmp_path)
     try:
         with served.client() as c:
@@ -354,7 +335,7 @@ def test_a_parked_question_is_answered_over_http_and_the_run_completes(
 def test_a_denial_over_http_reaches_the_model_with_its_reason(
     served: Served, fleet: str, tmp_path: Path
 ) -> None:
-    model = _edit_script(tmp_path, "deny", "never")
+    model = edit_script(tmp_path, "deny", "never")
     worker = _worker(fleet, tmp_path)
     try:
         with served.client() as c:
@@ -392,7 +373,7 @@ def test_concurrent_answers_to_one_question_one_wins_the_others_are_409(
     gets its 200, and the run does what that answer said, not what a 409'd answer said."""
     from concurrent.futures import ThreadPoolExecutor
 
-    model = _edit_script(tmp_path, "race", "raced")
+    model = edit_script(tmp_path, "race", "raced")
     worker = _worker(fleet, tmp_path)
     try:
         with served.client() as c:
@@ -506,7 +487,7 @@ def test_a_deferred_tool_gets_its_result_over_http(
 
 
 def test_cancel_and_wait_over_http(served: Served, fleet: str, tmp_path: Path) -> None:
-    model = _edit_script(tmp_path, "never", "never")
+    model = edit_script(tmp_path, "never", "never")
     with served.client() as c:
         run = c.post(
             "/v1/runs",

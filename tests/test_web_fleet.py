@@ -34,7 +34,7 @@ import pytest
 
 from keel.tools.base import AnswerLater, ToolContext, tool
 from tests.browser_helpers import browser_fixture  # noqa: F401 (fixture)
-from tests.fleet_helpers import WorkerProc, script, setup_fleet, wait_for
+from tests.fleet_helpers import WorkerProc, edit_script, script, setup_fleet, wait_for
 from tests.nats_fixture import NatsServer
 from tests.server_helpers import TOKEN, Served
 
@@ -118,22 +118,7 @@ def _write_run(side: Fleetside, name: str, marker: str) -> tuple[str, Path]:
     and the workspace it writes in."""
     ws = side.root / f"ws-{name}"
     ws.mkdir()
-    model = script(
-        side.root / f"{name}.json",
-        [
-            {
-                "text": "I'll write the file.",
-                "tool_calls": [
-                    {
-                        "id": f"toolu_{name}_1",
-                        "name": "write",
-                        "input": {"path": "out.txt", "content": marker},
-                    }
-                ],
-            },
-            {"text": f"Wrote {marker}."},
-        ],
-    )
+    model = edit_script(side.root, name, marker)
     return model, ws
 
 
