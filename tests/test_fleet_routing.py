@@ -15,6 +15,7 @@ import pytest
 
 from keel.errors import UserError
 from keel.fleet import streams
+from keel.fleet.connect import FleetError
 from keel.fleet.queues import (
     QueueReader,
     Route,
@@ -323,3 +324,58 @@ def test_a_worker_on_a_server_without_the_queue_stream_stops_with_one_line(
     assert line.endswith(
         "(hint: create the fleet's streams with `keel fleet init` (or `keel fleet up`))"
     )
+
+
+def test_a_submit_during_a_stream_election_is_asked_again_and_queued_once(fleet: str) -> None:
+    """A replicated stream answers nothing while it elects a leader (after a node loss, or just
+    after `keel fleet init` on a cluster): the submit asks again instead of failing, and the
+    message id makes a publish that did land before its answer was lost count once."""
+    import nats.js.errors
+
+    async def body(fleet: Fleet) -> tuple[int, int, list[str]]:
+        publish = fleet.js.publish
+        calls = 0
+
+        async def electing(subject: str, payload: bytes, **kw: Any) -> Any:
+            nonlocal calls
+            if not subject.startswith("keel.queue."):  # the run's own event
+                return await publish(subject, payload, **kw)
+            calls += 1
+            if calls == 1:
+                raise nats.js.errors.NoStreamResponseError
+            if calls == 2:  # it landed, but its answer was lost
+                await publish(subject, payload, **kw)
+                raise nats.js.errors.ServiceUnavailableError
+            return await publish(subject, payload, **kw)
+
+        fleet.js.publish = electing  # type: ignore[method-assign]
+        await fleet.submit(RunRequest("elected", "x"))
+        fleet.js.publish = publish  # type: ignore[method-assign]
+        reader = QueueReader(fleet.js, ack_wait=30)
+        await reader.start()
+        msg = await _taken(reader)
+        taken = [RunRequest.from_bytes(msg.data).run]
+        await msg.ack_sync()
+        assert await reader.next() is None  # once: an idle wait, then nothing
+        await reader.close()
+        return calls, len(taken), taken
+
+    assert with_fleet(fleet, body) == (3, 1, ["elected"])
+
+
+def test_a_submit_to_a_server_without_the_queue_stream_fails_at_once_with_the_hint(
+    fleet: str,
+) -> None:
+    async def body(fleet: Fleet) -> tuple[float, str]:
+        await fleet.js.delete_stream(streams.QUEUE_STREAM)
+        began = time.monotonic()
+        with pytest.raises(FleetError) as caught:
+            await fleet.submit(RunRequest("nowhere", "x"))
+        return time.monotonic() - began, caught.value.one_line()
+
+    took, line = with_fleet(fleet, body)
+    assert line.startswith("cannot queue run nowhere: "), line
+    assert line.endswith(
+        "(hint: create the fleet's streams with `keel fleet init` (or `keel fleet up`))"
+    )
+    assert took < 5, took  # not the election wait

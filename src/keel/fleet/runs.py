@@ -335,13 +335,41 @@ class Fleet:
         from keel.fleet.queues import Route
 
         route = Route.of(req.priority, req.needs)
+        patience = time.monotonic() + ELECTION_WAIT
+        while True:
+            try:
+                # The message id makes a publish asked again after a lost answer land once.
+                headers = {"Nats-Msg-Id": msg_id}
+                await self.js.publish(route.subject, req.to_bytes(), headers=headers)
+                return
+            except Exception as exc:
+                # No answer is either no stream (the fleet was never set up on this server:
+                # say so now) or a stream electing its leader (a node lost, or streams created
+                # a moment ago on a cluster): ask again until `ELECTION_WAIT`.
+                if (
+                    not isinstance(exc, _electing())
+                    or time.monotonic() > patience
+                    or not await self._has_stream(route.subject)
+                ):
+                    raise FleetError(
+                        f"cannot queue run {req.run}: {type(exc).__name__}: {exc}",
+                        hint="create the fleet's streams with `keel fleet init` "
+                        "(or `keel fleet up`)",
+                    ) from None
+            await asyncio.sleep(0.25)
+
+    async def _has_stream(self, subject: str) -> bool:
+        """Whether a stream takes `subject`; True while the server cannot say (its meta leader
+        electing), so the caller keeps waiting within its own patience."""
+        import nats.js.errors
+
         try:
-            await self.js.publish(route.subject, req.to_bytes(), headers={"Nats-Msg-Id": msg_id})
-        except Exception as exc:  # no stream: the fleet was never set up on this server
-            raise FleetError(
-                f"cannot queue run {req.run}: {type(exc).__name__}: {exc}",
-                hint="create the fleet's streams with `keel fleet init` (or `keel fleet up`)",
-            ) from None
+            await self.js.find_stream_name_by_subject(subject)
+        except nats.js.errors.NotFoundError:
+            return False
+        except Exception:  # nats-py: the meta leader electing, a reconnect
+            return True
+        return True
 
     async def submit(self, req: RunRequest) -> dict[str, Any]:
         """Queue `req`; its summary first. A request too big for one message of this server is
