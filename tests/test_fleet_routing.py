@@ -348,7 +348,7 @@ def test_a_submit_during_a_stream_election_is_asked_again_and_queued_once(fleet:
                 raise nats.js.errors.ServiceUnavailableError
             return await publish(subject, payload, **kw)
 
-        fleet.js.publish = electing  # type: ignore[method-assign]
+        fleet.js.publish = electing  # type: ignore[method-assign,assignment]
         await fleet.submit(RunRequest("elected", "x"))
         fleet.js.publish = publish  # type: ignore[method-assign]
         reader = QueueReader(fleet.js, ack_wait=30)

@@ -1,0 +1,215 @@
+"""Benchmark: cold start, keel beside Codex. Process start → the first model request, in a fresh
+project and a fresh home each run (what a CI job or a script pays every time), both talking to one
+loopback server that speaks OpenAI's Responses API (`keel.testing.openai_server`).
+
+keel runs `keel -p PROMPT --model openai/gpt-5` with `OPENAI_BASE_URL` pointed at the server;
+Codex runs `codex exec PROMPT` with a custom provider whose `wire_api` is `responses`, written
+into a fresh `CODEX_HOME`. The clock starts just before the process is spawned and stops when
+the server receives the first `POST …/responses`; the reply is a one-line answer, so both
+processes end at once. Runs interleave (keel, Codex, keel, …) so both meet the same machine.
+
+Codex is not a dependency of keel: `--install-codex` puts `@openai/codex@VERSION` in
+`~/.cache/keel-bench/` with npm (once), or `--codex PATH` names a binary you have.
+
+Run: `python bench/bench_cold_start.py [--runs 7] [--install-codex] [--json out.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from keel.llm.messages import Message, Text, Usage
+from keel.llm.script import Reply, Step
+from keel.testing.openai_server import OpenAIResponsesServer
+from keel.testing.server import RecordedRequest, ResponseWriter
+
+HERE = Path(__file__).resolve().parent
+CODEX_VERSION = "0.169.1"
+CACHE = Path.home() / ".cache" / "keel-bench"
+PROMPT = "say hello"
+
+
+class ColdServer(OpenAIResponsesServer):
+    """Answers every model request with one line, and notes when the first one arrived."""
+
+    def __init__(self) -> None:
+        super().__init__(responder=self.answer)
+        self.first_at: float | None = None
+        self.arrived = threading.Event()
+
+    @staticmethod
+    def answer(request: RecordedRequest) -> Step:
+        return Reply(Message("assistant", (Text("hello"),)), Usage(input=900, output=3))
+
+    def reset(self) -> None:
+        self.first_at = None
+        self.arrived.clear()
+        self.requests.clear()
+
+    async def handle(self, request: RecordedRequest, response: ResponseWriter) -> None:
+        path = request.path.split("?")[0]
+        if request.method == "POST" and path.endswith("/responses") and self.first_at is None:
+            self.first_at = time.perf_counter()
+            self.arrived.set()
+        await super().handle(request, response)
+
+
+def keel_command() -> list[str]:
+    script = Path(sys.executable).parent / "keel"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "keel"]
+
+
+def install_codex() -> Path:
+    prefix = CACHE / f"codex-{CODEX_VERSION}"
+    binary = prefix / "node_modules" / ".bin" / "codex"
+    if not binary.exists():
+        prefix.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
+             "--loglevel=error", f"@openai/codex@{CODEX_VERSION}"],
+            check=True,
+        )  # fmt: skip
+    return binary
+
+
+def fresh_project(root: Path) -> Path:
+    project = root / "project"
+    project.mkdir()
+    (project / "README.md").write_text("# a project\n", encoding="utf-8")
+    (project / "main.py").write_text("print('hello')\n", encoding="utf-8")
+    return project
+
+
+def keel_run(url: str, root: Path) -> tuple[list[str], dict[str, str], Path]:
+    home = root / "home"
+    home.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "KEEL_HOME": str(home / ".keel"),
+        "OPENAI_API_KEY": "bench",
+        "OPENAI_BASE_URL": url + "/v1",
+        "LANG": "C.UTF-8",
+    }
+    return [*keel_command(), "-p", PROMPT, "--model", "openai/gpt-5", "-q"], env, home
+
+
+def codex_run(codex: Path, url: str, root: Path) -> tuple[list[str], dict[str, str], Path]:
+    home = root / "home"
+    codex_home = home / ".codex"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-5"\n'
+        'model_provider = "loopback"\n'
+        "[model_providers.loopback]\n"
+        'name = "loopback"\n'
+        f'base_url = "{url}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "LOOPBACK_API_KEY"\n',
+        encoding="utf-8",
+    )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "CODEX_HOME": str(codex_home),
+        "LOOPBACK_API_KEY": "bench",
+        "LANG": "C.UTF-8",
+    }
+    cmd = [str(codex), "exec", "--skip-git-repo-check", PROMPT]
+    return cmd, env, home
+
+
+def time_one(server: ColdServer, who: str, codex: Path | None) -> float:
+    """Milliseconds from spawn to the first model request, in a fresh project and home."""
+    with tempfile.TemporaryDirectory(prefix=f"cold-{who}-") as tmp:
+        root = Path(tmp)
+        project = fresh_project(root)
+        if who == "keel":
+            cmd, env, _ = keel_run(server.url, root)
+        else:
+            assert codex is not None
+            cmd, env, _ = codex_run(codex, server.url, root)
+        server.reset()
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=project,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        if not server.arrived.wait(60):
+            proc.kill()
+            _, err = proc.communicate()
+            raise RuntimeError(f"{who} made no model request: {err.decode()[-2000:]}")
+        assert server.first_at is not None
+        took = (server.first_at - start) * 1000
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{who} exited {proc.returncode}: {err.decode()[-2000:]}")
+        return took
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--codex", type=Path, help="a codex binary (else --install-codex)")
+    parser.add_argument("--install-codex", action="store_true")
+    parser.add_argument("--keel-only", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    codex: Path | None = None
+    if not args.keel_only:
+        if args.codex:
+            codex = args.codex
+        elif args.install_codex or (CACHE / f"codex-{CODEX_VERSION}").exists():
+            codex = install_codex()
+        elif shutil.which("codex"):
+            codex = Path(shutil.which("codex") or "codex")
+        else:
+            print("no codex: pass --codex PATH or --install-codex (or --keel-only)")
+            return 2
+    who = ["keel"] + ([] if codex is None else ["codex"])
+    times: dict[str, list[float]] = {w: [] for w in who}
+    with ColdServer() as server:
+        for w in who:  # one unmeasured run each: the page cache, npm's and Python's
+            time_one(server, w, codex)
+        for _ in range(args.runs):
+            for w in who:
+                times[w].append(time_one(server, w, codex))
+    result: dict[str, Any] = {
+        w: {
+            "median_ms": round(statistics.median(t), 1),
+            "min_ms": round(min(t), 1),
+            "max_ms": round(max(t), 1),
+        }
+        for w, t in times.items()
+    }
+    if codex is not None:
+        result["ratio_keel_to_codex"] = round(
+            result["keel"]["median_ms"] / result["codex"]["median_ms"], 3
+        )
+    for w in who:
+        r = result[w]
+        print(f"{w:6} median {r['median_ms']:7.1f} ms  (min {r['min_ms']}, max {r['max_ms']})")
+    if "ratio_keel_to_codex" in result:
+        print(f"keel / codex: {result['ratio_keel_to_codex']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
