@@ -287,6 +287,7 @@ def build_agent(
     add_output_style(agent, settings, notice)
     add_subagents(agent, notice)
     add_knowledge(agent, settings)
+    add_lsp(agent, settings, notice)
     if not info.known and ref.provider != "scripted":
         from keel.llm.presets import PRESETS
 
@@ -558,6 +559,42 @@ def add_knowledge(agent: Agent, settings: Settings) -> None:
     found = tool_for_project(agent.cwd, settings.knowledge)
     if found is not None:
         agent.add_tools([found])
+
+
+def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
+    """Language servers for diagnostics after edits, and the `diagnostics` tool, where one can
+    run here (keel.lsp; docs/lsp.md): the servers of the settings (a project's once approved),
+    of the plugins that run, and the built-in ones whose program is on PATH. Nothing starts
+    until a matching file changes; the servers stop with the agent. `KEEL_LSP=0` in the
+    environment turns them off for one run (a script, a test suite)."""
+    if not settings.lsp_enabled or os.environ.get("KEEL_LSP") == "0":
+        return
+    from keel.lsp.manager import LspManager
+    from keel.lsp.servers import load_specs, plugin_servers
+
+    warnings: list[str] = []
+    plugins = plugin_servers(agent.cwd, agent.ctx.env or os.environ, warnings)
+    specs = load_specs(
+        [(str(path), servers) for path, servers in settings.lsp_servers],
+        plugins=plugins,
+        warnings=warnings,
+    )
+    for warning in warnings:
+        notice(Notice(warning, "warning"))
+    manager = LspManager(
+        specs,
+        project_root=agent.ctx.root,
+        cwd=agent.cwd,
+        timeout=settings.lsp_timeout,
+        warnings=settings.lsp_warnings,
+    )
+    if not manager.any_available():
+        return
+    from keel.lsp.tool import diagnostics
+
+    agent.ctx.lsp = manager
+    agent.on_close.append(manager.aclose)
+    agent.add_tools([diagnostics])
 
 
 def keep_knowledge_as_it_was(agent: Agent, settings: Settings, stored: Fingerprint | None) -> None:

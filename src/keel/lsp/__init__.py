@@ -8,4 +8,12 @@ from keel.lsp.client import Diagnostic, LspClient, LspError
 from keel.lsp.manager import LspManager
 from keel.lsp.servers import BUILT_IN, ServerSpec, load_specs
 
-__all__ = ["BUILT_IN", "Diagnostic", "LspClient", "LspError", "LspManager", "ServerSpec", "load_specs"]
+__all__ = [
+    "BUILT_IN",
+    "Diagnostic",
+    "LspClient",
+    "LspError",
+    "LspManager",
+    "ServerSpec",
+    "load_specs",
+]

@@ -151,8 +151,8 @@ class LspClient:
             and not self.closed
         )
 
-    async def start(self, timeout: float) -> None:
-        """Spawn the server and complete `initialize` / `initialized` within `timeout` s."""
+    async def start(self, startup: float) -> None:
+        """Spawn the server and complete `initialize` / `initialized` within `startup` s."""
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -183,10 +183,10 @@ class LspClient:
         if self.init_options is not None:
             params["initializationOptions"] = self.init_options
         try:
-            result = await asyncio.wait_for(self.request("initialize", params), timeout)
+            result = await asyncio.wait_for(self.request("initialize", params), startup)
         except TimeoutError:
             await self.close()
-            raise LspError(f"{self.name} did not answer initialize within {timeout:g} s") from None
+            raise LspError(f"{self.name} did not answer initialize within {startup:g} s") from None
         except LspError:
             await self.close()
             raise
@@ -256,7 +256,8 @@ class LspClient:
 
     async def _read_loop(self) -> None:
         process = self.process
-        assert process is not None and process.stdout is not None
+        assert process is not None
+        assert process.stdout is not None
         stdout = process.stdout
         try:
             while True:
@@ -278,6 +279,8 @@ class LspClient:
                 if isinstance(message, dict):
                     await self._dispatch(message)
         except (EOFError, asyncio.IncompleteReadError, ConnectionError):
+            with contextlib.suppress(TimeoutError):  # for its exit code in the message
+                await asyncio.wait_for(process.wait(), SHUTDOWN_GRACE)
             self._died("exited")
         except (ValueError, UnicodeDecodeError) as exc:
             self._died(f"sent something that is not LSP ({exc})")
@@ -300,7 +303,8 @@ class LspClient:
 
     async def _drain_stderr(self) -> None:
         process = self.process
-        assert process is not None and process.stderr is not None
+        assert process is not None
+        assert process.stderr is not None
         while line := await process.stderr.readline():
             self.stderr.append(line.decode("utf-8", "replace").rstrip()[:300])
 

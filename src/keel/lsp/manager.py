@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import time
@@ -151,7 +152,7 @@ class LspManager:
         self._late[uri] = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(lambda t, uri=uri: self._landed(uri, t))
+        task.add_done_callback(functools.partial(self._landed, uri))
         return (
             f"({spec.name} is still checking {self._show(path)}; "
             "its errors will come with a later result)"
@@ -258,9 +259,7 @@ class LspManager:
             server.versions[uri] = version + 1
             await client.did_change(uri, version + 1, text)
 
-    async def _open_importers(
-        self, server: _Server, client: LspClient, path: Path
-    ) -> list[Path]:
+    async def _open_importers(self, server: _Server, client: LspClient, path: Path) -> list[Path]:
         """Files that import `path` (found by a bounded text search), opened in the server."""
         from keel.proc import in_worker
 
@@ -316,9 +315,8 @@ class LspManager:
             message = message[: MAX_MESSAGE - 1] + "…"
         tag = " ".join(x for x in (d.source, d.code) if x)
         kind = f"{_SEVERITY.get(d.severity, 'error')}: " if label or d.severity != 1 else ""
-        return (
-            f"{self._show(path)}:{d.line + 1}:{d.character + 1}: {kind}{message}"
-            + (f" [{tag}]" if tag else "")
+        return f"{self._show(path)}:{d.line + 1}:{d.character + 1}: {kind}{message}" + (
+            f" [{tag}]" if tag else ""
         )
 
     def _block(self, check: _Check | None, *, late: bool = False) -> str:

@@ -134,8 +134,6 @@ def parse_entry(
 ) -> ServerSpec | None:
     """One entry as a spec (over `base`, the built-in of that name, if any), or None with a
     warning naming `source` and the server when it cannot be used."""
-    import json
-
     where = f"{source}: lsp server {name!r}"
     if not isinstance(entry, dict):
         warnings.append(f"{where} must be an object with a command; skipped")
@@ -144,56 +142,8 @@ def parse_entry(
         warnings.append(f"{where}: unknown key {key!r} skipped")
     spec = base or ServerSpec(name, "", source=source)
     changes: dict[str, Any] = {"source": source}
-    problem = ""
-    transport = entry.get("transport", "stdio")
-    if transport != "stdio":
-        problem = f"transport {transport!r} is not supported (only stdio)"
-    command = entry.get("command", spec.command)
-    if not isinstance(command, str) or not command.strip():
-        problem = problem or "command must be a non-empty string"
-    else:
-        changes["command"] = command.strip()
-    args = entry.get("args", list(spec.args))
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        problem = problem or "args must be a list of strings"
-    else:
-        changes["args"] = tuple(args)
-    languages = _languages(entry, spec.languages)
-    if languages is None:
-        problem = problem or (
-            'extensionToLanguage must map extensions to language ids, like {".py": "python"}'
-        )
-    elif not languages:
-        problem = problem or "it names no file extensions (extensionToLanguage)"
-    else:
-        changes["languages"] = languages
-    markers = entry.get("rootMarkers", entry.get("root_markers", list(spec.root_markers)))
-    if not isinstance(markers, list) or not all(isinstance(m, str) and m for m in markers):
-        problem = problem or "rootMarkers must be a list of file names"
-    else:
-        changes["root_markers"] = tuple(markers)
-    env = entry.get("env", dict(spec.env))
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        problem = problem or "env must be an object of strings"
-    else:
-        changes["env"] = tuple(sorted((str(k), v) for k, v in env.items()))
-    for key, attr in (("initializationOptions", "init_options"), ("settings", "settings")):
-        if key in entry:
-            changes[attr] = json.dumps(entry[key], sort_keys=True) if entry[key] is not None else ""
-    startup = entry.get("startupTimeout")
-    if startup is not None:
-        if isinstance(startup, bool) or not isinstance(startup, int | float) or startup <= 0:
-            problem = problem or "startupTimeout must be a positive number of milliseconds"
-        else:
-            changes["startup_timeout"] = min(float(startup) / 1000, 300.0)
-    restarts = entry.get("maxRestarts")
-    if restarts is not None:
-        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
-            problem = problem or "maxRestarts must be a whole number, 0 or more"
-        else:
-            changes["max_restarts"] = min(restarts, 20)
-    if entry.get("restartOnCrash") is False:
-        changes["max_restarts"] = 0
+    problems = [check(entry, spec, changes) for check in (_program, _files, _passed, _lifetime)]
+    problem = next((p for p in problems if p), "")
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):
         problem = problem or "disabled must be true or false"
@@ -202,6 +152,65 @@ def parse_entry(
         warnings.append(f"{where}: {problem}; skipped")
         return None
     return dataclasses.replace(spec, **changes)
+
+
+def _program(entry: dict[str, Any], spec: ServerSpec, changes: dict[str, Any]) -> str:
+    transport = entry.get("transport", "stdio")
+    if transport != "stdio":
+        return f"transport {transport!r} is not supported (only stdio)"
+    command = entry.get("command", spec.command)
+    if not isinstance(command, str) or not command.strip():
+        return "command must be a non-empty string"
+    changes["command"] = command.strip()
+    args = entry.get("args", list(spec.args))
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return "args must be a list of strings"
+    changes["args"] = tuple(args)
+    return ""
+
+
+def _files(entry: dict[str, Any], spec: ServerSpec, changes: dict[str, Any]) -> str:
+    languages = _languages(entry, spec.languages)
+    if languages is None:
+        return 'extensionToLanguage must map extensions to language ids, like {".py": "python"}'
+    if not languages:
+        return "it names no file extensions (extensionToLanguage)"
+    changes["languages"] = languages
+    markers = entry.get("rootMarkers", entry.get("root_markers", list(spec.root_markers)))
+    if not isinstance(markers, list) or not all(isinstance(m, str) and m for m in markers):
+        return "rootMarkers must be a list of file names"
+    changes["root_markers"] = tuple(markers)
+    return ""
+
+
+def _passed(entry: dict[str, Any], spec: ServerSpec, changes: dict[str, Any]) -> str:
+    """What the server is given: `env`, `initializationOptions`, `settings`."""
+    import json
+
+    env = entry.get("env", dict(spec.env))
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        return "env must be an object of strings"
+    changes["env"] = tuple(sorted((str(k), v) for k, v in env.items()))
+    for key, attr in (("initializationOptions", "init_options"), ("settings", "settings")):
+        if key in entry:
+            changes[attr] = json.dumps(entry[key], sort_keys=True) if entry[key] is not None else ""
+    return ""
+
+
+def _lifetime(entry: dict[str, Any], spec: ServerSpec, changes: dict[str, Any]) -> str:
+    startup = entry.get("startupTimeout")
+    if startup is not None:
+        if isinstance(startup, bool) or not isinstance(startup, int | float) or startup <= 0:
+            return "startupTimeout must be a positive number of milliseconds"
+        changes["startup_timeout"] = min(float(startup) / 1000, 300.0)
+    restarts = entry.get("maxRestarts")
+    if restarts is not None:
+        if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+            return "maxRestarts must be a whole number, 0 or more"
+        changes["max_restarts"] = min(restarts, 20)
+    if entry.get("restartOnCrash") is False:
+        changes["max_restarts"] = 0
+    return ""
 
 
 def _languages(entry: dict[str, Any], old: tuple[tuple[str, str], ...]) -> Any:
@@ -275,10 +284,11 @@ def plugin_servers(
             data = read_json_object(path, warnings, skipped="its LSP servers skipped")
             if not data:
                 continue
+            inline = data.get("lspServers")
             if path == plugin.root / MANIFEST:
-                data = data.get("lspServers") if isinstance(data.get("lspServers"), dict) else {}
-            elif isinstance(data.get("lspServers"), dict):
-                data = data["lspServers"]
+                data = inline if isinstance(inline, dict) else {}
+            elif isinstance(inline, dict):
+                data = inline
             filled: dict[str, object] = {}
             for name, entry in data.items():
                 if isinstance(entry, dict):
