@@ -353,6 +353,7 @@ async def test_no_server_here_changes_nothing(
         ],
     )  # fmt: skip
     assert texts == ["     1\tx = 1", "Edited a.py: 1 replacement."]
+    assert not [n for n in notices if "lsp" in n]
     assert agent.ctx.lsp is None
     assert agent.registry.get("diagnostics") is None
 

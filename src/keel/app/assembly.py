@@ -593,6 +593,7 @@ def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
     from keel.lsp.tool import diagnostics
 
     agent.ctx.lsp = manager
+    manager.content_denied = agent.ctx.content_denied
     agent.on_close.append(manager.aclose)
     agent.add_tools([diagnostics])
 

@@ -20,7 +20,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +105,9 @@ class LspManager:
         self._late_notes: list[str] = []
         self._tasks: set[asyncio.Task[_Check | None]] = set()
         self.closed = False
+        #: Why the model may not see a file's content (a `read` deny rule), or None: such a
+        #: file is never opened as an importer, nor listed (set from `ToolContext`).
+        self.content_denied: Callable[[Path], str | None] | None = None
 
     # -- which server --------------------------------------------------------------------------
 
@@ -266,6 +269,8 @@ class LspManager:
         found = await in_worker(
             lambda: find_importers(path, server.root, server.spec), name="keel lsp importers"
         )
+        if self.content_denied is not None:
+            found = [p for p in found if self.content_denied(p) is None]
         for ipath in found:
             uri = path_to_uri(ipath)
             if uri in server.versions:
@@ -382,7 +387,8 @@ class LspManager:
                 continue
             for uri in sorted(server.versions):
                 path = uri_to_path(uri)
-                if path is not None:
+                denied = self.content_denied(path) if self.content_denied and path else None
+                if path is not None and denied is None:
                     out.append((path, server.client.pushed.get(uri, [])))
         return out
 
