@@ -490,3 +490,35 @@ async def test_timeout_never_holds_the_loop_longer_than_asked(tmp_path: Path) ->
         assert manager.take_late() == ""
     finally:
         await manager.aclose()
+
+
+async def test_pull_diagnostics_and_the_servers_configuration(tmp_path: Path) -> None:
+    """A server that offers pull diagnostics (`diagnosticProvider`) is asked with
+    `textDocument/diagnostic`; its `workspace/configuration` request is answered from the
+    entry's `settings`, by section."""
+    entry = fake_entry(env={"FAKE_LSP_PULL": "1"}, settings={"fake": {"level": "strict"}})
+    specs = load_specs([("test", {"fake": entry})], warnings=[])
+    manager = LspManager(specs, project_root=tmp_path, timeout=10)
+    try:
+        first = await manager.after_write(tmp_path / "a.fake", "x\nERR pulled\n")
+        second = await manager.after_write(tmp_path / "a.fake", "fine\n")
+    finally:
+        await manager.aclose()
+    assert first == (
+        '<diagnostics server="fake">\n'
+        'a.fake:1:1: level is "strict"\n'
+        "a.fake:2:1: pulled [fake E1]\n"
+        "</diagnostics>"
+    )
+    assert second == '<diagnostics server="fake">\na.fake:1:1: level is "strict"\n</diagnostics>'
+
+
+async def test_configured_server_that_is_not_installed_is_named(tmp_path: Path) -> None:
+    user_settings({"lsp": {"servers": {"mine": {"command": "no-such-lsp", "extensions": [".q"]}}}})
+    project = tmp_path / "project"
+    project.mkdir()
+    _, notices, _ = await run_script(project, tmp_path, [])
+    assert [n for n in notices if "lsp" in n] == [
+        f"{user_settings_file()}: lsp server 'mine' not used: no-such-lsp is not installed here "
+        "(not on PATH)"
+    ]

@@ -6,7 +6,10 @@ JSON-RPC) and pushes diagnostics that the document's text asks for.
 - `SLOW` anywhere: the diagnostics are published 1.5 s late;
 - `CRASH` anywhere: the server exits at once with code 3;
 - with `FAKE_LSP_PIDS` set, it starts a child (`sleep 300`, in its own process group) and
-  appends "<its pid> <the child's pid>" to that file, so a test can check both are gone.
+  appends "<its pid> <the child's pid>" to that file, so a test can check both are gone;
+- with `FAKE_LSP_PULL=1` it offers pull diagnostics (`diagnosticProvider`) and pushes none;
+  then it also asks the client for its `fake.level` configuration once initialized, and
+  answers diagnostic requests only once it has the answer, with one more error saying it.
 """
 
 from __future__ import annotations
@@ -74,7 +77,59 @@ def publish(uri: str, version: int, text: str) -> None:
     send({"method": "textDocument/publishDiagnostics", "params": params})
 
 
+class Pull:
+    """Pull mode: the documents' texts, the configuration once answered, waiting requests."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+        self.level: object = None
+        self.answered = False
+        self.waiting: list[tuple[object, str]] = []
+
+    def report(self, rid: object, uri: str) -> None:
+        items = diagnostics(self.texts.get(uri, ""))
+        items.append(
+            {
+                "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                "severity": 1,
+                "message": f"level is {json.dumps(self.level)}",
+            }
+        )
+        send({"id": rid, "result": {"kind": "full", "items": items}})
+
+
+def serve_pull(message: dict[str, object], pull: Pull) -> bool:
+    """Handle `message` in pull mode; False when it is not pull mode's to handle."""
+    method, params = message.get("method"), message.get("params")
+    if method == "initialized":
+        send({"id": "config", "method": "workspace/configuration",
+              "params": {"items": [{"section": "fake.level"}]}})  # fmt: skip
+    elif message.get("id") == "config" and method is None:
+        result = message.get("result")
+        pull.level = result[0] if isinstance(result, list) and result else None
+        pull.answered = True
+        for rid, uri in pull.waiting:
+            pull.report(rid, uri)
+        pull.waiting.clear()
+    elif method in ("textDocument/didOpen", "textDocument/didChange") and isinstance(params, dict):
+        doc = params["textDocument"]
+        text = doc["text"] if method.endswith("didOpen") else params["contentChanges"][-1]["text"]
+        if "CRASH" in text:
+            os._exit(3)
+        pull.texts[doc["uri"]] = text
+    elif method == "textDocument/diagnostic" and isinstance(params, dict):
+        uri = params["textDocument"]["uri"]
+        if pull.answered:
+            pull.report(message["id"], uri)
+        else:
+            pull.waiting.append((message["id"], uri))
+    else:
+        return False
+    return True
+
+
 def main() -> None:
+    pull = Pull() if os.environ.get("FAKE_LSP_PULL") == "1" else None
     pids = os.environ.get("FAKE_LSP_PIDS")
     if pids:
         child = subprocess.Popen(["sleep", "300"])
@@ -84,8 +139,15 @@ def main() -> None:
         method = message.get("method")
         params = message.get("params")
         assert isinstance(params, dict) or params is None
+        if pull is not None and serve_pull(message, pull):
+            continue
         if method == "initialize":
-            capabilities = {"textDocumentSync": {"openClose": True, "change": 1}}
+            capabilities: dict[str, object] = {"textDocumentSync": {"openClose": True, "change": 1}}
+            if pull is not None:
+                capabilities["diagnosticProvider"] = {
+                    "interFileDependencies": False,
+                    "workspaceDiagnostics": False,
+                }
             send({"id": message["id"], "result": {"capabilities": capabilities}})
         elif method == "shutdown":
             send({"id": message["id"], "result": None})

@@ -579,6 +579,15 @@ def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
         plugins=plugins,
         warnings=warnings,
     )
+    for spec in specs:
+        if spec.source != "built-in" and not spec.available():
+            notice(
+                Notice(
+                    f"{spec.source}: lsp server {spec.name!r} not used: {spec.command} is not "
+                    "installed here (not on PATH)",
+                    "warning",
+                )
+            )
     for warning in warnings:
         notice(Notice(warning, "warning"))
     manager = LspManager(
@@ -617,6 +626,29 @@ def keep_knowledge_as_it_was(agent: Agent, settings: Settings, stored: Fingerpri
             agent.registry.add(had)
         else:
             agent.registry.remove(NAME)
+        agent.add_tools([])
+
+
+def keep_diagnostics_as_it_was(agent: Agent, stored: Fingerprint | None) -> None:
+    """On resume, offer the `diagnostics` tool as the session did when that alone makes its
+    tool set the session's again: a language server installed (or removed) since it started,
+    or `KEEL_LSP=0` on one run, does not make the resume refuse a changed configuration.
+    Without a server the tool answers that none runs here."""
+    if stored is None or agent.fingerprint().tools_hash == stored.tools_hash:
+        return
+    from keel.lsp.tool import diagnostics
+
+    had = agent.registry.get(diagnostics.name)
+    if had is not None:
+        agent.registry.remove(diagnostics.name)
+    else:
+        agent.registry.add(diagnostics)
+    agent.add_tools([])  # the tool definitions again, from the registry
+    if agent.fingerprint().tools_hash != stored.tools_hash:  # not what differs: as it was
+        if had is not None:
+            agent.registry.add(had)
+        else:
+            agent.registry.remove(diagnostics.name)
         agent.add_tools([])
 
 
@@ -795,6 +827,7 @@ async def continue_session(
         await connect_remote(agent, settings, notice)
         agent.add_tools(tools)
         keep_knowledge_as_it_was(agent, settings, stored)
+        keep_diagnostics_as_it_was(agent, stored)
         current = agent.fingerprint()
         if moved:
             # The context names the working directory: compare it as it reads with the old

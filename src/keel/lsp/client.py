@@ -214,11 +214,22 @@ class LspClient:
             _signal_group(process.pid, signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), SHUTDOWN_GRACE)
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
         for task in (self._reader, self._stderr_task):
-            if task is not None and not task.done():
+            if task is None:
+                continue
+            # The group is gone, so its pipes end: reading to their end lets the transport
+            # close itself. A pipe something outside the group still holds is cut short.
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError, LspError):
+                await asyncio.wait_for(asyncio.shield(task), SHUTDOWN_GRACE)
+            if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        transport = getattr(process, "_transport", None)  # asyncio has no public close for it
+        if transport is not None:
+            transport.close()
         self._fail_pending("the server was shut down")
 
     # -- the wire ------------------------------------------------------------------------------
