@@ -250,6 +250,7 @@ async def test_crashed_server_restarts_then_stays_off(tmp_path: Path) -> None:
         ((_, _, pid2),) = manager.running()
         crashed2 = await manager.after_write(path, "CRASH\n")
         off = await manager.after_write(path, "ERR three\n")
+        silent = await manager.after_write(path, "ERR four\n")
     finally:
         await manager.aclose()
     assert first == '<diagnostics server="fake">\na.fake:1:1: one [fake E1]\n</diagnostics>'
@@ -261,6 +262,21 @@ async def test_crashed_server_restarts_then_stays_off(tmp_path: Path) -> None:
         "(no diagnostics for a.fake: fake exited (exit code 3); restarted 1 time(s), it stays "
         "off for this session)"
     )
+    assert silent == ""  # said once
+
+
+async def test_server_that_cannot_start_is_named_once(tmp_path: Path) -> None:
+    entry = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(4)"],
+             "extensions": [".fake"]}  # fmt: skip
+    specs = load_specs([("test", {"fake": entry})], warnings=[])
+    manager = LspManager(specs, project_root=tmp_path, timeout=10)
+    try:
+        first = await manager.after_write(tmp_path / "a.fake", "x\n")
+        second = await manager.after_write(tmp_path / "a.fake", "y\n")
+    finally:
+        await manager.aclose()
+    assert first == ("(no diagnostics for a.fake: fake could not start: fake exited (exit code 4))")
+    assert second == ""
 
 
 def _alive(pid: int) -> bool:
@@ -522,3 +538,41 @@ async def test_configured_server_that_is_not_installed_is_named(tmp_path: Path) 
         f"{user_settings_file()}: lsp server 'mine' not used: no-such-lsp is not installed here "
         "(not on PATH)"
     ]
+
+
+async def test_resume_keeps_the_diagnostics_tool_as_the_session_had_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session started where a server could run offered `diagnostics`; resumed where none
+    can (here `KEEL_LSP=0`), it still offers the same tools, so the resume is not refused as a
+    changed configuration, and the tool says no server runs."""
+    from keel.app import resume_agent
+
+    user_settings({"lsp": {"servers": {"fake": fake_entry()}}})
+    project = tmp_path / "project"
+    project.mkdir()
+    script = write_script(
+        tmp_path / "s.json",
+        [step("checking", ("diagnostics", {})), {"text": "done"}, {"text": "again"}],
+    )
+    options = Options(cwd=project, model=f"scripted:{script}", mode="bypass")
+    agent = await open_agent(options)
+    try:
+        await agent.run("go")
+        assert agent.session is not None
+        path = agent.session.path
+        tools = [t.name for t in agent.tool_specs]
+    finally:
+        await agent.aclose()
+    assert "diagnostics" in tools
+    monkeypatch.setenv("KEEL_LSP", "0")
+    notices: list[str] = []
+    opened = await resume_agent(
+        path, options, lambda e: notices.append(e.text) if isinstance(e, Notice) else None
+    )
+    try:
+        assert [t.name for t in opened.agent.tool_specs] == tools
+        assert not [n for n in notices if "changed configuration" in n], notices
+        assert opened.agent.ctx.lsp is None
+    finally:
+        await opened.agent.aclose()

@@ -9,7 +9,8 @@ what arrives later is kept and handed to the next tool result as a note (`take_l
 no server handles costs one dictionary lookup.
 
 It must never import the loop or a front end, and never let a server's failure end a run: a
-server that cannot start or dies is named once in a block, and stays down after its restarts.
+server that cannot start is named in one result and then stays off; one that dies is restarted
+for the next change (a bounded number of times), then named once and left off.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class _Server:
     reported: dict[str, set[tuple[int, int, str]]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     starts: int = 0
+    #: Whether a result already said why it is down (said once, then silence).
+    told: bool = False
 
 
 @dataclass
@@ -185,6 +188,9 @@ class LspManager:
             try:
                 client = await self._client(server)
             except LspError as exc:
+                if server.down and server.told:
+                    return None  # the model was told it is off: nothing more to say
+                server.told = bool(server.down)
                 return _Check(spec.name, path, [], [], problem=str(exc))
             uri = path_to_uri(path)
             since = client.pushes
