@@ -576,3 +576,21 @@ async def test_resume_keeps_the_diagnostics_tool_as_the_session_had_it(
         assert opened.agent.ctx.lsp is None
     finally:
         await opened.agent.aclose()
+
+
+def test_doctor_lists_the_language_servers(tmp_path: Path) -> None:
+    user_settings({"lsp": {"servers": {"fake": fake_entry(), "pyright": {"disabled": True}}}})
+    project = tmp_path / "project"
+    project.mkdir()
+    out = keel("doctor", cwd=project).stdout.splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("language servers: "))
+    lines = out[start : start + 7]
+    assert lines[1] == f"  fake: ready (.fake; {user_settings_file()})"
+    assert [line.split(":")[0] for line in lines[2:]] == [
+        "  basedpyright",
+        "  typescript",
+        "  gopls",
+        "  rust-analyzer",
+        "  clangd",
+    ]
+    assert out[start + 7] == "Codex and OpenCode files: none"
