@@ -594,3 +594,32 @@ def test_doctor_lists_the_language_servers(tmp_path: Path) -> None:
         "  clangd",
     ]
     assert out[start + 7] == "Codex and OpenCode files: none"
+
+
+@pytest.mark.parametrize(
+    ("target", "line", "imports"),
+    [
+        ("pkg/lib.py", "from pkg.lib import add", True),
+        ("pkg/lib.py", "from pkg import lib, other", True),
+        ("pkg/lib.py", "from .lib import add", True),
+        ("pkg/lib.py", "from . import lib", True),
+        ("pkg/lib.py", "import pkg.lib as l", True),
+        ("lib.py", "from lib import add", True),
+        ("pkg/lib.py", "from other.lib2 import add", False),
+        ("pkg/lib.py", "from mcp.client import lib_helper", False),
+        ("pkg/__init__.py", "from pkg import thing", True),
+        ("src/util.ts", "import { f } from './util';", True),
+        ("src/util.ts", "import { f } from '../src/util.js';", True),
+        ("src/util.ts", "import { f } from './utility';", False),
+        ("src/util.ts", "const s = './util';", False),
+        ("src/index.ts", "export * from './src';", True),
+        ("inc/util.h", '#include "inc/util.h"', True),
+        ("src/util.rs", "mod util;", True),
+        ("src/util.rs", "use crate::util::f;", True),
+        ("cmd/store/store.go", '\t"example.com/app/store"', True),
+    ],
+)
+def test_import_lines_name_the_changed_module(target: str, line: str, imports: bool) -> None:
+    from keel.lsp.manager import import_pattern
+
+    assert bool(import_pattern(Path("/p") / target).search(line)) is imports

@@ -44,7 +44,9 @@ MAX_MESSAGE = 400
 #: The search for importing files: how many files and bytes of each it reads, for how long.
 SCAN_FILES = 5000
 SCAN_BYTES = 256 * 1024
-SCAN_SECONDS = 0.5
+SCAN_SECONDS = 0.3
+#: How long one search's answer is reused for the same file (edits come in runs).
+IMPORTERS_TTL = 60.0
 _SKIP_DIRS = frozenset(
     {".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".nox", ".mypy_cache",
      ".ruff_cache", ".pytest_cache", "target", "dist", "build", ".cache", ".next", "out"}
@@ -111,6 +113,8 @@ class LspManager:
         #: Why the model may not see a file's content (a `read` deny rule), or None: such a
         #: file is never opened as an importer, nor listed (set from `ToolContext`).
         self.content_denied: Callable[[Path], str | None] | None = None
+        #: path → (when found, its importers): `find_importers`' answers, reused a while.
+        self._importers: dict[Path, tuple[float, list[Path]]] = {}
 
     # -- which server --------------------------------------------------------------------------
 
@@ -272,9 +276,14 @@ class LspManager:
         """Files that import `path` (found by a bounded text search), opened in the server."""
         from keel.proc import in_worker
 
-        found = await in_worker(
-            lambda: find_importers(path, server.root, server.spec), name="keel lsp importers"
-        )
+        known = self._importers.get(path)
+        if known is not None and time.monotonic() - known[0] < IMPORTERS_TTL:
+            found = known[1]
+        else:
+            found = await in_worker(
+                lambda: find_importers(path, server.root, server.spec), name="keel lsp importers"
+            )
+            self._importers[path] = (time.monotonic(), found)
         if self.content_denied is not None:
             found = [p for p in found if self.content_denied(p) is None]
         for ipath in found:
@@ -421,21 +430,41 @@ def _server_env(env: Mapping[str, str], spec: ServerSpec) -> dict[str, str]:
     return {**filter_env(env), **dict(spec.env)}
 
 
-_IMPORT_LINE = re.compile(
-    r"^\s*(?:import\b|from\b|export\b|use\b|mod\b|#\s*include\b|.*\brequire\s*\(|.*\bimport\s*\()"
-)
+def import_pattern(path: Path) -> re.Pattern[str]:
+    """A line of another file that imports `path`'s module (searched for in each line), by its
+    language's way of naming it: Python's dotted names and relative imports; a quoted path ending in the file's name
+    (TypeScript and JavaScript, C's `#include`); Rust's `mod`/`use`; Go's package folder."""
+    stem, parent = path.stem, path.parent.name
+    if stem in ("__init__", "index", "mod"):
+        stem, parent = parent, path.parent.parent.name  # a package's own file: its folder
+    s, p = re.escape(stem), re.escape(parent)
+    suffix = path.suffix.lower()
+    if suffix in (".py", ".pyi"):
+        return re.compile(
+            rf"^\s*(?:from\s+[\w.]*\b{p}\.{s}\b|import\s+[\w., ]*\b{p}\.{s}\b"
+            rf"|from\s+[\w.]*\b{p}\s+import\b.*\b{s}\b|from\s+\.+{s}\b"
+            rf"|from\s+\.+\s+import\b.*\b{s}\b|from\s+{s}\b|import\s+{s}\b)"
+        )
+    if suffix == ".rs":
+        return re.compile(rf"^\s*(?:pub\s+)?(?:mod\s+{s}\s*;|use\b.*\b{s}\b)")
+    if suffix == ".go":
+        return re.compile(rf"[\"/]{p}\"")
+    return re.compile(
+        rf"(?:\bimport\b|\bfrom\b|\bexport\b|\brequire\s*\(|#\s*include\b).*"
+        rf"[\"'/]{s}(?:\.\w+)?[\"'>]"
+    )
 
 
 def find_importers(path: Path, root: Path, spec: ServerSpec) -> list[Path]:
-    """Files under `root` handled by the same server with an import-like line naming `path`'s
-    module (its file name without extension, as a word): at most `MAX_IMPORTERS`, found within
-    `SCAN_FILES` files and `SCAN_SECONDS`."""
-    stem = path.stem
-    if stem in ("__init__", "index", "mod"):
-        stem = path.parent.name  # a package's own file: the package is imported by its folder
-    if not stem:
+    """Files under `root` handled by the same server with an import line naming `path`'s module
+    (`import_pattern`): at most `MAX_IMPORTERS`, found within `SCAN_FILES` files and
+    `SCAN_SECONDS`."""
+    pattern = import_pattern(path)
+    needle = path.stem if path.stem not in ("__init__", "index", "mod") else path.parent.name
+    if path.suffix.lower() == ".go":
+        needle = path.parent.name
+    if not needle:
         return []
-    word = re.compile(rf"(?<![\w$]){re.escape(stem)}(?![\w$])")
     suffixes = {ext for ext, _ in spec.languages}
     found: list[Path] = []
     deadline = time.monotonic() + SCAN_SECONDS
@@ -446,6 +475,8 @@ def find_importers(path: Path, root: Path, spec: ServerSpec) -> list[Path]:
             candidate = Path(directory) / name
             if candidate.suffix.lower() not in suffixes or candidate == path:
                 continue
+            if path.suffix.lower() == ".go" and candidate.parent == path.parent:
+                continue  # the same package: it needs no import
             seen += 1
             if seen > SCAN_FILES or time.monotonic() > deadline:
                 return found
@@ -454,13 +485,13 @@ def find_importers(path: Path, root: Path, spec: ServerSpec) -> list[Path]:
                     head = f.read(SCAN_BYTES).decode("utf-8", "replace")
             except OSError:
                 continue
-            if stem not in head:
+            if needle not in head:
                 continue
-            if any(_IMPORT_LINE.match(ln) and word.search(ln) for ln in head.splitlines()):
+            if any(pattern.search(ln) for ln in head.splitlines()):
                 found.append(candidate)
                 if len(found) >= MAX_IMPORTERS:
                     return found
     return found
 
 
-__all__ = ["DEFAULT_TIMEOUT", "LspManager", "find_importers"]
+__all__ = ["DEFAULT_TIMEOUT", "LspManager", "find_importers", "import_pattern"]
