@@ -97,8 +97,13 @@ async def test_pyright_type_error_and_broken_importer_in_edit_results(
     user_settings(
         {
             "lsp": {
-                "timeout": 30,
-                "servers": {"pyright": {"command": node_server("pyright-langserver")}},
+                "timeout": 60,
+                "servers": {
+                    "pyright": {
+                        "command": node_server("pyright-langserver"),
+                        "startupTimeout": 60000,
+                    }
+                },
             }
         }
     )
@@ -160,7 +165,14 @@ async def test_typescript_type_error_in_write_and_edit_results(tmp_path: Path) -
     """typescript-language-server's messages for a new file and for an edit to it; an edit
     that fixes them returns the plain result."""
     server = node_server("typescript-language-server")
-    user_settings({"lsp": {"timeout": 30, "servers": {"typescript": {"command": server}}}})
+    user_settings(
+        {
+            "lsp": {
+                "timeout": 60,
+                "servers": {"typescript": {"command": server, "startupTimeout": 60000}},
+            }
+        }
+    )
     project = tmp_path / "project"
     project.mkdir()
     (project / "tsconfig.json").write_text('{"compilerOptions": {"strict": true}}', "utf-8")
