@@ -458,7 +458,13 @@ def test_plugin_lsp_servers_are_read_with_their_variables(tmp_path: Path) -> Non
         }
     }
     specs = load_specs([], plugins=[("p", root / ".lsp.json", filled)], warnings=warnings)
+    off = load_specs(
+        [("settings.json", {"plugin:p:go": {"disabled": True}})],
+        plugins=[("p", root / ".lsp.json", filled)],
+        warnings=warnings,
+    )
     assert warnings == []
+    assert [s.name for s in off] == [s.name for s in specs[1:]]  # turned off by settings
     assert specs[0] == ServerSpec(
         "plugin:p:go",
         f"{root}/bin/gopls",
@@ -530,6 +536,7 @@ async def test_pull_diagnostics_and_the_servers_configuration(tmp_path: Path) ->
     try:
         first = await manager.after_write(tmp_path / "a.fake", "x\nERR pulled\n")
         second = await manager.after_write(tmp_path / "a.fake", "fine\n")
+        listed = [(p.name, [d.message for d in ds]) for p, ds in manager.open_files()]
     finally:
         await manager.aclose()
     assert first == (
@@ -539,6 +546,7 @@ async def test_pull_diagnostics_and_the_servers_configuration(tmp_path: Path) ->
         "</diagnostics>"
     )
     assert second == '<diagnostics server="fake">\na.fake:1:1: level is "strict"\n</diagnostics>'
+    assert listed == [("a.fake", ['level is "strict"'])]  # what `diagnostics` lists
 
 
 async def test_configured_server_that_is_not_installed_is_named(tmp_path: Path) -> None:

@@ -121,8 +121,11 @@ class LspClient:
         self.name = name or Path(self.argv[0]).name
         self.process: asyncio.subprocess.Process | None = None
         self.capabilities: dict[str, Any] = {}
-        #: The latest diagnostics the server pushed, per URI, and a counter of pushes.
+        #: The latest diagnostics the server pushed (or keel pulled), per URI, and a counter of
+        #: pushes.
         self.pushed: dict[str, list[Diagnostic]] = {}
+        #: The version of each document keel sent last: a push for an older one is stale.
+        self.sent: dict[str, int] = {}
         self.push_seq: dict[str, int] = {}
         self.pushes = 0
         self._changed = asyncio.Event()
@@ -340,8 +343,9 @@ class LspClient:
                 await self._send({"id": message["id"], "result": result})
             return
         if method == "textDocument/publishDiagnostics" and isinstance(params, dict):
-            uri = params.get("uri")
-            if isinstance(uri, str):
+            uri, version = params.get("uri"), params.get("version")
+            stale = isinstance(version, int) and version < self.sent.get(str(uri), 0)
+            if isinstance(uri, str) and not stale:
                 self.pushed[uri] = parse_diagnostics(params.get("diagnostics"))
                 self.pushes += 1
                 self.push_seq[uri] = self.pushes
@@ -368,11 +372,13 @@ class LspClient:
     # -- documents and diagnostics -------------------------------------------------------------
 
     async def did_open(self, uri: str, language: str, version: int, text: str) -> None:
+        self.sent[uri] = version
         doc = {"uri": uri, "languageId": language, "version": version, "text": text}
         await self.notify("textDocument/didOpen", {"textDocument": doc})
 
     async def did_change(self, uri: str, version: int, text: str) -> None:
         """The whole new text (full sync: every server accepts it)."""
+        self.sent[uri] = version
         await self.notify(
             "textDocument/didChange",
             {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]},
@@ -402,7 +408,8 @@ class LspClient:
             params["identifier"] = provider["identifier"]
         report = await self.request("textDocument/diagnostic", params)
         if isinstance(report, dict) and report.get("kind") == "full":
-            return parse_diagnostics(report.get("items"))
+            self.pushed[uri] = parse_diagnostics(report.get("items"))
+            return self.pushed[uri]
         return None
 
     async def wait_pushed(

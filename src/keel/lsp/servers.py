@@ -245,11 +245,16 @@ def load_specs(
     `entries` holds (source, the `servers` object); `plugins`, (plugin name, file, servers)."""
     built_in = {s.name: s for s in BUILT_IN}
     chosen: dict[str, ServerSpec] = {}
+    #: Names a settings file turns off with `{"disabled": true}` (a plugin's server too).
+    off: set[str] = set()
     for source, servers in entries:
         if not isinstance(servers, dict):
             warnings.append(f"{source}: lsp.servers must be an object keyed by name; ignored")
             continue
         for name, entry in servers.items():
+            if entry == {"disabled": True} and name not in chosen and name not in built_in:
+                off.add(str(name))
+                continue
             base = chosen.get(name) or built_in.get(name)
             spec = parse_entry(str(name), entry, source=source, base=base, warnings=warnings)
             if spec is not None:
@@ -257,6 +262,8 @@ def load_specs(
     for plugin, path, servers in plugins:
         for name, entry in servers.items():
             full = f"plugin:{plugin}:{name}"
+            if full in off:
+                continue
             spec = parse_entry(full, entry, source=f"plugin {plugin} ({path})", base=None,
                                warnings=warnings)  # fmt: skip
             if spec is not None:
