@@ -643,3 +643,24 @@ def test_import_lines_name_the_changed_module(target: str, line: str, imports: b
     from keel.lsp.manager import import_pattern
 
     assert bool(import_pattern(Path("/p") / target).search(line)) is imports
+
+
+async def test_a_failing_check_never_fails_the_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong while checking, the change stays made: the result names the error
+    instead of becoming one."""
+    import keel.lsp.manager as manager_module
+
+    def broken(*_: object) -> list[Path]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(manager_module, "find_importers", broken)
+    user_settings({"lsp": {"timeout": 10, "servers": {"fake": fake_entry()}}})
+    project = tmp_path / "project"
+    project.mkdir()
+    texts, _, _ = await run_script(
+        project, tmp_path, [step("writing", ("write", {"path": "a.fake", "content": "ERR x\n"}))]
+    )
+    assert texts == ["Created a.fake (1 lines).\n\n(no diagnostics for a.fake: RuntimeError: boom)"]
+    assert (project / "a.fake").read_text(encoding="utf-8") == "ERR x\n"

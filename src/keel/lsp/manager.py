@@ -158,6 +158,9 @@ class LspManager:
             task.cancel()
             raise
         if task in done:
+            if (error := task.exception()) is not None:
+                # A language server never fails the change itself: the file is written.
+                return f"(no diagnostics for {self._show(path)}: {type(error).__name__}: {error})"
             return self._block(task.result())
         self._late[uri] = task
         self._tasks.add(task)
