@@ -664,3 +664,50 @@ async def test_a_failing_check_never_fails_the_edit(
     )
     assert texts == ["Created a.fake (1 lines).\n\n(no diagnostics for a.fake: RuntimeError: boom)"]
     assert (project / "a.fake").read_text(encoding="utf-8") == "ERR x\n"
+
+
+def _install_lsp_plugin(tmp_path: Path) -> Path:
+    """A marketplace with one plugin whose `.lsp.json` names the fake server through
+    `${CLAUDE_PLUGIN_ROOT}`, installed (`keel plugin install`) for a new git project."""
+    import shutil
+
+    market = tmp_path / "market"
+    plugin = market / "lspplug"
+    (market / ".claude-plugin").mkdir(parents=True)
+    (plugin / ".claude-plugin").mkdir(parents=True)
+    catalogue = {"name": "m", "plugins": [{"name": "lspplug", "source": "./lspplug"}]}
+    (market / ".claude-plugin" / "marketplace.json").write_text(json.dumps(catalogue), "utf-8")
+    manifest = {"name": "lspplug", "version": "1.0.0"}
+    (plugin / ".claude-plugin" / "plugin.json").write_text(json.dumps(manifest), "utf-8")
+    shutil.copy(FAKE, plugin / "fake_server.py")
+    servers = {
+        "fake": {
+            "command": sys.executable,
+            "args": ["${CLAUDE_PLUGIN_ROOT}/fake_server.py"],
+            "extensionToLanguage": {".fake": "fake"},
+        }
+    }
+    (plugin / ".lsp.json").write_text(json.dumps(servers), encoding="utf-8")
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    for args in (("plugin", "marketplace", "add", str(market)), ("plugin", "install", "lspplug@m")):
+        out = keel(*args, cwd=project)
+        assert out.returncode == 0, out.stderr
+    return project
+
+
+@pytest.mark.needs("git")
+async def test_an_installed_plugins_lsp_server_reports_after_edits(tmp_path: Path) -> None:
+    """A plugin's `.lsp.json` (Claude Code's format, `${CLAUDE_PLUGIN_ROOT}` in its args), once
+    the plugin is installed and on: its server reports after an edit, named
+    `plugin:<plugin>:<server>`."""
+    project = _install_lsp_plugin(tmp_path)
+    texts, notices, _ = await run_script(
+        project, tmp_path, [step("writing", ("write", {"path": "a.fake", "content": "ERR x\n"}))]
+    )
+    assert texts == [
+        'Created a.fake (1 lines).\n\n<diagnostics server="plugin:lspplug:fake">\n'
+        "a.fake:1:1: x [fake E1]\n</diagnostics>"
+    ]
+    assert not [n for n in notices if "lsp" in n.lower()], notices
