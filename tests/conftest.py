@@ -135,6 +135,9 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("HOME", str(home / "user-home"))
     for name in CREDENTIALS:
         monkeypatch.delenv(name, raising=False)
+    # Language servers installed here (rust-analyzer, clangd...) must not change the tools a
+    # test's agent offers; tests/test_lsp.py turns them back on.
+    monkeypatch.setenv("KEEL_LSP", "0")
     return home
 
 

@@ -457,7 +457,7 @@ def test_a_marketplace_entry_may_name_the_plugins_components(
     _ok("plugin", "install", "loose@m", cwd=repo)
     (cached,) = (isolated_env / "plugins" / "cache" / "m" / "loose").iterdir()
     assert _ok("skills", cwd=repo) == f"command /loose:hello  {cached / 'prompts' / 'hello.md'}\n"
-    # What keel does not use yet is named: here, the LSP servers the plugin brings.
+    # What the plugin brings is named: here, the LSP servers it brings (keel.lsp runs them).
     lsp = {"python": {"command": "pyright-langserver", "args": ["--stdio"]}}
     (market / "loose" / ".lsp.json").write_text(json.dumps(lsp), encoding="utf-8")
     update = _ok("plugin", "update", cwd=repo)
@@ -469,13 +469,13 @@ def test_a_marketplace_entry_may_name_the_plugins_components(
     assert out.returncode == (0 if probe().ok else 1), out.stdout
     doctor = out.stdout.splitlines()
     start = doctor.index("plugins: 1 of 1 run here")
-    assert doctor[start : start + 4] == [
+    assert doctor[start : start + 3] == [
         "plugins: 1 of 1 run here",
         f"  loose@m: runs (installed {cached.name}; enabled in {user_settings_file()}, your "
         "settings)",
-        "    brings: 1 command(s), 1 LSP file(s), not used yet",
-        f"  warning: LSP servers from plugin loose@m are not used yet ({cached / '.lsp.json'})",
+        "    brings: 1 command(s), 1 LSP server file(s)",
     ]
+    assert not any("loose@m" in line for line in doctor[start + 3 :]), doctor
 
 
 def test_plugins_claude_code_installed_run_as_they_are(tmp_path: Path, isolated_env: Path) -> None:

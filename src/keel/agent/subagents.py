@@ -561,6 +561,7 @@ class Subagents:
             # parent's turn, and one /undo reverts both. A worktree child changes nothing here.
             child.ctx.sandbox = parent.ctx.sandbox
             child.ctx.checkpoints = parent.ctx.checkpoints
+            child.ctx.lsp = parent.ctx.lsp  # the parent's warm language servers
         if parent.session is not None:
             from keel.session.store import SessionLog
 

@@ -18,6 +18,7 @@ decision, not a failure: its result is not an error (the gate's `Deny.is_error`)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -291,6 +292,7 @@ class ToolRunner:
             )
         finally:
             current_call_id.reset(token)
+        output = _with_late_diagnostics(self.ctx, output)
         result = await self._post_tool_hook(
             call, finish(call, output, self.ctx.raw_dir), emit, time.monotonic() - start, before
         )
@@ -482,6 +484,17 @@ class ToolRunner:
         if not extra:
             return result
         return ToolResult(result.tool_use_id, (*result.content, *extra), result.is_error)
+
+
+def _with_late_diagnostics(ctx: ToolContext, output: ToolOutput) -> ToolOutput:
+    """`output` with the language servers' diagnostics that came after their edit's result
+    went back (keel.lsp), as a note at its end."""
+    late = ctx.lsp.take_late() if ctx.lsp is not None else ""
+    if not late:
+        return output
+    if isinstance(output.content, str):
+        return dataclasses.replace(output, content=f"{output.content}\n\n{late}")
+    return dataclasses.replace(output, content=(*output.content, Text(late)))
 
 
 def _log_tool_bug(name: str) -> None:

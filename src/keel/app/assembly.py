@@ -287,6 +287,7 @@ def build_agent(
     add_output_style(agent, settings, notice)
     add_subagents(agent, notice)
     add_knowledge(agent, settings)
+    add_lsp(agent, settings, notice)
     if not info.known and ref.provider != "scripted":
         from keel.llm.presets import PRESETS
 
@@ -560,6 +561,52 @@ def add_knowledge(agent: Agent, settings: Settings) -> None:
         agent.add_tools([found])
 
 
+def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
+    """Language servers for diagnostics after edits, and the `diagnostics` tool, where one can
+    run here (keel.lsp; docs/lsp.md): the servers of the settings (a project's once approved),
+    of the plugins that run, and the built-in ones whose program is on PATH. Nothing starts
+    until a matching file changes; the servers stop with the agent. `KEEL_LSP=0` in the
+    environment turns them off for one run (a script, a test suite)."""
+    if not settings.lsp_enabled or os.environ.get("KEEL_LSP") == "0":
+        return
+    from keel.lsp.manager import LspManager
+    from keel.lsp.servers import load_specs, plugin_servers
+
+    warnings: list[str] = []
+    plugins = plugin_servers(agent.cwd, agent.ctx.env or os.environ, warnings)
+    specs = load_specs(
+        [(str(path), servers) for path, servers in settings.lsp_servers],
+        plugins=plugins,
+        warnings=warnings,
+    )
+    for spec in specs:
+        if spec.source != "built-in" and not spec.available():
+            notice(
+                Notice(
+                    f"{spec.source}: lsp server {spec.name!r} not used: {spec.command} is not "
+                    "installed here (not on PATH)",
+                    "warning",
+                )
+            )
+    for warning in warnings:
+        notice(Notice(warning, "warning"))
+    manager = LspManager(
+        specs,
+        project_root=agent.ctx.root,
+        cwd=agent.cwd,
+        timeout=settings.lsp_timeout,
+        warnings=settings.lsp_warnings,
+    )
+    if not manager.any_available():
+        return
+    from keel.lsp.tool import diagnostics
+
+    agent.ctx.lsp = manager
+    manager.content_denied = agent.ctx.content_denied
+    agent.on_close.append(manager.aclose)
+    agent.add_tools([diagnostics])
+
+
 def keep_knowledge_as_it_was(agent: Agent, settings: Settings, stored: Fingerprint | None) -> None:
     """On resume, offer `knowledge_search` as the session did when that alone makes its tool
     set the session's again: an index built (or deleted) since it started does not make the
@@ -579,6 +626,29 @@ def keep_knowledge_as_it_was(agent: Agent, settings: Settings, stored: Fingerpri
             agent.registry.add(had)
         else:
             agent.registry.remove(NAME)
+        agent.add_tools([])
+
+
+def keep_diagnostics_as_it_was(agent: Agent, stored: Fingerprint | None) -> None:
+    """On resume, offer the `diagnostics` tool as the session did when that alone makes its
+    tool set the session's again: a language server installed (or removed) since it started,
+    or `KEEL_LSP=0` on one run, does not make the resume refuse a changed configuration.
+    Without a server the tool answers that none runs here."""
+    if stored is None or agent.fingerprint().tools_hash == stored.tools_hash:
+        return
+    from keel.lsp.tool import diagnostics
+
+    had = agent.registry.get(diagnostics.name)
+    if had is not None:
+        agent.registry.remove(diagnostics.name)
+    else:
+        agent.registry.add(diagnostics)
+    agent.add_tools([])  # the tool definitions again, from the registry
+    if agent.fingerprint().tools_hash != stored.tools_hash:  # not what differs: as it was
+        if had is not None:
+            agent.registry.add(had)
+        else:
+            agent.registry.remove(diagnostics.name)
         agent.add_tools([])
 
 
@@ -757,6 +827,7 @@ async def continue_session(
         await connect_remote(agent, settings, notice)
         agent.add_tools(tools)
         keep_knowledge_as_it_was(agent, settings, stored)
+        keep_diagnostics_as_it_was(agent, stored)
         current = agent.fingerprint()
         if moved:
             # The context names the working directory: compare it as it reads with the old

@@ -81,6 +81,7 @@ def doctor(argv: list[str]) -> int:
     _project_files(cwd, settings)
     _hooks(cwd)
     _plugins(cwd, settings)
+    _language_servers(cwd, settings)
     _foreign(foreign.found)
     _instructions(cwd)
     return 0 if ok else 1
@@ -143,6 +144,29 @@ def _plugins(cwd: Path, settings: Settings) -> None:
     print(f"plugins: {len(found.active)} of {len(found.states) + len(found.idle)} run here")
     for line in plugin_lines(found, "  "):
         print(line)
+
+
+def _language_servers(cwd: Path, settings: Settings) -> None:
+    """Which language servers would report errors after edits here (docs/lsp.md)."""
+    if not settings.lsp_enabled or os.environ.get("KEEL_LSP") == "0":
+        print("language servers: off (the lsp setting, or KEEL_LSP=0)")
+        return
+    from keel.lsp.servers import load_specs, plugin_servers
+
+    warnings: list[str] = []
+    specs = load_specs(
+        [(str(path), servers) for path, servers in settings.lsp_servers],
+        plugins=plugin_servers(cwd, os.environ, warnings),
+        warnings=warnings,
+    )
+    ready = [s for s in specs if s.available()]
+    print(f"language servers: {len(ready)} of {len(specs)} installed (docs/lsp.md)")
+    for spec in specs:
+        files = " ".join(ext for ext, _ in spec.languages)
+        state = "ready" if spec in ready else f"{spec.command} not on PATH"
+        print(f"  {spec.name}: {state} ({files}; {spec.source})")
+    for warning in warnings:
+        print(f"  warning: {warning}")
 
 
 def _foreign(found: list[Found]) -> None:

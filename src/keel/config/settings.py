@@ -92,6 +92,8 @@ KNOWN_KEYS = frozenset(
         # Claude Code plugins (keel.plugins): which are on, and where else to find them.
         "enabledPlugins",
         "extraKnownMarketplaces",
+        # Language servers for diagnostics after edits (keel.lsp; docs/lsp.md).
+        "lsp",
         "$schema",
     }
 )
@@ -313,6 +315,13 @@ class Settings:
     enabled_plugins: dict[str, tuple[bool, Path]] = field(default_factory=dict)
     #: `extraKnownMarketplaces`: name → (its `source` object as written, the file).
     marketplaces: dict[str, tuple[object, Path]] = field(default_factory=dict)
+    #: `lsp` (keel.lsp, docs/lsp.md): language servers' diagnostics after edits; only your own
+    #: settings may turn them back on. `lsp_servers`: each file's `lsp.servers` object, with the
+    #: file (a project's entries that run a command only once approved: keel.config.trust).
+    lsp_enabled: bool = True
+    lsp_timeout: float = 3.0
+    lsp_warnings: bool = False
+    lsp_servers: list[tuple[Path, object]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -432,7 +441,7 @@ class _Merge:
                 self.fallbacks(value, where)
             elif key == "permissions":
                 self.permissions(value, where)
-            elif key in ("sandbox", "knowledge", "memory", "tools"):  # a method of its name
+            elif key in ("sandbox", "knowledge", "memory", "tools", "lsp"):  # a method of its name
                 getattr(self, key)(value, where)
             elif key == "web_search":
                 self._web_search(value, where)
@@ -645,6 +654,40 @@ class _Merge:
             self.w.append(f"{where}: backend nats needs a url (nats://host:4222); using files")
             changes["backend"] = "files"
         self.settings.memory = dataclasses.replace(m, **changes)
+
+    def lsp(self, value: Any, where: str) -> None:
+        """`lsp`: `false`, or `{"enabled", "timeout", "warnings", "servers"}`. A project file may
+        turn it off, not back on; its server entries that run a command were split off for
+        approval before (keel.config.trust), so what reaches here may run."""
+        s = self.settings
+        conf = {"enabled": value} if isinstance(value, bool) else value
+        if not isinstance(conf, dict):
+            self.w.append(f'{where} must be false or an object like {{"timeout": 3}}; ignored')
+            return
+        for key, v in conf.items():
+            at = f"{where}.{key}"
+            if key == "enabled":
+                if not isinstance(v, bool):
+                    self.w.append(f"{at} must be true or false; ignored")
+                elif v and not s.lsp_enabled and self.untrusted:
+                    self.w.append(f"{at} ignored: only your own settings may turn it back on")
+                else:
+                    s.lsp_enabled = v
+            elif key == "timeout":
+                seconds = _number(v, at, self.w, high=60)
+                if seconds is not None:
+                    s.lsp_timeout = seconds
+            elif key == "warnings":
+                if isinstance(v, bool):
+                    s.lsp_warnings = v
+                else:
+                    self.w.append(f"{at} must be true or false; ignored")
+            elif key == "servers":
+                s.lsp_servers.append((self.path, v))
+            else:
+                self.w.append(
+                    f"{at}: unknown key skipped (known: enabled, servers, timeout, warnings)"
+                )
 
     def tools(self, value: Any, where: str) -> None:
         """`tools`: `{"profile": "full" | "compact" | "auto"}`, any file (a profile offers fewer

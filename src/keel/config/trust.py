@@ -189,12 +189,30 @@ def _status_line(status_line: dict[str, Any], gated: list[Gated]) -> dict[str, A
     return {}
 
 
+def _lsp(lsp: dict[str, Any], gated: list[Gated]) -> dict[str, Any]:
+    """A language server entry runs its command on your machine whenever a matching file
+    changes; only `{"disabled": true}` (turning one off) applies at once."""
+    rest = dict(lsp)
+    servers = rest.get("servers")
+    if isinstance(servers, dict):
+        kept: dict[str, Any] = {}
+        for name, entry in servers.items():
+            if entry == {"disabled": True}:
+                kept[name] = entry
+            else:
+                why = "runs this language server on your machine when a matching file changes"
+                gated.append(Gated(f"lsp.servers.{name}", entry, why))
+        rest["servers"] = kept
+    return rest
+
+
 _SECTIONS: dict[str, Callable[[dict[str, Any], list[Gated]], dict[str, Any]]] = {
     "providers": _providers,
     "permissions": _permissions,
     "sandbox": _sandbox,
     "models": _models,
     "statusLine": _status_line,
+    "lsp": _lsp,
 }
 
 

@@ -56,7 +56,7 @@ class PluginSet:
     idle: list[Installed] = field(default_factory=list)
     #: Each plugin that waits for approval or installation, in one line (`states` say the same).
     unready: list[str] = field(default_factory=list)
-    #: Problems with a plugin's files, and what keel does not use yet (LSP servers).
+    #: Problems with a plugin's files.
     warnings: list[str] = field(default_factory=list)
 
     def notices(self) -> list[str]:
@@ -134,8 +134,6 @@ def _read(state: PluginState, installed: Installed, warnings: list[str]) -> Plug
         # Its components are namespaced by the name in its id, so `/name:command` and
         # `keel plugin list` agree even where the manifest spells it otherwise.
         plugin = dataclasses.replace(plugin, name=name)
-    for where in plugin.lsp:
-        warnings.append(f"LSP servers from plugin {state.ident} are not used yet ({where})")
     return dataclasses.replace(plugin, user_level=state.user_level)
 
 

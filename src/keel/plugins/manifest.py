@@ -52,7 +52,7 @@ class Plugin:
     hooks: tuple[tuple[Path, Any], ...] = ()
     #: Each `mcpServers` object with its file, `${CLAUDE_PLUGIN_ROOT}` filled in.
     mcp_servers: tuple[tuple[Path, dict[str, Any]], ...] = ()
-    #: Files declaring LSP servers (not used yet: named in a notice).
+    #: Files declaring LSP servers (`.lsp.json`, or the manifest's `lspServers`; keel.lsp).
     lsp: tuple[Path, ...] = ()
     #: Turned on by the user's own settings (else by a project file the user approved): only
     #: then may its commands' `allowed-tools` pre-approve anything.
@@ -79,7 +79,7 @@ class Plugin:
             ("skill(s)", sum(len(list(p.glob("*/SKILL.md"))) for p in self.skills)),
             ("hook(s)", sum(_hook_count(h) for _, h in self.hooks)),
             ("MCP server(s)", sum(len(s) for _, s in self.mcp_servers)),
-            ("LSP file(s), not used yet", len(self.lsp)),
+            ("LSP server file(s)", len(self.lsp)),
         ]
         return [f"{n} {what}" for what, n in counts if n]
 

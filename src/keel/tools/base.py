@@ -41,6 +41,7 @@ from keel.tools.effects import DEFAULT_UNSAFE_TO_REPEAT
 
 if TYPE_CHECKING:
     from keel.checkpoints import Checkpoints
+    from keel.lsp.manager import LspManager
     from keel.permissions.sandbox import Sandbox
     from keel.tools.background import BackgroundTasks
 
@@ -108,6 +109,9 @@ class ToolContext:
     #: a file its saves would leave out is refused before it is written.
     max_file_size: int | None = None
     max_file_reason: str = ""
+    #: The session's language servers (keel.lsp): `write`, `edit` and `multi_edit` append the
+    #: errors they report to their results (None: no server can run here; nothing is added).
+    lsp: LspManager | None = None
 
     def resolve(self, path: str) -> Path:
         """`path` relative to cwd, made absolute (not checked against the root)."""

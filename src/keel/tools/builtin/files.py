@@ -316,6 +316,17 @@ def _commit(ctx: ToolContext, target: Path, before: str | None, after: str, raw:
     return ToolOutput(f"Updated {raw}.", display=_diff(before, after, name))
 
 
+async def _diagnosed(ctx: ToolContext, target: Path, text: str, out: ToolOutput) -> ToolOutput:
+    """`out` with what the language server of `target` reports after the change (keel.lsp):
+    its errors, and new errors in files importing it; `out` itself when no server applies."""
+    if ctx.lsp is None:
+        return out
+    block = await ctx.lsp.after_write(target, text)
+    if not block:
+        return out
+    return ToolOutput(f"{out.content}\n\n{block}", display=out.display, notice=out.notice)
+
+
 # Not destructive: keel snapshots the file first (/undo) and writes only inside the project;
 # idempotent: the same content twice leaves the same file.
 @tool(idempotent=True, kind="builtin")
@@ -335,7 +346,7 @@ async def write(ctx: ToolContext, path: str, content: str) -> ToolOutput:
         check_regular(target, path)
         _check_fresh(ctx, target, path)
         before = target.read_text(encoding="utf-8", errors="replace")
-    return _commit(ctx, target, before, content, path)
+    return await _diagnosed(ctx, target, content, _commit(ctx, target, before, content, path))
 
 
 # Not idempotent: a second run finds old_string gone (or, if new_string holds it, replaces again).
@@ -365,7 +376,12 @@ async def edit(
     before = target.read_text(encoding="utf-8", errors="replace")
     after, n = _replace(before, old_string, new_string, replace_all, path)
     out = _commit(ctx, target, before, after, path)
-    return ToolOutput(f"Edited {path}: {_plural(n, 'replacement')}.", display=out.display)
+    return await _diagnosed(
+        ctx,
+        target,
+        after,
+        ToolOutput(f"Edited {path}: {_plural(n, 'replacement')}.", display=out.display),
+    )
 
 
 def _replace(text: str, old: str, new: str, replace_all: bool, raw: str) -> tuple[str, int]:
@@ -464,9 +480,14 @@ async def multi_edit(ctx: ToolContext, path: str, edits: list[dict[str, Any]]) -
     if after == before:
         raise ToolError(f"the edits leave {path} unchanged; nothing was written")
     out = _commit(ctx, target, before, after, path)
-    return ToolOutput(
-        f"Edited {path}: {_plural(len(checked), 'edit')}, {_plural(total, 'replacement')}.",
-        display=out.display,
+    return await _diagnosed(
+        ctx,
+        target,
+        after,
+        ToolOutput(
+            f"Edited {path}: {_plural(len(checked), 'edit')}, {_plural(total, 'replacement')}.",
+            display=out.display,
+        ),
     )
 
 
