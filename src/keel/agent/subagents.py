@@ -561,6 +561,7 @@ class Subagents:
             # parent's turn, and one /undo reverts both. A worktree child changes nothing here.
             child.ctx.sandbox = parent.ctx.sandbox
             child.ctx.checkpoints = parent.ctx.checkpoints
+            child.ctx.checkpoint_limits = parent.ctx.checkpoint_limits
         if parent.session is not None:
             from keel.session.store import SessionLog
 
