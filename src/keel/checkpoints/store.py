@@ -927,7 +927,7 @@ def _read_unit(directory: Path) -> _Unit | None:
             unit.trees[str(d["root"])] = (
                 str(d["digest"]),
                 str(d["file"]),
-                int(d.get("file_bytes", TreeLimits.file_bytes)),
+                int(d.get("file_bytes", TreeLimits().file_bytes)),
             )
         elif op in KINDS:
             saved = Saved.from_json(d)
