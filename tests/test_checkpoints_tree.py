@@ -32,7 +32,9 @@ from keel.tools.base import ToolContext, ToolOutput
 from keel.tools.builtin import bash, edit, read
 from tests.test_cli import keel, session_files, write_script
 
-OUTSIDE = "its earlier content was not kept (outside the project; /undo keeps only the project's files)"
+OUTSIDE = (
+    "its earlier content was not kept (outside the project; /undo keeps only the project's files)"
+)
 
 
 def tree(root: Path) -> dict[str, tuple[Any, ...]]:
@@ -99,7 +101,11 @@ def store(tmp_path: Path) -> Iterator[Checkpoints]:
 
 
 def context(
-    root: Path, store: Checkpoints, *, sandbox: Sandbox | None = None, limits: TreeLimits | None = None
+    root: Path,
+    store: Checkpoints,
+    *,
+    sandbox: Sandbox | None = None,
+    limits: TreeLimits | None = None,
 ) -> ToolContext:
     return ToolContext(
         cwd=root,
@@ -140,15 +146,27 @@ async def test_a_command_that_changes_everything_is_undone_and_the_tree_hash_mat
     unit = store.begin_unit("change everything")
     out = await run(bash, ctx, command=EVERYTHING)
     assert out.content == "[exit code 0]"
-    assert (plain / "library" / "renamed.py").exists() and not (plain / "lib").exists()
+    assert (plain / "library" / "renamed.py").exists()
+    assert not (plain / "lib").exists()
     assert set(store.last_changed) == {
         str(plain / p)
         for p in (
-            "app.py", "made.txt", "gen", "gen/deep", "gen/deep/g.txt", "data.bin", "run.sh",
-            "lib", "lib/old.py", "lib/util.py", "library", "library/renamed.py",
-            "library/util.py", "current",
+            "app.py",
+            "made.txt",
+            "gen",
+            "gen/deep",
+            "gen/deep/g.txt",
+            "data.bin",
+            "run.sh",
+            "lib",
+            "lib/old.py",
+            "lib/util.py",
+            "library",
+            "library/renamed.py",
+            "library/util.py",
+            "current",
         )
-    }  # fmt: skip
+    }
 
     (info,) = store.units()
     summary = store.undo()
@@ -163,10 +181,15 @@ async def test_a_command_that_changes_everything_is_undone_and_the_tree_hash_mat
         removed=tuple(
             plain / p
             for p in (
-                "gen", "gen/deep", "gen/deep/g.txt", "library", "library/renamed.py",
-                "library/util.py", "made.txt",
+                "gen",
+                "gen/deep",
+                "gen/deep/g.txt",
+                "library",
+                "library/renamed.py",
+                "library/util.py",
+                "made.txt",
             )
-        ),  # fmt: skip
+        ),
         checks=(TreeCheck(plain, True, digest, digest, count=len(before)),),
     )
     assert tree(plain) == before
@@ -254,6 +277,18 @@ async def test_a_change_outside_the_project_is_reported(
     )
     assert summary.checks[0].matches
     assert (outside / "kept.txt").read_text(encoding="utf-8") == "mine\nx\n"  # left as it is
+
+
+async def test_a_command_that_plants_configuration_is_named_without_git(
+    plain: Path, store: Checkpoints
+) -> None:
+    ctx = context(plain, store)
+    store.begin_unit("plant")
+    out = await run(bash, ctx, command="mkdir -p sub/.keel && echo '{}' > sub/.keel/settings.json")
+    assert out.notice == (
+        "a command created or changed project configuration: sub/.keel/settings.json; nothing "
+        "in it applies until you approve it (`keel trust list` shows it)"
+    )
 
 
 def test_outside_paths_names_what_a_command_line_points_at(tmp_path: Path) -> None:
@@ -405,3 +440,5 @@ def test_keel_undo_after_a_restart_restores_a_keel_p_bash_run(
         f'keel: the model is told with the next prompt: keel -p --resume {sid} "…"',
     ]
     assert tree(project) == before
+    # The copies of the tree went with the session; the unit's own did the restore.
+    assert list(isolated_env.glob("sessions/*/*.checkpoints/cache")) == []

@@ -294,11 +294,18 @@ class Checkpoints:
             Path(tempfile.mkdtemp(prefix="keel-checkpoints-")), retention=None, temporary=True
         )
 
-    def close(self) -> None:
-        """Delete the directory of a temporary store (a session's store stays)."""
+    def drop_copies(self) -> None:
+        """Delete the copies of project files kept for the next command (the session ends);
+        what units kept stays. A later command copies the tree again."""
         for contents in self._contents.values():
             contents.close()
         self._contents.clear()
+        shutil.rmtree(self.directory / CACHE, ignore_errors=True)
+
+    def close(self) -> None:
+        """Delete the copies of project files, and the directory of a temporary store (a
+        session's store stays)."""
+        self.drop_copies()
         if self._temporary:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -855,6 +862,14 @@ class Checkpoints:
 # -- helpers ------------------------------------------------------------------------------------
 
 
+def _newest(directory: Path) -> float:
+    """The latest modification time in `directory` (itself and what is directly in it)."""
+    times = [directory.stat().st_mtime]
+    with contextlib.suppress(OSError):
+        times += [c.stat().st_mtime for c in directory.iterdir()]
+    return max(times)
+
+
 def _home() -> str:
     return os.path.expanduser("~")
 
@@ -957,6 +972,8 @@ def _prune_dir(directory: Path, cutoff: float, keep: set[str]) -> set[str]:
                 removed.add(child.name)
         elif (m := _UNDONE_DIR.match(child.name)) and int(m.group(1)) / 1000 < cutoff:
             shutil.rmtree(child)
+        elif child.name == CACHE and _newest(child) < cutoff:  # a keel killed mid-session
+            shutil.rmtree(child, ignore_errors=True)
     return removed
 
 
