@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,29 @@ async def test_a_command_that_plants_configuration_is_named_without_git(
     )
 
 
+@pytest.fixture
+def repo(plain: Path) -> Path:
+    subprocess.run(["git", "init", "-q"], cwd=plain, check=True)
+    return plain
+
+
+@pytest.mark.needs("git")
+async def test_in_a_git_repo_a_change_outside_it_is_reported_too(
+    repo: Path, store: Checkpoints, tmp_path: Path
+) -> None:
+    plain = repo
+    outside = tmp_path / "out.txt"
+    ctx = context(plain, store)
+    store.begin_unit("spill")
+    await run(bash, ctx, command=f"echo x > {outside} && echo y > y.txt")
+    summary = store.undo()
+    assert (summary.removed, summary.failed, summary.checks) == (
+        (plain / "y.txt",),
+        (Problem(outside, OUTSIDE),),
+        (),  # a repository is captured by git status, without a tree check
+    )
+
+
 def test_outside_paths_names_what_a_command_line_points_at(tmp_path: Path) -> None:
     root = Path("/work/p")
     command = (
@@ -365,6 +389,12 @@ async def test_a_tree_over_max_files_is_not_captured_with_a_note(
         "Changes made by shell commands were not captured: the project holds more than 3 files.",
     )
     assert (summary.files, summary.checks) == ((), ())
+    store.begin_unit("again")
+    await run(bash, ctx, command="echo 5 > lib/util.py")
+    assert store.undo().notes == (
+        "Changes made by shell commands were not captured: the project holds more than 3 files "
+        "(not scanned again in this session).",
+    )
 
 
 def test_settings_bound_the_capture_and_a_project_may_only_lower_them(tmp_path: Path) -> None:

@@ -272,6 +272,9 @@ class Checkpoints:
         self.limits = TreeLimits()
         self._tree_bases: dict[Path, _TreeBaseline] = {}
         self._contents: dict[Path, ContentStore] = {}
+        #: Trees found over the bounds: not scanned again in this process (a home directory
+        #: would cost a scan up to the bound before every command).
+        self._too_large: dict[Path, str] = {}
         #: The paths the last shell command changed (absolute), as `git status` saw them.
         self.last_changed: tuple[str, ...] = ()
         if retention is not None:
@@ -716,6 +719,8 @@ class Checkpoints:
 
     async def _tree_baseline(self, root: Path) -> _TreeBaseline:
         limits = self.limits
+        if root in self._too_large:
+            return _TreeBaseline(root, None, skipped=self._too_large[root])
         contents = self._contents.get(root)
         if contents is None:
             contents = ContentStore(self.directory / CACHE, f"{len(self._contents) + 1}")
@@ -732,6 +737,7 @@ class Checkpoints:
         try:
             entries, described = await asyncio.to_thread(work)
         except TreeTooLarge as exc:
+            self._too_large[root] = f"{exc} (not scanned again in this session)"
             return _TreeBaseline(root, None, skipped=str(exc))
         except OSError as exc:
             return _TreeBaseline(root, None, skipped=f"cannot keep copies ({exc})")
