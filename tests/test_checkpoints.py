@@ -402,6 +402,10 @@ async def test_bash_outside_a_git_repo_that_changes_nothing_keeps_no_unit(
     with pytest.raises(NothingToUndo):
         store.undo()
     assert [p.name for p in store.directory.iterdir()] == ["cache"]  # copies, no unit
+    assert stat.S_IMODE((store.directory / "cache").stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+    store.drop_copies()  # the session ends
+    assert not store.directory.exists()
 
 
 @pytest.mark.needs("git")

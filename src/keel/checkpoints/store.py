@@ -304,6 +304,8 @@ class Checkpoints:
             contents.close()
         self._contents.clear()
         shutil.rmtree(self.directory / CACHE, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()  # only if no unit was kept: a store that kept nothing
 
     def close(self) -> None:
         """Delete the copies of project files, and the directory of a temporary store (a
@@ -723,6 +725,7 @@ class Checkpoints:
             return _TreeBaseline(root, None, skipped=self._too_large[root])
         contents = self._contents.get(root)
         if contents is None:
+            make_dirs(self.directory / CACHE)  # 0700, like the session's own directory
             contents = ContentStore(self.directory / CACHE, f"{len(self._contents) + 1}")
             self._contents[root] = contents
         unit = self._unit()
