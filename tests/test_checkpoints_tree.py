@@ -31,6 +31,7 @@ from keel.config.settings import CHECKPOINT_KEYS, Settings, _Merge
 from keel.permissions.sandbox import Sandbox
 from keel.tools.base import ToolContext, ToolOutput
 from keel.tools.builtin import bash, edit, read
+from keel.tui.view import Output
 from tests.test_cli import keel, session_files, write_script
 
 OUTSIDE = (
@@ -472,3 +473,81 @@ def test_keel_undo_after_a_restart_restores_a_keel_p_bash_run(
     assert tree(project) == before
     # The copies of the tree went with the session; the unit's own did the restore.
     assert list(isolated_env.glob("sessions/*/*.checkpoints/cache")) == []
+
+
+async def test_rewind_puts_back_the_files_of_the_prompts_it_goes_back_over(
+    tmp_path: Path, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.testing import ScriptedProvider, reply
+    from tests.tui_helpers import MODEL, Recorder, make_controller
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    project = (tmp_path / "proj").resolve()
+    project.mkdir()
+    (project / "a.txt").write_text("one\n", encoding="utf-8")
+    start = tree(project)
+    provider = ScriptedProvider(
+        [
+            reply("", ("bash", {"command": "echo two >> a.txt"})),
+            reply("First."),
+            reply("", ("bash", {"command": "rm a.txt && echo b > b.txt"})),
+            reply("Second."),
+        ],
+        model=MODEL.model,
+    )
+    recorder = Recorder(picks=[])
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    controller.attach(recorder)
+    for prompt in ("first", "second"):
+        controller.submit(prompt)
+        await controller.wait()
+    after_first = {"a.txt": ("file", b"one\ntwo\n", 0o644)}
+    assert tree(project) == {"b.txt": ("file", b"b\n", 0o644)}
+    # Back to before "second", conversation only: the files stay.
+    recorder.picks += [None]
+    controller.submit("/rewind")
+    await controller.wait()
+    _, prompts = recorder.offered[-1]
+    recorder.picks += [prompts[0].value, "conversation"]
+    controller.submit("/rewind")
+    await controller.wait()
+    title, choices = recorder.offered[-1]
+    assert (title, [c.value for c in choices]) == (
+        "Those prompts changed files (1 with changes)",
+        ["files", "conversation"],
+    )
+    assert tree(project) == {"b.txt": ("file", b"b\n", 0o644)}
+    await controller.close()
+
+    # A fresh session: back to before its first prompt, with the files.
+    provider = ScriptedProvider(
+        [
+            reply("", ("bash", {"command": "echo two >> a.txt"})),
+            reply("First."),
+            reply("", ("bash", {"command": "rm a.txt && echo b > b.txt"})),
+            reply("Second."),
+        ],
+        model=MODEL.model,
+    )
+    (project / "b.txt").unlink()
+    (project / "a.txt").write_text("one\n", encoding="utf-8")
+    recorder = Recorder(picks=[])
+    controller = await make_controller(project, provider, "--mode", "bypass")
+    controller.attach(recorder)
+    for prompt in ("first", "second"):
+        controller.submit(prompt)
+        await controller.wait()
+    recorder.picks += [None]
+    controller.submit("/rewind")
+    await controller.wait()
+    _, prompts = recorder.offered[-1]
+    recorder.picks += [prompts[0].value, "files"]  # before "second"
+    controller.submit("/rewind")
+    await controller.wait()
+    assert tree(project) == after_first
+    undos = [e.text for e in recorder.events if isinstance(e, Output) and e.title == "undo"]
+    assert len(undos) == 1
+    assert "Tree check: the project matches the checkpoint" in undos[0]
+    assert recorder.inputs == ["second"]
+    await controller.close()
+    assert tree(project) != start  # "first" stays done
