@@ -316,6 +316,20 @@ async def test_in_a_git_repo_a_change_outside_it_is_reported_too(
     )
 
 
+async def test_keels_own_session_files_inside_the_project_are_left_out(plain: Path) -> None:
+    sessions = plain / "home" / "sessions" / "plain-1234"
+    sessions.mkdir(parents=True)
+    journal = sessions / "s1.jsonl"
+    journal.write_text("{}\n", encoding="utf-8")
+    store = Checkpoints(sessions / "s1.checkpoints")
+    ctx = context(plain, store)
+    store.begin_unit("grow")
+    await run(bash, ctx, command=f"echo '{{}}' >> {journal} && echo 9 > lib/util.py")
+    assert store.last_changed == (str(plain / "lib" / "util.py"),)
+    assert store.undo().checks[0].matches
+    store.close()
+
+
 def test_outside_paths_names_what_a_command_line_points_at(tmp_path: Path) -> None:
     root = Path("/work/p")
     command = (

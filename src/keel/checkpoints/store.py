@@ -36,7 +36,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -732,7 +732,7 @@ class Checkpoints:
         need_tree = str(root) not in unit.trees and str(root) not in unit.pending_trees
 
         def work() -> tuple[Scan, dict[str, str] | None]:
-            entries = scan(root, limits, skip=self._ours_or_store)
+            entries = scan(root, limits, skip=self._skip(root))
             contents.refresh(entries, limits)
             described = describe_tree(root, entries, contents.index, limits) if need_tree else None
             return entries, described
@@ -760,8 +760,17 @@ class Checkpoints:
                 unit.pending_trees[str(root)] = (described, limits.file_bytes)
         return _TreeBaseline(root, entries)
 
-    def _ours_or_store(self, path: str) -> bool:
-        return path == str(self.directory) or self._ours(path)
+    def _skip(self, root: Path) -> Callable[[str], bool]:
+        """What a scan of `root` leaves out: this store, and the directory of the session files
+        beside it (a session's journal grows while a command runs; restoring it would be
+        wrong). A temporary store's parent is not keel's."""
+        dirs = [self.directory] if self._temporary else [self.directory, self.directory.parent]
+        skipped = tuple(str(d) for d in dirs if d.is_relative_to(root) and d != root)
+
+        def skip(path: str) -> bool:
+            return any(path == d or path.startswith(d + os.sep) for d in skipped)
+
+        return skip
 
     async def _after_tree(self, token: BashToken) -> None:
         async with self._bash_lock:
@@ -781,7 +790,7 @@ class Checkpoints:
             return
         limits = self.limits
         try:
-            after = await asyncio.to_thread(scan, base.root, limits, skip=self._ours_or_store)
+            after = await asyncio.to_thread(scan, base.root, limits, skip=self._skip(base.root))
         except TreeTooLarge as exc:
             self._note(f"Changes made by shell commands were not captured: {exc}.")
             return
@@ -791,7 +800,7 @@ class Checkpoints:
             return
         # No awaits from here on: the unit cannot change under the loop below.
         unit = self._unit()
-        contents = self._contents[base.root]
+        contents = self._contents.get(base.root) or ContentStore(self.directory / CACHE, "gone")
         pack: tuple[str, Path] | None = None
         for path in paths:
             if path not in unit.saved:
@@ -850,7 +859,7 @@ class Checkpoints:
         """Compare the restored tree at `root` with the checkpoint digest."""
         limits = dataclasses.replace(self.limits, file_bytes=file_bytes)
         try:
-            entries = scan(root, limits, skip=self._ours_or_store)
+            entries = scan(root, limits, skip=self._skip(root))
         except TreeTooLarge as exc:
             return TreeCheck(root, False, expected, why=str(exc))
         contents = self._contents.get(root)
