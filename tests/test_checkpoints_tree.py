@@ -29,10 +29,16 @@ from keel.checkpoints import (
 from keel.checkpoints.tree import ContentStore, outside_paths, scan
 from keel.config.settings import CHECKPOINT_KEYS, Settings, _Merge
 from keel.permissions.sandbox import Sandbox
+from keel.testing.anthropic_server import AnthropicServer
 from keel.tools.base import ToolContext, ToolOutput
 from keel.tools.builtin import bash, edit, read
 from keel.tui.view import Output
+from tests.server_helpers import Served, anthropic_fixture, served_fixture, servers_fixture
 from tests.test_cli import keel, session_files, write_script
+from tests.test_server import create
+from tests.test_server import run as serve_prompt
+
+__all__ = ["anthropic_fixture", "served_fixture", "servers_fixture"]  # the server's fixtures
 
 OUTSIDE = (
     "its earlier content was not kept (outside the project; /undo keeps only the project's files)"
@@ -132,16 +138,14 @@ EVERYTHING = (
 )
 
 
-@pytest.mark.parametrize("sandboxed", [False, True], ids=["no-sandbox", "sandbox"])
+@pytest.mark.parametrize(
+    "sandboxed",
+    [False, pytest.param(True, marks=pytest.mark.needs("sandbox"))],
+    ids=["no-sandbox", "sandbox"],
+)
 async def test_a_command_that_changes_everything_is_undone_and_the_tree_hash_matches(
-    plain: Path, store: Checkpoints, sandboxed: bool, request: pytest.FixtureRequest
+    plain: Path, store: Checkpoints, sandboxed: bool
 ) -> None:
-    if sandboxed:
-        request.applymarker(pytest.mark.needs("sandbox"))
-        from keel.permissions.sandbox import probe
-
-        if not probe().ok:
-            pytest.skip("needs a working sandbox")
     box = Sandbox(plain) if sandboxed else None
     before, digest = tree(plain), tree_digest(plain)
     ctx = context(plain, store, sandbox=box)
@@ -565,3 +569,43 @@ async def test_rewind_puts_back_the_files_of_the_prompts_it_goes_back_over(
     assert recorder.inputs == ["second"]
     await controller.close()
     assert tree(project) != start  # "first" stays done
+
+
+def test_keel_serve_undo_answers_with_the_tree_check(
+    served: Served, anthropic: AnthropicServer, project: Path, isolated_env: Path
+) -> None:
+    from keel.testing import reply
+
+    project = project.resolve()
+    before, digest = tree(project), tree_digest(project)
+    anthropic.add(
+        reply("", ("bash", {"command": "rm app.py && echo more >> README.md && mkdir out"})),
+        reply("Done."),
+    )
+    with served.client() as c:
+        sid = create(c, mode="bypass")["id"]
+        assert serve_prompt(c, sid, "reshape")["result"] == "Done."
+        undo = c.post(f"/v1/sessions/{sid}/undo")
+    assert (undo.status_code, undo.json()) == (
+        200,
+        {
+            "label": "reshape",
+            "restored": ["README.md", "app.py"],
+            "removed": ["out"],
+            "overwritten": [],
+            "failed": [],
+            "notes": [],
+            "checks": [
+                {
+                    "root": ".",
+                    "matches": True,
+                    "checkpoint": digest,
+                    "now": digest,
+                    "differing": [],
+                    "count": 3,
+                    "why": "",
+                }
+            ],
+        },
+    )
+    assert tree(project) == before
