@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from keel.checkpoints import git
 from keel.checkpoints.snapshot import (
@@ -65,6 +65,7 @@ from keel.checkpoints.snapshot import (
 )
 from keel.checkpoints.tree import (
     ContentStore,
+    Kept,
     Scan,
     TreeLimits,
     TreeTooLarge,
@@ -725,7 +726,11 @@ class Checkpoints:
             return _TreeBaseline(root, None, skipped=self._too_large[root])
         contents = self._contents.get(root)
         if contents is None:
-            make_dirs(self.directory / CACHE)  # 0700, like the session's own directory
+            try:
+                make_dirs(self.directory / CACHE)  # 0700, like the session's own directory
+            except OSError as exc:
+                why = f"cannot keep copies in {self.directory} ({exc.strerror or exc})"
+                return _TreeBaseline(root, None, skipped=why)
             contents = ContentStore(self.directory / CACHE, f"{len(self._contents) + 1}")
             self._contents[root] = contents
         unit = self._unit()
@@ -801,45 +806,11 @@ class Checkpoints:
         # No awaits from here on: the unit cannot change under the loop below.
         unit = self._unit()
         contents = self._contents.get(base.root) or ContentStore(self.directory / CACHE, "gone")
-        pack: tuple[str, Path] | None = None
-        for path in paths:
-            if path not in unit.saved:
-                entry = base.entries.get(path)
-                try:
-                    if entry is not None and entry.kind == "file":
-                        kept = contents.index.get(path)
-                        if kept is None or kept.stamp != entry.stamp or kept.offset < 0:
-                            why = kept.why if kept is not None and kept.why else "not read in time"
-                            saved = Saved(path, "uncaptured", why=why, by="bash")
-                        else:
-                            if pack is None:
-                                pack = self._blob(unit, suffix="pack")
-                            offset = _append_bytes(pack[1], contents.read(kept))
-                            saved = Saved(
-                                path,
-                                "file",
-                                pack[0],
-                                entry.mode,
-                                kept.sha256,
-                                by="bash",
-                                offset=offset,
-                                length=kept.size,
-                            )
-                    elif entry is None:
-                        now = after.get(path)
-                        kind: Kind = "newdir" if now is not None and now.kind == "dir" else "absent"
-                        saved = Saved(path, kind, by="bash")
-                    elif entry.kind == "link":
-                        saved = Saved(path, "symlink", target=entry.target, by="bash")
-                    elif entry.kind == "dir":
-                        saved = Saved(path, "dir", mode=entry.mode, by="bash")
-                    else:
-                        saved = Saved(path, "uncaptured", why="not a regular file", by="bash")
-                except OSError as exc:
-                    why = str(exc) if isinstance(exc, SnapshotError) else exc.strerror or str(exc)
-                    saved = Saved(path, "uncaptured", why=why, by="bash")
-                self._add(unit, saved)
-            self._set_left(unit, path)
+        with _Copier(self, unit, contents) as copier:
+            for path in paths:
+                if path not in unit.saved:
+                    self._add(unit, _saved_before_tree(path, base.entries, after, contents, copier))
+                self._set_left(unit, path)
 
     def _record_outside(self, token: BashToken) -> None:
         """Changes the command made to paths it names outside the project: reported, not kept."""
@@ -880,6 +851,70 @@ class Checkpoints:
 # -- helpers ------------------------------------------------------------------------------------
 
 
+def _saved_before_tree(
+    path: str, before: Scan, after: Scan, contents: ContentStore, copier: _Copier
+) -> Saved:
+    """What `path` held before a command changed it, from the scans and the content store."""
+    entry = before.get(path)
+    try:
+        if entry is None:
+            now = after.get(path)
+            return Saved(
+                path, "newdir" if now is not None and now.kind == "dir" else "absent", by="bash"
+            )
+        if entry.kind == "link":
+            return Saved(path, "symlink", target=entry.target, by="bash")
+        if entry.kind == "dir":
+            return Saved(path, "dir", mode=entry.mode, by="bash")
+        if entry.kind != "file":
+            return Saved(path, "uncaptured", why="not a regular file", by="bash")
+        kept = contents.index.get(path)
+        if kept is None or kept.stamp != entry.stamp or kept.offset < 0:
+            why = kept.why if kept is not None and kept.why else "it changed while being copied"
+            return Saved(path, "uncaptured", why=why, by="bash")
+        name, offset = copier.copy(kept)
+        return Saved(
+            path, "file", name, entry.mode, kept.sha256, by="bash", offset=offset, length=kept.size
+        )
+    except OSError as exc:
+        why = str(exc) if isinstance(exc, SnapshotError) else exc.strerror or str(exc)
+        return Saved(path, "uncaptured", why=why, by="bash")
+
+
+class _Copier:
+    """Copies kept file contents from a content store into one pack of a unit (`<n>.pack`),
+    through one handle on each side however many files a command changed."""
+
+    def __init__(self, store: Checkpoints, unit: _Unit, contents: ContentStore) -> None:
+        self.store, self.unit, self.contents = store, unit, contents
+        self.name = ""
+        self.end = 0
+        self._stack = contextlib.ExitStack()
+        self._src: BinaryIO | None = None
+        self._out: BinaryIO | None = None
+
+    def __enter__(self) -> _Copier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def copy(self, kept: Kept) -> tuple[str, int]:
+        """Copy one file's kept bytes; returns the pack's name and where they start in it."""
+        if self._src is None:
+            self._src = self._stack.enter_context(self.contents.pack.open("rb"))
+        data = self.contents.read(kept, self._src)
+        if self._out is None:
+            self.name, path = self.store._blob(self.unit, suffix="pack")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+            self._out = self._stack.enter_context(os.fdopen(fd, "wb"))
+        offset = self.end
+        self._out.write(data)
+        self._out.flush()
+        self.end += len(data)
+        return self.name, offset
+
+
 def _newest(directory: Path) -> float:
     """The latest modification time in `directory` (itself and what is directly in it)."""
     times = [directory.stat().st_mtime]
@@ -904,19 +939,6 @@ def _described_before(saved: Saved) -> str | None:
             return None
         case _:
             return ""
-
-
-def _append_bytes(path: Path, data: bytes) -> int:
-    """Append `data` to the file at `path` (0600); returns the offset it starts at."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        offset = os.lseek(fd, 0, os.SEEK_END)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        return offset
-    finally:
-        os.close(fd)
 
 
 def _append(directory: Path, obj: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import BinaryIO, Literal, TypeAlias
 
 from keel.checkpoints.snapshot import FILE_MODE, size_text
 from keel.frozen import frozen
@@ -214,9 +214,11 @@ class ContentStore:
             os.close(fd)
         self._live = live
 
-    def read(self, kept: Kept) -> bytes:
-        """The bytes kept for one file (checked against its hash). Raises OSError."""
-        with open(self.pack, "rb") as f:
+    def read(self, kept: Kept, pack: BinaryIO | None = None) -> bytes:
+        """The bytes kept for one file (checked against its hash), read through `pack` (this
+        store's pack, opened by the caller for many reads) or a handle of its own. Raises
+        OSError."""
+        with contextlib.nullcontext(pack) if pack is not None else open(self.pack, "rb") as f:
             f.seek(kept.offset)
             data = f.read(kept.size)
         if hashlib.sha256(data).hexdigest() != kept.sha256:
