@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import os
 import stat
 import subprocess
@@ -395,6 +396,27 @@ async def test_only_changed_files_are_copied_again(plain: Path, tmp_path: Path) 
     (plain / "lib" / "util.py").write_text("X = 22\n", encoding="utf-8")
     contents.refresh(scan(plain, limits), limits)
     assert contents.pack.stat().st_size == first + len("X = 22\n")
+
+
+def test_the_pack_is_rewritten_when_it_is_mostly_old_copies(
+    plain: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.checkpoints import tree as tree_module
+
+    monkeypatch.setattr(tree_module, "_PACK_SLACK", 0)
+    limits = TreeLimits()
+    contents = ContentStore(tmp_path / "cache", "1")
+    util = plain / "lib" / "util.py"
+    sizes = []
+    for n in range(8):
+        util.write_text("X = 1\n" * (n + 1) * 100, encoding="utf-8")
+        contents.refresh(scan(plain, limits), limits)
+        sizes.append(contents.pack.stat().st_size)
+    live = sum(k.size for k in contents.index.values())
+    assert any(b < a for a, b in itertools.pairwise(sizes))  # rewritten along the way
+    assert max(sizes) <= 4 * live
+    for path, kept in contents.index.items():
+        assert contents.read(kept) == Path(path).read_bytes()
 
 
 async def test_a_tree_over_max_files_is_not_captured_with_a_note(
