@@ -491,6 +491,11 @@ def test_keel_undo_after_a_restart_restores_a_keel_p_bash_run(
                 ]
             },
             {"text": "done"},
+            {
+                "tool_calls": [{"name": "bash", "input": {"command": "echo again > notes.md"}}],
+                "expect": {"last_user_contains": "Tree check: the project matches"},
+            },
+            {"text": "again"},
         ],
     )
     out = keel("-p", "reshape", "--model", f"scripted:{script}", "--mode", "bypass", cwd=project)
@@ -513,6 +518,16 @@ def test_keel_undo_after_a_restart_restores_a_keel_p_bash_run(
     assert tree(project) == before
     # The copies of the tree went with the session; the unit's own did the restore.
     assert list(isolated_env.glob("sessions/*/*.checkpoints/cache")) == []
+
+    # Resumed: the next prompt's command is captured afresh and undone the same.
+    out = keel("-p", "--resume", sid, "once more", "--mode", "bypass", cwd=project)
+    assert (out.returncode, out.stdout) == (0, "again\n"), out.stderr
+    assert (project / "notes.md").read_text(encoding="utf-8") == "again\n"
+    out = keel("undo", sid, cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:2] == ["undone: “once more”", "  restored notes.md"]
+    assert "Tree check: the project matches" in out.stdout
+    assert tree(project) == before
 
 
 async def test_rewind_puts_back_the_files_of_the_prompts_it_goes_back_over(
