@@ -248,6 +248,31 @@ async def test_a_file_over_the_bound_is_reported_not_restored_and_the_check_name
     assert (plain / "lib" / "util.py").read_text(encoding="utf-8") == "X = 1\n"
 
 
+async def test_an_unreadable_file_is_reported_with_why(
+    plain: Path, store: Checkpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.checkpoints import tree as tree_module
+
+    secret = plain / "secret.txt"
+    secret.write_text("s\n", encoding="utf-8")
+    real_open = os.open
+
+    def refusing(path: str, flags: int, *args: Any) -> int:
+        if path == str(secret):  # what a file of mode 000 does to anyone but root
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(tree_module.os, "open", refusing)
+    ctx = context(plain, store)
+    store.begin_unit("remove it")
+    await run(bash, ctx, command="rm -f secret.txt")
+    monkeypatch.undo()
+    summary = store.undo()
+    assert summary.failed == (
+        Problem(secret, "its earlier content was not kept (cannot read it: Permission denied)"),
+    )
+
+
 async def test_the_total_bound_keeps_the_smallest_files(plain: Path, store: Checkpoints) -> None:
     (plain / "a.txt").write_bytes(b"a" * 3000)
     ctx = context(plain, store, limits=TreeLimits(total_bytes=200))

@@ -195,7 +195,12 @@ class ContentStore:
                         entry.stamp, "", why=f"larger than {size_text(limits.file_bytes)}"
                     )
                     continue
-                data = _read_if_unchanged(path, entry)
+                try:
+                    data = _read_if_unchanged(path, entry)
+                except OSError as exc:
+                    why = f"cannot read it: {exc.strerror or exc}"
+                    self.index[path] = Kept(entry.stamp, "", why=why)
+                    continue
                 if data is None:
                     continue  # changed or gone while being read: the next scan sees it again
                 sha = hashlib.sha256(data).hexdigest()
@@ -248,9 +253,11 @@ class ContentStore:
 
 
 def _read_if_unchanged(path: str, entry: Entry) -> bytes | None:
+    """The bytes of the file at `path` if it is still what `entry` saw (None if it changed or
+    went meanwhile). Raises OSError when it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     with os.fdopen(fd, "rb") as f:
         data = f.read()
@@ -298,7 +305,9 @@ def describe_tree(
         if kept is not None and kept.stamp != entry.stamp:
             kept = None
         if entry.kind == "file" and kept is None and entry.size <= limits.file_bytes:
-            data = _read_if_unchanged(path, entry)
+            data = None
+            with contextlib.suppress(OSError):  # unreadable: described by size and time
+                data = _read_if_unchanged(path, entry)
             if data is not None:
                 kept = Kept(entry.stamp, hashlib.sha256(data).hexdigest())
         out[path[prefix:]] = describe(entry, kept)
