@@ -251,8 +251,6 @@ async def test_a_file_over_the_bound_is_reported_not_restored_and_the_check_name
 async def test_an_unreadable_file_is_reported_with_why(
     plain: Path, store: Checkpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from keel.checkpoints import tree as tree_module
-
     secret = plain / "secret.txt"
     secret.write_text("s\n", encoding="utf-8")
     real_open = os.open
@@ -262,7 +260,7 @@ async def test_an_unreadable_file_is_reported_with_why(
             raise PermissionError(13, "Permission denied", path)
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(tree_module.os, "open", refusing)
+    monkeypatch.setattr(os, "open", refusing)
     ctx = context(plain, store)
     store.begin_unit("remove it")
     await run(bash, ctx, command="rm -f secret.txt")
