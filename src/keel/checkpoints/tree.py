@@ -158,7 +158,7 @@ class ContentStore:
     directory: Path
     name: str
     index: dict[str, Kept] = field(default_factory=dict)
-    _live: int = 0
+    #: Bytes in the pack (live copies and ones the index no longer points at).
     _end: int = 0
 
     @property
@@ -181,7 +181,6 @@ class ContentStore:
                 wanted.append((entry.size, path, entry))
         live = sum(k.size for k in self.index.values() if k.offset >= 0)
         if not wanted:
-            self._live = live
             return
         wanted.sort()
         if self._end > _PACK_SLACK and self._end > _PACK_GARBAGE * max(live, 1):
@@ -211,13 +210,14 @@ class ContentStore:
                         why=f"the project's files hold more than {size_text(limits.total_bytes)}",
                     )
                     continue
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
                 self.index[path] = Kept(entry.stamp, sha, self._end, len(data))
                 self._end += len(data)
                 live += len(data)
         finally:
             os.close(fd)
-        self._live = live
 
     def read(self, kept: Kept, pack: BinaryIO | None = None) -> bytes:
         """The bytes kept for one file (checked against its hash), read through `pack` (this
