@@ -174,8 +174,8 @@ async def test_write_edit_multi_edit_then_undo_restores_bytes_and_modes(
     with pytest.raises(NothingToUndo) as caught:
         store.undo()
     assert caught.value.one_line() == (
-        "nothing to undo (hint: undo covers keel's file edits and, in a git repository, "
-        "bash commands' changes)"
+        "nothing to undo (hint: undo covers keel's file edits and bash commands' changes in the "
+        "project)"
     )
 
 
@@ -391,14 +391,21 @@ async def test_overlapping_commands_and_an_edit_share_the_unit(
     assert tree(repo) == before
 
 
-async def test_bash_outside_a_git_repo_is_not_captured(plain: Path, store: Checkpoints) -> None:
+async def test_bash_outside_a_git_repo_that_changes_nothing_keeps_no_unit(
+    plain: Path, store: Checkpoints
+) -> None:
+    # Outside git the tree is scanned instead (tests/test_checkpoints_tree.py).
     ctx = context(plain, store)
     store.begin_unit("outside git")
-    await run(bash, ctx, command="echo changed > app.py")
+    await run(bash, ctx, command="cat app.py > /dev/null")
     assert store.units() == []
     with pytest.raises(NothingToUndo):
         store.undo()
-    assert not store.directory.exists()  # nothing was written
+    assert [p.name for p in store.directory.iterdir()] == ["cache"]  # copies, no unit
+    assert stat.S_IMODE((store.directory / "cache").stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.directory.stat().st_mode) == 0o700
+    store.drop_copies()  # the session ends
+    assert not store.directory.exists()
 
 
 @pytest.mark.needs("git")

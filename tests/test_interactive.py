@@ -612,8 +612,8 @@ async def test_undo_without_a_session_file_uses_a_temporary_store(
     error = [e for e in recorder.events if isinstance(e, Output)][-1]
     assert (error.kind, error.text) == (
         "error",
-        "nothing to undo (hint: undo covers keel's file edits and, in a git repository, bash "
-        "commands' changes)",
+        "nothing to undo (hint: undo covers keel's file edits and bash commands' changes in the "
+        "project)",
     )
     await controller.close()
     assert not store.directory.exists()

@@ -468,8 +468,8 @@ def test_keel_undo_puts_back_what_keel_p_changed(
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr == (
         f"keel: error: nothing to undo in session {sid} (hint: undo covers keel's file edits "
-        "and, in a git repository, bash commands' changes; `keel undo ID --list` shows what can "
-        "be undone)\n"
+        "and bash commands' changes in the project; `keel undo ID --list` shows what can be "
+        "undone)\n"
     )
     out = keel("undo", "nosuchsession", cwd=project)
     assert out.returncode == 2

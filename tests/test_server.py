@@ -777,6 +777,7 @@ def test_undo_compact_fork_clear_tasks_and_delete(
                 "overwritten": [],
                 "failed": [],
                 "notes": [],
+                "checks": [],
             },
         )
         assert not (project / "new.txt").exists()

@@ -781,6 +781,8 @@ class Agent:
         await self.provider.aclose()
         if self.ctx.sandbox is not None:
             self.ctx.sandbox.cleanup()
+        if self.ctx.checkpoints is not None and not self.is_subagent:
+            self.ctx.checkpoints.drop_copies()  # the units stay; the copies of the tree go
         if self.session is not None:
             self.session.close()
 

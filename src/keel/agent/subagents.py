@@ -562,6 +562,7 @@ class Subagents:
             child.ctx.sandbox = parent.ctx.sandbox
             child.ctx.checkpoints = parent.ctx.checkpoints
             child.ctx.lsp = parent.ctx.lsp  # the parent's warm language servers
+            child.ctx.checkpoint_limits = parent.ctx.checkpoint_limits
         if parent.session is not None:
             from keel.session.store import SessionLog
 

@@ -30,6 +30,7 @@ from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequ
 
 if TYPE_CHECKING:
     from keel.agent.output_styles import OutputStyle
+    from keel.checkpoints.tree import TreeLimits
     from keel.hooks.runner import HookRunner
     from keel.permissions.sandbox import Sandbox
     from keel.session.backend import AppendLog
@@ -269,6 +270,7 @@ def build_agent(
     agent.ctx.sandbox = sandbox  # the gate's (the Agent takes it from there too)
     # Commands not safe to repeat after a crash: the defaults and what settings add.
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
+    agent.ctx.checkpoint_limits = checkpoint_limits(settings)
     agent.ctx.extra_roots = gate.extra_roots
     agent.auto_compact = settings.auto_compact
     agent.tool_profile = settings.tool_profile
@@ -325,6 +327,13 @@ def split_rules(values: list[str]) -> list[str]:
             current += ch
         out.append(current)
     return [r.strip() for r in out if r.strip()]
+
+
+def checkpoint_limits(settings: Settings) -> TreeLimits:
+    """The bounds of /undo's capture of bash changes outside git, from settings `checkpoints`."""
+    from keel.checkpoints.tree import TreeLimits
+
+    return dataclasses.replace(TreeLimits(), **settings.checkpoints)  # type: ignore[arg-type]
 
 
 def build_gate(

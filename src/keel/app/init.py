@@ -524,7 +524,7 @@ def build_init_agent(
     """An agent that can only read, with the proposal tool, for the project around `cwd`."""
     from keel.agent.loop import Agent
     from keel.agent.prompt import env_block, git_root
-    from keel.app.assembly import build_gate, build_hooks
+    from keel.app.assembly import build_gate, build_hooks, checkpoint_limits
     from keel.config.settings import EFFORTS
     from keel.llm.provider import RetryPolicy, make_provider, model_info
     from keel.tools.builtin import bash, glob, grep, ls, read
@@ -561,6 +561,7 @@ def build_init_agent(
     agent.ctx.sandbox = sandbox
     agent.ctx.extra_roots = gate.extra_roots
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
+    agent.ctx.checkpoint_limits = checkpoint_limits(settings)
     agent.auto_compact = settings.auto_compact
     agent.tool_profile = settings.tool_profile
     agent.hooks = build_hooks(cwd, gate, printer)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from keel.checkpoints.store import UndoSummary
+from keel.checkpoints.store import TreeCheck, UndoSummary
 
 _LABEL_CHARS = 80
 
@@ -15,6 +15,29 @@ def _show(path: Path, cwd: Path | None) -> str:
     if cwd is not None and path.is_relative_to(cwd):
         return str(path.relative_to(cwd))
     return str(path)
+
+
+def check_line(check: TreeCheck, *, cwd: Path | None = None) -> str:
+    """One line on a restored tree against its checkpoint digest (shown to the user and told to
+    the model)."""
+    where = "the project" if check.root == cwd else _show(check.root, cwd) or "."
+    if check.why:
+        return f"Tree check: {where} was not checked against its checkpoint: {check.why}."
+    if check.matches:
+        return (
+            f"Tree check: {where} matches the checkpoint taken before the request "
+            f"(sha256 {check.checkpoint[:12]}, {check.count:,} entries)."
+        )
+    shown = ", ".join(_show(p, cwd) for p in check.differing)
+    more = (
+        f" and {check.count - len(check.differing):,} more"
+        if check.count > len(check.differing)
+        else ""
+    )
+    return (
+        f"Tree check: {where} differs from the checkpoint taken before the request at "
+        f"{check.count:,} path(s): {shown}{more}."
+    )
 
 
 def undo_note(summary: UndoSummary, *, cwd: Path | None = None) -> str:
@@ -35,6 +58,7 @@ def undo_note(summary: UndoSummary, *, cwd: Path | None = None) -> str:
         shown = "; ".join(f"{_show(p.path, cwd)} ({p.why})" for p in summary.failed)
         lines.append(f"Not reverted: {shown}.")
     lines.extend(summary.notes)
+    lines.extend(check_line(c, cwd=cwd) for c in summary.checks)
     if summary.files:
         lines.append(
             "What you read of these files before is out of date: read a file again before "

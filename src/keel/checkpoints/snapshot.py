@@ -23,9 +23,11 @@ DIR_MODE = 0o700
 _CHUNK = 1 << 20
 
 #: `file`: content in `blob`; `absent`: nothing was there; `symlink`: a link to `target`;
-#: `newdir`: a directory the unit created; `uncaptured`: the unit changed it, but what was there
+#: `newdir`: a directory the unit created; `dir`: a directory that was there with `mode` (a
+#: command deleted it or changed its mode); `uncaptured`: the unit changed it, but what was there
 #: was not kept (`why`).
-Kind: TypeAlias = Literal["file", "absent", "symlink", "newdir", "uncaptured"]
+Kind: TypeAlias = Literal["file", "absent", "symlink", "newdir", "dir", "uncaptured"]
+KINDS = ("file", "absent", "symlink", "newdir", "dir", "uncaptured")
 
 
 @frozen
@@ -39,11 +41,18 @@ class Saved:
     why: str = ""
     #: What changed it: `write` (a file tool) or `bash`.
     by: str = "write"
+    #: Where in `blob` the bytes are, when `blob` is a pack of several (-1: the whole blob).
+    offset: int = -1
+    length: int = 0
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.kind, "path": self.path, "by": self.by}
         if self.kind == "file":
             d.update(blob=self.blob, mode=self.mode, sha256=self.sha256)
+            if self.offset >= 0:
+                d.update(offset=self.offset, length=self.length)
+        elif self.kind == "dir":
+            d["mode"] = self.mode
         elif self.kind == "symlink":
             d["target"] = self.target
         elif self.kind == "uncaptured":
@@ -61,6 +70,8 @@ class Saved:
             str(d.get("target", "")),
             str(d.get("why", "")),
             str(d.get("by", "write")),
+            int(d.get("offset", -1)),
+            int(d.get("length", 0)),
         )
 
 
@@ -173,8 +184,11 @@ def _temp_beside(path: str) -> Path:
     return p.with_name(f".{p.name}.{os.getpid()}.keel-undo")
 
 
-def restore_file(path: str, blob: Path, *, mode: int, sha256: str) -> None:
-    """Put the content of `blob` at `path` with `mode`, atomically; the blob's hash must match."""
+def restore_file(
+    path: str, blob: Path, *, mode: int, sha256: str, offset: int = -1, length: int = 0
+) -> None:
+    """Put the content of `blob` (or of its `length` bytes at `offset`) at `path` with `mode`,
+    atomically; the content's hash must match."""
     current = lstat(path)
     if current is not None and stat.S_ISDIR(current.st_mode):
         raise SnapshotError("it is now a directory; left in place")
@@ -183,7 +197,11 @@ def restore_file(path: str, blob: Path, *, mode: int, sha256: str) -> None:
     digest = hashlib.sha256()
     try:
         with open(blob, "rb") as src, os.fdopen(_create(tmp), "wb") as out:
-            while chunk := src.read(_CHUNK):
+            left = length if offset >= 0 else -1
+            if offset >= 0:
+                src.seek(offset)
+            while left != 0 and (chunk := src.read(_CHUNK if left < 0 else min(left, _CHUNK))):
+                left -= len(chunk) if left > 0 else 0
                 digest.update(chunk)
                 out.write(chunk)
         if digest.hexdigest() != sha256:
@@ -223,6 +241,16 @@ def remove(path: str) -> bool:
     check_parents(path)
     os.unlink(path)
     return True
+
+
+def restore_dir(path: str, mode: int) -> None:
+    """Make the directory at `path` exist again with `mode` (recreated, or its mode set back)."""
+    current = lstat(path)
+    if current is not None and not stat.S_ISDIR(current.st_mode):
+        raise SnapshotError("it is no longer a directory; left in place")
+    if current is None:
+        check_parents(os.path.join(path, "x"))
+    os.chmod(path, mode)
 
 
 def remove_dir(path: str) -> bool:

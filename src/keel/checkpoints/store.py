@@ -5,11 +5,16 @@ One store per session, in `<session stem>.checkpoints/` beside the session file 
 prompt: the front end calls `begin_unit` before each prompt, and everything the prompt changes
 (its subagents included: they share the store) belongs to it. The first write to a path in a unit
 keeps what was there (bytes and mode, a symlink's target, or that nothing was); in a git
-repository a bash command's changes are captured by comparing `git status` before and after it.
-`undo` restores the newest unit that changed files and retires it.
+repository a bash command's changes are captured by comparing `git status` before and after it,
+anywhere else by scanning the project tree before and after it (`keel.checkpoints.tree`: the
+first scan keeps copies of the files that changed since the last one). A unit keeps the digest of
+the project tree as it was before its first command, and `undo` checks the restored tree against
+it. `undo` restores the newest unit that changed files and retires it.
 
 Layout: `<id>/manifest.jsonl` (a header line, then one line per kept path, appended) with the
-copies as `<n>.bin`; an undone unit is renamed `undone-<id>-<ms>/` (it also keeps copies of files
+copies as `<n>.bin` (a command's captured files share one `<n>.pack`) and the tree a checkpoint
+digest was taken of as `tree-<n>.z`; a session's copies of the project files live in
+`cache/` (rebuilt after a restart); an undone unit is renamed `undone-<id>-<ms>/` (it also keeps copies of files
 the undo overwrote), and everything older than the retention (7 days) is pruned when a store
 opens. Nothing is fsynced: a snapshot survives keel crashing, not necessarily the machine.
 
@@ -31,16 +36,17 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from keel.checkpoints import git
 from keel.checkpoints.snapshot import (
     DIR_MODE,
     FILE_MODE,
+    KINDS,
     Kind,
     Saved,
     SnapshotError,
@@ -48,6 +54,7 @@ from keel.checkpoints.snapshot import (
     lstat,
     remove,
     remove_dir,
+    restore_dir,
     restore_file,
     restore_symlink,
     save_bytes,
@@ -55,6 +62,24 @@ from keel.checkpoints.snapshot import (
     size_text,
     stamp,
     state_of,
+)
+from keel.checkpoints.tree import (
+    ContentStore,
+    Kept,
+    Scan,
+    TreeLimits,
+    TreeTooLarge,
+    Watched,
+    describe_tree,
+    differing,
+    digest,
+    outside_paths,
+    pack_described,
+    scan,
+    tree_changed,
+    unpack_described,
+    watch,
+    watch_changes,
 )
 from keel.errors import RunError, UserError
 from keel.frozen import frozen
@@ -77,6 +102,11 @@ _THREAD_BYTES = 1 << 20
 MANIFEST = "manifest.jsonl"
 _UNIT_DIR = re.compile(r"^\d{4,}$")
 _UNDONE_DIR = re.compile(r"^undone-\d{4,}-(\d+)$")
+#: The session's copies of the project files (rebuilt after a restart: the index is in memory).
+CACHE = "cache"
+#: Paths named in a tree check's summary when it does not match.
+_SHOWN_DIFFERING = 20
+_OUTSIDE_WHY = "outside the project; /undo keeps only the project's files"
 
 
 class CheckpointError(RunError):
@@ -87,7 +117,7 @@ class NothingToUndo(UserError):
     def __init__(self) -> None:
         super().__init__(
             "nothing to undo",
-            hint="undo covers keel's file edits and, in a git repository, bash commands' changes",
+            hint="undo covers keel's file edits and bash commands' changes in the project",
         )
 
 
@@ -109,6 +139,21 @@ class Problem:
 
 
 @frozen
+class TreeCheck:
+    """A restored project tree compared with the digest taken at the checkpoint (before the
+    unit's first command there): `matches`, or the paths that differ (`differing`, at most 20
+    of `count`). `why` is set when the tree could not be checked."""
+
+    root: Path
+    matches: bool
+    checkpoint: str
+    now: str = ""
+    differing: tuple[Path, ...] = ()
+    count: int = 0
+    why: str = ""
+
+
+@frozen
 class UndoSummary:
     """What `undo` did. `restored` and `removed` are the files put back; `overwritten` lists
     files that had changed after the unit (restored anyway; `why` says where the newer version
@@ -123,6 +168,8 @@ class UndoSummary:
     overwritten: tuple[Problem, ...] = ()
     #: What the unit (and any later unit it took along) could not capture.
     notes: tuple[str, ...] = ()
+    #: The project trees checked against their checkpoint digest after the restore.
+    checks: tuple[TreeCheck, ...] = ()
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -135,6 +182,10 @@ class BashToken:
 
     top: Path
     command: str
+    #: Captured by scanning the tree at `top` (no git repository there).
+    tree: bool = False
+    #: What the command names outside the project, as it was before.
+    outside: Watched | None = None
 
 
 @dataclass
@@ -149,6 +200,10 @@ class _Unit:
     notes: list[str] = field(default_factory=list)
     blobs: int = 0
     on_disk: bool = False
+    #: Checkpoint digests of project trees: root → (digest, file of descriptions, file_bytes).
+    trees: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    #: Trees described before the unit wrote anything to disk (written when it does).
+    pending_trees: dict[str, tuple[dict[str, str], int]] = field(default_factory=dict)
 
     def info(self) -> UnitInfo:
         files = tuple(Path(s.path) for s in self.saved.values() if s.kind != "newdir")
@@ -173,6 +228,16 @@ class _Pre:
     @property
     def size(self) -> int:
         return len(self.data) if self.data is not None else 0
+
+
+@dataclass
+class _TreeBaseline:
+    """A project tree (no git) scanned before the first of the commands running in it."""
+
+    root: Path
+    entries: Scan | None
+    skipped: str | None = None
+    users: int = 0
 
 
 @dataclass
@@ -204,10 +269,19 @@ class Checkpoints:
         self._cache: dict[str, _Pre] = {}
         self._tops: dict[Path, Path | None] = {}
         self._bash_lock = asyncio.Lock()
+        #: Bounds of the capture outside git (the bash tool passes the settings' each time).
+        self.limits = TreeLimits()
+        self._tree_bases: dict[Path, _TreeBaseline] = {}
+        self._contents: dict[Path, ContentStore] = {}
+        #: Trees found over the bounds: not scanned again in this process (a home directory
+        #: would cost a scan up to the bound before every command).
+        self._too_large: dict[Path, str] = {}
         #: The paths the last shell command changed (absolute), as `git status` saw them.
         self.last_changed: tuple[str, ...] = ()
         if retention is not None:
             self.prune(older_than=retention)
+        # Copies left by an earlier process: their index was in memory, so they are useless.
+        shutil.rmtree(self.directory / CACHE, ignore_errors=True)
         self._load()
 
     @classmethod
@@ -224,8 +298,20 @@ class Checkpoints:
             Path(tempfile.mkdtemp(prefix="keel-checkpoints-")), retention=None, temporary=True
         )
 
+    def drop_copies(self) -> None:
+        """Delete the copies of project files kept for the next command (the session ends);
+        what units kept stays. A later command copies the tree again."""
+        for contents in self._contents.values():
+            contents.close()
+        self._contents.clear()
+        shutil.rmtree(self.directory / CACHE, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()  # only if no unit was kept: a store that kept nothing
+
     def close(self) -> None:
-        """Delete the directory of a temporary store (a session's store stays)."""
+        """Delete the copies of project files, and the directory of a temporary store (a
+        session's store stays)."""
+        self.drop_copies()
         if self._temporary:
             shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -273,12 +359,25 @@ class Checkpoints:
 
     # -- bash -------------------------------------------------------------------------------------
 
-    async def before_bash(self, cwd: Path, command: str = "") -> BashToken | None:
+    async def before_bash(
+        self,
+        cwd: Path,
+        command: str = "",
+        *,
+        root: Path | None = None,
+        limits: TreeLimits | None = None,
+    ) -> BashToken | None:
         """Before a command in `cwd`: in a git work tree, note what differs from the last commit
-        and copy it (within the bounds). None outside a git repository (nothing is captured)."""
+        and copy it (within the bounds); anywhere else scan the project tree at `root` (`cwd`
+        when it is not below `root`) and copy what changed since the last scan (`limits`).
+        Paths the command names outside the project are watched, to report changes there."""
+        if limits is not None:
+            self.limits = limits
         top = self._top(cwd)
         if top is None:
-            return None
+            tree_root = root if root is not None and cwd.is_relative_to(root) else cwd
+            return await self._before_tree(tree_root, command)
+        outside = watch(outside_paths(command, top, home=_home(), keep_out=(self.directory,)))
         async with self._bash_lock:
             base = self._baselines.get(top)
             if base is None:
@@ -287,10 +386,13 @@ class Checkpoints:
                 base = await self._baseline(top)
                 self._baselines[top] = base
             base.users += 1
-        return BashToken(top, command)
+        return BashToken(top, command, outside=outside)
 
     async def after_bash(self, token: BashToken) -> None:
         """After the command: keep, in the current unit, what each path it changed held before."""
+        if token.tree:
+            await self._after_tree(token)
+            return
         async with self._bash_lock:
             base = self._baselines[token.top]
             try:
@@ -299,11 +401,19 @@ class Checkpoints:
                 base.users -= 1
                 if base.users == 0:
                     del self._baselines[token.top]
+                self._record_outside(token)
 
     @contextlib.asynccontextmanager
-    async def bash(self, cwd: Path, command: str = "") -> AsyncIterator[None]:
+    async def bash(
+        self,
+        cwd: Path,
+        command: str = "",
+        *,
+        root: Path | None = None,
+        limits: TreeLimits | None = None,
+    ) -> AsyncIterator[None]:
         """`before_bash` … `after_bash` around a command (also when it fails or is cancelled)."""
-        token = await self.before_bash(cwd, command)
+        token = await self.before_bash(cwd, command, root=root, limits=limits)
         try:
             yield
         finally:
@@ -341,7 +451,11 @@ class Checkpoints:
             self._current = None
         summary = _restore(target, retired[target.id])
         notes = [n for u in taken for n in u.notes]
-        return dataclasses.replace(summary, notes=tuple(dict.fromkeys(notes)))
+        checks = tuple(
+            self._check_tree(Path(root), *tree, retired[target.id])
+            for root, tree in sorted(target.trees.items())
+        )
+        return dataclasses.replace(summary, notes=tuple(dict.fromkeys(notes)), checks=checks)
 
     # -- pruning ----------------------------------------------------------------------------------
 
@@ -386,16 +500,19 @@ class Checkpoints:
         _append(unit.directory, header)
         unit.on_disk = True
         self._units.append(unit)
+        for root, (described, file_bytes) in unit.pending_trees.items():
+            self._write_tree(unit, root, described, file_bytes)
+        unit.pending_trees.clear()
 
     def _add(self, unit: _Unit, saved: Saved) -> None:
         self._ensure_on_disk(unit)
         _append(unit.directory, saved.to_json())
         unit.saved[saved.path] = saved
 
-    def _blob(self, unit: _Unit) -> tuple[str, Path]:
+    def _blob(self, unit: _Unit, *, suffix: str = "bin") -> tuple[str, Path]:
         self._ensure_on_disk(unit)
         unit.blobs += 1
-        name = f"{unit.blobs}.bin"
+        name = f"{unit.blobs}.{suffix}"
         return name, unit.directory / name
 
     def _save_current(self, unit: _Unit, key: str, *, by: str) -> Saved:
@@ -431,6 +548,26 @@ class Checkpoints:
         if cwd not in self._tops:
             self._tops[cwd] = git.repo_top(cwd)
         return self._tops[cwd]
+
+    def _write_tree(
+        self, unit: _Unit, root: str, described: dict[str, str], file_bytes: int
+    ) -> None:
+        name = f"tree-{len(unit.trees) + 1}.z"
+        (unit.directory / name).write_bytes(pack_described(described))
+        os.chmod(unit.directory / name, FILE_MODE)
+        d = digest(described)
+        _append(
+            unit.directory,
+            {
+                "op": "tree",
+                "root": root,
+                "digest": d,
+                "file": name,
+                "count": len(described),
+                "file_bytes": file_bytes,
+            },
+        )
+        unit.trees[root] = (d, name, file_bytes)
 
     def _ours(self, path: str) -> bool:
         return path.startswith(str(self.directory) + os.sep)
@@ -571,8 +708,237 @@ class Checkpoints:
             return None  # not there, or there before the command (an ignored file it un-ignored)
         return Saved(path, "absent", by="bash")
 
+    # -- bash outside git -------------------------------------------------------------------------
+
+    async def _before_tree(self, root: Path, command: str) -> BashToken:
+        outside = watch(outside_paths(command, root, home=_home(), keep_out=(self.directory,)))
+        async with self._bash_lock:
+            base = self._tree_bases.get(root)
+            if base is None:
+                base = await self._tree_baseline(root)
+                self._tree_bases[root] = base
+            base.users += 1
+        return BashToken(root, command, tree=True, outside=outside)
+
+    async def _tree_baseline(self, root: Path) -> _TreeBaseline:
+        limits = self.limits
+        if root in self._too_large:
+            return _TreeBaseline(root, None, skipped=self._too_large[root])
+        contents = self._contents.get(root)
+        if contents is None:
+            try:
+                make_dirs(self.directory / CACHE)  # 0700, like the session's own directory
+            except OSError as exc:
+                why = f"cannot keep copies in {self.directory} ({exc.strerror or exc})"
+                return _TreeBaseline(root, None, skipped=why)
+            contents = ContentStore(self.directory / CACHE, f"{len(self._contents) + 1}")
+            self._contents[root] = contents
+        unit = self._unit()
+        need_tree = str(root) not in unit.trees and str(root) not in unit.pending_trees
+
+        def work() -> tuple[Scan, dict[str, str] | None]:
+            entries = scan(root, limits, skip=self._skip(root))
+            contents.refresh(entries, limits)
+            described = describe_tree(root, entries, contents.index, limits) if need_tree else None
+            return entries, described
+
+        try:
+            entries, described = await asyncio.to_thread(work)
+        except TreeTooLarge as exc:
+            self._too_large[root] = f"{exc} (not scanned again in this session)"
+            return _TreeBaseline(root, None, skipped=str(exc))
+        except OSError as exc:
+            return _TreeBaseline(root, None, skipped=f"cannot keep copies ({exc})")
+        if described is not None:
+            # The tree before the unit: what file tools already changed counts as it was.
+            for key, saved in unit.saved.items():
+                if key.startswith(str(root) + os.sep):
+                    rel = key[len(str(root)) + 1 :]
+                    before = _described_before(saved)
+                    if before is None:
+                        described.pop(rel, None)
+                    elif before:
+                        described[rel] = before
+            if unit.on_disk:
+                self._write_tree(unit, str(root), described, limits.file_bytes)
+            else:
+                unit.pending_trees[str(root)] = (described, limits.file_bytes)
+        return _TreeBaseline(root, entries)
+
+    def _skip(self, root: Path) -> Callable[[str], bool]:
+        """What a scan of `root` leaves out: this store, and the directory of the session files
+        beside it (a session's journal grows while a command runs; restoring it would be
+        wrong). A temporary store's parent is not keel's."""
+        dirs = [self.directory] if self._temporary else [self.directory, self.directory.parent]
+        skipped = tuple(str(d) for d in dirs if d.is_relative_to(root) and d != root)
+
+        def skip(path: str) -> bool:
+            return any(path == d or path.startswith(d + os.sep) for d in skipped)
+
+        return skip
+
+    async def _after_tree(self, token: BashToken) -> None:
+        async with self._bash_lock:
+            base = self._tree_bases[token.top]
+            try:
+                await self._record_tree_command(base)
+            finally:
+                base.users -= 1
+                if base.users == 0:
+                    del self._tree_bases[token.top]
+                self._record_outside(token)
+
+    async def _record_tree_command(self, base: _TreeBaseline) -> None:
+        self.last_changed = ()
+        if base.entries is None:
+            self._note(f"Changes made by shell commands were not captured: {base.skipped}.")
+            return
+        limits = self.limits
+        try:
+            after = await asyncio.to_thread(scan, base.root, limits, skip=self._skip(base.root))
+        except TreeTooLarge as exc:
+            self._note(f"Changes made by shell commands were not captured: {exc}.")
+            return
+        paths = tree_changed(base.entries, after)
+        self.last_changed = tuple(paths)
+        if not paths:
+            return
+        # No awaits from here on: the unit cannot change under the loop below.
+        unit = self._unit()
+        contents = self._contents.get(base.root) or ContentStore(self.directory / CACHE, "gone")
+        with _Copier(self, unit, contents) as copier:
+            for path in paths:
+                if path not in unit.saved:
+                    self._add(unit, _saved_before_tree(path, base.entries, after, contents, copier))
+                self._set_left(unit, path)
+
+    def _record_outside(self, token: BashToken) -> None:
+        """Changes the command made to paths it names outside the project: reported, not kept."""
+        if token.outside is None:
+            return
+        found = watch_changes(token.outside)
+        if not found:
+            return
+        unit = self._unit()
+        for path in found:
+            if path not in unit.saved:
+                self._add(unit, Saved(path, "uncaptured", why=_OUTSIDE_WHY, by="bash"))
+
+    def _check_tree(
+        self, root: Path, expected: str, name: str, file_bytes: int, directory: Path
+    ) -> TreeCheck:
+        """Compare the restored tree at `root` with the checkpoint digest."""
+        limits = dataclasses.replace(self.limits, file_bytes=file_bytes)
+        try:
+            entries = scan(root, limits, skip=self._skip(root))
+        except TreeTooLarge as exc:
+            return TreeCheck(root, False, expected, why=str(exc))
+        contents = self._contents.get(root)
+        index = contents.index if contents is not None else {}
+        described = describe_tree(root, entries, index, limits)
+        now = digest(described)
+        if now == expected:
+            return TreeCheck(root, True, expected, now, count=len(described))
+        try:
+            before = unpack_described((directory / name).read_bytes())
+        except (OSError, ValueError):
+            return TreeCheck(root, False, expected, now, why="its checkpoint listing is missing")
+        diff = differing(before, described)
+        shown = tuple(root / p for p in diff[:_SHOWN_DIFFERING])
+        return TreeCheck(root, False, expected, now, shown, len(diff))
+
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _saved_before_tree(
+    path: str, before: Scan, after: Scan, contents: ContentStore, copier: _Copier
+) -> Saved:
+    """What `path` held before a command changed it, from the scans and the content store."""
+    entry = before.get(path)
+    try:
+        if entry is None:
+            now = after.get(path)
+            return Saved(
+                path, "newdir" if now is not None and now.kind == "dir" else "absent", by="bash"
+            )
+        if entry.kind == "link":
+            return Saved(path, "symlink", target=entry.target, by="bash")
+        if entry.kind == "dir":
+            return Saved(path, "dir", mode=entry.mode, by="bash")
+        if entry.kind != "file":
+            return Saved(path, "uncaptured", why="not a regular file", by="bash")
+        kept = contents.index.get(path)
+        if kept is None or kept.stamp != entry.stamp or kept.offset < 0:
+            why = kept.why if kept is not None and kept.why else "it changed while being copied"
+            return Saved(path, "uncaptured", why=why, by="bash")
+        name, offset = copier.copy(kept)
+        return Saved(
+            path, "file", name, entry.mode, kept.sha256, by="bash", offset=offset, length=kept.size
+        )
+    except OSError as exc:
+        why = str(exc) if isinstance(exc, SnapshotError) else exc.strerror or str(exc)
+        return Saved(path, "uncaptured", why=why, by="bash")
+
+
+class _Copier:
+    """Copies kept file contents from a content store into one pack of a unit (`<n>.pack`),
+    through one handle on each side however many files a command changed."""
+
+    def __init__(self, store: Checkpoints, unit: _Unit, contents: ContentStore) -> None:
+        self.store, self.unit, self.contents = store, unit, contents
+        self.name = ""
+        self.end = 0
+        self._stack = contextlib.ExitStack()
+        self._src: BinaryIO | None = None
+        self._out: BinaryIO | None = None
+
+    def __enter__(self) -> _Copier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def copy(self, kept: Kept) -> tuple[str, int]:
+        """Copy one file's kept bytes; returns the pack's name and where they start in it."""
+        if self._src is None:
+            self._src = self._stack.enter_context(self.contents.pack.open("rb"))
+        data = self.contents.read(kept, self._src)
+        if self._out is None:
+            self.name, path = self.store._blob(self.unit, suffix="pack")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+            self._out = self._stack.enter_context(os.fdopen(fd, "wb"))
+        offset = self.end
+        self._out.write(data)
+        self._out.flush()
+        self.end += len(data)
+        return self.name, offset
+
+
+def _newest(directory: Path) -> float:
+    """The latest modification time in `directory` (itself and what is directly in it)."""
+    times = [directory.stat().st_mtime]
+    with contextlib.suppress(OSError):
+        times += [c.stat().st_mtime for c in directory.iterdir()]
+    return max(times)
+
+
+def _home() -> str:
+    return os.path.expanduser("~")
+
+
+def _described_before(saved: Saved) -> str | None:
+    """How the tree digest describes what a file tool's snapshot kept ("" when unknown,
+    None when nothing was there)."""
+    match saved.kind:
+        case "file":
+            return f"file {saved.mode:o} {saved.sha256}"
+        case "symlink":
+            return f"link {saved.target}"
+        case "absent" | "newdir":
+            return None
+        case _:
+            return ""
 
 
 def _append(directory: Path, obj: dict[str, Any]) -> None:
@@ -612,7 +978,13 @@ def _read_unit(directory: Path) -> _Unit | None:
             unit.left[str(d["path"])] = str(d["state"])
         elif op == "note":
             unit.notes.append(str(d["text"]))
-        elif op in ("file", "absent", "symlink", "newdir", "uncaptured"):
+        elif op == "tree":
+            unit.trees[str(d["root"])] = (
+                str(d["digest"]),
+                str(d["file"]),
+                int(d.get("file_bytes", TreeLimits().file_bytes)),
+            )
+        elif op in KINDS:
             saved = Saved.from_json(d)
             unit.saved[saved.path] = saved
             if saved.blob:
@@ -640,6 +1012,8 @@ def _prune_dir(directory: Path, cutoff: float, keep: set[str]) -> set[str]:
                 removed.add(child.name)
         elif (m := _UNDONE_DIR.match(child.name)) and int(m.group(1)) / 1000 < cutoff:
             shutil.rmtree(child)
+        elif child.name == CACHE and _newest(child) < cutoff:  # a keel killed mid-session
+            shutil.rmtree(child, ignore_errors=True)
     return removed
 
 
@@ -734,6 +1108,10 @@ def _restore(unit: _Unit, directory: Path) -> UndoSummary:
                 if remove_dir(saved.path):
                     removed.append(path)
                 continue
+            if saved.kind == "dir":
+                restore_dir(saved.path, saved.mode)
+                restored.append(path)
+                continue
             now = state_of(saved.path, hash_limit=MAX_FILE_BYTES)
             left = unit.left.get(saved.path)
             if left is not None and now not in (left, _saved_state(saved)):
@@ -748,7 +1126,12 @@ def _restore(unit: _Unit, directory: Path) -> UndoSummary:
                 restored.append(path)
             else:
                 restore_file(
-                    saved.path, directory / saved.blob, mode=saved.mode, sha256=saved.sha256
+                    saved.path,
+                    directory / saved.blob,
+                    mode=saved.mode,
+                    sha256=saved.sha256,
+                    offset=saved.offset,
+                    length=saved.length,
                 )
                 restored.append(path)
         except OSError as exc:

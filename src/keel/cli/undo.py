@@ -60,8 +60,8 @@ def undo(argv: list[str]) -> int:
         if not units:
             raise UserError(
                 f"nothing to undo in session {meta.id}",
-                hint="undo covers keel's file edits and, in a git repository, bash commands' "
-                "changes; `keel undo ID --list` shows what can be undone",
+                hint="undo covers keel's file edits and bash commands' changes in the project; "
+                "`keel undo ID --list` shows what can be undone",
             )
         session = SessionLog(journal, meta.id)
         done: list[UndoSummary] = []
@@ -112,6 +112,10 @@ def _print_summary(summary: UndoSummary, cwd: Path) -> None:
         print(f"  not restored {_rel(f.path, cwd)}: {f.why}")
     for note in summary.notes:
         print(f"  {note}")
+    from keel.checkpoints import check_line
+
+    for check in summary.checks:
+        print(f"  {check_line(check, cwd=cwd)}")
 
 
 __all__ = ["undo"]

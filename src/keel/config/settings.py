@@ -94,6 +94,8 @@ KNOWN_KEYS = frozenset(
         "extraKnownMarketplaces",
         # Language servers for diagnostics after edits (keel.lsp; docs/lsp.md).
         "lsp",
+        # Bounds of /undo's capture of bash changes outside git (keel.checkpoints.tree).
+        "checkpoints",
         "$schema",
     }
 )
@@ -135,6 +137,15 @@ SAMPLING_KEYS = frozenset({"temperature", "top_p"})
 #: The most turns a shared project file may ask for when the user set none
 #: (`keel.agent.limits.DEFAULT_MAX_TURNS`; a test keeps the two equal).
 SHARED_MAX_TURNS_CEILING = 200
+
+#: `checkpoints.*`: (kind, lowest, the default: the most a project file may ask for). The
+#: defaults are `keel.checkpoints.tree.TreeLimits`' (a test keeps the two equal).
+CHECKPOINT_KEYS: dict[str, tuple[type, float, float]] = {
+    "file_bytes": (int, 0, 4 * 2**20),
+    "total_bytes": (int, 0, 256 * 2**20),
+    "max_files": (int, 0, 50_000),
+    "scan_seconds": (float, 0, 3.0),
+}
 
 #: Environment variable names (for `api_key_env`).
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -322,6 +333,9 @@ class Settings:
     lsp_timeout: float = 3.0
     lsp_warnings: bool = False
     lsp_servers: list[tuple[Path, object]] = field(default_factory=list)
+    #: `checkpoints`: bounds of bash capture outside git, by key of `CHECKPOINT_KEYS` (those
+    #: not set keep keel.checkpoints.tree.TreeLimits' defaults). A project file may only lower.
+    checkpoints: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -441,7 +455,14 @@ class _Merge:
                 self.fallbacks(value, where)
             elif key == "permissions":
                 self.permissions(value, where)
-            elif key in ("sandbox", "knowledge", "memory", "tools", "lsp"):  # a method of its name
+            elif key in (
+                "sandbox",
+                "knowledge",
+                "memory",
+                "tools",
+                "lsp",
+                "checkpoints",
+            ):  # a method of its name
                 getattr(self, key)(value, where)
             elif key == "web_search":
                 self._web_search(value, where)
@@ -1073,6 +1094,25 @@ class _Merge:
             self.settings.status_line = StatusLineConfig(command, padding, self.path)
             for key in sorted(set(value) - {"type", "command", "padding"}):
                 self.w.append(f"{where}: unknown key {key!r} skipped")
+
+    def checkpoints(self, value: Any, where: str) -> None:
+        """`checkpoints`: `{"file_bytes", "total_bytes", "max_files", "scan_seconds"}`, the
+        bounds of /undo's capture of bash changes outside git. A project file may lower them
+        (its tree is large), not raise them (each command would scan and copy more)."""
+        if not isinstance(value, dict):
+            self.w.append(f'{where} must be an object like {{"file_bytes": 4194304}}; ignored')
+            return
+        s = self.settings
+        for k, v in value.items():
+            at = f"{where}.{k}"
+            if k not in CHECKPOINT_KEYS:
+                known = ", ".join(sorted(CHECKPOINT_KEYS))
+                self.w.append(f"{at}: unknown key skipped (known: {known})")
+                continue
+            kind, low, default = CHECKPOINT_KEYS[k]
+            n = _number(v, at, self.w, kind, low=low, high=1e12, low_open=False)
+            if n is not None and self._lower_only(s.checkpoints.get(k), n, at, default):
+                s.checkpoints[k] = n
 
     def sandbox(self, value: Any, where: str) -> None:
         s, w = self.settings, self.w

@@ -567,6 +567,19 @@ class Api:
                 "overwritten": [{"path": rel(f.path), "why": f.why} for f in summary.overwritten],
                 "failed": [{"path": rel(f.path), "why": f.why} for f in summary.failed],
                 "notes": list(summary.notes),
+                # The restored tree against the checkpoint's digest (projects without git).
+                "checks": [
+                    {
+                        "root": rel(c.root),
+                        "matches": c.matches,
+                        "checkpoint": c.checkpoint,
+                        "now": c.now,
+                        "differing": [rel(p) for p in c.differing],
+                        "count": c.count,
+                        "why": c.why,
+                    }
+                    for c in summary.checks
+                ],
             }
         )
 

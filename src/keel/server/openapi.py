@@ -738,6 +738,18 @@ def spec() -> dict[str, Any]:
                     overwritten={"type": "array", "items": {"type": "object"}},
                     failed={"type": "array", "items": {"type": "object"}},
                     notes={"type": "array", "items": STR},
+                    checks={
+                        "type": "array",
+                        "items": _obj(
+                            root=STR,
+                            matches=BOOL,
+                            checkpoint=STR,
+                            now=STR,
+                            differing={"type": "array", "items": STR},
+                            count=INT,
+                            why=STR,
+                        ),
+                    },
                 ),
             },
         },

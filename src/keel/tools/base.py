@@ -41,6 +41,7 @@ from keel.tools.effects import DEFAULT_UNSAFE_TO_REPEAT
 
 if TYPE_CHECKING:
     from keel.checkpoints import Checkpoints
+    from keel.checkpoints.tree import TreeLimits
     from keel.lsp.manager import LspManager
     from keel.permissions.sandbox import Sandbox
     from keel.tools.background import BackgroundTasks
@@ -91,6 +92,8 @@ class ToolContext:
     raw_dir: Path | None = None
     #: Snapshots taken before writes, for `/undo` (None: none are kept). Subagents share it.
     checkpoints: Checkpoints | None = None
+    #: Bounds of bash capture outside git (settings `checkpoints`; None: the defaults).
+    checkpoint_limits: TreeLimits | None = None
     #: Background shells and subagents (None: `run_in_background` is refused).
     background: BackgroundTasks | None = None
     #: Commands not safe to run twice (settings `unsafe_to_repeat`; keel.tools.effects).

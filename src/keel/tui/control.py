@@ -1032,6 +1032,9 @@ class Controller:
             return
         if not picked.isdigit():
             raise UserError(f"/rewind {picked}: not a prompt number", hint="/rewind opens a list")
+        undone = await self._rewind_files(session.path, int(picked))
+        if undone is None:
+            return
         new_path, prompt = fork_session(session.path, int(picked))
         try:
             await self._switch_to(new_path, "other")
@@ -1049,12 +1052,50 @@ class Controller:
             for change in exc.changes:  # shown after the fork's transcript replaced the view
                 self.show(Notice(f"rewound despite a changed configuration: {change}", "warning"))
         self._ui.set_input(typed_prompt(prompt))
-        self.show(
-            Notice(
-                f"rewound into a new session {new_path.stem} (files are not changed: /undo puts "
-                "files back)"
-            )
+        self.show(Notice(f"rewound into a new session {new_path.stem}"))
+        for text in undone:  # after the fork's transcript replaced the view
+            self.show(Output(text, title="undo"))
+
+    async def _rewind_files(self, session: Path, seq: int) -> list[str] | None:
+        """Before `/rewind` to the prompt at `seq`: when prompts from there on changed files,
+        ask whether to put those back too (each one an /undo, recorded in this session, which
+        the fork leaves behind). What each undo did, to show; None when the user cancels."""
+        from datetime import datetime, timedelta
+
+        from keel.session.journal import read_records
+        from keel.session.records import UserRecord
+
+        store = self.undo.store if self.undo is not None else None
+        if store is None or not store.units():
+            return []
+        # A prompt's unit begins after the previous prompt's record was written (and before its
+        # own): the units of the picked prompt and later ones began after that record.
+        earlier = [
+            r.ts
+            for r in read_records(session).records
+            if r.seq < seq and isinstance(r.payload, UserRecord) and r.payload.source == "prompt"
+        ]
+        since = (
+            datetime.fromisoformat(earlier[-1].replace("Z", "+00:00")) + timedelta(milliseconds=1)
+            if earlier
+            else None
         )
+        later = [u for u in store.units() if since is None or u.time >= since]
+        if not later:
+            return []
+        picked = await self._ui.pick(
+            f"Those prompts changed files ({len(later)} with changes)",
+            [
+                Choice("files", "Conversation and files", "put back what those prompts changed"),
+                Choice("conversation", "Conversation only", "files stay as they are"),
+            ],
+        )
+        if picked is None:
+            return None
+        if picked != "files":
+            return []
+        assert self.undo is not None
+        return [self.undo.undo().describe() for _ in later]
 
     async def _go_on_despite(self, exc: ConfigurationChanged) -> bool:
         """Ask whether to go on with a session made under another configuration (each change

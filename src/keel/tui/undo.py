@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keel.checkpoints import Checkpoints, UndoSummary, undo_note
+from keel.checkpoints import Checkpoints, UndoSummary, check_line, undo_note
 from keel.frozen import frozen
 
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ class SessionUndo:
             tuple(relative(p, cwd) for p in summary.removed),
             tuple(f"`{relative(f.path, cwd)}`: {f.why}" for f in summary.failed),
             tuple(f"`{relative(f.path, cwd)}`: {f.why}" for f in summary.overwritten)
-            + summary.notes,
+            + summary.notes
+            + tuple(check_line(c, cwd=cwd) for c in summary.checks),
         )
 
     def close(self) -> None:

@@ -231,8 +231,8 @@ async def bash(
 def _configuration_changed(ctx: ToolContext) -> str:
     """A notice naming the project configuration the command just created or changed (settings,
     hooks, MCP servers, instructions… at any depth), so the user sees it: it applies only once
-    approved (`keel.config.intake`). Seen through the checkpoint's `git status` comparison, so
-    only in a git repository, and not for ignored paths."""
+    approved (`keel.config.intake`). Seen through the checkpoint's comparison (git status in a
+    repository, so not for ignored paths there; a scan of the tree elsewhere)."""
     if ctx.checkpoints is None or not ctx.checkpoints.last_changed:
         return ""
     from keel.config.intake import is_configuration
@@ -257,10 +257,11 @@ def _relative(path: str, root: Path) -> str:
 
 
 def _checkpointed(ctx: ToolContext, command: str) -> contextlib.AbstractAsyncContextManager[None]:
-    """Around a command: in a git repository, keep for `/undo` what it changes."""
+    """Around a command: keep for `/undo` what it changes in the project (git status in a
+    repository, a scan of the tree elsewhere; `ctx.checkpoint_limits` bounds the scan)."""
     if ctx.checkpoints is None:
         return contextlib.nullcontext()
-    return ctx.checkpoints.bash(ctx.cwd, command)
+    return ctx.checkpoints.bash(ctx.cwd, command, root=ctx.root, limits=ctx.checkpoint_limits)
 
 
 def start_background(ctx: ToolContext, command: str, description: str, sandbox: bool) -> ToolOutput:
