@@ -271,6 +271,7 @@ def build_agent(
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
     agent.ctx.extra_roots = gate.extra_roots
     agent.auto_compact = settings.auto_compact
+    agent.compaction = settings.compaction
     agent.tool_profile = settings.tool_profile
     agent.tool_call_text = settings.tool_call_text
     from keel.tools.builtin.web_search import web_search_options

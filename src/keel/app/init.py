@@ -562,6 +562,7 @@ def build_init_agent(
     agent.ctx.extra_roots = gate.extra_roots
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
     agent.auto_compact = settings.auto_compact
+    agent.compaction = settings.compaction
     agent.tool_profile = settings.tool_profile
     agent.hooks = build_hooks(cwd, gate, printer)
     if state.before is not None:
