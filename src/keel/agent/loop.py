@@ -1362,7 +1362,7 @@ class Agent:
         summary = parse_summary(done.message.text)
         if not summary:
             raise LLMError("the model returned an empty summary")
-        verified = Verified.first(keep.facts, summary)
+        verified, amended = Verified.first(keep.facts, summary), None
         if verified.missing_first:
             amended = await self._repair(emit, asked, done, verified.missing_first)
             if amended is not None:
@@ -1382,7 +1382,14 @@ class Agent:
         text = "\n\n".join(b.text for b in self._opening(new.text))
         tokens_after = new.tokens_after + (len(text) - len(new.text)) // CHARS_PER_TOKEN
         record = CompactionRecord(
-            text, trigger, before, tokens_after, usage, cost, *_lists(verified)
+            text,
+            trigger,
+            before,
+            tokens_after,
+            usage,
+            cost,
+            *_lists(verified),
+            amended.usage if amended is not None else None,
         )
         if self.session is not None:
             self.session.compaction(record)

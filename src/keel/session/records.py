@@ -234,6 +234,9 @@ class CompactionRecord:
     missing_first: tuple[str, ...] = ()
     repaired: tuple[str, ...] = ()
     lost: tuple[str, ...] = ()
+    #: The repair request's share of `usage` (None: none was sent), so a reader can tell the
+    #: two requests' contexts apart.
+    repair_usage: Usage | None = None
     type: Literal["compaction"] = "compaction"
 
 
@@ -431,6 +434,7 @@ def _payload_json(p: Payload) -> dict[str, Any]:  # noqa: C901 - one case per re
                     if p.kept or p.missing_first
                     else {}
                 ),
+                **({"repair_usage": p.repair_usage.to_json()} if p.repair_usage else {}),
             }
         case DecisionRecord():
             return {
@@ -662,6 +666,7 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             Usage.from_json(d.get("usage", {})),
             float(d.get("cost", 0.0)),
             *_check_lists(d),
+            Usage.from_json(d["repair_usage"]) if d.get("repair_usage") else None,
         )
     if kind == "decision":
         return DecisionRecord(
@@ -720,6 +725,7 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
         "usage",
         "cost",
         *_CHECK_LISTS,
+        "repair_usage",
     },
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason", "waited_ms"},
     "undo": {"unit", "label", "restored", "removed", "failed", "note"},
