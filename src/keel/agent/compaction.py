@@ -243,20 +243,31 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text.casefold())
 
 
+class SummaryText:
+    """A summary, read once for `survives`: its normalised text, its tokens, and the tokens of
+    each two consecutive lines (so checking many facts costs one pass over it)."""
+
+    def __init__(self, summary: str) -> None:
+        self.normalised = normalised(summary)
+        lines = [set(_tokens(line)) for line in summary.splitlines()] or [set()]
+        self.tokens: set[str] = set().union(*lines)
+        self.pairs = [a | b for a, b in zip(lines, [*lines[1:], set()], strict=True)]
+
+    def keeps(self, fact: str) -> bool:
+        """Word for word after normalising, else fuzzily (`FUZZY_RATIO`: every specific token
+        present, and most of its words on two consecutive lines)."""
+        if normalised(fact) in self.normalised:
+            return True
+        words = set(_tokens(fact))
+        if not words or not {w for w in words if not w.isalpha()} <= self.tokens:
+            return False
+        best = max(len(words & pair) for pair in self.pairs)
+        return best / len(words) >= FUZZY_RATIO
+
+
 def survives(fact: str, summary: str) -> bool:
-    """Whether `summary` keeps `fact`: word for word after normalising, else fuzzily
-    (`FUZZY_RATIO`: every specific token present, and most of its words on two lines)."""
-    if normalised(fact) in normalised(summary):
-        return True
-    words = set(_tokens(fact))
-    if not words:
-        return False
-    if not {w for w in words if not w.isalpha()} <= set(_tokens(summary)):
-        return False
-    lines = summary.splitlines() or [summary]
-    pairs = [" ".join(lines[i : i + 2]) for i in range(len(lines))]
-    best = max(len(words & set(_tokens(pair))) for pair in pairs)
-    return best / len(words) >= FUZZY_RATIO
+    """Whether `summary` keeps `fact` (`SummaryText.keeps`)."""
+    return SummaryText(summary).keeps(fact)
 
 
 def repair_messages(
@@ -282,13 +293,15 @@ class Verified:
 
     @classmethod
     def first(cls, facts: Sequence[str], summary: str) -> Verified:
-        kept = tuple(f for f in facts if survives(f, summary))
+        text = SummaryText(summary)
+        kept = tuple(f for f in facts if text.keeps(f))
         return cls(kept, tuple(f for f in facts if f not in kept))
 
     def again(self, summary: str) -> Verified:
         """After the repair: `summary` is the summary used (the amended one, or the first when
         the repair brought none). A fact the amendment dropped is lost too."""
-        present = {f for f in (*self.kept, *self.missing_first) if survives(f, summary)}
+        text = SummaryText(summary)
+        present = {f for f in (*self.kept, *self.missing_first) if text.keeps(f)}
         repaired = tuple(f for f in self.missing_first if f in present)
         lost = tuple(f for f in (*self.kept, *self.missing_first) if f not in present)
         return Verified(self.kept, self.missing_first, repaired, lost)
