@@ -662,3 +662,38 @@ def test_a_lossy_summary_loses_facts_without_pins_and_none_with_them(tmp_path: P
         "fail",
         "grader exited 1: AssertionError: pinned facts lost in the compaction: 3, 5, 9",
     )
+
+
+def test_keel_p_says_in_one_line_what_it_appended(
+    project: Path, isolated_env: Path, tmp_path: Path
+) -> None:
+    """The real binary, a pin from the user's settings and a threshold of 0.5 (a scripted model's
+    window is 128k): 70k tokens compact; neither summary keeps the pin; the next request holds
+    it under "Pinned facts" (the script expects it) and `-q` shows the one warning line."""
+    config = isolated_env / "config"
+    config.mkdir(exist_ok=True)
+    (config / "settings.json").write_text(
+        json.dumps({"compaction": {"threshold": 0.5, "keep": [LAUNCH]}}), encoding="utf-8"
+    )
+    turns = [
+        {"tool_calls": [{"name": "ls", "input": {}}], "usage": {"input": 30_000, "output": 10}},
+        {"tool_calls": [{"name": "ls", "input": {}}], "usage": {"input": 70_000, "output": 10}},
+        {
+            "expect": {"last_user_contains": f"{KEEP_INTRO}\n- {LAUNCH}"},
+            "text": "<summary>ls twice.</summary>",
+        },
+        {
+            "expect": {"last_user_contains": "Your summary left out"},
+            "text": "<summary>ls.</summary>",
+        },
+        {"expect": {"last_user_contains": f"{PINNED_HEADING}\n- {LAUNCH}"}, "text": "Done."},
+    ]
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"by_history": False, "turns": turns}), encoding="utf-8")
+    out = keel("-p", "list twice", "-q", "--model", f"scripted:{script}", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "Done.\n"
+    assert out.stderr.splitlines() == [
+        "keel: warning: compaction: the summary left out 1 line to keep; appended word for "
+        f"word: {LAUNCH}"
+    ]
