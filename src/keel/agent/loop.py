@@ -1352,7 +1352,7 @@ class Agent:
         done, timing, asked = await self._summarize(emit, instructions, keep)
         if done is None:
             raise LLMError(f"{self.provider.name} ended the summary stream without a reply")
-        usage, cost = done.usage, self.info.cost(done.usage)
+        cost = self.info.cost(done.usage)
         model = done.message.model or self.model
         emit(
             RequestFinished(
@@ -1362,13 +1362,9 @@ class Agent:
         summary = parse_summary(done.message.text)
         if not summary:
             raise LLMError("the model returned an empty summary")
-        verified, amended = Verified.first(keep.facts, summary), None
-        if verified.missing_first:
-            amended = await self._repair(emit, asked, done, verified.missing_first)
-            if amended is not None:
-                usage, cost = usage + amended.usage, cost + self.info.cost(amended.usage)
-                summary = parse_summary(amended.message.text) or summary
-            verified = verified.again(summary)
+        summary, verified, amended = await self._checked(emit, asked, done, summary, keep)
+        usage = done.usage + (amended.usage if amended is not None else Usage())
+        cost += self.info.cost(amended.usage) if amended is not None else 0.0
         path = str(self.session.path) if self.session is not None else None
         lost_pins = [f for f in verified.lost if f in keep.pins]
         new = compacted_message(
@@ -1463,6 +1459,19 @@ class Agent:
             hint="give the model a larger window (llama-server -c / --ctx-size, "
             'providers."ollama".num_ctx, LM Studio\'s context length), or start a fresh session',
         ) from overflow
+
+    async def _checked(
+        self, emit: Emit, asked: Sequence[Message], done: Done, summary: str, keep: Keep
+    ) -> tuple[str, Verified, Done | None]:
+        """The summary to use, what its check found, and the repair's reply (None: no repair
+        was asked, or it failed). A summary that misses a line to keep is asked for once more."""
+        verified = Verified.first(keep.facts, summary)
+        if not verified.missing_first:
+            return summary, verified, None
+        amended = await self._repair(emit, asked, done, verified.missing_first)
+        if amended is not None:
+            summary = parse_summary(amended.message.text) or summary
+        return summary, verified.again(summary), amended
 
     async def _repair(
         self, emit: Emit, asked: Sequence[Message], done: Done, missing: Sequence[str]
