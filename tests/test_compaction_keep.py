@@ -53,6 +53,14 @@ from keel.testing import reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.tools.builtin import builtin_tools
 from keel.tui.view import Output
+from tests.server_helpers import MODEL as SERVED_MODEL
+from tests.server_helpers import (  # noqa: F401
+    TOKEN,
+    Served,
+    anthropic_fixture,
+    served_fixture,
+    servers_fixture,
+)
 from tests.test_cli import keel
 from tests.tui_helpers import MODEL, Recorder, make_controller
 
@@ -696,4 +704,93 @@ def test_keel_p_says_in_one_line_what_it_appended(
     assert out.stderr.splitlines() == [
         "keel: warning: compaction: the summary left out 1 line to keep; appended word for "
         f"word: {LAUNCH}"
+    ]
+
+
+# -- keel serve and keel attach ----------------------------------------------------------------
+
+
+def test_pins_over_http_and_a_served_compaction_repairs(
+    served: Served, anthropic: AnthropicServer, project: Path
+) -> None:
+    """A real `keel serve`: pins through the API (the attached TUI's `/pin`), then a compaction
+    whose first summary misses one: the repair request reaches the model and the record holds
+    the check."""
+    anthropic.add(
+        reply("Noted."),
+        reply("<summary>We talked.</summary>"),
+        reply(f"<summary>We talked. {LAUNCH}.</summary>"),
+    )
+    with served.client() as c:
+        r = c.post("/v1/sessions", json={"model": SERVED_MODEL})
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        r = c.post(f"/v1/sessions/{sid}/prompt", json={"text": "hello", "wait": True})
+        assert r.status_code == 200, r.text
+        pins = f"/v1/sessions/{sid}/pins"
+        assert (c.get(pins).status_code, c.get(pins).json()) == (200, {"pins": [], "keep": []})
+        pinned = c.post(pins, json={"text": LAUNCH})
+        assert (pinned.status_code, pinned.json()) == (201, {"pins": [LAUNCH], "keep": []})
+        c.post(pins, json={"text": PORT})
+        again = c.post(pins, json={"text": PORT})
+        assert (again.status_code, again.json()) == (
+            400,
+            {"error": f"already pinned: {PORT}", "hint": "/pin lists the pins"},
+        )
+        gone = c.delete(f"{pins}/2")
+        assert (gone.status_code, gone.json()) == (
+            200,
+            {"unpinned": PORT, "pins": [LAUNCH], "keep": []},
+        )
+        missing = c.delete(f"{pins}/9")
+        assert (missing.status_code, missing.json()["error"]) == (404, "no pin 9")
+        compact = c.post(f"/v1/sessions/{sid}/compact", json={})
+        assert compact.status_code == 200, compact.text
+        assert f"<summary>\nWe talked. {LAUNCH}.\n</summary>" in compact.json()["summary"]
+        path = Path(c.get(f"/v1/sessions/{sid}").json()["path"])
+    repair = anthropic.model_requests[-1].json
+    assert repair is not None
+    assert repair["messages"][-1]["content"][0]["text"] == REPAIR_PROMPT.format(lines=f"- {LAUNCH}")
+    records = [r.payload for r in read_records(path).records]
+    assert [p for p in records if isinstance(p, PinRecord)] == [
+        PinRecord(LAUNCH),
+        PinRecord(PORT),
+        PinRecord(PORT, pinned=False),
+    ]
+    (record,) = [p for p in records if isinstance(p, CompactionRecord)]
+    assert (record.kept, record.missing_first, record.repaired, record.lost) == (
+        (),
+        (LAUNCH,),
+        (LAUNCH,),
+        (),
+    )
+
+
+async def test_pin_and_unpin_in_an_attached_session(served: Served) -> None:
+    from keel.tui.remote import Connection, RemoteController, open_session
+
+    connection = Connection(served.url, TOKEN)
+    described = await open_session(connection, None, new=True, model=SERVED_MODEL)
+    controller = RemoteController(connection, described)
+    await controller.load()
+    recorder = Recorder()
+    controller.attach(recorder)
+    for line in (f"/pin {LAUNCH}", "/pin", "/unpin 1", "/unpin x"):
+        controller.submit(line)
+        await controller.wait()
+    await controller.close()
+    shown = [
+        e.text if isinstance(e, Notice) else (e.kind, e.text)
+        for e in recorder.events
+        if isinstance(e, Notice | Output)
+    ]
+    assert shown == [
+        f"pinned: {LAUNCH}",
+        (
+            "markdown",
+            "**Pinned facts** (every summary must keep them, word for word)\n\n"
+            f"1. {LAUNCH}\n\n`/unpin N` unpins one of this session's.",
+        ),
+        f"unpinned: {LAUNCH}",
+        ("error", "/unpin x: not a pin number (hint: /pin lists them)"),
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -236,15 +236,15 @@ def _instruction_lines(agent: Agent) -> list[str]:
     return lines
 
 
-def pins_text(agent: Agent) -> str:
-    """`/pin`: the facts every summary must keep: the session's, numbered for `/unpin`, then
-    those of the `compaction.keep` setting."""
-    if not agent.pins and not agent.compaction.keep:
+def pins_text(pins: Sequence[str], keep: Sequence[str]) -> str:
+    """`/pin`: the facts every summary must keep: the session's `pins`, numbered for `/unpin`,
+    then those of the `compaction.keep` setting."""
+    if not pins and not keep:
         return "**Pinned facts:** none. `/pin TEXT` pins one: every summary must keep it."
     lines = ["**Pinned facts** (every summary must keep them, word for word)", ""]
-    lines += [f"{i}. {fact}" for i, fact in enumerate(agent.pins, 1)]
-    lines += [f"- {fact} (settings: compaction.keep)" for fact in agent.compaction.keep]
-    if agent.pins:
+    lines += [f"{i}. {fact}" for i, fact in enumerate(pins, 1)]
+    lines += [f"- {fact} (settings: compaction.keep)" for fact in keep]
+    if pins:
         lines += ["", "`/unpin N` unpins one of this session's."]
     return "\n".join(lines)
 

@@ -785,7 +785,9 @@ class Controller:
             self.agent.pin(args)
             self.show(Notice(f"pinned: {' '.join(args.split())}"))
         else:
-            self.show(Output(cmds.pins_text(self.agent), title="pins"))
+            self.show(
+                Output(cmds.pins_text(self.agent.pins, self.agent.compaction.keep), title="pins")
+            )
 
     async def _cmd_unpin(self, args: str) -> None:
         if not args.strip().isdigit():
