@@ -382,6 +382,14 @@ def test_verified_again_counts_a_fact_the_amendment_dropped_as_lost() -> None:
     assert first.again(f"{LAUNCH}.") == Verified((PORT,), (LAUNCH,), (LAUNCH,), (PORT,))
 
 
+def test_the_note_names_three_lost_lines_and_counts_the_rest() -> None:
+    lost = tuple(f"fact {n}" for n in range(1, 6))
+    assert Verified((), lost, (), lost).note() == (
+        "compaction: the summary left out 5 lines to keep; appended word for word: fact 1; "
+        "fact 2; fact 3 and 2 more"
+    )
+
+
 # -- on the wire, and in the trace -------------------------------------------------------------
 
 

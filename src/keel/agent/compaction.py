@@ -83,6 +83,8 @@ REPAIR_PROMPT = """Your summary left out these lines, which must be kept:
 Write the whole summary again with each of them included word for word, inside \
 <summary></summary> tags. Do not call any tools."""
 PINNED_HEADING = "Pinned facts (the summary left them out; kept word for word):"
+#: How many lost lines the one-line note names (the record and the trace have them all).
+NOTE_FACTS = 3
 #: A fact that is not in the summary word for word still counts as kept when every one of its
 #: specific tokens (those with a digit or a `-_./:@` inside: ports, names, paths, dates) is in the
 #: summary and two consecutive lines of the summary hold at least this share of its tokens.
@@ -313,7 +315,9 @@ class Verified:
         if self.repaired:
             text += f"; {len(self.repaired)} repaired"
         if self.lost:
-            text += f"; appended word for word: {'; '.join(self.lost)}"
+            shown = "; ".join(self.lost[:NOTE_FACTS])
+            more = len(self.lost) - NOTE_FACTS
+            text += f"; appended word for word: {shown}" + (f" and {more} more" if more > 0 else "")
         return text
 
 
