@@ -118,9 +118,7 @@ def plain(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def is_summary_request(request: Request) -> bool:
-    return request.messages[-1].text.endswith(COMPACT_PROMPT) or COMPACT_PROMPT in (
-        request.messages[-1].text
-    )
+    return COMPACT_PROMPT in request.messages[-1].text
 
 
 # -- the check itself ----------------------------------------------------------------------------
