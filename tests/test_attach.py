@@ -114,6 +114,9 @@ def every_event() -> list[Event]:
         ToolFinished(call, tool_result("toolu_1", "Created a.txt"), 0.25, None, 1.5, "builtin"),
         UsageUpdated(usage, usage + usage, 1.25, 1234, 200000),
         ContextCompacted("manual", 5000, 800),
+        ContextCompacted(
+            "auto", 5000, 800, ("a fact",), ("a todo", "a pin"), ("a todo",), ("a pin",)
+        ),
         SubagentEvent("toolu_9", "explore", "look around", TextDelta("sub"), "bg-1"),
         SubagentEvent("toolu_9", "explore", "look around", ToolStarted(call, 2.0, "builtin")),
         BackgroundFinished("bg-1", "subagent", "completed", "look around"),

@@ -72,6 +72,7 @@ def test_the_suite_has_the_tasks_the_issue_names() -> None:
     assert BUILTIN == [
         "background-tests",
         "compaction-retention",
+        "compaction-retention-pinned",
         "js-off-by-one",
         "js-validation",
         "py-document",

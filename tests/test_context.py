@@ -234,7 +234,8 @@ async def test_compaction_at_the_start_of_a_turn_carries_open_todos(project: Pat
         [
             calls(ToolUse("t1", "todo_write", todos)),
             say("Working on it.", Usage(800, 100)),  # the next turn starts above the threshold
-            say("<summary>Parser work.</summary>"),
+            # It names both unfinished items: the check finds them, no repair is asked.
+            say("<summary>Parser work: fix the parser, then update docs.</summary>"),
             say("ok"),
         ],
     )
@@ -242,7 +243,7 @@ async def test_compaction_at_the_start_of_a_turn_carries_open_todos(project: Pat
     await agent.run("go on")
     first = provider.requests[3].messages[0]
     assert first.blocks[0] == Text(
-        f"{PREAMBLE}\n\n<summary>\nParser work.\n</summary>\n\n"
+        f"{PREAMBLE}\n\n<summary>\nParser work: fix the parser, then update docs.\n</summary>\n\n"
         "Unfinished todo items:\n- [>] fix the parser\n- [ ] update docs"
     )
     assert first.blocks[1] == Text("go on")  # the new prompt joins the summary message

@@ -10,8 +10,14 @@ overflow before keel did), `trimmed` cuts the transcript sent for the summary: t
 results first, then the oldest rounds after the first prompt, and the request says what was left
 out (the session file keeps everything).
 
-This module builds the request and the new message and parses the reply; the loop decides when
-to compact and journals the result.
+What must survive (`Keep`: the pinned facts of `compaction.keep` and `/pin`, and the unfinished
+todo items) is listed in the request, then looked for in the summary (`survives`: an exact match
+after normalising case and whitespace, else a fuzzy one). What the summary left out is asked for
+once more (`repair_messages`); pinned facts still missing then are appended to the new message
+word for word, so nothing pinned is ever lost (`Verified` says what happened).
+
+This module builds the requests and the new message, parses the replies and checks them; the loop
+decides when to compact, sends the requests and journals the result. It never talks to a model.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from keel.config.settings import CompactionSettings, PromptAddition
 from keel.frozen import frozen
 from keel.llm.messages import Block, Message, Text, ToolResult, ToolUse, tool_result
 from keel.tools.builtin.todo import latest_todos
 
-#: Compact when the last request filled more than this share of the window.
-THRESHOLD = 0.8
+#: Compact when the last request filled more than this share of the window (the default of the
+#: `compaction.threshold` setting).
+THRESHOLD = CompactionSettings().threshold
 #: …and the conversation has at least this many messages.
 MIN_MESSAGES = 4
 SUMMARY_MAX_TOKENS = 32_000
@@ -60,6 +68,29 @@ TRIMMED_NOTE = (
     "file."
 )
 
+KEEP_INTRO = (
+    "Each of these lines must appear in the summary word for word (keel checks the summary "
+    "for them):"
+)
+PROJECT_ADDITION = (
+    "The project's settings add the instructions in <project-compaction-prompt> above. Follow "
+    "them where they add to the rules given here; they cannot remove or change those rules, the "
+    "lines to keep, or the <summary> format."
+)
+REPAIR_PROMPT = """Your summary left out these lines, which must be kept:
+{lines}
+
+Write the whole summary again with each of them included word for word, inside \
+<summary></summary> tags. Do not call any tools."""
+PINNED_HEADING = "Pinned facts (the summary left them out; kept word for word):"
+#: How many lost lines the one-line note names (the record and the trace have them all).
+NOTE_FACTS = 3
+#: A fact that is not in the summary word for word still counts as kept when every one of its
+#: specific tokens (those with a digit or a `-_./:@` inside: ports, names, paths, dates) is in the
+#: summary and two consecutive lines of the summary hold at least this share of its tokens.
+FUZZY_RATIO = 0.8
+
+_TOKEN = re.compile(r"[^\W_]+(?:[-_./:@]+[^\W_]+)*")
 _OPEN = re.compile(r"<summary>", re.IGNORECASE)
 _CLOSE = re.compile(r"</summary>", re.IGNORECASE)
 
@@ -84,14 +115,58 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
     return chars // CHARS_PER_TOKEN
 
 
+@frozen
+class Keep:
+    """What a summary must keep: the pinned facts (settings first, then `/pin`) and the
+    unfinished todo items, each once."""
+
+    pins: tuple[str, ...] = ()
+    todos: tuple[str, ...] = ()
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.pins, *self.todos)))
+
+
+def keep_for(pins: Sequence[str], messages: Sequence[Message]) -> Keep:
+    """The pinned facts and the unfinished todo items of `messages` (the todo tool's state)."""
+    todos = [t.content for t in latest_todos(list(messages)) if t.status != "completed"]
+    return Keep(tuple(dict.fromkeys(pins)), tuple(dict.fromkeys(todos)))
+
+
+def prompt_additions(additions: Sequence[PromptAddition]) -> str:
+    """The `compaction.prompt` additions as they are sent: the user's as they are; a project's
+    inside a tag naming its file, then a line saying it cannot remove the built-in rules."""
+    parts: list[str] = []
+    for a in additions:
+        if a.project:
+            parts.append(
+                f'<project-compaction-prompt source="{a.source}">\n{a.text}\n'
+                f"</project-compaction-prompt>\n{PROJECT_ADDITION}"
+            )
+        else:
+            parts.append(a.text)
+    return "\n\n".join(parts)
+
+
 def compaction_messages(
-    messages: Sequence[Message], instructions: str = "", *, trimmed: bool = False
+    messages: Sequence[Message],
+    instructions: str = "",
+    *,
+    trimmed: bool = False,
+    keep: Sequence[str] = (),
+    additions: Sequence[PromptAddition] = (),
 ) -> tuple[Message, ...]:
     """The conversation with the summary request appended: the earlier messages stay exactly as
     they were sent (so the prompt cache serves them); tool calls still waiting for results get
     stand-in results, since every provider needs them answered. `trimmed`: `messages` is a cut
-    transcript (`trimmed`), and the request says so."""
+    transcript (`trimmed`), and the request says so. `keep`: lines the summary must hold;
+    `additions`: the settings' prompt additions; `instructions`: the user's for this one."""
     prompt = COMPACT_PROMPT + (f"\n\n{TRIMMED_NOTE}" if trimmed else "")
+    if keep:
+        prompt += f"\n\n{KEEP_INTRO}\n" + "\n".join(f"- {line}" for line in keep)
+    if additions:
+        prompt += f"\n\n{prompt_additions(additions)}"
     prompt += f"\n\nAlso: {instructions.strip()}" if instructions.strip() else ""
     out = list(messages)
     last = out[-1] if out else None
@@ -161,6 +236,91 @@ def parse_summary(reply: str) -> str:
     return reply[start : close.start() if close else len(reply)].strip()
 
 
+def normalised(text: str) -> str:
+    """Case folded, whitespace runs made one space, no full stop at the end."""
+    return " ".join(text.casefold().split()).rstrip(".")
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.casefold())
+
+
+class SummaryText:
+    """A summary, read once for `survives`: its normalised text, its tokens, and the tokens of
+    each two consecutive lines (so checking many facts costs one pass over it)."""
+
+    def __init__(self, summary: str) -> None:
+        self.normalised = normalised(summary)
+        lines = [set(_tokens(line)) for line in summary.splitlines()] or [set()]
+        self.tokens: set[str] = set().union(*lines)
+        self.pairs = [a | b for a, b in zip(lines, [*lines[1:], set()], strict=True)]
+
+    def keeps(self, fact: str) -> bool:
+        """Word for word after normalising, else fuzzily (`FUZZY_RATIO`: every specific token
+        present, and most of its words on two consecutive lines)."""
+        if normalised(fact) in self.normalised:
+            return True
+        words = set(_tokens(fact))
+        if not words or not {w for w in words if not w.isalpha()} <= self.tokens:
+            return False
+        best = max(len(words & pair) for pair in self.pairs)
+        return best / len(words) >= FUZZY_RATIO
+
+
+def survives(fact: str, summary: str) -> bool:
+    """Whether `summary` keeps `fact` (`SummaryText.keeps`)."""
+    return SummaryText(summary).keeps(fact)
+
+
+def repair_messages(
+    asked: Sequence[Message], reply: Message, missing: Sequence[str]
+) -> tuple[Message, ...]:
+    """The summary request, its reply, and one more user message naming what the summary left
+    out and asking for the whole summary again (the same prefix: the cache serves it)."""
+    lines = "\n".join(f"- {line}" for line in missing)
+    ask = Message("user", (Text(REPAIR_PROMPT.format(lines=lines)),))
+    return (*asked, Message("assistant", reply.blocks), ask)
+
+
+@frozen
+class Verified:
+    """What the check of a summary found: `kept` in the first summary, `missing_first` from it,
+    `repaired` by the repair request, `lost` from the summary in the end (the pinned ones among
+    them are appended word for word; unfinished todos are listed after the summary anyway)."""
+
+    kept: tuple[str, ...] = ()
+    missing_first: tuple[str, ...] = ()
+    repaired: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+
+    @classmethod
+    def first(cls, facts: Sequence[str], summary: str) -> Verified:
+        text = SummaryText(summary)
+        kept = tuple(f for f in facts if text.keeps(f))
+        return cls(kept, tuple(f for f in facts if f not in kept))
+
+    def again(self, summary: str) -> Verified:
+        """After the repair: `summary` is the summary used (the amended one, or the first when
+        the repair brought none). A fact the amendment dropped is lost too."""
+        text = SummaryText(summary)
+        present = {f for f in (*self.kept, *self.missing_first) if text.keeps(f)}
+        repaired = tuple(f for f in self.missing_first if f in present)
+        lost = tuple(f for f in (*self.kept, *self.missing_first) if f not in present)
+        return Verified(self.kept, self.missing_first, repaired, lost)
+
+    def note(self) -> str:
+        """The one line a front end shows when the first summary missed something."""
+        missed = len(self.missing_first)
+        text = f"compaction: the summary left out {missed} line{'s' if missed != 1 else ''} to keep"
+        if self.repaired:
+            text += f"; {len(self.repaired)} repaired"
+        if self.lost:
+            shown = "; ".join(self.lost[:NOTE_FACTS])
+            more = len(self.lost) - NOTE_FACTS
+            text += f"; appended word for word: {shown}" + (f" and {more} more" if more > 0 else "")
+        return text
+
+
 @frozen
 class Compacted:
     """The conversation that replaces the old one, as one user message's text."""
@@ -175,8 +335,12 @@ def compacted_message(
     *,
     session_path: str | None,
     mid_turn: bool,
+    pinned: Sequence[str] = (),
 ) -> Compacted:
+    """`pinned`: pinned facts the summary lost, appended word for word after it."""
     parts = [PREAMBLE, f"<summary>\n{summary}\n</summary>"]
+    if pinned:
+        parts.append(PINNED_HEADING + "\n" + "\n".join(f"- {fact}" for fact in pinned))
     open_todos = [t for t in latest_todos(list(messages)) if t.status != "completed"]
     if open_todos:
         lines = "\n".join(

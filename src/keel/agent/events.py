@@ -216,11 +216,17 @@ class UsageUpdated:
 
 @frozen
 class ContextCompacted:
-    """The conversation was replaced by a summary (`trigger`: auto, overflow or manual)."""
+    """The conversation was replaced by a summary (`trigger`: auto, overflow or manual). The
+    lists are the summary's check, as in the journal's `CompactionRecord` (empty: nothing to
+    check)."""
 
     trigger: str
     tokens_before: int
     tokens_after: int
+    kept: tuple[str, ...] = ()
+    missing_first: tuple[str, ...] = ()
+    repaired: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
 
 
 @frozen

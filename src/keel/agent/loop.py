@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, assert_never
 from keel.agent.compaction import (
     CHARS_PER_TOKEN,
     MIN_MESSAGES,
-    THRESHOLD,
+    Keep,
+    Verified,
     compacted_message,
     compaction_messages,
     estimate_tokens,
+    keep_for,
     parse_summary,
+    repair_messages,
     summary_cap,
     trimmed,
 )
@@ -65,7 +68,7 @@ from keel.agent.prompt import (
 from keel.agent.questions import QuestionReply, Questions
 from keel.agent.timing import RequestClock, journal_timing, timed_reply
 from keel.agent.tool_runner import Choice, ToolRunner
-from keel.config.settings import user_config_dir
+from keel.config.settings import CompactionSettings, user_config_dir
 from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
 from keel.hooks.runner import AsyncOutcome, HookResult, HookRunner
@@ -352,8 +355,12 @@ class Agent:
         self._restored_turns = 0
         self.total_turns = 0
         self.last_prompt = ""
-        #: Compact automatically above 80% of the window (`auto_compact` setting).
+        #: Compact automatically above `compaction.threshold` of the window (`auto_compact`).
         self.auto_compact = True
+        #: The `compaction` setting: threshold, facts to keep, prompt additions.
+        self.compaction = CompactionSettings()
+        #: Facts the user pinned in this session (`/pin`; journaled, so a resume has them).
+        self.pins: list[str] = []
         #: What a tool call written as text that was not run leads to (`tool_call_text`
         #: setting): nudge the model once per prompt, stop the turn, or ignore it.
         self.tool_call_text: ToolCallText = "nudge"
@@ -536,6 +543,7 @@ class Agent:
         self.session_start_source = "resume"
         self._last_context = state.last_context
         self._context_mark = len(self.conversation.messages)
+        self.pins = list(state.pins)
 
     def resolve_unknown(self, call_id: str, choice: Choice) -> None:
         """For a restored call of unknown outcome (it started, is not safe to repeat, and never
@@ -603,6 +611,30 @@ class Agent:
             plan_mode=gate is not None and gate.mode == "plan",
         )
         return specs, self.web_search if profile == "full" else None
+
+    def pin(self, text: str) -> None:
+        """Pin a fact for this session (`/pin`): every summary must keep it, word for word."""
+        fact = " ".join(text.split())
+        if not fact:
+            raise UserError("nothing to pin", hint="/pin TEXT pins a line; /pin lists the pins")
+        if fact in self.pins or fact in self.compaction.keep:
+            raise UserError(f"already pinned: {fact}", hint="/pin lists the pins")
+        self.pins.append(fact)
+        if self.session is not None:
+            self.session.pin(fact)
+
+    def unpin(self, number: int) -> str:
+        """Unpin this session's pin `number` (from 1, as `/pin` lists them); returns its text."""
+        if not 1 <= number <= len(self.pins):
+            raise UserError(
+                f"no pin {number}",
+                hint=f"/pin lists them; this session has {len(self.pins)}"
+                + ("" if not self.compaction.keep else " (those in settings are removed there)"),
+            )
+        fact = self.pins.pop(number - 1)
+        if self.session is not None:
+            self.session.pin(fact, pinned=False)
+        return fact
 
     def add_note(self, text: str) -> None:
         """Queue a note for the model; it is prepended to the next user message."""
@@ -1248,7 +1280,7 @@ class Agent:
     async def _maybe_compact(self, emit: Emit, *, mid_turn: bool) -> None:
         if not self.auto_compact or self._compaction_failed or len(self.messages) < MIN_MESSAGES:
             return
-        if self._context_tokens() <= THRESHOLD * self.info.window:
+        if self._context_tokens() <= self.compaction.threshold * self.info.window:
             return
         try:
             await self._compact(emit, trigger="auto", mid_turn=mid_turn)
@@ -1318,7 +1350,8 @@ class Agent:
             mid_turn = True
         before = self._context_tokens()
         emit(Notice(f"compacting the conversation (~{before // 1000}k tokens)…", "info"))
-        done, timing = await self._summarize(emit, instructions)
+        keep = keep_for((*self.compaction.keep, *self.pins), self.messages)
+        done, timing, asked = await self._summarize(emit, instructions, keep)
         if done is None:
             raise LLMError(f"{self.provider.name} ended the summary stream without a reply")
         cost = self.info.cost(done.usage)
@@ -1331,8 +1364,14 @@ class Agent:
         summary = parse_summary(done.message.text)
         if not summary:
             raise LLMError("the model returned an empty summary")
+        summary, verified, amended = await self._checked(emit, asked, done, summary, keep)
+        usage = done.usage + (amended.usage if amended is not None else Usage())
+        cost += self.info.cost(amended.usage) if amended is not None else 0.0
         path = str(self.session.path) if self.session is not None else None
-        new = compacted_message(summary, self.messages, session_path=path, mid_turn=mid_turn)
+        lost_pins = [f for f in verified.lost if f in keep.pins]
+        new = compacted_message(
+            summary, self.messages, session_path=path, mid_turn=mid_turn, pinned=lost_pins
+        )
         # A fresh context: its context is read again (instruction files may have changed) and
         # opens the one message, as it opened the first.
         self.ctx.read_ranges.clear()  # the model no longer has what it read
@@ -1340,7 +1379,16 @@ class Agent:
         self._context = None
         text = "\n\n".join(b.text for b in self._opening(new.text))
         tokens_after = new.tokens_after + (len(text) - len(new.text)) // CHARS_PER_TOKEN
-        record = CompactionRecord(text, trigger, before, tokens_after, done.usage, cost)
+        record = CompactionRecord(
+            text,
+            trigger,
+            before,
+            tokens_after,
+            usage,
+            cost,
+            *_lists(verified),
+            amended.usage if amended is not None else None,
+        )
         if self.session is not None:
             self.session.compaction(record)
         self.conversation = Conversation([Message("user", (Text(text),))])
@@ -1350,8 +1398,10 @@ class Agent:
         self.session_start_source = "compact"  # Claude Code: SessionStart(compact) next
         if self.instruction_notes is not None:  # only what this context holds was delivered
             self.instruction_notes.reset("", self.messages)
-        self.spend.add(done.usage, cost)
-        emit(ContextCompacted(trigger, before, tokens_after))
+        self.spend.add(usage, cost)
+        emit(ContextCompacted(trigger, before, tokens_after, *_lists(verified)))
+        if verified.missing_first:
+            emit(Notice(verified.note(), "warning" if verified.lost else "info"))
         await self._post_compact_hook(trigger, summary, emit)
         emit(
             Notice(
@@ -1361,15 +1411,23 @@ class Agent:
         )
         return record
 
-    async def _summarize(self, emit: Emit, instructions: str) -> tuple[Done | None, RequestTiming]:
-        """The summary reply. The whole conversation is asked first (the prompt cache serves
-        it); when that does not fit the window, a trimmed transcript (`trimmed`), each time
-        about half as long, up to `SUMMARY_TRIMS` times."""
+    async def _summarize(
+        self, emit: Emit, instructions: str, keep: Keep
+    ) -> tuple[Done | None, RequestTiming, tuple[Message, ...]]:
+        """The summary reply, and the messages that asked for it. The whole conversation is
+        asked first (the prompt cache serves it); when that does not fit the window, a trimmed
+        transcript (`trimmed`), each time about half as long, up to `SUMMARY_TRIMS` times."""
         cap = summary_cap(self.info.window, self.info.request_max_tokens)
         messages, budget = list(self.messages), 0
         tools, web_search = self.offer()
         for attempt in range(SUMMARY_TRIMS + 1):
-            asked = compaction_messages(messages, instructions, trimmed=attempt > 0)
+            asked = compaction_messages(
+                messages,
+                instructions,
+                trimmed=attempt > 0,
+                keep=keep.facts,
+                additions=self.compaction.prompts,
+            )
             request = Request(
                 model=self.model,
                 system=self.system,
@@ -1381,7 +1439,7 @@ class Agent:
             )
             emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
             try:
-                return await timed_reply(self.provider, request, RequestClock())
+                return (*await timed_reply(self.provider, request, RequestClock()), asked)
             except ContextOverflow as exc:
                 overflow = exc
             # Aim below what the window leaves and below half of what was just refused.
@@ -1403,6 +1461,58 @@ class Agent:
             hint="give the model a larger window (llama-server -c / --ctx-size, "
             'providers."ollama".num_ctx, LM Studio\'s context length), or start a fresh session',
         ) from overflow
+
+    async def _checked(
+        self, emit: Emit, asked: Sequence[Message], done: Done, summary: str, keep: Keep
+    ) -> tuple[str, Verified, Done | None]:
+        """The summary to use, what its check found, and the repair's reply (None: no repair
+        was asked, or it failed). A summary that misses a line to keep is asked for once more."""
+        verified = Verified.first(keep.facts, summary)
+        if not verified.missing_first:
+            return summary, verified, None
+        amended = await self._repair(emit, asked, done, verified.missing_first)
+        if amended is not None:
+            summary = parse_summary(amended.message.text) or summary
+        return summary, verified.again(summary), amended
+
+    async def _repair(
+        self, emit: Emit, asked: Sequence[Message], done: Done, missing: Sequence[str]
+    ) -> Done | None:
+        """The one request for an amended summary that names what the first left out; None when
+        it fails (the compaction goes on: what is missing is appended or reported)."""
+        messages = repair_messages(asked, done.message, missing)
+        tools, web_search = self.offer()
+        cap = summary_cap(self.info.window, self.info.request_max_tokens)
+        request = Request(
+            model=self.model,
+            system=self.system,
+            messages=messages,
+            tools=tools,
+            web_search=web_search,
+            max_tokens=self._output_cap(cap, messages, tools),
+            cache_key=self.session_id,
+        )
+        emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
+        try:
+            amended, timing = await timed_reply(self.provider, request, RequestClock())
+        except LLMError as exc:
+            emit(Notice(f"the summary's repair request failed: {exc.one_line()}", "warning"))
+            return None
+        if amended is not None:
+            cost = self.info.cost(amended.usage)
+            model = amended.message.model or self.model
+            emit(
+                RequestFinished(
+                    "compaction",
+                    model,
+                    amended.message,
+                    amended.usage,
+                    amended.stop_reason,
+                    cost,
+                    timing,
+                )
+            )
+        return amended
 
     def _loop_guard(self, calls: tuple[ToolUse, ...], emit: Emit) -> TurnStop | None:
         """The same round of calls with the same results 4 times in the last 8 rounds: stop an
@@ -1820,6 +1930,13 @@ def _background_task(task: BackgroundTask) -> dict[str, str]:
         "description": task.description,
         "agent_type": task.agent,
     }
+
+
+def _lists(
+    verified: Verified,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """A compaction's check, in the order its record and event take it."""
+    return verified.kept, verified.missing_first, verified.repaired, verified.lost
 
 
 def _overflow_error(exc: ContextOverflow, *, nothing_to_compact: bool) -> RunError:

@@ -547,6 +547,8 @@ class Subagents:
         )
         child.hooks = parent.hooks
         child.auto_compact = parent.auto_compact
+        # Its threshold and prompt additions; the facts to keep are the parent's own.
+        child.compaction = dataclasses.replace(parent.compaction, keep=())
         child.tool_profile = parent.tool_profile  # its own window decides `auto`
         child.tool_call_text = parent.tool_call_text
         if kind.model is None and kind.allows("web_search"):

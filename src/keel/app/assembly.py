@@ -273,6 +273,7 @@ def build_agent(
     agent.ctx.checkpoint_limits = checkpoint_limits(settings)
     agent.ctx.extra_roots = gate.extra_roots
     agent.auto_compact = settings.auto_compact
+    agent.compaction = settings.compaction
     agent.tool_profile = settings.tool_profile
     agent.tool_call_text = settings.tool_call_text
     from keel.tools.builtin.web_search import web_search_options

@@ -563,6 +563,7 @@ def build_init_agent(
     agent.ctx.unsafe_to_repeat = (*agent.ctx.unsafe_to_repeat, *settings.unsafe_to_repeat)
     agent.ctx.checkpoint_limits = checkpoint_limits(settings)
     agent.auto_compact = settings.auto_compact
+    agent.compaction = settings.compaction
     agent.tool_profile = settings.tool_profile
     agent.hooks = build_hooks(cwd, gate, printer)
     if state.before is not None:

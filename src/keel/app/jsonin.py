@@ -119,7 +119,13 @@ class EventDecoder:
                 )
             case "compacted":
                 return ContextCompacted(
-                    data["trigger"], data["tokens_before"], data["tokens_after"]
+                    data["trigger"],
+                    data["tokens_before"],
+                    data["tokens_after"],
+                    *(
+                        tuple(data.get(k, ()))
+                        for k in ("kept", "missing_first", "repaired", "lost")
+                    ),
                 )
             case "background_finished":
                 return BackgroundFinished(

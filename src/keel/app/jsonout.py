@@ -233,6 +233,20 @@ def _loop_event_json(event: Event) -> dict[str, Any] | None:
                 "trigger": trigger,
                 "tokens_before": before,
                 "tokens_after": after,
+                **_check_json(event),
             }
         case _:  # TurnFinished, and the events `event_json` handles
             return None
+
+
+def _check_json(event: ContextCompacted) -> dict[str, list[str]]:
+    """A compaction's check of its summary (docs/compaction.md); nothing when nothing was
+    checked."""
+    if not event.kept and not event.missing_first:
+        return {}
+    return {
+        "kept": list(event.kept),
+        "missing_first": list(event.missing_first),
+        "repaired": list(event.repaired),
+        "lost": list(event.lost),
+    }

@@ -79,6 +79,8 @@ class Task:
     needs: tuple[str, ...] = ()
     #: A context window (tokens) the model gets for this task, so that it compacts.
     window: int | None = None
+    #: Settings the run gets as the user's own (`settings:` in task.yaml), over the user's.
+    settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
     agent_timeout: float = DEFAULT_AGENT_TIMEOUT
     grade_timeout: float = DEFAULT_GRADE_TIMEOUT
     #: Why this task cannot run here (a container it needs); None: it can.
@@ -117,6 +119,9 @@ def load_task(directory: Path, source: Literal["builtin", "user"] = "user") -> T
     window = meta.get("window")
     if window is not None and (not isinstance(window, int) or window < 1000):
         raise UserError(f"{where}: `window` must be a whole number of tokens (at least 1000)")
+    settings = meta.get("settings", {})
+    if not isinstance(settings, dict):
+        raise UserError(f"{where}: `settings` must be a mapping, as in settings.json")
     return Task(
         name=directory.name,
         source=source,
@@ -131,6 +136,7 @@ def load_task(directory: Path, source: Literal["builtin", "user"] = "user") -> T
         tags=tuple(str(t) for t in meta.get("tags", ())),
         needs=tuple(str(n) for n in meta.get("needs", ())),
         window=window,
+        settings=settings,
         agent_timeout=float(meta.get("timeout", DEFAULT_AGENT_TIMEOUT)),
         grade_timeout=float(meta.get("grade_timeout", DEFAULT_GRADE_TIMEOUT)),
     )
@@ -404,7 +410,8 @@ class _Skip(Exception):
 
 
 def _settings(task: Task, spec: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """The run's user settings: the user's own, with this task's window for this model."""
+    """The run's user settings: the user's own, with this task's settings over them and its
+    window for this model."""
     from keel.config.settings import user_config_dir
 
     settings: dict[str, Any] = {}
@@ -416,6 +423,7 @@ def _settings(task: Task, spec: str, env: Mapping[str, str]) -> dict[str, Any]:
             raise UserError(f"{own} is not valid JSON: {exc}") from exc
         if isinstance(loaded, dict):
             settings = loaded
+    settings.update(task.settings)
     if task.window is not None:
         from keel.llm.catalog import lookup, parse_model
         from keel.llm.provider import model_info
@@ -650,7 +658,12 @@ def _measure(result: RunResult, final: Mapping[str, Any]) -> None:
             cost += payload.cost
             if not main:
                 continue
-            result.peak_context = max(result.peak_context, u.input + u.cache_read + u.cache_write)
+            peak = u.input + u.cache_read + u.cache_write
+            if isinstance(payload, CompactionRecord) and (r := payload.repair_usage) is not None:
+                # Two requests journaled as one sum: the summary's, and its repair's.
+                repair = r.input + r.cache_read + r.cache_write
+                peak = max(peak - repair, repair)
+            result.peak_context = max(result.peak_context, peak)
             if isinstance(payload, CompactionRecord):
                 result.compactions += 1
             elif payload.timing is not None:

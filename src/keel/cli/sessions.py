@@ -33,6 +33,7 @@ from keel.session.records import (
     Meta,
     NoteRecord,
     ParkRecord,
+    PinRecord,
     ProcessRecord,
     Record,
     ReplyTiming,
@@ -257,7 +258,8 @@ def describe(record: Record) -> list[str]:
                 f"{head} {mark} {result.tool_use_id} ({seconds:.2f}s){extra}: {_clip(result.text, 300)}"
             ]
         case CompactionRecord(summary, trigger):
-            return [f"{head} compaction ({trigger}): {_clip(summary, 300)}"]
+            lost = f" (lost from the summary: {'; '.join(p.lost)})" if p.lost else ""
+            return [f"{head} compaction ({trigger}){lost}: {_clip(summary, 300)}"]
         case DecisionRecord(tool_use_id, tool, outcome, source, reason, waited_ms):
             waited = f" (answered in {waited_ms / 1000:.1f}s)" if waited_ms else ""
             return [
@@ -277,6 +279,8 @@ def describe(record: Record) -> list[str]:
             return [f"{head} claimed by worker {p.worker} (delivery {p.attempt})"]
         case ParkRecord():
             return [f"{head} parked: waits for {p.waits_for} on {p.tool} {p.tool_use_id}"]
+        case PinRecord(text, pinned):
+            return [f"{head} {'pinned' if pinned else 'unpinned'}: {_clip(text)}"]
 
 
 def _timing_text(timing: ReplyTiming | None) -> str:

@@ -96,6 +96,8 @@ KNOWN_KEYS = frozenset(
         "lsp",
         # Bounds of /undo's capture of bash changes outside git (keel.checkpoints.tree).
         "checkpoints",
+        # Compaction (keel.agent.compaction): threshold, facts to keep, a prompt addition.
+        "compaction",
         "$schema",
     }
 )
@@ -227,6 +229,36 @@ class KnowledgeSettings:
     embeddings_key_env: str = ""
 
 
+#: Keys of the `compaction` setting, and the range of its threshold (a fraction of the window).
+COMPACTION_KEYS = frozenset({"threshold", "keep", "prompt"})
+COMPACTION_THRESHOLDS = (0.1, 0.95)
+#: The longest fact to keep and prompt addition (characters), and the most facts.
+COMPACTION_FACT_CHARS = 1_000
+COMPACTION_PROMPT_CHARS = 4_000
+COMPACTION_MAX_FACTS = 100
+
+
+@frozen
+class PromptAddition:
+    """One file's `compaction.prompt`: `project` when the file came with the project (the
+    summary request marks it as the project's)."""
+
+    text: str
+    source: str
+    project: bool
+
+
+@frozen
+class CompactionSettings:
+    """The `compaction` setting (docs/compaction.md): compact when the last request filled
+    more than `threshold` of the window; the facts every summary must keep (`keep`, each
+    file adds); the summary prompt's additions, each with the file it came from."""
+
+    threshold: float = 0.8
+    keep: tuple[str, ...] = ()
+    prompts: tuple[PromptAddition, ...] = ()
+
+
 #: Keys of one `remote_tools` entry.
 REMOTE_TOOLS_KEYS = frozenset({"identity", "url", "tools", "alias", "optional", "timeout"})
 #: An identity or alias of remote tools: one NATS subject token.
@@ -270,6 +302,9 @@ class Settings:
     additional_dirs: list[tuple[Path, str]] = field(default_factory=list)
     default_mode: str | None = None
     auto_compact: bool = True
+    #: `compaction`: threshold, facts to keep, prompt additions (any file; a project's prompt
+    #: addition is marked as the project's).
+    compaction: CompactionSettings = field(default_factory=CompactionSettings)
     #: `tools.profile`: full, compact, or auto (compact for a small window; keel.tools.profile).
     tool_profile: ToolProfile = "auto"
     #: `tool_call_text`: what a tool call the model wrote as text and keel did not run leads to.
@@ -462,6 +497,7 @@ class _Merge:
                 "tools",
                 "lsp",
                 "checkpoints",
+                "compaction",
             ):  # a method of its name
                 getattr(self, key)(value, where)
             elif key == "web_search":
@@ -725,6 +761,57 @@ class _Merge:
                 self.w.append(f"{where}.profile must be {', '.join(PROFILES)}; ignored")
             else:
                 self.settings.tool_profile = profile
+
+    def compaction(self, value: Any, where: str) -> None:
+        """`compaction`: `{"threshold": 0.1-0.95, "keep": [facts], "prompt": text}`, any file
+        (a later file's threshold wins; facts and prompts add up). A project's prompt addition
+        is sent marked as the project's, after the built-in rules it cannot remove."""
+        if not isinstance(value, dict):
+            self.w.append(
+                f'{where} must be an object like {{"threshold": 0.7, "keep": ["a fact"]}}; ignored'
+            )
+            return
+        for key in sorted(set(value) - COMPACTION_KEYS):
+            self.w.append(f"{where}: unknown key {key!r} skipped (known: keep, prompt, threshold)")
+        c = self.settings.compaction
+        low, high = COMPACTION_THRESHOLDS
+        threshold = value.get("threshold", c.threshold)
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            threshold = math.nan
+        if not low <= threshold <= high:  # nan fails too
+            self.w.append(
+                f"{where}.threshold must be a fraction of the context window from {low:g} to "
+                f"{high:g} (got {value.get('threshold')!r}); ignored (hint: 0.8 compacts when a "
+                "request fills 80% of the window)"
+            )
+            threshold = c.threshold
+        keep = list(c.keep)
+        for i, fact in enumerate(_strings(value.get("keep", []), f"{where}.keep", self.w)):
+            fact = " ".join(fact.split())
+            if not fact or len(fact) > COMPACTION_FACT_CHARS:
+                self.w.append(
+                    f"{where}.keep[{i}] must be a fact of 1 to {COMPACTION_FACT_CHARS} "
+                    "characters; skipped"
+                )
+            elif len(keep) >= COMPACTION_MAX_FACTS:
+                self.w.append(
+                    f"{where}.keep: more than {COMPACTION_MAX_FACTS} facts; the rest skipped"
+                )
+                break
+            elif fact not in keep:
+                keep.append(fact)
+        prompts = c.prompts
+        if "prompt" in value:
+            text = value["prompt"]
+            if not isinstance(text, str) or not text.strip() or len(text) > COMPACTION_PROMPT_CHARS:
+                self.w.append(
+                    f"{where}.prompt must be text of 1 to {COMPACTION_PROMPT_CHARS} characters; "
+                    "ignored"
+                )
+            else:
+                addition = PromptAddition(text.strip(), str(self.path), self.untrusted)
+                prompts = (*prompts, addition)
+        self.settings.compaction = CompactionSettings(float(threshold), tuple(keep), prompts)
 
     def knowledge(self, value: Any, where: str) -> None:
         """`knowledge`: `false`, or `{"enabled", "embeddings": {"url", "model", "api_key_env"}}`.

@@ -647,6 +647,28 @@ class Api:
             raise ApiError(404, str(exc), f"GET /v1/sessions/{hosted.id}/tasks lists them") from exc
         return JSONResponse(task_json(task))
 
+    async def pins(self, request: Request) -> Response:
+        """GET: the facts every summary must keep (the session's pins, the settings' facts);
+        POST {"text"}: pin one (`/pin`, journaled like the terminal UI's)."""
+        hosted = self.hosted(request)
+        if request.method == "POST":
+            body = await read_body(request, {"text": STR})
+            try:
+                hosted.agent.pin(body.get("text", ""))
+            except UserError as exc:
+                raise ApiError.of(exc) from exc
+        status = 201 if request.method == "POST" else 200
+        return JSONResponse(_pins_json(hosted), status_code=status)
+
+    async def unpin(self, request: Request) -> Response:
+        hosted = self.hosted(request)
+        number = request.path_params["number"]
+        try:
+            text = hosted.agent.unpin(int(number) if number.isdigit() else 0)
+        except UserError as exc:
+            raise ApiError.of(exc, 404) from exc
+        return JSONResponse({"unpinned": text, **_pins_json(hosted)})
+
     def routes(self) -> list[Route]:
         s = "/v1/sessions/{id}"
         return [
@@ -665,6 +687,8 @@ class Api:
             Route(f"{s}/permissions", self.permissions, methods=["GET"]),
             Route(f"{s}/permissions/{{request_id}}", self.answer, methods=["POST"]),
             Route(f"{s}/compact", self.compact, methods=["POST"]),
+            Route(f"{s}/pins", self.pins, methods=["GET", "POST"]),
+            Route(f"{s}/pins/{{number}}", self.unpin, methods=["DELETE"]),
             Route(f"{s}/undo", self.undo, methods=["POST"]),
             Route(f"{s}/clear", self.clear, methods=["POST"]),
             Route(f"{s}/fork", self.fork, methods=["POST"]),
@@ -676,6 +700,11 @@ class Api:
             *Streams(self.host, keepalive=self.keepalive).routes(),
             *web_routes(),
         ]
+
+
+def _pins_json(hosted: Hosted) -> dict[str, list[str]]:
+    """A session's pins (numbered from 1 for `DELETE …/pins/N`) and its settings' facts."""
+    return {"pins": list(hosted.agent.pins), "keep": list(hosted.agent.compaction.keep)}
 
 
 def _check_mode_effort(mode: str | None, effort: str | None) -> None:

@@ -616,6 +616,36 @@ def spec() -> dict[str, Any]:
                     busy=True,
                 )
             },
+            f"{sid}/pins": {
+                "get": _op(
+                    "The facts every summary must keep: the session's pins and the settings'",
+                    _json(_ref("Pins"), "The pins (numbered from 1) and compaction.keep"),
+                ),
+                "post": _op(
+                    "Pin a fact for this session (/pin): every later summary must keep it",
+                    _json(_ref("Pins"), "Pinned"),
+                    body=_obj(("text",), text=STR),
+                    status="201",
+                ),
+            },
+            f"{sid}/pins/{{number}}": {
+                "delete": _op(
+                    "Unpin the session's pin number N (/unpin N)",
+                    _json(
+                        _obj(
+                            ("unpinned", "pins", "keep"),
+                            unpinned=STR,
+                            pins={"type": "array", "items": STR},
+                            keep={"type": "array", "items": STR},
+                        ),
+                        "The fact unpinned, and the pins left",
+                    ),
+                    params=(
+                        SESSION,
+                        {"name": "number", "in": "path", "required": True, "schema": INT},
+                    ),
+                )
+            },
             f"{sid}/undo": {
                 "post": _op(
                     "Put back the files the last prompt that changed files changed",
@@ -663,6 +693,11 @@ def spec() -> dict[str, Any]:
             },
             "schemas": {
                 "Error": _obj(("error", "hint"), error=STR, hint=STR),
+                "Pins": _obj(
+                    ("pins", "keep"),
+                    pins={"type": "array", "items": STR},
+                    keep={"type": "array", "items": STR},
+                ),
                 "Session": {
                     "type": "object",
                     "properties": {

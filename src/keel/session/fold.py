@@ -36,6 +36,7 @@ from keel.session.records import (
     Meta,
     NoteRecord,
     ParkRecord,
+    PinRecord,
     ProcessRecord,
     Record,
     TerminalReason,
@@ -95,6 +96,8 @@ class SessionState:
     parked: ParkRecord | None = None
     #: Fleet claims: (worker, attempt) of each `claim` record, oldest first.
     claims: list[tuple[str, int]] = field(default_factory=list)
+    #: Facts pinned with `/pin` and not unpinned, in the order they were pinned.
+    pins: list[str] = field(default_factory=list)
 
     @property
     def unknown_outcome(self) -> list[ToolStartedRecord]:
@@ -130,7 +133,7 @@ class _Folder:
         self.state = SessionState(meta, created=created)
         self.batch: PendingBatch | None = None
 
-    def add(self, record: Record) -> None:
+    def add(self, record: Record) -> None:  # noqa: C901 - one case per record type
         p = record.payload
         match p:
             case Meta():
@@ -161,6 +164,11 @@ class _Folder:
                 self.state.claims.append((p.worker, p.attempt))
             case ParkRecord():
                 self.state.parked = p
+            case PinRecord(text, pinned):
+                if pinned and text not in self.state.pins:
+                    self.state.pins.append(text)
+                elif not pinned and text in self.state.pins:
+                    self.state.pins.remove(text)
             case NoteRecord() | DecisionRecord():
                 pass
 

@@ -29,7 +29,7 @@ from keel.llm.messages import (
 #: record type is added (an older keel then stops at such a line with "newer format", instead of
 #: taking it for corruption). Each line carries the lowest format that can read it, so a session
 #: that uses none of the newer types stays readable by an older keel.
-FORMAT = 4
+FORMAT = 5
 
 TerminalReason: TypeAlias = Literal[
     "completed",
@@ -226,7 +226,28 @@ class CompactionRecord:
     tokens_after: int = 0
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
+    #: The check of the summary (docs/compaction.md): pinned facts and unfinished todos `kept`
+    #: by the first summary, `missing_first` from it, `repaired` by the one repair request,
+    #: `lost` from the summary in the end (pinned ones appended word for word). Left out of the
+    #: line when nothing was checked.
+    kept: tuple[str, ...] = ()
+    missing_first: tuple[str, ...] = ()
+    repaired: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()
+    #: The repair request's share of `usage` (None: none was sent), so a reader can tell the
+    #: two requests' contexts apart.
+    repair_usage: Usage | None = None
     type: Literal["compaction"] = "compaction"
+
+
+@frozen
+class PinRecord:
+    """The user pinned a fact (`/pin`), or unpinned it (`pinned` false): every compaction's
+    summary must keep the session's pins (format 5)."""
+
+    text: str
+    pinned: bool = True
+    type: Literal["pin"] = "pin"
 
 
 @frozen
@@ -339,6 +360,7 @@ Payload: TypeAlias = (
     | ProcessRecord
     | ClaimRecord
     | ParkRecord
+    | PinRecord
 )
 
 
@@ -360,7 +382,7 @@ def now() -> str:
 # -- encoding ------------------------------------------------------------------------------------
 
 
-def _payload_json(p: Payload) -> dict[str, Any]:
+def _payload_json(p: Payload) -> dict[str, Any]:  # noqa: C901 - one case per record type
     match p:
         case Meta():
             return {
@@ -402,6 +424,17 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "tokens_after": p.tokens_after,
                 "usage": p.usage.to_json(),
                 "cost": p.cost,
+                **(
+                    {
+                        "kept": list(p.kept),
+                        "missing_first": list(p.missing_first),
+                        "repaired": list(p.repaired),
+                        "lost": list(p.lost),
+                    }
+                    if p.kept or p.missing_first
+                    else {}
+                ),
+                **({"repair_usage": p.repair_usage.to_json()} if p.repair_usage else {}),
             }
         case DecisionRecord():
             return {
@@ -454,10 +487,12 @@ def _payload_json(p: Payload) -> dict[str, Any]:
                 "waits_for": p.waits_for,
                 "question": p.question,
             }
+        case PinRecord():
+            return {"text": p.text, **({} if p.pinned else {"pinned": False})}
 
 
 #: Record types newer than format 1, and the format that introduced them.
-_TYPE_FORMAT = {"tool_started": 2, "process": 2, "claim": 3, "park": 3}
+_TYPE_FORMAT = {"tool_started": 2, "process": 2, "claim": 3, "park": 3, "pin": 5}
 #: Terminal reasons newer than format 1 (an older keel does not know them).
 _REASON_FORMAT = {
     "unknown_outcome": 2,
@@ -523,7 +558,18 @@ def _migrate_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
     return {**d, "v": 4}
 
 
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+def _migrate_4_to_5(d: dict[str, Any]) -> dict[str, Any]:
+    """Format 5 added the `pin` record type; format-4 records are unchanged."""
+    return {**d, "v": 5}
+
+
+MIGRATIONS = {
+    0: _migrate_0_to_1,
+    1: _migrate_1_to_2,
+    2: _migrate_2_to_3,
+    3: _migrate_3_to_4,
+    4: _migrate_4_to_5,
+}
 
 
 class RecordError(ValueError):
@@ -560,6 +606,11 @@ def _newer_payload(kind: str, d: dict[str, Any]) -> Payload:
         return ProcessRecord(d["tool_use_id"], pgid, start, d.get("boot_id", ""))
     if kind == "claim":
         return ClaimRecord(str(d["worker"]), int(d.get("attempt", 1)))
+    if kind == "pin":
+        text, pinned = d["text"], d.get("pinned", True)
+        if not isinstance(text, str) or not isinstance(pinned, bool):
+            raise RecordError("pin record needs a text string and a pinned boolean")
+        return PinRecord(text, pinned)
     return ParkRecord(
         str(d["request_id"]),
         str(d["tool_use_id"]),
@@ -614,6 +665,8 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
             int(d.get("tokens_after", 0)),
             Usage.from_json(d.get("usage", {})),
             float(d.get("cost", 0.0)),
+            *_check_lists(d),
+            Usage.from_json(d["repair_usage"]) if d.get("repair_usage") else None,
         )
     if kind == "decision":
         return DecisionRecord(
@@ -647,13 +700,33 @@ def _payload(kind: str, d: dict[str, Any]) -> Payload:
 
 
 _ENVELOPE = {"v", "seq", "type", "ts"}
+#: A compaction record's lists of its summary's check (`CompactionRecord`).
+_CHECK_LISTS = ("kept", "missing_first", "repaired", "lost")
+
+
+def _check_lists(
+    d: dict[str, Any],
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    kept, missing, repaired, lost = (tuple(str(f) for f in d.get(k, ())) for k in _CHECK_LISTS)
+    return kept, missing, repaired, lost
+
+
 _KNOWN_FIELDS: dict[str, set[str]] = {
     "meta": {"id", "cwd", "model", "fingerprint", "parent", "parent_seq", "keel_version", "agent"},
     "user": {"message", "source"},
     "assistant": {"message", "usage", "cost", "stop_reason", "turn", "timing"},
     "tool_result": {"result", "seconds", "started_at", "kind"},
     "note": {"text"},
-    "compaction": {"summary", "trigger", "tokens_before", "tokens_after", "usage", "cost"},
+    "compaction": {
+        "summary",
+        "trigger",
+        "tokens_before",
+        "tokens_after",
+        "usage",
+        "cost",
+        *_CHECK_LISTS,
+        "repair_usage",
+    },
     "decision": {"tool_use_id", "tool", "outcome", "source", "reason", "waited_ms"},
     "undo": {"unit", "label", "restored", "removed", "failed", "note"},
     "terminal": {"reason", "message", "turns", "cost", "prompt"},
@@ -661,6 +734,7 @@ _KNOWN_FIELDS: dict[str, set[str]] = {
     "process": {"tool_use_id", "pgid", "start_time", "boot_id"},
     "claim": {"worker", "attempt"},
     "park": {"request_id", "tool_use_id", "tool", "waits_for", "question"},
+    "pin": {"text", "pinned"},
 }
 _ALLOWED = {kind: frozenset(fields | _ENVELOPE) for kind, fields in _KNOWN_FIELDS.items()}
 

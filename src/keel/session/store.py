@@ -28,6 +28,7 @@ from keel.session.records import (
     Meta,
     NoteRecord,
     Payload,
+    PinRecord,
     ProcessRecord,
     ReplyTiming,
     TerminalReason,
@@ -174,6 +175,10 @@ class SessionLog:
 
     def compaction(self, record: CompactionRecord) -> None:
         self.journal.append(record)
+
+    def pin(self, text: str, *, pinned: bool = True) -> None:
+        """A `/pin` or `/unpin` (durable: a resume must keep what the user pinned)."""
+        self.journal.append(PinRecord(text, pinned))
 
     def note(self, text: str) -> None:
         self.journal.append(NoteRecord(text), durable=False)

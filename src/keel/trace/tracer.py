@@ -679,6 +679,17 @@ class Tracer:
                 "trigger": e.trigger,
                 "tokens_before": e.tokens_before,
                 "tokens_after": e.tokens_after,
+                # The summary's check (docs/compaction.md), when there was something to check.
+                **(
+                    {
+                        "kept": list(e.kept),
+                        "missing_first": list(e.missing_first),
+                        "repaired": list(e.repaired),
+                        "lost": list(e.lost),
+                    }
+                    if e.kept or e.missing_first
+                    else {}
+                ),
             },
             agent=agent,
             parent=parent,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keel.agent.compaction import THRESHOLD, estimate_tokens
+from keel.agent.compaction import estimate_tokens
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import Text, Thinking, ToolResult, ToolUse
@@ -39,6 +39,10 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("help", "", "commands, keys and skills", while_busy=True),
         Builtin("clear", "", "start a fresh conversation (a new session)"),
         Builtin("compact", "[instructions]", "summarize the conversation now"),
+        Builtin(
+            "pin", "[TEXT]", "pin a fact every summary must keep (no text: list)", while_busy=True
+        ),
+        Builtin("unpin", "N", "unpin the fact /pin lists as N", while_busy=True),
         Builtin("init", "[AGENTS.md|CLAUDE.md]", "study the project and write its AGENTS.md"),
         Builtin("model", "[provider/model]", "switch the model (a picker without an argument)"),
         Builtin("mode", "[mode]", "permission mode: default, accept-edits, plan, bypass"),
@@ -195,7 +199,8 @@ def context_text(agent: Agent, context: int) -> str:
         f"| **total** | **{tokens(total)}** ({round(100 * total / window) if window else 0}%) |"
     )
     auto = "on" if agent.auto_compact else "off (auto_compact: false)"
-    lines += ["", f"Automatic compaction at {round(THRESHOLD * 100)}%: {auto}. `/compact` now."]
+    at = round(agent.compaction.threshold * 100)
+    lines += ["", f"Automatic compaction at {at}%: {auto}. `/compact` now."]
     lines += _instruction_lines(agent)
     return "\n".join(lines)
 
@@ -229,6 +234,19 @@ def _instruction_lines(agent: Agent) -> list[str]:
         lines += ["", "**Sent as notes** (files the model read or edited brought them)", ""]
         lines += [f"- `{path}`" for path in dict.fromkeys(sent)]
     return lines
+
+
+def pins_text(pins: Sequence[str], keep: Sequence[str]) -> str:
+    """`/pin`: the facts every summary must keep: the session's `pins`, numbered for `/unpin`,
+    then those of the `compaction.keep` setting."""
+    if not pins and not keep:
+        return "**Pinned facts:** none. `/pin TEXT` pins one: every summary must keep it."
+    lines = ["**Pinned facts** (every summary must keep them, word for word)", ""]
+    lines += [f"{i}. {fact}" for i, fact in enumerate(pins, 1)]
+    lines += [f"- {fact} (settings: compaction.keep)" for fact in keep]
+    if pins:
+        lines += ["", "`/unpin N` unpins one of this session's."]
+    return "\n".join(lines)
 
 
 def output_styles_text(agent: Agent, styles: list[OutputStyle], chosen: str) -> str:

@@ -778,6 +778,22 @@ class Controller:
             )
         )
 
+    async def _cmd_pin(self, args: str) -> None:
+        """`/pin TEXT`: every summary must keep TEXT (journaled: a resume keeps it); `/pin`:
+        the pins."""
+        if args.strip():
+            self.agent.pin(args)
+            self.show(Notice(f"pinned: {' '.join(args.split())}"))
+        else:
+            self.show(
+                Output(cmds.pins_text(self.agent.pins, self.agent.compaction.keep), title="pins")
+            )
+
+    async def _cmd_unpin(self, args: str) -> None:
+        if not args.strip().isdigit():
+            raise UserError(f"/unpin {args}: not a pin number", hint="/pin lists them; /unpin N")
+        self.show(Notice(f"unpinned: {self.agent.unpin(int(args))}"))
+
     async def _cmd_cost(self, args: str) -> None:
         self.show(Output(cmds.cost_text(self.agent, self.context), title="cost"))
 

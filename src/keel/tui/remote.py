@@ -60,6 +60,8 @@ REMOTE_COMMANDS: dict[str, str] = {
     "mode": "the permission mode (`/mode NAME`; Shift+Tab cycles)",
     "undo": "put back the files the last prompt changed",
     "compact": "summarize the conversation now",
+    "pin": "pin a fact every summary must keep (`/pin TEXT`; bare: the pins)",
+    "unpin": "unpin the fact `/pin` lists as N (`/unpin N`)",
     "clear": "a fresh context (a new session on the server)",
     "fork": "copy this session and continue in the copy",
     "cost": "what this session has cost",
@@ -708,6 +710,21 @@ class RemoteController:
             if self._ui is not None:
                 self.show(Output(exc.one_line(), "error"))
 
+    async def _pins(self, name: str, args: str) -> None:
+        """`/pin TEXT`, `/pin` (the list) and `/unpin N` on the server's session."""
+        s = f"/v1/sessions/{self.session_id}/pins"
+        if name == "unpin":
+            if not args.isdigit():
+                raise UserError(f"/unpin {args}: not a pin number", hint="/pin lists them")
+            done = await self.connection.request("DELETE", f"{s}/{args}")
+            self.show(Notice(f"unpinned: {done['unpinned']}"))
+        elif args:
+            await self.connection.request("POST", s, {"text": args})
+            self.show(Notice(f"pinned: {' '.join(args.split())}"))
+        else:
+            listed = await self.connection.request("GET", s)
+            self.show(Output(cmds.pins_text(listed["pins"], listed["keep"]), title="pins"))
+
     async def _command(self, name: str, args: str) -> None:
         s = f"/v1/sessions/{self.session_id}"
         match name:
@@ -757,6 +774,8 @@ class RemoteController:
                         f"{tokens(done['tokens_after'])} tokens"
                     )
                 )
+            case "pin" | "unpin":
+                await self._pins(name, args.strip())
             case "clear":
                 await self.connection.request("POST", f"{s}/clear")  # `cleared` switches
             case "fork":

@@ -84,7 +84,8 @@ def replay(records: Iterable[Record], info: ModelInfo, cwd: Path | None = None) 
                     events.append(ToolFinished(call, result, seconds, display, started_at, kind))
             case CompactionRecord(_summary, trigger, before, after, usage, summary_cost):
                 total, cost = total + usage, cost + summary_cost
-                events.append(ContextCompacted(trigger, before, after))
+                check = (p.kept, p.missing_first, p.repaired, p.lost)
+                events.append(ContextCompacted(trigger, before, after, *check))
                 events.append(UsageUpdated(usage, total, cost, after, info.window))
             case TerminalRecord(reason, message) if reason in _ENDINGS:
                 detail = f": {message}" if message and message != "cancelled" else ""
