@@ -471,8 +471,7 @@ class Subagents:
                 result = await child.run(prompt, forward)
             finally:
                 await _close_child(child, self.parent)
-            own = check_budget(child.limits, child.spend).exhausted
-            text, failed = _report(result, kind, own_budget=own)
+            text, failed = _report(result, kind, budget=_budget_stop(child))
             if worktree is not None:
                 try:
                     text += "\n\n" + await worktree.finish(description or kind.name)
@@ -520,7 +519,7 @@ class Subagents:
         # Nobody watches a subagent: it has a token budget of its own (the session's cap, else
         # the unattended default), and the parent's caps hold over it too.
         tokens = parent.limits.max_tokens or DEFAULT_UNATTENDED_TOKENS
-        limits = Limits(kind.max_turns, tokens)
+        limits = Limits(kind.max_turns, tokens, min_output_tokens=parent.limits.min_output_tokens)
         child = Agent(
             provider=provider,
             model=model,
@@ -617,8 +616,17 @@ async def _close_child(child: Agent, parent: Agent) -> None:
         await child.provider.aclose()
 
 
+def _budget_stop(child: Agent) -> tuple[str, bool] | None:
+    """Why a child stopped at a budget, and whether the budget was its own (else the session's
+    above it); None when no cap says so."""
+    if child.over_budget is not None:  # a request it could not pay for was not sent
+        return child.over_budget.message, child.over_budget.own
+    own = check_budget(child.limits, child.spend).exhausted
+    return (own, True) if own else None
+
+
 def _report(
-    result: RunResult, kind: AgentType, *, own_budget: str | None = None
+    result: RunResult, kind: AgentType, *, budget: tuple[str, bool] | None = None
 ) -> tuple[str, bool]:
     """What the parent sees of a finished child."""
     text = result.text.strip()
@@ -633,8 +641,10 @@ def _report(
             why = "was stopped for repeating the same tool calls"
         case "interrupted":
             why = "was interrupted"
-        case "budget" if own_budget:
-            why = f"stopped at its own token budget ({own_budget})"
+        case "budget" if budget is not None and budget[1]:
+            why = f"stopped at its own token budget ({budget[0]})"
+        case "budget" if budget is not None:
+            why = f"stopped at the session's budget ({budget[0]})"
         case "budget":
             why = "stopped: the session's budget is spent"
         case "error":
