@@ -300,7 +300,9 @@ async def test_max_turns_stops_with_notice(project: Path) -> None:
     assert agent.messages[-1].role == "user"  # tool results of turn 2 are in place
 
 
-async def test_token_budget_warns_once_then_stops_before_a_request_it_cannot_pay(project: Path) -> None:
+async def test_token_budget_warns_once_then_stops_before_a_request_it_cannot_pay(
+    project: Path,
+) -> None:
     ran: list[str] = []
 
     @tool

@@ -37,6 +37,10 @@ DEFAULT_UNATTENDED_TOKENS = 10_000_000
 #: The least reply a budget must still pay for, in output tokens, for a request to be sent
 #: (`budget.min_output_tokens`): below it, a reply is too short to be of use, and the run stops.
 DEFAULT_MIN_OUTPUT_TOKENS = 1024
+#: Tokens a provider adds to a request that no estimate of its text sees (a tool-use prompt of
+#: its own, ~350 tokens on Anthropic; message framing): counted when a budget prices a request
+#: whose input is estimated, not yet counted by its server.
+UNSEEN_PROMPT_TOKENS = 400
 
 
 @frozen

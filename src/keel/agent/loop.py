@@ -35,6 +35,7 @@ from keel.agent.compaction import (
 )
 from keel.agent.events import (
     MODEL_ENDED,
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -54,6 +55,7 @@ from keel.agent.events import (
 from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import (
     ESTIMATE_MARGIN,
+    UNSEEN_PROMPT_TOKENS,
     Admission,
     BudgetCheck,
     Limits,
@@ -292,6 +294,10 @@ class Agent:
         #: Why the last prompt stopped before a request its budget could not pay for (None: it
         #: did not): which cap, and what was left and needed.
         self.over_budget: OverBudget | None = None
+        #: Prompts run so far (a subagent cap counts per prompt), and whether this agent has
+        #: started a subagent (then each response also reports its row of the tree's spend).
+        self.prompts = 0
+        self.has_subagents = False
         self.ctx = ToolContext(
             cwd=self.cwd,
             root=git_root(self.cwd) or self.cwd,
@@ -841,6 +847,8 @@ class Agent:
     async def _drive(self, prompt: str | None, emit: Emit) -> RunResult:
         self._state = _TurnState(turns=0 if prompt is not None else self._restored_turns)
         self.over_budget = None
+        if prompt is not None:
+            self.prompts += 1
         if self.session is not None:
             self.ctx.raw_dir = self.session.path.with_name(self.session.path.stem + ".raw")
         if self.hooks is not None and not self.is_subagent:  # a subagent shares them
@@ -1324,6 +1332,8 @@ class Agent:
         # The worst case: nothing cached, every input token at the dearer of the input and the
         # cache-write price, and the estimate's margin on top of what was estimated.
         tokens = known + estimated + int(estimated * ESTIMATE_MARGIN)
+        if not known:  # the server has not counted this context yet
+            tokens += UNSEEN_PROMPT_TOKENS
         cost = RequestCost(tokens, 0.0, 0.0)  # a model without prices: the token caps only
         if info.input_price is not None and info.output_price is not None:
             input_price = max(info.input_price, info.cache_write_price or 0.0)
@@ -1636,6 +1646,28 @@ class Agent:
             UsageUpdated(
                 done.usage, self.spend.usage, self.spend.cost, done.usage.context, self.info.window
             )
+        )
+        if self.has_subagents:
+            emit(self.spend_row())
+
+    def spend_row(
+        self, agent: str = "main", description: str = "", status: str = "running", call: str = ""
+    ) -> AgentSpend:
+        """This agent's row of its tree's spend (`AgentSpend`)."""
+        root = self.spend
+        while root.parent is not None:
+            root = root.parent
+        spend = self.spend
+        return AgentSpend(
+            self.session.id if self.session is not None else self.session_id,
+            agent,
+            description,
+            status,
+            spend.own_usage,
+            spend.own_cost,
+            root.usage,
+            root.cost,
+            call,
         )
 
     def _answered_by(self, message: Message) -> ModelInfo:
