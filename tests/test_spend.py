@@ -449,3 +449,56 @@ def test_budget_and_subagent_settings_parse_and_a_project_may_only_lower(tmp_pat
     )
     # keel's defaults are the ceilings a project file may not pass when the user set none.
     assert (MAX_TOTAL, MAX_CONCURRENT) == (SHARED_SUBAGENTS_CEILING, SHARED_CONCURRENT_CEILING)
+
+
+# -- the TUI: each subagent's spend on its card, the tree's in the status bar, /cost by agent ---
+
+
+async def test_the_tui_shows_each_subagents_spend_live(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.tui import commands as cmds
+    from keel.tui.app import KeelApp
+    from keel.tui.widgets import StatusBar, ToolCard
+    from tests.tui_helpers import MODEL, make_controller
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    scripts: dict[str, list[Step]] = {
+        PARENT: [reply("", task("CHILD")), reply("All done.")],
+        # The child's second answer takes a while: the card and the status bar show it running.
+        "CHILD": [reply("", ("read", {"path": "util.py"})), Reply(reply("ok").message, delay=0.6)],
+    }
+    provider = RoutedProvider(scripts, model=MODEL.model)
+    controller = await make_controller(project, provider)
+    app = KeelApp(controller)
+    async with app.run_test(size=(110, 36)) as pilot:
+        app.prompt.load_text(PARENT)
+        await pilot.press("enter")
+        status, progress = "", ""
+        for _ in range(100):
+            await pilot.pause(0.02)
+            cards = [c for c in app.query(ToolCard) if c.tool_name == "task"]
+            status = str(app.query_one(StatusBar).render())
+            progress = cards[0].progress if cards else ""
+            if "1 subagent running" in status and "general" in progress:
+                break
+        # Sonnet 4.5 prices: 100 input and 20 output tokens cost $0.0006 a request. The child
+        # has answered once (its second request is in flight), the parent once.
+        assert progress == "general · $0.0006 · 120 tokens", status
+        assert status.endswith("$0.0012 · 240 tokens · 1 subagent running")
+        for _ in range(200):
+            if not controller.busy:
+                break
+            await pilot.pause(0.02)
+        await app.idle()
+        await pilot.pause()
+        status = str(app.query_one(StatusBar).render())
+        assert status.endswith("$0.0024 · 480 tokens")  # two parent and two child requests
+    rows = list(controller.spend_rows.values())
+    assert [(r.agent, r.status) for r in rows] == [("main", "running"), ("general", "end_turn")]
+    assert controller.status().agents_running == 0
+    shown = cmds.cost_text(controller.agent, controller.context, rows)
+    assert shown.endswith(
+        "**By agent:**\n\n- main · $0.0012 · 240 tokens\n- general · $0.0012 · 240 tokens (child)"
+    )
+    await controller.agent.aclose()
