@@ -502,3 +502,76 @@ async def test_the_tui_shows_each_subagents_spend_live(
         "**By agent:**\n\n- main · $0.0012 · 240 tokens\n- general · $0.0012 · 240 tokens (child)"
     )
     await controller.agent.aclose()
+
+
+# -- keel serve: the rows on the session's stream, and in the session's JSON -------------------
+
+
+def test_keel_serve_streams_and_describes_the_trees_spend(
+    project: Path, isolated_env: Path, tmp_path: Path
+) -> None:
+    from tests.helpers import user_settings_file
+    from tests.server_helpers import MODEL, TOKEN, Events, Servers
+
+    user_settings_file().parent.mkdir(parents=True, exist_ok=True)
+    user_settings_file().write_text(
+        json.dumps({"budget": {"usd": 1.5, "min_output_tokens": 600}}), encoding="utf-8"
+    )
+    scripts: dict[str, list[Step]] = {
+        PARENT: [reply("", task("CHILD")), reply("All done.")],
+        "CHILD": [reply("", ("read", {"path": "util.py"})), reply("child done")],
+    }
+    with AnthropicServer(responder=routed_responder(scripts), api_key="sk-ant-test") as model:
+        servers = Servers(project, model, tmp_path / "serve.log")
+        try:
+            served = servers.start()
+            with served.client(TOKEN) as client:
+                created = client.post("/v1/sessions", json={"model": MODEL})
+                assert created.status_code == 201, created.text
+                sid = created.json()["id"]
+                events = Events(client, sid, after=created.json()["last_seq"])
+                sent = client.post(f"/v1/sessions/{sid}/prompt", json={"text": PARENT})
+                assert sent.status_code == 202, sent.text
+                frames = events.until("status", busy=False)
+                events.close()
+                described = client.get(f"/v1/sessions/{sid}").json()
+        finally:
+            servers.stop_all()
+    # Sonnet 4.5 prices: 100 input and 20 output tokens cost $0.0006 a request.
+    rows = [f.data for f in frames if f.event == "agent_spend"]
+    seen = [(r["agent"], r["status"], r["cost_usd"], r["tree_cost_usd"]) for r in rows]
+    assert seen == [
+        ("main", "running", 0.0006, 0.0006),
+        ("general", "running", 0.0, 0.0006),
+        ("general", "running", 0.0006, 0.0012),
+        ("general", "running", 0.0012, 0.0018),
+        ("general", "end_turn", 0.0012, 0.0018),
+        ("main", "running", 0.0012, 0.0024),
+    ]
+    call = rows[1]["tool_use_id"]
+    assert call.startswith("toolu_")
+    child = rows[-2]
+    assert {k: v for k, v in child.items() if k not in ("seq", "session", "agent_id")} == {
+        "type": "agent_spend",
+        "agent": "general",
+        "description": "child",
+        "status": "end_turn",
+        "tool_use_id": call,
+        "usage": {"input": 200, "output": 40, "cache_read": 0, "cache_write": 0},
+        "cost_usd": 0.0012,
+        "tree_usage": {"input": 300, "output": 60, "cache_read": 0, "cache_write": 0},
+        "tree_cost_usd": 0.0018,
+    }
+    spend = described["spend"]
+    assert spend["budget"] == {
+        "usd": 1.5,
+        "tokens": None,
+        "min_output_tokens": 600,
+        "usd_left": 1.4976,
+        "tokens_left": None,
+    }
+    assert [(a["agent"], a["status"], a["cost_usd"]) for a in spend["agents"]] == [
+        ("main", "running", 0.0012),
+        ("general", "end_turn", 0.0012),
+    ]
+    assert described["cost_usd"] == 0.0024
