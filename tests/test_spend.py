@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import keel.trace as trace
 from keel.agent.events import AgentSpend, Event, RequestStarted, SubagentEvent, TurnFinished
 from keel.agent.limits import Limits
 from keel.agent.loop import Agent
@@ -260,9 +261,11 @@ async def test_a_subagent_tree_under_a_usd_cap_stops_before_crossing_it(project:
     with AnthropicServer(responder=worst_case(routed_responder(scripts)), api_key=KEY) as server:
         agent = priced_agent(server.url, project, Limits(max_usd=0.50), system="parent")
         enable_subagents(agent, load_agent_types(project, user_dir=None, home=project / "none"))
+        tracer = trace.attach(agent, directory=project / "t.trace")
         events: list[Event] = []
         result = await agent.run(PARENT, events.append)
         await agent.aclose()
+        tracer.close()
     sent = model_requests(server)
     costs = [cost_of(r) for r in sent]
     assert sum(costs) <= 0.50
@@ -275,6 +278,15 @@ async def test_a_subagent_tree_under_a_usd_cap_stops_before_crossing_it(project:
     for report in reports:
         assert report.text.startswith("the general subagent stopped at the session's budget")
     assert any(r.json["max_tokens"] < 8_000 for r in sent)
+    # The debug trace has each request's max_tokens as sent, and each agent's spend as it went.
+    records = trace.read(project / "t.trace")
+    traced = sorted(r["data"]["max_tokens"] for r in records if r["kind"] == "request")
+    assert traced == sorted(r.json["max_tokens"] for r in sent)
+    spends = [r["data"] for r in records if r["kind"] == "spend"]
+    assert [s["agent"] for s in spends].count("main") == 1  # the parent never answered again
+    assert {s["status"] for s in spends if s["agent"] == "general"} == {"running", "budget"}
+    assert spends[-1]["tree_cost"] == pytest.approx(agent.spend.cost)
+    assert all(s["tree_cost"] <= 0.50 for s in spends)
 
 
 # -- caps on how many subagents a prompt starts ------------------------------------------------
