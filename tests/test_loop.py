@@ -316,26 +316,28 @@ async def test_token_budget_warns_once_then_stops_before_a_request_it_cannot_pay
         return "ok"
 
     provider = ScriptedProvider(
-        [scripted_reply(call(f"t{i}", "act", n=i), usage=Usage(100, 20)) for i in range(5)]
+        [scripted_reply(call(f"t{i}", "act", n=i), usage=Usage(300, 20)) for i in range(5)]
     )
     agent = make_agent(
-        provider, project, tools=[act], limits=Limits(max_tokens=250, min_output_tokens=10)
+        provider, project, tools=[act], limits=Limits(max_tokens=700, min_output_tokens=10)
     )
     events: list[Event] = []
     result = await agent.run("go", events.append)
 
     assert result.stop_reason == "budget"
-    # Two requests fit; the third, whose input alone is about the 10 tokens left, is never sent.
+    # Two requests fit; the third, whose input alone is more than the 60 tokens left, is never
+    # sent.
     assert ran == ["0", "1"]
     assert len(provider.requests) == 2
-    assert provider.requests[0].max_tokens == 202  # 250 less the first request's ~48 tokens
+    # 700 less the first request's ~48 estimated tokens and the 400 a provider adds unseen.
+    assert provider.requests[0].max_tokens == 252
     notices = [e for e in events if isinstance(e, Notice)]
     assert notices == [
-        Notice("the budget left pays for 202 output tokens: max_tokens lowered to that", "info"),
-        Notice("96% of the token budget used (240 tokens of 250 tokens)", "warning"),
+        Notice("the budget left pays for 252 output tokens: max_tokens lowered to that", "info"),
+        Notice("91% of the token budget used (640 tokens of 700 tokens)", "warning"),
         Notice(
-            "budget: 10 tokens left of the 250-token budget; the next request needs ~130 "
-            "(~120 input and at least 10 output tokens)",
+            "budget: 60 tokens left of the 700-token budget; the next request needs ~330 "
+            "(~320 input and at least 10 output tokens)",
             "warning",
         ),
     ]
