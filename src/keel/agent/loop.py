@@ -550,7 +550,7 @@ class Agent:
             # What its context and notes delivered counts as delivered (the context was built for
             # the resume check; built later, it counts them itself).
             self.instruction_notes.reset("", self.messages)
-        self.spend = Spend(state.usage, state.cost)
+        self.spend = Spend(state.usage, state.cost, own_usage=state.usage, own_cost=state.cost)
         self._pending = state.pending
         self._runner.restore(state)  # calls of unknown outcome wait for a decision
         self._restored_turns = state.turns_since_prompt
@@ -1317,7 +1317,7 @@ class Agent:
         specs = json.dumps([[t.name, t.description, t.input_schema] for t in tools])
         return 0, (len(self.system) + len(specs)) // CHARS_PER_TOKEN + estimate_tokens(messages)
 
-    def _output_cap(
+    def _admitted(
         self, max_output: int, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> Admission:
         """`max_tokens` for a request of `messages` with this context's system prompt and
@@ -1431,7 +1431,7 @@ class Agent:
         tools, web_search = self.offer()
         for attempt in range(SUMMARY_TRIMS + 1):
             asked = compaction_messages(messages, instructions, trimmed=attempt > 0)
-            admitted = self._output_cap(cap, asked, tools)
+            admitted = self._admitted(cap, asked, tools)
             request = Request(
                 model=self.model,
                 system=self.system,
@@ -1525,7 +1525,7 @@ class Agent:
         `OverBudget`, before anything is sent, when the budgets cannot pay for it)."""
         tools, web_search = self.offer()
         messages = self.conversation.messages
-        admitted = self._output_cap(self.info.request_max_tokens, messages, tools)
+        admitted = self._admitted(self.info.request_max_tokens, messages, tools)
         if admitted.lowered and not self._state.budget_said:
             self._state.budget_said = True
             emit(
