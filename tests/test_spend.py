@@ -587,3 +587,53 @@ def test_keel_serve_streams_and_describes_the_trees_spend(
         ("general", "end_turn", 0.0012),
     ]
     assert described["cost_usd"] == 0.0024
+
+
+# -- keel -p: --max-subagents, and agent_spend lines in stream-json ----------------------------
+
+
+def test_keel_p_max_subagents_refuses_the_second_and_streams_the_spend(
+    project: Path, isolated_env: Path
+) -> None:
+    from tests.test_cli import keel
+
+    scripts: dict[str, list[Step]] = {
+        PARENT: [reply("", task("C1"), task("C2")), reply("One ran.")],
+        "C1": [reply("C1 done")],
+        "C2": [reply("unreached")],
+    }
+    with AnthropicServer(responder=routed_responder(scripts), api_key="sk-ant-test") as model:
+        out = keel(
+            "-p", PARENT, "--model", "anthropic/claude-sonnet-4-5", "--max-subagents", "1",
+            "--output-format", "stream-json",
+            cwd=project,
+            env={"ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": model.url},
+        )  # fmt: skip
+        sent = [r for r in model.requests if r.path.startswith("/v1/messages")]
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    finished = [x for x in lines if x["type"] == "tool_finished" and "subagent" not in x]
+    # Both calls ran side by side; the refused one ended first.
+    assert sorted((f["is_error"], f["output"]) for f in finished) == [
+        (False, "C1 done"),
+        (
+            True,
+            "not started: this prompt has started 1 subagent(s), the most it may "
+            "(subagents.max_total = 1); do the general task yourself, or wait for the reports "
+            "you have",
+        ),
+    ]
+    assert len(sent) == 3  # the parent twice, C1 once: C2 never reached the model
+    spend = [(x["agent"], x["status"]) for x in lines if x["type"] == "agent_spend"]
+    assert spend == [
+        ("main", "running"),
+        ("general", "running"),
+        ("general", "running"),
+        ("general", "end_turn"),
+        ("main", "running"),
+    ]
+    assert lines[-1]["type"] == "result"
+    # Sonnet 4.5: $0.0006 a request. The result's cost is the prompt's own requests; the last
+    # agent_spend line has the tree's (the subagent's request too).
+    assert lines[-1]["cost_usd"] == 0.0012
+    assert [x for x in lines if x["type"] == "agent_spend"][-1]["tree_cost_usd"] == 0.0018
