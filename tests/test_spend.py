@@ -478,7 +478,7 @@ async def test_the_tui_shows_each_subagents_spend_live(
     scripts: dict[str, list[Step]] = {
         PARENT: [reply("", task("CHILD")), reply("All done.")],
         # The child's second answer takes a while: the card and the status bar show it running.
-        "CHILD": [reply("", ("read", {"path": "util.py"})), Reply(reply("ok").message, delay=0.6)],
+        "CHILD": [reply("", ("read", {"path": "util.py"})), Reply(reply("ok").message, delay=1.0)],
     }
     provider = RoutedProvider(scripts, model=MODEL.model)
     controller = await make_controller(project, provider)
