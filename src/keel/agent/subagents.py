@@ -18,7 +18,10 @@ on Anthropic), `max_turns` (or `maxTurns`); the body is the child's prompt. Clau
 does not honour (`hooks`, `mcpServers`, `permissionMode`, …) are named in a warning.
 
 Several `task` calls in one round run concurrently (the tool is read-only: it never asks; the
-child's own calls go through the gate), at most `MAX_CONCURRENT` at once. With
+child's own calls go through the gate), at most `MAX_CONCURRENT` at once
+(`subagents.max_concurrent`; more wait), and one prompt starts at most `MAX_TOTAL`
+(`subagents.max_total`; more are refused with a tool error). Each child's spend is reported as
+`AgentSpend` events (when it starts, after each reply, when it ends). With
 `run_in_background` the call returns a task id at once and the result arrives later as a
 `<task-notification>`.
 """
@@ -511,7 +514,7 @@ class Subagents:
             parent.forward(child.spend_row(kind.name, description, "running", tool_use_id))
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
-            status = "error"
+            status = "interrupted"  # unless it returns: a child that raises was cancelled
             try:
                 prompt = await self._subagent_start(child, kind, prompt)
                 result = await child.run(prompt, forward)
