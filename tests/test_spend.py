@@ -637,3 +637,41 @@ def test_keel_p_max_subagents_refuses_the_second_and_streams_the_spend(
     # agent_spend line has the tree's (the subagent's request too).
     assert lines[-1]["cost_usd"] == 0.0012
     assert [x for x in lines if x["type"] == "agent_spend"][-1]["tree_cost_usd"] == 0.0018
+
+
+# -- admit, the pure rule ----------------------------------------------------------------------
+
+
+def test_admit_takes_the_tightest_budget_and_holds_the_worst_case() -> None:
+    from keel.agent.limits import OverBudget, RequestCost, Spend, admit
+
+    session = Spend(usage=Usage(1_000, 0), cost=0.40, held_usd=0.05)
+    child = Spend(parent=session, usage=Usage(500, 0))
+    cost = RequestCost(2_000, 0.0075, 15e-6)  # 2,000 input tokens at $3.75/M, $15/M out
+    budgets = [
+        (Limits(max_tokens=9_000), child, "the"),
+        (Limits(max_usd=0.50), session, "the session's"),
+    ]
+    # Tokens: 9,000 - 500 - 2,000 = 6,500. Dollars: (0.50 - 0.40 - 0.05 - 0.0075) / 15e-6 = 2,833.
+    got = admit(budgets, 8_000, cost)
+    assert (got.max_tokens, got.lowered) == (2_833, True)
+    assert got.held_usd == pytest.approx(0.0075 + 2_833 * 15e-6)
+    assert got.held_tokens == 2_000 + 2_833
+    assert admit([], 8_000, cost).max_tokens == 8_000  # no budget: as asked
+    # A hold counts in every spend above it until it is released.
+    child.hold(got.held_usd, got.held_tokens)
+    assert (session.held_usd, session.held_tokens) == (pytest.approx(0.05 + got.held_usd), 4_833)
+    with pytest.raises(OverBudget) as refused:
+        admit(budgets, 8_000, cost)
+    assert (refused.value.cap, refused.value.own) == ("usd", False)
+    assert refused.value.message == (
+        "budget: $0.0000 left of the session's $0.5000 USD budget; the next request needs "
+        "~$0.0229 (~2,000 input tokens, $0.0075, and at least 1,024 output tokens, $0.0154)"
+    )
+    child.hold(-got.held_usd, -got.held_tokens)
+    assert session.held_usd == pytest.approx(0.05)
+    # The floor never asks for more than the request itself does (a small window's reply).
+    tight = [(Limits(max_tokens=2_300), Spend(), "the")]
+    assert admit(tight, 256, cost).max_tokens == 256
+    with pytest.raises(OverBudget, match=r"^budget: 2,300 tokens left of the 2,300-token budget"):
+        admit(tight, 512, cost)
