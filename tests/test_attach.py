@@ -27,6 +27,7 @@ import pytest
 from textual.widgets import Markdown
 
 from keel.agent.events import (
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -120,6 +121,9 @@ def every_event() -> list[Event]:
         SubagentEvent("toolu_9", "explore", "look around", TextDelta("sub"), "bg-1"),
         SubagentEvent("toolu_9", "explore", "look around", ToolStarted(call, 2.0, "builtin")),
         BackgroundFinished("bg-1", "subagent", "completed", "look around"),
+        AgentSpend(
+            "s2", "explore", "look around", "end_turn", usage, 0.5, usage + usage, 1.25, "t9"
+        ),
     ]
 
 

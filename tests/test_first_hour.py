@@ -382,10 +382,14 @@ def test_a_runaway_stops_at_the_default_budget_naming_the_flag(
     assert out.returncode == 3, out.stderr
     result = json.loads(out.stdout)
     sid = result["session_id"]
-    assert (result["stop_reason"], result["turns"]) == ("budget", 100)
+    # After 99 turns (9,929,700 tokens) the 100th would reread the 100k context: not sent.
+    assert (result["stop_reason"], result["turns"]) == ("budget", 99)
     lines = unsandboxed_line_dropped(out.stderr).splitlines()
-    assert lines[-2:] == [
-        "keel: warning: not run: budget reached: 10,030,000 tokens of 10,000,000 tokens",
+    assert lines[-2].startswith(
+        "keel: warning: budget: 70,300 tokens left of the 10,000,000-token budget; the next "
+        "request needs ~10"
+    )
+    assert lines[-1:] == [
         "keel: the session stopped at its budget; raise it with --max-tokens-budget N (or "
         "budget.tokens in settings; 0 for none), and continue this session with: keel resume "
         f"{sid} --max-tokens-budget 20000000",
@@ -403,17 +407,23 @@ def test_a_resume_with_a_higher_budget_goes_on(
     assert out.returncode == 3, out.stderr
     (path,) = session_files(isolated_env)
     sid = path.stem
-    assert unsandboxed_line_dropped(out.stderr).splitlines()[-3:] == [
-        "keel: warning: not run: budget reached: 120,000 tokens of 100,000 tokens",
+    lines = unsandboxed_line_dropped(out.stderr).splitlines()
+    # The second request would reread the 60k context with 40k left: it is not sent.
+    assert lines[-3].startswith(
+        "keel: warning: budget: 40,000 tokens left of the 100,000-token budget; the next "
+        "request needs ~61,"
+    )
+    assert lines[-2:] == [
         "keel: stopped: budget",
         "keel: the session stopped at its budget; raise it with --max-tokens-budget N (or "
         "budget.tokens in settings; 0 for none), and continue this session with: keel resume "
         f"{sid} --max-tokens-budget 200000",
     ]
-    out = keel("resume", sid, "--model", model, "--max-tokens-budget", "200000", cwd=project)
+    # Three more requests at 60k each: 240k in all.
+    out = keel("resume", sid, "--model", model, "--max-tokens-budget", "300000", cwd=project)
     assert (out.returncode, out.stdout) == (0, "Finished.\n"), out.stderr
     assert unsandboxed_line_dropped(out.stderr).splitlines()[0] == (
-        "keel: resuming with max_tokens: 100000 -> 200000 (as given)"
+        "keel: resuming with max_tokens: 100000 -> 300000 (as given)"
     )
     terminal = read_records(path).records[-1].payload
     assert getattr(terminal, "reason", None) == "completed"

@@ -300,7 +300,9 @@ async def test_max_turns_stops_with_notice(project: Path) -> None:
     assert agent.messages[-1].role == "user"  # tool results of turn 2 are in place
 
 
-async def test_token_budget_warns_once_then_stops_before_running_tools(project: Path) -> None:
+async def test_token_budget_warns_once_then_stops_before_a_request_it_cannot_pay(
+    project: Path,
+) -> None:
     ran: list[str] = []
 
     @tool
@@ -314,23 +316,32 @@ async def test_token_budget_warns_once_then_stops_before_running_tools(project: 
         return "ok"
 
     provider = ScriptedProvider(
-        [scripted_reply(call(f"t{i}", "act", n=i), usage=Usage(100, 20)) for i in range(5)]
+        [scripted_reply(call(f"t{i}", "act", n=i), usage=Usage(300, 20)) for i in range(5)]
     )
-    agent = make_agent(provider, project, tools=[act], limits=Limits(max_tokens=250))
+    agent = make_agent(
+        provider, project, tools=[act], limits=Limits(max_tokens=700, min_output_tokens=10)
+    )
     events: list[Event] = []
     result = await agent.run("go", events.append)
 
     assert result.stop_reason == "budget"
-    assert ran == ["0", "1"]  # the third response went over budget: its tool never ran
+    # Two requests fit; the third, whose input alone is more than the 60 tokens left, is never
+    # sent.
+    assert ran == ["0", "1"]
+    assert len(provider.requests) == 2
+    # 700 less the first request's ~48 estimated tokens and the 400 a provider adds unseen.
+    assert provider.requests[0].max_tokens == 252
     notices = [e for e in events if isinstance(e, Notice)]
     assert notices == [
-        Notice("96% of the token budget used (240 tokens of 250 tokens)", "warning"),
-        Notice("not run: budget reached: 360 tokens of 250 tokens", "warning"),
+        Notice("the budget left pays for 252 output tokens: max_tokens lowered to that", "info"),
+        Notice("91% of the token budget used (640 tokens of 700 tokens)", "warning"),
+        Notice(
+            "budget: 60 tokens left of the 700-token budget; the next request needs ~330 "
+            "(~320 input and at least 10 output tokens)",
+            "warning",
+        ),
     ]
-    assert agent.messages[-1] == Message(
-        "user",
-        (tool_result("t2", "not run: budget reached: 360 tokens of 250 tokens", is_error=True),),
-    )
+    assert agent.messages[-1] == Message("user", (tool_result("t1", "ok"),))
 
 
 async def test_usd_budget_stops_before_the_next_request(project: Path) -> None:

@@ -6,6 +6,7 @@ numeric flags that refuse nan, inf and negatives."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -172,16 +173,20 @@ def test_keel_p_has_a_token_budget_by_default(
     out = keel("-p", "go", "--model", f"scripted:{script}", "--output-format", "json", cwd=project)
     assert out.returncode == 3, out.stderr
     assert json.loads(out.stdout)["stop_reason"] == "budget"
-    # All four tiers count: (cap - 49,000) + 50,000 = cap + 1,000.
     sid = json.loads(out.stdout)["session_id"]
     lines = out.stderr.splitlines()
     assert lines[0] == "⏺ bash echo one >> log"
     assert lines[1].startswith("  └ ✓ ")
     assert lines[1].endswith("s  [exit code 0]")
-    assert lines[2:] == [
+    # The second request would reread the ~9.95M-token context: it is not sent.
+    refused = f"keel: warning: budget: 49,000 tokens left of the {cap:,}-token budget; the next "
+    assert lines[3].startswith(refused), lines[3]
+    assert re.fullmatch(
+        r".*needs ~9,95\d,\d{3} \(~9,95\d,\d{3} input and at least 512 output tokens\)", lines[3]
+    )
+    assert lines[2:3] + lines[4:] == [
         f"keel: warning: {(cap - 49_000) / cap:.0%} of the token budget used "
         f"({cap - 49_000:,} tokens of {cap:,} tokens)",
-        f"keel: warning: not run: budget reached: {cap + 1_000:,} tokens of {cap:,} tokens",
         "keel: the session stopped at its budget; raise it with --max-tokens-budget N (or "
         "budget.tokens in settings; 0 for none), and continue this session with: keel resume "
         f"{sid} --max-tokens-budget {2 * cap}",
@@ -233,17 +238,18 @@ async def test_a_subagent_has_a_token_budget_of_its_own(project: Path) -> None:
     result = await agent.run(parent)
     await agent.aclose()
     assert (result.stop_reason, result.text) == ("end_turn", "The child stopped.")
-    assert len(provider.of("CHILD")) == 2
+    # Its second request would reread its ~9.95M-token context with 49,000 tokens left.
+    assert len(provider.of("CHILD")) == 1
     report = provider.of(parent)[1].messages[-1].blocks[0]
     assert isinstance(report, ToolResult)
     assert report.is_error
     cap = DEFAULT_UNATTENDED_TOKENS
     assert report.text.startswith(
-        f"the general subagent stopped at its own token budget (budget reached: {cap + 1_000:,} "
-        f"tokens of {cap:,} tokens)"
+        "the general subagent stopped at its own token budget (budget: 49,000 tokens left of "
+        f"the {cap:,}-token budget; the next request needs ~9,95"
     )
     # The child's spend counts in the parent's.
-    assert agent.spend.usage.total == cap + 1_000 + 2 * 120
+    assert agent.spend.usage.total == cap - 49_000 + 2 * 120
 
 
 # -- 3. thinking and effort in the resume fingerprint ---------------------------------------------

@@ -116,6 +116,16 @@ def test_prompt_streams_the_run_over_sse(
             "turns": 0,
             "usage": {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0},
             "cost_usd": 0.0,
+            "spend": {
+                "budget": {
+                    "usd": None,
+                    "tokens": None,
+                    "min_output_tokens": 1024,
+                    "usd_left": None,
+                    "tokens_left": None,
+                },
+                "agents": [],
+            },
             "last_seq": built,
             "pending": [],
             "tasks": [],

@@ -315,7 +315,10 @@ async def test_a_subagent_can_spend_the_parents_budget(project: Path) -> None:
     agent, provider = make_agent(
         project,
         {
-            PARENT: [reply("", task("CHILD: spend"), usage=Usage(1_000, 100)), reply("unreached")],
+            PARENT: [
+                reply("", task("CHILD: spend"), usage=Usage(1_000, 100)),
+                reply("The child ran out.", usage=Usage(1_200, 100)),
+            ],
             "CHILD": [
                 reply("", ("ls", {}), usage=big),
                 reply("", ("ls", {}), usage=big),
@@ -328,11 +331,17 @@ async def test_a_subagent_can_spend_the_parents_budget(project: Path) -> None:
     result = await agent.run(PARENT)
     (report,) = results_of(agent, 2)
     assert report.is_error
-    assert report.text.startswith("the general subagent stopped: the session's budget is spent")
-    assert result.stop_reason == "budget"
-    assert len(provider.of("CHILD")) == 2
-    assert len(provider.of(PARENT)) == 1
-    assert agent.spend.cost == pytest.approx(0.011 + 2 * 0.51)
+    # The child's second request would reread its 50k-token context ($0.50 and more) with
+    # $0.479 of the session's dollar left: it is not sent.
+    assert report.text.startswith(
+        "the general subagent stopped at the session's budget (budget: $0.4790 left of the "
+        "session's $1.0000 USD budget; the next request needs ~$0.52"
+    )
+    assert len(provider.of("CHILD")) == 1
+    # The parent's own next request fits what is left.
+    assert (result.stop_reason, result.text) == ("end_turn", "The child ran out.")
+    assert agent.spend.cost == pytest.approx(0.011 + 0.51 + 0.013)
+    assert agent.spend.cost <= 1.0
 
 
 async def test_a_looping_subagent_is_stopped(project: Path) -> None:

@@ -265,6 +265,26 @@ class BackgroundFinished:
     description: str
 
 
+@frozen
+class AgentSpend:
+    """What one agent of a tree has spent, live: a subagent's row when it starts, after each of
+    its responses and when it ends (`status`: running, then its stop reason); the main agent's
+    (`agent` "main") after its own responses once it has started a subagent. `usage` and `cost`
+    are the agent's own; `tree_usage` and `tree_cost` the whole tree's (the main agent's spend
+    with every subagent's)."""
+
+    agent_id: str
+    agent: str
+    description: str
+    status: str
+    usage: Usage
+    cost: float
+    tree_usage: Usage
+    tree_cost: float
+    #: The `task` call that started it ("" for the main agent).
+    tool_use_id: str = ""
+
+
 Event: TypeAlias = (
     TurnStarted
     | RequestStarted
@@ -287,10 +307,12 @@ Event: TypeAlias = (
     | TurnFinished
     | SubagentEvent
     | BackgroundFinished
+    | AgentSpend
 )
 
 __all__ = [
     "MODEL_ENDED",
+    "AgentSpend",
     "AssistantMessage",
     "BackgroundFinished",
     "ContextCompacted",

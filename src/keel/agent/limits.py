@@ -7,14 +7,21 @@ turn with `budget` once reached. Unattended runs (`keel -p`, subagents) get a to
 
 A subagent has a `Spend` of its own whose additions also count in its parent's, so its own cap
 and every cap above it hold at once (`Agent.budgets`).
+
+Caps hold before a request is sent, not only after (`admit`): the request's input is priced as if
+nothing were cached, its `max_tokens` is lowered to what the remainder pays for at the output
+price, and that worst case is held (`Spend.hold`) until the reply is counted, so requests of a
+tree in flight at once (parallel subagents) cannot together spend past a cap. When the remainder
+cannot pay for the input and `min_output_tokens` of reply, the request is not sent (`OverBudget`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from keel.errors import UserError
+from keel.errors import RunError, UserError
 from keel.frozen import frozen
 from keel.llm.catalog import SMALL_WINDOW
 from keel.llm.messages import Usage
@@ -27,6 +34,13 @@ DEFAULT_MAX_TURNS = 200
 #: about $3 at Sonnet-class cache-read prices, $30 uncached). The seed's 200,000 stopped a task
 #: on a 2 kB file after 37 turns.
 DEFAULT_UNATTENDED_TOKENS = 10_000_000
+#: The least reply a budget must still pay for, in output tokens, for a request to be sent
+#: (`budget.min_output_tokens`): below it, a reply is too short to be of use, and the run stops.
+DEFAULT_MIN_OUTPUT_TOKENS = 1024
+#: Tokens a provider adds to a request that no estimate of its text sees (a tool-use prompt of
+#: its own, ~350 tokens on Anthropic; message framing): counted when a budget prices a request
+#: whose input is estimated, not yet counted by its server.
+UNSEEN_PROMPT_TOKENS = 400
 
 
 @frozen
@@ -35,6 +49,7 @@ class Limits:
     max_tokens: int | None = None
     max_usd: float | None = None
     warn_at: float = 0.8
+    min_output_tokens: int = DEFAULT_MIN_OUTPUT_TOKENS
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -45,23 +60,43 @@ class Limits:
             raise UserError(f"the USD budget must be a positive number, not {self.max_usd}")
         if not 0 < self.warn_at <= 1:
             raise UserError("warn_at must be in (0, 1]")
+        if self.min_output_tokens < 1:
+            raise UserError("budget.min_output_tokens must be at least 1")
 
 
 @dataclass
 class Spend:
-    """What a session has used, and which budget warnings were already given."""
+    """What a session has used (its subagents' spend included), and which budget warnings were
+    already given."""
 
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     warned: set[str] = field(default_factory=set)
     #: A subagent's spend also counts in its parent's.
     parent: Spend | None = None
+    #: What this run used itself, without its subagents' (the per-agent view of a tree).
+    own_usage: Usage = field(default_factory=Usage)
+    own_cost: float = 0.0
+    #: The worst case of the requests in flight in this tree (`hold`), as (USD, tokens).
+    held_usd: float = 0.0
+    held_tokens: int = 0
 
     def add(self, usage: Usage, cost: float) -> None:
+        self.own_usage = self.own_usage + usage
+        self.own_cost += cost
         spend: Spend | None = self
         while spend is not None:
             spend.usage = spend.usage + usage
             spend.cost += cost
+            spend = spend.parent
+
+    def hold(self, usd: float, tokens: int) -> None:
+        """Count a request's worst case against this spend and every one above it until
+        `hold(-usd, -tokens)` releases it (after its reply was added)."""
+        spend: Spend | None = self
+        while spend is not None:
+            spend.held_usd += usd
+            spend.held_tokens += tokens
             spend = spend.parent
 
 
@@ -118,3 +153,77 @@ def output_budget(window: int, context: int, max_output: int) -> int:
     if 0 < window <= SMALL_WINDOW:
         room = min(room, window // SMALL_REPLY_SHARE)
     return max(min(MIN_OUTPUT_TOKENS, max_output), min(max_output, room))
+
+
+class OverBudget(RunError):
+    """A request was not sent: the budget left cannot pay for its input and a useful reply.
+    The loop stops the turn with `budget`; the message says what was left and what was needed,
+    `cap` which cap (`usd` or `tokens`), `own` whether it is the run's own (else a cap of the
+    run it belongs to)."""
+
+    def __init__(self, message: str, *, cap: str, own: bool) -> None:
+        super().__init__(message, hint="raise the budget, or lower budget.min_output_tokens")
+        self.cap = cap
+        self.own = own
+
+
+@frozen
+class RequestCost:
+    """What a request costs before its reply: its input at worst (`input_tokens`, nothing cached,
+    priced at `input_usd`) and the price of one output token (USD; 0 when unpriced)."""
+
+    input_tokens: int
+    input_usd: float
+    output_usd: float
+
+
+@frozen
+class Admission:
+    """A request's `max_tokens` after the budgets (`lowered`: a budget lowered it), and the worst
+    case to hold while it is in flight."""
+
+    max_tokens: int
+    lowered: bool
+    held_usd: float
+    held_tokens: int
+
+
+def admit(budgets: Sequence[tuple[Limits, Spend, str]], asked: int, cost: RequestCost) -> Admission:
+    """Pure: `asked` (the request's `max_tokens`) lowered to what every budget's remainder pays
+    for after the input, or `OverBudget` when one cannot pay for the input plus its limits'
+    `min_output_tokens` (or `asked`, if less). `budgets`: (limits, spend, whose: "the" or "the
+    session's") from the run's own out to the outermost."""
+    max_tokens = asked
+    for limits, spend, whose in budgets:
+        floor = min(limits.min_output_tokens, asked)
+        if limits.max_usd is not None and cost.output_usd > 0:
+            left = limits.max_usd - spend.cost - spend.held_usd
+            pays = math.floor((left - cost.input_usd) / cost.output_usd)
+            if pays < floor:
+                raise OverBudget(
+                    f"budget: ${max(left, 0.0):.4f} left of {whose} ${limits.max_usd:.4f} USD "
+                    f"budget; the next request needs ~${cost.input_usd + floor * cost.output_usd:.4f} "
+                    f"(~{cost.input_tokens:,} input tokens, ${cost.input_usd:.4f}, and at least "
+                    f"{floor:,} output tokens, ${floor * cost.output_usd:.4f})",
+                    cap="usd",
+                    own=whose == "the",
+                )
+            max_tokens = min(max_tokens, pays)
+        if limits.max_tokens is not None:
+            left_tokens = limits.max_tokens - spend.usage.total - spend.held_tokens
+            pays = left_tokens - cost.input_tokens
+            if pays < floor:
+                raise OverBudget(
+                    f"budget: {max(left_tokens, 0):,} tokens left of {whose} {limits.max_tokens:,}-"
+                    f"token budget; the next request needs ~{cost.input_tokens + floor:,} "
+                    f"(~{cost.input_tokens:,} input and at least {floor:,} output tokens)",
+                    cap="tokens",
+                    own=whose == "the",
+                )
+            max_tokens = min(max_tokens, pays)
+    return Admission(
+        max_tokens,
+        max_tokens < asked,
+        cost.input_usd + max_tokens * cost.output_usd,
+        cost.input_tokens + max_tokens,
+    )

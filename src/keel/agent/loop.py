@@ -38,6 +38,7 @@ from keel.agent.compaction import (
 )
 from keel.agent.events import (
     MODEL_ENDED,
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -55,7 +56,19 @@ from keel.agent.events import (
     UsageUpdated,
 )
 from keel.agent.instruction_notes import InstructionNotes
-from keel.agent.limits import BudgetCheck, Limits, Spend, check_budget, output_budget
+from keel.agent.limits import (
+    ESTIMATE_MARGIN,
+    UNSEEN_PROMPT_TOKENS,
+    Admission,
+    BudgetCheck,
+    Limits,
+    OverBudget,
+    RequestCost,
+    Spend,
+    admit,
+    check_budget,
+    output_budget,
+)
 from keel.agent.output_styles import OutputStyle, base_prompt, style_section
 from keel.agent.prompt import (
     build_context,
@@ -228,6 +241,9 @@ class _TurnState:
     #: The last request's `max_tokens`, and whether its reply was empty (no text, no call).
     max_tokens: int = 0
     empty_reply: bool = False
+    #: A budget lowered the last request's `max_tokens` (`limits.admit`); said once per prompt.
+    budget_lowered: bool = False
+    budget_said: bool = False
 
 
 def _directory(cwd: object) -> Path:
@@ -278,6 +294,13 @@ class Agent:
         #: The caps of the runs this one belongs to (a subagent's parent), with their spend:
         #: each holds as well as this run's own `limits`.
         self.enclosing_budgets: list[tuple[Limits, Spend]] = []
+        #: Why the last prompt stopped before a request its budget could not pay for (None: it
+        #: did not): which cap, and what was left and needed.
+        self.over_budget: OverBudget | None = None
+        #: Prompts run so far (a subagent cap counts per prompt), and whether this agent has
+        #: started a subagent (then each response also reports its row of the tree's spend).
+        self.prompts = 0
+        self.has_subagents = False
         self.ctx = ToolContext(
             cwd=self.cwd,
             root=git_root(self.cwd) or self.cwd,
@@ -534,7 +557,7 @@ class Agent:
             # What its context and notes delivered counts as delivered (the context was built for
             # the resume check; built later, it counts them itself).
             self.instruction_notes.reset("", self.messages)
-        self.spend = Spend(state.usage, state.cost)
+        self.spend = Spend(state.usage, state.cost, own_usage=state.usage, own_cost=state.cost)
         self._pending = state.pending
         self._runner.restore(state)  # calls of unknown outcome wait for a decision
         self._restored_turns = state.turns_since_prompt
@@ -857,6 +880,9 @@ class Agent:
 
     async def _drive(self, prompt: str | None, emit: Emit) -> RunResult:
         self._state = _TurnState(turns=0 if prompt is not None else self._restored_turns)
+        self.over_budget = None
+        if prompt is not None:
+            self.prompts += 1
         if self.session is not None:
             self.ctx.raw_dir = self.session.path.with_name(self.session.path.stem + ".raw")
         if self.hooks is not None and not self.is_subagent:  # a subagent shares them
@@ -894,6 +920,9 @@ class Agent:
                 raise
             task.uncancel()
             stop = "interrupted"
+        except OverBudget as exc:  # a request the budget could not pay for was not sent
+            emit(Notice(exc.message, "warning"))
+            stop, self.over_budget = "budget", exc
         except KeelError as exc:
             stop, error = "error", exc.one_line()
             await self._stop_failure_hook(exc, emit)
@@ -1284,6 +1313,8 @@ class Agent:
             return
         try:
             await self._compact(emit, trigger="auto", mid_turn=mid_turn)
+        except OverBudget:
+            raise  # the turn stops with `budget`, not with a failed compaction
         except RunError as exc:  # a model error, or a summary that cannot fit
             # Not retried until a compaction succeeds; overflow recovery stays armed.
             self._compaction_failed = True
@@ -1307,19 +1338,51 @@ class Agent:
         if facts.warning and not self.is_subagent:
             emit(Notice(facts.warning, "warning"))
 
-    def _output_cap(
-        self, max_output: int, messages: Sequence[Message], tools: Sequence[ToolSpec]
-    ) -> int:
-        """`max_tokens` for a request of `messages` with this context's system prompt and
-        `tools`: `max_output`, or what the window leaves (`output_budget`)."""
+    def _input_tokens(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> tuple[int, int]:
+        """About how many tokens a request of `messages` with this context's system prompt and
+        `tools` holds, as (known, estimated): the last response's context as its server counted
+        it, and an estimate of what was added since."""
         mark = self._context_mark
         if self._last_context and list(messages[:mark]) == self.messages[:mark]:
-            context = self._last_context + estimate_tokens(messages[mark:])
-        else:  # the first request of a context: its system prompt and tools count too
-            specs = json.dumps([[t.name, t.description, t.input_schema] for t in tools])
-            context = (len(self.system) + len(specs)) // CHARS_PER_TOKEN
-            context += estimate_tokens(messages)
-        return output_budget(self.info.window, context, max_output)
+            return self._last_context, estimate_tokens(messages[mark:])
+        # The first request of a context: its system prompt and tools count too.
+        specs = json.dumps([[t.name, t.description, t.input_schema] for t in tools])
+        return 0, (len(self.system) + len(specs)) // CHARS_PER_TOKEN + estimate_tokens(messages)
+
+    def _admitted(
+        self, max_output: int, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Admission:
+        """`max_tokens` for a request of `messages` with this context's system prompt and
+        `tools`: `max_output`, or what the window leaves (`output_budget`), or what the budgets
+        left pay for (`limits.admit`, which raises `OverBudget` when that is too little)."""
+        known, estimated = self._input_tokens(messages, tools)
+        asked = output_budget(self.info.window, known + estimated, max_output)
+        budgets = self._budgets()
+        if not budgets:
+            return Admission(asked, False, 0.0, 0)
+        info = self.info
+        # The worst case: nothing cached, every input token at the dearer of the input and the
+        # cache-write price, and the estimate's margin on top of what was estimated.
+        tokens = known + estimated + int(estimated * ESTIMATE_MARGIN)
+        if not known:  # the server has not counted this context yet
+            tokens += UNSEEN_PROMPT_TOKENS
+        cost = RequestCost(tokens, 0.0, 0.0)  # a model without prices: the token caps only
+        if info.input_price is not None and info.output_price is not None:
+            input_price = max(info.input_price, info.cache_write_price or 0.0)
+            cost = RequestCost(tokens, tokens * input_price / 1e6, info.output_price / 1e6)
+        return admit(budgets, asked, cost)
+
+    def _budgets(self) -> list[tuple[Limits, Spend, str]]:
+        """The caps a request must fit: this run's, then those of the runs it belongs to."""
+        budgets = []
+        if self.limits.max_usd is not None or self.limits.max_tokens is not None:
+            budgets.append((self.limits, self.spend, "the"))
+        for limits, spend in self.enclosing_budgets:
+            if limits.max_usd is not None or limits.max_tokens is not None:
+                budgets.append((limits, spend, "the session's"))
+        return budgets
 
     async def compact(
         self, instructions: str = "", on_event: Emit | None = None
@@ -1364,9 +1427,12 @@ class Agent:
         summary = parse_summary(done.message.text)
         if not summary:
             raise LLMError("the model returned an empty summary")
+        # Counted now, so the budget sees it before a repair request is admitted.
+        self.spend.add(done.usage, cost)
         summary, verified, amended = await self._checked(emit, asked, done, summary, keep)
-        usage = done.usage + (amended.usage if amended is not None else Usage())
-        cost += self.info.cost(amended.usage) if amended is not None else 0.0
+        repair = amended.usage if amended is not None else Usage()
+        repair_cost = self.info.cost(repair) if amended is not None else 0.0
+        usage, cost = done.usage + repair, cost + repair_cost
         path = str(self.session.path) if self.session is not None else None
         lost_pins = [f for f in verified.lost if f in keep.pins]
         new = compacted_message(
@@ -1398,7 +1464,7 @@ class Agent:
         self.session_start_source = "compact"  # Claude Code: SessionStart(compact) next
         if self.instruction_notes is not None:  # only what this context holds was delivered
             self.instruction_notes.reset("", self.messages)
-        self.spend.add(usage, cost)
+        self.spend.add(repair, repair_cost)
         emit(ContextCompacted(trigger, before, tokens_after, *_lists(verified)))
         if verified.missing_first:
             emit(Notice(verified.note(), "warning" if verified.lost else "info"))
@@ -1428,20 +1494,25 @@ class Agent:
                 keep=keep.facts,
                 additions=self.compaction.prompts,
             )
+            admitted = self._admitted(cap, asked, tools)
             request = Request(
                 model=self.model,
                 system=self.system,
                 messages=asked,
                 tools=tools,
                 web_search=web_search,
-                max_tokens=self._output_cap(cap, asked, tools),
+                max_tokens=admitted.max_tokens,
                 cache_key=self.session_id,
             )
             emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
+            # Released as the reply returns: `_compact` adds its cost before it next awaits.
+            self.spend.hold(admitted.held_usd, admitted.held_tokens)
             try:
                 return (*await timed_reply(self.provider, request, RequestClock()), asked)
             except ContextOverflow as exc:
                 overflow = exc
+            finally:
+                self.spend.hold(-admitted.held_usd, -admitted.held_tokens)
             # Aim below what the window leaves and below half of what was just refused.
             room = int(COMPACT_FILL * max(0, self.info.window - cap))
             budget = min(room, (budget or estimate_tokens(self.messages)) // 2)
@@ -1483,21 +1554,29 @@ class Agent:
         messages = repair_messages(asked, done.message, missing)
         tools, web_search = self.offer()
         cap = summary_cap(self.info.window, self.info.request_max_tokens)
+        try:
+            admitted = self._admitted(cap, messages, tools)
+        except OverBudget as exc:  # not sent: what is missing is appended instead
+            emit(Notice(f"the summary's repair request was not sent: {exc.one_line()}", "warning"))
+            return None
         request = Request(
             model=self.model,
             system=self.system,
             messages=messages,
             tools=tools,
             web_search=web_search,
-            max_tokens=self._output_cap(cap, messages, tools),
+            max_tokens=admitted.max_tokens,
             cache_key=self.session_id,
         )
         emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
+        self.spend.hold(admitted.held_usd, admitted.held_tokens)
         try:
             amended, timing = await timed_reply(self.provider, request, RequestClock())
         except LLMError as exc:
             emit(Notice(f"the summary's repair request failed: {exc.one_line()}", "warning"))
             return None
+        finally:
+            self.spend.hold(-admitted.held_usd, -admitted.held_tokens)
         if amended is not None:
             cost = self.info.cost(amended.usage)
             model = amended.message.model or self.model
@@ -1564,31 +1643,60 @@ class Agent:
                 budget = BudgetCheck(outer.exhausted, budget.warnings)
         return budget
 
-    def _request(self) -> Request:
+    def _request(self, emit: Emit) -> tuple[Request, Admission]:
+        """The next turn's request, its `max_tokens` within the window and the budgets (raises
+        `OverBudget`, before anything is sent, when the budgets cannot pay for it)."""
         tools, web_search = self.offer()
-        return Request(
+        messages = self.conversation.messages
+        admitted = self._admitted(self.info.request_max_tokens, messages, tools)
+        if admitted.lowered and not self._state.budget_said:
+            self._state.budget_said = True
+            emit(
+                Notice(
+                    f"the budget left pays for {admitted.max_tokens:,} output tokens: "
+                    "max_tokens lowered to that",
+                    "info",
+                )
+            )
+        request = Request(
             model=self.model,
             system=self.system,
-            messages=tuple(self.conversation.messages),
+            messages=tuple(messages),
             tools=tools,
             web_search=web_search,
-            max_tokens=self._output_cap(
-                self.info.request_max_tokens, self.conversation.messages, tools
-            ),
+            max_tokens=admitted.max_tokens,
             effort=self.effort,
             cache_key=self.session_id,
         )
+        return request, admitted
 
     async def _query(self, emit: Emit) -> Done:
         state = self._state
+        request, admitted = self._request(emit)
         state.turns += 1
         self.total_turns += 1
         state.partial = []
-        request = self._request()
         state.max_tokens = request.max_tokens
+        state.budget_lowered = admitted.lowered
         emit(RequestStarted(state.turns, self.model, request, "turn"))
-        done: Done | None = None
         clock = RequestClock()
+        # The worst case is held while the request is in flight, so that the other requests of
+        # the tree (parallel subagents) see it spent; released once the reply's cost is added.
+        self.spend.hold(admitted.held_usd, admitted.held_tokens)
+        try:
+            done = await self._stream(request, clock, emit)
+        finally:
+            self.spend.hold(-admitted.held_usd, -admitted.held_tokens)
+        if self.session is not None:
+            # The one fdatasync before anything the reply leads to, off the event loop thread.
+            await self.session.make_durable()
+        return done
+
+    async def _stream(self, request: Request, clock: RequestClock, emit: Emit) -> Done:
+        """Send `request`, pass its stream on as events, and record the reply (not yet
+        durable: `_query` makes it so)."""
+        state = self._state
+        done: Done | None = None
         stream = self.provider.stream(request)
         try:
             # aclosing: the provider's stream (and its HTTP response) is closed here, in this
@@ -1619,9 +1727,6 @@ class Agent:
             message = Message("assistant", (Text(EMPTY_RESPONSE),), message.provider, message.model)
             done = dataclasses.replace(done, message=message)
         self._record_assistant(done, emit, timing, durable=False)
-        if self.session is not None:
-            # The one fdatasync before anything the reply leads to, off the event loop thread.
-            await self.session.make_durable()
         return done
 
     def _record_assistant(
@@ -1665,6 +1770,28 @@ class Agent:
                 done.usage, self.spend.usage, self.spend.cost, done.usage.context, self.info.window
             )
         )
+        if self.has_subagents:
+            emit(self.spend_row())
+
+    def spend_row(
+        self, agent: str = "main", description: str = "", status: str = "running", call: str = ""
+    ) -> AgentSpend:
+        """This agent's row of its tree's spend (`AgentSpend`)."""
+        root = self.spend
+        while root.parent is not None:
+            root = root.parent
+        spend = self.spend
+        return AgentSpend(
+            self.session.id if self.session is not None else self.session_id,
+            agent,
+            description,
+            status,
+            spend.own_usage,
+            spend.own_cost,
+            root.usage,
+            root.cost,
+            call,
+        )
 
     def _answered_by(self, message: Message) -> ModelInfo:
         """Facts (prices) of the model that wrote `message`: a fallback's tokens cost its own."""
@@ -1688,6 +1815,11 @@ class Agent:
             if done.stop_reason == "pause_turn":
                 return Resend()
             if done.stop_reason == "max_tokens":
+                if self._state.budget_lowered:
+                    return Finish(
+                        "budget",
+                        why="the reply was cut at the output tokens the budget left paid for",
+                    )
                 if (why := self._context_full(done)) is not None:
                     return Finish("context_full", why=why)
                 return Finish("max_tokens", why="the response hit the output token limit")

@@ -18,7 +18,10 @@ on Anthropic), `max_turns` (or `maxTurns`); the body is the child's prompt. Clau
 does not honour (`hooks`, `mcpServers`, `permissionMode`, …) are named in a warning.
 
 Several `task` calls in one round run concurrently (the tool is read-only: it never asks; the
-child's own calls go through the gate), at most `MAX_CONCURRENT` at once. With
+child's own calls go through the gate), at most `MAX_CONCURRENT` at once
+(`subagents.max_concurrent`; more wait), and one prompt starts at most `MAX_TOTAL`
+(`subagents.max_total`; more are refused with a tool error). Each child's spend is reported as
+`AgentSpend` events (when it starts, after each reply, when it ends). With
 `run_in_background` the call returns a task id at once and the result arrives later as a
 `<task-notification>`.
 """
@@ -31,11 +34,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from keel.agent.events import Event, SubagentEvent
+from keel.agent.events import Event, SubagentEvent, UsageUpdated
 from keel.agent.instruction_notes import InstructionNotes
 from keel.agent.limits import DEFAULT_UNATTENDED_TOKENS, Limits, Spend, check_budget
 from keel.agent.prompt import SAFETY, build_context, build_system_prompt
-from keel.config.settings import user_config_dir
+from keel.config.settings import (
+    SHARED_CONCURRENT_CEILING,
+    SHARED_SUBAGENTS_CEILING,
+    user_config_dir,
+)
 from keel.errors import KeelError
 from keel.frozen import frozen
 from keel.llm.events import Notice
@@ -59,8 +66,11 @@ if TYPE_CHECKING:
 
 #: Turns a child may take unless its definition says otherwise.
 CHILD_MAX_TURNS = 100
-#: Subagents running at once, per parent (foreground and background together).
-MAX_CONCURRENT = 4
+#: Subagents running at once, per parent (foreground and background together): more wait for a
+#: slot (`subagents.max_concurrent`).
+MAX_CONCURRENT = SHARED_CONCURRENT_CEILING
+#: Subagents one prompt may start in all (`subagents.max_total`): more are refused.
+MAX_TOTAL = SHARED_SUBAGENTS_CEILING
 #: Tools a child never gets: delegation, the parent's task list and plan approval, and the
 #: background tools (a child's background work would outlive it).
 PARENT_ONLY = frozenset(
@@ -349,10 +359,38 @@ def _tool_names(
 class Subagents:
     """The `task` tool of one parent agent and the children it runs."""
 
-    def __init__(self, parent: Agent, types: AgentTypes) -> None:
+    def __init__(
+        self,
+        parent: Agent,
+        types: AgentTypes,
+        *,
+        max_total: int = MAX_TOTAL,
+        max_concurrent: int = MAX_CONCURRENT,
+    ) -> None:
         self.parent = parent
         self.types = types
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT)
+        self.max_total = max_total
+        self.max_concurrent = max_concurrent
+        self._slots = asyncio.Semaphore(max_concurrent)
+        #: Subagents started for the parent's current prompt (`started_in` says which prompt).
+        self.started = 0
+        self._started_in = 0
+        #: Subagents running now, and the most that ever ran at once.
+        self.running = 0
+        self.most_at_once = 0
+
+    def _spawn(self, kind: AgentType) -> None:
+        """Count one more subagent of the parent's current prompt, or refuse it (`ToolError`,
+        for the model) when the prompt has started `max_total` already."""
+        if self._started_in != self.parent.prompts:
+            self._started_in, self.started = self.parent.prompts, 0
+        if self.started >= self.max_total:
+            raise ToolError(
+                f"not started: this prompt has started {self.started} subagent(s), the most it "
+                f"may (subagents.max_total = {self.max_total}); do the {kind.name} task yourself, "
+                "or wait for the reports you have"
+            )
+        self.started += 1
 
     def tool(self) -> FunctionTool:
         names = ", ".join(f"{k.name} ({k.description})" for k in self.types.types.values())
@@ -419,12 +457,14 @@ class Subagents:
             raise ToolError("prompt is empty: say what the subagent should do")
         if isolation not in ("", "worktree"):
             raise ToolError('isolation must be "worktree" or omitted')
+        if background and ctx.background is None:
+            raise ToolError("background tasks are not available here; run it in the foreground")
+        self._spawn(kind)
         tool_use_id = current_call_id.get()
         if not background:
             text, is_error = await self.run(kind, prompt, description, tool_use_id, isolation)
             return ToolOutput(text, is_error=is_error)
-        if ctx.background is None:
-            raise ToolError("background tasks are not available here; run it in the foreground")
+        assert ctx.background is not None
 
         async def work(task: BackgroundTask) -> tuple[Status, str]:
             text, is_error = await self.run(
@@ -461,18 +501,29 @@ class Subagents:
             except KeelError as exc:
                 return f"the {kind.name} subagent could not start: {exc.one_line()}", True
 
-            def forward(event: Event) -> None:
-                self.parent.forward(
-                    SubagentEvent(tool_use_id, kind.name, description, event, task_id)
-                )
+            parent = self.parent
 
+            def forward(event: Event) -> None:
+                parent.forward(SubagentEvent(tool_use_id, kind.name, description, event, task_id))
+                if isinstance(event, UsageUpdated):
+                    parent.forward(child.spend_row(kind.name, description, "running", tool_use_id))
+
+            if not parent.has_subagents:  # the first: the main agent's row opens the tree's
+                parent.has_subagents = True
+                parent.forward(parent.spend_row())
+            parent.forward(child.spend_row(kind.name, description, "running", tool_use_id))
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+            status = "interrupted"  # unless it returns: a child that raises was cancelled
             try:
                 prompt = await self._subagent_start(child, kind, prompt)
                 result = await child.run(prompt, forward)
+                status = result.stop_reason
             finally:
+                self.running -= 1
                 await _close_child(child, self.parent)
-            own = check_budget(child.limits, child.spend).exhausted
-            text, failed = _report(result, kind, own_budget=own)
+                parent.forward(child.spend_row(kind.name, description, status, tool_use_id))
+            text, failed = _report(result, kind, budget=_budget_stop(child))
             if worktree is not None:
                 try:
                     text += "\n\n" + await worktree.finish(description or kind.name)
@@ -520,7 +571,7 @@ class Subagents:
         # Nobody watches a subagent: it has a token budget of its own (the session's cap, else
         # the unattended default), and the parent's caps hold over it too.
         tokens = parent.limits.max_tokens or DEFAULT_UNATTENDED_TOKENS
-        limits = Limits(kind.max_turns, tokens)
+        limits = Limits(kind.max_turns, tokens, min_output_tokens=parent.limits.min_output_tokens)
         child = Agent(
             provider=provider,
             model=model,
@@ -621,8 +672,17 @@ async def _close_child(child: Agent, parent: Agent) -> None:
         await child.provider.aclose()
 
 
+def _budget_stop(child: Agent) -> tuple[str, bool] | None:
+    """Why a child stopped at a budget, and whether the budget was its own (else the session's
+    above it); None when no cap says so."""
+    if child.over_budget is not None:  # a request it could not pay for was not sent
+        return child.over_budget.message, child.over_budget.own
+    own = check_budget(child.limits, child.spend).exhausted
+    return (own, True) if own else None
+
+
 def _report(
-    result: RunResult, kind: AgentType, *, own_budget: str | None = None
+    result: RunResult, kind: AgentType, *, budget: tuple[str, bool] | None = None
 ) -> tuple[str, bool]:
     """What the parent sees of a finished child."""
     text = result.text.strip()
@@ -637,8 +697,10 @@ def _report(
             why = "was stopped for repeating the same tool calls"
         case "interrupted":
             why = "was interrupted"
-        case "budget" if own_budget:
-            why = f"stopped at its own token budget ({own_budget})"
+        case "budget" if budget is not None and budget[1]:
+            why = f"stopped at its own token budget ({budget[0]})"
+        case "budget" if budget is not None:
+            why = f"stopped at the session's budget ({budget[0]})"
         case "budget":
             why = "stopped: the session's budget is spent"
         case "error":
@@ -649,9 +711,21 @@ def _report(
     return f"the {kind.name} subagent {why}{partial}", True
 
 
-def enable_subagents(agent: Agent, types: AgentTypes | None = None) -> Subagents:
-    """Give `agent` the `task` tool (before its first prompt: tools are fixed per context)."""
-    subagents = Subagents(agent, types or AgentTypes(dict(BUILTIN_TYPES)))
+def enable_subagents(
+    agent: Agent,
+    types: AgentTypes | None = None,
+    *,
+    max_total: int | None = None,
+    max_concurrent: int | None = None,
+) -> Subagents:
+    """Give `agent` the `task` tool (before its first prompt: tools are fixed per context), with
+    the caps on the subagents a prompt starts (None: keel's defaults)."""
+    subagents = Subagents(
+        agent,
+        types or AgentTypes(dict(BUILTIN_TYPES)),
+        max_total=MAX_TOTAL if max_total is None else max_total,
+        max_concurrent=max_concurrent or MAX_CONCURRENT,
+    )
     agent.add_tools([subagents.tool()])
     return subagents
 

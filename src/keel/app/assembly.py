@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from keel.agent.events import Event
 from keel.agent.limits import DEFAULT_MAX_TURNS, Limits
 from keel.agent.loop import Agent
-from keel.app.options import Options, first, fresh_limits, token_budget
+from keel.app.options import Options, first, fresh_limits, min_output, token_budget
 from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
 from keel.llm.catalog import ModelRef, parse_model
@@ -288,7 +288,7 @@ def build_agent(
         agent.hooks.model = settings.hooks_model  # prompt hooks that name no model
     add_extensions(agent, notice)
     add_output_style(agent, settings, notice)
-    add_subagents(agent, notice)
+    add_subagents(agent, notice, settings, options)
     add_knowledge(agent, settings)
     add_lsp(agent, settings, notice)
     if not info.known and ref.provider != "scripted":
@@ -532,15 +532,21 @@ def available_styles(cwd: Path, warnings: list[str]) -> list[OutputStyle]:
     return load_styles(style_dirs(project_chain(cwd), home=home), warnings, plugins)
 
 
-def add_subagents(agent: Agent, notice: Notify) -> None:
-    """The `task` tool, with the built-in agent types and the definitions found here."""
+def add_subagents(agent: Agent, notice: Notify, settings: Settings, options: Options) -> None:
+    """The `task` tool, with the built-in agent types and the definitions found here, and the
+    caps on the subagents a prompt starts (`--max-subagents`, then `subagents` in settings)."""
     from keel.agent.subagents import enable_subagents, load_agent_types
     from keel.config.settings import user_config_dir
 
     types = load_agent_types(agent.cwd, user_dir=user_config_dir(), home=Path.home())
     for warning in types.warnings:
         notice(Notice(warning, "warning"))
-    enable_subagents(agent, types)
+    enable_subagents(
+        agent,
+        types,
+        max_total=first(options.max_subagents, settings.subagents_max_total),
+        max_concurrent=settings.subagents_max_concurrent,
+    )
 
 
 async def add_memory(
@@ -818,6 +824,7 @@ async def continue_session(
                 options.max_tokens_budget, stored.max_tokens if stored else None
             ),
             max_usd=first(options.max_budget_usd, stored.max_usd if stored else None),
+            **min_output(settings),
         )
         agent = build_agent(
             ref,

@@ -15,6 +15,7 @@ import asyncio
 from typing import Any
 
 from keel.agent.events import (
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -116,6 +117,18 @@ class EventDecoder:
                     data["cost_usd"],
                     data["context_tokens"],
                     data["context_window"],
+                )
+            case "agent_spend":
+                return AgentSpend(
+                    data["agent_id"],
+                    data["agent"],
+                    data["description"],
+                    data["status"],
+                    Usage.from_json(data["usage"]),
+                    data["cost_usd"],
+                    Usage.from_json(data["tree_usage"]),
+                    data["tree_cost_usd"],
+                    data["tool_use_id"],
                 )
             case "compacted":
                 return ContextCompacted(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from keel.agent.events import (
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -89,6 +90,22 @@ def event_json(event: Event) -> dict[str, Any] | None:
             return question_json(event)
         case _:
             return _loop_event_json(event)
+
+
+def agent_spend_json(event: AgentSpend) -> dict[str, Any]:
+    """One agent's row of a tree's spend (`agent_spend` lines; `keel serve`'s `spend`)."""
+    return {
+        "type": "agent_spend",
+        "agent_id": event.agent_id,
+        "agent": event.agent,
+        "description": event.description,
+        "status": event.status,
+        "tool_use_id": event.tool_use_id,
+        "usage": event.usage.to_json(),
+        "cost_usd": round(event.cost, 6),
+        "tree_usage": event.tree_usage.to_json(),
+        "tree_cost_usd": round(event.tree_cost, 6),
+    }
 
 
 def question_json(
@@ -235,6 +252,8 @@ def _loop_event_json(event: Event) -> dict[str, Any] | None:
                 "tokens_after": after,
                 **_check_json(event),
             }
+        case AgentSpend():
+            return agent_spend_json(event)
         case _:  # TurnFinished, and the events `event_json` handles
             return None
 

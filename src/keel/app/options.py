@@ -27,6 +27,8 @@ class Options:
     max_turns: int | None = None
     max_tokens_budget: int | None = None
     max_budget_usd: float | None = None
+    #: Subagents one prompt may start (`--max-subagents`; None: the settings', else keel's).
+    max_subagents: int | None = None
     max_retries: int = 3
     #: Someone can answer questions: they become events (`Agent.answer`), and model calls get
     #: the longer deadline of a watched run. False: what would ask is refused, as `keel -p`.
@@ -58,6 +60,7 @@ class Options:
             max_turns=get("max_turns"),
             max_tokens_budget=get("max_tokens_budget"),
             max_budget_usd=get("max_budget_usd"),
+            max_subagents=get("max_subagents"),
             max_retries=get("max_retries", 3),
             interactive=not get("headless", True),
             no_session=bool(get("no_session", False)),
@@ -94,4 +97,11 @@ def fresh_limits(options: Options, settings: Settings) -> Limits:
             None if options.interactive else DEFAULT_UNATTENDED_TOKENS,
         ),
         max_usd=first(options.max_budget_usd, settings.budget_usd),
+        **min_output(settings),
     )
+
+
+def min_output(settings: Settings) -> dict[str, int]:
+    """`budget.min_output_tokens` as a `Limits` keyword (none: keel's default)."""
+    floor = settings.budget_min_output_tokens
+    return {} if floor is None else {"min_output_tokens": floor}

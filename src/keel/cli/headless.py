@@ -541,8 +541,9 @@ def budget_hint(agent: Agent, session_id: str | None) -> str:
     """What to do after a `budget` stop: the flag that raises the budget that was reached, and the
     command that continues this session with a higher one (`session_id`: None without a session
     file)."""
-    limits, spend = agent.limits, agent.spend
-    if limits.max_tokens is not None and spend.usage.total >= limits.max_tokens:
+    limits, spend, refused = agent.limits, agent.spend, agent.over_budget
+    tokens = refused.cap == "tokens" if refused is not None else None
+    if limits.max_tokens is not None and (tokens or spend.usage.total >= limits.max_tokens):
         flag, value = "--max-tokens-budget", str(max(2 * limits.max_tokens, spend.usage.total))
         raised = f"{flag} N (or budget.tokens in settings; 0 for none)"
     else:

@@ -98,6 +98,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "cache writes; keel -p default 10000000, 0 for none)",
     )
     p.add_argument(
+        "--max-subagents",
+        type=_whole(0, 10_000, ""),
+        help="subagents one prompt may start (default 32, or subagents.max_total in settings)",
+    )
+    p.add_argument(
         "--max-retries",
         type=_whole(0, 20, ""),
         default=3,

@@ -57,6 +57,8 @@ KNOWN_KEYS = frozenset(
         "max_turns",
         "effort",
         "budget",
+        # Caps on the subagents a prompt's tree starts (Settings.subagents_max_*).
+        "subagents",
         "permissions",
         "sandbox",
         "auto_compact",
@@ -139,6 +141,10 @@ SAMPLING_KEYS = frozenset({"temperature", "top_p"})
 #: The most turns a shared project file may ask for when the user set none
 #: (`keel.agent.limits.DEFAULT_MAX_TURNS`; a test keeps the two equal).
 SHARED_MAX_TURNS_CEILING = 200
+#: The most subagents, in all and at once, a project file may ask for when the user set none
+#: (`keel.agent.subagents.MAX_TOTAL` and `MAX_CONCURRENT`; a test keeps them equal).
+SHARED_SUBAGENTS_CEILING = 32
+SHARED_CONCURRENT_CEILING = 4
 
 #: `checkpoints.*`: (kind, lowest, the default: the most a project file may ask for). The
 #: defaults are `keel.checkpoints.tree.TreeLimits`' (a test keeps the two equal).
@@ -288,6 +294,12 @@ class Settings:
     max_turns: int | None = None
     budget_usd: float | None = None
     budget_tokens: int | None = None
+    #: `budget.min_output_tokens`: the least reply a budget must pay for (None: keel's default).
+    budget_min_output_tokens: int | None = None
+    #: `subagents.max_total` / `max_concurrent`: subagents a prompt may start, and run at once
+    #: (None: keel's defaults). A project file may lower them.
+    subagents_max_total: int | None = None
+    subagents_max_concurrent: int | None = None
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     models: dict[str, ModelInfo] = field(default_factory=dict)
     #: Sampling defaults per model (`models.<id>.temperature` / `top_p`).
@@ -498,6 +510,7 @@ class _Merge:
                 "lsp",
                 "checkpoints",
                 "compaction",
+                "subagents",
             ):  # a method of its name
                 getattr(self, key)(value, where)
             elif key == "web_search":
@@ -968,8 +981,39 @@ class _Merge:
                     s.budget_tokens, tokens, where, math.inf
                 ):
                     s.budget_tokens = tokens
+            elif k == "min_output_tokens":
+                # Any file: the floor only decides when to stop, never lets a cap be crossed.
+                floor = _number(v, f"{where}.min_output_tokens", self.w, int, high=1e6)
+                if floor is not None:
+                    s.budget_min_output_tokens = floor
             else:
-                self.w.append(f"{where}: unknown key {k!r} skipped (known: usd, tokens)")
+                self.w.append(
+                    f"{where}: unknown key {k!r} skipped (known: usd, tokens, min_output_tokens)"
+                )
+
+    def subagents(self, value: Any, where: str) -> None:
+        """`subagents`: `{"max_total": N, "max_concurrent": N}`; a project file may lower
+        them, never raise them."""
+        s = self.settings
+        if not isinstance(value, dict):
+            self.w.append(f'{where} must be an object like {{"max_total": 10}}; ignored')
+            return
+        for k, v in value.items():
+            at = f"{where}.{k}"
+            if k == "max_total":
+                n = _number(v, at, self.w, int, low=0, high=10_000, low_open=False)
+                if n is not None and self._lower_only(
+                    s.subagents_max_total, n, at, SHARED_SUBAGENTS_CEILING
+                ):
+                    s.subagents_max_total = n
+            elif k == "max_concurrent":
+                n = _number(v, at, self.w, int, low=1, high=64, low_open=False)
+                if n is not None and self._lower_only(
+                    s.subagents_max_concurrent, n, at, SHARED_CONCURRENT_CEILING
+                ):
+                    s.subagents_max_concurrent = n
+            else:
+                self.w.append(f"{at}: unknown key skipped (known: max_concurrent, max_total)")
 
     def providers(self, value: Any, where: str) -> None:
         if not isinstance(value, dict):

@@ -341,6 +341,7 @@ class AguiRun:
                 "notice"
                 | "compacted"
                 | "background_finished"
+                | "agent_spend"
                 | "permission_answered"
                 | "question_answered"
                 | "gap"

@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keel.agent.events import (
+    AgentSpend,
     BackgroundFinished,
     Event,
     PermissionAsked,
@@ -85,6 +86,8 @@ class Hosted:
     work: asyncio.Task[Any] | None = None
     work_kind: str = ""
     work_started: float = 0.0
+    #: Each agent's row of the tree's spend as last reported (`agent_spend` events), by id.
+    spend_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -110,6 +113,8 @@ class Hosted:
         data = event_json(event)
         if data is not None:
             self.ring.publish(data)
+        if isinstance(event, AgentSpend) and data is not None:
+            self.spend_rows[event.agent_id] = data
         if isinstance(event, BackgroundFinished) and self.work is None:
             # Nobody's prompt is running: deliver the result in a turn of keel's own, as the
             # TUI does when a background task ends while it waits for input.
@@ -233,9 +238,27 @@ class Hosted:
             "turns": agent.total_turns,
             "usage": agent.spend.usage.to_json(),
             "cost_usd": round(agent.spend.cost, 6),
+            "spend": self.spend(),
             "last_seq": self.ring.last_seq,
             "pending": [question_json(q) for q in agent.pending_questions()],
             "tasks": [task_json(t) for t in agent.background.tasks.values()],
+        }
+
+    def spend(self) -> dict[str, Any]:
+        """The session's budget and what is left of it, and each agent's own spend once it
+        started subagents (the `agent_spend` rows)."""
+        limits, spent = self.agent.limits, self.agent.spend
+        usd_left = None if limits.max_usd is None else round(limits.max_usd - spent.cost, 6)
+        tokens_left = None if limits.max_tokens is None else limits.max_tokens - spent.usage.total
+        return {
+            "budget": {
+                "usd": limits.max_usd,
+                "tokens": limits.max_tokens,
+                "min_output_tokens": limits.min_output_tokens,
+                "usd_left": usd_left,
+                "tokens_left": tokens_left,
+            },
+            "agents": list(self.spend_rows.values()),
         }
 
 

@@ -713,6 +713,8 @@ def spec() -> dict[str, Any]:
                         "turns": INT,
                         "usage": {"type": "object"},
                         "cost_usd": {"type": "number"},
+                        # The budget and what is left; each agent's own spend (agent_spend rows).
+                        "spend": {"type": "object"},
                         "last_seq": INT,
                         "pending": {"type": "array", "items": {"type": "object"}},
                         "tasks": {"type": "array", "items": _ref("Task")},

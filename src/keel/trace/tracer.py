@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from keel.agent.events import (
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -227,6 +228,7 @@ class Tracer:
             TurnFinished: self._turn_finished,
             SubagentEvent: self._subagent,
             BackgroundFinished: self._background,
+            AgentSpend: self._spend,
         }
 
     # -- public API -------------------------------------------------------------------------------
@@ -711,6 +713,26 @@ class Tracer:
                 "message": f"background {e.kind} {e.task_id} {e.status}: {e.description}",
                 "level": "info",
                 "task_id": e.task_id,
+            },
+            agent=agent,
+            parent=parent,
+        )
+
+    def _spend(self, e: AgentSpend, agent: str, parent: str) -> None:
+        """One agent's row of the tree's spend, in the lane of the agent that reported it (the
+        main agent's, for its subagents); `data.agent` names whose it is."""
+        self._write(
+            "spend",
+            {
+                "agent": e.agent,
+                "agent_id": e.agent_id,
+                "description": e.description,
+                "status": e.status,
+                "tool_use_id": e.tool_use_id,
+                "usage": _usage(e.usage),
+                "cost": e.cost,
+                "tree_usage": _usage(e.tree_usage),
+                "tree_cost": e.tree_cost,
             },
             agent=agent,
             parent=parent,

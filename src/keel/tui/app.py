@@ -29,6 +29,7 @@ from textual.widgets import Collapsible, TextArea
 
 from keel import __version__
 from keel.agent.events import (
+    AgentSpend,
     AssistantMessage,
     BackgroundFinished,
     ContextCompacted,
@@ -51,7 +52,7 @@ from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.safetext import terminal_safe_copy
 from keel.tui import commands as cmds
 from keel.tui.control import LOCAL_SETTINGS, Driver, finished_text
-from keel.tui.format import duration, key_argument, progress_text
+from keel.tui.format import duration, key_argument, progress_text, spend_text
 from keel.tui.history import History
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
 from keel.tui.screens import (
@@ -341,6 +342,7 @@ class KeelApp(App[int]):
             window=status.window,
             usd=status.cost,
             total=status.tokens,
+            agents=status.agents_running,
         )
         self.activity.set_running(status.since)
         if status.remote:
@@ -523,6 +525,11 @@ class KeelApp(App[int]):
                 self._close_segments()
                 await self._add(NoticeLine(text, level))
             case UsageUpdated() | ContextCompacted():
+                self.refresh_status()
+            case AgentSpend(tool_use_id=call_id) as row:
+                # A subagent's spend, live on its task's card; the tree's in the status bar.
+                if call_id and (shown := self._cards.get(call_id)) is not None:
+                    shown.set_progress(spend_text(row))
                 self.refresh_status()
             case TurnFinished() as finished:
                 self._close_segments()

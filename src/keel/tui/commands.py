@@ -17,9 +17,10 @@ from keel.errors import UserError
 from keel.frozen import frozen
 from keel.llm.messages import Text, Thinking, ToolResult, ToolUse
 from keel.permissions.gate import PermissionGate
-from keel.tui.format import context_meter, cost, tokens
+from keel.tui.format import context_meter, cost, spend_text, tokens
 
 if TYPE_CHECKING:
+    from keel.agent.events import AgentSpend
     from keel.agent.loop import Agent
     from keel.agent.output_styles import OutputStyle
 
@@ -133,7 +134,9 @@ def help_text(agent: Agent) -> str:
     return "\n".join(lines)
 
 
-def cost_text(agent: Agent, context: int) -> str:
+def cost_text(agent: Agent, context: int, rows: Sequence[AgentSpend] = ()) -> str:
+    """`/cost`: the session's spend (its subagents' included), and each agent's own once it
+    started subagents (`rows`)."""
     usage = agent.spend.usage
     info = agent.info
     lines = [
@@ -158,6 +161,12 @@ def cost_text(agent: Agent, context: int) -> str:
         if limits.max_tokens is not None:
             caps.append(f"{tokens(limits.max_tokens)} tokens")
         lines.append(f"- budget: {' and '.join(caps)}")
+    if rows:
+        lines += ["", "**By agent:**", ""]
+        for row in rows:
+            label = f"{spend_text(row)} ({row.description})" if row.description else spend_text(row)
+            running = row.status == "running" and row.agent != "main"
+            lines.append(f"- {label}{' · running' if running else ''}")
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from keel.agent.events import (
+    AgentSpend,
     BackgroundFinished,
     Event,
     PermissionAnswered,
@@ -259,6 +260,8 @@ class Status:
     since: float | None
     #: Where the session runs, when not here ("attached to URL · session ID").
     remote: str = ""
+    #: Subagents running now (`AgentSpend` rows still running).
+    agents_running: int = 0
 
 
 #: Claude Code's default wait before its `idle_prompt` notification.
@@ -277,6 +280,8 @@ class Controller:
         self.ref = ModelRef("scripted", "")
         self.undo: SessionUndo | None = None
         self.context = 0
+        #: Each agent's row of the tree's spend, by agent id (`AgentSpend`), as last reported.
+        self.spend_rows: dict[str, AgentSpend] = {}
         self.queue: list[str] = []
         self.exited = False
         self._task: asyncio.Task[None] | None = None
@@ -355,6 +360,8 @@ class Controller:
     def show(self, event: ViewEvent) -> None:
         if isinstance(event, UsageUpdated):
             self.context = event.context
+        elif isinstance(event, AgentSpend):
+            self.spend_rows[event.agent_id] = event
         elif isinstance(event, PermissionAsked):
             self._asked(event)
             return
@@ -474,6 +481,11 @@ class Controller:
             busy=self.busy,
             session_id=agent.session_id,
             since=self._since,
+            agents_running=sum(
+                1
+                for r in self.spend_rows.values()
+                if r.agent_id != agent.session_id and r.status == "running"
+            ),
         )
 
     # -- running things ----------------------------------------------------------------------
@@ -795,7 +807,8 @@ class Controller:
         self.show(Notice(f"unpinned: {self.agent.unpin(int(args))}"))
 
     async def _cmd_cost(self, args: str) -> None:
-        self.show(Output(cmds.cost_text(self.agent, self.context), title="cost"))
+        rows = list(self.spend_rows.values())
+        self.show(Output(cmds.cost_text(self.agent, self.context, rows), title="cost"))
 
     async def _cmd_context(self, args: str) -> None:
         self.show(Output(cmds.context_text(self.agent, self.context), title="context"))

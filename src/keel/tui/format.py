@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, TypeAlias
 
+from keel.agent.events import AgentSpend
 from keel.agent.mentions import typed_prompt
 from keel.llm.messages import ToolUse
 
@@ -46,6 +47,13 @@ def duration(seconds: float) -> str:
         return f"{round(seconds)}s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes}m {rest:02d}s"
+
+
+def spend_text(row: AgentSpend) -> str:
+    """One agent's row of a tree's spend: `general · $0.0123 · 12.3k tokens` (and its stop
+    reason once it ended other than done)."""
+    text = f"{row.agent} · {cost(row.cost)} · {tokens(row.usage.total)} tokens"
+    return text if row.status in ("running", "end_turn") else f"{text} · {row.status}"
 
 
 def cost(usd: float) -> str:

@@ -377,8 +377,18 @@ class StatusBar(Static):
         super().__init__(id="status")
 
     def show_status(
-        self, *, model: str, mode: str, context: int, window: int, usd: float, total: int
+        self,
+        *,
+        model: str,
+        mode: str,
+        context: int,
+        window: int,
+        usd: float,
+        total: int,
+        agents: int = 0,
     ) -> None:
+        """`usd` and `total`: the tree's (the session and its subagents); `agents`: subagents
+        running now."""
         label, mode_style = MODE_STYLES.get(mode, (mode, "bold"))
         meter, level = context_meter(context, window)
         text = Text()
@@ -389,6 +399,8 @@ class StatusBar(Static):
         text.append(meter, style=LEVEL_STYLES[level] or "")
         text.append(" · ", style="dim")
         text.append(f"{cost(usd)} · {tokens(total)} tokens", style="")
+        if agents:
+            text.append(f" · {agents} subagent{'s' if agents > 1 else ''} running", style="dim")
         self.update(text)
 
 

@@ -226,6 +226,7 @@
       case "permission": return `${d.tool} ${d.allow ? "allowed" : "denied"} by ${d.by}${d.scope ? " (" + d.scope + ")" : ""} · waited ${fmtMs(d.waited_ms)} · ${short(d.reason, 80)}`;
       case "hook": return `${d.event} ${d.target || ""} · exit ${d.exit_code} · ${fmtMs(d.duration_ms)}${d.blocked ? " · blocked" : ""}${d.halted ? " · halted" : ""}`;
       case "compaction": return `${d.trigger || ""} · ${fmtInt(d.tokens_before)} → ${fmtInt(d.tokens_after)} tokens`;
+      case "spend": return `${d.agent || ""} ${d.status || ""} · ${fmtCost(d.cost)} · tree ${fmtCost(d.tree_cost)}`;
       case "notice": return `${d.level || ""} ${d.message || ""}`;
       case "error": return d.message || "";
       default: return short(JSON.stringify(d), 160);
