@@ -351,6 +351,39 @@ async def test_a_failed_repair_request_still_compacts_and_appends(project: Path)
     ]
 
 
+async def test_a_repair_the_budget_cannot_pay_for_is_not_sent_and_the_pin_appended(
+    project: Path,
+) -> None:
+    """The repair request is admitted like every other: the summary's own cost is counted
+    first, and when the rest cannot pay for the repair's input and a useful reply it is not
+    sent; the pin is appended instead, and the turn stops with `budget` before its next
+    request."""
+    from keel.agent.limits import Limits
+
+    steps = [
+        calls(ToolUse("t0", "ls", {}), usage=Usage(300, 20)),
+        calls(ToolUse("t1", "glob", {"pattern": "*"}), usage=Usage(800, 100)),
+        # A dear summary: 4,620 tokens spent of 6,000, so 1,380 are left; the repair needs its
+        # input (~1,200) and a useful reply (512). Counted after the repair, it would be sent.
+        say("<summary>Globbed.</summary>", Usage(900, 2500)),
+        say("<summary>never sent</summary>"),
+    ]
+    agent, provider = agent_for(project, steps, limits=Limits(max_tokens=6000))
+    agent.pin(LAUNCH)
+    events: list[Event] = []
+    result = await agent.run("glob", events.append)
+    assert len(provider.requests) == 3, [r.messages[-1].text[:60] for r in provider.requests]
+    assert is_summary_request(provider.requests[2])
+    assert result.stop_reason == "budget"
+    warnings = [e.text for e in events if isinstance(e, Notice) and e.level == "warning"]
+    assert warnings[0].startswith("the summary's repair request was not sent: "), warnings
+    assert warnings[1] == (
+        f"compaction: the summary left out 1 line to keep; appended word for word: {LAUNCH}"
+    )
+    assert f"{PINNED_HEADING}\n- {LAUNCH}" in agent.messages[0].text
+    assert agent.spend.usage.input + agent.spend.usage.output == 4620  # the summary counted
+
+
 async def test_nothing_to_keep_asks_nothing_more(project: Path) -> None:
     agent, provider = agent_for(
         project,
