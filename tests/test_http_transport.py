@@ -1,6 +1,7 @@
-"""Model calls over aiohttp (no proxy) and over httpx (a proxy configured): which transport
-carries a call, that both send the same request, that both fail with the same keel errors, and
-that aiohttp is not imported before the first model call.
+"""Model calls over keel's own HTTP/1.1 client (no proxy) and over httpx (a proxy configured):
+which transport carries a call, that both send the same request, that both fail with the same
+keel errors, that neither aiohttp nor httpx is imported on the direct path, and the client's own
+framing (chunked and Content-Length bodies, gzip, the pool's reuse and keep-alive expiry).
 
 Every test talks real HTTP on 127.0.0.1. The httpx path is reached the way a user reaches it: a
 proxy variable set, here with NO_PROXY covering 127.0.0.1 so the call still goes straight to the
@@ -39,7 +40,7 @@ def request() -> Request:
 
 @pytest.fixture
 def direct(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No proxy variables: the aiohttp path."""
+    """No proxy variables: the direct path (keel's own client)."""
     for name in ("https_proxy", "http_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
@@ -89,7 +90,7 @@ async def one_call(
 
 
 def session_of(provider: AnthropicProvider) -> object:
-    return provider._session
+    return provider._direct
 
 
 def collapsed(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -105,13 +106,14 @@ def collapsed(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 async def test_both_transports_send_the_same_request_and_tell_the_observer_the_same(
     direct: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import aiohttp
     import httpx
+
+    from keel.llm import h1
 
     with AnthropicServer([reply("one"), reply("one")], api_key=KEY) as server:
         aio_events, aio_provider, aio_log = await one_call(server.url)
         try:
-            assert isinstance(aio_provider._session, aiohttp.ClientSession)
+            assert isinstance(aio_provider._direct, h1.Client)
             assert aio_provider._client is None  # httpx was never built for this call
         finally:
             await aio_provider.aclose()
@@ -120,7 +122,7 @@ async def test_both_transports_send_the_same_request_and_tell_the_observer_the_s
         use_httpx(monkeypatch)
         httpx_events, httpx_provider, httpx_log = await one_call(server.url)
         try:
-            assert httpx_provider._session is None
+            assert httpx_provider._direct is None
             assert isinstance(httpx_provider._client, httpx.AsyncClient)
         finally:
             await httpx_provider.aclose()
@@ -163,11 +165,9 @@ async def test_the_pool_keeps_one_connection_for_consecutive_calls(direct: None)
                 done = events[-1]
                 assert isinstance(done, Done)
                 texts.append(done.message.text)
-            session = provider._session
-            assert session is not None
-            connector = session.connector
-            assert connector is not None
-            assert (connector.limit, connector.limit_per_host) == (64, 0)
+            client = provider._direct
+            assert client is not None
+            assert (client.max_connections, client.keepalive) == (64, 5.0)
         finally:
             await provider.aclose()
         assert texts == ["a", "b", "c"]
@@ -211,10 +211,10 @@ async def failure(url: str, settings: HTTPSettings) -> tuple[list[StreamEvent], 
 async def both(
     monkeypatch: pytest.MonkeyPatch, url: str, settings: HTTPSettings
 ) -> tuple[tuple[list[StreamEvent], dict[str, Any]], tuple[list[StreamEvent], dict[str, Any]]]:
-    over_aiohttp = await failure(url, settings)
+    over_direct = await failure(url, settings)
     use_httpx(monkeypatch)
     over_httpx = await failure(url, settings)
-    return over_aiohttp, over_httpx
+    return over_direct, over_httpx
 
 
 async def both_against(
@@ -362,11 +362,17 @@ from keel.llm.request import Request
 
 async def main():
     p = AnthropicProvider(base_url=sys.argv[1], api_key="k", settings=HTTPSettings())
-    before = "aiohttp" in sys.modules
+    before = "keel.llm.h1" in sys.modules
     r = Request(model="claude-haiku-4-5", system="s", messages=(Message("user", (Text("hi"),)),))
     events = [e async for e in p.stream(r)]
     await p.aclose()
-    print(before, "aiohttp" in sys.modules, "httpx" in sys.modules, events[-1].message.text)
+    print(
+        before,
+        "keel.llm.h1" in sys.modules,
+        "httpx" in sys.modules,
+        "aiohttp" in sys.modules,
+        events[-1].message.text,
+    )
 
 asyncio.run(main())
 """
@@ -380,14 +386,14 @@ def lazy_run(url: str, env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
-def test_aiohttp_is_imported_at_the_first_model_call_and_not_with_a_proxy() -> None:
+def test_the_client_is_imported_at_the_first_model_call_and_not_with_a_proxy() -> None:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     with AnthropicServer([reply("direct"), reply("proxied")]) as server:
-        # Direct: aiohttp only once a call is made; httpx not at all.
-        assert lazy_run(server.url, env) == "False True False direct"
-        # A proxy configured: httpx carries the call and aiohttp is never imported.
+        # Direct: keel's client only once a call is made; httpx and aiohttp not at all.
+        assert lazy_run(server.url, env) == "False True False False direct"
+        # A proxy configured: httpx carries the call and keel's client is never imported.
         proxied = env | {"HTTP_PROXY": f"http://127.0.0.1:{free_port()}", "NO_PROXY": "127.0.0.1"}
-        assert lazy_run(server.url, proxied) == "False False True proxied"
+        assert lazy_run(server.url, proxied) == "False False True False proxied"
 
 
 def test_keel_version_and_an_offline_run_do_not_import_aiohttp(
@@ -411,7 +417,7 @@ async def test_a_redirect_is_not_followed_so_the_key_stays_with_the_configured_s
     direct: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Attack: the configured server answers 307 to another host. httpx follows no redirect;
-    aiohttp would by default, re-sending the body and the x-api-key header there."""
+    a client that followed it would re-send the body and the x-api-key header there."""
     with AnthropicServer([reply("stolen"), reply("stolen")]) as elsewhere:
         aio, hx = await both_against(
             monkeypatch,
