@@ -115,7 +115,7 @@ class Headers(dict[str, str]):
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return super().get(key.lower(), default)
 
     def __contains__(self, key: object) -> bool:
@@ -240,8 +240,11 @@ class _Connection(asyncio.Protocol):
         while self._paused and not self.eof:
             self._drained = self.loop.create_future()
             await self._drained
-        if self.eof and self.error is not None:
+        if self.failed():  # the connection broke while the request was being written
             raise self._lost()
+
+    def failed(self) -> bool:
+        return self.eof and self.error is not None
 
     @property
     def usable(self) -> bool:
@@ -345,7 +348,7 @@ class Response:
             raw = self._step()
             if raw:
                 return self._decode(raw)
-            if self._done:
+            if self.finished():
                 break
             conn = self._conn
             assert conn is not None
@@ -439,6 +442,10 @@ class Response:
 
     def _finish(self) -> None:
         self._done = True
+
+    def finished(self) -> bool:
+        """Whether the body has been read to its end."""
+        return self._done
 
     def release(self) -> None:
         """Back to the pool if the body was read to its end, else close the connection."""

@@ -215,9 +215,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     neither. Neither's timeouts are TimeoutErrors, so a TimeoutError is the call's deadline."""
     direct = sys.modules.get("keel.llm.h1")
     httpx = sys.modules.get("httpx")
-    errors: tuple[type[BaseException], ...] = (
-        (direct.TransportError,) if direct is not None else ()
-    )
+    errors: tuple[type[BaseException], ...] = (direct.TransportError,) if direct is not None else ()
     return (*errors, httpx.HTTPError) if httpx is not None else errors
 
 
