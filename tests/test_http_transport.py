@@ -438,3 +438,50 @@ async def test_a_redirect_is_not_followed_so_the_key_stays_with_the_configured_s
         "seconds": None,
         "provider": "anthropic",
     }
+
+
+#: What `keel -p` must not import on its way to the first request of a hosted model, with no
+#: hooks configured: each was once on that path and cost start-up (docs/benchmarks.md, "Cold
+#: start"). aiohttp (a third of it) and httpx are not keel's direct transport; the hooks
+#: runner loads only when a hook will run; the rest are modules a later need imports.
+NOT_ON_THE_COLD_PATH = (
+    "aiohttp",
+    "httpx",
+    "httpcore",
+    "keel.hooks.runner",
+    "keel.permissions.guard_sandbox",
+    "email.utils",
+    "difflib",
+    "uuid",
+    "html",
+    "getpass",
+)
+
+
+def test_keel_p_to_a_hosted_model_imports_only_what_its_first_request_needs(
+    isolated_env: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    with AnthropicServer([reply("cold")], api_key=KEY) as server:
+        env = os.environ | {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url}
+        # A sentence: a one-word prompt is also checked for a mistyped command (difflib).
+        argv = ["-p", "say hi", "--model", "anthropic/claude-haiku-4-5"]
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "keel", *argv],
+            capture_output=True,
+            text=True,
+            cwd=project,
+            env=env,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert len(server.model_requests) == 1
+    assert out.stdout.strip() == "cold"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert {"keel.cli.headless", "keel.llm.h1"} <= imported
+    unwanted = sorted(
+        m for m in imported if any(m == n or m.startswith(n + ".") for n in NOT_ON_THE_COLD_PATH)
+    )
+    assert unwanted == []

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import errno
 import functools
 import json
@@ -126,6 +125,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # ~10 ms of start-up, for a header that is rarely a date
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
