@@ -175,6 +175,19 @@ def time_one(
         return took
 
 
+NO_CODEX = Path("/nonexistent/codex")
+
+
+def find_codex(args: argparse.Namespace) -> Path:
+    """The codex binary to run: --codex, the cached install, or one on PATH (else NO_CODEX)."""
+    if args.codex:
+        return Path(args.codex)
+    if args.install_codex or (CACHE / f"codex-{CODEX_VERSION}").exists():
+        return install_codex()
+    found = shutil.which("codex")
+    return Path(found) if found else NO_CODEX
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -184,17 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--baseline", type=Path, help="another checkout's src/, run as 'before'")
     args = parser.parse_args(argv)
-    codex: Path | None = None
-    if not args.keel_only:
-        if args.codex:
-            codex = args.codex
-        elif args.install_codex or (CACHE / f"codex-{CODEX_VERSION}").exists():
-            codex = install_codex()
-        elif shutil.which("codex"):
-            codex = Path(shutil.which("codex") or "codex")
-        else:
-            print("no codex: pass --codex PATH or --install-codex (or --keel-only)")
-            return 2
+    codex = None if args.keel_only else find_codex(args)
+    if codex == NO_CODEX:
+        print("no codex: pass --codex PATH or --install-codex (or --keel-only)")
+        return 2
     who = ["keel"] + ([] if codex is None else ["codex"])
     if args.baseline is not None:
         if not (args.baseline / "keel" / "__init__.py").is_file():

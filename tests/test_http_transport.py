@@ -485,3 +485,186 @@ def test_keel_p_to_a_hosted_model_imports_only_what_its_first_request_needs(
         m for m in imported if any(m == n or m.startswith(n + ".") for n in NOT_ON_THE_COLD_PATH)
     )
     assert unwanted == []
+
+
+# -- keel's client: framing, decoding and the pool ------------------------------------------------
+
+
+async def raw_server(answers: list[bytes]) -> tuple[asyncio.Server, str, list[bytes]]:
+    """A loopback server that answers the requests on each connection with the next of
+    `answers` (an answer ending in b"<close>" closes the connection after it); it records each
+    request's head."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                heads.append(head)
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        await reader.readexactly(int(line.split(b":")[1]))
+                answer = answers.pop(0)
+                close = answer.endswith(b"<close>")
+                writer.write(answer.removesuffix(b"<close>"))
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", heads
+
+
+def client(**options: Any) -> Any:
+    from keel.llm import h1
+    from keel.llm.http import shared_ssl_context
+
+    return h1.Client(tls=shared_ssl_context, connect_timeout=5, stall_timeout=5, **options)
+
+
+async def whole(c: Any, url: str, body: bytes = b"{}") -> tuple[int, Any, bytes]:
+    response = await c.post(url, body, {"content-type": "application/json"})
+    try:
+        return response.status, response.headers, await response.read()
+    finally:
+        response.release()
+
+
+async def test_bodies_by_length_chunks_and_close_decoded_from_gzip_and_deflate() -> None:
+    import gzip
+    import zlib
+
+    gz = gzip.compress(b"zipped body")
+    raw_deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    deflated = raw_deflate.compress(b"raw deflate") + raw_deflate.flush()
+    answers = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Twice: a\r\nx-twice: b\r\n\r\nhello",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nTrailer: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(gz) + gz,
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n" % len(deflated)
+        + deflated
+        + b"\r\n0\r\n\r\n",
+        b"HTTP/1.0 200 OK\r\n\r\nuntil the end<close>",
+    ]
+    server, url, heads = await raw_server(answers)
+    c = client()
+    try:
+        first = await whole(c, url + "/a?x=1")
+        second = await whole(c, url + "/b")
+        third = await whole(c, url + "/c")
+        fourth = await whole(c, url + "/d")
+        fifth = await whole(c, url + "/e")
+    finally:
+        await c.close()
+        server.close()
+    assert (first[0], first[1]["X-TWICE"], first[2]) == (200, "a, b", b"hello")
+    assert (second[0], second[2]) == (201, b"abcdefg")
+    assert (third[2], fourth[2], fifth[2]) == (b"zipped body", b"raw deflate", b"until the end")
+    # One connection carried all five: each body was read to its end, so it went back to the pool.
+    assert len(heads) == 5
+    assert heads[0].split(b"\r\n")[0] == b"POST /a?x=1 HTTP/1.1"
+    sent = dict(line.split(b": ", 1) for line in heads[0].split(b"\r\n")[1:] if line)
+    assert sent[b"host"] == url.removeprefix("http://").encode()
+    assert (sent[b"content-length"], sent[b"content-type"]) == (b"2", b"application/json")
+
+
+async def test_a_body_cut_short_is_a_lost_connection_and_not_reused() -> None:
+    from keel.llm import h1
+
+    answers = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort<close>",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab<close>",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n<close>",
+    ]
+    server, url, _ = await raw_server(answers)
+    c = client()
+    try:
+        with pytest.raises(h1.ConnectionLost):
+            await whole(c, url)
+        with pytest.raises(h1.ConnectionLost):
+            await whole(c, url)
+        with pytest.raises(h1.ProtocolError, match="bad chunk size"):
+            await whole(c, url)
+        assert c._open == 0  # each broken connection was closed and uncounted
+    finally:
+        await c.close()
+        server.close()
+
+
+async def test_an_idle_connection_expires_after_the_keepalive() -> None:
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"] * 3
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            while answers:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(2)
+                writer.write(answers.pop(0))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    c = client(keepalive=0.2)
+    try:
+        assert (await whole(c, url))[2] == b"a"
+        assert (await whole(c, url))[2] == b"a"  # reused at once
+        assert connections == 1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while c._idle.get(("http", "127.0.0.1", server.sockets[0].getsockname()[1])):
+            assert loop.time() < deadline, "the idle connection never expired"
+            await asyncio.sleep(0.05)
+        assert c._open == 0
+        assert (await whole(c, url))[2] == b"a"
+        assert connections == 2
+    finally:
+        await c.close()
+        server.close()
+
+
+async def test_the_pool_never_opens_more_than_its_limit() -> None:
+    release = asyncio.Event()
+    concurrent = peak = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal concurrent, peak
+        concurrent += 1
+        peak = max(peak, concurrent)
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(2)
+                await release.wait()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            concurrent -= 1
+            writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    c = client(max_connections=3)
+    try:
+        calls = [asyncio.create_task(whole(c, url)) for _ in range(8)]
+        await asyncio.sleep(0.2)
+        assert c._open == 3
+        release.set()
+        results = await asyncio.gather(*calls)
+    finally:
+        await c.close()
+        server.close()
+    assert [body for _, _, body in results] == [b"ok"] * 8
+    assert peak == 3
