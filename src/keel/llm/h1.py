@@ -629,7 +629,7 @@ class Client:
                 if conn.idle_timer is not None:
                     conn.idle_timer.cancel()
                     conn.idle_timer = None
-                if conn.usable:
+                if conn.usable and not conn.data:  # bytes while idle: not an HTTP server's
                     conn.reused = True
                     return conn
                 self._discard(conn)
@@ -641,6 +641,10 @@ class Client:
             self._waiting.append(waiter)
             try:
                 await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken, then cancelled: the turn passes to the next
+                raise
             finally:
                 if waiter in self._waiting:
                     self._waiting.remove(waiter)
