@@ -562,6 +562,7 @@ async def test_bodies_by_length_chunks_and_close_decoded_from_gzip_and_deflate()
     finally:
         await c.close()
         server.close()
+        await server.wait_closed()
     assert (first[0], first[1]["X-TWICE"], first[2]) == (200, "a, b", b"hello")
     assert (second[0], second[2]) == (201, b"abcdefg")
     assert (third[2], fourth[2], fifth[2]) == (b"zipped body", b"raw deflate", b"until the end")
@@ -594,6 +595,7 @@ async def test_a_body_cut_short_is_a_lost_connection_and_not_reused() -> None:
     finally:
         await c.close()
         server.close()
+        await server.wait_closed()
 
 
 async def test_an_idle_connection_expires_after_the_keepalive() -> None:
@@ -631,6 +633,7 @@ async def test_an_idle_connection_expires_after_the_keepalive() -> None:
     finally:
         await c.close()
         server.close()
+        await server.wait_closed()
 
 
 async def test_the_pool_never_opens_more_than_its_limit() -> None:
@@ -666,5 +669,6 @@ async def test_the_pool_never_opens_more_than_its_limit() -> None:
     finally:
         await c.close()
         server.close()
+        await server.wait_closed()
     assert [body for _, _, body in results] == [b"ok"] * 8
     assert peak == 3
