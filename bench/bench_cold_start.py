@@ -11,7 +11,12 @@ processes end at once. Runs interleave (keel, Codex, keel, …) so both meet the
 Codex is not a dependency of keel: `--install-codex` puts `@openai/codex@VERSION` in
 `~/.cache/keel-bench/` with npm (once), or `--codex PATH` names a binary you have.
 
-Run: `python bench/bench_cold_start.py [--runs 7] [--install-codex] [--json out.json]`.
+`--baseline SRC` adds a third contender, "before": this keel with another checkout's `src/`
+first on PYTHONPATH (say, `git worktree add /tmp/before <commit>`; its dependencies must be
+installed here), to read a change's effect in the same interleaved run.
+
+Run: `python bench/bench_cold_start.py [--runs 7] [--install-codex] [--baseline SRC]
+[--json out.json]`.
 """
 
 from __future__ import annotations
@@ -91,7 +96,9 @@ def fresh_project(root: Path) -> Path:
     return project
 
 
-def keel_run(url: str, root: Path) -> tuple[list[str], dict[str, str], Path]:
+def keel_run(
+    url: str, root: Path, src: Path | None = None
+) -> tuple[list[str], dict[str, str], Path]:
     home = root / "home"
     home.mkdir()
     env = {
@@ -102,6 +109,8 @@ def keel_run(url: str, root: Path) -> tuple[list[str], dict[str, str], Path]:
         "OPENAI_BASE_URL": url + "/v1",
         "LANG": "C.UTF-8",
     }
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     return [*keel_command(), "-p", PROMPT, "--model", "openai/gpt-5", "-q"], env, home
 
 
@@ -130,13 +139,17 @@ def codex_run(codex: Path, url: str, root: Path) -> tuple[list[str], dict[str, s
     return cmd, env, home
 
 
-def time_one(server: ColdServer, who: str, codex: Path | None) -> float:
+def time_one(
+    server: ColdServer, who: str, codex: Path | None, baseline: Path | None = None
+) -> float:
     """Milliseconds from spawn to the first model request, in a fresh project and home."""
     with tempfile.TemporaryDirectory(prefix=f"cold-{who}-") as tmp:
         root = Path(tmp)
         project = fresh_project(root)
         if who == "keel":
             cmd, env, _ = keel_run(server.url, root)
+        elif who == "before":
+            cmd, env, _ = keel_run(server.url, root, baseline)
         else:
             assert codex is not None
             cmd, env, _ = codex_run(codex, server.url, root)
@@ -162,6 +175,19 @@ def time_one(server: ColdServer, who: str, codex: Path | None) -> float:
         return took
 
 
+NO_CODEX = Path("/nonexistent/codex")
+
+
+def find_codex(args: argparse.Namespace) -> Path:
+    """The codex binary to run: --codex, the cached install, or one on PATH (else NO_CODEX)."""
+    if args.codex:
+        return Path(args.codex)
+    if args.install_codex or (CACHE / f"codex-{CODEX_VERSION}").exists():
+        return install_codex()
+    found = shutil.which("codex")
+    return Path(found) if found else NO_CODEX
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7)
@@ -169,26 +195,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install-codex", action="store_true")
     parser.add_argument("--keel-only", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--baseline", type=Path, help="another checkout's src/, run as 'before'")
     args = parser.parse_args(argv)
-    codex: Path | None = None
-    if not args.keel_only:
-        if args.codex:
-            codex = args.codex
-        elif args.install_codex or (CACHE / f"codex-{CODEX_VERSION}").exists():
-            codex = install_codex()
-        elif shutil.which("codex"):
-            codex = Path(shutil.which("codex") or "codex")
-        else:
-            print("no codex: pass --codex PATH or --install-codex (or --keel-only)")
-            return 2
+    codex = None if args.keel_only else find_codex(args)
+    if codex == NO_CODEX:
+        print("no codex: pass --codex PATH or --install-codex (or --keel-only)")
+        return 2
     who = ["keel"] + ([] if codex is None else ["codex"])
+    if args.baseline is not None:
+        if not (args.baseline / "keel" / "__init__.py").is_file():
+            print(f"--baseline {args.baseline}: not a src/ folder holding keel/")
+            return 2
+        who.append("before")
     times: dict[str, list[float]] = {w: [] for w in who}
     with ColdServer() as server:
         for w in who:  # one unmeasured run each: the page cache, npm's and Python's
-            time_one(server, w, codex)
+            time_one(server, w, codex, args.baseline)
         for _ in range(args.runs):
             for w in who:
-                times[w].append(time_one(server, w, codex))
+                times[w].append(time_one(server, w, codex, args.baseline))
     result: dict[str, Any] = {
         w: {
             "median_ms": round(statistics.median(t), 1),
@@ -206,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{w:6} median {r['median_ms']:7.1f} ms  (min {r['min_ms']}, max {r['max_ms']})")
     if "ratio_keel_to_codex" in result:
         print(f"keel / codex: {result['ratio_keel_to_codex']}")
+    if "before" in result and codex is not None:
+        result["ratio_before_to_codex"] = round(
+            result["before"]["median_ms"] / result["codex"]["median_ms"], 3
+        )
+        print(f"before / codex: {result['ratio_before_to_codex']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 0

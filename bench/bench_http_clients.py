@@ -5,14 +5,17 @@ loopback Anthropic server (`bench_server.py`, its own process; each SSE event is
 as the real API sends them) and reads the streamed reply through keel's own SSE decoder
 (`keel.llm.http.iter_sse`), on one kept-alive connection:
 
-- `httpx+keel`: httpx with keel's transport (httpcore's pool on keel's asyncio backend), as now
+- `keel`: keel's own HTTP/1.1 client (`keel.llm.h1`), what model calls use when no proxy is set
+- `httpx+keel`: httpx with keel's transport (httpcore's pool on keel's asyncio backend), the
+  proxy path
 - `httpx`: httpx with its default transport (anyio backend), for reference
 - `httpcore`: httpcore's pool on keel's asyncio backend, without httpx on top
 - `aiohttp`: aiohttp's client (its C-accelerated HTTP parser when built with it), if installed
 
 Per client: harness time per request (wall minus the server's busy time) and this process's CPU
 time per request, over `--requests` requests, in `--rounds` rounds with the clients interleaved;
-median of the rounds and the best round. Measurement only: aiohttp is not a keel dependency.
+median of the rounds and the best round. Measurement only: aiohttp is not a keel dependency (it carried keel's model calls until
+keel's own client replaced it: its import cost a third of `keel -p`'s start-up).
 
 Run: `python bench/bench_http_clients.py [--requests 300] [--rounds 5] [--json out.json]`.
 """
@@ -63,6 +66,29 @@ async def drain(chunks: AsyncIterator[bytes]) -> int:
         json.loads(sse.data)
         events += 1
     return events
+
+
+async def with_keel(url: str, body: bytes, n: int) -> int:
+    from keel.llm import h1
+    from keel.llm.http import shared_ssl_context
+
+    client = h1.Client(tls=shared_ssl_context, connect_timeout=15, stall_timeout=60)
+    try:
+        events = 0
+        for _ in range(n):
+            response = await client.post(url, body, HEADERS)
+            try:
+                events += await drain(_readany(response))
+            finally:
+                response.release()
+        return events
+    finally:
+        await client.close()
+
+
+async def _readany(response: Any) -> AsyncIterator[bytes]:
+    while chunk := await response.readany():
+        yield chunk
 
 
 async def with_httpx_keel(url: str, body: bytes, n: int) -> int:
@@ -116,6 +142,7 @@ async def with_aiohttp(url: str, body: bytes, n: int) -> int:
 
 
 CLIENTS: dict[str, Callable[[str, bytes, int], Coroutine[Any, Any, int]]] = {
+    "keel": with_keel,
     "httpx+keel": with_httpx_keel,
     "httpx": with_httpx_default,
     "httpcore": with_httpcore,

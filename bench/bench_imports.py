@@ -31,9 +31,10 @@ from bench_loop import MODEL, bench_server, make_project  # noqa: E402
 DENY = (
     "anthropic",
     "openai",
-    # Model calls go over aiohttp when no proxy is set, and keel builds its own TLS context:
-    # httpx (~80 ms) is for proxies, the web tools and MCP.
+    # Model calls go over keel's own client when no proxy is set, and keel builds its own TLS
+    # context: httpx (~80 ms) is for proxies, the web tools and MCP; aiohttp is not used.
     "httpx",
+    "aiohttp",
     "google.genai",
     "textual",
     "rich",

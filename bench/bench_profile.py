@@ -49,9 +49,9 @@ def rows(stats: dict[Key, Any]) -> list[tuple[str, float]]:
     loop, store, anth, http = "agent/loop.py", "session/store.py", "anthropic.py", "llm/http.py"
     encoding = c(anth, "encode_message", "encode_head")
     build = c(anth, "build_body")
-    # Whichever transport carried the calls: aiohttp's (no proxy set) or httpx's.
-    send = c("llm/aio.py", "post") + c("httpx/_client.py", "send")
-    receive = c(http, "_guarded", "_guarded_aio")
+    # Whichever transport carried the calls: keel's own client (no proxy set) or httpx's.
+    send = c("llm/h1.py", "post") + c("httpx/_client.py", "send")
+    receive = c(http, "_guarded", "_guarded_direct")
     decode = c(anth, "decode") - receive
     provider_outer = c("llm/provider.py", "stream") or c(http, "stream")
     journal = c(store, "assistant", "tool_result", "user", "barrier", "terminal", "decision")
@@ -64,7 +64,7 @@ def rows(stats: dict[Key, Any]) -> list[tuple[str, float]]:
     return [
         ("request building (body assembly, cached parts joined)", build - encoding),
         ("JSON encoding of new messages and the head", encoding),
-        ("HTTP send (aiohttp, or httpx with a proxy, until the response head)", send),
+        ("HTTP send (keel's client, or httpx with a proxy, until the response head)", send),
         ("HTTP receive of the SSE body (the transport's reads)", receive),
         ("SSE parse + JSON decode + message assembly", decode),
         ("provider wrappers (retry, timeouts, stamping, setup)", provider_rest),

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import keel.llm.aio as aio
+import keel.llm.h1 as h1
 from keel.agent.compaction import COMPACT_PROMPT, PREAMBLE, estimate_tokens
 from keel.agent.events import Event, UsageUpdated
 from keel.agent.limits import MIN_OUTPUT_TOKENS, output_budget
@@ -239,7 +239,7 @@ async def test_the_prefix_cache_is_reported_as_cached_tokens() -> None:
 @pytest.fixture
 def stale_reuse_unfixed(monkeypatch: pytest.MonkeyPatch) -> None:
     """keel as it was: a request that finds its pooled connection closed fails."""
-    monkeypatch.setattr(aio, "STALE_ATTEMPTS", 0)
+    monkeypatch.setattr(h1, "STALE_ATTEMPTS", 0)
 
 
 async def compact_then_prompt(server: LlamaCppServer, project: Path) -> list[str]:

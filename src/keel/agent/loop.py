@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -84,7 +83,6 @@ from keel.agent.tool_runner import Choice, ToolRunner
 from keel.config.settings import CompactionSettings, user_config_dir
 from keel.errors import KeelError, RunError, UserError
 from keel.frozen import frozen
-from keel.hooks.runner import AsyncOutcome, HookResult, HookRunner
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_window
 from keel.llm.errors import APIError, ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
@@ -104,6 +102,7 @@ from keel.tools.registry import Registry
 
 if TYPE_CHECKING:
     from keel.checkpoints import UndoSummary
+    from keel.hooks.runner import AsyncOutcome, HookResult, HookRunner
     from keel.hooks.transcript import ClaudeTranscript
     from keel.mcp.prompts import McpPrompts
     from keel.permissions.sandbox import Sandbox
@@ -1060,6 +1059,8 @@ class Agent:
                 f'<hook-context source="SessionStart">\n{c}\n</hook-context>'
                 for c in started.context
             ]
+        import uuid  # here, not at the top: ~4 ms of `keel -p`'s start-up
+
         hooks.prompt_id = str(uuid.uuid4())  # Claude Code: one per prompt the user sends
         if self._claude_transcript is not None:
             self._claude_transcript.prompt_id = hooks.prompt_id

@@ -28,7 +28,6 @@ from keel.agent.events import Event, ToolFinished, ToolStarted
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.hooks import claude
-from keel.hooks.runner import HookResult, HookRunner
 from keel.llm.events import Notice
 from keel.llm.messages import Text, ToolResult, ToolUse, tool_result
 from keel.permissions.gate import AllowAll, Deny, Gate, PermissionRequest
@@ -48,6 +47,7 @@ from keel.tools.registry import Registry
 from keel.tools.truncate import MAX_OUTPUT_BYTES, truncate
 
 if TYPE_CHECKING:
+    from keel.hooks.runner import HookResult, HookRunner
     from keel.session.fold import SessionState
     from keel.session.records import ToolStartedRecord
     from keel.session.store import SessionLog

@@ -361,8 +361,6 @@ def build_hooks(cwd: Path, gate: PermissionGate, notice: Notify) -> HookRunner |
     from keel.config.settings import user_config_dir
     from keel.config.trust import project_key
     from keel.hooks.config import approved_pins, load_hooks
-    from keel.hooks.runner import HookRunner
-    from keel.permissions import guard_sandbox
 
     user_dir = user_config_dir()
     config = load_hooks(cwd, keel_user_dir=user_dir)
@@ -390,6 +388,10 @@ def build_hooks(cwd: Path, gate: PermissionGate, notice: Notify) -> HookRunner |
     runnable += guards
     if not runnable:
         return None
+    # Only now: the runner and the guards' sandbox are start-up cost a run without hooks skips.
+    from keel.hooks.runner import HookRunner
+    from keel.permissions import guard_sandbox
+
     runner = HookRunner(
         runnable,
         cwd,

@@ -659,6 +659,9 @@ def _dispatch(argv: list[str]) -> int:
         from keel.cli.interactive import run_interactive
 
         return run_interactive(args)
+    from keel.permissions.sandbox import start_probe
+
+    start_probe()  # its wait for bubblewrap overlaps the imports and set-up below
     from keel.cli.headless import run_headless
 
     return run_headless(args)

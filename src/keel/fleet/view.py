@@ -6,7 +6,7 @@ Summaries are read through KV watches on `keel-runs` (the latest value of every 
 pass, then live changes), never one read per run; the watch's subject `$KV.keel-runs.*` takes
 only keys without a dot, so answers and cancel flags never travel. This module never writes a
 summary (`keel.fleet.runs.Fleet.put_summary` does, and calls `event` here) and imports nats-py
-and aiohttp only inside functions.
+and keel's HTTP client only inside functions.
 """
 
 from __future__ import annotations
@@ -405,33 +405,30 @@ def check_notify_url(url: str) -> str:
 async def post_webhook(url: str, body: dict[str, Any], say: Callable[[str], None]) -> bool:
     """POST `body` as JSON to `url`: WEBHOOK_TIMEOUT seconds a try, WEBHOOK_TRIES tries; a
     failure is said, never raised (a webhook never fails a run)."""
-    import aiohttp
+    from keel.llm import h1
+    from keel.llm.http import shared_ssl_context
 
-    ssl_context: Any = True
-    if url.startswith("https:"):
-        from keel.llm.http import shared_ssl_context
-
-        ssl_context = shared_ssl_context()
     data = json.dumps(body, separators=(",", ":")).encode()
     problem = ""
-    timeout = aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT)
     for attempt in range(WEBHOOK_TRIES):
+        # A client per try: a webhook is rare, and a retry should not reuse what failed.
+        client = h1.Client(
+            tls=shared_ssl_context, connect_timeout=WEBHOOK_TIMEOUT, stall_timeout=None
+        )
         try:
-            async with (
-                aiohttp.ClientSession(timeout=timeout, trust_env=False) as session,
-                session.post(
-                    url,
-                    data=data,
-                    headers={"content-type": "application/json"},
-                    ssl=ssl_context,
-                    allow_redirects=False,
-                ) as response,
-            ):
-                if response.status < 300:
-                    return True
-                problem = f"HTTP {response.status}"
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            async with asyncio.timeout(WEBHOOK_TIMEOUT):
+                response = await client.post(url, data, {"content-type": "application/json"})
+                try:
+                    await response.read()
+                finally:
+                    response.release()
+            if response.status < 300:
+                return True
+            problem = f"HTTP {response.status}"
+        except (h1.TransportError, TimeoutError, OSError) as exc:
             problem = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+        finally:
+            await client.close()
         if attempt + 1 < WEBHOOK_TRIES:
             await asyncio.sleep(1.0)
     say(

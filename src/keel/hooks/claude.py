@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import uuid
 from pathlib import Path
 from typing import Any, Final
 
@@ -116,16 +115,19 @@ EFFORT_EVENTS: Final[frozenset[str]] = MODE_EVENTS - {
 
 #: keel session ids map one to one to the UUIDs hooks see as `session_id` (Claude Code's ids are
 #: UUIDs, and hooks check that they are).
-SESSION_NAMESPACE: Final = uuid.UUID("6f1c2a9e-5b7d-4e0a-9c3f-8d2b1e4a7c60")
+#: (A string: the uuid module is imported only when an id is made, ~4 ms of start-up.)
+SESSION_NAMESPACE: Final = "6f1c2a9e-5b7d-4e0a-9c3f-8d2b1e4a7c60"
 
 
 def hook_session_id(session_id: str) -> str:
     """The UUID hooks see for keel's session `session_id`: the same for the same session, on
     every resume; a keel id that is a UUID already stays as it is."""
+    import uuid
+
     try:
         return str(uuid.UUID(session_id))
     except ValueError:
-        return str(uuid.uuid5(SESSION_NAMESPACE, session_id))
+        return str(uuid.uuid5(uuid.UUID(SESSION_NAMESPACE), session_id))
 
 
 #: keel's permission modes in Claude Code's spelling.

@@ -24,7 +24,6 @@ file and skipped; the rest load.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import re
@@ -176,6 +175,8 @@ def _entries(data: Any, path: Path, source: Source, config: HookConfig) -> None:
             )
             continue
         if event not in EVENTS:
+            import difflib  # only for a misspelt event's suggestion: ~6 ms of start-up
+
             close = difflib.get_close_matches(str(event), CLAUDE_EVENTS, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}?" if close else f"keel runs: {', '.join(EVENTS)}"
             w.append(

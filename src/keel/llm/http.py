@@ -12,16 +12,16 @@ call at the deadline (`CallTimeout`), not when a byte finally arrives. No timeou
 `yield`: the consumer's own work between events is never cancelled by it. The stall timeout (no
 byte for N seconds, `StallError`) is separate and is the transport's read timeout.
 
-The transport: with no proxy configured, model calls go over aiohttp (`keel.llm.aio`, about half
-httpx's CPU per streamed request); with a proxy, over httpx, which honours *_PROXY and NO_PROXY.
-`_http()` (httpx) also serves `prepare`'s small requests (a local server's model facts).
+The transport: with no proxy configured, model calls go over keel's own HTTP/1.1 client
+(`keel.llm.h1`: about half httpx's CPU per streamed request, and nothing heavy to import); with a
+proxy, over httpx, which honours *_PROXY and NO_PROXY. `fetch` serves `prepare`'s small requests
+(a local server's model facts) over the same transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import errno
 import functools
 import json
@@ -51,8 +51,9 @@ from keel.llm.request import Request, Sampling
 if TYPE_CHECKING:
     import ssl
 
-    import aiohttp
     import httpx
+
+    from keel.llm import h1
 
 #: No bytes for this long abandons a request (keep-alives count as bytes).
 DEFAULT_STALL_TIMEOUT = 300.0
@@ -124,6 +125,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # ~10 ms of start-up, for a header that is rarely a date
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -208,19 +211,13 @@ def proxies_configured() -> bool:
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """The transport failures a model call maps to keel's errors: aiohttp's and httpx's, each
-    when it is loaded (a transport that was never imported raised nothing), importing neither."""
-    aio = sys.modules.get("keel.llm.aio")
+    """The transport failures a model call maps to keel's errors: keel's client's and httpx's,
+    each when it is loaded (a transport that was never imported raised nothing), importing
+    neither. Neither's timeouts are TimeoutErrors, so a TimeoutError is the call's deadline."""
+    direct = sys.modules.get("keel.llm.h1")
     httpx = sys.modules.get("httpx")
-    errors: tuple[type[BaseException], ...] = aio.TRANSPORT_ERRORS if aio is not None else ()
+    errors: tuple[type[BaseException], ...] = (direct.TransportError,) if direct is not None else ()
     return (*errors, httpx.HTTPError) if httpx is not None else errors
-
-
-def _is_transport_timeout(exc: TimeoutError) -> bool:
-    """Whether a TimeoutError is aiohttp's own (its connect and stall timeouts subclass it)
-    rather than the call's deadline. httpx's timeouts are not TimeoutErrors."""
-    aio = sys.modules.get("keel.llm.aio")
-    return aio is not None and bool(aio.is_transport_timeout(exc))
 
 
 class _SocketDeadline:
@@ -272,7 +269,8 @@ _Opener = Callable[[contextlib.AsyncExitStack, str, bytes, dict[str, str], float
 
 
 def _failure_kind(exc: BaseException) -> str:
-    """Which bucket an httpx or aiohttp failure falls in (see `keel.llm.aio.classify`)."""
+    """Which bucket an httpx or keel's client's failure falls in (`keel.llm.h1.TransportError`
+    names its own)."""
     httpx = sys.modules.get("httpx")
     if httpx is not None and isinstance(exc, httpx.HTTPError):
         if isinstance(exc, httpx.ReadTimeout):
@@ -284,12 +282,10 @@ def _failure_kind(exc: BaseException) -> str:
         if isinstance(exc, httpx.TimeoutException):
             return "timeout"
         return "failed"
-    from keel.llm import aio
-
-    return aio.classify(exc)
+    return str(getattr(exc, "kind", "failed"))
 
 
-async def _release(response: aiohttp.ClientResponse) -> None:
+async def _release(response: h1.Response) -> None:
     """Give the connection back (to the pool if the body was read to its end, else closed)."""
     response.release()
 
@@ -369,7 +365,7 @@ class HTTPProvider(ABC):
         #: own values win.
         self.sampling = Sampling()
         self._client: httpx.AsyncClient | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._direct: h1.Client | None = None
 
     # -- what a wire API supplies -------------------------------------------------------------
 
@@ -409,13 +405,12 @@ class HTTPProvider(ABC):
     async def fetch(self, url: str, seconds: float) -> tuple[int, bytes] | None:
         """A small GET of `url` over the model calls' transport (so it imports nothing more):
         its status and body, or None when nothing answered within `seconds`."""
-        if self._uses_aiohttp():
-            from keel.llm import aio
+        if self._goes_direct():
+            from keel.llm import h1
 
-            failures: tuple[type[BaseException], ...] = (*aio.TRANSPORT_ERRORS, TimeoutError)
             try:
-                return await aio.get(self._aio(), url, self.headers(), seconds)
-            except failures:
+                return await self._client_direct().get(url, self.headers(), seconds)
+            except (h1.TransportError, TimeoutError):
                 return None
         import httpx
 
@@ -454,35 +449,36 @@ class HTTPProvider(ABC):
                 )
         return self._client
 
-    def _uses_aiohttp(self) -> bool:
-        """Whether model calls go over aiohttp: yes once a session is open, else unless a proxy
-        is configured (httpx honours *_PROXY and NO_PROXY; aiohttp is never asked to)."""
-        return self._session is not None or not proxies_configured()
+    def _goes_direct(self) -> bool:
+        """Whether model calls go over keel's own client: yes once it is open, else unless a
+        proxy is configured (httpx honours *_PROXY and NO_PROXY; keel's client never proxies)."""
+        return self._direct is not None or not proxies_configured()
 
-    def _aio(self) -> aiohttp.ClientSession:
-        """The aiohttp session model calls stream over (opened at the first call)."""
-        if self._session is None:
-            from keel.llm import aio
+    def _client_direct(self) -> h1.Client:
+        """keel's own client that model calls stream over (made at the first call). Its TLS
+        context is built only when an https URL is first connected to."""
+        if self._direct is None:
+            from keel.llm import h1
 
             s = self.settings
-            self._session = aio.open_session(
-                ssl_context=shared_ssl_context() if self.base_url.startswith("https:") else None,
+            self._direct = h1.Client(
+                tls=shared_ssl_context,
                 connect_timeout=s.connect_timeout,
                 stall_timeout=None if s.stall_timeout < 0 else s.stall_timeout,
             )
-        return self._session
+        return self._direct
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        if self._direct is not None:
+            direct, self._direct = self._direct, None
+            await direct.close()
 
     def stream(self, request: Request) -> AsyncGenerator[StreamEvent, None]:
         # The call's generator itself (no wrapper): closing it closes the call.
-        return self._stream(request, self._open_aio if self._uses_aiohttp() else self._open_httpx)
+        return self._stream(request, self._open_direct if self._goes_direct() else self._open_httpx)
 
     async def _stream(
         self, request: Request, open_head: _Opener
@@ -513,8 +509,6 @@ class HTTPProvider(ABC):
                                 exchange.received(payload)
                             raise self.error_from_response(head.status, payload, head.headers)
                 except TimeoutError as exc:
-                    if _is_transport_timeout(exc):  # aiohttp's connect or stall timeout
-                        raise
                     raise CallTimeout(self.settings.call_timeout, provider=self.name) from exc
                 # Close the decoder chain here, not later from the garbage collector.
                 chunks = head.body
@@ -540,7 +534,7 @@ class HTTPProvider(ABC):
             if exchange is not None:  # a normal end (failures were told above)
                 exchange.finished()
 
-    async def _open_aio(
+    async def _open_direct(
         self,
         stack: contextlib.AsyncExitStack,
         url: str,
@@ -548,17 +542,16 @@ class HTTPProvider(ABC):
         headers: dict[str, str],
         deadline: float,
     ) -> _Head:
-        """POST over aiohttp, up to the response head; the connection goes back with `stack`."""
-        from keel.llm import aio
-
-        response = await aio.post(self._aio(), url, body, headers)
+        """POST over keel's own client, up to the response head; the connection goes back
+        with `stack`."""
+        response = await self._client_direct().post(url, body, headers)
         stack.push_async_callback(_release, response)
         return _Head(
             response.status,
             response.headers,
-            response.request_info.headers,
+            response.request_headers,
             response.read,
-            self._guarded_aio(response, deadline),
+            self._guarded_direct(response, deadline),
         )
 
     async def _open_httpx(
@@ -582,7 +575,7 @@ class HTTPProvider(ABC):
         )
 
     def _transport_failure(self, exc: BaseException) -> LLMError:
-        """keel's error for a transport failure of a model call (httpx's or aiohttp's)."""
+        """keel's error for a transport failure of a model call (httpx's or keel's client's)."""
         kind = _failure_kind(exc)
         if kind == "stall":
             return StallError(self.settings.stall_timeout, provider=self.name)
@@ -664,30 +657,27 @@ class HTTPProvider(ABC):
         finally:
             timer.cancel()
 
-    async def _guarded_aio(
-        self, response: aiohttp.ClientResponse, deadline: float
+    async def _guarded_direct(
+        self, response: h1.Response, deadline: float
     ) -> AsyncGenerator[bytes, None]:
-        """`_guarded` for an aiohttp response: the same deadline timer on the socket."""
-        from keel.llm import aio
+        """`_guarded` for keel's own client: the same deadline timer on the socket."""
+        from keel.llm import h1
 
         loop = asyncio.get_running_loop()
         timed_out = CallTimeout(self.settings.call_timeout, provider=self.name)
-        content = response.content
-        sock = aio.socket_of(response)
+        sock = response.socket()
         timer = _SocketDeadline(loop, sock, deadline)
         try:
             while True:
                 try:
                     if sock is None:
                         async with asyncio.timeout_at(deadline):
-                            chunk = await content.readany()
+                            chunk = await response.readany()
                     else:
-                        chunk = await content.readany()
+                        chunk = await response.readany()
                 except TimeoutError as exc:
-                    if timer.expired or not aio.is_transport_timeout(exc):
-                        raise timed_out from exc
-                    raise
-                except aio.TRANSPORT_ERRORS as exc:
+                    raise timed_out from exc
+                except h1.TransportError as exc:
                     if timer.expired:  # the read the timer cut short
                         raise timed_out from exc
                     raise

@@ -14,7 +14,6 @@ NOT_COMPARED`): a session whose snapshot is gone resumes with none.
 
 from __future__ import annotations
 
-import getpass
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -81,6 +80,8 @@ def open_store(
 
 
 def _login() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container)

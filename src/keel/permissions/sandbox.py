@@ -59,6 +59,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -983,11 +984,45 @@ BWRAP_INSTALL = (
 )
 
 
+class _Background:
+    """A probe started ahead of its first use (`start_probe`)."""
+
+    def __init__(self) -> None:
+        self.result: Probe | None = None
+        self.thread = threading.Thread(target=self._run, name="keel-sandbox-probe", daemon=True)
+
+    def _run(self) -> None:
+        self.result = _probe()
+
+
+_background: _Background | None = None
+
+
+def start_probe() -> None:
+    """Run the probe on a thread now, so that its wait for bubblewrap (~30 ms, a process start)
+    overlaps start-up's own work (`keel -p` starts it before importing the loop); `probe`
+    then takes its result. Only once per process, and not when a probe has already run."""
+    global _background
+    if _background is None and probe.cache_info().currsize == 0:
+        _background = _Background()
+        _background.thread.start()
+
+
 @functools.cache
 def probe() -> Probe:
     """Whether a sandboxed command really runs here (once per process): on Linux under
     bubblewrap with a user namespace, else with capabilities dropped only; on macOS under the
     Seatbelt profile keel generates; elsewhere there is no sandbox."""
+    global _background
+    background, _background = _background, None
+    if background is not None:
+        background.thread.join()
+        if background.result is not None:
+            return background.result
+    return _probe()
+
+
+def _probe() -> Probe:
     if os.environ.get("KEEL_NO_SANDBOX"):
         return Probe(False, "sandbox turned off (KEEL_NO_SANDBOX is set; unset it to turn it on)")
     if sys.platform == "darwin":
