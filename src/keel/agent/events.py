@@ -259,6 +259,19 @@ class BackgroundFinished:
     description: str
 
 
+@frozen
+class AutoDecision:
+    """Auto mode's classifier decided a question the gate would have asked the user
+    (`decision`: allow or deny), or could not (`unsure`: the question then goes to the user, or
+    is refused headless); `reason` is the classifier's, or what went wrong."""
+
+    call: ToolUse
+    decision: str
+    reason: str
+    model: str
+    cost: float = 0.0
+
+
 Event: TypeAlias = (
     TurnStarted
     | RequestStarted
@@ -281,11 +294,13 @@ Event: TypeAlias = (
     | TurnFinished
     | SubagentEvent
     | BackgroundFinished
+    | AutoDecision
 )
 
 __all__ = [
     "MODEL_ENDED",
     "AssistantMessage",
+    "AutoDecision",
     "BackgroundFinished",
     "ContextCompacted",
     "Event",

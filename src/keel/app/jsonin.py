@@ -16,6 +16,7 @@ from typing import Any
 
 from keel.agent.events import (
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     ContextCompacted,
     Event,
@@ -120,6 +121,11 @@ class EventDecoder:
             case "compacted":
                 return ContextCompacted(
                     data["trigger"], data["tokens_before"], data["tokens_after"]
+                )
+            case "auto_decision":
+                call = self._call(data["tool_use_id"], data["tool"], data.get("input"))
+                return AutoDecision(
+                    call, data["decision"], data["reason"], data["model"], data["cost_usd"]
                 )
             case "background_finished":
                 return BackgroundFinished(
