@@ -28,6 +28,7 @@ from textual.widgets import Markdown
 
 from keel.agent.events import (
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     ContextCompacted,
     Event,
@@ -117,6 +118,7 @@ def every_event() -> list[Event]:
         SubagentEvent("toolu_9", "explore", "look around", TextDelta("sub"), "bg-1"),
         SubagentEvent("toolu_9", "explore", "look around", ToolStarted(call, 2.0, "builtin")),
         BackgroundFinished("bg-1", "subagent", "completed", "look around"),
+        AutoDecision(call, "deny", "writes outside the request", "claude-haiku", 0.000125),
     ]
 
 
