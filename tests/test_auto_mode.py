@@ -184,7 +184,8 @@ async def test_deny_rules_the_boundary_and_ask_rules_come_before_the_classifier(
     assert classifier.requests == []
     results = agent.messages[2].tool_results
     assert results[0].text == "denied by rule bash(rm *) (test)"
-    assert results[1].is_error and "outside the project" in results[1].text
+    assert results[1].is_error
+    assert "outside the project" in results[1].text
     assert results[2] == tool_result("t3", "Created notes.txt (1 lines).")
     assert [(r.call.id, r.reason) for r in asked] == [
         ("t3", "write matches the ask rule write (test)")
@@ -324,7 +325,8 @@ def test_data_cannot_close_the_data_block_and_answers_are_strict() -> None:
         call, "run a command", prompt="run the tests", context=context
     )
     text = body.messages[0].text
-    assert text.count("</data>") == 1 and text.count("<data>") == 1
+    assert text.count("</data>") == 1
+    assert text.count("<data>") == 1
     assert "\\u003c/data>" in text
     data = json.loads(text.split("<data>\n", 1)[1].split("\n</data>", 1)[0])
     assert data == {
