@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -61,12 +61,12 @@ def auto_agent(
     tmp_path: Path,
     classifier: ScriptedProvider,
     *calls: ToolUse,
-    rules: tuple[str, ...] = (),
+    rules: tuple[tuple[Literal["allow", "ask", "deny"], str], ...] = (),
     timeout: float = 10.0,
     limits: Limits | None = None,
     asker: Any = None,
 ) -> tuple[Agent, ScriptedProvider, SessionLog]:
-    parsed = [parse_rule(r.split(":", 1)[1], r.split(":", 1)[0], "test") for r in rules]
+    parsed = [parse_rule(rule, effect, "test") for effect, rule in rules]
     gate = PermissionGate("auto", project, project, parsed, sandboxed=False, asker=asker)
     main = ScriptedProvider([Reply(Message("assistant", calls)), reply("Done.")])
     session = SessionLog.create(cwd=project, model="scripted", directory=tmp_path / "s")
@@ -177,7 +177,7 @@ async def test_deny_rules_the_boundary_and_ask_rules_come_before_the_classifier(
         tmp_path,
         classifier,
         *calls,
-        rules=("deny:bash(rm *)", "ask:write"),
+        rules=(("deny", "bash(rm *)"), ("ask", "write")),
         asker=user,
     )
     await agent.run("tidy up")
