@@ -246,6 +246,12 @@ MODES: Json = {
             "name": "Bypass permissions",
             "description": "Run every tool without asking (deny and ask rules still apply)",
         },
+        {
+            "id": "auto",
+            "name": "Auto",
+            "description": "A model classifier decides what would ask you (deny and ask rules "
+            "still apply)",
+        },
     ],
 }
 

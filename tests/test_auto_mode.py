@@ -34,7 +34,16 @@ from keel.permissions.rules import parse_rule
 from keel.session.journal import read_records
 from keel.session.records import DecisionRecord
 from keel.session.store import SessionLog
+from keel.testing.anthropic_server import AnthropicServer
 from keel.tools.builtin import builtin_tools
+from tests.server_helpers import (  # noqa: F401
+    MODEL,
+    Events,
+    Served,
+    anthropic_fixture,
+    served_fixture,
+    servers_fixture,
+)
 from tests.test_cli import keel, write_script
 
 HEADLESS = (
@@ -450,3 +459,42 @@ def test_keel_p_in_auto_mode_with_the_users_classifier(
     ]
     (finished,) = [line for line in lines if line["type"] == "tool_finished"]
     assert finished["output"] == "Created notes.txt (1 lines)."
+
+
+# -- keel serve --------------------------------------------------------------------------------
+
+
+def test_keel_serve_streams_each_auto_decision_with_its_reason(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    """A served session in auto mode whose classifier is the session's own model (the loopback
+    server answers the turn, the classifier's question, then the turn): the decision is an
+    event with the reason, and the classifier's request is one with purpose auto-mode."""
+    call = reply("", ("write", WRITE))
+    anthropic.add(call, reply(verdict("allow", "the user asked for notes")), reply("Done."))
+    with served.client() as client:
+        created = client.post("/v1/sessions", json={"model": MODEL, "mode": "auto"})
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        events = Events(client, sid, after=0)
+        sent = client.post(f"/v1/sessions/{sid}/prompt", json={"text": "write notes"})
+        assert sent.status_code == 202
+        frames = events.until("status", busy=False)
+        events.close()
+    kinds = [f.event for f in frames]
+    assert "permission_request" not in kinds
+    (decided,) = [f.data for f in frames if f.event == "auto_decision"]
+    cost = decided.pop("cost_usd")
+    assert {k: v for k, v in decided.items() if k not in ("seq", "session")} == {
+        "type": "auto_decision",
+        "tool_use_id": call.message.tool_uses[0].id,
+        "tool": "write",
+        "input": WRITE,
+        "decision": "allow",
+        "reason": "the user asked for notes",
+        "model": MODEL.split("/", 1)[1],
+    }
+    (asked,) = [f.data for f in frames if f.event == "request_finished"]
+    assert (asked["purpose"], asked["cost_usd"]) == ("auto-mode", cost)
+    assert cost > 0  # a priced model: it counts in the session's spend
+    assert kinds.index("auto_decision") < kinds.index("tool_finished")
