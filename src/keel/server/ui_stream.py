@@ -228,7 +228,14 @@ class UiStreamRun:
                     *self._close_step(),
                     {"type": "error", "errorText": run_error(event)["message"]},
                 ]
-            case "notice" | "compacted" | "background_finished" | "question_answered" | "gap":
+            case (
+                "notice"
+                | "compacted"
+                | "background_finished"
+                | "question_answered"
+                | "gap"
+                | "auto_decision"
+            ):
                 # question_answered: the UI drops the question's form (by its id, the request's)
                 return [self._data(event)]
             case _:
