@@ -459,6 +459,13 @@ def test_keel_p_in_auto_mode_with_the_users_classifier(
     ]
     (finished,) = [line for line in lines if line["type"] == "tool_finished"]
     assert finished["output"] == "Created notes.txt (1 lines)."
+    # In text output, the decision is a line on stderr beside the tool's.
+    (project / "notes.txt").unlink()
+    out = keel("-p", "set X to 2", "--model", f"scripted:{task}", "--mode", "auto", cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert "keel: auto mode allowed write notes.txt: the user asked for this edit" in (
+        out.stderr.splitlines()
+    )
 
 
 # -- keel serve --------------------------------------------------------------------------------
