@@ -44,7 +44,7 @@ from tests.server_helpers import (  # noqa: F401
     served_fixture,
     servers_fixture,
 )
-from tests.test_cli import keel, write_script
+from tests.test_cli import keel, session_files, write_script
 
 HEADLESS = (
     "permission needed, but keel is running non-interactively; allow it with --allowed-tools "
@@ -505,3 +505,39 @@ def test_keel_serve_streams_each_auto_decision_with_its_reason(
     assert (asked["purpose"], asked["cost_usd"]) == ("auto-mode", cost)
     assert cost > 0  # a priced model: it counts in the session's spend
     assert kinds.index("auto_decision") < kinds.index("tool_finished")
+
+
+def test_a_classifier_model_that_cannot_be_used_fails_closed(
+    project: Path, tmp_path: Path, isolated_env: Path
+) -> None:
+    """No key for the classifier's model: one warning at start, and every question auto mode
+    gets is refused headless, saying why (it is never allowed)."""
+    config = isolated_env / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "settings.json").write_text(
+        json.dumps({"auto_mode": {"model": "anthropic/claude-haiku-4-5"}}), encoding="utf-8"
+    )
+    task = write_script(
+        tmp_path / "task.json",
+        [{"tool_calls": [{"name": "write", "input": WRITE}]}, {"text": "Done."}],
+    )
+    out = keel("-p", "go", "--model", f"scripted:{task}", "--mode", "auto", cwd=project)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    (warning,) = [line for line in lines if "auto_mode" in line]
+    broken = warning.removeprefix("keel: warning: auto_mode.model: ")
+    assert broken.startswith("the classifier model anthropic/claude-haiku-4-5 cannot be used: ")
+    assert "ANTHROPIC_API_KEY" in broken
+    assert f"keel: auto mode could not decide write notes.txt: {broken}" in lines
+    assert not (project / "notes.txt").exists()
+    path = max(session_files(isolated_env), key=lambda p: p.stat().st_mtime_ns)
+    decisions = [
+        r.payload for r in read_records(path).records if isinstance(r.payload, DecisionRecord)
+    ]
+    assert [(d.outcome, d.source, d.reason) for d in decisions] == [
+        (
+            "deny",
+            "headless",
+            f"{HEADLESS} (needed to change notes.txt; auto mode could not decide: {broken})",
+        )
+    ]
