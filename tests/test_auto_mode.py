@@ -24,6 +24,7 @@ from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.script import Fault, Reply, reply
 from keel.permissions.auto import FRAME, AutoClassifier, parse_verdict
 from keel.permissions.gate import (
+    Allow,
     AutoVerdict,
     Deny,
     PermissionGate,
@@ -206,7 +207,10 @@ async def test_deny_rules_the_boundary_and_ask_rules_come_before_the_classifier(
     ]
 
 
-async def test_the_plan_approval_goes_to_the_user_in_auto_mode(project: Path) -> None:
+async def test_the_plan_approval_and_the_boundaries_stay_the_users(project: Path) -> None:
+    """The plan approval, a read outside the project and bash that asks to leave a working
+    sandbox go to the user in auto mode; a command the sandbox would hold is not asked about,
+    and an unsandboxed one inside the boundaries goes to the classifier."""
     asked: list[PermissionRequest] = []
     classified: list[PermissionRequest] = []
 
@@ -218,18 +222,30 @@ async def test_the_plan_approval_goes_to_the_user_in_auto_mode(project: Path) ->
         classified.append(request)
         return AutoVerdict("allow", "fine")
 
-    gate = PermissionGate("auto", project, project, asker=user, classifier=classifier)
+    gate = PermissionGate(
+        "auto", project, project, asker=user, classifier=classifier, sandboxed=True
+    )
     plan = ToolUse("p1", "exit_plan_mode", {"plan": "1. edit util.py"})
     assert await gate.authorize(plan, read_only=True) == Deny(
         "the user denied this: not yet", "user"
     )
-    assert [r.plan for r in asked] == ["1. edit util.py"]
-    assert classified == []
-    # A read outside the project is a question too: the classifier answers it.
     outside = ToolUse("r1", "read", {"path": "/etc/hostname"})
-    decided = await gate.authorize(outside, read_only=True)
-    assert decided.source == "auto"
-    assert [r.reason for r in classified] == ["read /etc/hostname, outside the project"]
+    assert (await gate.authorize(outside, read_only=True)).source == "user"
+    leave = ToolUse("b1", "bash", {"command": "make deploy", "sandbox": False})
+    assert (await gate.authorize(leave, read_only=False)).source == "user"
+    held = ToolUse("b2", "bash", {"command": "make deploy"})
+    assert await gate.authorize(held, read_only=False) == Allow("sandbox")
+    assert [(r.call.id, r.reason) for r in asked] == [
+        ("p1", "approve the plan"),
+        ("r1", "read /etc/hostname, outside the project"),
+        ("b1", "run a command outside the sandbox"),
+    ]
+    assert classified == []
+    gate.sandboxed = False  # no working sandbox: every command asks, so the classifier decides
+    assert await gate.authorize(leave, read_only=False) == Allow(
+        "auto", notable=True, reason="fine"
+    )
+    assert [r.call.id for r in classified] == ["b1"]
 
 
 TIMEOUT = 0.2

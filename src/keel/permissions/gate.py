@@ -28,12 +28,13 @@ Decision order (first that applies wins; docs/permissions.md):
 12. A write inside the project in `accept-edits` mode: allow.
 13. Otherwise ask; without anyone to ask (headless), deny with a hint.
 
-`auto` mode is `default` with one change: the questions of steps 7 (a read outside the project)
-and 13 go first to a model classifier (`keel.permissions.auto`), which allows or refuses with a
-reason. Every other question (an ask rule, a hook's ask, a confirmation, a plan approval) still
-goes to the user, and steps 1-2 refuse before the classifier is asked. The classifier fails
-closed: when it errs, times out or answers out of format, the question goes to the user, or is
-refused when nobody can be asked.
+`auto` mode is `default` with one change: the question of step 13 goes first to a model
+classifier (`keel.permissions.auto`), which allows or refuses with a reason. Every other question
+(an ask rule, a hook's ask, a confirmation, a plan approval, a read outside the project, bash
+that asks to leave a working sandbox) still goes to the user: the classifier decides only inside
+the boundaries, and steps 1-2 refuse before it is asked. It fails closed: when it errs, times
+out or answers out of format, the question goes to the user, or is refused when nobody can be
+asked.
 
 The gate knows nothing about a UI: asking goes through an `Asker` callback.
 """
@@ -169,7 +170,7 @@ Asker: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply]]
 #: user, None leaves the question to the user (or, headless, to the headless refusal).
 PermissionHook: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply | None]]
 #: Auto mode's classifier, as the gate sees it (an `Agent` supplies one that knows the
-#: conversation): asked the questions of steps 7 and 13 in `auto` mode.
+#: conversation): asked the question of step 13 in `auto` mode.
 Classifier: TypeAlias = Callable[[PermissionRequest], Awaitable[AutoVerdict]]
 
 
@@ -272,7 +273,9 @@ class PermissionGate:
             return await self._in_plan_mode(call, tool, args)
         if (allowed := self._allowed_without_asking(tool, args)) is not None:
             return allowed
-        return await self._ask(call, self._why(tool, args), classify=True)
+        # Leaving a working sandbox is the user's to allow, never the classifier's.
+        leaves = tool == "bash" and self.sandboxed and args.get("sandbox", True) is False
+        return await self._ask(call, self._why(tool, args), classify=not leaves)
 
     def _refused(self, tool: str, args: dict[str, Any]) -> Deny | None:
         """Steps 1-2: the project boundary and deny rules (bash lines they cannot see into)."""
@@ -340,7 +343,7 @@ class PermissionGate:
 
     async def _read_only(self, call: ToolUse, tool: str, args: dict[str, Any]) -> Decision:
         if (outside := self._reads_outside(tool, args)) is not None:
-            return await self._ask(call, outside, classify=True)
+            return await self._ask(call, outside)  # outside the project: the user's, always
         return Allow("read-only")
 
     def _reads_outside(self, tool: str, args: dict[str, Any]) -> str | None:
