@@ -77,7 +77,8 @@ class AutoClassifier:
     policy: str = DEFAULT_POLICY
     timeout: float = 30.0
     context_messages: int = 6
-    max_tokens: int = 300
+    #: Room for the answer, and for a reasoning model's thinking before it.
+    max_tokens: int = 1024
 
     def request(
         self, call: ToolUse, why: str, *, prompt: str, context: Sequence[Message] = ()
@@ -101,8 +102,9 @@ class AutoClassifier:
             model=self.model,
             system=system,
             messages=(Message("user", (Text(body),)),),
+            # No sampling options: reasoning models refuse a temperature; the answer's strict
+            # form, not sampling, is what keeps it parseable.
             max_tokens=self.max_tokens,
-            temperature=0.0,
         )
 
     async def classify(
