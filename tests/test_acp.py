@@ -246,6 +246,12 @@ MODES: Json = {
             "name": "Bypass permissions",
             "description": "Run every tool without asking (deny and ask rules still apply)",
         },
+        {
+            "id": "auto",
+            "name": "Auto",
+            "description": "A model classifier decides what would ask you (deny and ask rules "
+            "still apply)",
+        },
     ],
 }
 
@@ -612,7 +618,7 @@ async def test_set_mode_accept_edits_writes_unasked_and_an_unknown_mode_is_refus
     bad = await client.call("session/set_mode", {"sessionId": sid, "modeId": "yolo"})
     assert bad["error"]["code"] == -32602
     assert bad["error"]["message"] == (
-        "unknown mode 'yolo' (hint: modes: default, accept-edits, plan, bypass)"
+        "unknown mode 'yolo' (hint: modes: default, accept-edits, plan, bypass, auto)"
     )
     ok = await client.call("session/set_mode", {"sessionId": sid, "modeId": "accept-edits"})
     assert ok == {"jsonrpc": "2.0", "id": ok["id"], "result": {}}

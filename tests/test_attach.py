@@ -29,6 +29,7 @@ from textual.widgets import Markdown
 from keel.agent.events import (
     AgentSpend,
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     ContextCompacted,
     Event,
@@ -124,6 +125,7 @@ def every_event() -> list[Event]:
         AgentSpend(
             "s2", "explore", "look around", "end_turn", usage, 0.5, usage + usage, 1.25, "t9"
         ),
+        AutoDecision(call, "deny", "writes outside the request", "claude-haiku", 0.000125),
     ]
 
 

@@ -685,7 +685,7 @@ def test_malformed_bodies_get_a_400_with_one_line(served: Served) -> None:
                 b'{"mode": "yolo"}',
                 {
                     "error": "unknown mode 'yolo'",
-                    "hint": "modes: default, accept-edits, plan, bypass",
+                    "hint": "modes: default, accept-edits, plan, bypass, auto",
                 },
             ),
             (

@@ -96,6 +96,10 @@ MODE_INFO: dict[Mode, tuple[str, str]] = {
         "Bypass permissions",
         "Run every tool without asking (deny and ask rules still apply)",
     ),
+    "auto": (
+        "Auto",
+        "A model classifier decides what would ask you (deny and ask rules still apply)",
+    ),
 }
 
 

@@ -285,6 +285,19 @@ class AgentSpend:
     tool_use_id: str = ""
 
 
+@frozen
+class AutoDecision:
+    """Auto mode's classifier decided a question the gate would have asked the user
+    (`decision`: allow or deny), or could not (`unsure`: the question then goes to the user, or
+    is refused headless); `reason` is the classifier's, or what went wrong."""
+
+    call: ToolUse
+    decision: str
+    reason: str
+    model: str
+    cost: float = 0.0
+
+
 Event: TypeAlias = (
     TurnStarted
     | RequestStarted
@@ -308,12 +321,14 @@ Event: TypeAlias = (
     | SubagentEvent
     | BackgroundFinished
     | AgentSpend
+    | AutoDecision
 )
 
 __all__ = [
     "MODEL_ENDED",
     "AgentSpend",
     "AssistantMessage",
+    "AutoDecision",
     "BackgroundFinished",
     "ContextCompacted",
     "Event",

@@ -21,6 +21,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, assert_never
 
+from keel.agent.auto_mode import AutoMode
 from keel.agent.compaction import (
     CHARS_PER_TOKEN,
     MIN_MESSAGES,
@@ -89,7 +90,16 @@ from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider, model_facts, model_info
 from keel.llm.request import Effort, Request, ToolSpec, WebSearchOptions
-from keel.permissions.gate import AllowAll, Gate, Mode, PermissionGate, PermissionReply
+from keel.permissions.auto import AutoClassifier
+from keel.permissions.gate import (
+    AllowAll,
+    AutoVerdict,
+    Gate,
+    Mode,
+    PermissionGate,
+    PermissionReply,
+    PermissionRequest,
+)
 from keel.session.fold import PendingBatch, SessionState
 from keel.session.journal import JournalWriteError
 from keel.session.records import CompactionRecord, Fingerprint, TerminalReason
@@ -364,6 +374,8 @@ class Agent:
             self.ctx.content_denied = self.import_refusal  # grep, knowledge_search ask it
             if self.gate.record is None:
                 self.gate.record = self._record_decision
+            if self.gate.classifier is None:
+                self.gate.classifier = self._auto_decide
             if self.gate.sandbox is not None and self.ctx.sandbox is None:
                 self.ctx.sandbox = self._own_sandbox(self.gate)
         self._runner = ToolRunner(self.registry, self.ctx, self.gate)
@@ -423,6 +435,8 @@ class Agent:
         self.on_background_event: Emit | None = None
         #: The debug tracer (`keel.trace.attach`); None: events go to the caller's sink as is.
         self.tracer: Tracing | None = None
+        #: Auto mode's classifier (None: the session's model with keel's policy).
+        self.auto_mode: AutoMode | None = None
         #: Called by `aclose` (MCP servers to stop, for example).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
         #: Called once when the current turn ends, however it ends (a custom command's model or
@@ -2026,6 +2040,22 @@ class Agent:
             self.session.decision(call.id, call.name, outcome, source, reason, waited_ms)
         if self.tracer is not None:
             self.tracer.decision(call, outcome, source, reason)
+
+    async def _auto_decide(self, asked: PermissionRequest) -> AutoVerdict:
+        """Auto mode: the classifier's verdict on a question of the gate (keel.agent.auto_mode)."""
+        auto = self.auto_mode or AutoMode(AutoClassifier(self.model))
+        return await auto.decide(
+            asked,
+            provider=self.provider,
+            info=self.info,
+            spend=self.spend,
+            exhausted=self._budget().exhausted,
+            emit=self.forward,
+            prompt=self.last_prompt,
+            context=self.messages,
+            turn=self._state.turns,
+            window=(self._last_context, self.info.window),
+        )
 
     def _barrier(self) -> None:
         if self.session is not None:

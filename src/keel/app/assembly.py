@@ -286,6 +286,7 @@ def build_agent(
         agent.ask_through_events()
     if agent.hooks is not None:
         agent.hooks.model = settings.hooks_model  # prompt hooks that name no model
+    add_auto_mode(agent, settings, notice, unattended=not options.interactive)
     add_extensions(agent, notice)
     add_output_style(agent, settings, notice)
     add_subagents(agent, notice, settings, options)
@@ -311,6 +312,34 @@ def build_agent(
             )
         )
     return agent
+
+
+def add_auto_mode(agent: Agent, settings: Settings, notice: Notify, *, unattended: bool) -> None:
+    """Auto mode's classifier as the user's settings say (`auto_mode`; a project's are ignored
+    when loaded): its model (else the session's), policy, deadline and context. A model that
+    cannot be used is said once; auto mode then asks the user (or refuses headless)."""
+    from keel.agent.auto_mode import AutoMode
+    from keel.permissions.auto import AutoClassifier
+
+    conf = settings.auto_mode
+    classifier = AutoClassifier(
+        agent.model, timeout=conf.timeout, context_messages=conf.context_messages
+    )
+    if conf.prompt:
+        classifier.policy = conf.prompt
+    auto = AutoMode(classifier)
+    if conf.model:
+        try:
+            ref = parse_model(conf.model)
+            auto.provider = make_provider(ref, settings=settings, unattended=unattended)
+        except UserError as exc:
+            auto.broken = f"the classifier model {conf.model} cannot be used: {exc}"
+            notice(Notice(f"auto_mode.model: {auto.broken}", "warning"))
+        else:
+            auto.info = model_info(ref, settings.models)
+            classifier.model = ref.model
+            agent.on_close.append(auto.provider.aclose)
+    agent.auto_mode = auto
 
 
 def split_rules(values: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from keel.agent.events import (
     AgentSpend,
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     ContextCompacted,
     Event,
@@ -139,6 +140,11 @@ class EventDecoder:
                         tuple(data.get(k, ()))
                         for k in ("kept", "missing_first", "repaired", "lost")
                     ),
+                )
+            case "auto_decision":
+                call = self._call(data["tool_use_id"], data["tool"], data.get("input"))
+                return AutoDecision(
+                    call, data["decision"], data["reason"], data["model"], data["cost_usd"]
                 )
             case "background_finished":
                 return BackgroundFinished(

@@ -11,6 +11,7 @@ from typing import Any, assert_never
 from keel.agent.events import (
     AgentSpend,
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     ContextCompacted,
     Event,
@@ -254,6 +255,17 @@ def _loop_event_json(event: Event) -> dict[str, Any] | None:
             }
         case AgentSpend():
             return agent_spend_json(event)
+        case AutoDecision(call, decision, reason, model, cost):
+            return {
+                "type": "auto_decision",
+                "tool_use_id": call.id,
+                "tool": call.name,
+                "input": call.input,
+                "decision": decision,
+                "reason": reason,
+                "model": model,
+                "cost_usd": round(cost, 6),
+            }
         case _:  # TurnFinished, and the events `event_json` handles
             return None
 

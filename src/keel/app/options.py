@@ -20,7 +20,7 @@ class Options:
     cwd: Path
     model: str | None = None
     effort: str | None = None
-    #: Permission mode: default | accept-edits | plan | bypass (None: the settings' default).
+    #: Permission mode: default | accept-edits | plan | bypass | auto (None: the settings' default).
     mode: str | None = None
     allowed_tools: list[str] = field(default_factory=list)
     disallowed_tools: list[str] = field(default_factory=list)

@@ -21,7 +21,7 @@ def acp_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", help="provider/model for new sessions (default: settings)")
     p.add_argument(
         "--mode",
-        choices=("default", "accept-edits", "plan", "bypass"),
+        choices=("default", "accept-edits", "plan", "bypass", "auto"),
         help="permission mode new sessions start in (default: the settings', else default)",
     )
     p.add_argument("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from keel.agent.events import (
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     Event,
     SubagentEvent,
@@ -45,7 +46,7 @@ from keel.config.settings import Settings, load_settings
 from keel.errors import UserError
 from keel.llm.events import Notice
 from keel.llm.messages import Citation, ToolUse
-from keel.tui.format import duration, key_argument, one_line
+from keel.tui.format import auto_decision_text, duration, key_argument, one_line
 
 if TYPE_CHECKING:
     from keel.session.records import CompactionRecord
@@ -138,6 +139,10 @@ class Printer:
                 self.say(f"  ↳ [{agent}] {call.name} {key_argument(call, 100)}".rstrip())
             case SubagentEvent(_, agent, _, Notice(text, "warning")):
                 self.say(f"keel: warning: [{agent}] {text}")
+            case AutoDecision(call, decision, reason):
+                text, warns = auto_decision_text(call, decision, reason)
+                if warns or not self.quiet:
+                    self.say(f"keel: {text}")
             case BackgroundFinished(task_id, kind, status, description) if not self.quiet:
                 self.say(f"keel: {task_id} ({kind}) {status}: {description}")
             case _:

@@ -114,9 +114,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--mode",
-        choices=("default", "accept-edits", "plan", "bypass"),
+        choices=("default", "accept-edits", "plan", "bypass", "auto"),
         help="permission mode (default: asks before edits and unsandboxed commands; "
-        "headless runs deny what would ask)",
+        "headless runs deny what would ask; auto: a model classifier decides those questions)",
     )
     add_rule_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no tool activity on stderr")

@@ -100,6 +100,8 @@ KNOWN_KEYS = frozenset(
         "checkpoints",
         # Compaction (keel.agent.compaction): threshold, facts to keep, a prompt addition.
         "compaction",
+        # Auto mode's classifier (keel.permissions.auto): your own settings only.
+        "auto_mode",
         "$schema",
     }
 )
@@ -287,6 +289,23 @@ class RemotePeer:
     source: str = ""
 
 
+#: Keys of the `auto_mode` setting (docs/permissions.md "Auto mode").
+AUTO_MODE_KEYS = frozenset({"model", "prompt", "timeout", "context_messages"})
+
+
+@frozen
+class AutoModeSettings:
+    """The `auto_mode` setting: the classifier's model (`provider/model`; "" : the session's),
+    its policy (`prompt`; "" : keel's), seconds it may take (`timeout`) and how many recent
+    messages it reads (`context_messages`). Only your own settings may set it, and only they
+    may make `auto` the default mode: it decides what runs without asking you."""
+
+    model: str = ""
+    prompt: str = ""
+    timeout: float = 30.0
+    context_messages: int = 6
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -383,6 +402,8 @@ class Settings:
     #: `checkpoints`: bounds of bash capture outside git, by key of `CHECKPOINT_KEYS` (those
     #: not set keep keel.checkpoints.tree.TreeLimits' defaults). A project file may only lower.
     checkpoints: dict[str, float] = field(default_factory=dict)
+    #: `auto_mode`: auto mode's classifier (your own settings only).
+    auto_mode: AutoModeSettings = field(default_factory=AutoModeSettings)
     warnings: list[str] = field(default_factory=list)
 
     def provider(self, name: str) -> ProviderConfig:
@@ -511,6 +532,7 @@ class _Merge:
                 "checkpoints",
                 "compaction",
                 "subagents",
+                "auto_mode",
             ):  # a method of its name
                 getattr(self, key)(value, where)
             elif key == "web_search":
@@ -525,6 +547,39 @@ class _Merge:
                 pass
             else:
                 self.scalar(key, value, where)
+
+    def auto_mode(self, value: Any, where: str) -> None:
+        """`auto_mode`: the classifier that decides for you in auto mode. A project file may not
+        set it (a permissive prompt, or a model that answers as the project likes, would let
+        anything run), not even once approved."""
+        if self.untrusted:
+            self.w.append(f"{where} ignored: only your own settings may configure auto mode")
+            return
+        if not isinstance(value, dict):
+            self.w.append(f'{where} must be an object like {{"model": "provider/model"}}; ignored')
+            return
+        conf = self.settings.auto_mode
+        for k, v in value.items():
+            at = f"{where}.{k}"
+            if k not in AUTO_MODE_KEYS:
+                known = ", ".join(sorted(AUTO_MODE_KEYS))
+                self.w.append(f"{at}: unknown key skipped (known: {known})")
+            elif k in ("model", "prompt"):
+                if not isinstance(v, str) or not v.strip():
+                    self.w.append(f"{at} must be a non-empty string; ignored")
+                elif k == "model":
+                    conf = dataclasses.replace(conf, model=v.strip())
+                else:
+                    conf = dataclasses.replace(conf, prompt=v.strip())
+            elif k == "timeout":
+                seconds = _number(v, at, self.w, float, low=0, high=600)
+                if seconds is not None:
+                    conf = dataclasses.replace(conf, timeout=seconds)
+            else:
+                n = _number(v, at, self.w, int, low=0, high=100, low_open=False)
+                if n is not None:
+                    conf = dataclasses.replace(conf, context_messages=n)
+        self.settings.auto_mode = conf
 
     def _web_search(self, value: Any, where: str) -> None:
         """`web_search`: a project file may turn it off, lower `max_uses` and block domains,
@@ -1140,12 +1195,17 @@ class _Merge:
                 rules += [(r, source) for r in _strings(v, f"{where}.{k}", w)]
             elif k == "additionalDirectories":
                 self.directories(v, f"{where}.{k}")
-            elif v in CLAUDE_MODES or v in CLAUDE_MODES.values():
+            elif v == "auto" and self.untrusted:
+                w.append(
+                    f"{where}.{k} ignored: only your own settings may turn auto mode on (a "
+                    "model would decide for you what runs)"
+                )
+            elif v in CLAUDE_MODES or v in CLAUDE_MODES.values() or v == "auto":
                 s.default_mode = CLAUDE_MODES.get(v, v)
             else:
                 w.append(
-                    f"{where}.{k} must be default, accept-edits (acceptEdits), plan or bypass "
-                    "(bypassPermissions); ignored"
+                    f"{where}.{k} must be default, accept-edits (acceptEdits), plan, bypass "
+                    "(bypassPermissions) or auto; ignored"
                 )
 
     def directories(self, value: Any, where: str) -> None:

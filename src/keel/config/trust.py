@@ -147,7 +147,8 @@ def _permissions(permissions: dict[str, Any], gated: list[Gated]) -> dict[str, A
         why = "lets these tool calls run without asking you"
         gated.append(Gated("permissions.allow", rest.pop("allow"), why))
     for key in ("default_mode", "defaultMode"):
-        if key in rest and rest[key] not in _TIGHT_MODES:
+        # auto is not gated: no approval lets a project turn it on (the settings say so).
+        if key in rest and rest[key] not in (*_TIGHT_MODES, "auto"):
             why = "changes the permission mode so that fewer calls ask you"
             gated.append(Gated(f"permissions.{key}", rest.pop(key), why))
     if "additionalDirectories" in rest:

@@ -28,6 +28,14 @@ Decision order (first that applies wins; docs/permissions.md):
 12. A write inside the project in `accept-edits` mode: allow.
 13. Otherwise ask; without anyone to ask (headless), deny with a hint.
 
+`auto` mode is `default` with one change: the question of step 13 goes first to a model
+classifier (`keel.permissions.auto`), which allows or refuses with a reason. Every other question
+(an ask rule, a hook's ask, a confirmation, a plan approval, a read outside the project, bash
+that asks to leave a working sandbox) still goes to the user: the classifier decides only inside
+the boundaries, and steps 1-2 refuse before it is asked. It fails closed: when it errs, times
+out or answers out of format, the question goes to the user, or is refused when nobody can be
+asked.
+
 The gate knows nothing about a UI: asking goes through an `Asker` callback.
 """
 
@@ -59,8 +67,8 @@ if TYPE_CHECKING:
     from keel.llm.events import Notice
     from keel.permissions.sandbox import Sandbox
 
-Mode: TypeAlias = Literal["default", "accept-edits", "plan", "bypass"]
-MODES: tuple[Mode, ...] = ("default", "accept-edits", "plan", "bypass")
+Mode: TypeAlias = Literal["default", "accept-edits", "plan", "bypass", "auto"]
+MODES: tuple[Mode, ...] = ("default", "accept-edits", "plan", "bypass", "auto")
 
 #: Tools that change files, and the argument naming the file.
 WRITE_TOOLS = {"write": "path", "edit": "path", "multi_edit": "path"}
@@ -74,6 +82,8 @@ class Allow:
     source: str = "default"
     #: Worth a `decision` record (not the routine allow of a read-only tool).
     notable: bool = False
+    #: Why, when someone gave a reason (auto mode's classifier).
+    reason: str = ""
 
 
 @frozen
@@ -89,6 +99,16 @@ Decision: TypeAlias = Allow | Deny
 
 
 HookOpinion: TypeAlias = Literal["allow", "ask"] | None
+
+
+@frozen
+class AutoVerdict:
+    """What auto mode's classifier said about one question: `allow` or `deny` with its reason,
+    or `unsure` (it failed, timed out or answered out of format: the question goes on to the
+    user, or is refused headless), the reason saying what went wrong."""
+
+    decision: Literal["allow", "deny", "unsure"]
+    reason: str
 
 
 class Gate(Protocol):
@@ -149,6 +169,9 @@ Asker: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply]]
 #: PermissionRequest hooks: asked first, whenever the user would be; a reply answers for the
 #: user, None leaves the question to the user (or, headless, to the headless refusal).
 PermissionHook: TypeAlias = Callable[[PermissionRequest], Awaitable[PermissionReply | None]]
+#: Auto mode's classifier, as the gate sees it (an `Agent` supplies one that knows the
+#: conversation): asked the question of step 13 in `auto` mode.
+Classifier: TypeAlias = Callable[[PermissionRequest], Awaitable[AutoVerdict]]
 
 
 def parse_mode(value: str) -> Mode:
@@ -186,6 +209,8 @@ class PermissionGate:
     #: block: the question does not wait for it.
     notify: Callable[[str], None] | None = None
     permission_hook: PermissionHook | None = None
+    #: Auto mode's classifier (None: in `auto` mode every question goes to the user).
+    classifier: Classifier | None = None
     headless_hint: str = (
         "permission needed, but keel is running non-interactively; allow it with "
         "--allowed-tools or --mode"
@@ -207,8 +232,7 @@ class PermissionGate:
         notable = isinstance(decision, Deny) or decision.notable
         if notable and self.record is not None:
             outcome = "deny" if isinstance(decision, Deny) else "allow"
-            reason = decision.reason if isinstance(decision, Deny) else ""
-            self.record(call, outcome, decision.source, reason)
+            self.record(call, outcome, decision.source, decision.reason)
         return decision
 
     async def _decide(
@@ -249,7 +273,9 @@ class PermissionGate:
             return await self._in_plan_mode(call, tool, args)
         if (allowed := self._allowed_without_asking(tool, args)) is not None:
             return allowed
-        return await self._ask(call, self._why(tool, args))
+        # Leaving a working sandbox is the user's to allow, never the classifier's.
+        leaves = tool == "bash" and self.sandboxed and args.get("sandbox", True) is False
+        return await self._ask(call, self._why(tool, args), classify=not leaves)
 
     def _refused(self, tool: str, args: dict[str, Any]) -> Deny | None:
         """Steps 1-2: the project boundary and deny rules (bash lines they cannot see into)."""
@@ -317,7 +343,7 @@ class PermissionGate:
 
     async def _read_only(self, call: ToolUse, tool: str, args: dict[str, Any]) -> Decision:
         if (outside := self._reads_outside(tool, args)) is not None:
-            return await self._ask(call, outside)
+            return await self._ask(call, outside)  # outside the project: the user's, always
         return Allow("read-only")
 
     def _reads_outside(self, tool: str, args: dict[str, Any]) -> str | None:
@@ -448,10 +474,22 @@ class PermissionGate:
         return await self._ask(call, f"run {tool}, which needs your confirmation", confirm=True)
 
     async def _ask(
-        self, call: ToolUse, reason: str, *, plan: str = "", confirm: bool = False
+        self,
+        call: ToolUse,
+        reason: str,
+        *,
+        plan: str = "",
+        confirm: bool = False,
+        classify: bool = False,
     ) -> Decision:
+        """Ask the user (`classify`: in `auto` mode the classifier first)."""
         if confirm:
             return await self._ask_confirmation(call, reason)
+        if classify and self.mode == "auto":
+            decided = await self._auto(call, reason)
+            if not isinstance(decided, str):
+                return decided
+            reason = f"{reason}; auto mode could not decide: {decided}"
         if self.permission_hook is not None:
             request = PermissionRequest(
                 call, reason, suggest(call.name, call.input or {}, self.cwd), plan
@@ -485,6 +523,23 @@ class PermissionGate:
         if call.name == "exit_plan_mode" and reply.mode is not None:
             self.mode = reply.mode
         return Allow(f"user:{reply.scope}", notable=True)
+
+    async def _auto(self, call: ToolUse, reason: str) -> Decision | str:
+        """Auto mode: the classifier's decision, or (failing closed) why it gave none."""
+        if self.classifier is None:
+            return "no classifier is set up"
+        verdict = await self.classifier(
+            PermissionRequest(call, reason, suggest(call.name, call.input or {}, self.cwd))
+        )
+        if verdict.decision == "allow":
+            return Allow("auto", notable=True, reason=verdict.reason)
+        if verdict.decision == "deny":
+            return Deny(
+                f"auto mode refused this call: {verdict.reason}. Do not retry it in another "
+                "form; do something else, or ask the user to run it",
+                "auto",
+            )
+        return verdict.reason
 
     async def _ask_confirmation(self, call: ToolUse, reason: str) -> Decision:
         """The question for a tool that needs confirmation. Only a person confirms: a
@@ -540,6 +595,8 @@ __all__ = [
     "Allow",
     "AllowAll",
     "Asker",
+    "AutoVerdict",
+    "Classifier",
     "Decision",
     "Deny",
     "Gate",

@@ -345,6 +345,7 @@ class AguiRun:
                 | "permission_answered"
                 | "question_answered"
                 | "gap"
+                | "auto_decision"
             ):
                 return self._custom(event)
             case _:

@@ -235,6 +235,7 @@ class UiStreamRun:
                 | "agent_spend"
                 | "question_answered"
                 | "gap"
+                | "auto_decision"
             ):
                 # question_answered: the UI drops the question's form (by its id, the request's)
                 return [self._data(event)]

@@ -8,6 +8,8 @@ servers that speak each provider's wire API on 127.0.0.1. Nothing here reaches t
   modules); `keel.testing.llamacpp_server.LlamaCppServer` behaves as llama.cpp's server does
   (`n_ctx`, `/props`, its overflow error, its prefix cache).
 - `Reply`, `Fault`, `reply`: the script language both use.
+- `keel.testing.classifier.RuleClassifier`: a scripted auto-mode classifier that answers by a
+  fixed list of rules (imported from its module).
 """
 
 from keel.llm.providers.scripted import ScriptedProvider

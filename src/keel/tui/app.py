@@ -31,6 +31,7 @@ from keel import __version__
 from keel.agent.events import (
     AgentSpend,
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     ContextCompacted,
     QuestionRequest,
@@ -52,7 +53,13 @@ from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.safetext import terminal_safe_copy
 from keel.tui import commands as cmds
 from keel.tui.control import LOCAL_SETTINGS, Driver, finished_text
-from keel.tui.format import duration, key_argument, progress_text, spend_text
+from keel.tui.format import (
+    auto_decision_text,
+    duration,
+    key_argument,
+    progress_text,
+    spend_text,
+)
 from keel.tui.history import History
 from keel.tui.mentions import complete, mention_at, mention_text, project_files, with_folders
 from keel.tui.screens import (
@@ -547,6 +554,10 @@ class KeelApp(App[int]):
                     await self._add(nested)
             case SubagentEvent(_call_id, agent, _description, Notice(text, "warning")):
                 await self._add(NoticeLine(f"[{agent}] {text}", "warning"))
+            case AutoDecision(call, decision, reason):
+                self._close_segments()
+                text, warns = auto_decision_text(call, decision, reason)
+                await self._add(NoticeLine(text, "warning" if warns else "info"))
             case BackgroundFinished(task_id, kind, status, description):
                 self._close_segments()
                 await self._add(NoticeLine(f"{task_id} ({kind}) {status}: {description}"))

@@ -46,7 +46,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("unpin", "N", "unpin the fact /pin lists as N", while_busy=True),
         Builtin("init", "[AGENTS.md|CLAUDE.md]", "study the project and write its AGENTS.md"),
         Builtin("model", "[provider/model]", "switch the model (a picker without an argument)"),
-        Builtin("mode", "[mode]", "permission mode: default, accept-edits, plan, bypass"),
+        Builtin("mode", "[mode]", "permission mode: default, accept-edits, plan, bypass, auto"),
         Builtin("output-style", "[name]", "how the agent answers, from the next fresh context"),
         Builtin("undo", "", "put back the files the last prompt changed"),
         Builtin("rewind", "", "go back to an earlier prompt (forks the session)"),

@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 #: Seconds a `!cmd` line may run.
 SHELL_TIMEOUT = 600.0
-#: Shift+Tab cycles through these; `bypass` is only ever chosen by name.
+#: Shift+Tab cycles through these; `bypass` is only ever chosen by name, and `auto` joins the
+#: cycle (after plan) only when the user opted in (`auto_mode_opted_in`).
 MODE_CYCLE: tuple[Mode, ...] = ("default", "accept-edits", "plan")
 
 
@@ -958,8 +959,11 @@ class Controller:
         gate = self.agent.gate
         if not isinstance(gate, PermissionGate):
             raise UserError("this agent has no permission gate")
-        i = MODE_CYCLE.index(gate.mode) if gate.mode in MODE_CYCLE else -1
-        mode = MODE_CYCLE[(i + 1) % len(MODE_CYCLE)]
+        cycle = MODE_CYCLE
+        if gate.mode == "auto" or auto_mode_opted_in(self.factory.settings):
+            cycle = (*MODE_CYCLE, "auto")
+        i = cycle.index(gate.mode) if gate.mode in cycle else -1
+        mode = cycle[(i + 1) % len(cycle)]
         self.agent.set_mode(mode)
         self._ui.refresh_status()
         return mode
@@ -1225,7 +1229,16 @@ _MODE_HELP: dict[str, str] = {
     "accept-edits": "edits in the project run without asking",
     "plan": "read-only research, then a plan to approve",
     "bypass": "everything runs (deny rules still apply)",
+    "auto": "a model classifier decides what would ask (ask and deny rules still apply)",
 }
+
+
+def auto_mode_opted_in(settings: Settings) -> bool:
+    """Whether Shift+Tab offers `auto`: the user's own settings make it the default mode or
+    configure its classifier (a project's cannot: the settings ignore them)."""
+    from keel.config.settings import AutoModeSettings
+
+    return settings.default_mode == "auto" or settings.auto_mode != AutoModeSettings()
 
 
 def _parse_mode(value: str) -> Mode:

@@ -153,9 +153,20 @@ def diff_line_kind(line: str) -> Literal["add", "remove", "hunk", "header", "con
     return "context"
 
 
+def auto_decision_text(call: ToolUse, decision: str, reason: str) -> tuple[str, bool]:
+    """Auto mode's decision as one line for every front end, and whether it warns (a refusal,
+    or a classifier that could not decide)."""
+    what = f"{call.name} {key_argument(call, 60)}".rstrip()
+    verb = {"allow": "allowed", "deny": "refused"}.get(decision)
+    if verb is None:
+        return f"auto mode could not decide {what}: {reason}", True
+    return f"auto mode {verb} {what}: {reason}", decision != "allow"
+
+
 __all__ = [
     "CONTEXT_HIGH",
     "CONTEXT_WARN",
+    "auto_decision_text",
     "call_preview",
     "context_meter",
     "cost",

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from keel.agent.events import (
     AssistantMessage,
+    AutoDecision,
     BackgroundFinished,
     QuestionRequest,
     RequestStarted,
@@ -41,6 +42,7 @@ from keel.permissions.gate import PermissionReply, PermissionRequest
 from keel.safetext import terminal_safe
 from keel.tui.control import Controller, Driver, finished_text
 from keel.tui.format import (
+    auto_decision_text,
     call_preview,
     context_meter,
     cost,
@@ -196,6 +198,7 @@ class LineFrontEnd:
             SubagentEvent: self._subagent,
             BackgroundFinished: self._background,
             QuestionRequest: self._question,
+            AutoDecision: self._auto_decision,
         }
 
     def _question(self, event: QuestionRequest) -> None:
@@ -262,6 +265,10 @@ class LineFrontEnd:
         if seconds <= 0 and started is not None:
             seconds = time.monotonic() - started  # interrupted: it ran until now
         self._tool_result(call.name, result.text, result.is_error, seconds, event.display)
+
+    def _auto_decision(self, event: AutoDecision) -> None:
+        text, warns = auto_decision_text(event.call, event.decision, event.reason)
+        self._notice(Notice(text, "warning" if warns else "info"))
 
     def _notice(self, event: Notice) -> None:
         warning = event.level == "warning"

@@ -37,6 +37,7 @@ MODE_STYLES = {
     "accept-edits": ("⏵⏵ accept edits", "bold magenta"),
     "plan": ("⏸ plan mode", "bold dark_cyan"),
     "bypass": ("⚠ bypass", "bold red"),
+    "auto": ("⏵ auto mode", "bold green"),
 }
 LEVEL_STYLES = {"ok": "", "warn": "bold dark_orange", "high": "bold red"}
 DIFF_STYLES = {

@@ -797,6 +797,12 @@
       case "notice":
         line(ctx, `notice ${data.level}`, data.text);
         break;
+      case "auto_decision": {
+        const verb = { allow: "allowed", deny: "refused" }[data.decision];
+        const what = verb ? `auto mode ${verb} ${data.tool}` : `auto mode could not decide ${data.tool}`;
+        line(ctx, data.decision === "allow" ? "notice info" : "notice warning", `${what}: ${data.reason}`);
+        break;
+      }
       case "compacted":
         line(ctx, "notice", `context compacted (${data.trigger}): ${kilo(data.tokens_before)} → ${kilo(data.tokens_after)} tokens`);
         break;
