@@ -281,7 +281,7 @@ def test_settings_precedence_and_warnings(tmp_path: Path, isolated_env: Path) ->
     assert s.models["mine"] == ModelInfo(32768, 4096, None, None, None, None)
     shared = project / ".keel" / "settings.json"
     assert s.warnings == [
-        f"{user_dir / 'settings.json'}: unknown key 'colour' skipped (known: auto_compact, budget, checkpoints, compaction, debug, effort, enabledPlugins, extraKnownMarketplaces, fallbacks, hooks, hooks_model, knowledge, lsp, max_turns, mcp_sampling, mcp_servers, memory, model, models, otel, outputStyle, permissions, providers, remote_tools, sandbox, statusLine, subagents, tool_call_text, tools, trace_retention_days, unsafe_to_repeat, web_search)",
+        f"{user_dir / 'settings.json'}: unknown key 'colour' skipped (known: auto_compact, auto_mode, budget, checkpoints, compaction, debug, effort, enabledPlugins, extraKnownMarketplaces, fallbacks, hooks, hooks_model, knowledge, lsp, max_turns, mcp_sampling, mcp_servers, memory, model, models, otel, outputStyle, permissions, providers, remote_tools, sandbox, statusLine, subagents, tool_call_text, tools, trace_retention_days, unsafe_to_repeat, web_search)",
         f"{shared}: not applied until you approve them: models.mine prices (this file came "
         "with the project; `keel trust list` shows why each needs approval, `keel trust "
         "approve` applies them)",
