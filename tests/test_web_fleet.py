@@ -519,7 +519,14 @@ def test_deny_with_a_reason_cancel_and_hostile_text_from_the_page(
         item.get_by_role("textbox", name="Reason").press("Enter")  # Enter in the reason: Deny
         _status_of(page, run, "completed")
         _run_item(page, stopped).get_by_role("button", name=f"Cancel run {stopped}").click()
-        _status_of(page, stopped, "cancelled")
+        try:
+            _status_of(page, stopped, "cancelled")
+        except Exception:
+            summary = c.get(f"/v1/runs/{stopped}").json()
+            shown = _run_item(page, stopped).get_attribute("data-status")
+            raise AssertionError(
+                f"the page shows {shown}; the server says {summary}\n{side.errors()[-4000:]}"
+            ) from None
         assert c.get(f"/v1/runs/{stopped}").json()["status"] == "cancelled"
         _check_groups(page, side)
         assert page.title() == "keel fleet"

@@ -1492,6 +1492,30 @@ class Agent:
         )
         return record
 
+    async def _summary_reply(
+        self, emit: Emit, messages: tuple[Message, ...], cap: int
+    ) -> tuple[Done | None, RequestTiming]:
+        """One compaction request (a summary, or its repair) of `messages`, admitted by the
+        budgets like a turn's (`OverBudget` before anything is sent) and its worst case held
+        while it is in flight; the caller adds its cost before it next awaits."""
+        tools, web_search = self.offer()
+        admitted = self._admitted(cap, messages, tools)
+        request = Request(
+            model=self.model,
+            system=self.system,
+            messages=messages,
+            tools=tools,
+            web_search=web_search,
+            max_tokens=admitted.max_tokens,
+            cache_key=self.session_id,
+        )
+        emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
+        self.spend.hold(admitted.held_usd, admitted.held_tokens)
+        try:
+            return await timed_reply(self.provider, request, RequestClock())
+        finally:
+            self.spend.hold(-admitted.held_usd, -admitted.held_tokens)
+
     async def _summarize(
         self, emit: Emit, instructions: str, keep: Keep
     ) -> tuple[Done | None, RequestTiming, tuple[Message, ...]]:
@@ -1500,7 +1524,6 @@ class Agent:
         transcript (`trimmed`), each time about half as long, up to `SUMMARY_TRIMS` times."""
         cap = summary_cap(self.info.window, self.info.request_max_tokens)
         messages, budget = list(self.messages), 0
-        tools, web_search = self.offer()
         for attempt in range(SUMMARY_TRIMS + 1):
             asked = compaction_messages(
                 messages,
@@ -1509,25 +1532,10 @@ class Agent:
                 keep=keep.facts,
                 additions=self.compaction.prompts,
             )
-            admitted = self._admitted(cap, asked, tools)
-            request = Request(
-                model=self.model,
-                system=self.system,
-                messages=asked,
-                tools=tools,
-                web_search=web_search,
-                max_tokens=admitted.max_tokens,
-                cache_key=self.session_id,
-            )
-            emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
-            # Released as the reply returns: `_compact` adds its cost before it next awaits.
-            self.spend.hold(admitted.held_usd, admitted.held_tokens)
             try:
-                return (*await timed_reply(self.provider, request, RequestClock()), asked)
+                return (*await self._summary_reply(emit, asked, cap), asked)
             except ContextOverflow as exc:
                 overflow = exc
-            finally:
-                self.spend.hold(-admitted.held_usd, -admitted.held_tokens)
             # Aim below what the window leaves and below half of what was just refused.
             room = int(COMPACT_FILL * max(0, self.info.window - cap))
             budget = min(room, (budget or estimate_tokens(self.messages)) // 2)
@@ -1567,31 +1575,15 @@ class Agent:
         """The one request for an amended summary that names what the first left out; None when
         it fails (the compaction goes on: what is missing is appended or reported)."""
         messages = repair_messages(asked, done.message, missing)
-        tools, web_search = self.offer()
         cap = summary_cap(self.info.window, self.info.request_max_tokens)
         try:
-            admitted = self._admitted(cap, messages, tools)
+            amended, timing = await self._summary_reply(emit, messages, cap)
         except OverBudget as exc:  # not sent: what is missing is appended instead
             emit(Notice(f"the summary's repair request was not sent: {exc.one_line()}", "warning"))
             return None
-        request = Request(
-            model=self.model,
-            system=self.system,
-            messages=messages,
-            tools=tools,
-            web_search=web_search,
-            max_tokens=admitted.max_tokens,
-            cache_key=self.session_id,
-        )
-        emit(RequestStarted(self._state.turns, self.model, request, "compaction"))
-        self.spend.hold(admitted.held_usd, admitted.held_tokens)
-        try:
-            amended, timing = await timed_reply(self.provider, request, RequestClock())
         except LLMError as exc:
             emit(Notice(f"the summary's repair request failed: {exc.one_line()}", "warning"))
             return None
-        finally:
-            self.spend.hold(-admitted.held_usd, -admitted.held_tokens)
         if amended is not None:
             cost = self.info.cost(amended.usage)
             model = amended.message.model or self.model
