@@ -55,7 +55,7 @@ def test_keel_p_runs_its_start_up_without_the_collector_and_the_first_reply_resu
     got = child("process", "-p", "hi", "--model", "scripted:demo", cwd=project)
     assert got == {
         "rc": 0,
-        "first": {"by": "_query", "enabled": False, "paused": True},  # off until the first reply
+        "first": {"by": "_stream", "enabled": False, "paused": True},  # off until the first reply
         "enabled": True,
         "frozen": True,  # what start-up built is frozen, not walked by later collections
     }
@@ -80,7 +80,7 @@ def test_a_caller_of_main_and_other_commands_keep_their_collector(project: Path)
     called = child("call", "-p", "hi", "--model", "scripted:demo", cwd=project)
     assert called == {
         "rc": 0,
-        "first": {"by": "_query", "enabled": True, "paused": False},
+        "first": {"by": "_stream", "enabled": True, "paused": False},
         "enabled": True,
         "frozen": False,
     }
