@@ -53,6 +53,7 @@ from keel.testing import reply
 from keel.testing.anthropic_server import AnthropicServer
 from keel.tools.builtin import builtin_tools
 from keel.tui.view import Output
+from tests.helpers import unsandboxed_line_dropped
 from tests.server_helpers import MODEL as SERVED_MODEL
 from tests.server_helpers import (  # noqa: F401
     TOKEN,
@@ -608,7 +609,7 @@ def test_keel_p_says_a_bad_threshold_in_one_line_and_runs(
     out = keel("-p", "hello", "--model", f"scripted:{script}", cwd=project)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "Hi.\n"
-    assert out.stderr.splitlines() == [
+    assert unsandboxed_line_dropped(out.stderr).splitlines() == [
         f"keel: warning: {path}: compaction.threshold must be a fraction of the context window from "
         "0.1 to 0.95 (got 1.5); ignored (hint: 0.8 compacts when a request fills 80% of the "
         "window)"
@@ -740,7 +741,7 @@ def test_keel_p_says_in_one_line_what_it_appended(
     out = keel("-p", "list twice", "-q", "--model", f"scripted:{script}", cwd=project)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "Done.\n"
-    assert out.stderr.splitlines() == [
+    assert unsandboxed_line_dropped(out.stderr).splitlines() == [
         "keel: warning: compaction: the summary left out 1 line to keep; appended word for "
         f"word: {LAUNCH}"
     ]
