@@ -1439,11 +1439,12 @@ class Agent:
                 "compaction", model, done.message, done.usage, done.stop_reason, cost, timing
             )
         )
+        # Counted now: it was paid for, even when its summary is empty, and the budget must see
+        # it before a repair request is admitted.
+        self.spend.add(done.usage, cost)
         summary = parse_summary(done.message.text)
         if not summary:
             raise LLMError("the model returned an empty summary")
-        # Counted now, so the budget sees it before a repair request is admitted.
-        self.spend.add(done.usage, cost)
         summary, verified, amended = await self._checked(emit, asked, done, summary, keep)
         repair = amended.usage if amended is not None else Usage()
         repair_cost = self.info.cost(repair) if amended is not None else 0.0
