@@ -781,3 +781,39 @@ def test_the_page_says_why_while_the_fleets_nats_server_is_down_and_comes_back(
         "503",
         "Failed to load resource: the server responded with a status of 503 (Service Unavailable)",
     }, page.problems
+
+
+@pytest.mark.needs("chromium")
+def test_a_late_answer_to_cancel_does_not_roll_back_what_the_stream_brought(
+    side: Fleetside, page: Any
+) -> None:
+    """The answer to the page's cancel is the summary as the server wrote it; a worker may close
+    the run, and the stream bring `cancelled`, before that answer arrives (seen under load). The
+    answer is held here until the run is closed, and made the older write it can be (`parked`,
+    cancel requested): the page must keep showing `cancelled`."""
+    model, ws = _write_run(side, "late", "never")
+    page.goto(f"{side.served.url}/fleet#token={TOKEN}")
+    page.wait_for_selector("#live[data-state='live']")
+    with side.client() as c:
+        run = _submit(c, model, ws)
+        _status_of(page, run, "parked")
+        held: list[str] = []
+
+        def late(route: Any) -> None:
+            response = route.fetch()
+            body = response.json()
+            deadline = time.monotonic() + 20
+            while c.get(f"/v1/runs/{run}").json()["status"] != "cancelled":
+                assert time.monotonic() < deadline, "the worker did not close the run"
+                time.sleep(0.1)
+            held.append(body["status"])
+            body.update(status="parked", cancel_requested=True, finished=None)
+            route.fulfill(response=response, json=body)
+
+        page.route(f"**/v1/runs/{run}/cancel", late)
+        _run_item(page, run).get_by_role("button", name=f"Cancel run {run}").click()
+        _status_of(page, run, "cancelled")  # from the stream, while the answer is held
+        page.wait_for_function("() => !document.querySelector('#groups button[disabled]')")
+        assert held, "the answer was never held"
+        page.wait_for_timeout(300)  # the held answer has been handled
+        assert _run_item(page, run).get_attribute("data-status") == "cancelled"

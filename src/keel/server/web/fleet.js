@@ -344,7 +344,12 @@
   async function act(button, what, run) {
     button.disabled = true;
     try {
-      upsert(await api("POST", "/v1/runs/" + encodeURIComponent(run) + "/" + what, {}));
+      const before = runs.get(run)?.summary.status;
+      const summary = await api("POST", "/v1/runs/" + encodeURIComponent(run) + "/" + what, {});
+      // The stream may have brought a newer change while the answer was on its way (a worker
+      // that closed the cancelled run first): an older answer must not roll the run back.
+      const now = runs.get(run)?.summary.status;
+      if (now === undefined || now === before || now === summary.status) upsert(summary);
       clearError();
     } catch (error) {
       showError(error);
