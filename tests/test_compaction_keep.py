@@ -37,13 +37,12 @@ from keel.agent.limits import MIN_OUTPUT_TOKENS
 from keel.agent.loop import Agent
 from keel.app.jsonout import event_json
 from keel.config.settings import CompactionSettings, PromptAddition, load_settings
-from keel.llm.catalog import ModelInfo, parse_model
+from keel.llm.catalog import parse_model
 from keel.llm.events import Notice
 from keel.llm.messages import Message, Text, ToolUse, Usage
 from keel.llm.provider import RetryPolicy, make_provider
 from keel.llm.providers.scripted import ScriptedProvider
 from keel.llm.request import Request
-from keel.llm.script import Reply
 from keel.permissions import AllowAll
 from keel.session.fold import fold
 from keel.session.journal import read_records
@@ -63,9 +62,10 @@ from tests.server_helpers import (  # noqa: F401
     servers_fixture,
 )
 from tests.test_cli import keel
+from tests.test_context import agent_for as context_agent_for
+from tests.test_context import calls, say
 from tests.tui_helpers import MODEL, Recorder, make_controller
 
-SMALL = ModelInfo(window=1000, max_output=500)
 PORT = "The staging database port is 6543"
 LAUNCH = "The launch date is 2027-03-09"
 TODOS = {
@@ -76,30 +76,10 @@ TODOS = {
 }
 
 
-DEFAULT_USAGE = Usage(100, 10)
-
-
-def say(text: str, usage: Usage = DEFAULT_USAGE) -> Reply:
-    return Reply(Message("assistant", (Text(text),)), usage)
-
-
-def calls(*uses: ToolUse, usage: Usage = DEFAULT_USAGE) -> Reply:
-    return Reply(Message("assistant", uses), usage)
-
-
 def agent_for(project: Path, steps: list[Any], **kw: Any) -> tuple[Agent, ScriptedProvider]:
-    provider = ScriptedProvider(steps)
-    kw.setdefault("info", SMALL)
-    agent = Agent(
-        provider=provider,
-        model="scripted",
-        tools=builtin_tools(),
-        cwd=project,
-        system="system prompt",
-        gate=AllowAll(),
-        **kw,
-    )
-    return agent, provider
+    """test_context's agent, every call allowed."""
+    kw.setdefault("gate", AllowAll())
+    return context_agent_for(project, steps, **kw)
 
 
 @pytest.fixture
