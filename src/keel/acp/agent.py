@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ from keel.agent.events import (
 )
 from keel.agent.loop import Agent, RunResult
 from keel.errors import KeelError, UserError
+from keel.frozen import mutable
 from keel.llm.catalog import BY_PROVIDER, ModelRef, parse_model
 from keel.llm.events import Notice, TextDelta, ThinkingDelta
 from keel.llm.messages import ToolUse
@@ -78,7 +79,7 @@ log = logging.getLogger("keel.acp")
 NO_QUESTIONS = "the editor cannot answer this question: keel's ACP agent does not relay questions"
 
 
-@dataclass
+@mutable
 class Defaults:
     """What `keel acp`'s command line sets for every session it opens."""
 
@@ -92,14 +93,14 @@ class Defaults:
     force: bool = False
 
 
-@dataclass
+@mutable
 class _Ask:
     """A permission question to send to the client, in its place among the updates."""
 
     event: PermissionAsked
 
 
-@dataclass
+@mutable
 class _Flush:
     """Resolved once everything queued before it was sent."""
 
@@ -109,7 +110,7 @@ class _Flush:
 _Item = up.Update | _Ask | _Flush
 
 
-@dataclass
+@mutable
 class _Session:
     id: str
     agent: Agent

@@ -11,11 +11,11 @@ built, is an `unsure` verdict (the gate then asks the user, or refuses headless)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from keel.agent.events import AutoDecision, Event, RequestFinished, RequestStarted, UsageUpdated
 from keel.agent.limits import Spend
 from keel.agent.timing import RequestClock, timed_reply
+from keel.frozen import mutable
 from keel.llm.catalog import ModelInfo
 from keel.llm.events import Done
 from keel.llm.messages import Message
@@ -27,7 +27,7 @@ from keel.permissions.gate import AutoVerdict, PermissionRequest
 PURPOSE = "auto-mode"
 
 
-@dataclass
+@mutable
 class AutoMode:
     """Auto mode's classifier for one agent: `provider` and `info` are the classifier model's
     (None: the agent's own); `broken` says why the configured one cannot be used."""

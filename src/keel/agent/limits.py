@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from keel.errors import RunError, UserError
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.catalog import SMALL_WINDOW
 from keel.llm.messages import Usage
 
@@ -64,7 +64,7 @@ class Limits:
             raise UserError("budget.min_output_tokens must be at least 1")
 
 
-@dataclass
+@mutable
 class Spend:
     """What a session has used (its subagents' spend included), and which budget warnings were
     already given."""

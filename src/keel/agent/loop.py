@@ -16,12 +16,11 @@ import json
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, assert_never
 
-from keel.agent.auto_mode import AutoMode
 from keel.agent.compaction import (
     CHARS_PER_TOKEN,
     MIN_MESSAGES,
@@ -83,14 +82,13 @@ from keel.agent.timing import RequestClock, journal_timing, timed_reply
 from keel.agent.tool_runner import Choice, ToolRunner
 from keel.config.settings import CompactionSettings, user_config_dir
 from keel.errors import KeelError, RunError, UserError
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model, with_window
 from keel.llm.errors import APIError, ContextOverflow, LLMError
 from keel.llm.events import Done, Notice, TextDelta
 from keel.llm.messages import Conversation, Message, Text, ToolResult, ToolUse, Usage, tool_result
 from keel.llm.provider import Provider, make_provider, model_facts, model_info
 from keel.llm.request import Effort, Request, ToolSpec, WebSearchOptions
-from keel.permissions.auto import AutoClassifier
 from keel.permissions.gate import (
     AllowAll,
     AutoVerdict,
@@ -111,6 +109,7 @@ from keel.tools.profile import ToolProfile, chosen, offered
 from keel.tools.registry import Registry
 
 if TYPE_CHECKING:
+    from keel.agent.auto_mode import AutoMode
     from keel.checkpoints import UndoSummary
     from keel.hooks.runner import AsyncOutcome, HookResult, HookRunner
     from keel.hooks.transcript import ClaudeTranscript
@@ -234,7 +233,7 @@ _TERMINAL: dict[TurnStop, TerminalReason] = {
 }
 
 
-@dataclass
+@mutable
 class _TurnState:
     """What the current prompt has done so far (reset per prompt)."""
 
@@ -435,8 +434,10 @@ class Agent:
         self.on_background_event: Emit | None = None
         #: The debug tracer (`keel.trace.attach`); None: events go to the caller's sink as is.
         self.tracer: Tracing | None = None
-        #: Auto mode's classifier (None: the session's model with keel's policy).
+        #: Auto mode's classifier, made at its first question by `auto_mode_factory` (the
+        #: settings'), else the session's model with keel's policy (its modules load only then).
         self.auto_mode: AutoMode | None = None
+        self.auto_mode_factory: Callable[[], AutoMode] | None = None
         #: Called by `aclose` (MCP servers to stop, for example).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
         #: Called once when the current turn ends, however it ends (a custom command's model or
@@ -2036,7 +2037,14 @@ class Agent:
 
     async def _auto_decide(self, asked: PermissionRequest) -> AutoVerdict:
         """Auto mode: the classifier's verdict on a question of the gate (keel.agent.auto_mode)."""
-        auto = self.auto_mode or AutoMode(AutoClassifier(self.model))
+        if self.auto_mode is None and self.auto_mode_factory is not None:
+            self.auto_mode = self.auto_mode_factory()
+        auto = self.auto_mode
+        if auto is None:
+            from keel.agent.auto_mode import AutoMode
+            from keel.permissions.auto import AutoClassifier
+
+            auto = AutoMode(AutoClassifier(self.model))
         return await auto.decide(
             asked,
             provider=self.provider,

@@ -11,7 +11,6 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from keel.agent.events import (
@@ -21,13 +20,14 @@ from keel.agent.events import (
     QuestionAnswered,
     QuestionRequest,
 )
+from keel.frozen import mutable
 from keel.permissions.gate import PermissionReply, PermissionRequest
 
 #: What answers a `QuestionRequest`: the values (accepted), None (declined), or why not.
 QuestionReply = dict[str, Any] | str | None
 
 
-@dataclass
+@mutable
 class _Waiting:
     event: PermissionAsked | QuestionRequest
     reply: asyncio.Future[Any]

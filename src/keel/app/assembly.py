@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,12 +22,14 @@ from keel.agent.loop import Agent
 from keel.app.options import Options, first, fresh_limits, min_output, token_budget
 from keel.config.settings import EFFORTS, Settings, load_settings
 from keel.errors import UserError
-from keel.llm.catalog import ModelRef, parse_model
+from keel.frozen import mutable
+from keel.llm.catalog import ModelInfo, ModelRef, parse_model
 from keel.llm.events import Notice
 from keel.llm.provider import Provider, RetryPolicy, make_provider, model_info
 from keel.permissions.gate import PermissionGate, PermissionHook, PermissionRequest
 
 if TYPE_CHECKING:
+    from keel.agent.auto_mode import AutoMode
     from keel.agent.output_styles import OutputStyle
     from keel.checkpoints.tree import TreeLimits
     from keel.hooks.runner import HookRunner
@@ -154,7 +155,7 @@ async def resume_from_store(
     return Opened(agent, state, journal2, ref)
 
 
-@dataclass
+@mutable
 class Opened:
     """A session reopened from its journal: the agent that continues it, what the journal
     held, and the model it runs with."""
@@ -317,29 +318,38 @@ def build_agent(
 def add_auto_mode(agent: Agent, settings: Settings, notice: Notify, *, unattended: bool) -> None:
     """Auto mode's classifier as the user's settings say (`auto_mode`; a project's are ignored
     when loaded): its model (else the session's), policy, deadline and context. A model that
-    cannot be used is said once; auto mode then asks the user (or refuses headless)."""
-    from keel.agent.auto_mode import AutoMode
-    from keel.permissions.auto import AutoClassifier
-
+    cannot be used is said once; auto mode then asks the user (or refuses headless). The
+    classifier itself is made at auto mode's first question (its modules are not imported
+    before that)."""
     conf = settings.auto_mode
-    classifier = AutoClassifier(
-        agent.model, timeout=conf.timeout, context_messages=conf.context_messages
-    )
-    if conf.prompt:
-        classifier.policy = conf.prompt
-    auto = AutoMode(classifier)
+    model = agent.model
+    provider: Provider | None = None
+    info: ModelInfo | None = None
+    broken = ""
     if conf.model:
         try:
             ref = parse_model(conf.model)
-            auto.provider = make_provider(ref, settings=settings, unattended=unattended)
+            provider = make_provider(ref, settings=settings, unattended=unattended)
         except UserError as exc:
-            auto.broken = f"the classifier model {conf.model} cannot be used: {exc}"
-            notice(Notice(f"auto_mode.model: {auto.broken}", "warning"))
+            broken = f"the classifier model {conf.model} cannot be used: {exc}"
+            notice(Notice(f"auto_mode.model: {broken}", "warning"))
         else:
-            auto.info = model_info(ref, settings.models)
-            classifier.model = ref.model
-            agent.on_close.append(auto.provider.aclose)
-    agent.auto_mode = auto
+            info = model_info(ref, settings.models)
+            model = ref.model
+            agent.on_close.append(provider.aclose)
+
+    def build() -> AutoMode:
+        from keel.agent.auto_mode import AutoMode
+        from keel.permissions.auto import AutoClassifier
+
+        classifier = AutoClassifier(
+            model, timeout=conf.timeout, context_messages=conf.context_messages
+        )
+        if conf.prompt:
+            classifier.policy = conf.prompt
+        return AutoMode(classifier, provider, info, broken)
+
+    agent.auto_mode_factory = build
 
 
 def split_rules(values: list[str]) -> list[str]:
@@ -359,8 +369,11 @@ def split_rules(values: list[str]) -> list[str]:
     return [r.strip() for r in out if r.strip()]
 
 
-def checkpoint_limits(settings: Settings) -> TreeLimits:
-    """The bounds of /undo's capture of bash changes outside git, from settings `checkpoints`."""
+def checkpoint_limits(settings: Settings) -> TreeLimits | None:
+    """The bounds of /undo's capture of bash changes outside git, from settings `checkpoints`
+    (None: none set, the defaults apply)."""
+    if not settings.checkpoints:
+        return None
     from keel.checkpoints.tree import TreeLimits
 
     return dataclasses.replace(TreeLimits(), **settings.checkpoints)  # type: ignore[arg-type]

@@ -24,12 +24,12 @@ import argparse
 import dataclasses
 import difflib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keel.errors import UserError
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.events import Notice
 from keel.llm.messages import ToolUse
 from keel.permissions.boundary import refuse_write
@@ -210,7 +210,7 @@ class Approval:
 Approver = Callable[[Proposal], Awaitable[Approval]]
 
 
-@dataclass
+@mutable
 class InitState:
     """What one init run has proposed and what became of it."""
 
@@ -245,7 +245,7 @@ _READ_ONLY_HINT = (
 )
 
 
-@dataclass
+@mutable
 class InitGate(PermissionGate):
     """The permission gate of an init run. Only the reading tools run, bash only when the safe
     list says the whole line only reads (not even in the sandbox, which lets a command write the

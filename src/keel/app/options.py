@@ -4,16 +4,17 @@ request body, as one value (`Options`), and the limits that follow from it and t
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from keel.agent.limits import DEFAULT_MAX_TURNS, DEFAULT_UNATTENDED_TOKENS, Limits
 from keel.config.settings import Settings
 from keel.errors import UserError
+from keel.frozen import mutable
 
 
-@dataclass
+@mutable
 class Options:
     """How to build an agent. None means "what the settings say, else keel's default"."""
 

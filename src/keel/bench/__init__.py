@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keel.errors import UserError
+from keel.frozen import mutable
 
 #: Where the built-in tasks live (package data).
 BUILTIN_DIR = Path(__file__).resolve().parent / "tasks"
@@ -303,7 +304,7 @@ def select(tasks: Sequence[Task], names: Sequence[str] | None) -> list[Task]:
 # -- one run --------------------------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class RunResult:
     """One model on one task, once."""
 
@@ -744,7 +745,7 @@ _METRICS: dict[str, Callable[[RunResult], float]] = {
 }
 
 
-@dataclass
+@mutable
 class Report:
     models: list[str]
     tasks: list[str]

@@ -37,7 +37,7 @@ import stat
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -82,7 +82,7 @@ from keel.checkpoints.tree import (
     watch_changes,
 )
 from keel.errors import RunError, UserError
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.session.journal import make_dirs
 
 RETENTION = timedelta(days=7)
@@ -188,7 +188,7 @@ class BashToken:
     outside: Watched | None = None
 
 
-@dataclass
+@mutable
 class _Unit:
     id: str
     label: str
@@ -212,7 +212,7 @@ class _Unit:
         )
 
 
-@dataclass
+@mutable
 class _Pre:
     """A path `git status` listed before a command: its stamp, and what was there."""
 
@@ -230,7 +230,7 @@ class _Pre:
         return len(self.data) if self.data is not None else 0
 
 
-@dataclass
+@mutable
 class _TreeBaseline:
     """A project tree (no git) scanned before the first of the commands running in it."""
 
@@ -240,7 +240,7 @@ class _TreeBaseline:
     users: int = 0
 
 
-@dataclass
+@mutable
 class _Baseline:
     """The state of one work tree before the first of the commands running in it."""
 

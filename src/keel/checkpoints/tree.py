@@ -23,12 +23,12 @@ import stat
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import BinaryIO, Literal, TypeAlias
 
 from keel.checkpoints.snapshot import FILE_MODE, size_text
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 
 EntryKind: TypeAlias = Literal["file", "dir", "link", "other"]
 
@@ -138,7 +138,7 @@ def tree_changed(before: Scan, after: Scan) -> list[str]:
     return sorted(paths)
 
 
-@dataclass
+@mutable
 class Kept:
     """What the content store knows of one file: its stamp when read, sha256 of its bytes, and
     where they are in the pack (`offset` -1: hashed, not kept; `why` says why)."""
@@ -150,7 +150,7 @@ class Kept:
     why: str = ""
 
 
-@dataclass
+@mutable
 class ContentStore:
     """Copies of a project's files, in one append-only pack file (`directory/<name>.pack`).
     The index lives in memory: a store reopened after a restart starts empty."""
@@ -363,7 +363,7 @@ def _within(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
-@dataclass
+@mutable
 class Watched:
     """Stamps of the paths a command names outside the project (`roots`) and, for a directory,
     of what is directly in it."""

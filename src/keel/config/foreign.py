@@ -23,12 +23,12 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
 from keel.config.intake import Intake
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 
 #: A JSON string (kept as it is), or a comma before a closing bracket (dropped).
 _TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])')
@@ -540,7 +540,7 @@ class Found:
         return f"{self.path}: {'; '.join(parts)}" if parts else ""
 
 
-@dataclass
+@mutable
 class Foreign:
     """What keel takes from Codex's and OpenCode's configuration for one working directory."""
 

@@ -32,14 +32,14 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from keel.config.intake import Intake, intake_for
 from keel.config.intake import user_config_dir as user_config_dir  # re-exported
 from keel.config.trust import Gated, approved_pins, gated_entries, settings_pin
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.catalog import ModelInfo
 from keel.llm.presets import PRESETS, WIRES
 from keel.llm.provider import ProviderConfig
@@ -306,7 +306,7 @@ class AutoModeSettings:
     context_messages: int = 6
 
 
-@dataclass
+@mutable
 class Settings:
     model: str | None = None
     effort: Effort | None = None

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.fleet.connect import FleetError, url_file
+from keel.frozen import mutable
 
 #: How long `up` waits for a new server to answer, and `down` for one to exit after SIGTERM.
 START_TIMEOUT = 15.0
@@ -81,7 +82,7 @@ def paths(env: Mapping[str, str] | None = None) -> Paths:
     return Paths(url_file(env).parent.absolute())
 
 
-@dataclass
+@mutable
 class UpResult:
     url: str
     pid: int
@@ -92,7 +93,7 @@ class UpResult:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
+@mutable
 class LocalStatus:
     up: bool
     pid: int | None
@@ -498,7 +499,7 @@ def _stop_process(pid: int, timeout: float = STOP_TIMEOUT) -> bool:
     return False
 
 
-@dataclass
+@mutable
 class DownResult:
     stopped: int | None  # the pid stopped, None: nothing was running
     purged: Path | None

@@ -12,13 +12,14 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any
 
 from keel.errors import UserError
 from keel.fleet import streams
 from keel.fleet.connect import FleetError
 from keel.fleet.view import STATUSES
+from keel.frozen import mutable
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -123,7 +124,7 @@ async def _read(kv: KeyValue, key: str, patience: float) -> Any:
             await asyncio.sleep(0.25)
 
 
-@dataclass
+@mutable
 class RunRequest:
     """What a worker needs to start a run (the queue message's body)."""
 

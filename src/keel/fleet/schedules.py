@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from keel.errors import UserError
 from keel.fleet import streams
 from keel.fleet.cron import Cron
+from keel.frozen import mutable
 
 if TYPE_CHECKING:
     from nats.js.kv import KeyValue
@@ -137,7 +138,7 @@ def when(at: str | None, every: str | None, tz: str | None, *, now: datetime) ->
     return When(parse_at(at, now=now, tz=tzinfo_), None, tz or None)
 
 
-@dataclass
+@mutable
 class Schedule:
     """One schedule (the JSON value of its entry)."""
 

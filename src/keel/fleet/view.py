@@ -16,13 +16,14 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from keel.errors import UserError
 from keel.fleet import streams
 from keel.fleet.connect import FleetError
+from keel.frozen import mutable
 
 if TYPE_CHECKING:
     from nats.js.kv import KeyValue
@@ -195,7 +196,7 @@ def parse_statuses(values: Iterable[str]) -> frozenset[str] | None:
     return frozenset(out)
 
 
-@dataclass
+@mutable
 class Page:
     """One page of the listing: `runs`, newest first; `skipped` matching runs before it,
     `more` after it; `total` matching runs in all."""

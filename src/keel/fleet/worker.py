@@ -35,7 +35,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -51,6 +51,7 @@ from keel.errors import UserError
 from keel.fleet import streams
 from keel.fleet.connect import FleetError
 from keel.fleet.runs import Fleet, RunRequest, max_attempts, stamp
+from keel.frozen import mutable
 from keel.session.journal import JournalWriteError, SessionLocked
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def default_scratch(env: Mapping[str, str] | None = None) -> Path:
     return keel_home(env) / "fleet" / "work"
 
 
-@dataclass
+@mutable
 class _Active:
     """One run this worker is running."""
 

@@ -27,14 +27,14 @@ import dataclasses
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
 from keel.config.intake import intake_for
 from keel.config.settings import read_json_object
 from keel.config.trust import approvals_file, approve, approved_pins, read_approvals
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.hooks.claude import CLAUDE_EVENTS, EVENTS, UNSUPPORTED_EVENTS
 
 DEFAULT_TIMEOUT = 60.0
@@ -107,7 +107,7 @@ class HookCommand:
             return self.matcher == value
 
 
-@dataclass
+@mutable
 class HookConfig:
     hooks: list[HookCommand] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

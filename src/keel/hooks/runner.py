@@ -34,11 +34,11 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.hooks.claude import EFFORT_EVENTS, MODE_EVENTS, matcher_names, permission_mode
 from keel.hooks.config import HookCommand
 from keel.proc import Head, run_tree
@@ -119,7 +119,7 @@ class HookObservation:
     error: str = ""
 
 
-@dataclass
+@mutable
 class HookResult:
     """The combined answer of all hooks that ran for an event."""
 
@@ -476,7 +476,7 @@ def _apply_specific(result: HookResult, specific: dict[str, Any], event: str) ->
         result.context.append(specific["additionalContext"])
 
 
-@dataclass
+@mutable
 class HookRunner:
     """Runs the hooks of one session. `base` is the part of every payload that does not change
     (session id, transcript path); `mode` is read at each run; `ask_model` answers prompt

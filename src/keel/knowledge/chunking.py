@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from keel.frozen import mutable
+
 #: Bump when the rules change: an index chunked by other rules is chunked again.
 CHUNKER_VERSION = 1
 #: A section longer than this is cut into parts at paragraph boundaries.
@@ -45,7 +47,7 @@ def slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-@dataclass
+@mutable
 class _Block:
     """A paragraph, a fence or a heading line: what a long section may be cut between."""
 
@@ -58,7 +60,7 @@ class _Block:
         return sum(len(line) + 1 for line in self.lines)
 
 
-@dataclass
+@mutable
 class _Section:
     heading_path: list[str]
     title: str | None  # None: text under no heading

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from keel.errors import UserError
+from keel.frozen import mutable
 from keel.knowledge.chunking import CHUNKER_VERSION, Chunk, chunk_markdown, chunk_text
 from keel.knowledge.embeddings import (
     Embedder,
@@ -250,7 +251,7 @@ def chunks_of(candidate: Candidate) -> list[Chunk]:
 # -- updating -----------------------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class IndexReport:
     added: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
@@ -386,7 +387,7 @@ def _drop_file(db: sqlite3.Connection, rel: str) -> None:
     db.execute("DELETE FROM files WHERE path = ?", (rel,))
 
 
-@dataclass
+@mutable
 class _Vectors:
     #: For chunks written now: (path, ordinal) -> vector.
     fresh: dict[tuple[str, int], list[float]] = field(default_factory=dict)
@@ -487,7 +488,7 @@ class Hit:
         return f"{self.path}#{self.anchor}"
 
 
-@dataclass
+@mutable
 class SearchResult:
     hits: list[Hit]
     #: "lexical" or "hybrid".
@@ -664,7 +665,7 @@ def stale_files(db_path: Path, root: Path, paths: Sequence[str]) -> list[str]:
 # -- status -------------------------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class Status:
     db_path: Path
     root: Path

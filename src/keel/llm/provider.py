@@ -11,11 +11,11 @@ import contextlib
 import os
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Protocol, assert_never, runtime_checkable
 
 from keel.errors import UserError
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.catalog import ModelInfo, ModelRef, lookup, parse_model
 from keel.llm.errors import APIError, CallTimeout, ConnectionRefused, StallError
 from keel.llm.events import SHOWN, Done, Notice, StreamEvent
@@ -96,7 +96,7 @@ class RetryPolicy:
         return float(self.base * 2.0 ** (attempt - 1) + random.uniform(0, self.jitter))
 
 
-@dataclass
+@mutable
 class RetryingProvider:
     """Wraps a provider with `RetryPolicy`. Stalls and connection failures are retried like
     retryable statuses, but only before any delta reached the screen."""

@@ -33,9 +33,10 @@ import itertools
 import json
 import re
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Final, TypeAlias
 
+from keel.frozen import mutable
 from keel.llm.events import Done, Notice, StreamEvent, TextDelta, ToolUseStart
 from keel.llm.messages import Block, Message, Text, ToolUse, Usage, new_call_id
 from keel.llm.provider import ModelFacts, Provider, model_facts
@@ -244,7 +245,7 @@ def _tagged_body(body: str, tools: Mapping[str, ToolSpec]) -> Outcome:
     return results
 
 
-@dataclass
+@mutable
 class MarkupFilter:
     """Splits streamed text into what may be shown and the calls hidden in it. Text that could be
     the start of a tag is held back until the next piece decides it. `problems` holds each piece
@@ -326,7 +327,7 @@ def _partial_tag(text: str) -> int:
 # -- JSON outside tags ----------------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class _Piece:
     """A span of the reply that holds nothing but call-shaped JSON."""
 
@@ -537,7 +538,7 @@ LOOP_LINES = 5
 LOOP_LINE_CHARS = 40
 
 
-@dataclass
+@mutable
 class LineLoop:
     """Watches streamed text for the loop small models fall into: one long line (often a tool
     call written as JSON) written again and again until `max_tokens`. `feed` returns the text to

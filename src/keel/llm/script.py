@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, TypeAlias
 
 from keel.errors import ModelBehaviorError
+from keel.frozen import mutable
 from keel.llm.messages import Block, Message, StopReason, Text, Thinking, ToolUse, Usage
 from keel.llm.request import Request
 
@@ -22,7 +23,7 @@ def next_tool_id(prefix: str = "toolu_") -> str:
     return f"{prefix}{next(_ids):06d}"
 
 
-@dataclass
+@mutable
 class Reply:
     """One model response. `stop_reason` defaults to `tool_use` when the message calls tools and
     `end_turn` otherwise. `truncate_tool_json` cuts the last tool call's arguments in half and ends
@@ -49,7 +50,7 @@ class Reply:
 FaultKind: TypeAlias = Literal["status", "disconnect", "stall", "overflow"]
 
 
-@dataclass
+@mutable
 class Fault:
     """Something going wrong on one request.
 

@@ -22,9 +22,10 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from keel.frozen import mutable
 from keel.lsp.client import Diagnostic, LspClient, LspError, path_to_uri
 from keel.lsp.servers import ServerSpec, server_root
 
@@ -54,7 +55,7 @@ _SKIP_DIRS = frozenset(
 _SEVERITY = {1: "error", 2: "warning", 3: "info", 4: "hint"}
 
 
-@dataclass
+@mutable
 class _Server:
     """One running (or failed) server process for one root."""
 
@@ -74,7 +75,7 @@ class _Server:
     told: bool = False
 
 
-@dataclass
+@mutable
 class _Check:
     """What one change's check found."""
 

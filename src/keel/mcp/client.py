@@ -45,12 +45,12 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeAlias
 
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.mcp.config import ServerConfig
 from keel.mcp.tasks import TTL_MARGIN, TaskCalls, TaskEnded
 
@@ -260,7 +260,7 @@ class ServerStatus:
         return self.config.name
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class _Call:
     tool: str
     args: dict[str, Any]
@@ -273,7 +273,7 @@ class _Call:
     on_progress: ProgressSink | None = None
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class _Server:
     """One server's mutable state; written only by its owner task (and `McpManager.aclose`)."""
 

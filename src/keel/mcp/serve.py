@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,6 +44,7 @@ from keel.agent.events import (
 )
 from keel.agent.loop import Agent, RunResult
 from keel.errors import KeelError, UserError
+from keel.frozen import mutable
 from keel.permissions.gate import PermissionGate, PermissionReply
 
 #: What the server does with a permission question: `ask` the client (elicitation) when it can
@@ -73,7 +74,7 @@ ANSWER_KEY = "permission"
 PARK_SECONDS = 600.0
 
 
-@dataclass
+@mutable
 class ServeOptions:
     """What `keel mcp serve`'s command line sets for every run."""
 
@@ -506,7 +507,7 @@ class KeelTools:
             task.add_done_callback(self._stopping.discard)
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class _Run:
     """A run in progress, followed by one call (or by one round after another)."""
 

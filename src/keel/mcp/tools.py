@@ -36,9 +36,10 @@ import binascii
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from keel.frozen import mutable
 from keel.llm.messages import Image, Text
 from keel.mcp.client import McpCallError, McpManager, ProgressSink, RemoteTool
 from keel.tools.base import ToolContext, ToolError, ToolOutput, current_call_id
@@ -95,7 +96,7 @@ def _unique(name: str, taken: set[str]) -> str:
         n += 1
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class McpTool:
     """One tool of one MCP server, as keel's `Tool`."""
 
@@ -205,7 +206,7 @@ LIST_RESOURCES = "list_mcp_resources"
 READ_RESOURCE = "read_mcp_resource"
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class ListResourcesTool:
     """`list_mcp_resources`: the resources of the connected servers that offer them."""
 
@@ -249,7 +250,7 @@ class ListResourcesTool:
         return ToolOutput("\n".join(lines) or "no resources")
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class ReadResourceTool:
     """`read_mcp_resource`: one resource's text (binary parts as a one-line note)."""
 

@@ -18,10 +18,10 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from keel.errors import KeelError
+from keel.frozen import mutable
 from keel.llm.events import Done
 from keel.llm.messages import Message, Text, ToolResult, ToolUse
 from keel.llm.request import Request
@@ -67,7 +67,7 @@ MAX_REASON = 400
 Send = Callable[[Request], Awaitable[Done | None]]
 
 
-@dataclass
+@mutable
 class AutoClassifier:
     """The classifier for one session: `model` (the name its provider is asked for), `policy`
     (what to allow and deny), `timeout` (seconds for the whole answer), and how much of the

@@ -42,13 +42,12 @@ The gate knows nothing about a UI: asking goes through an `Asker` callback.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
-import keel.permissions.shell as shell
 from keel.errors import UserError
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.messages import ToolUse
 from keel.permissions.boundary import PROTECTED, outside_project, protected_path, refuse_write
 from keel.permissions.rules import (
@@ -181,7 +180,7 @@ def parse_mode(value: str) -> Mode:
     raise UserError(f"unknown mode {value!r}", hint=f"modes: {', '.join(MODES)}")
 
 
-@dataclass
+@mutable
 class PermissionGate:
     mode: Mode
     root: Path
@@ -290,6 +289,8 @@ class PermissionGate:
         recorded or asked). Used for work keel does on the user's behalf, such as the
         `` !`cmd` `` lines of a slash command. `confirm`: the tool needs confirmation (only
         `bypass` runs it unasked)."""
+        import keel.permissions.shell as shell
+
         if self._boundary(tool, args) is not None or self._denied_by(tool, args) is not None:
             return False
         if self._hidden_from_deny_rules(tool, args) is not None:
@@ -308,6 +309,8 @@ class PermissionGate:
         """Step 8: what plan mode does with a call that is not read-only. bash runs when keel
         can prove the line only reads (the safe list, as Claude Code runs read-only commands
         while planning); allow rules and the sandbox do not widen it: they allow writes."""
+        import keel.permissions.shell as shell
+
         if tool == "web_fetch":
             return await self._ask(call, "fetch a web page in plan mode")
         if tool == "bash":
@@ -330,6 +333,8 @@ class PermissionGate:
 
     def _allowed_without_asking(self, tool: str, args: dict[str, Any]) -> Allow | None:
         """Steps 7-10: allow rules, the sandbox, the safe list, accept-edits."""
+        import keel.permissions.shell as shell
+
         if (source := self._allowed_by(tool, args)) is not None:
             return Allow(source, notable=True)
         if tool == "bash":
@@ -408,6 +413,8 @@ class PermissionGate:
         """Step 2 for bash, failing closed: with a deny rule for bash, a line whose programs (or
         the words a rule looks at) cannot be known without running it is refused, in every mode
         and in the sandbox too. A line with no deny rule for bash is not looked at here."""
+        import keel.permissions.shell as shell
+
         if tool != "bash":
             return None
         rules = [r for r in self.rules if r.effect == "deny" and r.tool == "bash" and r.pattern]
@@ -434,6 +441,8 @@ class PermissionGate:
         )
 
     def _allowed_by(self, tool: str, args: dict[str, Any]) -> str | None:
+        import keel.permissions.shell as shell
+
         allows = [r for r in (*self.rules, *self.session_rules) if r.effect == "allow"]
         if tool == "bash":
             # Each command of the line may be covered by a different rule.
@@ -449,6 +458,8 @@ class PermissionGate:
         return None
 
     def _why(self, tool: str, args: dict[str, Any]) -> str:
+        import keel.permissions.shell as shell
+
         if tool == "bash":
             reasons = shell.analyze(str(args.get("command", ""))).needs_approval
             base = "run a command" + (" outside the sandbox" if self.sandboxed else "")

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import keel.permissions.shell as shell
 from keel.errors import UserError
 from keel.frozen import frozen
 from keel.globs import PatternError, escape, rule_pattern
@@ -263,6 +262,8 @@ def _unlimited(rule: Rule) -> bool:
 def matches(rule: Rule, tool: str, args: dict[str, Any], root: Path, cwd: Path) -> bool:
     """Whether `rule` covers this call (for deny and ask rules of bash, every command the line
     could start counts, substitutions included)."""
+    import keel.permissions.shell as shell
+
     if not covers_tool(rule, tool):
         return False
     if rule.pattern is None or covers_every_call(rule, tool):
@@ -283,6 +284,8 @@ def suggest(tool: str, args: dict[str, Any], cwd: Path | None = None) -> str:
     """The rule an "always allow" answer saves: `bash(git commit*)`, `web_fetch(domain:x.org)`,
     `read(//home/me/notes/**)` for a read outside the project (the file's directory, not every
     read), or the bare tool name."""
+    import keel.permissions.shell as shell
+
     if tool == "bash":
         return shell.suggest_rule(str(args.get("command", "")))
     if tool == "web_fetch":

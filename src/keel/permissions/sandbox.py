@@ -63,11 +63,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from keel.config.intake import CONFIG_DIRS, CONFIG_FILES
+from keel.frozen import frozen, mutable
 from keel.permissions.boundary import GIT_PROTECTED, PROTECTED
 
 #: Variables a sandboxed command sees (case-insensitive fnmatch patterns): what programs need
@@ -163,7 +164,7 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatchcase(upper, p.upper()) for p in patterns)
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxPolicy:
     """Everything a sandboxed command may and may not do, independent of the mechanism: the
     bubblewrap argv is generated from it (`bwrap_argv`), and so can a Seatbelt profile be."""
@@ -337,7 +338,7 @@ _WALK_SECONDS = 0.05
 _WALK_RACY_NS = 2_000_000_000
 
 
-@dataclass
+@mutable
 class ConfigWalk:
     """What `existing_config` listed, kept between commands (one per `Sandbox`): a directory is
     listed again only when its mtime changed (an entry was added, removed or renamed in it), so
@@ -869,7 +870,7 @@ def build_caches() -> tuple[Path, ...]:
     return tuple(p for p in candidates if p.is_dir())
 
 
-@dataclass
+@mutable
 class Sandbox:
     root: Path
     network: bool = False
@@ -952,7 +953,7 @@ class Sandbox:
         shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
-@dataclass(frozen=True)
+@frozen
 class Probe:
     ok: bool
     detail: str

@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from keel.config.intake import intake_for
 from keel.config.settings import Settings, load_settings
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.plugins import claude_plugins_dir, installed_file
 from keel.plugins.manifest import Plugin, read_plugin
 from keel.plugins.store import Installed, data_dir, read_installed
@@ -47,7 +47,7 @@ class PluginState:
         return self.enabled and self.installed is not None
 
 
-@dataclass
+@mutable
 class PluginSet:
     states: list[PluginState] = field(default_factory=list)
     #: The plugins that run here, read from the install cache.

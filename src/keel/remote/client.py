@@ -26,10 +26,11 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from keel.errors import UserError
+from keel.frozen import mutable
 from keel.llm.events import Notice
 from keel.remote.protocol import (
     IDENTITY,
@@ -88,7 +89,7 @@ class RemoteError(Exception):
         self.code = code
 
 
-@dataclass
+@mutable
 class CallResult:
     content: str
     is_error: bool
@@ -97,7 +98,7 @@ class CallResult:
     refusals: int = 0
 
 
-@dataclass
+@mutable
 class Peer:
     """One identity on one NATS connection (borrowed: the importer closes it)."""
 
@@ -272,7 +273,7 @@ def _transport_error(
 # -- remote tools, as the agent's tools ----------------------------------------------------------
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class RemoteTool:
     """One tool of a peer, as keel's `Tool`. `read_only` is False whatever the card says (a
     card is untrusted: the gate asks unless an allow rule names the tool); what the card said

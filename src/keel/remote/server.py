@@ -24,13 +24,14 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from keel import __version__
 from keel.agent.events import Event, ToolFinished
 from keel.agent.tool_runner import ToolRunner
 from keel.errors import UserError
+from keel.frozen import mutable
 from keel.llm.messages import Image, ToolResult, ToolUse
 from keel.permissions.gate import Decision, Deny, Gate, HookOpinion, PermissionGate
 from keel.remote.protocol import (
@@ -225,7 +226,7 @@ class ServingGate:
         return decision
 
 
-@dataclass
+@mutable
 class _Call:
     ident: str
     tool: str

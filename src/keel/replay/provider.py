@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.errors import LLMError
 from keel.llm.events import Done, StreamEvent, TextDelta
 from keel.llm.messages import (
@@ -112,7 +112,7 @@ class ReplayStopped(LLMError):
     """The replay stops here: a request diverged, or `--until` was reached."""
 
 
-@dataclass
+@mutable
 class Recorded:
     """What the recorded session's requests held beyond the journal's messages: the hashes of
     its fingerprint and, when they could be rebuilt, the full system prompt and tool list."""
@@ -125,7 +125,7 @@ class Recorded:
     unknown_why: str = ""
 
 
-@dataclass
+@mutable
 class ReplayProvider:
     name: str
     expected: Sequence[Expected]

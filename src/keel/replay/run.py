@@ -21,13 +21,14 @@ import subprocess
 import tempfile
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from keel.agent.events import MODEL_ENDED
 from keel.errors import UserError
+from keel.frozen import mutable
 from keel.llm.messages import without_context
 from keel.replay.provider import Divergence, Expected, Paths, Recorded, ReplayProvider
 from keel.session.records import (
@@ -48,7 +49,7 @@ NOTE_OPEN = "<system-note>\n"
 NOTE_CLOSE = "\n</system-note>\n\n"
 
 
-@dataclass
+@mutable
 class ReplayReport:
     session: str
     path: str
@@ -383,7 +384,7 @@ async def _context_at(
     return system[-1], tools
 
 
-@dataclass
+@mutable
 class _Plan:
     """What the replay runs with: the scratch copy, the path mapping, and how tools answer."""
 
@@ -607,7 +608,7 @@ def _report(
 # -- live: the recorded prompts against another model ---------------------------------------------
 
 
-@dataclass
+@mutable
 class SessionStats:
     model: str
     turns: int
@@ -637,7 +638,7 @@ class SessionStats:
         }
 
 
-@dataclass
+@mutable
 class LiveReport:
     session: str
     recorded: SessionStats

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from keel.agent.events import (
     TurnFinished,
 )
 from keel.errors import KeelError, UserError
+from keel.frozen import mutable
 from keel.server.ring import EventRing
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def question_json(event: PermissionAsked | QuestionRequest) -> dict[str, Any]:
     return data
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class Hosted:
     """One loaded session."""
 

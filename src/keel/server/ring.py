@@ -19,6 +19,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from keel.frozen import mutable
+
 #: Events kept for replay, per session (Larik keeps 4096).
 RING_SIZE = 4096
 #: Messages a subscriber may fall behind before it is dropped.
@@ -45,7 +47,7 @@ def message(kind: str, data: dict[str, Any]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=_COMPACT)}\n\n".encode()
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class Subscriber:
     limit: int
     backlog: deque[Sent] = field(default_factory=deque)

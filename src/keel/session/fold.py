@@ -16,8 +16,9 @@ holds the calls that are not safe to repeat (a `tool_started` record) and have n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from keel.frozen import mutable
 from keel.llm.messages import (
     Conversation,
     Message,
@@ -52,7 +53,7 @@ from keel.session.records import (
 MISSING_RESULT = "tool call did not produce a result"
 
 
-@dataclass
+@mutable
 class PendingBatch:
     """An assistant message whose tool calls are not all answered."""
 
@@ -67,7 +68,7 @@ class PendingBatch:
         return [self.results[c.id] for c in self.message.tool_uses if c.id in self.results]
 
 
-@dataclass
+@mutable
 class SessionState:
     meta: Meta
     conversation: Conversation = field(default_factory=Conversation)

@@ -16,9 +16,10 @@ import time
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Self
 
+from keel.frozen import mutable
 from keel.testing.script import Fault, Reply, ScriptDivergence, Step
 
 _REASONS = {
@@ -38,7 +39,7 @@ _REASONS = {
 }
 
 
-@dataclass
+@mutable
 class RecordedRequest:
     method: str
     path: str

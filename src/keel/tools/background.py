@@ -15,9 +15,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal, TypeAlias
 
+from keel.frozen import mutable
 from keel.tools.base import ToolError
 
 #: At most this many background tasks run at once.
@@ -67,7 +68,7 @@ class OutputBuffer:
         return text[-chars:]
 
 
-@dataclass(eq=False)
+@mutable(eq=False)
 class BackgroundTask:
     id: str
     kind: Kind

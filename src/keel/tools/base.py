@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import (
     TYPE_CHECKING,
@@ -34,7 +34,7 @@ from typing import (
     runtime_checkable,
 )
 
-from keel.frozen import frozen
+from keel.frozen import frozen, mutable
 from keel.llm.messages import Image, Text
 from keel.llm.request import ToolSpec
 from keel.tools.effects import DEFAULT_UNSAFE_TO_REPEAT
@@ -73,7 +73,7 @@ class FileStamp:
     size: int
 
 
-@dataclass
+@mutable
 class ToolContext:
     """What a tool may use at run time. Owned by one agent; shared by its tools."""
 
@@ -214,7 +214,7 @@ def tool_meta(tool: object) -> ToolMeta:
 ToolFunc = Callable[..., Awaitable[str | ToolOutput]]
 
 
-@dataclass
+@mutable
 class FunctionTool:
     name: str
     description: str

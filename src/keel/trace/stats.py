@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from keel.frozen import mutable
 from keel.llm.catalog import ModelInfo, lookup
 
 __all__ = [
@@ -84,7 +85,7 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 # -- rebuilding requests -----------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class Rebuilt:
     """One request as sent, rebuilt from the delta records."""
 
@@ -176,7 +177,7 @@ def tool_results(messages: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 # -- the statistics ----------------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class ToolCost:
     calls: int = 0
     result_tokens: int = 0
@@ -184,7 +185,7 @@ class ToolCost:
     cost: float = 0.0
 
 
-@dataclass
+@mutable
 class Stats:
     session_id: str = ""
     requests: int = 0

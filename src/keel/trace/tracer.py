@@ -42,6 +42,7 @@ from keel.agent.events import (
     TurnFinished,
     TurnStarted,
 )
+from keel.frozen import mutable
 from keel.llm.events import Notice
 from keel.llm.http import HTTP_OBSERVER
 from keel.llm.messages import Message, Text, ToolUse, Usage, message_to_json
@@ -772,7 +773,7 @@ class Tracer:
         self.record(inner, agent, parent)
 
 
-@dataclass
+@mutable
 class _Exchange:
     """One HTTP exchange being written: its body files now, its record at the end."""
 

@@ -17,7 +17,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -34,6 +33,7 @@ from keel.agent.limits import Limits
 from keel.app import Options, fresh_limits, open_agent, resume_agent
 from keel.config.local_rules import LOCAL_SETTINGS, save_local_rule, save_local_setting
 from keel.errors import KeelError, UserError
+from keel.frozen import mutable
 from keel.llm.catalog import ModelRef, parse_model
 from keel.llm.events import Notice
 from keel.llm.provider import model_info
@@ -245,7 +245,7 @@ class AgentFactory:
 # -- the controller ----------------------------------------------------------------------------
 
 
-@dataclass
+@mutable
 class Status:
     """What a status line shows."""
 

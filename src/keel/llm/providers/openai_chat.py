@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from keel.frozen import mutable
 from keel.llm.errors import APIError, ContextOverflow
 from keel.llm.events import (
     Done,
@@ -176,7 +177,7 @@ def _options(request: Request) -> JSONObject:
 # Stream decoding
 
 
-@dataclass
+@mutable
 class _Call:
     id: str
     name: str

@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, TypeAlias
 
+from keel.frozen import mutable
 from keel.llm.errors import APIError, ContextOverflow
 from keel.llm.events import (
     Done,
@@ -383,7 +384,7 @@ def _options(request: Request) -> JSONObject:
 # Stream decoding: output items are assembled by `output_index`.
 
 
-@dataclass
+@mutable
 class _MessageOut:
     parts: list[str] = field(default_factory=list)
     final: str | None = None
@@ -394,7 +395,7 @@ class _MessageOut:
         return Text(text, self.citations) if text else None
 
 
-@dataclass
+@mutable
 class _SearchOut:
     item_id: str
     search: WebSearch | None = None
@@ -443,7 +444,7 @@ def _citations(item: JSONObject) -> tuple[Citation, ...]:
     return tuple(out)
 
 
-@dataclass
+@mutable
 class _CallOut:
     call_id: str
     name: str
@@ -456,7 +457,7 @@ class _CallOut:
         return ToolUse(self.call_id, self.name, input_, raw_input)
 
 
-@dataclass
+@mutable
 class _ReasoningOut:
     item_id: str
     summary: dict[int, list[str]] = field(default_factory=dict)
