@@ -61,12 +61,6 @@ def frozen(cls: type[T]) -> type[T]:
     return made  # type: ignore[no-any-return]
 
 
-#: `__init__`'s code for each list of field names and count of defaults, compiled once: classes
-#: of the same shape share it, each with its own defaults.
-_INIT_CODE: dict[tuple[tuple[str, ...], int], CodeType] = {}
-_MUTABLE = (list, dict, set)
-
-
 @dataclass(slots=True, eq=False, repr=False)
 class _Shape:
     """What `dataclass(slots=True, eq=False, repr=False)` records as its parameters."""
@@ -79,77 +73,43 @@ def _plain(cls: type) -> type | None:
     """The slotted class `dataclass(slots=True, eq=False, repr=False)` would make of `cls`,
     made without its per-class work (a Field per annotation found by string matching, five
     compiled methods, the docstring from `inspect.signature`): about a third of the time, which
-    start-up pays for some 130 classes. None for anything but the plain case (a base class, a
-    `field()`, ClassVar, InitVar, KW_ONLY, `__post_init__`, a mutable default, a default
-    before a non-default): the caller then uses `dataclass` itself, which also raises its
-    errors."""
-    if cls.__bases__ != (object,) or "__post_init__" in cls.__dict__:
+    start-up pays for some 130 classes. None for anything but the plain case (a base class,
+    ClassVar, InitVar, KW_ONLY, a field not in `__init__`, out of `repr` or comparison,
+    a mutable default, a default before a non-default): the caller then uses `dataclass` itself, which also raises
+    its errors."""
+    if cls.__bases__ != (object,):
         return None
     namespace = dict(cls.__dict__)
-    annotations = namespace.get("__annotations__", {})
-    names: list[str] = []
-    defaults: list[Any] = []
-    made_fields: dict[str, Field[Any]] = {}
-    for name, kind in annotations.items():
-        if (
-            not isinstance(kind, str)
-            or "ClassVar" in kind
-            or "InitVar" in kind
-            or "KW_ONLY" in kind
-        ):
-            return None
-        default = namespace.pop(name, MISSING)
-        if isinstance(default, (Field, *_MUTABLE)):
-            return None
-        if default is MISSING:
-            if defaults:
-                return None
-            made = field()
-        else:
-            defaults.append(default)
-            made = field(default=default)
-        made.name = name
-        made.type = kind
-        made._field_type = _FIELD
-        made_fields[name] = made
-        names.append(name)
-    shape = (tuple(names), len(defaults))
-    code = _INIT_CODE.get(shape)
-    if code is None:
-        code = _init_code(*shape)
-        _INIT_CODE[shape] = code
-    init = FunctionType(code, {}, "__init__", tuple(defaults) or None)
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__annotations__ = {name: annotations[name] for name in names} | {"return": None}
+    scanned = _scan(cls, namespace.get("__annotations__", {}), in_init_only=True)
+    if scanned is None:
+        return None
+    made_fields, init = scanned
+    if any(not f.compare or not f.repr or f.hash is not None for f in made_fields.values()):
+        return None  # `frozen`'s shared methods use every field
+    names = tuple(made_fields)
+    for name in names:
+        namespace.pop(name, None)
     namespace.pop("__dict__", None)
     namespace.pop("__weakref__", None)
-    namespace["__slots__"] = tuple(names)
+    namespace["__slots__"] = names
     namespace["__init__"] = init
-    namespace["__match_args__"] = tuple(names)
+    namespace["__match_args__"] = names
     namespace["__dataclass_fields__"] = made_fields
     namespace["__dataclass_params__"] = _PARAMS
     return type(cls)(cls.__name__, cls.__bases__, namespace)
 
 
-def _init_code(names: tuple[str, ...], defaults: int) -> CodeType:
-    required = len(names) - defaults
-    params = [n if i < required else f"{n}=None" for i, n in enumerate(names)]
-    body = "".join(f"    self.{n} = {n}\n" for n in names) or "    pass\n"
-    source = f"def __init__(self, {', '.join(params)}):\n{body}"
-    scope: dict[str, Any] = {}
-    exec(source, {}, scope)  # names are identifiers: the class body compiled them already
-    code: CodeType = scope["__init__"].__code__
-    return code
-
-
-#: `mutable`'s `__init__` code for each shape: each field's name and how it is set (a parameter
-#: with or without a default or factory; not a parameter: from its factory, or the class
-#: attribute holds its default), and whether `__post_init__` follows.
-_RECORD_CODE: dict[tuple[tuple[tuple[str, str], ...], bool], CodeType] = {}
+#: `__init__`'s code for each pattern of fields (how each is set: a parameter with or without
+#: a default or a factory; not a parameter: from its factory, or its class attribute holds the
+#: default) and whether `__post_init__` follows. Compiled once with placeholder names; each class
+#: gets a copy with its own (`CodeType.replace`: the bytecode refers to names by position).
+_INIT_TEMPLATES: dict[tuple[tuple[str, ...], bool], CodeType] = {}
+_PLACEHOLDER = "_keel_field_"
+_TEMPLATE_NAMES = frozenset({"self", "_F", "_NOT_GIVEN"})
 #: The default of a parameter whose field has a `default_factory`: "not given" (`dataclass`'s
 #: own marker, shown as `<factory>` in the signature).
 _NOT_GIVEN: Any = _HAS_DEFAULT_FACTORY
-#: `__dataclass_params__` for each (eq, repr), made by `dataclass` itself once needed.
+#: `__dataclass_params__` for each (eq, repr).
 _RECORD_PARAMS: dict[tuple[bool, bool], Any] = {}
 
 
@@ -188,59 +148,14 @@ def mutable(cls: type[T] | None = None, /, *, eq: bool = True, repr: bool = True
     return wrap if cls is None else wrap(cls)
 
 
-def _record(cls: type[T], eq: bool, repr: bool) -> type[T] | None:  # noqa: C901 - one pass
+def _record(cls: type[T], eq: bool, repr: bool) -> type[T] | None:
     if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
         return None
     namespace = cls.__dict__
-    annotations = namespace.get("__annotations__", {})
-    made_fields: dict[str, Field[Any]] = {}
-    shape: list[tuple[str, str]] = []
-    defaults: list[Any] = []
-    factories: list[Any] = []
-    has_default = False
-    for name, kind in annotations.items():
-        if not isinstance(kind, str) or "InitVar" in kind or "KW_ONLY" in kind:
-            return None
-        if "ClassVar" in kind:
-            continue
-        value = namespace.get(name, MISSING)
-        made: Field[Any] = value if isinstance(value, Field) else field(default=value)
-        if made.kw_only not in (MISSING, False):
-            return None
-        made.kw_only = False
-        if made.default is not MISSING and made.default.__class__.__hash__ is None:
-            return None  # a mutable default: `dataclass` raises its error
-        if made.default is not MISSING:
-            how = "default"
-        elif made.default_factory is not MISSING:
-            how = "factory"
-        else:
-            how = "required"
-        if made.init:
-            if how == "required" and has_default:
-                return None  # a non-default after a default: `dataclass` raises
-            has_default = has_default or how != "required"
-            if how == "default":
-                defaults.append(made.default)
-            elif how == "factory":
-                defaults.append(_NOT_GIVEN)
-                factories.append(made.default_factory)
-        elif how == "factory":
-            factories.append(made.default_factory)
-        made.name = name
-        made.type = kind
-        made._field_type = _FIELD  # type: ignore[attr-defined]
-        made_fields[name] = made
-        shape.append((name, how if made.init else f"fixed-{how}"))
-    post_init = hasattr(cls, "__post_init__")
-    key = (tuple(shape), post_init)
-    code = _RECORD_CODE.get(key)
-    if code is None:
-        code = _RECORD_CODE[key] = _record_init(*key)
-    scope = {"_NOT_GIVEN": _NOT_GIVEN, "_F": tuple(factories)}
-    init = FunctionType(code, scope, "__init__", tuple(defaults) or None)
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__annotations__ = {n: f.type for n, f in made_fields.items() if f.init} | {"return": None}
+    scanned = _scan(cls, namespace.get("__annotations__", {}), in_init_only=False)
+    if scanned is None:
+        return None
+    made_fields, init = scanned
     for name, made in made_fields.items():
         if made.default is MISSING:
             if name in namespace:
@@ -268,7 +183,82 @@ def _record(cls: type[T], eq: bool, repr: bool) -> type[T] | None:  # noqa: C901
     return cls
 
 
-def _record_init(shape: tuple[tuple[str, str], ...], post_init: bool) -> CodeType:
+def _scan(
+    cls: type, annotations: dict[str, Any], *, in_init_only: bool
+) -> tuple[dict[str, Field[Any]], FunctionType] | None:
+    """The fields `dataclass` would find in `cls` and the `__init__` that sets them (one code
+    object per shape of fields, shared by classes of that shape); None where `dataclass` must
+    do it itself (InitVar, KW_ONLY, keyword-only fields; ClassVar and fields not in `__init__`
+    too when `in_init_only`) or raise its error (a mutable default, a default before a
+    non-default)."""
+    namespace = cls.__dict__
+    made_fields: dict[str, Field[Any]] = {}
+    shape: list[tuple[str, str]] = []
+    defaults: list[Any] = []
+    factories: list[Any] = []
+    has_default = False
+    for name, kind in annotations.items():
+        if not isinstance(kind, str) or "InitVar" in kind or "KW_ONLY" in kind:
+            return None
+        if "ClassVar" in kind:
+            if in_init_only:
+                return None
+            continue
+        value = namespace.get(name, MISSING)
+        made: Field[Any] = value if isinstance(value, Field) else field(default=value)
+        if made.kw_only not in (MISSING, False) or (in_init_only and not made.init):
+            return None
+        made.kw_only = False
+        if made.default is not MISSING and made.default.__class__.__hash__ is None:
+            return None  # a mutable default: `dataclass` raises its error
+        if made.default is not MISSING:
+            how = "default"
+        elif made.default_factory is not MISSING:
+            how = "factory"
+        else:
+            how = "required"
+        if made.init:
+            if how == "required" and has_default:
+                return None  # a non-default after a default: `dataclass` raises
+            has_default = has_default or how != "required"
+            if how == "default":
+                defaults.append(made.default)
+            elif how == "factory":
+                defaults.append(_NOT_GIVEN)
+                factories.append(made.default_factory)
+        elif how == "factory":
+            factories.append(made.default_factory)
+        made.name = name
+        made.type = kind
+        made._field_type = _FIELD  # type: ignore[attr-defined]
+        made_fields[name] = made
+        shape.append((name, how if made.init else f"fixed-{how}"))
+    code = _init_code(tuple(shape), hasattr(cls, "__post_init__"))
+    scope = {"_NOT_GIVEN": _NOT_GIVEN, "_F": tuple(factories)}
+    init = FunctionType(code, scope, "__init__", tuple(defaults) or None)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {n: f.type for n, f in made_fields.items() if f.init} | {"return": None}
+    return made_fields, init
+
+
+def _init_code(shape: tuple[tuple[str, str], ...], post_init: bool) -> CodeType:
+    """`__init__`'s code for `shape` (each field's name and how it is set)."""
+    names = [name for name, _ in shape]
+    if any(n in _TEMPLATE_NAMES or n.startswith(_PLACEHOLDER) for n in names):
+        return _compile_init(shape, post_init)  # a name the template uses itself
+    hows = tuple(how for _, how in shape)
+    template = _INIT_TEMPLATES.get((hows, post_init))
+    if template is None:
+        placeholders = tuple((f"{_PLACEHOLDER}{i}", how) for i, how in enumerate(hows))
+        template = _INIT_TEMPLATES[(hows, post_init)] = _compile_init(placeholders, post_init)
+    own = {f"{_PLACEHOLDER}{i}": name for i, name in enumerate(names)}
+    return template.replace(
+        co_varnames=tuple(own.get(n, n) for n in template.co_varnames),
+        co_names=tuple(own.get(n, n) for n in template.co_names),
+    )
+
+
+def _compile_init(shape: tuple[tuple[str, str], ...], post_init: bool) -> CodeType:
     params: list[str] = []
     body: list[str] = []
     factory = 0
