@@ -15,8 +15,13 @@ Codex is not a dependency of keel: `--install-codex` puts `@openai/codex@VERSION
 first on PYTHONPATH (say, `git worktree add /tmp/before <commit>`; its dependencies must be
 installed here), to read a change's effect in the same interleaved run.
 
+`--stages` runs keel alone under `bench/cold_stages.py` and tables where its time goes: each
+stage's start and end (medians, wall and CPU milliseconds from process start), from the
+interpreter's own start-up through the imports, settings, the agent's assembly, the session
+file and the `/undo` unit to the first request.
+
 Run: `python bench/bench_cold_start.py [--runs 7] [--install-codex] [--baseline SRC]
-[--json out.json]`.
+[--json out.json] [--stages]`.
 """
 
 from __future__ import annotations
@@ -175,6 +180,62 @@ def time_one(
         return took
 
 
+def stages_once(server: ColdServer) -> dict[str, tuple[float, float]]:
+    """One run under bench/cold_stages.py: each stage's (wall, CPU) ms from process start."""
+    with tempfile.TemporaryDirectory(prefix="cold-stages-") as tmp:
+        root = Path(tmp)
+        project = fresh_project(root)
+        cmd, env, _ = keel_run(server.url, root)
+        out = root / "stages.json"
+        cmd = [sys.executable, str(HERE / "cold_stages.py"), str(out), *cmd[1:]]
+        server.reset()
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, timeout=60)
+        if proc.returncode != 0 or server.first_at is None:
+            raise RuntimeError(f"keel failed under cold_stages: {proc.stderr.decode()[-2000:]}")
+        outside = (server.first_at - start) * 1000
+        marks = {k: (v[0], v[1]) for k, v in json.loads(out.read_text()).items()}
+        # The script's clock starts once the interpreter runs it: shift by what came before.
+        before = outside - marks["first request"][0]
+        shifted = {k: (wall + before, cpu) for k, (wall, cpu) in marks.items()}
+        shifted["interpreter start-up>"] = (0.0, 0.0)
+        shifted["<interpreter start-up"] = (before, 0.0)
+        return shifted
+
+
+def stages(server: ColdServer, runs: int) -> list[dict[str, Any]]:
+    """The medians of `runs` runs' stages, in the order they start."""
+    stages_once(server)  # unmeasured: the page cache
+    samples = [stages_once(server) for _ in range(runs)]
+    names = [k[:-1] for k in samples[0] if k.endswith(">")]
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        begin = [s[name + ">"] for s in samples if name + ">" in s]
+        end = [s["<" + name] for s in samples if "<" + name in s]
+        rows.append({
+            "stage": name,
+            "start_ms": round(statistics.median(b[0] for b in begin), 1),
+            "end_ms": round(statistics.median(e[0] for e in end), 1),
+            "cpu_ms": round(statistics.median(e[1] - b[1] for b, e in zip(begin, end, strict=True)), 1),
+        })  # fmt: skip
+    rows.sort(key=lambda r: r["start_ms"])
+    request = statistics.median(s["first request"][0] for s in samples)
+    rows.append({"stage": "first request", "start_ms": round(request, 1), "end_ms": None})
+    return rows
+
+
+def print_stages(rows: list[dict[str, Any]]) -> None:
+    print(f"{'stage':34} {'start':>8} {'end':>8} {'took':>7} {'cpu':>6}  (ms, medians)")
+    for r in rows:
+        if r["end_ms"] is None:
+            print(f"{r['stage']:34} {r['start_ms']:8.1f}")
+            continue
+        took = r["end_ms"] - r["start_ms"]
+        print(
+            f"{r['stage']:34} {r['start_ms']:8.1f} {r['end_ms']:8.1f} {took:7.1f} {r['cpu_ms']:6.1f}"
+        )
+
+
 NO_CODEX = Path("/nonexistent/codex")
 
 
@@ -196,7 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keel-only", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--baseline", type=Path, help="another checkout's src/, run as 'before'")
+    parser.add_argument("--stages", action="store_true", help="keel alone: where its time goes")
     args = parser.parse_args(argv)
+    if args.stages:
+        with ColdServer() as server:
+            rows = stages(server, args.runs)
+        print_stages(rows)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        return 0
     codex = None if args.keel_only else find_codex(args)
     if codex == NO_CODEX:
         print("no codex: pass --codex PATH or --install-codex (or --keel-only)")

@@ -455,6 +455,10 @@ NOT_ON_THE_COLD_PATH = (
     "uuid",
     "html",
     "getpass",
+    # loaded at their first use: auto mode's first question, the first bash call's check
+    "keel.agent.auto_mode",
+    "keel.permissions.auto",
+    "keel.permissions.shell",
 )
 
 

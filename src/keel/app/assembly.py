@@ -629,7 +629,6 @@ def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
     environment turns them off for one run (a script, a test suite)."""
     if not settings.lsp_enabled or os.environ.get("KEEL_LSP") == "0":
         return
-    from keel.lsp.manager import LspManager
     from keel.lsp.servers import load_specs, plugin_servers
 
     warnings: list[str] = []
@@ -650,6 +649,10 @@ def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
             )
     for warning in warnings:
         notice(Notice(warning, "warning"))
+    if not any(spec.available() for spec in specs):
+        return  # (the client and the manager are not even imported)
+    from keel.lsp.manager import LspManager
+
     manager = LspManager(
         specs,
         project_root=agent.ctx.root,
@@ -657,8 +660,6 @@ def add_lsp(agent: Agent, settings: Settings, notice: Notify) -> None:
         timeout=settings.lsp_timeout,
         warnings=settings.lsp_warnings,
     )
-    if not manager.any_available():
-        return
     from keel.lsp.tool import diagnostics
 
     agent.ctx.lsp = manager
