@@ -24,8 +24,8 @@ What is measured, per size:
 - memory: the process's RSS after the reopen and its peak (`ru_maxrss`), and the number of
   widgets mounted in the transcript after the reopen.
 
-Run: `python bench/bench_tui.py [--sizes 100,1000,5000] [--json out.json]`; `--quick` is a
-short run (50 and 200 messages, a 150-token reply). Nothing is asserted; a table (or JSON) goes
+Run: `python bench/bench_tui.py [--sizes 100,1000,5000] [--json out.json] [--timeout 600]`;
+`--quick` is a short run (12 and 60 messages, a 100-token reply). Nothing is asserted; a table (or JSON) goes
 to stdout.
 """
 
@@ -60,7 +60,8 @@ TOKEN_INTERVAL = 1 / 200
 
 
 def write_session(project: Path, messages: int) -> Path:
-    """A session of `messages` messages in `project`'s session folder (the latest session)."""
+    """A session of at least `messages` messages (whole rounds: a round cut short would leave
+    a call unanswered, which a reopen runs) in `project`'s session folder."""
     from keel.llm.messages import Message, Text, Thinking, ToolUse, Usage, tool_result, user
     from keel.session.journal import Journal
     from keel.session.records import (
@@ -122,7 +123,7 @@ def write_session(project: Path, messages: int) -> Path:
                 said(Text(f"Round {i} done.\n\n" + answer)), usage, 0.01, "end_turn", 3 * i + 2
             ),
         ]
-        for record in round_[: messages - written]:
+        for record in round_:
             journal.append(record, durable=False)
         written += len(round_)
         journal.append(
@@ -220,16 +221,9 @@ async def measure(project: Path, tokens: int) -> dict[str, Any]:
 
     async with app.run_test(size=SIZE) as pilot:
         await app.idle()
-        shown = asyncio.get_running_loop().create_future()
-
-        def first_frame(end: float) -> None:
-            if not shown.done() and app.focused is app.prompt:
-                shown.set_result(end)
-
-        on_frame.append(first_frame)
-        app.transcript.refresh()
-        reopened = await asyncio.wait_for(shown, 30)
-        on_frame.clear()
+        await pilot.pause()  # one frame: the layout and the screen of what is now drawn
+        assert app.focused is app.prompt
+        reopened = frames[-1][1]
         result["reopen_s"] = reopened - started
         result["replay_s"] = replayed - started
         result["widgets"] = len(list(app.transcript.query("*")))
@@ -237,16 +231,20 @@ async def measure(project: Path, tokens: int) -> dict[str, Any]:
         await pilot.pause()
 
         # A reply streams; a key every 150 ms.
-        app.prompt.load_text("go")
-        await pilot.press("enter")
-        while not busy():  # noqa: ASYNC110 - the turn starts in its own task
-            await asyncio.sleep(0.01)
         frames.clear()
         stream_start = time.perf_counter()
         latencies: list[float] = []
         expected = 0
         driver = app._driver
         assert driver is not None
+        app.prompt.load_text("go")
+        enter = events.Key("enter", "\r")
+        enter.set_sender(app)
+        driver.send_message(enter)  # not the pilot's press: that waits for the whole reply
+        for _ in range(500):
+            if busy():
+                break
+            await asyncio.sleep(0.01)
         while busy():
             await asyncio.sleep(0.15)
             if not busy():
@@ -296,18 +294,22 @@ def child(messages: int, tokens: int) -> dict[str, Any]:
             os.environ["ANTHROPIC_BASE_URL"] = server.url
             os.environ["ANTHROPIC_API_KEY"] = KEY
             result = asyncio.run(measure(project, tokens))
-    return {"messages": messages, **result}
+    return {"messages": -(-messages // ROUND) * ROUND, **result}
 
 
-def run_size(messages: int, tokens: int) -> dict[str, Any]:
+def run_size(messages: int, tokens: int, timeout: float) -> dict[str, Any]:
+    """One size in a fresh process; a run past `timeout` seconds is a row that says so."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", str(messages), "--tokens", str(tokens)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(messages), "--tokens", str(tokens)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"messages": -(-messages // ROUND) * ROUND, "timed_out_s": timeout}
     if out.returncode != 0:
         raise SystemExit(f"bench_tui: the {messages}-message run failed:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -324,6 +326,9 @@ def table(rows: list[dict[str, Any]]) -> Iterator[str]:
     )
     yield "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for r in rows:
+        if "timed_out_s" in r:
+            yield f"| {r['messages']:,} | > {r['timed_out_s']:.0f} (did not finish) |" + " |" * 9
+            continue
         yield (
             f"| {r['messages']:,} | {f(r['reopen_s'], 2)} | {f(r['replay_s'], 2)} | "
             f"{r['widgets']:,} | {f(r['key_ms_median'])} | {f(r['key_ms_p95'])} | "
@@ -338,14 +343,20 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1000, help="tokens of the streamed reply")
     parser.add_argument("--quick", action="store_true", help="50 and 200 messages, 150 tokens")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds one size may take (default 600)"
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(child(args.child, args.tokens)))
         return
-    sizes = [50, 200] if args.quick else [int(s) for s in args.sizes.split(",")]
-    tokens = 150 if args.quick else args.tokens
-    rows = [run_size(n, tokens) for n in sizes]
+    sizes = [12, 60] if args.quick else [int(s) for s in args.sizes.split(",")]
+    tokens = 100 if args.quick else args.tokens
+    rows = []
+    for n in sizes:
+        rows.append(run_size(n, tokens, args.timeout))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     for line in table(rows):
         print(line)
     if args.json:

@@ -122,8 +122,8 @@ class _Titled:
 
 @frozen
 class _LoadOlder:
-    """Draw `count` more of the segments above the transcript's first drawn one (all of them
-    with `home`, then go to the top)."""
+    """Draw `count` more of the segments above the transcript's first drawn one (then, with
+    `home`, go to the top)."""
 
     count: int
     home: bool = False
@@ -135,9 +135,10 @@ _Entry = ViewEvent | _Banner | _Titled
 #: The transcript is drawn as segments (a prompt; a model request with what it streamed, its
 #: message and its calls' results; a stored message and its results). Only the last `WINDOW`
 #: segments are widgets while the transcript follows; the ones above are kept as the events
-#: that draw them, and drawn again, `CHUNK` at a time, when the user scrolls up to them.
-WINDOW = 30
-CHUNK = 15
+#: that draw them, and drawn again, `CHUNK` at a time, when the user scrolls up to them (or
+#: presses Home: the top of what is drawn, `CHUNK` more drawn above it).
+WINDOW = 12
+CHUNK = 6
 
 
 CSS = """
@@ -310,6 +311,7 @@ class KeelApp(App[int]):
         #: Every segment of the transcript (see `WINDOW`); those from `_first` on are drawn.
         self._segments: list[list[_Entry]] = [[_Banner()]]
         self._first = 0
+        self.window, self.chunk = WINDOW, CHUNK
         #: The segment the widgets being added belong to, and the widget they go above (when a
         #: segment above the drawn ones is drawn), else they go at the end.
         self._segment_at = 0
@@ -318,6 +320,8 @@ class KeelApp(App[int]):
         #: Whether the last segment has a model's message (the next one starts a segment).
         self._has_message = False
         self._loading = False
+        #: Home was pressed while segments above were being drawn: go to the top after.
+        self._go_home = False
         #: The thinking block closed last (a `_Titled` entry titles it again when redrawn).
         self._closed_thinking: ThinkingBlock | None = None
         self._files: list[str] = []
@@ -550,9 +554,9 @@ class KeelApp(App[int]):
     async def _trim(self) -> None:
         """Keep the last `WINDOW` segments as widgets (once `CHUNK` more piled up): the widgets
         above go, their events stay. A segment with a call still running stays."""
-        if len(self._segments) - self._first <= WINDOW + CHUNK:
+        if len(self._segments) - self._first <= self.window + self.chunk:
             return
-        first = len(self._segments) - WINDOW
+        first = len(self._segments) - self.window
         gone = [w for w in self.transcript.children if _segment_of(w) < first]
         if any(isinstance(w, ToolCard) and w.state in ("pending", "running") for w in gone):
             return
@@ -562,9 +566,10 @@ class KeelApp(App[int]):
         await self.transcript.remove_children(gone)
 
     def _reached_top(self, home: bool) -> None:
-        if self._first > 0 and (home or not self._loading):
+        self._go_home = self._go_home or (home and self._loading)
+        if self._first > 0 and not self._loading:
             self._loading = True
-            self._queue.append(_LoadOlder(self._first if home else CHUNK, home))
+            self._queue.append(_LoadOlder(self.chunk, home))
             self._idle.clear()
             self._wake.set()
 
@@ -603,7 +608,8 @@ class KeelApp(App[int]):
 
         def keep_view() -> None:
             self._loading = False
-            if load.home:
+            if load.home or self._go_home:
+                self._go_home = False
                 transcript.scroll_home(animate=False, immediate=True)
                 return
             grown = transcript.virtual_size.height - height_before
@@ -645,7 +651,7 @@ class KeelApp(App[int]):
         self._segments, self._has_message = [[_Banner()]], False
         for e in replayed:
             self._keep(e)
-        self._first = max(0, len(self._segments) - WINDOW)
+        self._first = max(0, len(self._segments) - self.window)
         for segment in self._segments[: self._first]:  # the todo list of a call not drawn
             for entry in segment:
                 if isinstance(entry, ToolFinished) and entry.call.name == "todo_write":
