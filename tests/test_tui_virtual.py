@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import itertools
+import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -270,3 +273,29 @@ async def test_a_thousand_more_messages_keep_the_widgets_bounded(project: Path) 
 
 def _info() -> ModelInfo:
     return ModelInfo(window=200_000, max_output=64_000)
+
+
+def test_the_benchmark_runs_its_quick_mode(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench/bench_tui.py"),
+            "--quick",
+            "--json",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("| messages | reopen s |")
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["12", "60"]
+    rows = json.loads((tmp_path / "r").read_text(encoding="utf-8"))
+    for row in rows:
+        assert row["reopen_s"] > row["replay_s"] > 0
+        assert row["keys"] > 0
+        assert row["frames"] > 0
+        assert row["widgets"] > 0
+        assert row["peak_rss_mb"] >= row["rss_mb"] > 0
