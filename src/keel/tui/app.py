@@ -395,7 +395,8 @@ class KeelApp(App[int]):
         self._wake.set()
 
     def reset(self, events: Sequence[ViewEvent]) -> None:
-        self._queue.append(_Reset(tuple(map(terminal_safe_copy, events))))
+        # Made safe when drawn: most of a long session's events never are.
+        self._queue.append(_Reset(tuple(events)))
         self._idle.clear()
         self._wake.set()
 
@@ -593,7 +594,7 @@ class KeelApp(App[int]):
                 for index in range(first, self._first):
                     self._segment_at = index
                     for entry in self._segments[index]:
-                        await self._render(entry)
+                        await self._render(terminal_safe_copy(entry))
                     self._close_segments()
             added = [w for w in transcript.children if _segment_of(w) < self._first]
         finally:
@@ -655,12 +656,12 @@ class KeelApp(App[int]):
         for segment in self._segments[: self._first]:  # the todo list of a call not drawn
             for entry in segment:
                 if isinstance(entry, ToolFinished) and entry.call.name == "todo_write":
-                    self._todos(entry)
+                    self._todos(terminal_safe_copy(entry))
         with self.batch_update():
             for index in range(self._first, len(self._segments)):
                 self._segment_at = index
                 for entry in self._segments[index]:
-                    await self._render(entry)
+                    await self._render(terminal_safe_copy(entry))
         self._segment_at = len(self._segments) - 1
         self.transcript.refresh(layout=True)
         self.refresh_status()
