@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -316,6 +317,56 @@ def run_size(messages: int, tokens: int, timeout: float) -> dict[str, Any]:
     return result
 
 
+def editable_prompt(repeats: int) -> list[float]:
+    """Seconds from starting `keel` in a tmux window (a fresh session in an empty project, the
+    loopback server as its model) until the prompt shows what was typed at once: keys typed
+    while keel starts are kept for the prompt, so this is process start → a prompt that takes
+    keys, as the terminal shows it."""
+    import shlex
+    import shutil
+
+    if shutil.which("tmux") is None:
+        return []
+    times = []
+    for n in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="bench-tui-") as tmp, slow_server(1) as server:
+            root = Path(tmp)
+            (root / "project").mkdir()
+            env = {
+                "KEEL_HOME": str(root / "home"),
+                "XDG_CONFIG_HOME": str(root / "config"),
+                "HOME": str(root),
+                "ANTHROPIC_BASE_URL": server.url,
+                "ANTHROPIC_API_KEY": KEY,
+                "PYTHONPATH": str(ROOT / "src"),
+                "PATH": os.environ["PATH"],
+                "TERM": "xterm-256color",
+            }
+            argv = [sys.executable, "-m", "keel", "--model", MODEL]
+            command = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv])
+            tmux = ["tmux", "-L", f"bench-tui-{os.getpid()}-{n}"]
+            start = time.perf_counter()
+            subprocess.run(
+                [*tmux, "new-session", "-d", "-x", "110", "-y", "36", "-c", str(root / "project"),
+                 command],
+                check=True,
+            )  # fmt: skip
+            subprocess.run([*tmux, "send-keys", "-l", "qzq"], check=True)
+            try:
+                while time.perf_counter() - start < 60:
+                    screen = subprocess.run(
+                        [*tmux, "capture-pane", "-p"], capture_output=True, text=True
+                    ).stdout
+                    # In the prompt's box (the terminal echoes keys before keel takes it).
+                    if re.search(r"^\s*│\s*qzq", screen, re.MULTILINE):
+                        times.append(time.perf_counter() - start)
+                        break
+                    time.sleep(0.02)
+            finally:
+                subprocess.run([*tmux, "kill-server"], capture_output=True)
+    return times
+
+
 def table(rows: list[dict[str, Any]]) -> Iterator[str]:
     def f(value: Any, digits: int = 1) -> str:
         return "–" if value is None else f"{value:.{digits}f}"
@@ -346,10 +397,20 @@ def main() -> None:
     parser.add_argument(
         "--timeout", type=float, default=600, help="seconds one size may take (default 600)"
     )
+    parser.add_argument(
+        "--prompt",
+        type=int,
+        metavar="N",
+        help="instead: N starts of `keel` in tmux, to a prompt that shows a typed key",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(child(args.child, args.tokens)))
+        return
+    if args.prompt:
+        times = editable_prompt(args.prompt)
+        print(json.dumps({"editable_prompt_s": times, "median": statistics.median(times)}))
         return
     sizes = [12, 60] if args.quick else [int(s) for s in args.sizes.split(",")]
     tokens = 100 if args.quick else args.tokens
