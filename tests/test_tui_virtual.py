@@ -118,7 +118,7 @@ def small_window(app: KeelApp) -> KeelApp:
 async def test_scrolling_up_reaches_the_first_message_and_paging_down_the_end(
     project: Path,
 ) -> None:
-    controller = await reopened(project, 60, ScriptedProvider([], model=MODEL.model))
+    controller = await reopened(project, 36, ScriptedProvider([], model=MODEL.model))
     app = small_window(KeelApp(controller))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
@@ -135,7 +135,7 @@ async def test_scrolling_up_reaches_the_first_message_and_paging_down_the_end(
         assert app._first == 0
         first = transcript.query(UserPrompt).first()
         assert str(first.render()) == "Round 0: fix the parser in module_0.py"
-        assert len(prompts(app)) == 10
+        assert len(prompts(app)) == 6
         await pilot.pause(0.2)
         assert shown(app, first)
         assert not following(app)
@@ -156,7 +156,7 @@ async def test_scrolling_up_reaches_the_first_message_and_paging_down_the_end(
 
 
 async def test_home_goes_to_the_top_and_draws_more_above_each_time(project: Path) -> None:
-    controller = await reopened(project, 60, ScriptedProvider([], model=MODEL.model))
+    controller = await reopened(project, 36, ScriptedProvider([], model=MODEL.model))
     app = small_window(KeelApp(controller))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
