@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, on
@@ -107,6 +107,40 @@ class _Reset:
     events: tuple[ViewEvent, ...]
 
 
+@frozen
+class _Banner:
+    """The welcome box at the top of the transcript (the first segment's first entry)."""
+
+
+@frozen
+class _Titled:
+    """A thinking block that streamed was closed with this title ("Thought for 3s"): kept in its
+    segment so that drawing the segment again shows the time it took live."""
+
+    title: str
+
+
+@frozen
+class _LoadOlder:
+    """Draw `count` more of the segments above the transcript's first drawn one (then, with
+    `home`, go to the top)."""
+
+    count: int
+    home: bool = False
+
+
+#: What the transcript holds: a view event, or one of the front end's own entries.
+_Entry = ViewEvent | _Banner | _Titled
+
+#: The transcript is drawn as segments (a prompt; a model request with what it streamed, its
+#: message and its calls' results; a stored message and its results). Only the last `WINDOW`
+#: segments are widgets while the transcript follows; the ones above are kept as the events
+#: that draw them, and drawn again, `CHUNK` at a time, when the user scrolls up to them (or
+#: presses Home: the top of what is drawn, `CHUNK` more drawn above it).
+WINDOW = 12
+CHUNK = 6
+
+
 CSS = """
 Screen { layout: vertical; }
 #transcript { height: 1fr; padding: 0 1; scrollbar-size-vertical: 1; }
@@ -161,11 +195,15 @@ class Transcript(VerticalScroll):
     def __init__(self, *, id: str) -> None:
         super().__init__(id=id)
         self.following = True
+        #: Called when the view reaches the top (to draw what is above); `home`: on Home.
+        self.at_top: Callable[[bool], None] | None = None
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y - 1:
             self.following = True  # at the end, however it got there
+        elif new_value < 1 and not self.following and self.at_top is not None:
+            self.at_top(False)
 
     def follow(self) -> None:
         """Scroll to the end if following and not there (called after each render and on the
@@ -178,6 +216,8 @@ class Transcript(VerticalScroll):
         """After the user scrolled: follow if they went to the end, else stay where they are.
         (The target, not the position: a wheel or page scroll may still be under way.)"""
         self.following = self.scroll_target_y >= self.max_scroll_y - 1
+        if self.scroll_target_y < 1 and not self.following and self.at_top is not None:
+            self.at_top(False)
 
     def _after_user_scroll(self) -> None:
         # Textual starts some of these scrolls after the next refresh: decide after that.
@@ -219,6 +259,8 @@ class Transcript(VerticalScroll):
     def action_scroll_home(self) -> None:
         super().action_scroll_home()
         self._after_user_scroll()
+        if self.at_top is not None:
+            self.at_top(True)
 
     def action_scroll_end(self) -> None:
         super().action_scroll_end()
@@ -244,7 +286,7 @@ class KeelApp(App[int]):
         self.controller = controller
         self.initial_prompt = prompt
         self.history = History(controller.history_file())
-        self._queue: deque[ViewEvent | _Reset] = deque()
+        self._queue: deque[ViewEvent | _Reset | _LoadOlder] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -264,6 +306,24 @@ class KeelApp(App[int]):
         #: When Ctrl+C last armed the quit (monotonic; 0: not armed).
         self._quit_armed = 0.0
         self._expanded = False
+        #: Whether Ctrl+O was used: segments drawn again then open or fold as it says.
+        self._toggled = False
+        #: Every segment of the transcript (see `WINDOW`); those from `_first` on are drawn.
+        self._segments: list[list[_Entry]] = [[_Banner()]]
+        self._first = 0
+        self.window, self.chunk = WINDOW, CHUNK
+        #: The segment the widgets being added belong to, and the widget they go above (when a
+        #: segment above the drawn ones is drawn), else they go at the end.
+        self._segment_at = 0
+        self._anchor: Widget | None = None
+        self._drawing_older = False
+        #: Whether the last segment has a model's message (the next one starts a segment).
+        self._has_message = False
+        self._loading = False
+        #: Home was pressed while segments above were being drawn: go to the top after.
+        self._go_home = False
+        #: The thinking block closed last (a `_Titled` entry titles it again when redrawn).
+        self._closed_thinking: ThinkingBlock | None = None
         self._files: list[str] = []
         self._files_at = 0.0
         self._listing: asyncio.Task[list[str]] | None = None
@@ -294,6 +354,7 @@ class KeelApp(App[int]):
     async def on_mount(self) -> None:
         if self.is_headless:
             self.prompt.cursor_blink = False
+        self.transcript.at_top = self._reached_top
         self.run_worker(self._render_loop(), name="render", group="render")
         self.set_interval(0.1, self._tick)
         self._attached = True
@@ -334,7 +395,8 @@ class KeelApp(App[int]):
         self._wake.set()
 
     def reset(self, events: Sequence[ViewEvent]) -> None:
-        self._queue.append(_Reset(tuple(map(terminal_safe_copy, events))))
+        # Made safe when drawn: most of a long session's events never are.
+        self._queue.append(_Reset(tuple(events)))
         self._idle.clear()
         self._wake.set()
 
@@ -448,6 +510,9 @@ class KeelApp(App[int]):
                 self._wake.clear()
                 continue
             item = self._queue.popleft()
+            if isinstance(item, _LoadOlder):
+                await self._draw_older(item)
+                continue
             if isinstance(item, TextDelta | ThinkingDelta):
                 kind, text = type(item), item.text
                 while self._queue and type(self._queue[0]) is kind:
@@ -455,34 +520,172 @@ class KeelApp(App[int]):
                     assert isinstance(nxt, TextDelta | ThinkingDelta)
                     text += nxt.text
                 item = kind(text)
+            if not isinstance(item, _Reset):
+                self._keep(item)
             await self._render(item)
+            if self.transcript.following:
+                await self._trim()
             self.transcript.call_after_refresh(self.transcript.follow)
 
+    # -- the segments (only the last ones are widgets) ------------------------------------------
+
+    def _keep(self, entry: _Entry) -> None:
+        """Add `entry` to the transcript's segments: a prompt, a model request, or a stored
+        message after another one starts a segment. Streamed text is kept as one delta."""
+        if isinstance(entry, QuestionRequest):
+            return  # a live form, answered or not by now; nothing to draw again
+        segment = self._segments[-1]
+        starts = isinstance(entry, PromptSubmitted | RequestStarted) or (
+            isinstance(entry, AssistantMessage) and self._has_message
+        )
+        if starts and segment:
+            segment = []
+            self._segments.append(segment)
+            self._has_message = False
+        if isinstance(entry, AssistantMessage):
+            self._has_message = True
+        last = segment[-1] if segment else None
+        if isinstance(entry, TextDelta | ThinkingDelta) and type(last) is type(entry):
+            assert isinstance(last, TextDelta | ThinkingDelta)
+            segment[-1] = type(entry)(last.text + entry.text)
+        else:
+            segment.append(entry)
+        self._segment_at = len(self._segments) - 1
+
+    async def _trim(self) -> None:
+        """Keep the last `WINDOW` segments as widgets (once `CHUNK` more piled up): the widgets
+        above go, their events stay. A segment with a call still running stays."""
+        if len(self._segments) - self._first <= self.window + self.chunk:
+            return
+        first = len(self._segments) - self.window
+        gone = [w for w in self.transcript.children if _segment_of(w) < first]
+        if any(isinstance(w, ToolCard) and w.state in ("pending", "running") for w in gone):
+            return
+        for card in [w for w in gone if isinstance(w, ToolCard)]:
+            self._cards.pop(card.call_id, None)
+        self._first = first
+        await self.transcript.remove_children(gone)
+
+    def _reached_top(self, home: bool) -> None:
+        self._go_home = self._go_home or (home and self._loading)
+        if self._first > 0 and not self._loading:
+            self._loading = True
+            self._queue.append(_LoadOlder(self.chunk, home))
+            self._idle.clear()
+            self._wake.set()
+
+    async def _draw_older(self, load: _LoadOlder) -> None:
+        """Draw `load.count` segments above the first drawn one, the view kept on what it
+        showed (or at the top, on Home). Nothing else changes: the todo panel, the status and
+        what streams now stay as they are."""
+        transcript = self.transcript
+        first = max(0, self._first - load.count)
+        if first == self._first:
+            self._loading = False
+            return
+        saved = (self._reply, self._thinking, self._in_request, self._message_start)
+        anchor = next(iter(transcript.children), None)
+        height_before = transcript.virtual_size.height
+        self._reply = self._thinking = self._message_start = None
+        self._in_request, self._anchor, self._drawing_older = False, anchor, True
+        added: list[Widget] = []
+        try:
+            with self.batch_update():
+                for index in range(first, self._first):
+                    self._segment_at = index
+                    for entry in self._segments[index]:
+                        await self._render(terminal_safe_copy(entry))
+                    self._close_segments()
+            added = [w for w in transcript.children if _segment_of(w) < self._first]
+        finally:
+            self._reply, self._thinking, self._in_request, self._message_start = saved
+            self._anchor, self._drawing_older = None, False
+            self._segment_at = len(self._segments) - 1
+            self._first = first
+        if self._toggled:
+            for widget in added:
+                self._show_details(widget)
+        transcript.refresh(layout=True)
+
+        def keep_view() -> None:
+            self._loading = False
+            if load.home or self._go_home:
+                self._go_home = False
+                transcript.scroll_home(animate=False, immediate=True)
+                return
+            grown = transcript.virtual_size.height - height_before
+            transcript.scroll_to(y=transcript.scroll_y + grown, animate=False, immediate=True)
+
+        transcript.call_after_refresh(keep_view)
+
     async def _add(self, widget: Widget) -> None:
-        await self.transcript.mount(widget)
+        _tag(widget, self._segment_at)
+        await self.transcript.mount(widget, before=self._anchor)
         if self._in_request and self._message_start is None:
             self._message_start = widget
 
     def _close_segments(self) -> None:
         if self._thinking is not None:
             self._thinking.finish()
+            if not self._drawing_older:
+                self._keep_title(self._thinking.title)
+            self._closed_thinking = self._thinking
             self._thinking = None
         self._reply = None
 
-    async def _render(self, event: ViewEvent | _Reset) -> None:  # noqa: C901 - one case per event
+    def _keep_title(self, title: str) -> None:
+        """The title a streamed thinking block closed with, after the entries that closed it
+        (its segment may be a former one: the title goes where the block is)."""
+        for segment in reversed(self._segments):
+            if any(isinstance(e, ThinkingDelta) for e in segment):
+                segment.append(_Titled(title))
+                return
+
+    async def _reset(self, replayed: Sequence[ViewEvent]) -> None:
+        """The whole transcript drawn anew: only its last `WINDOW` segments as widgets."""
+        await self.transcript.remove_children()
+        self._cards.clear()
+        self._in_request, self._message_start = False, None
+        self._close_segments()
+        self.todos.todos = []
+        self.todos.refresh_list()
+        self._segments, self._has_message = [[_Banner()]], False
+        for e in replayed:
+            self._keep(e)
+        self._first = max(0, len(self._segments) - self.window)
+        for segment in self._segments[: self._first]:  # the todo list of a call not drawn
+            for entry in segment:
+                if isinstance(entry, ToolFinished) and entry.call.name == "todo_write":
+                    self._todos(terminal_safe_copy(entry))
+        with self.batch_update():
+            for index in range(self._first, len(self._segments)):
+                self._segment_at = index
+                for entry in self._segments[index]:
+                    await self._render(terminal_safe_copy(entry))
+        self._segment_at = len(self._segments) - 1
+        self.transcript.refresh(layout=True)
+        self.refresh_status()
+
+    def _todos(self, finished: ToolFinished) -> None:
+        if not finished.result.is_error:
+            call = finished.call
+            self.todos.set_todos(
+                finished.display or json.dumps((call.input or {}).get("todos", []))
+            )
+
+    async def _render(self, event: _Entry | _Reset) -> None:  # noqa: C901 - one case per event
         match event:
             case _Reset(replayed):
-                await self.transcript.remove_children()
-                self._cards.clear()
-                self._in_request, self._message_start = False, None
-                self._close_segments()
-                self.todos.todos = []
-                self.todos.refresh_list()
+                await self._reset(replayed)
+            case _Banner():
                 status = self.controller.status()
                 await self._add(Welcome(status.model, self.controller.cwd, __version__))
-                for e in replayed:
-                    await self._render(e)
-                self.refresh_status()
+            case _Titled(title):
+                if self._thinking is not None:  # it closed when the next segment began
+                    self._thinking.finish()
+                    self._closed_thinking, self._thinking = self._thinking, None
+                if self._closed_thinking is not None:
+                    self._closed_thinking.title = title
             case PromptSubmitted(text, attachments):
                 self._close_segments()
                 await self._add(UserPrompt(text, attachments))
@@ -525,9 +728,8 @@ class KeelApp(App[int]):
                 card = await self._card(call.id, call.name)
                 card.set_call(call, kind)
                 card.finish(result.text, result.is_error, seconds, display)
-                if call.name == "todo_write" and not result.is_error:
-                    todos = display or json.dumps((call.input or {}).get("todos", []))
-                    self.todos.set_todos(todos)
+                if call.name == "todo_write" and not self._drawing_older:
+                    self._todos(event)
             case Notice(text, level):
                 self._close_segments()
                 await self._add(NoticeLine(text, level))
@@ -593,6 +795,7 @@ class KeelApp(App[int]):
             line = NoticeLine(f"thought for {thought}s")
             start = self._message_start if streamed else None
             if start is not None and start.parent is self.transcript:
+                _tag(line, self._segment_at)
                 await self.transcript.mount(line, before=start)
             else:
                 await self._add(line)
@@ -785,8 +988,15 @@ class KeelApp(App[int]):
         self.controller.cycle_mode()
 
     def action_toggle_details(self) -> None:
-        self._expanded = not self._expanded
-        for collapsible in self.transcript.query(Collapsible):
+        self._expanded, self._toggled = not self._expanded, True
+        self._show_details(self.transcript)
+
+    def _show_details(self, widget: Widget) -> None:
+        """Open or fold (as Ctrl+O last said) every fold in `widget`."""
+        folds = list(widget.query(Collapsible))
+        if isinstance(widget, Collapsible):
+            folds.append(widget)
+        for collapsible in folds:
             if isinstance(collapsible, Fold):
                 collapsible.fold(not self._expanded)  # a transcript that follows goes on
             else:
@@ -797,6 +1007,18 @@ class KeelApp(App[int]):
             self.transcript.action_page_up()
         else:
             self.transcript.action_page_down()
+
+
+_SEGMENT = "_keel_segment"
+
+
+def _tag(widget: Widget, segment: int) -> None:
+    setattr(widget, _SEGMENT, segment)
+
+
+def _segment_of(widget: Widget) -> int:
+    segment: int = getattr(widget, _SEGMENT, 0)
+    return segment
 
 
 __all__ = ["KeelApp"]
