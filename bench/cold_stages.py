@@ -7,6 +7,9 @@ request. `bench_cold_start.py --stages` runs it in fresh homes and tables the me
 
 The stages are found by wrapping functions as their modules finish importing (a meta-path hook),
 so nothing in keel knows about this. The wrappers cost a few microseconds each.
+
+Run as the terminal UI (`python bench/cold_stages.py OUT.json --model M` in a terminal), it also
+marks the app's mount and its first frame after it (the prompt on screen), and exits there.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import importlib.abc  # noqa: E402
 import importlib.machinery  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
 
 MARKS: list[tuple[str, float, float]] = []
+#: Where the stages go (the first argument).
+OUT: str | None = None
 
 #: Module → functions whose calls are stages (the first call of each counts).
 STAGES: dict[str, tuple[str, ...]] = {
@@ -45,9 +51,12 @@ STAGES: dict[str, tuple[str, ...]] = {
         "add_memory",
     ),
     "keel.session.store": ("create",),
+    "keel.cli.interactive": ("run_interactive", "pick_model", "_prune_checkpoints"),
 }
 #: Modules whose import is a stage of its own.
 IMPORTS = (
+    "keel.tui.app",
+    "textual.app",
     "keel.cli.main",
     "keel.permissions",
     "keel.permissions.sandbox",
@@ -94,6 +103,29 @@ def _after_import(fullname: str, module: ModuleType) -> None:
     if fullname == "keel.agent.loop":
         agent = module.Agent
         agent._begin_unit = _wrapped("undo unit", agent._begin_unit)
+    if fullname == "keel.tui.app":  # the terminal UI: its mount, then its first frame
+        app = module.KeelApp
+        mount = app.on_mount
+
+        async def on_mount(self: Any) -> None:  # (Textual passes the event to a wider one)
+            mark("KeelApp.on_mount>")
+            await mount(self)
+            mark("<KeelApp.on_mount")
+
+        app.on_mount = on_mount
+    if fullname == "textual.app":
+        display = module.App._display
+
+        def first_frame(self: Any, *args: Any, **kwargs: Any) -> Any:
+            done = display(self, *args, **kwargs)
+            if any(name == "<KeelApp.on_mount" for name, _, _ in MARKS):
+                mark("first frame after mount")
+                if OUT is not None:
+                    _dump(OUT)
+                os._exit(0)  # (measured: nothing after it matters)
+            return done
+
+        module.App._display = first_frame
     if fullname == "keel.llm.h1":
         for cls in list(vars(module).values()):
             if isinstance(cls, type) and "post" in vars(cls):
@@ -138,7 +170,8 @@ def _dump(out: str) -> None:
 
 
 def main() -> None:
-    out = sys.argv[1]
+    global OUT
+    out = OUT = sys.argv[1]
     sys.argv = ["keel", *sys.argv[2:]]
     sys.meta_path.insert(0, _Hook())
     atexit.register(_dump, out)

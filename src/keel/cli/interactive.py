@@ -96,6 +96,9 @@ def run_interactive(args: argparse.Namespace) -> int:
     cwd = Path(args.cwd).expanduser().resolve() if args.cwd else Path.cwd()
     if not cwd.is_dir():
         raise UserError(f"--cwd {args.cwd}: no such directory")
+    from keel.permissions.sandbox import start_probe
+
+    start_probe()  # its wait for bubblewrap overlaps the set-up and the UI's imports below
     session: Path | None = None
     if args.resume or args.continue_session:
         from keel.session.index import find_session, latest_session

@@ -12,7 +12,10 @@ or unfolds thinking and tool output. Keys typed before the prompt is on screen w
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -79,7 +82,6 @@ from keel.tui.widgets import (
     KeyHint,
     NoticeLine,
     PromptInput,
-    Reply,
     ShellOutput,
     StatusBar,
     StatusLineBar,
@@ -91,6 +93,7 @@ from keel.tui.widgets import (
 )
 
 if TYPE_CHECKING:
+    from keel.tui.reply import Reply
     from keel.tui.statusline import StatusLine
 
 #: Esc twice within this many seconds offers to quit.
@@ -180,6 +183,15 @@ Screen { layout: vertical; }
 .tool-card .notice { margin: 0 0 0 3; }
 #statusline { height: 1; padding: 0 2; display: none; }
 """
+
+
+def _load_markdown() -> None:
+    """Import the Markdown widget (keel.tui.reply) on a thread once the prompt is drawn: the
+    first reply then finds it loaded, and the prompt did not wait for it."""
+    if "keel.tui.reply" not in sys.modules:
+        threading.Thread(
+            target=importlib.import_module, args=("keel.tui.reply",), daemon=True
+        ).start()
 
 
 class Transcript(VerticalScroll):
@@ -363,6 +375,7 @@ class KeelApp(App[int]):
         self.set_focus(self.prompt)
         await self._release_typeahead()
         self.controller.begin(self.initial_prompt)
+        self.call_after_refresh(_load_markdown)
 
     # -- keys typed early ------------------------------------------------------------------------
 
@@ -704,6 +717,8 @@ class KeelApp(App[int]):
             case TextDelta(text):
                 if self._reply is None:
                     self._close_segments()
+                    from keel.tui.reply import Reply
+
                     self._reply = Reply()
                     await self._add(self._reply)
                 await self._reply.add(text)
@@ -807,6 +822,8 @@ class KeelApp(App[int]):
                         folded.title = f"Thought for {duration(timing.thinking_ms / 1000)}"
                     await self._add(folded)
                 elif isinstance(block, Text) and block.text:
+                    from keel.tui.reply import Reply
+
                     reply = Reply()
                     await self._add(reply)
                     await reply.add(block.text)

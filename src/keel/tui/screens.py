@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Markdown, OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from keel.agent.events import QuestionRequest
@@ -164,6 +164,8 @@ class PlanScreen(_Question):
     deny_index = 2
 
     def body(self) -> list[Any]:
+        from textual.widgets import Markdown  # (markdown-it: loaded when first needed)
+
         return [
             Static(Text("Here is the plan. Go ahead?", style="bold"), id="title"),
             VerticalScroll(Markdown(self.request.plan), id="preview"),

@@ -16,7 +16,7 @@ from textual import events
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Collapsible, Markdown, OptionList, Static, TextArea
+from textual.widgets import Collapsible, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from keel.llm.messages import ToolUse
@@ -83,18 +83,6 @@ class UserPrompt(Static):
         if files:
             body.append(f"\n attached: {', '.join(files)}", style="dim")
         super().__init__(body, classes="user-prompt")
-
-
-class Reply(Markdown):
-    """The model's text, rendered as Markdown as it streams."""
-
-    def __init__(self) -> None:
-        super().__init__(classes="reply")
-        self.text = ""
-
-    async def add(self, text: str) -> None:
-        self.text += text
-        await self.append(text)
 
 
 class Fold(Collapsible):
@@ -262,6 +250,8 @@ class CommandOutput(Vertical):
 
     def compose(self) -> Any:
         if self.kind == "markdown":
+            from textual.widgets import Markdown  # (markdown-it: loaded when first needed)
+
             yield Markdown(self.text)
         elif self.kind == "error":
             yield Static(Text(self.text, style="red"))
@@ -567,7 +557,6 @@ __all__ = [
     "KeyHint",
     "NoticeLine",
     "PromptInput",
-    "Reply",
     "ShellOutput",
     "StatusBar",
     "ThinkingBlock",
@@ -576,3 +565,12 @@ __all__ = [
     "UserPrompt",
     "Welcome",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`Reply`, from its own module (keel.tui.reply), imported when first asked for."""
+    if name == "Reply":
+        from keel.tui.reply import Reply
+
+        return Reply
+    raise AttributeError(name)
