@@ -68,10 +68,29 @@ def log(text: str) -> None:
 
 # -- the model server process (`--model-server`) ---------------------------------------------------
 
+TURNS = re.compile(r"turns=(\d+)")
+
+
+def this_prompt(body: dict[str, Any]) -> tuple[int, int]:
+    """(tool results so far, `turns=N` wanted) of the latest prompt in a Messages API body: a
+    session that runs again starts counting afresh."""
+    results, wanted = 0, 0
+    for message in body.get("messages", []):
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if message.get("role") != "user" or not isinstance(blocks, list):
+            continue
+        texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+        found = [m for m in map(TURNS.search, texts) if m]
+        if found:
+            results, wanted = 0, int(found[-1].group(1))
+        results += sum(1 for b in blocks if b.get("type") == "tool_result")
+    return results, wanted
+
 
 def model_server() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
-    from bench_server import BenchServer, _count_results
+    from bench_server import BenchServer
     from keel.llm.messages import Message, Text, ToolUse, Usage
     from keel.llm.script import Reply, Step, next_tool_id
     from keel.testing.anthropic_server import DELTA_PIECES
@@ -80,7 +99,7 @@ def model_server() -> None:
     hole = ("T" + HOLE.decode()) * DELTA_PIECES  # one stamp per streamed piece
 
     def respond(request: RecordedRequest) -> Step:
-        results, wanted = _count_results(request.json)
+        results, wanted = this_prompt(request.json)
         usage = Usage(input=1200 + 40 * results, output=30, cache_read=0, cache_write=0)
         if results < wanted:
             call = ToolUse(next_tool_id(), "read", {"path": f"file{results % 10}.txt"})

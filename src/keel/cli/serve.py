@@ -21,6 +21,8 @@ from keel.cli.main import _Parser
 from keel.errors import UserError
 
 DEFAULT_PORT = 4096
+#: Descriptors each loaded session holds open (its journal and the journal's lock file).
+FDS_PER_SESSION = 2
 #: A token shorter than this is refused (a generated one is 32 bytes, as hex).
 MIN_TOKEN = 16
 
@@ -137,6 +139,27 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit, and return it.
+
+    Each loaded session holds `FDS_PER_SESSION` descriptors and each running one a connection to
+    its model: under the usual soft limit of 1024, a server stops loading sessions (EMFILE) at
+    about 500. The hard limit is what the administrator allows; asking for it is what servers
+    do (nginx's worker_rlimit_nofile, Go's runtime since 1.19)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit (macOS) cannot be the soft one: ask for a generous number.
+    wanted = max(soft, 1 << 16) if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):  # a container that refuses: keep what we were given
+        return soft
+    return wanted
+
+
 def serve(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -158,6 +181,7 @@ def serve(argv: list[str]) -> int:
 
         fleet_url = resolve_url(given=args.fleet)
         preflight(fleet_url)  # a fleet that is not there is said now, in one line
+    raise_fd_limit()
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     hosts = allowed_hosts(args.host, port, args.allow_remote)

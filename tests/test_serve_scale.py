@@ -1,0 +1,148 @@
+"""`keel serve` holding many sessions (issue 32): bench/bench_serve_scale.py's quick run gives every
+measure and leaves the server as it found it (no task, subscriber, ring or session left behind by
+hundreds of create/run/close cycles with subscribers leaving mid-run); the server raises its
+open-files limit so that hundreds of sessions load under the usual soft limit; the session list
+reads an unchanged session file once."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from keel.testing.anthropic_server import AnthropicServer
+from tests.server_helpers import (
+    MODEL,
+    TOKEN,
+    _first_line,
+    anthropic_fixture,
+    served_fixture,
+    servers_fixture,
+)
+
+__all__ = ["anthropic_fixture", "served_fixture", "servers_fixture"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_scale_bench_quick_run_measures_everything_and_leaks_nothing(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench/bench_serve_scale.py"),
+            "--quick",
+            "--soak-seconds",
+            "4",
+            "--samples",
+            str(samples),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert set(out) == {
+        "idle_sessions",
+        "active_sessions",
+        "python",
+        "cores",
+        "startup",
+        "idle",
+        "requests",
+        "active",
+        "soak",
+        "errors",
+    }
+    assert out["errors"] == []
+    assert set(out["startup"]) == {"runs", "listening_ms", "info_ms", "first_answer_ms"}
+    assert 0 < out["startup"]["listening_ms"] < out["startup"]["info_ms"]
+    assert out["startup"]["info_ms"] < out["startup"]["first_answer_ms"]
+    idle = out["idle"]
+    assert idle["sessions"] == 20
+    # Each idle session holds its journal and the journal's lock open, no more (the rest: the
+    # bench's own connections, at most 8 creating at once).
+    assert 2 * 20 <= idle["fds_after"] - idle["fds_before"] <= 2 * 20 + 8
+    assert idle["per_session_kb"] > 0
+    requests = out["requests"]
+    assert set(requests) == {"get_sessions_list", "get_session", "get_info", "post_prompt"}
+    assert all(r["requests"] > 0 and r["per_second"] > 0 for r in requests.values())
+    assert out["active"]["runs_per_second"] > 0
+    # Three text deltas per model reply, three replies per run, every run followed to its end.
+    assert out["active"]["latency"]["n"] == 3 * 3 * 5 * 2
+    soak = out["soak"]
+    assert soak["runs"] > 0
+    assert soak["created"] == soak["deleted"] > 0
+    assert soak["latency"]["n"] > 0
+    for key in ("rss_slope_mb_per_hour", "first_window", "last_window"):
+        assert key in soak
+    # Every session the soak created was closed: the server is back where it started.
+    start, end = soak["start"], soak["end"]
+    for key in ("hosted", "ring_events", "tasks"):
+        assert end[key] == start[key], (key, start, end)
+    assert end["subscribers"] == 0
+    assert end["fds"] <= start["fds"]
+    lines = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == soak["samples"] >= 2
+    assert {"t", "runs", "rss_mb", "fds", "tasks", "hosted", "ring_events"} <= set(lines[0])
+
+
+def _serve_with_limit(project: Path, model: AnthropicServer, limit: int) -> subprocess.Popen[str]:
+    def lower() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "keel", "serve", "--port", "0"],
+        cwd=project,
+        env={
+            **os.environ,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "ANTHROPIC_BASE_URL": model.url,
+            "KEEL_SERVER_TOKEN": TOKEN,
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=lower,
+    )
+
+
+@pytest.mark.skipif(
+    resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1024, reason="the hard open-files limit is low"
+)
+def test_serve_loads_more_sessions_than_its_soft_fd_limit_allows(
+    project: Path, anthropic: AnthropicServer
+) -> None:
+    proc = _serve_with_limit(project, anthropic, 96)
+    try:
+        url = _first_line(proc)[0].split()[4]
+        with httpx.Client(
+            base_url=url, headers={"authorization": f"Bearer {TOKEN}"}, timeout=20
+        ) as c:
+            statuses = [
+                c.post("/v1/sessions", json={"model": MODEL}).status_code for _ in range(60)
+            ]
+            assert statuses == [201] * 60
+            assert len(c.get("/v1/info").json()["loaded"]) == 60
+        fds = len(os.listdir(f"/proc/{proc.pid}/fd")) if Path("/proc").is_dir() else 200
+        assert fds > 96  # more than the soft limit it was started with
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def _summaries(c: httpx.Client) -> dict[str, dict[str, Any]]:
+    return {s["id"]: s for s in c.get("/v1/sessions").json()["sessions"]}
