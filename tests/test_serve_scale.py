@@ -17,10 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
+from keel.llm.script import reply
 from keel.testing.anthropic_server import AnthropicServer
 from tests.server_helpers import (
     MODEL,
     TOKEN,
+    Served,
     _first_line,
     anthropic_fixture,
     served_fixture,
@@ -146,3 +148,67 @@ def test_serve_loads_more_sessions_than_its_soft_fd_limit_allows(
 
 def _summaries(c: httpx.Client) -> dict[str, dict[str, Any]]:
     return {s["id"]: s for s in c.get("/v1/sessions").json()["sessions"]}
+
+
+def test_the_session_list_reads_a_file_again_only_when_it_changed(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.llm.messages import Message, Text
+    from keel.server.host import Summaries
+    from keel.session import index
+    from keel.session.store import SessionLog
+
+    read: list[str] = []
+    real = index.summarize
+
+    def summarize(path: Path) -> index.SessionSummary:
+        read.append(path.stem)
+        return real(path)
+
+    monkeypatch.setattr(index, "summarize", summarize)
+    folder = tmp_path / "s"
+    held = SessionLog.create(cwd=project, model="scripted", directory=folder)
+    ended = SessionLog.create(cwd=project, model="scripted", directory=folder)
+    ended.user(Message("user", (Text("first"),)))
+    ended.close()
+    files = sorted(folder.glob("*.jsonl"))
+    summaries = Summaries()
+
+    def statuses() -> dict[str, tuple[str, str]]:
+        return {s.id: (s.status, s.last_prompt) for s in summaries.of(files)}
+
+    assert statuses() == {held.id: ("running", ""), ended.id: ("crashed", "first")}
+    assert sorted(read) == sorted([held.id, ended.id])
+    read.clear()
+    assert statuses() == {held.id: ("running", ""), ended.id: ("crashed", "first")}
+    assert read == []  # nothing changed: nothing read
+    held.user(Message("user", (Text("second"),)))
+    assert statuses() == {held.id: ("running", "second"), ended.id: ("crashed", "first")}
+    assert read == [held.id]  # its file grew
+    read.clear()
+    held.close()  # the same bytes, but nobody writes it any more
+    assert statuses() == {held.id: ("crashed", "second"), ended.id: ("crashed", "first")}
+    assert read == [held.id]
+    (folder / f"{ended.id}.jsonl").unlink()
+    files = sorted(folder.glob("*.jsonl"))
+    assert statuses() == {held.id: ("crashed", "second")}
+    assert len(summaries) == 1  # a file gone is forgotten
+
+
+def test_get_sessions_follows_the_files_as_they_change(
+    served: Served, anthropic: AnthropicServer
+) -> None:
+    anthropic.add(reply("Hi."))
+    with served.client() as c:
+        made = [c.post("/v1/sessions", json={"model": MODEL}).json()["id"] for _ in range(3)]
+        first = _summaries(c)
+        assert set(first) == set(made)
+        assert {s["status"] for s in first.values()} == {"running"}
+        r = c.post(f"/v1/sessions/{made[0]}/prompt", json={"text": "hello", "wait": True})
+        assert r.status_code == 200, r.text
+        assert c.delete(f"/v1/sessions/{made[1]}").status_code == 204
+        after = _summaries(c)
+        assert (after[made[0]]["last_prompt"], after[made[0]]["turns"]) == ("hello", 1)
+        assert after[made[1]]["status"] == "empty"  # unloaded before any prompt
+        assert after[made[1]]["loaded"] is False
+        assert after[made[2]] == first[made[2]]
