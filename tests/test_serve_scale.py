@@ -212,3 +212,33 @@ def test_get_sessions_follows_the_files_as_they_change(
         assert after[made[1]]["status"] == "empty"  # unloaded before any prompt
         assert after[made[1]]["loaded"] is False
         assert after[made[2]] == first[made[2]]
+
+
+def test_sessions_that_synced_in_the_background_share_a_few_threads(
+    project: Path, tmp_path: Path
+) -> None:
+    import threading
+
+    from keel.llm.messages import Message, Text
+    from keel.session.journal import SYNC_THREADS
+    from keel.session.records import UserRecord
+    from keel.session.store import SessionLog
+
+    def syncers() -> int:
+        return sum(t.name.startswith("keel-journal-sync") for t in threading.enumerate())
+
+    before = syncers()
+    logs = [
+        SessionLog.create(cwd=project, model="scripted", directory=tmp_path / "s")
+        for _ in range(24)
+    ]
+    for log in logs:
+        log.journal.append(UserRecord(Message("user", (Text("hello"),))), durable=False)
+        log.journal.sync_in_background()
+    for log in logs:
+        log.journal.sync()  # each waits for its own background sync
+    # A server holding a thousand sessions that each ran once held a thousand threads.
+    assert syncers() - before <= SYNC_THREADS
+    for log in logs:
+        log.close()
+    assert all(log.journal.last_seq == 2 for log in logs)
