@@ -137,6 +137,20 @@ def serve_with_stats(argv: list[str]) -> int:
     from keel.cli.main import main
     from keel.server import http
 
+    #: The full collections' pauses so far (each walks every object not frozen).
+    full: list[float] = []
+    began: list[float] = [0.0]
+    asked = [False]  # a collection of the stats route's own (not counted)
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if info["generation"] != 2 or asked[0]:
+            return
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            full.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(timed)
     tracing = os.environ.get("KEEL_BENCH_TRACEMALLOC") == "1"
     if tracing:
         tracemalloc.start(8)
@@ -152,12 +166,20 @@ def serve_with_stats(argv: list[str]) -> int:
                 "subscribers": sum(h.ring.subscribers for h in host.sessions.values()),
                 "tasks": len(asyncio.all_tasks()),
                 "threads": threading.active_count(),
+                "gc_enabled": gc.isenabled(),
+                "gc_frozen": gc.get_freeze_count(),
+                "gc_full_collections": len(full),
+                "gc_full_max_ms": round(max(full, default=0.0) * 1000, 1),
             }
             if request.query_params.get("gc"):
+                asked[0] = True
                 gc.collect()
+                asked[0] = False
                 body["gc_objects"] = len(gc.get_objects())
             if tracing and request.query_params.get("malloc"):
+                asked[0] = True
                 gc.collect()
+                asked[0] = False
                 snap = tracemalloc.take_snapshot()
                 if last:
                     diff = snap.compare_to(last[0], "traceback")
@@ -663,6 +685,10 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "end": {
             k: final[k]
             for k in (
+                "gc_enabled",
+                "gc_frozen",
+                "gc_full_collections",
+                "gc_full_max_ms",
                 "rss_mb",
                 "fds",
                 "os_threads",

@@ -92,6 +92,9 @@ def test_the_scale_bench_quick_run_measures_everything_and_leaks_nothing(tmp_pat
     for key in ("hosted", "ring_events", "tasks"):
         assert end[key] == start[key], (key, start, end)
     assert end["subscribers"] == 0
+    # The collector, paused while the server started, runs again; what start-up built is frozen.
+    assert end["gc_enabled"] is True
+    assert end["gc_frozen"] > 10_000
     assert end["fds"] <= start["fds"]
     lines = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == soak["samples"] >= 2

@@ -161,6 +161,12 @@ def raise_fd_limit() -> int:
 
 
 def serve(argv: list[str]) -> int:
+    from keel.startup import pause_gc
+
+    # Start-up builds long-lived objects (modules, classes) and few cycles: the collector waits
+    # until the server is up, then freezes them (`Server.startup`), so that the full collections
+    # of a server holding many sessions no longer walk them.
+    pause_gc()
     args = parser().parse_args(argv)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be from 0 to 65535, not {args.port}")
@@ -183,6 +189,9 @@ def serve(argv: list[str]) -> int:
         preflight(fleet_url)  # a fleet that is not there is said now, in one line
     raise_fd_limit()
     sock = bind(args.host, args.port)
+    from keel.permissions.sandbox import start_probe
+
+    start_probe()  # GET /v1/info and every session's gate need it: bubblewrap's start overlaps ours
     port = sock.getsockname()[1]
     hosts = allowed_hosts(args.host, port, args.allow_remote)
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -234,6 +243,12 @@ def _run(
     from keel.server.http import create_app
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            from keel.startup import resume_gc
+
+            resume_gc()
+
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             host.end_streams()  # open SSE connections would hold the shutdown up
             await super().shutdown(sockets)
