@@ -185,6 +185,18 @@ def test_the_session_list_reads_a_file_again_only_when_it_changed(
     read.clear()
     assert statuses() == {held.id: ("running", ""), ended.id: ("crashed", "first")}
     assert read == []  # nothing changed: nothing read
+    probed: list[str] = []
+    real_locked = index.is_locked
+
+    def is_locked(path: Path) -> bool:
+        probed.append(path.stem)
+        return real_locked(path)
+
+    monkeypatch.setattr(index, "is_locked", is_locked)
+    assert [s.status for s in summaries.of(files, {held.id})] == ["running", "crashed"][
+        :: 1 if files[0].stem == held.id else -1
+    ]
+    assert probed == [ended.id]  # a session this process holds is not probed
     held.user(Message("user", (Text("second"),)))
     assert statuses() == {held.id: ("running", "second"), ended.id: ("crashed", "first")}
     assert read == [held.id]  # its file grew

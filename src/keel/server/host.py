@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Container, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -287,37 +287,38 @@ class Summaries:
     UNENDED = frozenset({"running", "crashed", "empty"})
 
     def __init__(self) -> None:
-        self._held: dict[Path, tuple[tuple[int, int, int], SessionSummary]] = {}
+        self._kept: dict[Path, tuple[tuple[int, int, int], SessionSummary]] = {}
 
-    def of(self, paths: list[Path]) -> list[SessionSummary]:
+    def of(self, paths: list[Path], held: Container[str] = ()) -> list[SessionSummary]:
         """The summaries of `paths` (in order); unreadable files are left out, as `keel sessions
-        list` leaves them (it says why)."""
+        list` leaves them (it says why). `held`: the ids of sessions whose lock this process
+        holds (they are not probed)."""
         from keel.session.index import is_locked, summarize
 
-        held, self._held = self._held, {}
+        before, self._kept = self._kept, {}
         out: list[SessionSummary] = []
         for path in paths:
             try:
                 st = path.stat()
                 key = (st.st_ino, st.st_mtime_ns, st.st_size)
-                kept = held.get(path)
+                kept = before.get(path)
                 if kept is not None and kept[0] == key:
                     summary = kept[1]
                     if summary.status not in self.UNENDED or (
-                        (summary.status == "running") == is_locked(path)
+                        (summary.status == "running") == (path.stem in held or is_locked(path))
                     ):
-                        self._held[path] = kept
+                        self._kept[path] = kept
                         out.append(summary)
                         continue
                 summary = summarize(path)
             except (UserError, OSError):
                 continue
-            self._held[path] = (key, summary)
+            self._kept[path] = (key, summary)
             out.append(summary)
         return out
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._kept)
 
 
 class Host:

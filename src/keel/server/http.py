@@ -282,7 +282,7 @@ class Api:
         listed: list[dict[str, Any]] = []
         seen: set[str] = set()
         files = session_files(None if self.host.all_projects else self.host.cwd)
-        for summary in self.host.summaries.of(files):
+        for summary in self.host.summaries.of(files, self.host.sessions):
             seen.add(summary.id)
             hosted = self.host.sessions.get(summary.id)
             listed.append(
