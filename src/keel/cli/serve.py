@@ -189,9 +189,6 @@ def serve(argv: list[str]) -> int:
         preflight(fleet_url)  # a fleet that is not there is said now, in one line
     raise_fd_limit()
     sock = bind(args.host, args.port)
-    from keel.permissions.sandbox import start_probe
-
-    start_probe()  # GET /v1/info and every session's gate need it: bubblewrap's start overlaps ours
     port = sock.getsockname()[1]
     hosts = allowed_hosts(args.host, port, args.allow_remote)
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -214,6 +211,9 @@ def serve(argv: list[str]) -> int:
     print(f"keel serve: open http://{local}:{port}/{fragment}", flush=True)
     if generated:
         print(f"keel serve: token {token}", flush=True)
+    from keel.permissions.sandbox import start_probe
+
+    start_probe()  # GET /v1/info and every session's gate need it: bubblewrap's start overlaps ours
     return _run(
         sock,
         cwd,
