@@ -6,7 +6,9 @@ the loopback Anthropic model server of bench/bench_server.py (each reply: a `rea
 until the run has `turns=N` results, then an answer), and this one, the clients (httpx, asyncio).
 The server runs through `--serve` below: keel's own `main(["serve", ...])` with one route of this
 benchmark's added, `GET /bench/stats` (hosted sessions, ring events, subscribers, asyncio tasks,
-threads; `?malloc=1`: a tracemalloc diff since the last call, when KEEL_BENCH_TRACEMALLOC=1).
+threads, the cyclic collector's full collections and their longest pause; `?gc=1`: a full
+collection first, timed; `?malloc=1`: a tracemalloc diff since the last call, when
+KEEL_BENCH_TRACEMALLOC=1). KEEL_BENCH_GC_THRESHOLD=a,b,c sets the server's `gc.set_threshold`.
 RSS, open fds and threads are read from /proc/<pid>.
 
 Measured:
@@ -151,6 +153,8 @@ def serve_with_stats(argv: list[str]) -> int:
             full.append(time.perf_counter() - began[0])
 
     gc.callbacks.append(timed)
+    if thresholds := os.environ.get("KEEL_BENCH_GC_THRESHOLD"):  # to try other settings
+        gc.set_threshold(*map(int, thresholds.split(",")))
     tracing = os.environ.get("KEEL_BENCH_TRACEMALLOC") == "1"
     if tracing:
         tracemalloc.start(8)
@@ -173,7 +177,9 @@ def serve_with_stats(argv: list[str]) -> int:
             }
             if request.query_params.get("gc"):
                 asked[0] = True
+                took = time.perf_counter()
                 gc.collect()
+                body["gc_collect_ms"] = round((time.perf_counter() - took) * 1000, 1)
                 asked[0] = False
                 body["gc_objects"] = len(gc.get_objects())
             if tracing and request.query_params.get("malloc"):
@@ -511,6 +517,8 @@ async def load_idle(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             "gc_objects_per_session": round(
                 (after["gc_objects"] - before["gc_objects"]) / args.idle, 1
             ),
+            "full_collection_ms_before": before["gc_collect_ms"],
+            "full_collection_ms_after": after["gc_collect_ms"],
         },
         "_idle": ids,
     }
