@@ -155,6 +155,10 @@ def serve_with_stats(argv: list[str]) -> int:
     gc.callbacks.append(timed)
     if thresholds := os.environ.get("KEEL_BENCH_GC_THRESHOLD"):  # to try other settings
         gc.set_threshold(*map(int, thresholds.split(",")))
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiling: list[cProfile.Profile] = []
     tracing = os.environ.get("KEEL_BENCH_TRACEMALLOC") == "1"
     if tracing:
         tracemalloc.start(8)
@@ -182,6 +186,16 @@ def serve_with_stats(argv: list[str]) -> int:
                 body["gc_collect_ms"] = round((time.perf_counter() - took) * 1000, 1)
                 asked[0] = False
                 body["gc_objects"] = len(gc.get_objects())
+            if (where := request.query_params.get("profile")) is not None:
+                # `?profile=` starts cProfile, `?profile=FILE` stops it and writes FILE.
+                if where and profiling:
+                    profiling.pop().disable()
+                    import pstats
+
+                    pstats.Stats(profiler).dump_stats(where)
+                elif not where and not profiling:
+                    profiling.append(profiler)
+                    profiler.enable()
             if tracing and request.query_params.get("malloc"):
                 asked[0] = True
                 gc.collect()
@@ -570,11 +584,17 @@ async def requests(bench: Bench, args: argparse.Namespace, ids: list[str]) -> di
 
 async def active(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     sids = await gather_limited(args.active, 8, lambda i: bench.create())
+    if args.profile:
+        await bench.client.get("/bench/stats", params={"profile": ""})
     bench.latencies.clear()
     began, runs0 = time.monotonic(), bench.runs
     for _ in range(args.active_rounds):
         await asyncio.gather(*(bench.run(s, turns=args.turns) for s in sids))
     took = time.monotonic() - began
+    if args.profile:
+        await bench.client.get(
+            "/bench/stats", params={"profile": str(Path(args.profile).resolve())}
+        )
     lat = latency(bench.latencies)
     for s in sids:
         await bench.delete(s)
@@ -747,6 +767,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="soak clients wait 0 to 2x this many seconds between runs (default 0: none)",
     )
     p.add_argument("--samples", metavar="F", help="also write each soak sample to F (JSON lines)")
+    p.add_argument(
+        "--profile", metavar="F", help="cProfile the server through the active phase into F"
+    )
     p.add_argument("--no-startup", action="store_true", help="skip the start-up measure")
     p.add_argument("--startup-only", action="store_true", help="only the start-up measure")
     args = p.parse_args(argv)

@@ -68,13 +68,16 @@ async def test_assistant_fsync_runs_off_the_loop_thread_before_its_tool(
 
     start = ["meta", "user", "assistant"]
     assert log[:3] == [
-        # The prompt's record, durable before the request (as before).
-        ("fsync", True, ["meta", "user"]),
+        # The prompt's record, durable before the request, off the loop thread too (a server's
+        # other sessions go on meanwhile).
+        ("fsync", False, ["meta", "user"]),
         # The assistant record: its one fsync, on a worker thread, before the tool starts.
         ("fsync", False, start),
         ("tool", True, start),
     ]
     assert types() == ["meta", "user", "assistant", "tool_result", "assistant", "terminal"]
+    # The final record too: durable on a worker thread before the run returns.
+    assert log[-1] == ("fsync", False, types())
 
 
 async def test_a_cancelled_durable_wait_still_lets_its_sync_finish(

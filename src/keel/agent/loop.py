@@ -943,7 +943,7 @@ class Agent:
             while self.after_turn:
                 self.after_turn.pop()()
         detail = self._interrupt_detail if stop == "interrupted" else ""
-        self._terminal(_TERMINAL[stop], error or detail)
+        await self._terminal_off_loop(_TERMINAL[stop], error or detail)
         s = self._state
         finished = TurnFinished(stop, s.last_text, s.usage, s.cost, s.turns, self.session_id, error)
         emit(finished)
@@ -968,7 +968,10 @@ class Agent:
             self._notes.clear()
         message = Message("user", self._opening(text))
         if self.session is not None:
-            self.session.user(message)
+            # Durable before the request, its fsync off the event loop thread (a server's other
+            # sessions go on meanwhile).
+            self.session.user(message, durable=False)
+            await self.session.make_durable()
         self.conversation.append(message)
         self.last_prompt = prompt
         return None
@@ -2054,9 +2057,15 @@ class Agent:
         if self.session is not None:
             self.session.barrier()
 
-    def _terminal(self, reason: TerminalReason, message: str) -> None:
+    async def _terminal_off_loop(self, reason: TerminalReason, message: str) -> None:
+        """`_terminal`, its fsync on a worker thread."""
+        if self.session is not None and self._terminal(reason, message, durable=False):
+            with contextlib.suppress(JournalWriteError):  # as in `_terminal`
+                await self.session.make_durable()
+
+    def _terminal(self, reason: TerminalReason, message: str, *, durable: bool = True) -> bool:
         if self.session is None:
-            return
+            return False
         try:
             self.session.terminal(
                 reason,
@@ -2064,9 +2073,11 @@ class Agent:
                 turns=self.total_turns,
                 cost=self.spend.cost,
                 prompt=self.last_prompt,
+                durable=durable,
             )
         except JournalWriteError:
-            pass  # the run already failed on the journal; the file stays readable
+            return False  # the run already failed on the journal; the file stays readable
+        return True
 
 
 def _background_task(task: BackgroundTask) -> dict[str, str]:

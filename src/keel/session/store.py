@@ -108,9 +108,12 @@ class SessionLog:
         meta = Meta(sid, str(cwd), model, fingerprint, parent, parent_seq, __version__, agent)
         return cls(Journal.create(directory / f"{sid}.jsonl", meta), sid)
 
-    def user(self, message: Message, source: UserSource = "prompt") -> None:
+    def user(
+        self, message: Message, source: UserSource = "prompt", *, durable: bool = True
+    ) -> None:
+        """With `durable` False the caller makes it durable (`make_durable`) before going on."""
         record = UserRecord(message, source)
-        self.journal.append(record)
+        self.journal.append(record, durable=durable)
         if self.on_record is not None:
             self.on_record(record)
 
@@ -218,8 +221,10 @@ class SessionLog:
         turns: int = 0,
         cost: float = 0.0,
         prompt: str = "",
+        durable: bool = True,
     ) -> None:
-        self.journal.append(TerminalRecord(reason, message, turns, round(cost, 8), prompt[:200]))
+        record = TerminalRecord(reason, message, turns, round(cost, 8), prompt[:200])
+        self.journal.append(record, durable=durable)
 
     def close(self) -> None:
         self.journal.close()
