@@ -47,6 +47,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -826,6 +827,7 @@ def main(argv: list[str]) -> int:
         if model.stdin is not None:
             model.stdin.close()
         stop(model)
+        shutil.rmtree(project.parent, ignore_errors=True)  # thousands of session files
     print(json.dumps(result, indent=2))
     return 0
 
