@@ -172,6 +172,9 @@ def serve_with_stats(argv: list[str]) -> int:
             body: dict[str, Any] = {
                 "hosted": len(host.sessions),
                 "ring_events": sum(len(h.ring._ring) for h in host.sessions.values()),
+                "ring_kb": round(
+                    sum(getattr(h.ring, "held_bytes", 0) for h in host.sessions.values()) / 1024
+                ),
                 "subscribers": sum(h.ring.subscribers for h in host.sessions.values()),
                 "tasks": len(asyncio.all_tasks()),
                 "threads": threading.active_count(),

@@ -257,3 +257,35 @@ def test_sessions_that_synced_in_the_background_share_a_few_threads(
     for log in logs:
         log.close()
     assert all(log.journal.last_seq == 2 for log in logs)
+
+
+def test_the_ring_holds_at_most_its_bytes_and_says_what_it_dropped() -> None:
+    import asyncio
+
+    from keel.server.ring import EventRing
+
+    async def main() -> None:
+        ring = EventRing("s1", size=100, max_bytes=1000)
+        big = "x" * 300  # a tool's output, say
+        for n in range(10):
+            ring.publish({"type": "tool_finished", "n": n, "output": big})
+        # Each event's JSON is ~350 characters: the last two fit in 1000, not the ten.
+        held = [json.loads(s.data)["n"] for s in ring._ring]
+        assert held == [8, 9]
+        assert ring.held_bytes == sum(len(s.data) for s in ring._ring) <= 1000
+        sub, missed, gap = ring.subscribe(0)
+        ring.unsubscribe(sub)
+        assert [s.seq for s in missed] == [9, 10]
+        assert gap is not None
+        assert gap["reason"] == "events 1 to 8 are no longer held"
+        # One event larger than the bound is still held (the latest always is).
+        ring.publish({"type": "tool_finished", "n": 10, "output": "y" * 2000})
+        assert [json.loads(s.data)["n"] for s in ring._ring] == [10]
+        # The count bound still applies, and the bytes follow what it drops.
+        small = EventRing("s2", size=3, max_bytes=10**6)
+        for n in range(5):
+            small.publish({"type": "text_delta", "text": str(n)})
+        assert small.held_bytes == sum(len(s.data) for s in small._ring)
+        assert len(small._ring) == 3
+
+    asyncio.run(main())
