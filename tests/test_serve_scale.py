@@ -289,3 +289,40 @@ def test_the_ring_holds_at_most_its_bytes_and_says_what_it_dropped() -> None:
         assert len(small._ring) == 3
 
     asyncio.run(main())
+
+
+def test_a_closed_session_is_freed_with_its_ring_and_streams(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import gc
+    import weakref
+
+    from keel.server.host import Host
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+
+    async def main() -> None:
+        host = Host(project)
+        refs: list[weakref.ref[Any]] = []
+        streams = []
+        for _ in range(5):
+            hosted = await host.create(model=MODEL, effort=None, mode=None, cwd=None)
+            refs += [weakref.ref(hosted), weakref.ref(hosted.agent), weakref.ref(hosted.ring)]
+            stream = hosted.ring.stream(0, keepalive=60)
+            assert await anext(stream) == b"retry: 1000\n\n"  # subscribed
+            streams.append(stream)
+        before = asyncio.all_tasks()
+        for hosted in list(host.sessions.values()):
+            await host.close(hosted)
+        for stream in streams:
+            rest = [chunk async for chunk in stream]  # each stream ends with the close
+            assert rest[-1].startswith(b"id: "), rest
+            assert b"session_closed" in rest[-1]
+        del hosted, stream, streams
+        gc.collect()
+        assert host.sessions == {}
+        assert [r for r in refs if r() is not None] == []
+        assert asyncio.all_tasks() <= before
+
+    asyncio.run(main())
