@@ -5,10 +5,11 @@ Three processes on this machine: a real `keel serve` (fresh KEEL_HOME and projec
 the loopback Anthropic model server of bench/bench_server.py (each reply: a `read` tool call
 until the run has `turns=N` results, then an answer), and this one, the clients (httpx, asyncio).
 The server runs through `--serve` below: keel's own `main(["serve", ...])` with one route of this
-benchmark's added, `GET /bench/stats` (hosted sessions, ring events, subscribers, asyncio tasks,
-threads, the cyclic collector's full collections and their longest pause; `?gc=1`: a full
-collection first, timed; `?malloc=1`: a tracemalloc diff since the last call, when
-KEEL_BENCH_TRACEMALLOC=1). KEEL_BENCH_GC_THRESHOLD=a,b,c sets the server's `gc.set_threshold`.
+benchmark's added, `GET /bench/stats` (hosted sessions, ring events and their size, subscribers,
+asyncio tasks, threads, the cyclic collector's full collections and their longest pause;
+`?gc=1`: a full collection first, timed; `?malloc=1`: a tracemalloc diff since the last call,
+when KEEL_BENCH_TRACEMALLOC=1; `?profile=` / `?profile=FILE`: cProfile on, then off into FILE,
+which `--profile F` does around the active phase). KEEL_BENCH_GC_THRESHOLD=a,b,c sets the server's `gc.set_threshold`.
 RSS, open fds and threads are read from /proc/<pid>.
 
 Measured:
@@ -27,8 +28,8 @@ Measured:
   each to a different idle session) from `--concurrency` concurrent clients;
 - active: `--active` sessions running at once, runs/s and latency p50/p99;
 - soak: `--active` clients for `--soak-seconds` (at most `--soak-runs` runs) in the mix clients
-  make: each keeps a session for 1-8 runs (`--think`: a pause between them), then deletes it and creates a new one; a third of the
-  subscribers disconnect after their first text delta. Every `--sample-every` seconds the server's
+  make: each keeps a session for 1-8 runs (`--think`: a pause between them), then deletes it
+  and creates a new one; a third of the subscribers disconnect after their first text delta. Every `--sample-every` seconds the server's
   RSS, fds, threads, asyncio tasks, hosted sessions, ring events and subscribers are sampled
   (also written, one JSON line each, to `--samples F` as they come); reported: the RSS slope
   (MB/hour, least squares over the samples after the first tenth) and the first-vs-last tenth.
