@@ -943,7 +943,7 @@ class Agent:
             while self.after_turn:
                 self.after_turn.pop()()
         detail = self._interrupt_detail if stop == "interrupted" else ""
-        await self._terminal_off_loop(_TERMINAL[stop], error or detail)
+        self._terminal(_TERMINAL[stop], error or detail)
         s = self._state
         finished = TurnFinished(stop, s.last_text, s.usage, s.cost, s.turns, self.session_id, error)
         emit(finished)
@@ -2057,15 +2057,9 @@ class Agent:
         if self.session is not None:
             self.session.barrier()
 
-    async def _terminal_off_loop(self, reason: TerminalReason, message: str) -> None:
-        """`_terminal`, its fsync on a worker thread."""
-        if self.session is not None and self._terminal(reason, message, durable=False):
-            with contextlib.suppress(JournalWriteError):  # as in `_terminal`
-                await self.session.make_durable()
-
-    def _terminal(self, reason: TerminalReason, message: str, *, durable: bool = True) -> bool:
+    def _terminal(self, reason: TerminalReason, message: str) -> None:
         if self.session is None:
-            return False
+            return
         try:
             self.session.terminal(
                 reason,
@@ -2073,11 +2067,9 @@ class Agent:
                 turns=self.total_turns,
                 cost=self.spend.cost,
                 prompt=self.last_prompt,
-                durable=durable,
             )
         except JournalWriteError:
-            return False  # the run already failed on the journal; the file stays readable
-        return True
+            pass  # the run already failed on the journal; the file stays readable
 
 
 def _background_task(task: BackgroundTask) -> dict[str, str]:

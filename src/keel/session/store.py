@@ -221,10 +221,8 @@ class SessionLog:
         turns: int = 0,
         cost: float = 0.0,
         prompt: str = "",
-        durable: bool = True,
     ) -> None:
-        record = TerminalRecord(reason, message, turns, round(cost, 8), prompt[:200])
-        self.journal.append(record, durable=durable)
+        self.journal.append(TerminalRecord(reason, message, turns, round(cost, 8), prompt[:200]))
 
     def close(self) -> None:
         self.journal.close()
