@@ -969,7 +969,10 @@ class Agent:
             self._notes.clear()
         message = Message("user", self._opening(text))
         if self.session is not None:
-            self.session.user(message)
+            # Durable before the request, its fsync off the event loop thread (a server's other
+            # sessions go on meanwhile).
+            self.session.user(message, durable=False)
+            await self.session.make_durable()
         self.conversation.append(message)
         self.last_prompt = prompt
         return None

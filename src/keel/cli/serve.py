@@ -21,6 +21,8 @@ from keel.cli.main import _Parser
 from keel.errors import UserError
 
 DEFAULT_PORT = 4096
+#: Descriptors each loaded session holds open (its journal and the journal's lock file).
+FDS_PER_SESSION = 2
 #: A token shorter than this is refused (a generated one is 32 bytes, as hex).
 MIN_TOKEN = 16
 
@@ -137,7 +139,34 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit, and return it.
+
+    Each loaded session holds `FDS_PER_SESSION` descriptors and each running one a connection to
+    its model: under the usual soft limit of 1024, a server stops loading sessions (EMFILE) at
+    about 500. The hard limit is what the administrator allows; asking for it is what servers
+    do (nginx's worker_rlimit_nofile, Go's runtime since 1.19)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # An unlimited hard limit (macOS) cannot be the soft one: ask for a generous number.
+    wanted = max(soft, 1 << 16) if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):  # a container that refuses: keep what we were given
+        return soft
+    return wanted
+
+
 def serve(argv: list[str]) -> int:
+    from keel.startup import pause_gc
+
+    # Start-up builds long-lived objects (modules, classes) and few cycles: the collector waits
+    # until the server is up, then freezes them (`Server.startup`), so that the full collections
+    # of a server holding many sessions no longer walk them.
+    pause_gc()
     args = parser().parse_args(argv)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be from 0 to 65535, not {args.port}")
@@ -158,6 +187,7 @@ def serve(argv: list[str]) -> int:
 
         fleet_url = resolve_url(given=args.fleet)
         preflight(fleet_url)  # a fleet that is not there is said now, in one line
+    raise_fd_limit()
     sock = bind(args.host, args.port)
     port = sock.getsockname()[1]
     hosts = allowed_hosts(args.host, port, args.allow_remote)
@@ -181,6 +211,9 @@ def serve(argv: list[str]) -> int:
     print(f"keel serve: open http://{local}:{port}/{fragment}", flush=True)
     if generated:
         print(f"keel serve: token {token}", flush=True)
+    from keel.permissions.sandbox import start_probe
+
+    start_probe()  # GET /v1/info and every session's gate need it: bubblewrap's start overlaps ours
     return _run(
         sock,
         cwd,
@@ -210,6 +243,12 @@ def _run(
     from keel.server.http import create_app
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            from keel.startup import resume_gc
+
+            resume_gc()
+
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             host.end_streams()  # open SSE connections would hold the shutdown up
             await super().shutdown(sockets)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Container, Coroutine
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from keel.server.ring import EventRing
 if TYPE_CHECKING:
     from keel.agent.loop import Agent, RunResult
     from keel.app import Options
+    from keel.session.index import SessionSummary
 
 
 #: Seconds a stopping server gives running work to suspend before interrupting it.
@@ -275,6 +276,52 @@ def task_json(task: Any) -> dict[str, Any]:
     }
 
 
+class Summaries:
+    """`GET /v1/sessions`'s summary of each session file, read again only when the file changed.
+
+    A summary is a function of the file's bytes and, for a session without a final record
+    (`running`, `crashed`, `empty`), of whether a writer holds its lock; so it is kept under the
+    file's (inode, mtime, size) and, for those, checked against the lock. Reading a thousand files
+    took the listing 1.6 s on a 2-core machine, during which the server answered nothing else.
+    A listing forgets the files it no longer saw, so this holds one entry per file on disk."""
+
+    UNENDED = frozenset({"running", "crashed", "empty"})
+
+    def __init__(self) -> None:
+        self._kept: dict[Path, tuple[tuple[int, int, int], SessionSummary]] = {}
+
+    def of(self, paths: list[Path], held: Container[str] = ()) -> list[SessionSummary]:
+        """The summaries of `paths` (in order); unreadable files are left out, as `keel sessions
+        list` leaves them (it says why). `held`: the ids of sessions whose lock this process
+        holds (they are not probed)."""
+        from keel.session.index import is_locked, summarize
+
+        before, self._kept = self._kept, {}
+        out: list[SessionSummary] = []
+        for path in paths:
+            try:
+                st = path.stat()
+                key = (st.st_ino, st.st_mtime_ns, st.st_size)
+                kept = before.get(path)
+                if kept is not None and kept[0] == key:
+                    summary = kept[1]
+                    if summary.status not in self.UNENDED or (
+                        (summary.status == "running") == (path.stem in held or is_locked(path))
+                    ):
+                        self._kept[path] = kept
+                        out.append(summary)
+                        continue
+                summary = summarize(path)
+            except (UserError, OSError):
+                continue
+            self._kept[path] = (key, summary)
+            out.append(summary)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
 class Host:
     """The sessions of one server: of the project at `cwd`, or of every project."""
 
@@ -282,6 +329,7 @@ class Host:
         self.cwd = cwd.resolve()
         self.all_projects = all_projects
         self.sessions: dict[str, Hosted] = {}
+        self.summaries = Summaries()
         self._opening = asyncio.Lock()
         #: What else ends its streams when the server stops (the fleet's, keel.server.fleet_routes).
         self.stream_enders: list[Callable[[], None]] = []
@@ -447,4 +495,4 @@ class Host:
             await self.close(hosted, "exit")
 
 
-__all__ = ["ApiError", "Host", "Hosted", "not_loaded", "question_json", "task_json"]
+__all__ = ["ApiError", "Host", "Hosted", "Summaries", "not_loaded", "question_json", "task_json"]

@@ -277,15 +277,12 @@ class Api:
     # -- sessions ----------------------------------------------------------------------------------
 
     async def list_sessions(self, request: Request) -> Response:
-        from keel.session.index import session_files, summarize
+        from keel.session.index import session_files
 
         listed: list[dict[str, Any]] = []
         seen: set[str] = set()
-        for path in session_files(None if self.host.all_projects else self.host.cwd):
-            try:
-                summary = summarize(path)
-            except (UserError, OSError):
-                continue  # unreadable: `keel sessions list` says why
+        files = session_files(None if self.host.all_projects else self.host.cwd)
+        for summary in self.host.summaries.of(files, self.host.sessions):
             seen.add(summary.id)
             hosted = self.host.sessions.get(summary.id)
             listed.append(

@@ -1,8 +1,8 @@
 """The events of one hosted session as numbered SSE messages: a replay ring and its subscribers.
 
 Every event the session publishes gets the next `seq` and is serialised once. The ring keeps the
-last `size` of them, so a client that reconnects with `Last-Event-ID` (or `?after=`) is sent
-exactly the ones it missed; when the ring no longer holds them it is sent a `gap` message first
+last `size` of them (fewer when they hold more than `max_bytes` of JSON), so a client that
+reconnects with `Last-Event-ID` (or `?after=`) is sent exactly the ones it missed; when the ring no longer holds them it is sent a `gap` message first
 (the session file is the source of truth: `GET …/messages`). Each subscriber has a bounded
 buffer: one that falls `limit` messages behind is dropped (its stream ends with a `dropped`
 message; it reconnects and replays), never the agent, which never waits on a subscriber.
@@ -23,6 +23,9 @@ from keel.frozen import mutable
 
 #: Events kept for replay, per session (Larik keeps 4096).
 RING_SIZE = 4096
+#: ... and at most this many bytes of their JSON: a session's tool outputs (a `read` of a large
+#: file is tens of KB) would otherwise keep up to 4096 of them, for as long as it stays loaded.
+RING_BYTES = 1 << 20
 #: Messages a subscriber may fall behind before it is dropped.
 SUBSCRIBER_LIMIT = 1024
 #: Seconds between keepalive comments on an idle stream.
@@ -75,10 +78,18 @@ class EventRing:
     subscriber's sake."""
 
     def __init__(
-        self, session: str, *, size: int = RING_SIZE, limit: int = SUBSCRIBER_LIMIT
+        self,
+        session: str,
+        *,
+        size: int = RING_SIZE,
+        max_bytes: int = RING_BYTES,
+        limit: int = SUBSCRIBER_LIMIT,
     ) -> None:
         self.session = session
         self._ring: deque[Sent] = deque(maxlen=size)
+        self._max_bytes = max_bytes
+        #: The JSON held, in characters (what bounds the ring's memory along with its length).
+        self.held_bytes = 0
         self._seq = 0
         self._limit = limit
         self._subscribers: set[Subscriber] = set()
@@ -100,7 +111,13 @@ class EventRing:
         sent = Sent(
             self._seq, str(data["type"]), json.dumps(body, ensure_ascii=False, separators=_COMPACT)
         )
-        self._ring.append(sent)
+        ring = self._ring
+        if len(ring) == ring.maxlen:
+            self.held_bytes -= len(ring[0].data)  # the append drops it
+        ring.append(sent)
+        self.held_bytes += len(sent.data)
+        while self.held_bytes > self._max_bytes and len(ring) > 1:
+            self.held_bytes -= len(ring.popleft().data)
         for sub in self._subscribers:
             sub.offer(sent)
         return self._seq
@@ -190,6 +207,7 @@ class EventRing:
 
 __all__ = [
     "KEEPALIVE",
+    "RING_BYTES",
     "RING_SIZE",
     "SUBSCRIBER_LIMIT",
     "EventRing",

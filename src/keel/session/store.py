@@ -108,9 +108,12 @@ class SessionLog:
         meta = Meta(sid, str(cwd), model, fingerprint, parent, parent_seq, __version__, agent)
         return cls(Journal.create(directory / f"{sid}.jsonl", meta), sid)
 
-    def user(self, message: Message, source: UserSource = "prompt") -> None:
+    def user(
+        self, message: Message, source: UserSource = "prompt", *, durable: bool = True
+    ) -> None:
+        """With `durable` False the caller makes it durable (`make_durable`) before going on."""
         record = UserRecord(message, source)
-        self.journal.append(record)
+        self.journal.append(record, durable=durable)
         if self.on_record is not None:
             self.on_record(record)
 
