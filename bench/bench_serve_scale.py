@@ -646,17 +646,22 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
             await bench.delete(sid)
             counts["deleted"] += 1
 
+    async def take(**stats: str) -> dict[str, Any]:
+        """One sample of the server's counts, kept and written to the samples file."""
+        sample = {
+            "t": round(time.monotonic() - began, 1),
+            "runs": bench.runs - runs0,
+            **await bench.stats(**stats),
+        }
+        samples.append(sample)
+        if sink is not None:
+            sink.write(json.dumps(sample) + "\n")
+            sink.flush()
+        return sample
+
     async def sampler() -> None:
         while True:
-            sample = {
-                "t": round(time.monotonic() - began, 1),
-                "runs": bench.runs - runs0,
-                **await bench.stats(),
-            }
-            samples.append(sample)
-            if sink is not None:
-                sink.write(json.dumps(sample) + "\n")
-                sink.flush()
+            await take()
             if not more():
                 return
             await asyncio.sleep(args.sample_every)
@@ -665,15 +670,7 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.gather(*(client() for _ in range(args.active)))
     await asyncio.sleep(0.5)  # the last deletes' streams end
     sampling.cancel()
-    final = {
-        "t": round(time.monotonic() - began, 1),
-        "runs": bench.runs - runs0,
-        **await bench.stats(gc="1"),
-    }
-    samples.append(final)
-    if sink is not None:
-        sink.write(json.dumps(final) + "\n")
-        sink.flush()
+    final = await take(gc="1")  # the last one after a full collection
     took = time.monotonic() - began
     tenth = max(1, len(samples) // 10)
     settled = samples[tenth:] if len(samples) > 3 else samples

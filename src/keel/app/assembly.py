@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from keel.session.backend import AppendLog
     from keel.session.fold import SessionState
     from keel.session.journal import Loaded
-    from keel.session.records import Fingerprint
+    from keel.session.records import Fingerprint, Record
     from keel.session.store import SessionLog
     from keel.tools.base import Tool
 
@@ -164,6 +164,8 @@ class Opened:
     state: SessionState
     journal: AppendLog
     ref: ModelRef
+    #: The journal's records as opened (a front end replays them without reading the file again).
+    records: Sequence[Record] = ()
 
 
 async def resume_agent(
@@ -176,12 +178,15 @@ async def resume_agent(
     """The session in `path`, locked (a second opener gets `SessionLocked`) and rebuilt, with an
     agent that continues it (`agent.resumable`: its last turn left work to finish). Notes of
     undos the model was not told of yet are queued."""
-    agent, state, journal, ref = await open_session(
-        path, options, notice, provider_for=provider_for
+    from keel.session.journal import Journal
+
+    opened, loaded = Journal.open(path)  # locks: one writer per session
+    agent, state, journal, ref = await continue_session(
+        opened, loaded, options, notice, where=str(path), provider_for=provider_for
     )
     for note in state.undo_notes:
         agent.add_note(note)
-    return Opened(agent, state, journal, ref)
+    return Opened(agent, state, journal, ref, loaded.records)
 
 
 def _trace_if_asked(agent: Agent, options: Options, settings: Settings) -> None:

@@ -218,14 +218,12 @@ class AgentFactory:
         queued again. `force`: despite a changed configuration (`keel resume --force`)."""
         from dataclasses import replace
 
-        from keel.session.journal import read_records
-
         options = replace(self.options, force=True) if force else self.options
         opened = await resume_agent(path, options, self._notify, provider_for=self.provider_for)
         return (
             opened.agent,
             opened.ref,
-            read_records(path).records,
+            list(opened.records),  # as opened: the file is not parsed a second time
             opened.state.pending is not None,
         )
 
