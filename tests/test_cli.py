@@ -43,7 +43,14 @@ def write_script(path: Path, turns: list[dict[str, object]]) -> Path:
 
 
 def session_files(home: Path) -> list[Path]:
+    """Every session file under `home`, by name (a name starts with its second of creation, so
+    two made within one second come in either order: use `latest_session_file` or the id)."""
     return sorted(home.glob("sessions/*/*.jsonl"))
+
+
+def latest_session_file(home: Path) -> Path:
+    """The session written to last (as `keel --continue` picks it)."""
+    return max(session_files(home), key=lambda p: p.stat().st_mtime_ns)
 
 
 def test_version_is_cheap_and_plain(project: Path) -> None:

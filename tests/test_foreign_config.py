@@ -15,7 +15,7 @@ import pytest
 from keel.config.foreign import opencode_rules, read_jsonc, read_toml
 from keel.config.settings import load_settings
 from tests.helpers import unsandboxed_line_dropped, user_settings_file, without_context
-from tests.test_cli import keel, session_files, write_script
+from tests.test_cli import keel, latest_session_file, write_script
 
 
 def _project(tmp_path: Path) -> Path:
@@ -59,7 +59,7 @@ def test_a_project_opencode_deny_rule_holds(tmp_path: Path) -> None:
     assert (root / "build" / "keep.txt").exists()
     decisions = [
         json.loads(line)
-        for line in session_files(Path(os.environ["KEEL_HOME"]))[-1].read_text().splitlines()
+        for line in latest_session_file(Path(os.environ["KEEL_HOME"])).read_text().splitlines()
         if '"decision"' in line
     ]
     assert [(d["outcome"], d["source"], d["reason"]) for d in decisions] == [
@@ -224,7 +224,7 @@ TOOLS_SERVER = str(Path(__file__).parent / "mcp_servers" / "tools_server.py")
 def _tool_results(home: Path) -> list[tuple[str, bool]]:
     """(text, is_error) of each tool result of the latest session."""
     out = []
-    for line in session_files(home)[-1].read_text(encoding="utf-8").splitlines():
+    for line in latest_session_file(home).read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         if record["type"] == "tool_result":
             result = record["result"]
@@ -307,7 +307,7 @@ def _user_messages(home: Path) -> list[str]:
     """The text of each user message in the last session's journal, without the context block
     that opens the first one."""
     texts = []
-    for line in session_files(home)[-1].read_text(encoding="utf-8").splitlines():
+    for line in latest_session_file(home).read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         if record["type"] == "user":
             blocks = record["message"]["content"]

@@ -354,7 +354,8 @@ def test_fork_and_rewind(project: Path, tmp_path: Path, isolated_env: Path) -> N
         ).stdout
     )["session_id"]
     assert keel("-p", "--resume", sid, "second", cwd=project).stdout == "Second answer.\n"
-    recs = read_records(session_files(isolated_env)[0]).records
+    [parent] = [p for p in session_files(isolated_env) if p.stem == sid]
+    recs = read_records(parent).records
     prompts = [r.seq for r in recs if isinstance(r.payload, UserRecord)]
     assert prompts == [2, 5]
     out = keel("fork", sid, "--at", "3", cwd=project)
@@ -381,7 +382,7 @@ def test_fork_and_rewind(project: Path, tmp_path: Path, isolated_env: Path) -> N
         keel("-p", "--resume", fork_id, "a different second", cwd=project).stdout
         == "Second answer.\n"
     )
-    assert len(read_records(session_files(isolated_env)[0]).records) == 7  # the parent is untouched
+    assert len(read_records(parent).records) == 7  # the parent is untouched
     whole = keel("fork", sid, cwd=project)
     assert whole.returncode == 0, whole.stderr
 
