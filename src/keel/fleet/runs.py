@@ -217,6 +217,9 @@ class Fleet:
         import nats.js.errors
 
         streams.check_run_id(run)
+        if await self._get(run) is not None:
+            return run  # a whole id: one read, not a listing of every key (slower, and under
+            # load the client's listing has been seen to come back short)
         kv = await self.kv()
         try:
             keys = await kv.keys()
