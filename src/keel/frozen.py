@@ -12,6 +12,7 @@ per-class `__setattr__`; keel code never assigns to a value's fields. Imports no
 
 from __future__ import annotations
 
+import copy
 from dataclasses import (  # type: ignore[attr-defined]
     _FIELD,
     _HAS_DEFAULT_FACTORY,
@@ -290,10 +291,7 @@ def _record_params(eq: bool, repr: bool) -> Any:
     `_Shape` got, changed where they differ (its fields vary with the Python version)."""
     params = _RECORD_PARAMS.get((eq, repr))
     if params is None:
-        kind = type(_PARAMS)
-        params = object.__new__(kind)
-        for name in kind.__slots__:
-            setattr(params, name, getattr(_PARAMS, name))
+        params = copy.copy(_PARAMS)
         params.eq, params.repr = eq, repr
         if hasattr(params, "slots"):
             params.slots = False
