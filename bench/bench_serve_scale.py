@@ -67,6 +67,10 @@ HOLE = b"?" * 19
 STAMP = re.compile(r"T(\d{6,}\.\d{6})")
 
 
+#: The server's counts a soak follows from sample to sample (`/bench/stats` and /proc).
+COUNTS = ("rss_mb", "fds", "os_threads", "tasks", "hosted", "ring_events", "subscribers")
+
+
 def log(text: str) -> None:
     print(f"bench_serve_scale: {text}", file=sys.stderr, flush=True)
 
@@ -676,18 +680,7 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     settled = samples[tenth:] if len(samples) > 3 else samples
 
     def window(part: list[dict[str, Any]]) -> dict[str, float]:
-        return {
-            k: round(statistics.fmean(s[k] for s in part), 2)
-            for k in (
-                "rss_mb",
-                "fds",
-                "os_threads",
-                "tasks",
-                "hosted",
-                "ring_events",
-                "subscribers",
-            )
-        }
+        return {k: round(statistics.fmean(s[k] for s in part), 2) for k in COUNTS}
 
     out = {
         "seconds": round(took, 1),
@@ -699,19 +692,7 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "rss_slope_mb_per_hour": round(slope_per_hour([(s["t"], s["rss_mb"]) for s in settled]), 2),
         "first_window": window(samples[:tenth]),
         "last_window": window(samples[-tenth:]),
-        "start": {
-            k: start[k]
-            for k in (
-                "rss_mb",
-                "fds",
-                "os_threads",
-                "tasks",
-                "hosted",
-                "ring_events",
-                "subscribers",
-                "gc_objects",
-            )
-        },
+        "start": {k: start[k] for k in (*COUNTS, "gc_objects")},
         "end": {
             k: final[k]
             for k in (
@@ -719,13 +700,7 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
                 "gc_frozen",
                 "gc_full_collections",
                 "gc_full_max_ms",
-                "rss_mb",
-                "fds",
-                "os_threads",
-                "tasks",
-                "hosted",
-                "ring_events",
-                "subscribers",
+                *COUNTS,
                 "gc_objects",
             )
         },
