@@ -879,3 +879,44 @@ def test_init_on_a_fresh_cluster_returns_only_once_everything_can_be_written(
             assert run(write_each(cluster.url)) == want
         finally:
             cluster.stop()
+
+
+def test_init_asks_again_while_a_forming_cluster_has_a_peer_offline() -> None:
+    """A fresh cluster refuses to place a replicated stream while a peer's route is not up yet
+    ("no suitable peers for placement, peer offline"): asked again, it succeeds; other refusals
+    are not retried, and a peer that stays offline ends in one line with the fix."""
+    from nats.js.errors import APIError
+
+    from keel.fleet.setup import _patiently
+
+    offline = "no suitable peers for placement, peer offline"
+    tries: list[int] = []
+
+    async def forming() -> list[str]:
+        tries.append(1)
+        if len(tries) < 3:
+            raise APIError(code=500, description=offline, err_code=10005)
+        return ["created stream KEEL_RUNS (3 replica(s))"]
+
+    assert asyncio.run(_patiently(forming)) == ["created stream KEEL_RUNS (3 replica(s))"]
+    assert len(tries) == 3
+
+    async def taken() -> list[str]:
+        tries.append(1)
+        raise APIError(code=400, description="subjects overlap with an existing stream")
+
+    tries.clear()
+    with pytest.raises(APIError):
+        asyncio.run(_patiently(taken))
+    assert len(tries) == 1
+
+    async def down() -> list[str]:
+        raise APIError(code=500, description=offline, err_code=10005)
+
+    with pytest.raises(FleetError) as caught:
+        asyncio.run(_patiently(down, wait=0.2))
+    assert str(caught.value) == f"cannot place the fleet's streams: {offline} (for 0.2 s)"
+    assert caught.value.hint == (
+        "a cluster needs as many JetStream servers up as --replicas; "
+        "`nats server report jetstream` shows them"
+    )

@@ -135,6 +135,8 @@ async def _stream(
         try:
             await js.add_stream(config)
         except APIError as exc:
+            if _placing(exc):
+                raise  # a cluster still forming: `_patiently` asks again
             raise FleetError(
                 f"cannot create stream {name}: {exc.description or exc}",
                 hint="another stream may already hold these subjects; `nats stream ls` shows them",
@@ -149,6 +151,8 @@ async def _stream(
         try:
             await js.update_stream(info.config)
         except APIError as exc:
+            if _placing(exc):
+                raise
             raise FleetError(
                 f"cannot change stream {name} to {replicas} replica(s): {exc.description or exc}",
                 hint="a cluster needs at least as many JetStream servers as replicas",
@@ -157,15 +161,23 @@ async def _stream(
     return notes
 
 
+def _placing(exc: Exception) -> bool:
+    """Whether JetStream refused to place a replicated stream because a peer is offline: in a
+    cluster that has just started, its servers' routes come up a moment after the servers do,
+    so the same request succeeds shortly after."""
+    return "peer offline" in str(getattr(exc, "description", "") or "")
+
+
 async def _patiently(step: Callable[[], Awaitable[list[str]]], wait: float = 30.0) -> list[str]:
     """`step()`, again while JetStream answers "not now" (a fresh cluster still electing its
-    meta leader, a stream's group forming): creating the same stream or bucket twice is a
-    no-op, so a request that timed out after it took effect is safe to repeat."""
+    meta leader, its peers still connecting, a stream's group forming): creating the same
+    stream or bucket twice is a no-op, so a request that timed out after it took effect is safe
+    to repeat."""
     import asyncio
     import time
 
     from nats.errors import TimeoutError as NatsTimeout
-    from nats.js.errors import ServiceUnavailableError
+    from nats.js.errors import APIError, ServiceUnavailableError
 
     deadline = time.monotonic() + wait
     while True:
@@ -174,7 +186,16 @@ async def _patiently(step: Callable[[], Awaitable[list[str]]], wait: float = 30.
         except (NatsTimeout, TimeoutError, ServiceUnavailableError):
             if time.monotonic() > deadline:
                 raise
-            await asyncio.sleep(0.5)
+        except APIError as exc:
+            if not _placing(exc):
+                raise
+            if time.monotonic() > deadline:
+                raise FleetError(
+                    f"cannot place the fleet's streams: {exc.description} (for {wait:g} s)",
+                    hint="a cluster needs as many JetStream servers up as --replicas; "
+                    "`nats server report jetstream` shows them",
+                ) from None
+        await asyncio.sleep(0.5)
 
 
 async def _leader(js: JetStreamContext, name: str, wait: float = 15.0) -> bool:
@@ -225,6 +246,8 @@ async def _bucket(
                 description=description,
             )
         except APIError as exc:
+            if _placing(exc):
+                raise
             raise FleetError(
                 f"cannot create KV bucket {bucket}: {exc.description or exc}", hint=INIT_HINT
             ) from None
@@ -245,6 +268,8 @@ async def _bucket(
         try:
             await js.update_stream(config)
         except APIError as exc:
+            if _placing(exc):
+                raise
             raise FleetError(
                 f"cannot change KV bucket {bucket} to {replicas} replica(s): "
                 f"{exc.description or exc}",
