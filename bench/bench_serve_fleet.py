@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,24 +33,11 @@ import httpx
 from tests.fleet_helpers import WorkerProc, setup_fleet
 from tests.nats_fixture import NatsServer
 
+from timings import summary
+
 TOKEN = "bench-token-0123456789abcdef"
 #: `keel` as a process (`keel submit` is timed as one).
 KEEL = (sys.executable, "-m", "keel")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    ms = [v * 1000 for v in values]
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 2),
-        "p99_ms": round(percentile(ms, 0.99), 2),
-        "max_ms": round(max(ms), 2),
-    }
 
 
 def timed(fn: Any, count: int) -> list[float]:
@@ -118,12 +104,12 @@ def main() -> int:
                 r.raise_for_status()
                 ids.append(r.json()["id"])
 
-            results["post_runs"] = stats(timed(submit, args.runs))
-            results["get_run"] = stats(timed(lambda i: c.get(f"/v1/runs/{ids[i]}"), args.runs))
-            results["wait_timeout_0"] = stats(
+            results["post_runs"] = summary(timed(submit, args.runs))
+            results["get_run"] = summary(timed(lambda i: c.get(f"/v1/runs/{ids[i]}"), args.runs))
+            results["wait_timeout_0"] = summary(
                 timed(lambda i: c.get(f"/v1/runs/{ids[i]}/wait", params={"timeout": 0}), args.runs)
             )
-            results[f"list_{args.runs}_runs"] = stats(timed(lambda i: c.get("/v1/runs"), 10))
+            results[f"list_{args.runs}_runs"] = summary(timed(lambda i: c.get("/v1/runs"), 10))
             # The queued runs are cancelled (workers close them) before the round trips.
             for run in ids:
                 c.post(f"/v1/runs/{run}/cancel").raise_for_status()
@@ -141,9 +127,9 @@ def main() -> int:
                 done = c.get(f"/v1/runs/{run}/wait", params={"timeout": 120}).json()
                 assert done["status"] == "completed", done
 
-            results["submit_to_completed"] = stats(timed(trip, args.trips))
+            results["submit_to_completed"] = summary(timed(trip, args.trips))
         cli_env = {**env, "KEEL_NATS_URL": nats.url}
-        results["keel_submit_process"] = stats(
+        results["keel_submit_process"] = summary(
             timed(
                 lambda i: subprocess.run(
                     [*KEEL, "submit", "say done", "--model", model, "--workspace", "none"],

@@ -59,6 +59,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from timings import summary
+
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789abcdef"
 MODEL = "anthropic/claude-sonnet-4-5"
@@ -322,23 +324,6 @@ def stop(proc: subprocess.Popen[str]) -> None:
 # -- numbers ---------------------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def latency(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"n": 0, "p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
-    ms = [v * 1000 for v in values]
-    return {
-        "n": len(ms),
-        "p50_ms": round(statistics.median(ms), 2),
-        "p99_ms": round(percentile(ms, 0.99), 2),
-        "max_ms": round(max(ms), 2),
-    }
-
-
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (seconds, value), per hour."""
     if len(points) < 2:
@@ -442,7 +427,7 @@ class Bench:
         began = time.monotonic()
         await asyncio.gather(*(client(k) for k in range(concurrency)))
         took = time.monotonic() - began
-        return {"requests": done, "per_second": round(done / took, 1), **latency(times)}
+        return {"requests": done, "per_second": round(done / took, 1), **summary(times)}
 
 
 async def gather_limited(count: int, concurrency: int, fn: Any) -> list[Any]:
@@ -604,7 +589,7 @@ async def active(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         await bench.client.get(
             "/bench/stats", params={"profile": str(Path(args.profile).resolve())}
         )
-    lat = latency(bench.latencies)
+    lat = summary(bench.latencies)
     for s in sids:
         await bench.delete(s)
     log(f"{args.active} active: {(bench.runs - runs0) / took:.1f} runs/s, latency {lat}")
@@ -687,7 +672,7 @@ async def soak(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         "runs": bench.runs - runs0,
         "runs_per_second": round((bench.runs - runs0) / took, 2),
         **counts,
-        "latency": latency(bench.latencies),
+        "latency": summary(bench.latencies),
         "samples": len(samples),
         "rss_slope_mb_per_hour": round(slope_per_hour([(s["t"], s["rss_mb"]) for s in settled]), 2),
         "first_window": window(samples[:tenth]),
