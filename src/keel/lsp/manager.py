@@ -129,9 +129,6 @@ class LspManager:
             )
         return self._by_suffix[suffix]
 
-    def any_available(self) -> bool:
-        return any(s.available() for s in self._specs)
-
     def running(self) -> list[tuple[str, Path, int | None]]:
         """(server, root, pid) of each server process running now."""
         return [
